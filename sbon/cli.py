@@ -1,0 +1,132 @@
+"""Command line: `python -m sbon run --prompt "..."` and `python -m sbon presets`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from tqdm import tqdm
+
+from .algorithms import METHODS, Done, RoundStarted, TokensGenerated, validate
+from .engine import SamplingConfig
+from .errors import SBoNError
+from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, load_generator,
+                     load_reward)
+from .results import RunResult
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sbon", description="Speculative Rejection and Best-of-N decoding.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="generate for one prompt and print the best response")
+    r.add_argument("--prompt", required=True)
+    r.add_argument("--method", choices=list(METHODS), default="sbon",
+                   help="sbon: memory-budget rounds; sbon-tau: single decision token; bon: Best-of-N")
+    r.add_argument("--n", type=int, default=16, help="candidates to start with (default 16)")
+    r.add_argument("--alpha", type=float, default=0.5, help="rejection rate at each decision point (default 0.5)")
+    r.add_argument("--tau", type=int, default=32, help="decision token for sbon-tau (default 32)")
+    r.add_argument("--kv-budget", type=int, default=None,
+                   help="KV cache budget in tokens for sbon (default: N candidates of prompt + 16 tokens)")
+    r.add_argument("--batch-size", type=int, default=None, help="bon: candidates per batch (default all)")
+    r.add_argument("--max-new-tokens", type=int, default=128)
+    r.add_argument("--temperature", type=float, default=SamplingConfig.temperature)
+    r.add_argument("--top-p", type=float, default=SamplingConfig.top_p)
+    r.add_argument("--top-k", type=int, default=SamplingConfig.top_k)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
+    r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
+    r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    r.add_argument("--compare", action="store_true", help="also run Best-of-N with the same seed and print the metrics")
+    r.add_argument("--out", default=None, help="write the full result as JSON here")
+    sub.add_parser("presets", help="list the model presets")
+    return parser
+
+
+def method_kwargs(args: argparse.Namespace, method: str) -> dict:
+    """The settings of `method` taken from the command line."""
+    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
+    common = dict(max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed)
+    if method == "bon":
+        return dict(common, batch_size=args.batch_size)
+    if method == "sbon":
+        return dict(common, alpha=args.alpha, kv_budget=args.kv_budget)
+    return dict(common, alpha=args.alpha, tau=args.tau)
+
+
+def run_with_progress(events, total_tokens: int, label: str) -> RunResult:
+    with tqdm(total=total_tokens, desc=label, unit="tok", file=sys.stderr, leave=False) as bar:
+        for event in events:
+            if isinstance(event, TokensGenerated):
+                bar.update(event.tokens - bar.n)
+                bar.set_postfix(live=len(event.candidate_ids))
+            elif isinstance(event, RoundStarted):
+                bar.set_description(f"{label} round {event.round}")
+            elif isinstance(event, Done):
+                return event.result
+    raise RuntimeError("the algorithm stopped without a result")
+
+
+def summary(result: RunResult) -> str:
+    import pandas as pd
+
+    rows = [{"candidate": c.id, "fate": c.fate, "tokens": c.tokens_generated,
+             "partial rewards": " ".join(f"{p.reward:.3f}" for p in c.partial_rewards),
+             "final reward": c.final_reward} for c in result.candidates]
+    table = pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.3f}")
+    timings = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
+    return f"{table}\n\n{result.method}: {len(result.candidates)} candidates, {result.total_tokens} tokens generated; {timings}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if not args.prompt.strip():
+        raise SBoNError("the prompt is empty: give the model something to answer")
+    validate(n=args.n, **method_kwargs(args, args.method))
+    check_name(args.generator, GENERATORS, "generator")
+    check_name(args.reward, REWARDS, "reward")
+    print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
+    gen = load_generator(args.generator, device=args.device)
+    reward = load_reward(args.reward, generator=gen, device=args.device)
+    result = run_with_progress(METHODS[args.method](gen, reward, args.prompt, args.n, **method_kwargs(args, args.method)),
+                               args.max_new_tokens, args.method)
+    print(summary(result))
+    print(f"\nbest response (candidate {result.best_id}, final reward {result.best.final_reward:.3f}):\n")
+    print(result.best.text)
+    if args.compare and args.method != "bon":
+        from .metrics import compare
+
+        bon = run_with_progress(METHODS["bon"](gen, reward, args.prompt, args.n, **method_kwargs(args, "bon")),
+                                args.max_new_tokens, "bon")
+        print("\ncompared with Best-of-N (same seed):")
+        for k, v in compare(bon, result).items():
+            print(f"  {k:28s} {v:.3f}" if isinstance(v, float) else f"  {k:28s} {v}")
+    if args.out:
+        result.to_json(args.out)
+        print(f"\nfull result written to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_presets() -> int:
+    for title, presets in (("generators", GENERATORS), ("rewards", REWARDS)):
+        print(f"{title}:")
+        for name, p in presets.items():
+            print(f"  {name:22s} {p.description}" + (f"  [{p.hub_id}]" if p.hub_id else ""))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # Library warnings (hub retries, GGUF notes) would bury our one-line errors.
+    from huggingface_hub.utils import logging as hub_logging
+    from transformers.utils import logging as tf_logging
+
+    hub_logging.set_verbosity_error()
+    tf_logging.set_verbosity_error()
+    try:
+        return cmd_run(args) if args.command == "run" else cmd_presets()
+    except SBoNError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,63 @@
+"""Counterfactual Speculative Rejection: replay the single-decision-token method on completed
+Best-of-N candidates, with no new generation (the paper's Figure 3 and Appendix D).
+
+With coupled sampling, a Speculative Best-of-N run with decision token tau keeps exactly the
+candidates this replay keeps, and generates exactly the tokens it counts.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
+
+import pandas as pd
+
+from .algorithms import survivors_count
+from .metrics import correlations, normalized_score, oracle_cut
+from .results import RunResult
+from .rewards import RewardModel
+
+
+def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequence[int]], str],
+                   taus: Iterable[int]) -> dict[int, list[float | None]]:
+    """Partial reward of every BoN candidate after tau tokens (None if it had finished by then)."""
+    out = {}
+    for tau in taus:
+        ids = [c.id for c in bon.candidates if c.tokens_generated > tau]
+        scores = reward.score(bon.prompt, [decode(bon.candidates[k].token_ids[:tau]) for k in ids]) if ids else []
+        by_id = dict(zip(ids, scores))
+        out[tau] = [by_id.get(c.id) for c in bon.candidates]
+    return out
+
+
+def simulate_tau(bon: RunResult, partial: Sequence[float | None], tau: int, alpha: float) -> dict[str, float]:
+    """Normalized score and token rate of deciding at tau with rejection rate alpha.
+
+    Candidates finished by tau compete with their final reward, as in the real algorithm."""
+    cands = bon.candidates
+    score = [c.final_reward if p is None else p for c, p in zip(cands, partial)]
+    ranked = sorted(range(len(cands)), key=lambda k: (-score[k], k))
+    kept = set(ranked[:survivors_count(len(cands), alpha)])
+    tokens = sum(c.tokens_generated if c.id in kept else min(c.tokens_generated, tau) for c in cands)
+    best = max(cands[k].final_reward for k in kept)
+    return {"tau": tau, "alpha": alpha,
+            "normalized_score": normalized_score(bon.final_rewards, best),
+            "token_rate": tokens / bon.total_tokens}
+
+
+def tradeoff_grid(bon: RunResult, partials: dict[int, list[float | None]], alphas: Iterable[float]) -> pd.DataFrame:
+    """Normalized score and token rate over a grid of (tau, alpha)."""
+    alphas = list(alphas)
+    return pd.DataFrame([simulate_tau(bon, partial, tau, a) for tau, partial in partials.items() for a in alphas])
+
+
+def partial_final_stats(bon: RunResult, partials: dict[int, list[float | None]]) -> pd.DataFrame:
+    """Per decision token: Pearson and Kendall of partial vs final rewards, and the oracle cut c*,
+    over the candidates still generating at tau."""
+    rows = []
+    for tau, partial in partials.items():
+        pairs = [(p, c.final_reward) for p, c in zip(partial, bon.candidates) if p is not None]
+        if len(pairs) < 2:
+            continue
+        p, f = zip(*pairs)
+        rows.append({"tau": tau, "candidates": len(pairs), **correlations(p, f), "oracle_cut": oracle_cut(p, f)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,218 @@
+"""The generation engine: many candidates for one prompt, over any `transformers` causal LM.
+
+The prompt is prefilled once; its KV cache is copied to one row per candidate. Every candidate
+then advances one token per step, so all rows always have the same length: no padding and no
+attention mask are needed. Rows leave the cache in place (``DynamicCache.batch_select_indices``)
+when their candidate finishes or is pruned, so the cost of a step tracks the live candidates.
+
+Sampling is *coupled*: candidate k takes its random numbers from its own stream, seeded by
+(seed, k), one uniform number per token. Its text therefore does not depend on which other
+candidates share the batch, and Speculative Rejection's survivors are exactly the Best-of-N
+candidates with the same ids.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from .errors import SBoNError
+
+# End-of-turn markers used by common chat templates, beside the model's own EOS id(s).
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "</s>", "<|endoftext|>")
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 0  # 0 = off
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise SBoNError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise SBoNError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise SBoNError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+
+
+def coupled_uniforms(seed: int, candidate_ids: Sequence[int], length: int) -> torch.Tensor:
+    """One row of uniform numbers per candidate, from a stream that depends only on (seed, id)."""
+    rows = [np.random.default_rng([seed, k]).random(length) for k in candidate_ids]
+    return torch.from_numpy(np.stack(rows)) if rows else torch.empty(0, length, dtype=torch.float64)
+
+
+def sample(logits: torch.Tensor, uniforms: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """Inverse-CDF sampling of one token per row, using the given uniform number for that row.
+
+    Drawing each token from a single pre-assigned uniform (rather than a shared RNG) is what
+    makes a row's token independent of the other rows in the batch.
+    """
+    if cfg.temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)
+    probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    if cfg.top_k:
+        probs[:, cfg.top_k:] = 0
+    if cfg.top_p < 1:
+        mass_before = probs.cumsum(-1) - probs
+        probs[mass_before >= cfg.top_p] = 0  # the most likely token always survives
+    cdf = probs.double().cumsum(-1)
+    targets = (uniforms.to(cdf.device, torch.float64) * cdf[:, -1]).unsqueeze(-1)
+    picked = torch.searchsorted(cdf, targets, right=True).clamp_(max=probs.shape[-1] - 1)
+    return order.gather(-1, picked).squeeze(-1)
+
+
+@dataclass
+class Prefix:
+    """The prefilled prompt: its cache (batch of one) and the next-token logits."""
+    prompt_ids: list[int]
+    cache: DynamicCache
+    logits: torch.Tensor  # (1, vocab)
+
+
+class Batch:
+    """The live rows of a generation: one row of KV cache per unfinished candidate."""
+
+    def __init__(self, candidate_ids: list[int], cache: DynamicCache, logits: torch.Tensor):
+        self.candidate_ids = candidate_ids
+        self.cache = cache
+        self.logits = logits  # (rows, vocab): next-token logits of each row
+
+    def __len__(self) -> int:
+        return len(self.candidate_ids)
+
+    @property
+    def cache_rows(self) -> int:
+        """Rows held in the KV cache (the batch dimension of its tensors)."""
+        layer = self.cache.layers[0]
+        return int(layer.keys.shape[0]) if layer.is_initialized and layer.keys.numel() else 0
+
+    def keep(self, candidate_ids: Sequence[int]) -> None:
+        """Keep only these candidates' rows, dropping the rest from the KV cache in place."""
+        keep = set(candidate_ids)
+        rows = [i for i, k in enumerate(self.candidate_ids) if k in keep]
+        if len(rows) == len(self.candidate_ids):
+            return
+        self.candidate_ids = [self.candidate_ids[i] for i in rows]
+        if not rows:  # nothing left to decode: free the cache
+            self.cache, self.logits = DynamicCache(), self.logits[:0]
+            return
+        index = torch.tensor(rows, device=self.logits.device)
+        self.cache.batch_select_indices(index)
+        self.logits = self.logits[index]
+
+
+class Generator:
+    """A causal LM with its tokenizer, ready to generate many candidates for one prompt."""
+
+    def __init__(self, model, tokenizer, name: str = "model"):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = model.device
+        self.stop_ids = self._stop_token_ids()
+        self._stop_tensor = torch.tensor(sorted(self.stop_ids), device=self.device)
+        self.max_context = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
+
+    def _stop_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if source is not None:
+                ids.update(source if isinstance(source, (list, tuple)) else [source])
+        vocab = self.tokenizer.get_vocab()
+        ids.update(vocab[t] for t in END_OF_TURN_TOKENS if t in vocab)
+        return ids
+
+    # -- prompts --------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of the prompt as a user turn, with the generation prompt of the chat template."""
+        if not prompt or not prompt.strip():
+            raise SBoNError("the prompt is empty: give the model something to answer")
+        if self.tokenizer.chat_template:
+            enc = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                     add_generation_prompt=True)
+            return list(enc["input_ids"] if isinstance(enc, dict) or hasattr(enc, "keys") else enc)
+        return self.tokenizer.encode(prompt)
+
+    def check_length(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+        if self.max_context and len(prompt_ids) + max_new_tokens > self.max_context:
+            raise SBoNError(f"the prompt has {len(prompt_ids)} tokens; with max_new_tokens={max_new_tokens} that "
+                            f"exceeds the model's context of {self.max_context}: shorten the prompt or lower max_new_tokens")
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    # -- generation -----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: Sequence[int]) -> Prefix:
+        cache = DynamicCache()
+        ids = torch.tensor([list(prompt_ids)], device=self.device)
+        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return Prefix(list(prompt_ids), out.past_key_values, out.logits[:, -1, :])
+
+    def start(self, prefix: Prefix, candidate_ids: Sequence[int]) -> Batch:
+        """A batch with one row per candidate, each a copy of the prefilled prompt."""
+        cache = copy.deepcopy(prefix.cache)  # the prefix stays reusable for later batches
+        cache.batch_repeat_interleave(len(candidate_ids))
+        return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1))
+
+    def is_stop(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.isin(tokens, self._stop_tensor)
+
+    @torch.inference_mode()
+    def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
+        """Feed one new token per row; the batch's logits become the next-token logits."""
+        out = self.model(input_ids=tokens.view(-1, 1), past_key_values=batch.cache, use_cache=True)
+        batch.cache = out.past_key_values
+        batch.logits = out.logits[:, -1, :]
+
+    # -- scoring helpers ------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def mean_logprob(self, prompt_ids: Sequence[int], responses: Sequence[Sequence[int]]) -> list[float]:
+        """Mean log-probability of each response's tokens after the prompt (0.0 for an empty one)."""
+        if not responses:
+            return []
+        width = len(prompt_ids) + max(len(r) for r in responses)
+        ids = torch.zeros(len(responses), width, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(responses):
+            row = list(prompt_ids) + list(r)
+            ids[i, :len(row)] = torch.tensor(row)
+            mask[i, :len(row)] = 1
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
+        logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:].to(self.device).unsqueeze(-1)).squeeze(-1)
+        scores = []
+        for i, r in enumerate(responses):
+            start = len(prompt_ids) - 1  # logits at position p predict token p + 1
+            scores.append(float(logprobs[i, start:start + len(r)].mean()) if len(r) else 0.0)
+        return scores
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of KV cache one token of one candidate takes (keys and values, all layers)."""
+        cfg = self.model.config
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return 2 * cfg.num_hidden_layers * heads * head_dim * self.model.dtype.itemsize
+
+    def free_memory_bytes(self) -> int:
+        """Memory free on the generator's device now."""
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            return int(free)
+        import psutil
+        return int(psutil.virtual_memory().available)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work, so that phase timers measure it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

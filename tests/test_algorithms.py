@@ -1,0 +1,129 @@
+"""Best-of-N and Speculative Rejection on the real embedded model."""
+
+import pytest
+
+from sbon.algorithms import (CandidateFinished, CandidatesPruned, Done, best_of_n, run, speculative_bon_tau,
+                             speculative_rejection, survivors_count)
+from sbon.counterfactual import prefix_rewards, simulate_tau
+from sbon.engine import Generator
+from sbon.rewards import CallableReward
+
+PROMPT = "Give three tips for staying healthy."
+
+N, TOKENS = 12, 40
+
+
+@pytest.fixture(scope="module")
+def bon(gen, likelihood):
+    return run(best_of_n(gen, likelihood, PROMPT, N, max_new_tokens=TOKENS, seed=3))
+
+
+@pytest.fixture(scope="module")
+def sbon(gen, likelihood):
+    return run(speculative_rejection(gen, likelihood, PROMPT, N, alpha=0.5, max_new_tokens=TOKENS, seed=3,
+                                     kv_budget=N * 50))
+
+
+def test_bon_scores_every_candidate(bon):
+    assert len(bon.candidates) == N
+    assert all(c.finished and c.final_reward is not None for c in bon.candidates)
+    assert bon.best.final_reward == max(bon.final_rewards)
+    assert all(1 <= c.tokens_generated <= TOKENS for c in bon.candidates)
+    assert len({c.text for c in bon.candidates}) > N // 2  # sampling, not copies
+
+
+def test_coupling_sbon_survivors_equal_bon_candidates(bon, sbon):
+    """Candidate k of SBoN is candidate k of BoN: survivors' texts are equal, pruned ones are prefixes."""
+    assert sbon.decision_points, "the budget should force at least one decision point"
+    survivors = [c for c in sbon.candidates if c.pruned_round is None]
+    equal = sum(c.token_ids == bon.candidates[c.id].token_ids for c in survivors)
+    assert equal / len(survivors) >= 0.95
+    for c in sbon.candidates:
+        assert bon.candidates[c.id].token_ids[:c.tokens_generated] == c.token_ids
+    # So SBoN never beats BoN, and it uses fewer tokens.
+    assert sbon.best.final_reward <= bon.best.final_reward
+    assert sbon.total_tokens < bon.total_tokens
+
+
+def test_bon_in_batches_matches_one_batch(gen, likelihood, bon):
+    batched = run(best_of_n(gen, likelihood, PROMPT, N, batch_size=5, max_new_tokens=TOKENS, seed=3))
+    assert [c.token_ids for c in batched.candidates] == [c.token_ids for c in bon.candidates]
+    assert batched.settings["batch_size"] == 5
+
+
+def test_rounds_follow_the_budget(sbon):
+    """Each decision point keeps round((1 - alpha) n) contenders, ranked by reward."""
+    contenders = list(range(N))
+    for point in sbon.decision_points:
+        assert point.contenders == contenders
+        assert sorted(point.survivors + point.pruned) == contenders
+        assert len(point.survivors) == survivors_count(len(contenders), 0.5)
+        for k in point.pruned:
+            assert sbon.candidates[k].pruned_round == point.round
+            assert sbon.candidates[k].final_reward is None
+        contenders = point.survivors
+    # The budget of N * 50 tokens holds N candidates until prompt + t + 1 tokens no longer fit.
+    first = sbon.decision_points[0]
+    assert N * (sbon.prompt_tokens + first.tokens + 1) > N * 50 >= N * (sbon.prompt_tokens + first.tokens)
+    assert sbon.best_id in contenders and sbon.best.finished
+    assert set(sbon.timings) == {"prefill", "decode", "reward", "rejection", "total"}
+
+
+def test_kv_cache_rows_are_dropped_in_place(gen, likelihood, monkeypatch):
+    """After a rejection the cache's batch dimension shrinks to the survivors (no re-prefill)."""
+    rows, prefills = [], []
+    forward, prefill = Generator.forward, Generator.prefill
+    monkeypatch.setattr(Generator, "forward", lambda self, batch, tokens: (rows.append(batch.cache_rows),
+                                                                             forward(self, batch, tokens))[1])
+    monkeypatch.setattr(Generator, "prefill", lambda self, ids: (prefills.append(len(ids)), prefill(self, ids))[1])
+    events = list(speculative_bon_tau(gen, likelihood, PROMPT, 8, alpha=0.75, tau=6, max_new_tokens=12, seed=1))
+    assert prefills == [events[-1].result.prompt_tokens]  # the prompt is prefilled once
+    assert rows[0] == 8
+    pruned = next(e for e in events if isinstance(e, CandidatesPruned)).decision
+    assert len(pruned.survivors) == 2
+    after = rows[pruned.tokens:]  # forward calls after the decision point
+    assert after and max(after) <= 2
+    assert rows == sorted(rows, reverse=True)  # rows only ever leave
+
+
+def test_finished_candidates_compete_and_leave_the_batch(gen):
+    """Candidates that end early get a final reward, leave the batch, and can win a later round."""
+    shortest = CallableReward(lambda prompt, responses: [-len(r) for r in responses], name="shortest")
+    prompt = "Answer with one word: what colour is the sky?"
+    events = list(speculative_bon_tau(gen, shortest, prompt, 8, alpha=0.5, tau=10, max_new_tokens=48, seed=0))
+    result = events[-1].result
+    finished = {e.candidate_id: e.tokens for e in events if isinstance(e, CandidateFinished)}
+    early = [k for k, t in finished.items() if t < 48]
+    assert early, "some candidates should end with EOS before the length limit"
+    for k in early:
+        c = result.candidates[k]
+        assert c.stop_reason == "eos" and c.tokens_generated == finished[k]
+        assert c.token_ids[-1] in gen.stop_ids
+    # Finished candidates were ranked with their final reward at the next decision point.
+    [point] = result.decision_points
+    assert [k for k in point.contenders if result.candidates[k].tokens_generated < point.tokens]
+    # The winner (shortest text) finished early and has the best final reward among the last survivors.
+    last = result.decision_points[-1].survivors
+    assert result.best.stop_reason == "eos" and result.best_id in last
+    assert result.best.final_reward == max(result.candidates[k].final_reward for k in last)
+    # A candidate that reached the limit stops with reason "length" at exactly max_new_tokens.
+    assert all(c.tokens_generated == 48 for c in result.candidates if c.stop_reason == "length")
+
+
+def test_single_decision_token(gen, likelihood, bon):
+    """sbon-tau prunes once, at tau tokens, and matches the counterfactual replay of BoN."""
+    tau, alpha = 8, 0.5
+    result = run(speculative_bon_tau(gen, likelihood, PROMPT, N, alpha=alpha, tau=tau, max_new_tokens=TOKENS, seed=3))
+    [point] = result.decision_points
+    assert point.tokens == tau and len(point.survivors) == N // 2
+    assert all(result.candidates[k].tokens_generated == tau for k in point.pruned)
+    partial = prefix_rewards(bon, likelihood, gen.decode, [tau])[tau]
+    replay = simulate_tau(bon, partial, tau, alpha)
+    assert replay["token_rate"] == pytest.approx(result.total_tokens / bon.total_tokens)
+    hi, lo = max(bon.final_rewards), min(bon.final_rewards)
+    assert replay["normalized_score"] == pytest.approx(100 * (1 - (hi - result.best.final_reward) / (hi - lo)), abs=1e-3)
+
+
+def test_events_end_with_done(gen, likelihood):
+    events = list(best_of_n(gen, likelihood, PROMPT, 2, max_new_tokens=4, seed=0))
+    assert isinstance(events[-1], Done) and sum(isinstance(e, Done) for e in events) == 1
