@@ -1,0 +1,85 @@
+"""Bad input fails with one clear line, before any generation; results survive a JSON round trip."""
+
+import json
+
+import pytest
+
+from sbon.algorithms import best_of_n, run, speculative_bon_tau, speculative_rejection
+from sbon.cli import main
+from sbon.engine import Generator, SamplingConfig
+from sbon.errors import SBoNError
+from sbon.models import load_generator
+from sbon.results import RunResult
+
+PROMPT = "Name a primary colour."
+
+
+@pytest.fixture
+def no_decoding(monkeypatch):
+    """Fail the test if the model is asked to decode anything."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("generation started despite bad input")
+    monkeypatch.setattr(Generator, "prefill", forbidden)
+    monkeypatch.setattr(Generator, "forward", forbidden)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda g, r: best_of_n(g, r, PROMPT, 0), "N must be at least 1"),
+    (lambda g, r: speculative_rejection(g, r, PROMPT, 8, alpha=1.0), r"alpha .* must be in \[0, 1\)"),
+    (lambda g, r: speculative_rejection(g, r, PROMPT, 8, alpha=-0.1), r"alpha .* must be in \[0, 1\)"),
+    (lambda g, r: speculative_bon_tau(g, r, PROMPT, 8, tau=0), "tau .* must be at least 1"),
+    (lambda g, r: speculative_bon_tau(g, r, PROMPT, 8, tau=64, max_new_tokens=64), "must be below max_new_tokens"),
+    (lambda g, r: speculative_rejection(g, r, PROMPT, 8, kv_budget=20, max_new_tokens=64), "cannot hold one complete"),
+    (lambda g, r: speculative_rejection(g, r, PROMPT, 64, kv_budget=200, max_new_tokens=16), "cannot hold 64 candidates"),
+    (lambda g, r: best_of_n(g, r, "   "), "the prompt is empty"),
+    (lambda g, r: best_of_n(g, r, "word " * 9000, 2, max_new_tokens=16), "exceeds the model's context"),
+    (lambda g, r: best_of_n(g, r, PROMPT, 2, sampling=SamplingConfig(top_p=0)), "top_p must be in"),
+    (lambda g, r: best_of_n(g, r, PROMPT, 2, batch_size=0), "batch_size must be at least 1"),
+])
+def test_bad_input_raises_before_generation(gen, likelihood, no_decoding, make, message):
+    with pytest.raises(SBoNError, match=message):
+        next(make(gen, likelihood))
+
+
+def test_unknown_generator_name_fails_fast():
+    with pytest.raises(SBoNError, match="unknown generator 'not-a-model'"):
+        load_generator("not-a-model")
+
+
+def test_cli_errors_are_one_line(capsys):
+    for argv in (["run", "--prompt", "hi", "--n", "0"], ["run", "--prompt", "hi", "--alpha", "1.5"],
+                 ["run", "--prompt", "", "--method", "bon"], ["run", "--prompt", "hi", "--generator", "nope"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
+
+
+def test_result_json_round_trip(gen, likelihood, tmp_path):
+    result = run(speculative_bon_tau(gen, likelihood, PROMPT, 4, alpha=0.5, tau=3, max_new_tokens=8, seed=2))
+    path = tmp_path / "run.json"
+    result.to_json(path)
+    loaded = RunResult.from_json(path.read_text())
+    assert loaded.to_dict() == result.to_dict()
+    assert loaded.best.text == result.best.text and loaded.decision_points[0].pruned == result.decision_points[0].pruned
+    with pytest.raises(SBoNError, match="not a saved SBoN run"):
+        RunResult.from_json("{not json")
+    with pytest.raises(SBoNError, match="not a saved SBoN run"):
+        RunResult.from_json(json.dumps({"method": "sbon"}))
+
+
+def test_cli_run_writes_every_field(tmp_path, capsys, monkeypatch, gen):
+    monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)  # reuse the session's model
+    out = tmp_path / "r.json"
+    code = main(["run", "--prompt", PROMPT, "--method", "sbon", "--n", "6", "--alpha", "0.5", "--max-new-tokens", "12",
+                 "--kv-budget", str(6 * 45), "--seed", "0", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "best response (candidate" in printed and "pruned in round 1" in printed
+    data = json.loads(out.read_text())
+    assert set(data["timings"]) == {"prefill", "decode", "reward", "rejection", "total"}
+    for c in data["candidates"]:
+        assert {"id", "text", "token_ids", "tokens_generated", "partial_rewards", "final_reward",
+                "pruned_round", "stop_reason"} <= set(c)
+        assert c["tokens_generated"] == len(c["token_ids"])
+    assert any(c["pruned_round"] == 1 for c in data["candidates"])
+    assert any(c["partial_rewards"] for c in data["candidates"])
