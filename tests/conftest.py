@@ -1,16 +1,17 @@
 """Shared fixtures: the real embedded generator, loaded once per test session."""
 
+import os
+
 import pytest
 import torch
 
 from sbon.models import load_generator, load_reward
 
-torch.set_num_threads(max(1, torch.get_num_threads()))
-
 
 @pytest.fixture(scope="session")
 def gen():
-    return load_generator("smollm2-135m", device="cpu")
+    # SBON_TEST_DEVICE=cuda runs the suite on a GPU (in bfloat16); CI and the default are the CPU.
+    return load_generator("smollm2-135m", device=os.environ.get("SBON_TEST_DEVICE", "cpu"))
 
 
 @pytest.fixture(scope="session")
