@@ -3,7 +3,6 @@
 import os
 
 import pytest
-import torch
 
 from sbon.models import load_generator, load_reward
 
