@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
+import torch
 from tqdm import tqdm
 
 from .algorithms import METHODS, Done, RoundStarted, TokensGenerated, validate
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
     r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help="generator weights (default: float32 on CPU, bfloat16 on GPU; float32 makes coupling exact)")
     r.add_argument("--compare", action="store_true", help="also run Best-of-N with the same seed and print the metrics")
     r.add_argument("--out", default=None, help="write the full result as JSON here")
     sub.add_parser("presets", help="list the model presets")
@@ -85,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
-    gen = load_generator(args.generator, device=args.device)
+    gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype))
     reward = load_reward(args.reward, generator=gen, device=args.device)
     result = run_with_progress(METHODS[args.method](gen, reward, args.prompt, args.n, **method_kwargs(args, args.method)),
                                args.max_new_tokens, args.method)
