@@ -48,25 +48,35 @@ def coupled_uniforms(seed: int, candidate_ids: Sequence[int], length: int) -> to
     return torch.from_numpy(np.stack(rows)) if rows else torch.empty(0, length, dtype=torch.float64)
 
 
+# Top-p looks for the nucleus among this many most likely tokens first: sorting the whole
+# vocabulary every step costs more than the forward pass of a small model on a CPU.
+NUCLEUS_CANDIDATES = 1024
+
+
 def sample(logits: torch.Tensor, uniforms: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """Inverse-CDF sampling of one token per row, using the given uniform number for that row.
 
     Drawing each token from a single pre-assigned uniform (rather than a shared RNG) is what
-    makes a row's token independent of the other rows in the batch.
+    makes a row's token independent of the other rows in the batch. Top-k then top-p, as in
+    `transformers`' logits processors.
     """
     if cfg.temperature == 0:
         return logits.argmax(-1)
     probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)
-    probs, order = probs.sort(dim=-1, descending=True, stable=True)
-    if cfg.top_k:
-        probs[:, cfg.top_k:] = 0
-    if cfg.top_p < 1:
-        mass_before = probs.cumsum(-1) - probs
-        probs[mass_before >= cfg.top_p] = 0  # the most likely token always survives
+    order = None
+    if cfg.top_k or cfg.top_p < 1:
+        probs, order = probs.topk(min(cfg.top_k or NUCLEUS_CANDIDATES, probs.shape[-1]), dim=-1)
+        if cfg.top_k:
+            probs = probs / probs.sum(-1, keepdim=True)
+        elif (probs.sum(-1) < cfg.top_p).any():  # a nucleus wider than the candidates: sort it all
+            probs, order = torch.softmax(logits.float() / cfg.temperature, dim=-1).sort(dim=-1, descending=True)
+        if cfg.top_p < 1:
+            mass_before = probs.cumsum(-1) - probs
+            probs = probs.masked_fill(mass_before >= cfg.top_p, 0)  # the most likely token always stays
     cdf = probs.double().cumsum(-1)
     targets = (uniforms.to(cdf.device, torch.float64) * cdf[:, -1]).unsqueeze(-1)
     picked = torch.searchsorted(cdf, targets, right=True).clamp_(max=probs.shape[-1] - 1)
-    return order.gather(-1, picked).squeeze(-1)
+    return picked.squeeze(-1) if order is None else order.gather(-1, picked).squeeze(-1)
 
 
 @dataclass
