@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +72,37 @@ def _hub_error(name: str, error: Exception, kind: str) -> SBoNError:
     return SBoNError(f"cannot load {kind} '{name}': {hint} ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
 
 
+def cache_dir() -> Path:
+    return Path(os.environ.get("SBON_CACHE") or Path.home() / ".cache" / "sbon")
+
+
+def _dequantized_copy(name: str, folder: Path, gguf_file: str) -> Path:
+    """A float32 copy of a packaged GGUF model, made once: transformers dequantizes GGUF weights
+    on every load (about 20 s for SmolLM2-135M), the copy loads in about a second.
+    Returns the package folder itself when the cache cannot be written."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_dir() / f"{name}-{Path(gguf_file).stem}"
+    if (target / "config.json").exists():
+        return target
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    try:
+        gguf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
+        # The GGUF-loaded model refuses save_pretrained (it counts as quantized): copy its
+        # already dequantized weights into a plain model of the same config.
+        del gguf.config.quantization_config
+        plain = AutoModelForCausalLM.from_config(gguf.config)
+        plain.load_state_dict(gguf.state_dict())
+        plain.generation_config = gguf.generation_config
+        plain.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file).save_pretrained(tmp)
+        tmp.rename(target)  # atomic: an interrupted save never leaves a half-written cache behind
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return target if (target / "config.json").exists() else folder  # another process won the race
+    return target
+
+
 def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | None = None,
                    dtype: torch.dtype | None = None) -> Generator:
     """Load a causal LM by preset name, local folder or hub id.
@@ -87,7 +119,8 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
     preset = GENERATORS.get(name)
     source, kwargs = (preset.hub_id if preset else name), {}
     if preset and preset.package and (folder := _package_dir(preset.package)):
-        source, kwargs = str(folder), {"gguf_file": preset.gguf_file}
+        source = _dequantized_copy(name, folder, preset.gguf_file)
+        kwargs = {} if source != folder else {"gguf_file": preset.gguf_file}
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs).to(device)
