@@ -1,0 +1,36 @@
+"""`python -m benchmarks <experiment> ...`: see `python -m benchmarks --help`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from . import counterfactual, engine, memory, table1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks",
+                                     description="Reproduce the Speculative Rejection paper's measurements.")
+    sub = parser.add_subparsers(dest="experiment", required=True)
+    for module in (table1, counterfactual, memory, engine):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from sbon.errors import SBoNError
+
+    try:
+        return args.main(args)
+    except SBoNError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""What every experiment shares: prompts, models, environment, timing, memory, result files."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from sbon.algorithms import Done, Event, best_of_n
+from sbon.engine import Generator, SamplingConfig
+from sbon.models import DEFAULT_GENERATOR, DEFAULT_REWARD, load_generator, load_reward
+from sbon.results import RunResult
+from sbon.rewards import RewardModel
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"  # ../shared/data beside the repository
+DEFAULT_OUT_DIR = REPO / "benchmarks" / "results"
+PROMPTS_FILE = "alpaca_eval_prompts.jsonl"
+
+
+# -- prompts ----------------------------------------------------------------------------------
+
+def data_dir(override: str | os.PathLike | None = None) -> Path:
+    return Path(override or os.environ.get("SBON_DATA_DIR") or DEFAULT_DATA_DIR)
+
+
+def load_prompts(k: int, data: str | os.PathLike | None = None, file: str = PROMPTS_FILE,
+                 offset: int = 0) -> list[dict]:
+    """The first k prompts (after `offset`) of a prompt file: dicts with id, dataset, instruction."""
+    path = data_dir(data) / file
+    if not path.exists():
+        raise SystemExit(f"error: prompt file {path} not found: pass --data-dir (the folder holding {file})")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows[offset:offset + k]
+
+
+# -- models -----------------------------------------------------------------------------------
+
+def load_models(generator: str = DEFAULT_GENERATOR, reward: str = DEFAULT_REWARD, device: str | None = None,
+                dtype: str | None = None) -> tuple[Generator, RewardModel]:
+    from transformers.utils import logging as tf_logging
+
+    tf_logging.set_verbosity_error()
+    torch_dtype = getattr(torch, dtype) if dtype else None
+    gen = load_generator(generator, device=device, dtype=torch_dtype)
+    return gen, load_reward(reward, generator=gen, device=device)
+
+
+def sampling_from(args: argparse.Namespace) -> SamplingConfig:
+    return SamplingConfig(args.temperature, args.top_p, args.top_k)
+
+
+def warm_up(gen: Generator, reward: RewardModel, sampling: SamplingConfig) -> None:
+    """One tiny run, so that one-time costs (lazy initialisation, allocator growth) are not timed."""
+    drive(best_of_n(gen, reward, "Say hello.", 2, max_new_tokens=4, sampling=sampling, seed=0))
+
+
+# -- running ----------------------------------------------------------------------------------
+
+def drive(events: Iterator[Event], on_event: Callable[[Event, float], None] | None = None) -> RunResult:
+    """Run an algorithm to the end (after a garbage collection, so that no earlier run's garbage
+    is collected inside this one's timers); `on_event(event, seconds since start)`."""
+    gc.collect()
+    start = time.perf_counter()
+    for event in events:
+        if on_event is not None:
+            on_event(event, time.perf_counter() - start)
+        if isinstance(event, Done):
+            return event.result
+    raise RuntimeError("the algorithm stopped without a result")
+
+
+def progress(total: int, desc: str, disable: bool = False) -> tqdm:
+    return tqdm(total=total, desc=desc, unit="run", file=sys.stderr, disable=disable, dynamic_ncols=True)
+
+
+class PeakRSS:
+    """Peak resident memory of this process while the block runs, sampled by a thread.
+
+    torch's CPU allocations are invisible to tracemalloc, so this reads the process RSS
+    (psutil) every `interval` seconds. `peak - baseline` is the growth over what was resident
+    when the block started; short spikes between samples can be missed. On CUDA, the
+    device's own peak allocation counter is used instead (exact).
+    """
+
+    def __init__(self, device: torch.device | str = "cpu", interval: float = 0.002):
+        self.device = torch.device(device)
+        self.interval = interval
+        self.baseline = self.peak = 0
+        self._stop = threading.Event()
+
+    @property
+    def method(self) -> str:
+        return ("torch.cuda.max_memory_allocated" if self.device.type == "cuda"
+                else f"process RSS (psutil) sampled every {self.interval * 1000:g} ms by a thread")
+
+    @property
+    def growth(self) -> int:
+        return max(0, self.peak - self.baseline)
+
+    def _sample(self) -> None:
+        import psutil
+
+        proc = psutil.Process()
+        while not self._stop.is_set():
+            self.peak = max(self.peak, proc.memory_info().rss)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PeakRSS":
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.baseline = self.peak = torch.cuda.memory_allocated(self.device)
+            return self
+        import psutil
+
+        self.baseline = self.peak = psutil.Process().memory_info().rss
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+            return
+        self._stop.set()
+        self._thread.join()
+        import psutil
+
+        self.peak = max(self.peak, psutil.Process().memory_info().rss)
+
+
+# -- environment and result files -------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                             timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "sbon"], cwd=REPO, capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("+dirty sbon/" if dirty else "") if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(gen: Generator | None = None) -> dict[str, Any]:
+    """Where the numbers come from: versions, device, threads, CPU and how busy it was."""
+    import transformers
+
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "git_commit": git_commit(),
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    if gen is not None:
+        env["device"] = str(gen.device)
+        env["dtype"] = str(gen.model.dtype).removeprefix("torch.")
+        if gen.device.type == "cuda":
+            env["gpu"] = torch.cuda.get_device_name(gen.device)
+    return env
+
+
+def jsonable(obj: Any) -> Any:
+    """Numbers, lists and dicts only: numpy scalars become floats, NaN becomes null."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return None if not np.isfinite(obj) else float(obj)
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    return obj
+
+
+def write_json(payload: dict, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(jsonable(payload), indent=1))
+    return path
+
+
+def write_plot(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(str(path), include_plotlyjs="cdn")
+    return path
+
+
+def result_paths(args: argparse.Namespace, name: str) -> tuple[Path, Path]:
+    out = Path(args.out_dir)
+    stem = name + (f"_{args.tag}" if getattr(args, "tag", None) else "")
+    return out / f"{stem}.json", out / f"{stem}.html"
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Mean, median, min and max, ignoring NaN."""
+    a = np.asarray([v for v in values if v is not None], dtype=float)
+    a = a[np.isfinite(a)]
+    if not len(a):
+        return {"mean": float("nan"), "median": float("nan"), "min": float("nan"), "max": float("nan")}
+    return {"mean": float(a.mean()), "median": float(np.median(a)), "min": float(a.min()), "max": float(a.max())}
+
+
+# -- command line -----------------------------------------------------------------------------
+
+def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_new_tokens: int = 256) -> None:
+    g = p.add_argument_group("models and data")
+    g.add_argument("--generator", default=DEFAULT_GENERATOR, help="generator preset, folder or hub id")
+    g.add_argument("--reward", default=DEFAULT_REWARD, help="reward preset, folder or hub id (default: sbon.models.DEFAULT_REWARD)")
+    g.add_argument("--device", default=None, help="cpu, cuda ... (default: cuda if available)")
+    g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="generator dtype (default: sbon's: float32 on CPU, bfloat16 on GPU)")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    g.add_argument("--data-dir", default=None, help=f"folder of {PROMPTS_FILE} (default ../shared/data, or $SBON_DATA_DIR)")
+    g.add_argument("--prompts-file", default=PROMPTS_FILE)
+    g.add_argument("--offset", type=int, default=0, help="skip this many prompts of the file")
+    g.add_argument("--k", type=int, default=k, help="number of prompts")
+    s = p.add_argument_group("sampling")
+    s.add_argument("--n", type=int, default=n, help="candidates N")
+    s.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    s.add_argument("--temperature", type=float, default=SamplingConfig.temperature)
+    s.add_argument("--top-p", type=float, default=SamplingConfig.top_p)
+    s.add_argument("--top-k", type=int, default=SamplingConfig.top_k)
+    s.add_argument("--seed", type=int, default=0)
+    o = p.add_argument_group("output")
+    o.add_argument("--out-dir", default=str(DEFAULT_OUT_DIR), help="where result files go")
+    o.add_argument("--tag", default=None, help="suffix for the result file names")
+    o.add_argument("--no-plot", action="store_true", help="write no HTML plot")
+    o.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def setup(args: argparse.Namespace) -> tuple[Generator, RewardModel]:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
+    return load_models(args.generator, args.reward, args.device, args.dtype)
+
+
+def base_settings(args: argparse.Namespace, gen: Generator, reward: RewardModel) -> dict[str, Any]:
+    return {"generator": args.generator, "reward": getattr(reward, "name", args.reward), "k": args.k,
+            "offset": args.offset, "prompts_file": args.prompts_file, "n": args.n,
+            "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+            "top_k": args.top_k, "seed": args.seed}
+
+
+def print_table(title: str, df, float_format: str = "{:.3f}") -> None:
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 50, "display.max_rows", 500):
+        print(f"\n{title}")
+        print(df.to_string(index=False, float_format=lambda x: float_format.format(x)))

@@ -1,0 +1,209 @@
+"""Table 1 of the paper: Best-of-N vs Speculative Rejection vs Best-of-M at equal cost.
+
+Per prompt, with the same seed: Best-of-N, Speculative Rejection, then (once the mean speedup is
+known) Best-of-M with M = round(N / mean speedup). Coupled sampling makes Best-of-M's candidates
+BoN's first M, so its score comes from the BoN run (sbon.metrics.best_of_m_reward); it is also run
+for real, to time it (and to check that it picks the same reward).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Sequence
+
+import pandas as pd
+
+from sbon.algorithms import best_of_n, speculative_bon_tau, speculative_rejection
+from sbon.engine import Generator, SamplingConfig
+from sbon.metrics import best_of_m_reward, best_of_m_size, compare, normalized_score, speedup, token_rate
+from sbon.rewards import RewardModel
+
+from . import common
+
+TARGET_SPEEDUP, TARGET_SCORE = 4.0, 98.0
+
+
+def sbon_events(gen: Generator, reward: RewardModel, prompt: str, n: int, *, method: str, alpha: float,
+                first_decision: int | None, kv_budget: int | None, tau: int, max_new_tokens: int,
+                sampling: SamplingConfig, seed: int):
+    """Speculative Rejection's events with the benchmark's settings. `first_decision` sets the KV
+    budget per prompt to N candidates of (prompt + first_decision) tokens."""
+    if method == "sbon-tau":
+        return speculative_bon_tau(gen, reward, prompt, n, alpha=alpha, tau=tau, max_new_tokens=max_new_tokens,
+                                   sampling=sampling, seed=seed)
+    if kv_budget is None and first_decision is not None:
+        kv_budget = max(n * (len(gen.encode_prompt(prompt)) + first_decision),
+                        len(gen.encode_prompt(prompt)) + max_new_tokens)
+    return speculative_rejection(gen, reward, prompt, n, alpha=alpha, kv_budget=kv_budget,
+                                 max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+
+
+def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, n: int = 32,
+               max_new_tokens: int = 256, sampling: SamplingConfig | None = None, seed: int = 0,
+               method: str = "sbon", alpha: float = 0.5, first_decision: int | None = None,
+               kv_budget: int | None = None, tau: int = 32, best_of_m: bool = True,
+               quiet: bool = False) -> dict[str, Any]:
+    """Run the three methods on every prompt; returns per-prompt rows and the averages."""
+    sampling = sampling or SamplingConfig()
+    common.warm_up(gen, reward, sampling)
+    sb = dict(method=method, alpha=alpha, first_decision=first_decision, kv_budget=kv_budget, tau=tau,
+              max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+    rows, bons = [], []
+    bar = common.progress(len(prompts) * (3 if best_of_m else 2), "table1", disable=quiet)
+    for p in prompts:
+        text = p["instruction"]
+        bar.set_description(f"table1 prompt {p['id']} BoN")
+        bon = common.drive(best_of_n(gen, reward, text, n, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
+        bar.update()
+        bar.set_description(f"table1 prompt {p['id']} SBoN")
+        sbon = common.drive(sbon_events(gen, reward, text, n, **sb))
+        bar.update()
+        m = compare(bon, sbon)
+        bons.append(bon)
+        rows.append({
+            "prompt_id": p["id"], "prompt_tokens": bon.prompt_tokens,
+            "bon_time": m["bon_time"], "sbon_time": m["sbon_time"], "speedup": m["speedup"],
+            "bon_tokens": m["bon_tokens"], "sbon_tokens": m["sbon_tokens"], "token_rate": m["token_rate"],
+            "bon_tok_per_s": m["bon_tokens"] / m["bon_time"], "sbon_tok_per_s": m["sbon_tokens"] / m["sbon_time"],
+            "sbon_score": m["normalized_score"], "bon_best": m["bon_best"], "sbon_best": m["sbon_best"],
+            "sbon_best_id": sbon.best_id, "bon_best_id": bon.best_id,
+            "decision_points": len(sbon.decision_points),
+            "decision_tokens": [d.tokens for d in sbon.decision_points],
+            "kv_budget": sbon.settings.get("kv_budget"),
+            "bon_finished_early": sum(c.stop_reason == "eos" for c in bon.candidates),
+            "bon_mean_length": bon.total_tokens / len(bon.candidates),
+            "bon_timings": bon.timings, "sbon_timings": sbon.timings,
+            "sbon_reward_share": sbon.timings["reward"] / sbon.wall_time,
+        })
+        bar.set_postfix(speedup=f"{m['speedup']:.2f}", score=f"{m['normalized_score']:.1f}")
+
+    speedups = [r["speedup"] for r in rows]
+    mean_speedup = common.summarize(speedups)["mean"]
+    m_size = best_of_m_size(n, mean_speedup)
+    if best_of_m:
+        for p, bon, row in zip(prompts, bons, rows):
+            bar.set_description(f"table1 prompt {p['id']} BoM (M={m_size})")
+            bom = common.drive(best_of_n(gen, reward, p["instruction"], m_size, max_new_tokens=max_new_tokens,
+                                         sampling=sampling, seed=seed))
+            bar.update()
+            coupled = best_of_m_reward(bon, m_size)
+            row.update({"bom_time": bom.wall_time, "bom_speedup": speedup(bon.wall_time, bom.wall_time),
+                        "bom_tokens": bom.total_tokens, "bom_token_rate": token_rate(bom.total_tokens, bon.total_tokens),
+                        "bom_tok_per_s": bom.total_tokens / bom.wall_time,
+                        "bom_score": normalized_score(bon.final_rewards, coupled),
+                        "bom_run_best": bom.best.final_reward,
+                        "bom_run_agrees": abs(bom.best.final_reward - coupled) <= 1e-4 * max(1.0, abs(coupled)),
+                        "bom_timings": bom.timings})
+    else:
+        for bon, row in zip(bons, rows):
+            row["bom_score"] = normalized_score(bon.final_rewards, best_of_m_reward(bon, m_size))
+    bar.close()
+
+    def col(name):
+        return [r.get(name) for r in rows]
+
+    summary = {
+        "prompts": len(rows), "best_of_m": m_size,
+        "speedup": common.summarize(speedups),
+        "sbon_score": common.summarize(col("sbon_score")),
+        "bom_score": common.summarize(col("bom_score")),
+        "token_rate": common.summarize(col("token_rate")),
+        "sbon_reward_share": common.summarize(col("sbon_reward_share")),
+        "bon_time": common.summarize(col("bon_time")),
+        "sbon_time": common.summarize(col("sbon_time")),
+        "bon_tok_per_s": common.summarize(col("bon_tok_per_s")),
+        "sbon_tok_per_s": common.summarize(col("sbon_tok_per_s")),
+    }
+    if best_of_m:
+        summary.update({"bom_speedup": common.summarize(col("bom_speedup")),
+                        "bom_time": common.summarize(col("bom_time")),
+                        "bom_runs_agree": sum(bool(a) for a in col("bom_run_agrees")) / len(rows)})
+    targets = {
+        f"median speedup >= {TARGET_SPEEDUP}": summary["speedup"]["median"] >= TARGET_SPEEDUP,
+        f"mean normalized score >= {TARGET_SCORE}": summary["sbon_score"]["mean"] >= TARGET_SCORE,
+    }
+    return {"rows": rows, "summary": summary, "targets": targets}
+
+
+def methods_table(result: dict[str, Any], n: int) -> pd.DataFrame:
+    """The paper's Table 1 layout: one line per method, averaged over prompts."""
+    s = result["summary"]
+    lines = [{"method": f"Best-of-{n}", "time_s": s["bon_time"]["mean"], "speedup_mean": 1.0, "speedup_median": 1.0,
+              "token_rate": 1.0, "tok_per_s": s["bon_tok_per_s"]["mean"], "score": 100.0}]
+    if "bom_speedup" in s:
+        lines.append({"method": f"Best-of-{s['best_of_m']}", "time_s": s["bom_time"]["mean"],
+                      "speedup_mean": s["bom_speedup"]["mean"], "speedup_median": s["bom_speedup"]["median"],
+                      "token_rate": common.summarize([r["bom_token_rate"] for r in result["rows"]])["mean"],
+                      "tok_per_s": common.summarize([r["bom_tok_per_s"] for r in result["rows"]])["mean"],
+                      "score": s["bom_score"]["mean"]})
+    lines.append({"method": "Speculative Rejection", "time_s": s["sbon_time"]["mean"],
+                  "speedup_mean": s["speedup"]["mean"], "speedup_median": s["speedup"]["median"],
+                  "token_rate": s["token_rate"]["mean"], "tok_per_s": s["sbon_tok_per_s"]["mean"],
+                  "score": s["sbon_score"]["mean"]})
+    return pd.DataFrame(lines)
+
+
+def prompts_table(result: dict[str, Any]) -> pd.DataFrame:
+    cols = ["prompt_id", "prompt_tokens", "bon_time", "sbon_time", "bom_time", "speedup", "bom_speedup", "bon_tokens",
+            "sbon_tokens", "bom_tokens", "token_rate", "sbon_score", "bom_score", "decision_points", "sbon_reward_share"]
+    df = pd.DataFrame(result["rows"])
+    return df[[c for c in cols if c in df.columns]]
+
+
+def plot(result: dict[str, Any], n: int):
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    df = pd.DataFrame(result["rows"])
+    ids = df["prompt_id"].astype(str)
+    m = result["summary"]["best_of_m"]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Speedup over Best-of-N (wall time)", "Normalized score"))
+    fig.add_bar(x=ids, y=df["speedup"], name="Speculative Rejection", marker_color="#1f77b4", row=1, col=1)
+    if "bom_speedup" in df:
+        fig.add_bar(x=ids, y=df["bom_speedup"], name=f"Best-of-{m}", marker_color="#ff7f0e", row=1, col=1)
+    fig.add_bar(x=ids, y=df["sbon_score"], name="Speculative Rejection", marker_color="#1f77b4", showlegend=False, row=1, col=2)
+    fig.add_bar(x=ids, y=df["bom_score"], name=f"Best-of-{m}", marker_color="#ff7f0e", showlegend=False, row=1, col=2)
+    fig.add_hline(y=TARGET_SPEEDUP, line_dash="dot", row=1, col=1)
+    fig.add_hline(y=TARGET_SCORE, line_dash="dot", row=1, col=2)
+    fig.update_xaxes(title_text="prompt id")
+    fig.update_layout(title=f"Table 1: Best-of-{n} vs Speculative Rejection vs Best-of-{m}", barmode="group")
+    return fig
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("table1", help="the paper's Table 1: BoN vs Speculative Rejection vs Best-of-M",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    common.add_common_args(p)
+    g = p.add_argument_group("speculative rejection")
+    g.add_argument("--method", choices=["sbon", "sbon-tau"], default="sbon",
+                   help="sbon: memory-budget rounds (the paper's); sbon-tau: one decision token")
+    g.add_argument("--alpha", type=float, default=0.5, help="rejection rate")
+    g.add_argument("--first-decision", type=int, default=None,
+                   help="sbon: KV budget = N x (prompt + this many tokens), per prompt (default: sbon's default budget)")
+    g.add_argument("--kv-budget", type=int, default=None, help="sbon: fixed KV budget in tokens for every prompt")
+    g.add_argument("--tau", type=int, default=32, help="sbon-tau: decision token")
+    g.add_argument("--no-best-of-m", action="store_true", help="skip the timed Best-of-M runs")
+    p.set_defaults(main=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    prompts = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset)
+    gen, reward = common.setup(args)
+    result = run_table1(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
+                        sampling=common.sampling_from(args), seed=args.seed, method=args.method, alpha=args.alpha,
+                        first_decision=args.first_decision, kv_budget=args.kv_budget, tau=args.tau,
+                        best_of_m=not args.no_best_of_m, quiet=args.quiet)
+    settings = {**common.base_settings(args, gen, reward), "method": args.method, "alpha": args.alpha,
+                "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau}
+    json_path, html_path = common.result_paths(args, "table1")
+    common.write_json({"experiment": "table1", "settings": settings, "environment": common.environment(gen), **result},
+                      json_path)
+    common.print_table("per prompt:", prompts_table(result))
+    common.print_table(f"Table 1 ({len(prompts)} prompts, N={args.n}, {args.max_new_tokens} new tokens):",
+                       methods_table(result, args.n))
+    for name, ok in result["targets"].items():
+        print(f"  target {name}: {'met' if ok else 'NOT met'}")
+    if not args.no_plot:
+        common.write_plot(plot(result, args.n), html_path)
+    print(f"\nwrote {json_path}" + ("" if args.no_plot else f" and {html_path}"))
+    return 0

@@ -1,0 +1,97 @@
+"""Smoke tests of the benchmark scripts: every experiment on 2 prompts with tiny settings.
+
+They check that the scripts run end to end and write sane result files, not the numbers
+(timings on a shared CI machine mean nothing); the real runs are `python -m benchmarks ...`.
+"""
+
+import json
+
+import pandas as pd
+import pytest
+
+from benchmarks import common, counterfactual, engine, memory, table1
+from benchmarks.__main__ import build_parser, main
+
+N, TOKENS = 4, 12
+FALLBACK_PROMPTS = [{"id": 0, "dataset": "smoke", "instruction": "Give three tips for staying healthy."},
+                    {"id": 1, "dataset": "smoke", "instruction": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    """The first two benchmark prompts when the shared data is there, two fixed ones otherwise."""
+    path = common.data_dir() / common.PROMPTS_FILE
+    return common.load_prompts(2) if path.exists() else FALLBACK_PROMPTS
+
+
+def test_parser_knows_every_experiment():
+    parser = build_parser()
+    for name in ("table1", "counterfactual", "memory", "engine"):
+        args = parser.parse_args([name])
+        assert args.experiment == name and args.n == 32 and args.max_new_tokens == 256
+    assert parser.parse_args(["table1"]).k == 20
+
+
+def test_table1(gen, likelihood, prompts, tmp_path):
+    result = table1.run_table1(gen, likelihood, prompts, n=N, max_new_tokens=TOKENS, first_decision=4, quiet=True)
+    rows, s = result["rows"], result["summary"]
+    assert len(rows) == 2
+    for r in rows:
+        assert r["decision_points"] >= 1, "a budget of 4 tokens per candidate must force a decision"
+        assert 0 <= r["sbon_score"] <= 100 and 0 <= r["bom_score"] <= 100
+        assert r["sbon_tokens"] < r["bon_tokens"] and r["bon_time"] > 0 and r["bom_time"] > 0
+        assert r["bom_run_agrees"], "coupled sampling: a real Best-of-M run picks BoN's first-M best"
+    assert 1 <= s["best_of_m"] <= N and set(result["targets"]) and s["speedup"]["median"] > 0
+    assert len(table1.methods_table(result, N)) == 3 and len(table1.prompts_table(result)) == 2
+    path = common.write_json({"environment": common.environment(gen), **result}, tmp_path / "t.json")
+    saved = json.loads(path.read_text())
+    assert saved["environment"]["torch_threads"] >= 1 and saved["environment"]["cpu_model"]
+    assert common.write_plot(table1.plot(result, N), tmp_path / "t.html").stat().st_size > 0
+
+
+def test_counterfactual_and_recompute_from_file(gen, likelihood, prompts, tmp_path):
+    raw = counterfactual.generate(gen, likelihood, prompts, n=N, max_new_tokens=TOKENS, taus=[4, 8], quiet=True)
+    assert len(raw) == 2 and set(raw[0]["partials"]) == {"4", "8"}
+    result = counterfactual.analyze(raw, alphas=[0.5, 0.75], bootstrap=3)
+    grid = pd.DataFrame(result["grid"])
+    assert len(grid) == 4 and grid["normalized_score"].between(0, 100).all()
+    assert (grid["token_rate"] <= 1 + 1e-9).all() and "normalized_score_boot_lo" in grid
+    assert common.write_plot(counterfactual.plot(result, N), tmp_path / "c.html").stat().st_size > 0
+    # --from recomputes the grid from the saved raw candidates, without a model
+    saved = tmp_path / "counterfactual_raw.json"
+    common.write_json({"settings": {"n": N}, "environment": {}, "raw": raw}, saved)
+    assert main(["counterfactual", "--from", str(saved), "--alphas", "0.5", "0.9", "--bootstrap", "2",
+                 "--out-dir", str(tmp_path), "--tag", "re", "--no-plot"]) == 0
+    again = json.loads((tmp_path / "counterfactual_re.json").read_text())
+    assert len(again["grid"]) == 4 and again["settings"]["alphas"] == [0.5, 0.9]
+
+
+def test_memory(gen, likelihood, prompts, tmp_path):
+    # 2B candidates must fit in B x (prompt + new tokens) at their first token: new tokens > prompt
+    tokens = max(len(gen.encode_prompt(p["instruction"])) for p in prompts) + 4
+    result = memory.run_memory(gen, likelihood, prompts, b=1, factor=2, max_new_tokens=tokens, quiet=True)
+    assert result["sizes"] == [1, 2] and not result["summary"]["skipped_prompts"]
+    for r in result["rows"]:
+        assert r["bo1_time"] <= r["bo2_time"] and r["bo1_reward"] <= r["bo2_reward"]
+        assert 1 <= r["equivalent_n"] <= 2 and r["sbon_time"] > 0 and r["sbon_decision_points"] >= 1
+    assert len(memory.curve_table(result, 1, 2)) == 3
+    assert common.write_plot(memory.plot(result, 1, 2), tmp_path / "m.html").stat().st_size > 0
+
+
+def test_engine(gen, likelihood, prompts, tmp_path):
+    result = engine.run_engine(gen, likelihood, prompts, n=N, max_new_tokens=TOKENS, quiet=True)
+    s = result["summary"]
+    for r in result["rows"]:
+        assert 0 < r["ours_tokens"] <= N * TOKENS and 0 < r["hf_tokens"] <= N * TOKENS
+        assert 0 <= r["sbon_reward_share"] < 1
+    assert s["ours_tok_per_s"] > 0 and s["hf_tok_per_s"] > 0 and len(result["targets"]) == 2
+    assert common.write_plot(engine.plot(result), tmp_path / "e.html").stat().st_size > 0
+
+
+def test_peak_rss_sees_torch_allocations():
+    import torch
+
+    with common.PeakRSS() as mem:
+        x = torch.ones(64 * 2**20 // 4)  # 64 MiB
+        del x
+    assert mem.growth >= 32 * 2**20
