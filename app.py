@@ -1,0 +1,349 @@
+"""SBoN Explorer: Speculative Rejection run live next to Best-of-N (Sun et al., NeurIPS 2024).
+
+`python app.py` serves it on http://127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT change
+that). The page shows a recorded run at once; models load on the first Run, so a replay never
+needs one. The pieces live in components/ and the algorithms in sbon/; this file lays out the page
+and wires the events.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import gradio as gr
+
+from components import figures, tables
+from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,
+                                 reward_choices)
+from components.live import LiveTracker
+from components.model_cache import ModelCache
+from components.rounds import round_figure, round_views, rounds_animation
+from sbon.comparison import Comparison, ComparisonDone, comparison_events
+from sbon.errors import SBoNError
+
+RECORDED_RUN = ASSETS / "recorded_run.json"
+MAX_UPLOAD_BYTES = 20_000_000
+STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
+MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
+log = logging.getLogger("sbon.app")
+
+EXAMPLES = load_examples()
+CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
+DEFAULTS = RunSettings()
+# The controls, in the order their values reach the handlers (names of RunSettings fields).
+SETTING_NAMES = ("prompt", "method", "n", "alpha", "tau", "kv_budget", "max_new_tokens",
+                 "generator", "reward", "temperature", "top_p", "seed")
+
+INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
+**Best-of-N** samples N complete responses and returns the one the reward model likes best.
+**Speculative Rejection** ([Sun et al., NeurIPS 2024](https://arxiv.org/abs/2410.20290)) starts the same N
+*candidates* but, at each *decision point*, scores the unfinished ones with the reward model (their *partial reward*)
+and *prunes* the lowest fraction α, so the *survivors* finish with far fewer tokens generated.
+Both runs below use the same seed, so candidate k is the same text in both: a pruned candidate is a prefix
+of its Best-of-N twin, whose *final reward* tells what pruning it cost."""
+
+CONTENT_NOTE = ("⚠ marks prompts from the Anthropic HH-RLHF red-teaming set: they deliberately ask for harmful or "
+                "offensive things, to show a reward model steering generation away from harmful completions. "
+                "The small model may still write something offensive.")
+
+API_DOC = """### Call it from Python
+Every comparison the Run button makes is also an API endpoint, `/compare`, returning the run as JSON
+(the same file as the download above):
+```python
+from gradio_client import Client
+from sbon.comparison import Comparison
+
+client = Client("http://127.0.0.1:7860/")   # or the Space id
+text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_name="/compare")
+comparison = Comparison.from_json(text)
+print(comparison.metrics["speedup"], comparison.sbon.best.text)
+```
+Other arguments: `method` ("sbon" or "sbon-tau"), `alpha`, `tau`, `kv_budget` (0 = automatic), `temperature`,
+`top_p`, `seed`, `generator`, `reward`. Requests wait in the same one-at-a-time queue as the Run button."""
+
+CSS = """
+#status { min-height: 2.5em; }
+.sbon-candidate p { margin: 0.3em 0; }
+"""
+
+
+# -- handlers: plain data in, values for the page out --------------------------------------------
+
+def settings_from(values: tuple) -> RunSettings:
+    settings = RunSettings.from_inputs(**dict(zip(SETTING_NAMES, values)))
+    settings.check()
+    return settings
+
+
+def last_round(comp: Comparison):
+    """The live figure as it looked at the end of a run: its last decision point."""
+    views = round_views(comp.sbon)
+    return round_figure(views[-1] if views else None, comp.n)
+
+
+def save_for_download(comp: Comparison) -> str:
+    """Write the comparison where Gradio may serve it (the system temp dir) and return the path."""
+    fd, path = tempfile.mkstemp(prefix="sbon-run-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        f.write(comp.to_json())
+    return path
+
+
+def load_upload(path: str | None) -> Comparison:
+    if not path:
+        raise SBoNError("no file was uploaded")
+    if Path(path).stat().st_size > MAX_UPLOAD_BYTES:
+        raise SBoNError(f"the file is larger than {MAX_UPLOAD_BYTES // 1_000_000} MB: not a saved run of this app")
+    return Comparison.load(path)
+
+
+def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
+            tau: int = DEFAULTS.tau, kv_budget: int = DEFAULTS.kv_budget,
+            max_new_tokens: int = DEFAULTS.max_new_tokens, temperature: float = DEFAULTS.temperature,
+            top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed, generator: str = DEFAULTS.generator,
+            reward: str = DEFAULTS.reward) -> str:
+    """Run Speculative Rejection and Best-of-N on one prompt with the same seed; return the
+    comparison as JSON (load it with sbon.comparison.Comparison.from_json)."""
+    try:
+        settings = RunSettings.from_inputs(prompt=prompt, n=n, method=method, alpha=alpha, tau=tau,
+                                           kv_budget=kv_budget, max_new_tokens=max_new_tokens,
+                                           temperature=temperature, top_p=top_p, seed=seed,
+                                           generator=generator, reward=reward)
+        settings.check()
+        gen, rew = MODELS.get(settings.generator, settings.reward)
+        for event in comparison_events(gen, rew, settings.prompt, **settings.comparison_kwargs()):
+            if isinstance(event, ComparisonDone):
+                return event.comparison.to_json()
+    except SBoNError as e:
+        raise gr.Error(str(e)) from None
+    raise gr.Error("the comparison stopped without a result")
+
+
+# -- the page -------------------------------------------------------------------------------------
+
+def build_demo() -> gr.Blocks:
+    with gr.Blocks(title="SBoN Explorer", analytics_enabled=False) as demo:
+        comparison = gr.State(None)  # this session's Comparison: never shared between sessions
+
+        gr.Markdown(INTRO)
+        with gr.Row():
+            with gr.Column(scale=2, min_width=320):
+                prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
+                                    value=EXAMPLES[0].prompt if EXAMPLES else "What is Atlantis?")
+                gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[prompt], label="Example prompts",
+                            example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
+                gr.Markdown(CONTENT_NOTE, elem_id="content-note")
+                prompt_note = gr.Markdown(visible=False, elem_id="prompt-note")
+                method = gr.Radio(method_choices(), value=DEFAULTS.method, label="Method", elem_id="method")
+                with gr.Row():
+                    n = gr.Number(DEFAULTS.n, label="N (candidates)", precision=0, minimum=1, elem_id="n")
+                    alpha = gr.Slider(0.0, 0.95, DEFAULTS.alpha, step=0.05, label="α (rejection rate)", elem_id="alpha")
+                with gr.Row():
+                    kv_budget = gr.Number(DEFAULTS.kv_budget, label="KV budget (tokens; 0 = N × (prompt + 16))",
+                                          precision=0, minimum=0, elem_id="kv-budget")
+                    tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0, minimum=1,
+                                    visible=DEFAULTS.method == "sbon-tau", elem_id="tau")
+                    max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
+                                               minimum=1, elem_id="max-new-tokens")
+                with gr.Accordion("Models and sampling", open=False):
+                    generator = gr.Dropdown(generator_choices(), value=DEFAULTS.generator, label="Generator",
+                                            allow_custom_value=True, info="a preset, a local folder or a hub id")
+                    reward = gr.Dropdown(reward_choices(), value=DEFAULTS.reward, label="Reward model",
+                                         allow_custom_value=True)
+                    with gr.Row():
+                        temperature = gr.Number(DEFAULTS.temperature, label="temperature", minimum=0)
+                        top_p = gr.Number(DEFAULTS.top_p, label="top-p", minimum=0, maximum=1)
+                        seed = gr.Number(DEFAULTS.seed, label="seed", precision=0)
+                    gr.Markdown(f"Models run on **{MODELS.device()}**; they load on the first Run and stay loaded.")
+                with gr.Row():
+                    run_btn = gr.Button("Run SBoN and Best-of-N", variant="primary", elem_id="run")
+                    stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="stop")
+            with gr.Column(scale=3):
+                status = gr.Markdown("", elem_id="status")
+                live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot")
+                source = gr.Markdown(elem_id="run-source")
+                summary = gr.Markdown(elem_id="headline")
+
+        with gr.Tabs():
+            with gr.Tab("Partial vs final reward", id="scatter-tab"):
+                decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
+                scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter")
+            with gr.Tab("Candidates", id="candidates-tab"):
+                table = gr.Dataframe(label="Every candidate (SBoN run; final rewards of pruned ones from Best-of-N)",
+                                     interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
+                picker = gr.Dropdown(label="Candidate", choices=[], elem_id="candidate-picker")
+                detail = gr.HTML(elem_id="candidate-detail")
+            with gr.Tab("Savings", id="savings-tab"):
+                savings = gr.Dataframe(interactive=False, elem_id="savings-table")
+                tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot")
+                times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot")
+                with gr.Row():
+                    bon_text = gr.Textbox(label="Best-of-N returned", lines=8, interactive=False, elem_id="bon-text")
+                    sbon_text = gr.Textbox(label="Speculative Rejection returned", lines=8, interactive=False,
+                                           elem_id="sbon-text")
+            with gr.Tab("Rounds replay", id="rounds-tab"):
+                rounds_plot = gr.Plot(label="Rounds (press Play)", elem_id="rounds-plot")
+            with gr.Tab("Trade-off", id="tradeoff-tab"):
+                gr.Markdown("Speculative Best-of-N with decision token τ and rejection rate α, **replayed on the "
+                            "Best-of-N candidates** (no new generation): what each setting would have returned "
+                            "and how many tokens it would have generated.")
+                tradeoff_kind = gr.Radio(["curves", "heatmap"], value="curves", label="Show as", elem_id="tradeoff-kind")
+                tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot")
+                correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each τ "
+                                                  "(oracle cut c*: the fraction that could be pruned keeping the best)",
+                                            interactive=False, elem_id="correlations")
+            with gr.Tab("Save and replay", id="replay-tab"):
+                with gr.Row():
+                    download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
+                    replay_btn = gr.Button("Show the recorded run again", elem_id="replay-recorded")
+                upload = gr.File(label="Replay a saved run (JSON): every view, no model needed", file_types=[".json"],
+                                 type="filepath", elem_id="upload-run")
+                gr.Markdown(API_DOC)
+
+        controls = [prompt, method, n, alpha, tau, kv_budget, max_new_tokens, generator, reward,
+                    temperature, top_p, seed]
+        views = [comparison, source, summary, decision_point, scatter, table, picker, detail, savings, tokens_plot,
+                 times_plot, bon_text, sbon_text, rounds_plot, tradeoff_plot, correlations, download]
+
+        def show(comp: Comparison, origin: str, kind: str = "curves") -> dict:
+            """Every view of a finished comparison."""
+            first_round = comp.sbon.decision_points[0].round if comp.sbon.decision_points else None
+            picked = tables.first_pruned(comp)
+            bon_label, bon_best, sbon_label, sbon_best = tables.returned_texts(comp)
+            s = comp.sbon.settings
+            return {
+                comparison: comp,
+                source: (f"**Showing:** {origin} · `{comp.sbon.generator}` with reward `{comp.sbon.reward}` · "
+                         f"{comp.sbon.method}, N={comp.n}, α={s.get('alpha')}, max {s.get('max_new_tokens')} tokens, "
+                         f"seed {s.get('seed')} · prompt: “{comp.sbon.prompt[:120]}”"),
+                summary: tables.headline(comp),
+                decision_point: gr.Dropdown(choices=figures.decision_point_choices(comp), value=first_round),
+                scatter: figures.partial_final_scatter(comp, first_round or 1),
+                table: tables.candidates_table(comp),
+                picker: gr.Dropdown(choices=tables.candidate_choices(comp), value=picked),
+                detail: tables.candidate_detail_html(comp, picked),
+                savings: tables.savings_table(comp),
+                tokens_plot: figures.tokens_per_candidate(comp),
+                times_plot: figures.phase_times(comp),
+                bon_text: gr.Textbox(label=bon_label, value=bon_best),
+                sbon_text: gr.Textbox(label=sbon_label, value=sbon_best),
+                rounds_plot: rounds_animation(comp.sbon),
+                tradeoff_plot: figures.tradeoff_figure(comp, kind),
+                correlations: tables.correlation_table(comp),
+                download: gr.DownloadButton(value=save_for_download(comp)),
+            }
+
+        def show_recorded(kind: str) -> dict:
+            try:
+                comp = Comparison.load(RECORDED_RUN)
+            except SBoNError as e:
+                return {status: f"⚠ the recorded run could not be shown: {e}"}
+            return {**show(comp, "the recorded run shipped with the app", kind), status: "",
+                    live_plot: last_round(comp)}
+
+        def on_upload(path: str | None, kind: str) -> dict:
+            try:
+                comp = load_upload(path)
+            except SBoNError as e:
+                gr.Warning(str(e))
+                return {status: f"⚠ could not replay that file: {e}"}
+            return {**show(comp, f"uploaded file {Path(path).name}", kind), status: "Replaying the uploaded run",
+                    live_plot: last_round(comp)}
+
+        def on_run(*values: Any) -> Iterator[dict]:
+            idle = {run_btn: gr.Button(interactive=True), stop_btn: gr.Button(visible=False)}
+            try:
+                settings = settings_from(values[:-1])
+            except SBoNError as e:
+                gr.Warning(str(e))
+                yield {status: f"⚠ {e}", **idle}
+                return
+            kind = values[-1]
+            clicked = time.perf_counter()
+            loading = "" if MODELS.is_loaded(settings.generator, settings.reward) else \
+                f" (loading `{settings.generator}` and `{settings.reward}` first)"
+            yield {status: f"Starting{loading}…", run_btn: gr.Button(interactive=False),
+                   stop_btn: gr.Button(visible=True), live_plot: round_figure(None, settings.n)}
+            try:
+                gen, rew = MODELS.get(settings.generator, settings.reward)
+                tracker = LiveTracker(settings.max_new_tokens, started=clicked)
+                last_status = 0.0
+                for event in comparison_events(gen, rew, settings.prompt, **settings.comparison_kwargs()):
+                    if tracker.update(event):  # a decision point: one new frame
+                        yield {status: tracker.status(), live_plot: round_figure(tracker.views[-1], tracker.n)}
+                    elif isinstance(event, ComparisonDone):
+                        done = {**show(event.comparison, "your run", kind), **idle}
+                        first = tracker.first_round_at
+                        done[status] = (f"Done in {tracker.elapsed:.1f} s from the click"
+                                        + (f"; first decision point drawn after {first:.1f} s" if first else ""))
+                        log.info("run finished: %.1f s from click, first round %s s, settings %s",
+                                 tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
+                        yield done
+                    elif tracker.elapsed - last_status >= STATUS_EVERY_S:
+                        last_status = tracker.elapsed
+                        yield {status: tracker.status()}
+            except SBoNError as e:
+                gr.Warning(str(e))
+                yield {status: f"⚠ {e}", **idle}
+            except Exception as e:  # keep serving: one failed run must not take the app down
+                log.exception("run failed")
+                gr.Warning(f"the run failed: {type(e).__name__}: {e}")
+                yield {status: f"⚠ the run failed: {type(e).__name__}: {e}", **idle}
+
+        def on_stop() -> dict:
+            return {status: "Stopped: the views still show the previous run", run_btn: gr.Button(interactive=True),
+                    stop_btn: gr.Button(visible=False)}
+
+        def on_method(m: str) -> dict:
+            return {tau: gr.Number(visible=m == "sbon-tau"), kv_budget: gr.Number(visible=m == "sbon")}
+
+        def on_prompt(text: str) -> dict:
+            note = CONTENT_NOTES.get(text.strip())
+            return {prompt_note: gr.Markdown(f"⚠ **Content note:** {note}" if note else "", visible=bool(note))}
+
+        def on_decision_point(comp: Comparison | None, round: int | None):
+            return figures.partial_final_scatter(comp, round or 1) if comp else gr.skip()
+
+        def on_pick(comp: Comparison | None, k: int | None):
+            return tables.candidate_detail_html(comp, int(k)) if comp is not None and k is not None else gr.skip()
+
+        def on_table_select(comp: Comparison | None, evt: gr.SelectData):
+            # The first column is the candidate id, whatever order the user sorted the rows in.
+            if comp is None or not evt.row_value:
+                return gr.skip(), gr.skip()
+            k = int(evt.row_value[0])
+            return k, tables.candidate_detail_html(comp, k)
+
+        def on_tradeoff_kind(comp: Comparison | None, kind: str):
+            return figures.tradeoff_figure(comp, kind) if comp else gr.skip()
+
+        private = dict(api_visibility="private")
+        run_event = run_btn.click(on_run, inputs=controls + [tradeoff_kind], outputs=views + [status, live_plot,
+                                  run_btn, stop_btn], concurrency_limit=1, concurrency_id="generation",
+                                  show_progress="hidden", **private)
+        stop_btn.click(on_stop, outputs=[status, run_btn, stop_btn], cancels=[run_event], **private)
+        method.change(on_method, inputs=method, outputs=[tau, kv_budget], **private)
+        prompt.change(on_prompt, inputs=prompt, outputs=prompt_note, **private)
+        decision_point.change(on_decision_point, inputs=[comparison, decision_point], outputs=scatter, **private)
+        picker.change(on_pick, inputs=[comparison, picker], outputs=detail, **private)
+        table.select(on_table_select, inputs=comparison, outputs=[picker, detail], **private)
+        tradeoff_kind.change(on_tradeoff_kind, inputs=[comparison, tradeoff_kind], outputs=tradeoff_plot, **private)
+        upload.upload(on_upload, inputs=[upload, tradeoff_kind], outputs=views + [status, live_plot], **private)
+        replay_btn.click(show_recorded, inputs=tradeoff_kind, outputs=views + [status, live_plot], **private)
+        demo.load(show_recorded, inputs=tradeoff_kind, outputs=views + [status, live_plot], **private)
+        # The API shares the Run button's single generation slot: one generation at a time per device.
+        gr.api(compare, api_name="compare", concurrency_limit=1, concurrency_id="generation")
+    return demo
+
+
+demo = build_demo()
+demo.queue(default_concurrency_limit=8)
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    demo.launch(theme=gr.themes.Soft(), css=CSS)

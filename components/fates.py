@@ -1,0 +1,36 @@
+"""What happened to each candidate of a Speculative Rejection run, and the colour it is drawn in.
+
+Every view names fates the same way: "survived" (never pruned and had at least one partial
+reward), "pruned in round r", or "finished early" (finished before the first decision point,
+so it only ever competed with its final reward).
+"""
+
+from __future__ import annotations
+
+from sbon.results import Candidate
+
+SURVIVED, FINISHED_EARLY = "survived", "finished early"
+SURVIVED_COLOR, FINISHED_EARLY_COLOR = "#2a9d8f", "#457b9d"
+# One warm colour per round, so the rounds stay apart even in a long run.
+PRUNED_COLORS = ("#e76f51", "#f4a261", "#e9c46a", "#d62828", "#9d4edd", "#bc6c25", "#6d597a", "#b5838d")
+BON_COLOR = "#adb5bd"
+
+
+def fate(candidate: Candidate) -> str:
+    if candidate.pruned_round is not None:
+        return f"pruned in round {candidate.pruned_round}"
+    return SURVIVED if candidate.partial_rewards else FINISHED_EARLY
+
+
+def fate_order(fates: set[str]) -> list[str]:
+    """Legend order: survived, finished early, then pruned by round."""
+    pruned = sorted((f for f in fates if f.startswith("pruned")), key=lambda f: int(f.rsplit(" ", 1)[1]))
+    return [f for f in (SURVIVED, FINISHED_EARLY) if f in fates] + pruned
+
+
+def fate_color(name: str) -> str:
+    if name == SURVIVED:
+        return SURVIVED_COLOR
+    if name == FINISHED_EARLY:
+        return FINISHED_EARLY_COLOR
+    return PRUNED_COLORS[(int(name.rsplit(" ", 1)[1]) - 1) % len(PRUNED_COLORS)]

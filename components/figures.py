@@ -1,0 +1,175 @@
+"""Plotly figures of a finished comparison: partial vs final reward, savings, and the trade-off."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from sbon.comparison import Comparison
+from sbon.counterfactual import tradeoff_grid
+from sbon.metrics import correlations
+from sbon.results import PHASES
+
+from .fates import BON_COLOR, fate, fate_color, fate_order
+
+PARTIAL_SYMBOL, FINAL_SYMBOL = "circle", "diamond"
+ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
+
+
+def _base(fig: go.Figure, title: str, height: int = 440) -> go.Figure:
+    fig.update_layout(template="plotly_white", title=title, height=height, margin=dict(l=60, r=20, t=70, b=50),
+                      legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
+    return fig
+
+
+def empty_figure(message: str, height: int = 300) -> go.Figure:
+    """A blank figure that says why it is blank."""
+    fig = _base(go.Figure(), "", height)
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def snippet(text: str, limit: int = 90) -> str:
+    """Model text for a hover label: shortened and HTML-escaped (plotly renders some tags)."""
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return html.escape(text).replace("\n", " ⏎ ")
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+# -- Figure 2: partial vs final reward ----------------------------------------------------------
+
+def decision_point_choices(comp: Comparison) -> list[tuple[str, int]]:
+    """(label, round) of every decision point of the SBoN run."""
+    return [(f"round {p.round} · after {p.tokens} tokens", p.round) for p in comp.sbon.decision_points]
+
+
+def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
+    """One point per contender of decision point ``round``: the reward it was ranked by on x, its
+    final reward on y (from Best-of-N for pruned candidates, which never finished), coloured by
+    fate. Candidates already finished at the decision point were ranked by their final reward and
+    sit on the diagonal as diamonds; the correlations count only partial rewards."""
+    points = {p.round: p for p in comp.sbon.decision_points}
+    if round not in points:
+        return empty_figure("No decision point in this run: every candidate finished before the first one.")
+    point = points[round]
+    cands = comp.sbon.candidates
+    rows = []
+    for k in point.contenders:
+        partial = cands[k].partial_reward_at(round)
+        rows.append(dict(id=k, fate=fate(cands[k]), finished=partial is None,
+                         x=cands[k].final_reward if partial is None else partial, y=comp.final_reward(k),
+                         source="own" if cands[k].final_reward is not None else "from Best-of-N",
+                         text=snippet(cands[k].text)))
+    df = pd.DataFrame(rows)
+    live = df[~df.finished]
+    corr = correlations(live.x.tolist(), live.y.tolist())
+    fig = go.Figure()
+    for name in fate_order(set(df.fate)):
+        part = df[df.fate == name]
+        fig.add_trace(go.Scatter(
+            x=part.x, y=part.y, mode="markers", name=name,
+            marker=dict(color=fate_color(name), size=12, line=dict(width=1, color="white"),
+                        symbol=[FINAL_SYMBOL if f else PARTIAL_SYMBOL for f in part.finished]),
+            customdata=np.stack([part.id, part.source, part.text], axis=-1),
+            hovertemplate=("candidate %{customdata[0]}<br>reward at decision point %{x:.3f}<br>"
+                           "final reward %{y:.3f} (%{customdata[1]})<br>%{customdata[2]}<extra>" + name + "</extra>")))
+    fig.add_vline(x=point.threshold, line=dict(color="#264653", dash="dash", width=2),
+                  annotation_text=f"cut {point.threshold:.2f}", annotation_position="top left")
+    _base(fig, f"Partial vs final reward at round {round} (after {point.tokens} tokens) · "
+               f"Pearson {_fmt(corr['pearson'])} · Kendall τ {_fmt(corr['kendall'])} · {len(live)} partial rewards")
+    fig.update_xaxes(title="partial reward at the decision point (◆ = finished, ranked by final reward)")
+    fig.update_yaxes(title="final reward")
+    return fig
+
+
+# -- savings ----------------------------------------------------------------------------------------
+
+def tokens_per_candidate(comp: Comparison) -> go.Figure:
+    """Tokens each candidate generated under Best-of-N and under Speculative Rejection."""
+    ids = list(range(comp.n))
+    sb = comp.sbon.candidates
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=ids, y=[c.tokens_generated for c in comp.bon.candidates], name="Best-of-N",
+                         marker_color=BON_COLOR))
+    fig.add_trace(go.Bar(x=ids, y=[c.tokens_generated for c in sb], name="Speculative Rejection",
+                         marker_color=[fate_color(fate(c)) for c in sb],
+                         customdata=[fate(c) for c in sb],
+                         hovertemplate="candidate %{x}: %{y} tokens (%{customdata})<extra>Speculative Rejection</extra>"))
+    m = comp.metrics
+    _base(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} · Speculative Rejection {m['sbon_tokens']} "
+               f"(token rate {m['token_rate']:.2f})", height=380)
+    fig.update_layout(barmode="group", bargap=0.25)
+    fig.update_xaxes(title="candidate", dtick=1 if comp.n <= 32 else None)
+    fig.update_yaxes(title="tokens generated")
+    return fig
+
+
+def phase_times(comp: Comparison) -> go.Figure:
+    """Wall time of each run, split into prefill, decode, reward and rejection."""
+    fig = go.Figure()
+    colors = dict(prefill="#8ecae6", decode="#219ebc", reward="#ffb703", rejection="#fb8500")
+    runs = (("Best-of-N", comp.bon), ("Speculative Rejection", comp.sbon))
+    for phase in PHASES:
+        fig.add_trace(go.Bar(y=[label for label, _ in runs], x=[r.timings.get(phase, 0.0) for _, r in runs],
+                             name=phase, orientation="h", marker_color=colors[phase],
+                             hovertemplate="%{y}: %{x:.2f} s<extra>" + phase + "</extra>"))
+    _base(fig, f"Wall time: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
+               f"{comp.sbon.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
+    fig.update_layout(barmode="stack", legend_traceorder="normal")
+    fig.update_xaxes(title="seconds")
+    return fig
+
+
+# -- Figure 3: the trade-off --------------------------------------------------------------------------
+
+def tradeoff_table(comp: Comparison, alphas: tuple[float, ...] = ALPHAS) -> pd.DataFrame:
+    """Normalized score and token rate of the single-decision-token method replayed on the Best-of-N
+    candidates, for every (tau, alpha): no new generation."""
+    if not comp.partials:
+        return pd.DataFrame(columns=["tau", "alpha", "normalized_score", "token_rate"])
+    return tradeoff_grid(comp.bon, comp.partials, alphas)
+
+
+def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float, ...] = ALPHAS) -> go.Figure:
+    """``kind="curves"``: normalized score against token rate, one curve per decision token tau
+    (alpha varies along it), with this run as a star. ``kind="heatmap"``: normalized score over
+    (alpha, tau), each cell labelled with its token rate."""
+    grid = tradeoff_table(comp, alphas)
+    if grid.empty:
+        return empty_figure("No counterfactual data: the run was too short to score any prefix.")
+    if kind == "heatmap":
+        table = grid.pivot(index="tau", columns="alpha", values="normalized_score")
+        rates = grid.pivot(index="tau", columns="alpha", values="token_rate")
+        fig = go.Figure(go.Heatmap(
+            z=table.values, x=[f"{a:.1f}" for a in table.columns], y=[str(t) for t in table.index],
+            colorscale="Viridis", zmin=0, zmax=100, colorbar=dict(title="normalized<br>score"),
+            text=[[f"{r:.2f}" for r in row] for row in rates.values], texttemplate="%{text}",
+            customdata=rates.values,
+            hovertemplate="α %{x}, τ %{y}<br>normalized score %{z:.1f}<br>token rate %{customdata:.2f}<extra></extra>"))
+        _base(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score; cells show the token rate")
+        fig.update_xaxes(title="rejection rate α", type="category")
+        fig.update_yaxes(title="decision token τ", type="category")
+        return fig
+    fig = go.Figure()
+    for tau, part in grid.groupby("tau"):
+        fig.add_trace(go.Scatter(x=part.token_rate, y=part.normalized_score, mode="lines+markers", name=f"τ={tau}",
+                                 customdata=part.alpha,
+                                 hovertemplate=f"τ={tau}, " + "α=%{customdata:.1f}<br>token rate %{x:.2f}<br>"
+                                               "normalized score %{y:.1f}<extra></extra>"))
+    m = comp.metrics
+    fig.add_trace(go.Scatter(x=[m["token_rate"]], y=[m["normalized_score"]], mode="markers", name=f"this run ({comp.sbon.method})",
+                             marker=dict(symbol="star", size=18, color="#e63946", line=dict(width=1, color="black")),
+                             hovertemplate="this run<br>token rate %{x:.2f}<br>normalized score %{y:.1f}<extra></extra>"))
+    _base(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate, α along each curve")
+    fig.update_xaxes(title="token rate (tokens generated / Best-of-N's tokens)")
+    fig.update_yaxes(title="normalized score", range=[-5, 105])
+    return fig

@@ -1,0 +1,134 @@
+"""Decision points as pictures: one frame per round, live or replayed.
+
+A :class:`RoundView` is what one decision point looked like: the contenders, the score each was
+ranked by, who survived and the cut. The live tracker builds them from events as they arrive;
+:func:`round_views` builds the same ones from a finished run, so the live frame and the replay
+animation are drawn by the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+
+from sbon.results import RunResult
+
+from .fates import SURVIVED_COLOR, fate_color
+
+CUT_COLOR = "#264653"
+PARTIAL_SYMBOL, FINAL_SYMBOL = "circle", "diamond"
+
+
+@dataclass
+class RoundView:
+    round: int
+    tokens: int  # tokens each live candidate had generated at this decision point
+    scores: dict[int, float]  # contender -> the reward it was ranked by
+    final: set[int] = field(default_factory=set)  # contenders ranked by their final reward (finished)
+    survivors: list[int] = field(default_factory=list)
+    pruned: list[int] = field(default_factory=list)
+    threshold: float = float("nan")  # lowest score that survived
+
+
+def round_views(run: RunResult) -> list[RoundView]:
+    """The decision points of a finished Speculative Rejection run."""
+    views = []
+    for point in run.decision_points:
+        scores, final = {}, set()
+        for k in point.contenders:
+            cand = run.candidates[k]
+            partial = cand.partial_reward_at(point.round)
+            if partial is None:  # finished before this decision point: ranked by its final reward
+                scores[k], _ = cand.final_reward, final.add(k)
+            else:
+                scores[k] = partial
+        views.append(RoundView(point.round, point.tokens, scores, final, list(point.survivors),
+                               list(point.pruned), point.threshold))
+    return views
+
+
+def _x_range(views: list[RoundView]) -> list[float] | None:
+    values = [s for v in views for s in v.scores.values() if s is not None]
+    if not values:
+        return None
+    lo, hi = min(values), max(values)
+    pad = 0.08 * (hi - lo or 1.0)
+    return [lo - pad, hi + pad]
+
+
+def _traces(view: RoundView, n: int) -> list[go.Scatter]:
+    """Survivors, pruned, and the cut: always these three traces, so animation frames line up."""
+    traces = []
+    # The pruned take the colour of their fate, "pruned in round r", as in every other view.
+    pruned_color = fate_color(f"pruned in round {view.round}")
+    for name, ids, color in (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, pruned_color)):
+        ids = [k for k in ids if k in view.scores]
+        traces.append(go.Scatter(
+            x=[view.scores[k] for k in ids], y=ids, mode="markers", name=name,
+            marker=dict(color=color, size=11, line=dict(width=1, color="white"),
+                        symbol=[FINAL_SYMBOL if k in view.final else PARTIAL_SYMBOL for k in ids]),
+            customdata=[["final reward (finished)" if k in view.final else "partial reward"] for k in ids],
+            hovertemplate="candidate %{y}<br>%{customdata[0]}: %{x:.3f}<extra>" + name + "</extra>"))
+    traces.append(go.Scatter(x=[view.threshold, view.threshold], y=[-0.5, n - 0.5], mode="lines", name="cut",
+                             line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
+    return traces
+
+
+def _title(view: RoundView) -> str:
+    kept = len(view.survivors)
+    return (f"Round {view.round}: decision point after {view.tokens} tokens · "
+            f"kept {kept} of {kept + len(view.pruned)} contenders")
+
+
+def _layout(fig: go.Figure, n: int, x_range: list[float] | None, height: int = 420) -> None:
+    fig.update_layout(template="plotly_white", height=height, margin=dict(l=60, r=20, t=60, b=50),
+                      legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"),
+                      xaxis_title="reward at the decision point (● partial, ◆ final)",
+                      yaxis_title="candidate")
+    fig.update_yaxes(range=[n - 0.5, -0.5], dtick=1 if n <= 32 else None, zeroline=False)
+    if x_range:
+        fig.update_xaxes(range=x_range)
+
+
+def round_figure(view: RoundView | None, n: int, x_range: list[float] | None = None,
+                 title_prefix: str = "") -> go.Figure:
+    """One decision point: every contender at the reward it was ranked by, coloured by whether it
+    survived, with the cut as a dashed line. ``view=None`` draws the empty frame of a run that has
+    not reached its first decision point yet."""
+    fig = go.Figure()
+    if view is None:
+        fig.update_layout(title="Waiting for the first decision point…")
+        _layout(fig, n, x_range)
+        return fig
+    fig.add_traces(_traces(view, n))
+    fig.update_layout(title=title_prefix + _title(view))
+    _layout(fig, n, x_range or _x_range([view]))
+    return fig
+
+
+def rounds_animation(run: RunResult) -> go.Figure:
+    """A finished run's decision points as frames, with a slider and a play button."""
+    views, n = round_views(run), len(run.candidates)
+    if not views:
+        fig = go.Figure()
+        fig.update_layout(title="No decision point in this run: every candidate finished before the first one")
+        _layout(fig, n, None)
+        return fig
+    x_range = _x_range(views)
+    fig = go.Figure(data=_traces(views[0], n),
+                    frames=[go.Frame(data=_traces(v, n), name=str(v.round), layout=dict(title=_title(v)))
+                            for v in views])
+    fig.update_layout(title=_title(views[0]))
+    _layout(fig, n, x_range, height=480)
+    step_args = dict(mode="immediate", frame=dict(duration=900, redraw=True), transition=dict(duration=300))
+    fig.update_layout(
+        updatemenus=[dict(type="buttons", showactive=False, x=0, y=-0.18, xanchor="left", yanchor="top",
+                          buttons=[dict(label="▶ Play", method="animate", args=[None, dict(step_args, fromcurrent=True)]),
+                                   dict(label="❚❚ Pause", method="animate",
+                                        args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))])])],
+        sliders=[dict(active=0, x=0.15, len=0.85, y=-0.12, currentvalue=dict(prefix="round "),
+                      steps=[dict(label=str(v.round), method="animate", args=[[str(v.round)], step_args])
+                             for v in views])],
+        margin=dict(l=60, r=20, t=60, b=120))
+    return fig

@@ -1,0 +1,132 @@
+"""Tables and text of a finished comparison: every candidate, one candidate in full, the savings.
+
+Model text is never trusted as markup: tables carry it as plain strings and the candidate view
+escapes it before wrapping it in HTML.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+
+from sbon.comparison import Comparison
+from sbon.counterfactual import partial_final_stats
+
+from .fates import fate, fate_color
+
+GENERATED_STYLE = "background:#d8f3dc;border-radius:3px"
+NEVER_STYLE = "color:#6c757d;background:#f1f3f5;text-decoration:line-through;text-decoration-color:#adb5bd"
+
+
+def _round(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), digits)
+
+
+def candidates_table(comp: Comparison) -> pd.DataFrame:
+    """One row per candidate: fate, tokens, partial reward at each decision point, final reward, text."""
+    points = comp.sbon.decision_points
+    rows = []
+    for c in comp.sbon.candidates:
+        row = {"candidate": c.id, "fate": fate(c),
+               "round pruned": "" if c.pruned_round is None else str(c.pruned_round),
+               "tokens": c.tokens_generated, "tokens in Best-of-N": comp.bon.candidates[c.id].tokens_generated}
+        for p in points:
+            partial = c.partial_reward_at(p.round)
+            row[f"partial r{p.round} (t={p.tokens})"] = "" if partial is None else f"{partial:.3f}"
+        row["final reward"] = _round(comp.final_reward(c.id))
+        row["final from"] = "this run" if c.final_reward is not None else "Best-of-N"
+        row["returned"] = " ".join(label for label, best in (("SBoN", comp.sbon.best_id), ("BoN", comp.bon.best_id))
+                                   if best == c.id)
+        row["text"] = c.text
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def candidate_choices(comp: Comparison) -> list[tuple[str, int]]:
+    """(label, id) for the candidate picker: the fate beside the id, so pruned ones are easy to find."""
+    return [(f"{c.id} · {fate(c)}", c.id) for c in comp.sbon.candidates]
+
+
+def candidate_detail_html(comp: Comparison, k: int) -> str:
+    """Candidate k in full: what it generated (highlighted) and, if it was pruned, the continuation it
+    never got, taken from Best-of-N. All model text is HTML-escaped."""
+    if not 0 <= k < comp.n:
+        return "<p>Pick a candidate.</p>"
+    c = comp.sbon.candidates[k]
+    name = fate(c)
+    partials = ", ".join(f"r{p.round} (t={p.tokens}) {p.reward:.3f}" for p in c.partial_rewards) or "none"
+    final = comp.final_reward(k)
+    source = "" if c.final_reward is not None else " (from Best-of-N: this run never finished it)"
+    badges = "".join(f' <span style="border:1px solid #999;border-radius:4px;padding:0 4px">{label} returned this</span>'
+                     for label, best in (("Speculative Rejection", comp.sbon.best_id), ("Best-of-N", comp.bon.best_id))
+                     if best == k)
+    continuation = comp.continuation(k)
+    text = f'<span class="sbon-generated" style="{GENERATED_STYLE}">{html.escape(c.text)}</span>'
+    if continuation:
+        text += f'<span class="sbon-never" style="{NEVER_STYLE}">{html.escape(continuation)}</span>'
+    legend = (f'<span style="{GENERATED_STYLE};padding:0 4px">generated</span>'
+              + (f' <span style="{NEVER_STYLE};padding:0 4px">never generated: the Best-of-N continuation, '
+                 f'{comp.bon.candidates[k].tokens_generated - c.tokens_generated} more tokens</span>' if continuation else ""))
+    return (f'<div class="sbon-candidate">'
+            f'<p><b>Candidate {k}</b> · <span style="color:{fate_color(name)};font-weight:600">{name}</span> · '
+            f'{c.tokens_generated} tokens generated{badges}</p>'
+            f'<p>partial rewards: {partials} · final reward {final:.3f}{source}</p>'
+            f'<div style="white-space:pre-wrap;font-family:ui-monospace,monospace;line-height:1.5;border:1px solid #dee2e6;'
+            f'border-radius:6px;padding:10px">{text}</div>'
+            f'<p style="font-size:0.9em">{legend}</p></div>')
+
+
+def first_pruned(comp: Comparison) -> int:
+    """The candidate the detail view opens on: the first pruned one (the interesting case), else 0."""
+    return next((c.id for c in comp.sbon.candidates if c.pruned_round is not None), 0)
+
+
+# -- savings ------------------------------------------------------------------------------------------
+
+def savings_table(comp: Comparison) -> pd.DataFrame:
+    """Both methods side by side, then the paper's headline metrics."""
+    m, bon, sbon = comp.metrics, comp.bon, comp.sbon
+    rows = [
+        ("candidates", comp.n, comp.n),
+        ("tokens generated", bon.total_tokens, sbon.total_tokens),
+        ("wall time (s)", f"{bon.wall_time:.2f}", f"{sbon.wall_time:.2f}"),
+        ("tokens per second", f"{bon.total_tokens / bon.wall_time:.1f}", f"{sbon.total_tokens / sbon.wall_time:.1f}"),
+        ("decision points", "–", len(sbon.decision_points)),
+        ("returned candidate", bon.best_id, sbon.best_id),
+        ("its final reward", f"{bon.best.final_reward:.3f}", f"{sbon.best.final_reward:.3f}"),
+        ("speedup (T_BoN / T_SBoN)", "", f"{m['speedup']:.2f}×"),
+        ("normalized score", "100", f"{m['normalized_score']:.1f}"),
+        ("token rate (SBoN tokens / BoN tokens)", "1.00", f"{m['token_rate']:.2f}"),
+        (f"Best-of-M at the same time (M={m['best_of_m']}): normalized score", "",
+         f"{m['best_of_m_normalized_score']:.1f}"),
+    ]
+    return pd.DataFrame([(a, str(b), str(c)) for a, b, c in rows],
+                        columns=["", "Best-of-N", f"Speculative Rejection ({sbon.method})"])
+
+
+def headline(comp: Comparison) -> str:
+    """One sentence of Markdown: what Speculative Rejection returned and what it saved."""
+    m, sbon, bon = comp.metrics, comp.sbon, comp.bon
+    same = "the same response as Best-of-N" if sbon.best_id == bon.best_id else \
+        f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}"
+    faster = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
+    return (f"**Speculative Rejection returned {same}** (normalized score {m['normalized_score']:.1f}), "
+            f"generating {m['sbon_tokens']} of Best-of-N's {m['bon_tokens']} tokens "
+            f"(token rate {m['token_rate']:.2f}), {faster} in wall time "
+            f"({sbon.wall_time:.1f} s vs {bon.wall_time:.1f} s).")
+
+
+def returned_texts(comp: Comparison) -> tuple[str, str, str, str]:
+    """(label, text) of the response each method returned, Best-of-N first; shown in plain textboxes."""
+    b, s = comp.bon.best, comp.sbon.best
+    return (f"Best-of-N returned candidate {b.id} (final reward {b.final_reward:.3f})", b.text,
+            f"Speculative Rejection returned candidate {s.id} (final reward {s.final_reward:.3f})", s.text)
+
+
+def correlation_table(comp: Comparison) -> pd.DataFrame:
+    """Per decision token of the counterfactual replay: Pearson, Kendall and the oracle cut c*."""
+    if not comp.partials:
+        return pd.DataFrame(columns=["tau", "candidates", "pearson", "kendall", "oracle_cut"])
+    return partial_final_stats(comp.bon, comp.partials).round(3)

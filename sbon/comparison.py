@@ -1,0 +1,263 @@
+"""Speculative Rejection next to Best-of-N on the same prompt and seed, as one saved object.
+
+:func:`comparison_events` runs Speculative Rejection, then Best-of-N with the same settings, then
+scores every Best-of-N candidate's prefixes at a few decision tokens (the counterfactual data of
+the paper's Figure 3). It yields each algorithm's events as they happen, wrapped with the method
+that produced them, and ends with :class:`ComparisonDone` carrying a :class:`Comparison`.
+
+Coupled sampling makes candidate k the same response in both runs: a candidate pruned by
+Speculative Rejection is a prefix of Best-of-N's candidate k, so Best-of-N supplies the final
+reward (and the continuation) the pruned candidate never got.
+
+A :class:`Comparison` holds only plain data; it saves to JSON and loads back with no model, so
+every view of a run can be replayed from a file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Union
+
+from .algorithms import METHODS, Done, Event, best_of_n, validate
+from .counterfactual import prefix_rewards
+from .engine import Generator, SamplingConfig
+from .errors import SBoNError
+from .metrics import compare
+from .results import RunResult
+from .rewards import RewardModel
+
+FORMAT = "sbon-comparison/1"
+SBON_METHODS = ("sbon", "sbon-tau")
+
+
+# -- the saved object -------------------------------------------------------------------------
+
+@dataclass
+class Comparison:
+    """A Speculative Rejection run and the Best-of-N run with the same prompt, seed and settings.
+
+    ``partials[tau][k]`` is the partial reward of Best-of-N candidate k after tau tokens (None if
+    it had finished by then): what Speculative Rejection would have seen with decision token tau.
+    ``metrics`` is :func:`sbon.metrics.compare` of the two runs; it is recomputed on load, so a
+    saved file cannot disagree with its own runs.
+    """
+    bon: RunResult
+    sbon: RunResult
+    partials: dict[int, list[float | None]] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_pair(self.bon, self.sbon, self.partials)
+        self.metrics = compare(self.bon, self.sbon)
+
+    @property
+    def n(self) -> int:
+        return len(self.bon.candidates)
+
+    def final_reward(self, k: int) -> float:
+        """Final reward of candidate k: its own if it finished in the SBoN run, else Best-of-N's."""
+        own = self.sbon.candidates[k].final_reward
+        return own if own is not None else self.bon.candidates[k].final_reward
+
+    def continuation(self, k: int) -> str:
+        """The text candidate k would have generated after it was pruned (from Best-of-N); empty
+        for a candidate that finished. With coupled sampling the pruned text is a prefix of the
+        Best-of-N text, so the continuation is what lies past its length."""
+        if self.sbon.candidates[k].finished:
+            return ""
+        return self.bon.candidates[k].text[len(self.sbon.candidates[k].text):]
+
+    # -- JSON --------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
+                "partials": {str(tau): p for tau, p in self.partials.items()}, "metrics": self.metrics}
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Comparison":
+        if not isinstance(d, dict):
+            raise SBoNError("not a saved comparison: the file holds no JSON object")
+        if d.get("format") != FORMAT:
+            raise SBoNError(f"not a saved comparison: expected format '{FORMAT}', found {d.get('format')!r}")
+        for key in ("bon", "sbon"):
+            if not isinstance(d.get(key), dict):
+                raise SBoNError(f"not a saved comparison: '{key}' is missing or not an object")
+        try:
+            bon, sbon = RunResult.from_dict(d["bon"]), RunResult.from_dict(d["sbon"])
+        except (AttributeError, TypeError, ValueError) as e:
+            if isinstance(e, SBoNError):
+                raise
+            raise SBoNError(f"not a saved comparison: malformed run ({type(e).__name__}: {e})") from None
+        raw = d.get("partials", {})
+        if not isinstance(raw, dict):
+            raise SBoNError("not a saved comparison: 'partials' is not an object")
+        try:
+            partials = {int(tau): [None if r is None else float(r) for r in p] for tau, p in raw.items()}
+        except (TypeError, ValueError) as e:
+            raise SBoNError(f"not a saved comparison: bad partial rewards ({e})") from None
+        for run in (bon, sbon):
+            _check_types(run)
+        try:
+            return cls(bon, sbon, dict(sorted(partials.items())))
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
+            if isinstance(e, SBoNError):
+                raise
+            raise SBoNError(f"not a saved comparison: {type(e).__name__}: {e}") from None
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Comparison":
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise SBoNError(f"not a saved comparison (invalid JSON: {e})") from None
+        return cls.from_dict(d)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Comparison":
+        try:
+            return cls.from_json(Path(path).read_bytes())
+        except OSError as e:
+            raise SBoNError(f"cannot read saved comparison '{path}': {e.strerror or e}") from None
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_types(run: RunResult) -> None:
+    """Reject a file whose fields have the right names but the wrong kinds of value, so that a
+    hand-edited or foreign file fails here with a message instead of deep inside a plot."""
+    where = f"the {run.method!r} run"
+    if not isinstance(run.prompt, str) or not isinstance(run.settings, dict):
+        raise SBoNError(f"not a saved comparison: {where} has no prompt or settings")
+    if not isinstance(run.timings, dict) or not all(_number(v) for v in run.timings.values()):
+        raise SBoNError(f"not a saved comparison: {where} has non-numeric timings")
+    for c in run.candidates:
+        if not isinstance(c.id, int) or not isinstance(c.text, str) or not isinstance(c.token_ids, list) \
+                or not all(isinstance(t, int) for t in c.token_ids):
+            raise SBoNError(f"not a saved comparison: candidate {c.id!r} of {where} is malformed")
+        if c.final_reward is not None and not _number(c.final_reward):
+            raise SBoNError(f"not a saved comparison: candidate {c.id} of {where} has a non-numeric final reward")
+        if not all(_number(p.reward) and isinstance(p.round, int) and isinstance(p.tokens, int)
+                   for p in c.partial_rewards):
+            raise SBoNError(f"not a saved comparison: candidate {c.id} of {where} has malformed partial rewards")
+        if c.pruned_round is not None and not isinstance(c.pruned_round, int):
+            raise SBoNError(f"not a saved comparison: candidate {c.id} of {where} has a malformed pruned round")
+    for p in run.decision_points:
+        if not _number(p.threshold) or not all(isinstance(k, int) and 0 <= k < len(run.candidates)
+                                               for k in p.contenders + p.survivors + p.pruned):
+            raise SBoNError(f"not a saved comparison: decision point {p.round} of {where} is malformed")
+
+
+def check_pair(bon: RunResult, sbon: RunResult, partials: dict[int, list[float | None]]) -> None:
+    """The two runs must be comparable: same prompt, seed and candidates, every BoN candidate scored."""
+    if bon.method != "bon":
+        raise SBoNError(f"not a comparison: the Best-of-N run has method {bon.method!r}")
+    if sbon.method not in SBON_METHODS:
+        raise SBoNError(f"not a comparison: the Speculative Rejection run has method {sbon.method!r}")
+    if bon.prompt != sbon.prompt or bon.settings.get("seed") != sbon.settings.get("seed"):
+        raise SBoNError("not a comparison: the two runs differ in prompt or seed")
+    n = len(bon.candidates)
+    if n == 0 or len(sbon.candidates) != n:
+        raise SBoNError(f"not a comparison: {n} Best-of-N candidates but {len(sbon.candidates)} SBoN candidates")
+    if [c.id for c in bon.candidates] != list(range(n)) or [c.id for c in sbon.candidates] != list(range(n)):
+        raise SBoNError("not a comparison: candidate ids must be 0..N-1 in order")
+    if any(c.final_reward is None for c in bon.candidates):
+        raise SBoNError("not a comparison: every Best-of-N candidate needs a final reward")
+    if sbon.best is None or bon.best is None:
+        raise SBoNError("not a comparison: both runs need a best candidate")
+    if not (bon.wall_time > 0 and sbon.wall_time > 0):
+        raise SBoNError("not a comparison: both runs need a positive total time")
+    for tau, p in partials.items():
+        if len(p) != n:
+            raise SBoNError(f"not a comparison: partial rewards at tau={tau} have {len(p)} entries for {n} candidates")
+
+
+# -- running one -------------------------------------------------------------------------------
+
+@dataclass
+class MethodEvent:
+    """An event of one of the two algorithms, tagged with its method ('sbon', 'sbon-tau' or 'bon')."""
+    method: str
+    event: Event
+
+
+@dataclass
+class CounterfactualScored:
+    """Best-of-N's candidates were scored at decision token ``tau`` (``done`` of ``total``)."""
+    tau: int
+    done: int
+    total: int
+
+
+@dataclass
+class ComparisonDone:
+    comparison: Comparison
+
+
+ComparisonEvent = Union[MethodEvent, CounterfactualScored, ComparisonDone]
+
+
+def default_taus(max_new_tokens: int, extra: tuple[int, ...] = ()) -> list[int]:
+    """Decision tokens for the counterfactual trade-off: fractions of the length, plus ``extra``
+    (the real run's decision points), all in [1, max_new_tokens)."""
+    fractions = (1 / 16, 1 / 8, 1 / 4, 3 / 8, 1 / 2, 3 / 4)
+    taus = {max(1, round(max_new_tokens * f)) for f in fractions} | set(extra)
+    return sorted(t for t in taus if 1 <= t < max_new_tokens)
+
+
+def comparison_events(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, method: str = "sbon",
+                      alpha: float = 0.5, tau: int = 32, kv_budget: int | None = None, max_new_tokens: int = 128,
+                      sampling: SamplingConfig | None = None, seed: int = 0,
+                      taus: list[int] | None = None) -> Iterator[ComparisonEvent]:
+    """Run ``method`` (Speculative Rejection), then Best-of-N with the same prompt, seed and N,
+    then the counterfactual prefix rewards; yield every event, then :class:`ComparisonDone`.
+
+    Speculative Rejection runs first so that a UI shows its rounds without waiting for Best-of-N.
+    All settings are checked before anything is generated (:class:`SBoNError` on bad input).
+    """
+    if method not in SBON_METHODS:
+        raise SBoNError(f"method must be one of {', '.join(SBON_METHODS)}, got {method!r}")
+    sampling = sampling or SamplingConfig()
+    if method == "sbon":
+        validate(n, max_new_tokens, sampling, alpha=alpha, kv_budget=kv_budget)
+        extra = dict(alpha=alpha, kv_budget=kv_budget)
+    else:
+        validate(n, max_new_tokens, sampling, alpha=alpha, tau=tau)
+        extra = dict(alpha=alpha, tau=tau)
+    common = dict(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+
+    sbon = None
+    for event in METHODS[method](gen, reward, prompt, n, **common, **extra):
+        yield MethodEvent(method, event)
+        if isinstance(event, Done):
+            sbon = event.result
+    bon = None
+    for event in best_of_n(gen, reward, prompt, len(sbon.candidates), **common):
+        yield MethodEvent("bon", event)
+        if isinstance(event, Done):
+            bon = event.result
+
+    if taus is None:
+        taus = default_taus(max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
+    partials: dict[int, list[float | None]] = {}
+    for i, t in enumerate(taus):
+        partials.update(prefix_rewards(bon, reward, gen.decode, [t]))
+        yield CounterfactualScored(t, i + 1, len(taus))
+    yield ComparisonDone(Comparison(bon, sbon, partials))
+
+
+def run_comparison(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, **settings: Any) -> Comparison:
+    """:func:`comparison_events` driven to the end."""
+    for event in comparison_events(gen, reward, prompt, n, **settings):
+        if isinstance(event, ComparisonDone):
+            return event.comparison
+    raise RuntimeError("the comparison stopped without a result")
