@@ -73,7 +73,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
-                "partials": {str(tau): p for tau, p in self.partials.items()}, "metrics": self.metrics}
+                "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics)}
 
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(self.to_dict(), indent=1)
@@ -103,6 +103,9 @@ class Comparison:
             partials = {int(tau): [None if r is None else float(r) for r in p] for tau, p in raw.items()}
         except (TypeError, ValueError) as e:
             raise SBoNError(f"not a saved comparison: bad partial rewards ({e})") from None
+        if len(bon.candidates) != len(sbon.candidates):  # the likeliest damage: say it plainly, first
+            raise SBoNError(f"not a comparison: {len(bon.candidates)} Best-of-N candidates but "
+                            f"{len(sbon.candidates)} SBoN candidates")
         for run in (bon, sbon):
             _check_types(run)
         try:

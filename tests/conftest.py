@@ -20,3 +20,22 @@ def likelihood(gen):
     return load_reward("likelihood", generator=gen)
 
 
+
+
+COMPARISON_PROMPT = "Give three tips for staying healthy."
+
+
+@pytest.fixture(scope="session")
+def comparison_events(gen, likelihood):
+    """Every event of one real small comparison (N=6, 24 tokens, two decision points), for the
+    app's tests: the budget holds 6 candidates of prompt + 8 tokens and alpha=0.2 prunes one per round."""
+    from sbon.comparison import comparison_events as events
+
+    prompt_tokens = len(gen.encode_prompt(COMPARISON_PROMPT))
+    return list(events(gen, likelihood, COMPARISON_PROMPT, 6, alpha=0.2, kv_budget=6 * (prompt_tokens + 8),
+                       max_new_tokens=24, seed=1, taus=[4, 8, 16]))
+
+
+@pytest.fixture(scope="session")
+def comparison(comparison_events):
+    return comparison_events[-1].comparison

@@ -1,0 +1,62 @@
+"""Record the comparison the app shows on start: `python -m components.record`.
+
+The shipped recording (assets/recorded_run.json) was made with the command in RECORDED_WITH below;
+re-run it after changing a default (generator, reward) so the first thing a visitor sees matches
+what Run gives them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from sbon.comparison import ComparisonDone, MethodEvent, comparison_events
+from sbon.algorithms import CandidatesPruned
+from sbon.errors import SBoNError
+
+from .controls import ASSETS, RunSettings, load_examples
+from .model_cache import ModelCache
+
+RECORDED_WITH = "python -m components.record --n 24 --alpha 0.25 --max-new-tokens 96"
+
+
+def main(argv: list[str] | None = None) -> int:
+    d = RunSettings()
+    examples = load_examples()
+    p = argparse.ArgumentParser(prog="python -m components.record", description=__doc__.splitlines()[0])
+    p.add_argument("--prompt", default=examples[0].prompt if examples else "What is Atlantis?")
+    p.add_argument("--method", default=d.method, choices=["sbon", "sbon-tau"])
+    p.add_argument("--n", type=int, default=d.n)
+    p.add_argument("--alpha", type=float, default=d.alpha)
+    p.add_argument("--tau", type=int, default=d.tau)
+    p.add_argument("--kv-budget", type=int, default=d.kv_budget)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--generator", default=d.generator)
+    p.add_argument("--reward", default=d.reward)
+    p.add_argument("--out", default=str(ASSETS / "recorded_run.json"))
+    args = p.parse_args(argv)
+    try:
+        settings = RunSettings.from_inputs(**{k: v for k, v in vars(args).items() if k != "out"})
+        settings.check()
+        gen, reward = ModelCache().get(settings.generator, settings.reward)
+        start = time.perf_counter()
+        for event in comparison_events(gen, reward, settings.prompt, **settings.comparison_kwargs()):
+            if isinstance(event, MethodEvent) and isinstance(event.event, CandidatesPruned):
+                point = event.event.decision
+                print(f"{time.perf_counter() - start:6.1f} s  round {point.round} after {point.tokens} tokens: "
+                      f"pruned {len(point.pruned)} of {len(point.contenders)}", file=sys.stderr)
+            elif isinstance(event, ComparisonDone):
+                event.comparison.to_json(args.out)
+                m = event.comparison.metrics
+                print(f"{time.perf_counter() - start:6.1f} s  written {args.out}: speedup {m['speedup']:.2f}, "
+                      f"normalized score {m['normalized_score']:.1f}, token rate {m['token_rate']:.2f}", file=sys.stderr)
+    except SBoNError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""sbon.comparison: SBoN next to BoN on the same prompt and seed, and its saved form."""
+
+import json
+
+import pytest
+
+from sbon.algorithms import Done, RoundStarted
+from sbon.comparison import (Comparison, CounterfactualScored, MethodEvent, comparison_events,
+                             default_taus, run_comparison)
+from sbon.errors import SBoNError
+from sbon.metrics import compare
+
+
+def test_events_run_sbon_then_bon_then_the_counterfactual(comparison_events):
+    kinds = [e.method if isinstance(e, MethodEvent) else type(e).__name__ for e in comparison_events]
+    first_bon, first_cf = kinds.index("bon"), kinds.index("CounterfactualScored")
+    assert set(kinds[:first_bon]) == {"sbon"} and set(kinds[first_bon:first_cf]) == {"bon"}
+    assert kinds[first_cf:] == ["CounterfactualScored"] * 3 + ["ComparisonDone"]
+    assert isinstance(comparison_events[0].event, RoundStarted)
+    dones = [e.event.result for e in comparison_events if isinstance(e, MethodEvent) and isinstance(e.event, Done)]
+    assert [r.method for r in dones] == ["sbon", "bon"]
+    assert [(e.tau, e.done, e.total) for e in comparison_events if isinstance(e, CounterfactualScored)] == \
+        [(4, 1, 3), (8, 2, 3), (16, 3, 3)]
+
+
+def test_pruned_candidates_get_their_final_reward_and_continuation_from_bon(comparison):
+    assert len(comparison.sbon.decision_points) == 2
+    pruned = [c for c in comparison.sbon.candidates if c.pruned_round is not None]
+    assert pruned
+    for c in pruned:
+        twin = comparison.bon.candidates[c.id]
+        assert twin.token_ids[:c.tokens_generated] == c.token_ids  # coupled sampling
+        assert comparison.final_reward(c.id) == twin.final_reward
+        assert c.text + comparison.continuation(c.id) == twin.text
+    for c in comparison.sbon.candidates:
+        if c.finished:
+            assert comparison.final_reward(c.id) == c.final_reward and comparison.continuation(c.id) == ""
+
+
+def test_counterfactual_partials_match_the_real_decision_point(comparison):
+    """Scoring BoN's prefix at tau=8 reproduces the partial rewards SBoN saw after 8 tokens."""
+    assert list(comparison.partials) == [4, 8, 16]
+    assert all(len(p) == comparison.n for p in comparison.partials.values())
+    first = comparison.sbon.decision_points[0]
+    assert first.tokens == 8
+    for k in first.contenders:
+        seen = comparison.sbon.candidates[k].partial_reward_at(1)
+        assert comparison.partials[8][k] == pytest.approx(seen, abs=1e-4)
+
+
+def test_metrics_are_the_library_metrics(comparison):
+    assert comparison.metrics == compare(comparison.bon, comparison.sbon)
+    assert comparison.metrics["sbon_tokens"] < comparison.metrics["bon_tokens"]
+
+
+def test_json_round_trip_needs_no_model(comparison, tmp_path):
+    path = tmp_path / "run.json"
+    text = comparison.to_json(path)
+    again = Comparison.load(path)
+    assert again.to_dict() == json.loads(text)
+    assert again.metrics == comparison.metrics
+    assert list(again.partials) == [4, 8, 16]
+
+
+def test_metrics_are_recomputed_on_load(comparison):
+    d = comparison.to_dict()
+    d["metrics"]["speedup"] = 1e9
+    assert Comparison.from_dict(d).metrics["speedup"] == comparison.metrics["speedup"]
+
+
+def _broken(comparison, change):
+    d = json.loads(comparison.to_json())
+    change(d)
+    return json.dumps(d)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(format="something-else"), "expected format"),
+    (lambda d: d.pop("bon"), "'bon' is missing"),
+    (lambda d: d["sbon"].update(candidates="oops"), "malformed run"),
+    (lambda d: d["sbon"]["candidates"].pop(), "Best-of-N candidates but 5 SBoN candidates"),
+    (lambda d: d["bon"]["candidates"][0].update(final_reward="high"), "non-numeric final reward"),
+    (lambda d: d["bon"]["candidates"][0].update(final_reward=None), "needs a final reward"),
+    (lambda d: d["sbon"]["candidates"][0].update(token_ids=["a"]), "malformed"),
+    (lambda d: d["sbon"].update(best_id=99), "IndexError"),
+    (lambda d: d["sbon"].update(prompt="another prompt"), "differ in prompt or seed"),
+    (lambda d: d["sbon"].update(method="bon"), "has method 'bon'"),
+    (lambda d: d["partials"].update({"4": [0.1]}), "partial rewards at tau=4 have 1 entries"),
+    (lambda d: d["partials"].update({"x": [0.1] * 6}), "bad partial rewards"),
+    (lambda d: d["sbon"]["decision_points"][0].update(survivors=[42]), "decision point 1"),
+    (lambda d: d["sbon"]["decision_points"][0].pop("threshold"), "not a saved SBoN run"),
+])
+def test_malformed_files_fail_with_one_clear_message(comparison, change, message):
+    with pytest.raises(SBoNError, match=message) as info:
+        Comparison.from_json(_broken(comparison, change))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "invalid JSON"), ("[1, 2]", "no JSON object"), ("", "invalid JSON"),
+    (b"\xff\xfe", "invalid JSON"), ('{"format": "sbon-comparison/1"}', "'bon' is missing"),
+])
+def test_files_that_are_not_runs(text, message):
+    with pytest.raises(SBoNError, match=message):
+        Comparison.from_json(text)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SBoNError, match="cannot read"):
+        Comparison.load(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(method="bon"), "method must be one of"),
+    (dict(alpha=1.0), "alpha"),
+    (dict(method="sbon-tau", tau=64, max_new_tokens=64), "tau=64 must be below"),
+    (dict(kv_budget=-1), "kv_budget"),
+    (dict(n=0), "N must be at least 1"),
+])
+def test_bad_settings_fail_before_any_model_is_touched(settings, message):
+    # gen and reward are None: a check that came after generation started would crash differently.
+    with pytest.raises(SBoNError, match=message):
+        next(comparison_events(None, None, "hi", **settings))
+
+
+def test_default_taus():
+    assert default_taus(64) == [4, 8, 16, 24, 32, 48]
+    assert default_taus(64, (20, 64)) == [4, 8, 16, 20, 24, 32, 48]
+    assert default_taus(1) == []
+    assert all(1 <= t < 5 for t in default_taus(5))
+
+
+def test_sbon_tau_comparison(gen, likelihood):
+    comp = run_comparison(gen, likelihood, "Name a colour.", 4, method="sbon-tau", tau=4, alpha=0.5,
+                          max_new_tokens=8, seed=2, taus=[])
+    assert comp.sbon.method == "sbon-tau" and comp.partials == {}
+    assert [p.tokens for p in comp.sbon.decision_points] in ([4], [])  # [] if every candidate stopped before tau
+    assert Comparison.from_json(comp.to_json()).metrics == comp.metrics

@@ -1,0 +1,232 @@
+"""The explorer's figure, table and live-view builders, on data from a real small run."""
+
+import json
+import math
+
+import plotly.graph_objects as go
+import pytest
+
+from components import figures, tables
+from components.controls import RunSettings, load_examples
+from components.fates import FINISHED_EARLY, SURVIVED, fate, fate_color
+from components.live import LiveTracker
+from components.model_cache import ModelCache
+from components.rounds import round_figure, round_views, rounds_animation
+from sbon.comparison import Comparison
+from sbon.counterfactual import partial_final_stats, tradeoff_grid
+from sbon.errors import SBoNError
+from sbon.metrics import correlations
+
+RECORDED = "assets/recorded_run.json"
+
+
+def _points(fig: go.Figure) -> int:
+    return sum(len(t.x) for t in fig.data if t.mode == "markers")
+
+
+# -- Figure 2 ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("round", [1, 2])
+def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, round):
+    point = comparison.sbon.decision_points[round - 1]
+    fig = figures.partial_final_scatter(comparison, round)
+    assert _points(fig) == len(point.contenders)
+    assert {t.name for t in fig.data} <= {fate(c) for c in comparison.sbon.candidates}
+    for trace in fig.data:
+        assert trace.marker.color == fate_color(trace.name)
+    # y is the final reward, from Best-of-N for the pruned
+    ys = sorted(y for t in fig.data for y in t.y)
+    assert ys == pytest.approx(sorted(comparison.final_reward(k) for k in point.contenders))
+    live = [k for k in point.contenders if comparison.sbon.candidates[k].partial_reward_at(round) is not None]
+    corr = correlations([comparison.sbon.candidates[k].partial_reward_at(round) for k in live],
+                        [comparison.final_reward(k) for k in live])
+    title = fig.layout.title.text
+    assert f"Pearson {corr['pearson']:.2f}" in title and f"Kendall τ {corr['kendall']:.2f}" in title
+    assert fig.layout.shapes[0].x0 == pytest.approx(point.threshold)  # the cut
+
+
+def test_scatter_without_decision_points_says_why(comparison):
+    fig = figures.partial_final_scatter(comparison, 99)
+    assert "No decision point" in fig.layout.annotations[0].text
+    assert figures.decision_point_choices(comparison) == [
+        (f"round {p.round} · after {p.tokens} tokens", p.round) for p in comparison.sbon.decision_points]
+
+
+def test_hover_text_is_escaped(comparison):
+    assert figures.snippet("<b>bold</b>\nnext") == "&lt;b&gt;bold&lt;/b&gt; ⏎ next"
+    assert figures.snippet("x" * 200).endswith("…") and len(figures.snippet("x" * 200)) == 90
+
+
+# -- rounds -----------------------------------------------------------------------------------------
+
+def test_round_views_follow_the_decision_points(comparison):
+    views = round_views(comparison.sbon)
+    assert [v.round for v in views] == [1, 2]
+    for v, p in zip(views, comparison.sbon.decision_points):
+        assert set(v.scores) == set(p.contenders) and v.survivors == p.survivors and v.pruned == p.pruned
+        assert min(v.scores[k] for k in v.survivors) == pytest.approx(p.threshold)
+        assert all(v.scores[k] < p.threshold or v.scores[k] == pytest.approx(p.threshold) for k in v.pruned)
+
+
+def test_live_tracker_builds_the_same_frames_as_the_replay(comparison_events, comparison):
+    tracker = LiveTracker(24)
+    new_rounds = [tracker.update(e) for e in comparison_events]
+    assert sum(new_rounds) == 2 and tracker.first_round_at is not None
+    replay = round_views(comparison.sbon)
+    assert [(v.round, v.scores, v.final, v.survivors, v.pruned) for v in tracker.views] == \
+        [(v.round, v.scores, v.final, v.survivors, v.pruned) for v in replay]
+    assert tracker.status().startswith("Done in")
+
+
+def test_live_status_names_the_phase(comparison_events):
+    tracker, seen = LiveTracker(24), set()
+    for e in comparison_events:
+        tracker.update(e)
+        seen.add(tracker.status().split("**")[1] if "**" in tracker.status() else tracker.status().split()[0])
+    assert {"Speculative Rejection", "Best-of-N", "Counterfactual replay", "Done"} <= seen
+
+
+def test_round_figure_and_animation(comparison):
+    views = round_views(comparison.sbon)
+    fig = round_figure(views[0], comparison.n)
+    assert [t.name for t in fig.data] == ["survived", "pruned", "cut"]
+    assert list(fig.data[2].x) == [views[0].threshold] * 2
+    assert "Waiting" in round_figure(None, 6).layout.title.text
+    anim = rounds_animation(comparison.sbon)
+    assert [f.name for f in anim.frames] == ["1", "2"]
+    assert all(len(f.data) == 3 for f in anim.frames)  # frames line up with the traces
+    assert len(anim.layout.sliders[0].steps) == 2
+
+
+# -- candidates ----------------------------------------------------------------------------------------
+
+def test_candidates_table(comparison):
+    df = tables.candidates_table(comparison)
+    assert list(df.candidate) == list(range(comparison.n))
+    assert {"fate", "round pruned", "tokens", "tokens in Best-of-N", "final reward", "text"} <= set(df.columns)
+    assert [c for c in df.columns if c.startswith("partial")] == [
+        f"partial r{p.round} (t={p.tokens})" for p in comparison.sbon.decision_points]
+    for (_, row), c in zip(df.iterrows(), comparison.sbon.candidates):
+        assert row["tokens"] == c.tokens_generated and row["text"] == c.text
+        assert row["final from"] == ("Best-of-N" if c.pruned_round else "this run")
+    assert not df["final reward"].isna().any()
+
+
+def test_candidate_detail_highlights_generated_and_never_generated(comparison):
+    k = tables.first_pruned(comparison)
+    assert comparison.sbon.candidates[k].pruned_round is not None
+    page = tables.candidate_detail_html(comparison, k)
+    assert 'class="sbon-generated"' in page and 'class="sbon-never"' in page
+    assert f"pruned in round {comparison.sbon.candidates[k].pruned_round}" in page
+    survivor = comparison.sbon.best_id
+    assert 'class="sbon-never"' not in tables.candidate_detail_html(comparison, survivor)
+    assert "Pick a candidate" in tables.candidate_detail_html(comparison, -1)
+
+
+def test_model_text_is_escaped(comparison):
+    d = comparison.to_dict()
+    k = tables.first_pruned(comparison)
+    evil = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+    d["sbon"]["candidates"][k]["text"] = evil
+    d["bon"]["candidates"][k]["text"] = evil + "</div><b>more</b>"
+    comp = Comparison.from_dict(d)
+    page = tables.candidate_detail_html(comp, k)
+    assert "<img" not in page and "<script" not in page and "<b>more" not in page
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+    assert tables.candidates_table(comp).text[k] == evil  # plain string: the table shows it as text
+
+
+# -- savings and trade-off --------------------------------------------------------------------------
+
+def test_savings(comparison):
+    m = comparison.metrics
+    df = tables.savings_table(comparison)
+    rows = dict(zip(df.iloc[:, 0], df.iloc[:, 2]))
+    assert rows["tokens generated"] == str(m["sbon_tokens"]) and rows["speedup (T_BoN / T_SBoN)"] == f"{m['speedup']:.2f}×"
+    bars = figures.tokens_per_candidate(comparison)
+    assert sum(bars.data[0].y) == m["bon_tokens"] and sum(bars.data[1].y) == m["sbon_tokens"]
+    times = figures.phase_times(comparison)
+    assert sum(sum(t.x) for t in times.data) == pytest.approx(comparison.bon.wall_time + comparison.sbon.wall_time)
+    assert "Speculative Rejection returned" in tables.headline(comparison)
+    bon_label, bon_text, sbon_label, sbon_text = tables.returned_texts(comparison)
+    assert bon_text == comparison.bon.best.text and f"candidate {comparison.sbon.best_id}" in sbon_label
+
+
+def test_tradeoff(comparison):
+    grid = figures.tradeoff_table(comparison)
+    expected = tradeoff_grid(comparison.bon, comparison.partials, figures.ALPHAS)
+    assert grid.equals(expected)
+    curves = figures.tradeoff_figure(comparison, "curves")
+    assert [t.name for t in curves.data] == ["τ=4", "τ=8", "τ=16", "this run (sbon)"]
+    heat = figures.tradeoff_figure(comparison, "heatmap")
+    assert len(heat.data[0].z) == 3 and len(heat.data[0].z[0]) == len(figures.ALPHAS)
+    stats = tables.correlation_table(comparison)
+    assert list(stats.tau) == list(partial_final_stats(comparison.bon, comparison.partials).tau)
+    empty = Comparison(comparison.bon, comparison.sbon, {})
+    assert "No counterfactual data" in figures.tradeoff_figure(empty).layout.annotations[0].text
+    assert tables.correlation_table(empty).empty
+
+
+# -- fates, settings, examples, model cache ------------------------------------------------------------------
+
+def test_fates(comparison):
+    names = {fate(c) for c in comparison.sbon.candidates}
+    assert SURVIVED in names and "pruned in round 1" in names
+    assert fate_color(SURVIVED) != fate_color(FINISHED_EARLY) != fate_color("pruned in round 1")
+    assert fate_color("pruned in round 1") != fate_color("pruned in round 2")
+
+
+def test_settings_coerce_and_check():
+    s = RunSettings.from_inputs(prompt="hi", n=8.0, alpha=0.25, max_new_tokens=32.0, seed=3)
+    assert (s.n, s.max_new_tokens, s.seed) == (8, 32, 3)
+    s.check()
+    assert s.comparison_kwargs()["kv_budget"] is None  # 0 means automatic
+    for values, message in [
+        (dict(prompt="  "), "prompt is empty"),
+        (dict(prompt="hi", n=0), "N must be at least 1"),
+        (dict(prompt="hi", n=2.5), "whole number"),
+        (dict(prompt="hi", n=None), "n is empty"),
+        (dict(prompt="hi", alpha=1.0), "alpha"),
+        (dict(prompt="hi", method="sbon-tau", tau=64, max_new_tokens=64), "tau=64 must be below"),
+        (dict(prompt="hi", method="bon"), "unknown method"),
+        (dict(prompt="hi", generator="no-such-model"), "unknown generator"),
+        (dict(prompt="hi", top_p=0), "top_p"),
+        (dict(prompt="hi", n=10_000), "more than this app runs"),
+        (dict(prompt="hi", temperature="warm"), "must be a number"),
+    ]:
+        with pytest.raises(SBoNError, match=message):
+            RunSettings.from_inputs(**values).check()
+
+
+def test_examples_carry_a_content_note_on_harmful_prompts():
+    examples = load_examples()
+    assert len(examples) >= 6
+    assert {e.source for e in examples} == {"alpaca_eval", "hh-rlhf"}
+    noted = [e for e in examples if e.content_note]
+    assert noted and all(e.source == "hh-rlhf" and e.label.startswith("⚠") for e in noted)
+
+
+def test_model_cache_loads_once_per_name_and_device(monkeypatch):
+    import components.model_cache as mc
+
+    monkeypatch.setattr(mc, "_warm_up", lambda gen: None)
+    loads = []
+    cache = ModelCache(size=2, load_gen=lambda name, device: loads.append(("gen", name)) or f"G:{name}",
+                       load_rew=lambda name, generator, device: loads.append(("rew", name)) or f"R:{name}:{generator}")
+    assert cache.get("a", "likelihood") == ("G:a", "R:likelihood:G:a")
+    assert cache.get("a", "likelihood") == ("G:a", "R:likelihood:G:a") and len(loads) == 2
+    assert cache.is_loaded("a", "likelihood") and not cache.is_loaded("b", "likelihood")
+    cache.get("b", "likelihood")  # the likelihood reward is one per generator
+    assert loads[-2:] == [("gen", "b"), ("rew", "likelihood")]
+    cache.get("c", "rm")
+    assert not cache.is_loaded("a", "likelihood")  # least recently used went first
+
+
+def test_recorded_run_ships_and_replays():
+    comp = Comparison.load(RECORDED)
+    assert 16 <= comp.n <= 32 and comp.sbon.decision_points and comp.partials
+    for build in (lambda: figures.partial_final_scatter(comp, 1), lambda: rounds_animation(comp.sbon),
+                  lambda: figures.tradeoff_figure(comp), lambda: tables.candidates_table(comp)):
+        build()
+    assert json.loads(comp.to_json())["format"] == "sbon-comparison/1"
+    assert not math.isnan(comp.metrics["normalized_score"])
