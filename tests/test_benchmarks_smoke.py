@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import pytest
 
-from benchmarks import common, counterfactual, engine, memory, table1
+from benchmarks import common, counterfactual, engine, kvcache, memory, table1
 from benchmarks.__main__ import build_parser, main
 
 N, TOKENS = 4, 12
@@ -26,7 +26,7 @@ def prompts():
 
 def test_parser_knows_every_experiment():
     parser = build_parser()
-    for name in ("table1", "counterfactual", "memory", "engine"):
+    for name in ("table1", "counterfactual", "memory", "engine", "kvcache"):
         args = parser.parse_args([name])
         assert args.experiment == name and args.n == 32 and args.max_new_tokens == 256
     assert parser.parse_args(["table1"]).k == 20
@@ -68,8 +68,9 @@ def test_counterfactual_and_recompute_from_file(gen, likelihood, prompts, tmp_pa
 
 def test_memory(gen, likelihood, prompts, tmp_path):
     # 2B candidates must fit in B x (prompt + new tokens) at their first token: new tokens > prompt
-    tokens = max(len(gen.encode_prompt(p["instruction"])) for p in prompts) + 4
-    result = memory.run_memory(gen, likelihood, prompts, b=1, factor=2, max_new_tokens=tokens, quiet=True)
+    # (one prompt: at batch size 1 the steps are many and slow)
+    tokens = len(gen.encode_prompt(prompts[0]["instruction"])) + 4
+    result = memory.run_memory(gen, likelihood, prompts[:1], b=1, factor=2, max_new_tokens=tokens, quiet=True)
     assert result["sizes"] == [1, 2] and not result["summary"]["skipped_prompts"]
     for r in result["rows"]:
         assert r["bo1_time"] <= r["bo2_time"] and r["bo1_reward"] <= r["bo2_reward"]
@@ -86,6 +87,13 @@ def test_engine(gen, likelihood, prompts, tmp_path):
         assert 0 <= r["sbon_reward_share"] < 1
     assert s["ours_tok_per_s"] > 0 and s["hf_tok_per_s"] > 0 and len(result["targets"]) == 2
     assert common.write_plot(engine.plot(result), tmp_path / "e.html").stat().st_size > 0
+
+
+def test_kvcache_growable_layer_gives_identical_candidates(gen, prompts, monkeypatch):
+    monkeypatch.setattr(kvcache, "MIN_HEADROOM", 2)  # reallocate within the few tokens of the test
+    result = kvcache.run_kvcache(gen, prompts, n=N, max_new_tokens=TOKENS, quiet=True)
+    assert result["summary"]["all_identical"] and len(result["rows"]) == 2
+    assert not hasattr(gen, "start") or "start" not in vars(gen), "the generator is left as it was"
 
 
 def test_peak_rss_sees_torch_allocations():
