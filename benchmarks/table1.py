@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from sbon.algorithms import best_of_n, speculative_bon_tau, speculative_rejection
+from sbon.algorithms import best_of_n, plan_budget, speculative_bon_tau, speculative_rejection
 from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import best_of_m_reward, best_of_m_size, compare, normalized_score, speedup, token_rate
 from sbon.rewards import RewardModel
@@ -21,6 +21,28 @@ from sbon.rewards import RewardModel
 from . import common
 
 TARGET_SPEEDUP, TARGET_SCORE = 4.0, 98.0
+
+
+def sbon_budget(gen: Generator, prompt: str, n: int, *, first_decision: int | None, kv_budget: int | None,
+                max_new_tokens: int) -> int:
+    """The KV budget (tokens) Speculative Rejection runs in for this prompt."""
+    prompt_tokens = len(gen.encode_prompt(prompt))
+    if kv_budget is None and first_decision is not None:
+        kv_budget = max(n * (prompt_tokens + first_decision), prompt_tokens + max_new_tokens)
+    return plan_budget(gen, prompt_tokens, n, kv_budget, max_new_tokens)[1]
+
+
+def bon_batch_size(gen: Generator, prompt: str, n: int, bon_memory: str, *, method: str, first_decision: int | None,
+                   kv_budget: int | None, max_new_tokens: int) -> int:
+    """Candidates Best-of-N runs at once: all N ("all"), or as many as hold to the end in Speculative
+    Rejection's KV budget ("budget": the paper's setting, where Best-of-N is memory-bound)."""
+    if bon_memory == "all":
+        return n
+    if method != "sbon":
+        raise SystemExit("error: --bon-memory budget needs --method sbon (sbon-tau has no KV budget)")
+    budget = sbon_budget(gen, prompt, n, first_decision=first_decision, kv_budget=kv_budget,
+                         max_new_tokens=max_new_tokens)
+    return max(1, min(n, budget // (len(gen.encode_prompt(prompt)) + max_new_tokens)))
 
 
 def sbon_events(gen: Generator, reward: RewardModel, prompt: str, n: int, *, method: str, alpha: float,
@@ -32,8 +54,8 @@ def sbon_events(gen: Generator, reward: RewardModel, prompt: str, n: int, *, met
         return speculative_bon_tau(gen, reward, prompt, n, alpha=alpha, tau=tau, max_new_tokens=max_new_tokens,
                                    sampling=sampling, seed=seed)
     if kv_budget is None and first_decision is not None:
-        kv_budget = max(n * (len(gen.encode_prompt(prompt)) + first_decision),
-                        len(gen.encode_prompt(prompt)) + max_new_tokens)
+        kv_budget = sbon_budget(gen, prompt, n, first_decision=first_decision, kv_budget=None,
+                                max_new_tokens=max_new_tokens)
     return speculative_rejection(gen, reward, prompt, n, alpha=alpha, kv_budget=kv_budget,
                                  max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
 
@@ -41,19 +63,27 @@ def sbon_events(gen: Generator, reward: RewardModel, prompt: str, n: int, *, met
 def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, n: int = 32,
                max_new_tokens: int = 256, sampling: SamplingConfig | None = None, seed: int = 0,
                method: str = "sbon", alpha: float = 0.5, first_decision: int | None = None,
-               kv_budget: int | None = None, tau: int = 32, best_of_m: bool = True,
+               kv_budget: int | None = None, tau: int = 32, best_of_m: bool = True, bon_memory: str = "all",
                quiet: bool = False) -> dict[str, Any]:
-    """Run the three methods on every prompt; returns per-prompt rows and the averages."""
+    """Run the three methods on every prompt; returns per-prompt rows and the averages.
+
+    bon_memory="all": Best-of-N (and Best-of-M) hold all their candidates at once, as memory allows
+    on a small model; "budget": only as many as fit to the end in Speculative Rejection's KV budget,
+    in sequential batches, as in the paper (where Best-of-N needs more GPUs or more time)."""
     sampling = sampling or SamplingConfig()
     common.warm_up(gen, reward, sampling)
     sb = dict(method=method, alpha=alpha, first_decision=first_decision, kv_budget=kv_budget, tau=tau,
               max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
-    rows, bons = [], []
+    rows, bons, batches = [], [], []
     bar = common.progress(len(prompts) * (3 if best_of_m else 2), "table1", disable=quiet)
     for p in prompts:
         text = p["instruction"]
         bar.set_description(f"table1 prompt {p['id']} BoN")
-        bon = common.drive(best_of_n(gen, reward, text, n, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
+        batch = bon_batch_size(gen, text, n, bon_memory, method=method, first_decision=first_decision,
+                               kv_budget=kv_budget, max_new_tokens=max_new_tokens)
+        batches.append(batch)
+        bon = common.drive(best_of_n(gen, reward, text, n, batch_size=batch, max_new_tokens=max_new_tokens,
+                                     sampling=sampling, seed=seed))
         bar.update()
         bar.set_description(f"table1 prompt {p['id']} SBoN")
         sbon = common.drive(sbon_events(gen, reward, text, n, **sb))
@@ -61,7 +91,7 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
         m = compare(bon, sbon)
         bons.append(bon)
         rows.append({
-            "prompt_id": p["id"], "prompt_tokens": bon.prompt_tokens,
+            "prompt_id": p["id"], "prompt_tokens": bon.prompt_tokens, "bon_batch_size": batch,
             "bon_time": m["bon_time"], "sbon_time": m["sbon_time"], "speedup": m["speedup"],
             "bon_tokens": m["bon_tokens"], "sbon_tokens": m["sbon_tokens"], "token_rate": m["token_rate"],
             "bon_tok_per_s": m["bon_tokens"] / m["bon_time"], "sbon_tok_per_s": m["sbon_tokens"] / m["sbon_time"],
@@ -81,10 +111,10 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
     mean_speedup = common.summarize(speedups)["mean"]
     m_size = best_of_m_size(n, mean_speedup)
     if best_of_m:
-        for p, bon, row in zip(prompts, bons, rows):
+        for p, bon, row, batch in zip(prompts, bons, rows, batches):
             bar.set_description(f"table1 prompt {p['id']} BoM (M={m_size})")
-            bom = common.drive(best_of_n(gen, reward, p["instruction"], m_size, max_new_tokens=max_new_tokens,
-                                         sampling=sampling, seed=seed))
+            bom = common.drive(best_of_n(gen, reward, p["instruction"], m_size, batch_size=min(batch, m_size),
+                                         max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
             bar.update()
             coupled = best_of_m_reward(bon, m_size)
             row.update({"bom_time": bom.wall_time, "bom_speedup": speedup(bon.wall_time, bom.wall_time),
@@ -103,7 +133,8 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
         return [r.get(name) for r in rows]
 
     summary = {
-        "prompts": len(rows), "best_of_m": m_size,
+        "prompts": len(rows), "best_of_m": m_size, "bon_memory": bon_memory,
+        "bon_batch_size": common.summarize(batches),
         "speedup": common.summarize(speedups),
         "sbon_score": common.summarize(col("sbon_score")),
         "bom_score": common.summarize(col("bom_score")),
@@ -144,7 +175,7 @@ def methods_table(result: dict[str, Any], n: int) -> pd.DataFrame:
 
 
 def prompts_table(result: dict[str, Any]) -> pd.DataFrame:
-    cols = ["prompt_id", "prompt_tokens", "bon_time", "sbon_time", "bom_time", "speedup", "bom_speedup", "bon_tokens",
+    cols = ["prompt_id", "prompt_tokens", "bon_batch_size", "bon_time", "sbon_time", "bom_time", "speedup", "bom_speedup", "bon_tokens",
             "sbon_tokens", "bom_tokens", "token_rate", "sbon_score", "bom_score", "decision_points", "sbon_reward_share"]
     df = pd.DataFrame(result["rows"])
     return df[[c for c in cols if c in df.columns]]
@@ -183,6 +214,9 @@ def add_parser(sub) -> None:
     g.add_argument("--kv-budget", type=int, default=None, help="sbon: fixed KV budget in tokens for every prompt")
     g.add_argument("--tau", type=int, default=32, help="sbon-tau: decision token")
     g.add_argument("--no-best-of-m", action="store_true", help="skip the timed Best-of-M runs")
+    g.add_argument("--bon-memory", choices=["all", "budget"], default="all",
+                   help="all: Best-of-N holds all N candidates at once; budget: only as many as fit to the end in "
+                        "Speculative Rejection's KV budget, in sequential batches (the paper's memory-bound setting)")
     p.set_defaults(main=main)
 
 
@@ -192,9 +226,10 @@ def main(args: argparse.Namespace) -> int:
     result = run_table1(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, method=args.method, alpha=args.alpha,
                         first_decision=args.first_decision, kv_budget=args.kv_budget, tau=args.tau,
-                        best_of_m=not args.no_best_of_m, quiet=args.quiet)
+                        best_of_m=not args.no_best_of_m, bon_memory=args.bon_memory, quiet=args.quiet)
     settings = {**common.base_settings(args, gen, reward), "method": args.method, "alpha": args.alpha,
-                "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau}
+                "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau,
+                "bon_memory": args.bon_memory}
     json_path, html_path = common.result_paths(args, "table1")
     common.write_json({"experiment": "table1", "settings": settings, "environment": common.environment(gen), **result},
                       json_path)

@@ -49,6 +49,17 @@ def test_table1(gen, likelihood, prompts, tmp_path):
     assert common.write_plot(table1.plot(result, N), tmp_path / "t.html").stat().st_size > 0
 
 
+def test_table1_memory_bound_best_of_n_batch(gen, prompts):
+    from sbon.algorithms import FIRST_DECISION_TOKENS
+
+    text = prompts[0]["instruction"]
+    p = len(gen.encode_prompt(text))
+    kw = dict(method="sbon", first_decision=None, kv_budget=None, max_new_tokens=256)
+    assert table1.bon_batch_size(gen, text, 32, "all", **kw) == 32
+    assert table1.bon_batch_size(gen, text, 32, "budget", **kw) == 32 * (p + FIRST_DECISION_TOKENS) // (p + 256)
+    assert table1.bon_batch_size(gen, text, 32, "budget", **{**kw, "first_decision": 256}) == 32
+
+
 def test_counterfactual_and_recompute_from_file(gen, likelihood, prompts, tmp_path):
     raw = counterfactual.generate(gen, likelihood, prompts, n=N, max_new_tokens=TOKENS, taus=[4, 8], quiet=True)
     assert len(raw) == 2 and set(raw[0]["partials"]) == {"4", "8"}
