@@ -46,8 +46,8 @@ def test_coupling_sbon_survivors_equal_bon_candidates(bon, sbon):
     assert all(c.finished for c in survivors)
     assert same_text_rate(survivors, bon.candidates) >= 0.95
     assert same_text_rate(sbon.candidates, bon.candidates) >= 0.95
-    # So SBoN never beats BoN, and it uses fewer tokens.
-    assert sbon.best.final_reward <= bon.best.final_reward
+    # So SBoN never beats BoN (up to the reward's own batch-dependent rounding), and it uses fewer tokens.
+    assert sbon.best.final_reward <= bon.best.final_reward + 1e-4
     assert sbon.total_tokens < bon.total_tokens
 
 
