@@ -247,15 +247,17 @@ def _rejection_rounds(run: _Run, alpha: float, decide: Callable[[int, int, int],
 
 
 def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: int | None,
-                max_new_tokens: int) -> tuple[int, int]:
+                max_new_tokens: int, first_decision: int = FIRST_DECISION_TOKENS) -> tuple[int, int]:
     """Resolve (N, KV budget in tokens) for the memory-budget variant.
 
     The budget counts cached tokens over all live candidates: each holds prompt + generated tokens.
-    Given N, the default budget lets N candidates reach FIRST_DECISION_TOKENS; given the budget,
-    N is as many candidates as reach FIRST_DECISION_TOKENS in it; given neither, the budget is
-    what fits in 90% of the device's free memory.
+    Given N, the default budget lets N candidates reach ``first_decision`` tokens; given the budget,
+    N is as many candidates as reach ``first_decision`` in it; given neither, the budget is what
+    fits in 90% of the device's free memory.
     """
-    per_candidate = prompt_tokens + FIRST_DECISION_TOKENS
+    if first_decision < 1:
+        raise SBoNError(f"first_decision must be at least 1 token, got {first_decision}")
+    per_candidate = prompt_tokens + first_decision
     one_full = prompt_tokens + max_new_tokens
     if kv_budget is None:
         if n is None:
@@ -277,17 +279,19 @@ def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: in
 
 def speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, n: int | None = 16, *,
                           alpha: float = 0.5, kv_budget: int | None = None, max_new_tokens: int = 128,
-                          sampling: SamplingConfig | None = None, seed: int = 0) -> Iterator[Event]:
+                          sampling: SamplingConfig | None = None, seed: int = 0,
+                          first_decision: int = FIRST_DECISION_TOKENS) -> Iterator[Event]:
     """Speculative Rejection with memory-budget rounds (the NeurIPS version).
 
     Candidates generate until the next token would overflow ``kv_budget``; then all candidates
     in contention (finished ones included) are ranked by reward and the lowest fraction alpha is
-    pruned. Repeat until every survivor has finished; return the best finished one.
+    pruned. Repeat until every survivor has finished; return the best finished one. Without a
+    ``kv_budget``, the budget holds N candidates of ``first_decision`` tokens (see plan_budget).
     """
     sampling = sampling or SamplingConfig()
     validate(n, max_new_tokens, sampling, alpha=alpha, kv_budget=kv_budget)
     prompt_tokens = len(gen.encode_prompt(prompt))
-    n, kv_budget = plan_budget(gen, prompt_tokens, n, kv_budget, max_new_tokens)
+    n, kv_budget = plan_budget(gen, prompt_tokens, n, kv_budget, max_new_tokens, first_decision)
     run = _Run("sbon", gen, reward, prompt, n, max_new_tokens, sampling, seed,
                dict(alpha=alpha, kv_budget=kv_budget))
     yield from _rejection_rounds(run, alpha, lambda live, t, _: live * (prompt_tokens + t + 1) > kv_budget)
