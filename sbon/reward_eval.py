@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 import time
@@ -25,10 +26,13 @@ from tqdm import tqdm
 
 from .preference_reward import PreferenceReward, RewardHead, word_count
 from .rewards import CallableReward, LikelihoodReward, RewardModel
-from .train_reward import (SEED, Pair, accuracy, embed_cached, head_margins, is_validation, length_margins,
-                           load_pairs, read_jsonl)
+from .results import Candidate
+from .train_reward import (CACHE_DIR, SEED, Pair, accuracy, embed_cached, head_margins, is_validation, length_margins,
+                           load_pairs, read_jsonl, text_key)
 
-LLM_INSTRUCTIONS = 12  # validation AlpacaEval instructions whose pairs the SmolLM2 baselines score
+# The SmolLM2 baselines score all pairs of these many random validation AlpacaEval instructions
+# and this many random validation HH pairs: a forward pass per response keeps --eval in minutes.
+LLM_INSTRUCTIONS, LLM_HH_PAIRS = 6, 40
 LLM_MAX_TOKENS = 256  # SmolLM2 baselines see at most this many response tokens, like the encoder
 KENDALL_PROMPTS, KENDALL_N, KENDALL_MAX_NEW_TOKENS, KENDALL_AT = 10, 32, 128, (32, 64)
 JUDGE_QUESTION = ("Here is a request and a response to it.\n\nRequest: {prompt}\n\nResponse: {response}\n\n"
@@ -76,48 +80,96 @@ def reward_margins(reward: RewardModel, pairs: list[Pair], desc: str) -> list[fl
         by_prompt.setdefault(p.prompt, set()).update((p.better, p.worse))
     scores: dict[tuple[str, str], float] = {}
     for prompt, texts in tqdm(by_prompt.items(), desc=desc, unit="prompt"):
-        texts = sorted(texts)
+        texts = sorted(texts, key=len)  # similar lengths share a batch: less padding
         scores.update(zip(((prompt, t) for t in texts), reward.score(prompt, texts)))
     return [scores[p.prompt, p.better] - scores[p.prompt, p.worse] for p in pairs]
 
 
 def llm_subsample(val: list[Pair]) -> list[Pair]:
-    prompts = sorted({p.prompt for p in val if p.source == "alpaca"})
-    chosen = set(random.Random(SEED).sample(prompts, LLM_INSTRUCTIONS))
-    return [p for p in val if p.source == "hh" or (p.source == "alpaca" and p.prompt in chosen)]
+    rng = random.Random(SEED)
+    chosen = set(rng.sample(sorted({p.prompt for p in val if p.source == "alpaca"}), LLM_INSTRUCTIONS))
+    hh = rng.sample([p for p in val if p.source == "hh"], LLM_HH_PAIRS)
+    return [p for p in val if p.source == "alpaca" and p.prompt in chosen] + hh
+
+
+def length_matched(pairs: list[Pair], max_log_ratio: float = 0.25) -> list[Pair]:
+    """Pairs whose word counts differ by less than about 28%: what is left once length is (mostly) controlled."""
+    return [p for p in pairs if abs(math.log((word_count(p.better) + 1) / (word_count(p.worse) + 1))) < max_log_ratio]
+
+
+@torch.inference_mode()
+def token_logprobs(gen, prompt_ids: list[int], rows: list[list[int]]) -> list[torch.Tensor]:
+    """Log-probability of every response token under the generator, one forward pass for all rows.
+
+    The likelihood reward of any prefix is then the mean of a prefix of these: exact for the
+    generator's own tokens and much cheaper than rescoring each partial text.
+    """
+    p = len(prompt_ids)
+    ids = torch.zeros(len(rows), p + max(map(len, rows)), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, :p + len(r)], mask[i, :p + len(r)] = torch.tensor(prompt_ids + r), 1
+    hidden = gen.model.model(input_ids=ids.to(gen.device), attention_mask=mask.to(gen.device)).last_hidden_state
+    out = []
+    for i, r in enumerate(rows):  # position p - 1 + k predicts response token k
+        logits = gen.model.lm_head(hidden[i, p - 1:p - 1 + len(r)]).float()
+        out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(r, device=gen.device)[:, None]).squeeze(-1).cpu())
+    return out
+
+
+def candidates(gen, prompt: str) -> list[Candidate]:
+    """N sampled SmolLM2 candidates for a prompt, cached: generating them is most of --eval's time on a CPU."""
+    from .algorithms import best_of_n, run
+
+    settings = dict(n=KENDALL_N, max_new_tokens=KENDALL_MAX_NEW_TOKENS, seed=SEED)
+    key = text_key(json.dumps([gen.name, prompt, settings]))
+    path = CACHE_DIR / "kendall_candidates" / f"{key}.json"
+    if path.exists():
+        return [Candidate(c["id"], c["token_ids"], stop_reason=c["stop_reason"]) for c in json.loads(path.read_text())]
+    silent = CallableReward(lambda prompt, texts: [0.0] * len(texts), name="none")  # candidates only
+    cands = run(best_of_n(gen, silent, prompt, **settings)).candidates
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([{"id": c.id, "token_ids": c.token_ids, "stop_reason": c.stop_reason} for c in cands]))
+    return cands
 
 
 def kendall_study(gen, rewards: dict[str, RewardModel], prompts: list[str]) -> tuple[dict, dict]:
-    """Kendall's tau between partial and final rewards of N candidates, averaged over prompts; and latency."""
-    from .algorithms import best_of_n, run
+    """Kendall's tau between partial and final rewards of N candidates, averaged over prompts; and latency.
 
-    taus: dict[str, dict[int, list[float]]] = {name: {t: [] for t in KENDALL_AT} for name in rewards}
+    ``rewards`` score texts; the generator's likelihood is added from token log-probabilities.
+    """
+    names = [*rewards, "smollm2-likelihood"]
+    taus: dict[str, dict[int, list[float]]] = {name: {t: [] for t in KENDALL_AT} for name in names}
     latencies, encoder_tokens, finished_early = [], [], 0
-    silent = CallableReward(lambda prompt, texts: [0.0] * len(texts), name="none")  # candidates only
+    head = rewards["minilm-pref"]
     for prompt in tqdm(prompts, desc="kendall", unit="prompt"):
-        result = run(best_of_n(gen, silent, prompt, n=KENDALL_N, max_new_tokens=KENDALL_MAX_NEW_TOKENS, seed=SEED))
-        finals = [c.text for c in result.candidates]
-        partials = {t: [gen.tokenizer.decode(c.token_ids[:t], skip_special_tokens=True) for c in result.candidates]
-                    for t in KENDALL_AT}
-        finished_early += sum(c.tokens_generated <= max(KENDALL_AT) for c in result.candidates)
+        cands = candidates(gen, prompt)
+        finished_early += sum(c.tokens_generated <= max(KENDALL_AT) for c in cands)
+        scores: dict[str, dict[int | None, list[float]]] = {name: {} for name in names}
+        texts = {t: [gen.tokenizer.decode(c.token_ids[:t], skip_special_tokens=True) for c in cands]
+                 for t in (*KENDALL_AT, None)}  # None: the complete response
         for name, reward in rewards.items():
-            final = reward.score(prompt, finals)
+            scores[name] = {t: reward.score(prompt, texts[t]) for t in texts}
+        # The end-of-turn token is not part of the response text that LikelihoodReward would score.
+        rows = [c.token_ids[:-1] if c.stop_reason == "eos" and len(c.token_ids) > 1 else c.token_ids for c in cands]
+        logprobs = token_logprobs(gen, gen.encode_prompt(prompt), rows)
+        scores["smollm2-likelihood"] = {t: [float(lp[:t].mean()) for lp in logprobs] for t in texts}
+        for name in names:
             for t in KENDALL_AT:
-                tau = kendalltau(reward.score(prompt, partials[t]), final).statistic
+                tau = kendalltau(scores[name][t], scores[name][None]).statistic
                 taus[name][t].append(0.0 if tau != tau else float(tau))  # NaN when a reward is constant
-        head = rewards["minilm-pref"]
-        head.score(prompt, partials[64])  # warm-up
         times = []
-        for _ in range(5):
+        for _ in range(6):
+            head._prompt = None  # time the prompt's embedding too, as for a new prompt
             start = time.perf_counter()
-            head.score(prompt, partials[64])
+            head.score(prompt, texts[64])
             times.append(time.perf_counter() - start)
-        latencies.append(statistics.median(times))
-        encoder_tokens += [len(head.encoder.tokenizer.encode(p)) for p in partials[64]]
+        latencies.append(statistics.median(times[1:]))  # the first call warms up
+        encoder_tokens += [len(head.encoder.tokenizer.encode(p)) for p in texts[64]]
     kendall = {name: {f"{t}_tokens": round(statistics.mean(v), 3) for t, v in by_t.items()} for name, by_t in taus.items()}
     kendall["candidates_finished_by_64_tokens"] = finished_early
-    latency = {"what": f"PreferenceReward.score of {KENDALL_N} partial responses of 64 SmolLM2 tokens, median of 5 "
-                       f"runs, on {torch.get_num_threads()} CPU threads",
+    latency = {"what": f"PreferenceReward.score of {KENDALL_N} partial responses of 64 SmolLM2 tokens (prompt "
+                       f"included), median of 5 runs per prompt, on {torch.get_num_threads()} CPU threads",
                "median_s": round(statistics.median(latencies), 3), "max_s": round(max(latencies), 3),
                "mean_encoder_tokens": round(statistics.mean(encoder_tokens), 1)}
     return kendall, latency
@@ -136,6 +188,14 @@ def evaluate(data_dir: Path, head_dir: Path) -> dict:
         "minilm-pref-nolength": accuracy(val, head_margins(head, val, emb, use_length=False)),
         "length (more words wins)": accuracy(val, length_margins(val)),
     }}
+    matched = length_matched(val)
+    report["validation_length_matched"] = {
+        "what": "validation pairs whose word counts differ by less than 28% (|log ratio| < 0.25)",
+        "pairs": {s: sum(p.source == s for p in matched) for s in counts},
+        "minilm-pref": accuracy(matched, head_margins(head, matched, emb)),
+        "minilm-pref-nolength": accuracy(matched, head_margins(head, matched, emb, use_length=False)),
+        "length (more words wins)": accuracy(matched, length_margins(matched)),
+    }
 
     gen = load_generator("smollm2-135m", device="cpu")
     sub = llm_subsample(val)
@@ -143,8 +203,8 @@ def evaluate(data_dir: Path, head_dir: Path) -> dict:
     cut = [Pair(p.source, p.kind, p.prompt, truncate(tok, p.better, LLM_MAX_TOKENS), truncate(tok, p.worse, LLM_MAX_TOKENS))
            for p in sub]
     report["subsample"] = {
-        "what": f"all pairs of {LLM_INSTRUCTIONS} random validation AlpacaEval instructions and all HH validation "
-                f"pairs; SmolLM2 sees at most {LLM_MAX_TOKENS} tokens of each response",
+        "what": f"all pairs of {LLM_INSTRUCTIONS} random validation AlpacaEval instructions and {LLM_HH_PAIRS} random HH "
+                f"validation pairs; SmolLM2 sees at most {LLM_MAX_TOKENS} tokens of each response",
         "pairs": {s: sum(p.source == s for p in sub) for s in ("alpaca", "hh")},
         "minilm-pref": accuracy(sub, head_margins(head, sub, emb)),
         "length (more words wins)": accuracy(sub, length_margins(sub)),
@@ -157,14 +217,14 @@ def evaluate(data_dir: Path, head_dir: Path) -> dict:
     rewards: dict[str, RewardModel] = {
         "minilm-pref": PreferenceReward.load("cpu"),
         "minilm-pref-nolength": PreferenceReward.load("cpu", use_length=False),
-        "smollm2-likelihood": LikelihoodReward(gen, batch_size=8),
         "length (words)": CallableReward(lambda prompt, texts: [float(word_count(t)) for t in texts], "length"),
     }
     report["kendall_partial_vs_final"], report["latency"] = kendall_study(gen, rewards, prompts)
     report["kendall_partial_vs_final"]["what"] = (
         f"{KENDALL_N} SmolLM2 candidates (best_of_n sampling, seed {SEED}, max_new_tokens "
         f"{KENDALL_MAX_NEW_TOKENS}) for the first {KENDALL_PROMPTS} validation prompts of alpaca_eval_prompts.jsonl; "
-        "Kendall tau-b between the reward of the first t tokens and the final reward, mean over prompts")
+        "Kendall tau-b between the reward of the first t tokens and the final reward, mean over prompts; "
+        "the likelihood is the mean log-probability of the generator's own tokens")
     report["eval_seconds"] = round(time.time() - start)
     out = head_dir / "eval.json"
     out.write_text(json.dumps(report, indent=2) + "\n")

