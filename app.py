@@ -140,24 +140,26 @@ def build_demo() -> gr.Blocks:
                 gr.Markdown(CONTENT_NOTE, elem_id="content-note")
                 prompt_note = gr.Markdown(visible=False, elem_id="prompt-note")
                 method = gr.Radio(method_choices(), value=DEFAULTS.method, label="Method", elem_id="method")
+                # Numbers carry no minimum/maximum: RunSettings checks them, so a bad value gets our
+                # one-line message instead of Gradio's generic preprocessing error.
                 with gr.Row():
-                    n = gr.Number(DEFAULTS.n, label="N (candidates)", precision=0, minimum=1, elem_id="n")
+                    n = gr.Number(DEFAULTS.n, label="N (candidates)", precision=0, elem_id="n")
                     alpha = gr.Slider(0.0, 0.95, DEFAULTS.alpha, step=0.05, label="α (rejection rate)", elem_id="alpha")
                 with gr.Row():
                     kv_budget = gr.Number(DEFAULTS.kv_budget, label="KV budget (tokens; 0 = N × (prompt + 16))",
-                                          precision=0, minimum=0, elem_id="kv-budget")
-                    tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0, minimum=1,
+                                          precision=0, elem_id="kv-budget")
+                    tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0,
                                     visible=DEFAULTS.method == "sbon-tau", elem_id="tau")
                     max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
-                                               minimum=1, elem_id="max-new-tokens")
+                                               elem_id="max-new-tokens")
                 with gr.Accordion("Models and sampling", open=False):
                     generator = gr.Dropdown(generator_choices(), value=DEFAULTS.generator, label="Generator",
                                             allow_custom_value=True, info="a preset, a local folder or a hub id")
                     reward = gr.Dropdown(reward_choices(), value=DEFAULTS.reward, label="Reward model",
                                          allow_custom_value=True)
                     with gr.Row():
-                        temperature = gr.Number(DEFAULTS.temperature, label="temperature", minimum=0)
-                        top_p = gr.Number(DEFAULTS.top_p, label="top-p", minimum=0, maximum=1)
+                        temperature = gr.Number(DEFAULTS.temperature, label="temperature")
+                        top_p = gr.Number(DEFAULTS.top_p, label="top-p")
                         seed = gr.Number(DEFAULTS.seed, label="seed", precision=0)
                     gr.Markdown(f"Models run on **{MODELS.device()}**; they load on the first Run and stay loaded.")
                 with gr.Row():

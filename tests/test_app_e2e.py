@@ -1,0 +1,236 @@
+"""The explorer in a real browser: `python app.py` on a free port, driven by Playwright + chromium.
+
+One small live run on the embedded model (N=6, 24 tokens), then replays, bad input and uploads,
+which need no model. Skipped only when Playwright or chromium is missing.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).exists():
+    pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+RUN_TIMEOUT_MS = 400_000  # generous: the CPU may be shared; on a quiet 2-core machine the run takes well under a minute
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("app") / "app.log"
+    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 120
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                pytest.fail(f"the app did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.goto(server)
+    page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)  # the recorded run is shown on start
+    yield page
+    context.close()
+
+
+def _tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def _text(page, selector: str) -> str:
+    return page.locator(selector).inner_text()
+
+
+def _saved_run(tmp_path, change) -> str:
+    """The shipped recording, changed by ``change(dict)``, as a file to upload."""
+    d = json.loads((ROOT / "assets" / "recorded_run.json").read_text())
+    change(d)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(d))
+    return str(path)
+
+
+def test_page_opens_on_the_recorded_run(page):
+    recorded = json.loads((ROOT / "assets" / "recorded_run.json").read_text())
+    assert "recorded run" in _text(page, "#run-source")
+    first = recorded["sbon"]["decision_points"][0]
+    assert page.locator("#scatter .scatterlayer .point").count() == len(first["contenders"])
+    assert "Pearson" in _text(page, "#scatter") and "Round" in _text(page, "#live-plot")
+
+
+def test_live_run_fills_every_view_then_the_recording_replays(page):
+    page.locator("#prompt textarea").fill("What is Atlantis?")
+    page.locator("#n input").fill("6")
+    page.locator("#max-new-tokens input").fill("24")
+    clicked = time.perf_counter()
+    page.locator("#run").click()
+    page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Waiting')", timeout=30_000)
+    page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Round 1')", timeout=RUN_TIMEOUT_MS)
+    first_round = time.perf_counter() - clicked
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Done in')", timeout=RUN_TIMEOUT_MS)
+    print(f"\nlive run N=6, 24 tokens: first round drawn after {first_round:.1f} s, "
+          f"final frame after {time.perf_counter() - clicked:.1f} s ({_text(page, '#status')})")
+
+    assert "your run" in _text(page, "#run-source") and "What is Atlantis?" in _text(page, "#run-source")
+    assert page.locator("#scatter .scatterlayer .point").count() == 6  # every candidate contends at round 1
+    assert "Kendall" in _text(page, "#scatter")
+
+    _tab(page, "Candidates")
+    table = page.locator("#candidates-table")
+    table.locator("[role=gridcell]", has_text="pruned in round").first.wait_for()
+    assert table.locator("[role=row]").count() == 7  # header + 6 candidates
+    pruned = table.locator("[role=gridcell]", has_text="pruned in round")
+    assert pruned.count() == 3  # alpha=0.5 of 6
+    before = page.locator("#candidate-picker input").input_value()  # the view opens on the first pruned one
+    pruned.last.click()
+    page.wait_for_function("(before) => document.querySelector('#candidate-picker input').value != before", arg=before)
+    picked = page.locator("#candidate-picker input").input_value().split(" ")[0]
+    assert "pruned" in page.locator("#candidate-picker input").input_value()
+    detail = page.locator("#candidate-detail")
+    detail.get_by_text(f"Candidate {picked}").wait_for()
+    assert "pruned in round 1" in detail.inner_text() and "from Best-of-N" in detail.inner_text()
+    assert detail.locator(".sbon-generated").count() == 1 and detail.locator(".sbon-never").count() == 1
+
+    _tab(page, "Savings")
+    assert "speedup" in _text(page, "#savings-table")
+    assert "Best-of-N returned candidate" in _text(page, "#bon-text")
+
+    _tab(page, "Save and replay")
+    with page.expect_download() as download:
+        page.locator("#download").click()
+    saved = json.loads(Path(download.value.path()).read_text())
+    assert saved["sbon"]["prompt"] == "What is Atlantis?" and len(saved["bon"]["candidates"]) == 6
+    page.locator("#replay-recorded").click()
+    page.wait_for_function("document.querySelector('#run-source').innerText.includes('recorded run')")
+    _tab(page, "Partial vs final reward")
+    page.wait_for_function("document.querySelectorAll('#scatter .scatterlayer .point').length > 6")
+
+
+def test_bad_settings_warn_and_the_app_keeps_serving(page):
+    page.locator("#n input").fill("0")
+    page.locator("#run").click()
+    page.wait_for_function("document.querySelector('#status').innerText.includes('N must be at least 1')")
+    assert page.get_by_text("N must be at least 1").count() >= 1
+    page.locator("#prompt textarea").fill("")
+    page.locator("#n input").fill("4")
+    page.locator("#run").click()
+    page.wait_for_function("document.querySelector('#status').innerText.includes('prompt is empty')")
+    assert page.locator("#run").is_enabled()
+
+
+def test_malformed_upload_gets_a_clear_message(page, tmp_path):
+    _tab(page, "Save and replay")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{this is not a run")
+    page.locator("#upload-run input[type=file]").set_input_files(str(bad))
+    page.wait_for_function("document.querySelector('#status').innerText.includes('could not replay')")
+    assert "invalid JSON" in _text(page, "#status")
+    assert "recorded run" in _text(page, "#run-source")  # the previous views stay
+
+
+def test_uploaded_model_text_is_shown_as_text(page, tmp_path):
+    evil = '<img src=x onerror="window.__pwned=1">'
+
+    def change(d):
+        k = next(c["id"] for c in d["sbon"]["candidates"] if c["pruned_round"] is not None)
+        d["sbon"]["candidates"][k]["text"] = evil
+        d["bon"]["candidates"][k]["text"] = evil + "<b>continued</b>"
+
+    _tab(page, "Save and replay")
+    page.locator("#upload-run input[type=file]").set_input_files(_saved_run(tmp_path, change))
+    page.wait_for_function("document.querySelector('#run-source').innerText.includes('uploaded file')")
+    _tab(page, "Candidates")
+    detail = page.locator("#candidate-detail")
+    detail.get_by_text(evil).wait_for()
+    assert detail.locator("img").count() == 0 and detail.locator("b", has_text="continued").count() == 0
+    assert page.evaluate("window.__pwned") is None
+
+
+def test_two_sessions_keep_their_own_results(browser, server, tmp_path):
+    pages = []
+    for _ in range(2):
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pages.append(context.new_page())
+        pages[-1].goto(server)
+        pages[-1].wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
+    a, b = pages
+
+    def change(d):
+        for run in ("bon", "sbon"):
+            d[run]["prompt"] = "SESSION A"
+            d[run]["candidates"][0]["text"] = "only session A sees this"
+
+    _tab(a, "Save and replay")
+    a.locator("#upload-run input[type=file]").set_input_files(_saved_run(tmp_path, change))
+    a.wait_for_function("document.querySelector('#run-source').innerText.includes('SESSION A')")
+    # B still works on its own comparison: picking candidate 0 shows the recorded text, not A's.
+    _tab(b, "Candidates")
+    b.locator("#candidate-picker input").click()
+    b.get_by_role("option", name="1 · ", exact=False).first.click()
+    b.locator("#candidate-picker input").click()
+    b.get_by_role("option", name="0 · ", exact=False).first.click()
+    b.locator("#candidate-detail").get_by_text("Candidate 0").wait_for()
+    assert "only session A sees this" not in _text(b, "#candidate-detail")
+    assert "SESSION A" not in _text(b, "#run-source")
+    for p in pages:
+        p.context.close()
+
+
+def test_stop_cancels_a_run_cleanly(page):
+    page.locator("#prompt textarea").fill("What is Atlantis?")
+    page.locator("#n input").fill("6")
+    page.locator("#max-new-tokens input").fill("24")
+    page.locator("#run").click()
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Speculative Rejection')",
+                           timeout=RUN_TIMEOUT_MS)  # generating (the model is loaded by now)
+    page.locator("#stop").click()
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')")
+    assert page.locator("#run").is_enabled()
+    assert "recorded run" in _text(page, "#run-source")  # the views keep what they showed
+    time.sleep(3)  # a cancelled run must not overwrite the views afterwards
+    assert "Stopped" in _text(page, "#status") and "recorded run" in _text(page, "#run-source")
