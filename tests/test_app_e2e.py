@@ -234,3 +234,15 @@ def test_stop_cancels_a_run_cleanly(page):
     assert "recorded run" in _text(page, "#run-source")  # the views keep what they showed
     time.sleep(3)  # a cancelled run must not overwrite the views afterwards
     assert "Stopped" in _text(page, "#status") and "recorded run" in _text(page, "#run-source")
+
+
+def test_compare_api_returns_a_saved_run(server):
+    client_module = pytest.importorskip("gradio_client")
+    from sbon.comparison import Comparison
+
+    client = client_module.Client(server, verbose=False)
+    comp = Comparison.from_json(client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau",
+                                               tau=3, api_name="/compare"))
+    assert comp.n == 2 and comp.sbon.method == "sbon-tau" and comp.sbon.prompt == "Name a colour."
+    with pytest.raises(Exception, match="N must be at least 1"):
+        client.predict(prompt="hi", n=0, api_name="/compare")
