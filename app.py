@@ -36,7 +36,7 @@ EXAMPLES = load_examples()
 CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
 DEFAULTS = RunSettings()
 # The controls, in the order their values reach the handlers (names of RunSettings fields).
-SETTING_NAMES = ("prompt", "method", "n", "alpha", "tau", "kv_budget", "max_new_tokens",
+SETTING_NAMES = ("prompt", "method", "n", "alpha", "tau", "kv_budget", "max_new_tokens", "bon_same_memory",
                  "generator", "reward", "temperature", "top_p", "seed")
 
 INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
@@ -64,7 +64,7 @@ comparison = Comparison.from_json(text)
 print(comparison.metrics["speedup"], comparison.sbon.best.text)
 ```
 Other arguments: `method` ("sbon" or "sbon-tau"), `alpha`, `tau`, `kv_budget` (0 = automatic), `temperature`,
-`top_p`, `seed`, `generator`, `reward`. Requests wait in the same one-at-a-time queue as the Run button."""
+`top_p`, `seed`, `generator`, `reward`, `bon_same_memory`. Requests wait in the same one-at-a-time queue as the Run button."""
 
 CSS = """
 #status { min-height: 2.5em; }
@@ -84,6 +84,11 @@ def last_round(comp: Comparison):
     """The live figure as it looked at the end of a run: its last decision point."""
     views = round_views(comp.sbon)
     return round_figure(views[-1] if views else None, comp.n)
+
+
+def bon_batches(comp: Comparison) -> str:
+    size = comp.bon.settings.get("batch_size") or comp.n
+    return f" · Best-of-N in batches of {size} (same memory)" if size < comp.n else ""
 
 
 def save_for_download(comp: Comparison) -> str:
@@ -106,14 +111,14 @@ def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alp
             tau: int = DEFAULTS.tau, kv_budget: int = DEFAULTS.kv_budget,
             max_new_tokens: int = DEFAULTS.max_new_tokens, temperature: float = DEFAULTS.temperature,
             top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed, generator: str = DEFAULTS.generator,
-            reward: str = DEFAULTS.reward) -> str:
+            reward: str = DEFAULTS.reward, bon_same_memory: bool = DEFAULTS.bon_same_memory) -> str:
     """Run Speculative Rejection and Best-of-N on one prompt with the same seed; return the
     comparison as JSON (load it with sbon.comparison.Comparison.from_json)."""
     try:
         settings = RunSettings.from_inputs(prompt=prompt, n=n, method=method, alpha=alpha, tau=tau,
                                            kv_budget=kv_budget, max_new_tokens=max_new_tokens,
                                            temperature=temperature, top_p=top_p, seed=seed,
-                                           generator=generator, reward=reward)
+                                           generator=generator, reward=reward, bon_same_memory=bon_same_memory)
         settings.check()
         gen, rew = MODELS.get(settings.generator, settings.reward)
         for event in comparison_events(gen, rew, settings.prompt, **settings.comparison_kwargs()):
@@ -152,6 +157,10 @@ def build_demo() -> gr.Blocks:
                                     visible=DEFAULTS.method == "sbon-tau", elem_id="tau")
                     max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
                                                elem_id="max-new-tokens")
+                bon_same_memory = gr.Checkbox(
+                    DEFAULTS.bon_same_memory, label="Best-of-N under the same memory", elem_id="bon-same-memory",
+                    info="run Best-of-N in batches that fit the KV cache Speculative Rejection peaked at, as in the "
+                         "paper; off: all N at once, with memory to spare (then only tokens, not time, are saved on a CPU)")
                 with gr.Accordion("Models and sampling", open=False):
                     generator = gr.Dropdown(generator_choices(), value=DEFAULTS.generator, label="Generator",
                                             allow_custom_value=True, info="a preset, a local folder or a hub id")
@@ -207,7 +216,7 @@ def build_demo() -> gr.Blocks:
                                  type="filepath", elem_id="upload-run")
                 gr.Markdown(API_DOC)
 
-        controls = [prompt, method, n, alpha, tau, kv_budget, max_new_tokens, generator, reward,
+        controls = [prompt, method, n, alpha, tau, kv_budget, max_new_tokens, bon_same_memory, generator, reward,
                     temperature, top_p, seed]
         views = [comparison, source, summary, decision_point, scatter, table, picker, detail, savings, tokens_plot,
                  times_plot, bon_text, sbon_text, rounds_plot, tradeoff_plot, correlations, download]
@@ -222,7 +231,7 @@ def build_demo() -> gr.Blocks:
                 comparison: comp,
                 source: (f"**Showing:** {origin} · `{comp.sbon.generator}` with reward `{comp.sbon.reward}` · "
                          f"{comp.sbon.method}, N={comp.n}, α={s.get('alpha')}, max {s.get('max_new_tokens')} tokens, "
-                         f"seed {s.get('seed')} · prompt: “{comp.sbon.prompt[:120]}”"),
+                         f"seed {s.get('seed')}{bon_batches(comp)} · prompt: “{comp.sbon.prompt[:120]}”"),
                 summary: tables.headline(comp),
                 decision_point: gr.Dropdown(choices=figures.decision_point_choices(comp), value=first_round),
                 scatter: figures.partial_final_scatter(comp, first_round or 1),

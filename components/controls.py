@@ -41,6 +41,7 @@ class RunSettings:
     temperature: float = 0.8
     top_p: float = 0.95
     seed: int = 0
+    bon_same_memory: bool = False  # Best-of-N in batches that fit SBoN's peak KV memory (the paper's setting)
 
     @classmethod
     def from_inputs(cls, **values: Any) -> "RunSettings":
@@ -49,7 +50,9 @@ class RunSettings:
         s = cls()
         for name, value in values.items():
             default = getattr(cls, name)
-            if isinstance(default, str):
+            if isinstance(default, bool):
+                value = bool(value)
+            elif isinstance(default, str):
                 value = "" if value is None else str(value)
             elif isinstance(default, int):
                 value = _integer(name, value)
@@ -82,7 +85,7 @@ class RunSettings:
         """Keyword arguments of :func:`sbon.comparison.comparison_events` after the prompt."""
         return dict(n=self.n, method=self.method, alpha=self.alpha, tau=self.tau,
                     kv_budget=self.kv_budget or None, max_new_tokens=self.max_new_tokens,
-                    sampling=self.sampling(), seed=self.seed)
+                    sampling=self.sampling(), seed=self.seed, bon_same_memory=self.bon_same_memory)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -94,6 +94,7 @@ def savings_table(comp: Comparison) -> pd.DataFrame:
         ("wall time (s)", f"{bon.wall_time:.2f}", f"{sbon.wall_time:.2f}"),
         ("tokens per second", f"{bon.total_tokens / bon.wall_time:.1f}", f"{sbon.total_tokens / sbon.wall_time:.1f}"),
         ("decision points", "–", len(sbon.decision_points)),
+        ("batches", _batches(bon), 1),
         ("returned candidate", bon.best_id, sbon.best_id),
         ("its final reward", f"{bon.best.final_reward:.3f}", f"{sbon.best.final_reward:.3f}"),
         ("speedup (T_BoN / T_SBoN)", "", f"{m['speedup']:.2f}×"),
@@ -104,6 +105,12 @@ def savings_table(comp: Comparison) -> pd.DataFrame:
     ]
     return pd.DataFrame([(a, str(b), str(c)) for a, b, c in rows],
                         columns=["", "Best-of-N", f"Speculative Rejection ({sbon.method})"])
+
+
+def _batches(bon) -> str:
+    size = bon.settings.get("batch_size") or len(bon.candidates)
+    count = -(-len(bon.candidates) // size)
+    return f"{count} of ≤{size} (same memory as SBoN)" if count > 1 else "1"
 
 
 def headline(comp: Comparison) -> str:

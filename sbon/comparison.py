@@ -209,6 +209,22 @@ class ComparisonDone:
 ComparisonEvent = Union[MethodEvent, CounterfactualScored, ComparisonDone]
 
 
+def peak_kv_tokens(run: RunResult) -> int:
+    """The most KV-cache tokens a run held at once: at step t every candidate still generating holds
+    prompt + t tokens (a candidate of length L is in the cache for steps 1..L)."""
+    lengths = [c.tokens_generated for c in run.candidates]
+    return max((sum(length >= t for length in lengths) * (run.prompt_tokens + t) for t in range(1, max(lengths, default=0) + 1)),
+               default=0)
+
+
+def same_memory_batch_size(sbon: RunResult) -> int:
+    """Best-of-N batch size that fits in the KV memory the SBoN run peaked at: each BoN candidate may
+    need prompt + max_new_tokens tokens. This is the paper's setting, where Best-of-N cannot hold all N
+    complete candidates at once and must run in batches (or on more GPUs)."""
+    full = sbon.prompt_tokens + int(sbon.settings["max_new_tokens"])
+    return max(1, min(len(sbon.candidates), peak_kv_tokens(sbon) // full))
+
+
 def default_taus(max_new_tokens: int, extra: tuple[int, ...] = ()) -> list[int]:
     """Decision tokens for the counterfactual trade-off: fractions of the length, plus ``extra``
     (the real run's decision points), all in [1, max_new_tokens)."""
@@ -219,10 +235,14 @@ def default_taus(max_new_tokens: int, extra: tuple[int, ...] = ()) -> list[int]:
 
 def comparison_events(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, method: str = "sbon",
                       alpha: float = 0.5, tau: int = 32, kv_budget: int | None = None, max_new_tokens: int = 128,
-                      sampling: SamplingConfig | None = None, seed: int = 0,
-                      taus: list[int] | None = None) -> Iterator[ComparisonEvent]:
+                      sampling: SamplingConfig | None = None, seed: int = 0, taus: list[int] | None = None,
+                      bon_same_memory: bool = False) -> Iterator[ComparisonEvent]:
     """Run ``method`` (Speculative Rejection), then Best-of-N with the same prompt, seed and N,
     then the counterfactual prefix rewards; yield every event, then :class:`ComparisonDone`.
+
+    Best-of-N generates all N candidates in one batch, unless ``bon_same_memory``: then it runs in
+    batches that fit the KV memory Speculative Rejection peaked at (:func:`same_memory_batch_size`),
+    which is what makes it slower in the paper. Coupled sampling keeps its candidates the same.
 
     Speculative Rejection runs first so that a UI shows its rounds without waiting for Best-of-N.
     All settings are checked before anything is generated (:class:`SBoNError` on bad input).
@@ -244,7 +264,8 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, n: int =
         if isinstance(event, Done):
             sbon = event.result
     bon = None
-    for event in best_of_n(gen, reward, prompt, len(sbon.candidates), **common):
+    batch_size = same_memory_batch_size(sbon) if bon_same_memory else None
+    for event in best_of_n(gen, reward, prompt, len(sbon.candidates), batch_size=batch_size, **common):
         yield MethodEvent("bon", event)
         if isinstance(event, Done):
             bon = event.result

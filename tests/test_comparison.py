@@ -5,10 +5,11 @@ import json
 import pytest
 
 from sbon.algorithms import Done, RoundStarted
-from sbon.comparison import (Comparison, CounterfactualScored, MethodEvent, comparison_events,
-                             default_taus, run_comparison)
+from sbon.comparison import (Comparison, CounterfactualScored, MethodEvent, comparison_events, default_taus,
+                             peak_kv_tokens, run_comparison, same_memory_batch_size)
 from sbon.errors import SBoNError
 from sbon.metrics import compare
+from sbon.results import Candidate, RunResult
 
 
 def test_events_run_sbon_then_bon_then_the_counterfactual(comparison_events):
@@ -130,9 +131,22 @@ def test_default_taus():
     assert all(1 <= t < 5 for t in default_taus(5))
 
 
-def test_sbon_tau_comparison(gen, likelihood):
+def test_peak_memory_and_the_same_memory_batch():
+    run = RunResult("sbon", "p", "g", "r", {"max_new_tokens": 5}, 10,
+                    [Candidate(0, token_ids=[1, 2, 3]), Candidate(1, token_ids=[1]), Candidate(2, token_ids=[4, 5])])
+    assert peak_kv_tokens(run) == 3 * 11  # step 1: three candidates of 10 + 1 tokens
+    assert same_memory_batch_size(run) == 33 // 15
+    run.prompt_tokens = 100
+    assert same_memory_batch_size(run) == 2  # 3 * 101 // 105
+    assert peak_kv_tokens(RunResult("sbon", "p", "g", "r", {}, 10, [])) == 0
+
+
+def test_sbon_tau_comparison_with_best_of_n_under_the_same_memory(gen, likelihood):
     comp = run_comparison(gen, likelihood, "Name a colour.", 4, method="sbon-tau", tau=4, alpha=0.5,
-                          max_new_tokens=8, seed=2, taus=[])
+                          max_new_tokens=8, seed=2, taus=[], bon_same_memory=True)
     assert comp.sbon.method == "sbon-tau" and comp.partials == {}
+    assert comp.bon.settings["batch_size"] == same_memory_batch_size(comp.sbon) < 4
+    for c in comp.sbon.candidates:  # batches do not change the candidates (coupled sampling)
+        assert comp.bon.candidates[c.id].token_ids[:c.tokens_generated] == c.token_ids
     assert [p.tokens for p in comp.sbon.decision_points] in ([4], [])  # [] if every candidate stopped before tau
     assert Comparison.from_json(comp.to_json()).metrics == comp.metrics
