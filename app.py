@@ -21,15 +21,17 @@ from components import figures, tables
 from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,
                                  reward_choices)
 from components.live import LiveTracker
-from components.model_cache import ModelCache
+from components.model_cache import ModelCache, configure_threads
 from components.rounds import round_figure, round_views, rounds_animation
 from sbon.comparison import Comparison, ComparisonDone, comparison_events
 from sbon.errors import SBoNError
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
 MAX_UPLOAD_BYTES = 20_000_000
+PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
+THREADS = configure_threads()
 log = logging.getLogger("sbon.app")
 
 EXAMPLES = load_examples()
@@ -170,7 +172,9 @@ def build_demo() -> gr.Blocks:
                         temperature = gr.Number(DEFAULTS.temperature, label="temperature")
                         top_p = gr.Number(DEFAULTS.top_p, label="top-p")
                         seed = gr.Number(DEFAULTS.seed, label="seed", precision=0)
-                    gr.Markdown(f"Models run on **{MODELS.device()}**; they load on the first Run and stay loaded.")
+                    gr.Markdown(f"Models run on **{MODELS.device()}**"
+                                + (f" ({THREADS} CPU threads)" if MODELS.device().type == "cpu" else "")
+                                + "; they load on the first Run and stay loaded.")
                 with gr.Row():
                     run_btn = gr.Button("Run SBoN and Best-of-N", variant="primary", elem_id="run")
                     stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="stop")
@@ -181,15 +185,15 @@ def build_demo() -> gr.Blocks:
                 summary = gr.Markdown(elem_id="headline")
 
         with gr.Tabs():
-            with gr.Tab("Partial vs final reward", id="scatter-tab"):
+            with gr.Tab("Partial vs final reward", id="scatter-tab", elem_id="scatter-tab"):
                 decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
                 scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter")
-            with gr.Tab("Candidates", id="candidates-tab"):
+            with gr.Tab("Candidates", id="candidates-tab", elem_id="candidates-tab"):
                 table = gr.Dataframe(label="Every candidate (SBoN run; final rewards of pruned ones from Best-of-N)",
                                      interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
                 picker = gr.Dropdown(label="Candidate", choices=[], elem_id="candidate-picker")
                 detail = gr.HTML(elem_id="candidate-detail")
-            with gr.Tab("Savings", id="savings-tab"):
+            with gr.Tab("Savings", id="savings-tab", elem_id="savings-tab"):
                 savings = gr.Dataframe(interactive=False, elem_id="savings-table")
                 tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot")
                 times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot")
@@ -197,9 +201,10 @@ def build_demo() -> gr.Blocks:
                     bon_text = gr.Textbox(label="Best-of-N returned", lines=8, interactive=False, elem_id="bon-text")
                     sbon_text = gr.Textbox(label="Speculative Rejection returned", lines=8, interactive=False,
                                            elem_id="sbon-text")
-            with gr.Tab("Rounds replay", id="rounds-tab"):
-                rounds_plot = gr.Plot(label="Rounds (press Play)", elem_id="rounds-plot")
-            with gr.Tab("Trade-off", id="tradeoff-tab"):
+            with gr.Tab("Rounds replay", id="rounds-tab", elem_id="rounds-tab"):
+                play_btn = gr.Button("▶ Play the rounds", size="sm", elem_id="play-rounds")
+                rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot")
+            with gr.Tab("Trade-off", id="tradeoff-tab", elem_id="tradeoff-tab"):
                 gr.Markdown("Speculative Best-of-N with decision token τ and rejection rate α, **replayed on the "
                             "Best-of-N candidates** (no new generation): what each setting would have returned "
                             "and how many tokens it would have generated.")
@@ -208,7 +213,7 @@ def build_demo() -> gr.Blocks:
                 correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each τ "
                                                   "(oracle cut c*: the fraction that could be pruned keeping the best)",
                                             interactive=False, elem_id="correlations")
-            with gr.Tab("Save and replay", id="replay-tab"):
+            with gr.Tab("Save and replay", id="replay-tab", elem_id="replay-tab"):
                 with gr.Row():
                     download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
                     replay_btn = gr.Button("Show the recorded run again", elem_id="replay-recorded")
@@ -330,6 +335,12 @@ def build_demo() -> gr.Blocks:
             k = int(evt.row_value[0])
             return k, tables.candidate_detail_html(comp, k)
 
+        def on_play(comp: Comparison | None) -> Iterator:
+            # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
+            for i in range(len(comp.sbon.decision_points) if comp else 0):
+                yield rounds_animation(comp.sbon, i)
+                time.sleep(PLAY_STEP_S)
+
         def on_tradeoff_kind(comp: Comparison | None, kind: str):
             return figures.tradeoff_figure(comp, kind) if comp else gr.skip()
 
@@ -343,6 +354,7 @@ def build_demo() -> gr.Blocks:
         decision_point.change(on_decision_point, inputs=[comparison, decision_point], outputs=scatter, **private)
         picker.change(on_pick, inputs=[comparison, picker], outputs=detail, **private)
         table.select(on_table_select, inputs=comparison, outputs=[picker, detail], **private)
+        play_btn.click(on_play, inputs=comparison, outputs=rounds_plot, show_progress="hidden", **private)
         tradeoff_kind.change(on_tradeoff_kind, inputs=[comparison, tradeoff_kind], outputs=tradeoff_plot, **private)
         upload.upload(on_upload, inputs=[upload, tradeoff_kind], outputs=views + [status, live_plot], **private)
         replay_btn.click(show_recorded, inputs=tradeoff_kind, outputs=views + [status, live_plot], **private)

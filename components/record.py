@@ -16,9 +16,9 @@ from sbon.algorithms import CandidatesPruned
 from sbon.errors import SBoNError
 
 from .controls import ASSETS, RunSettings, load_examples
-from .model_cache import ModelCache
+from .model_cache import ModelCache, configure_threads
 
-RECORDED_WITH = "python -m components.record --n 24 --alpha 0.25 --max-new-tokens 96"
+RECORDED_WITH = "SBON_THREADS=1 python -m components.record --n 24 --alpha 0.25 --max-new-tokens 96"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reward", default=d.reward)
     p.add_argument("--out", default=str(ASSETS / "recorded_run.json"))
     args = p.parse_args(argv)
+    configure_threads()
     try:
         settings = RunSettings.from_inputs(**{k: v for k, v in vars(args).items() if k != "out"})
         settings.check()

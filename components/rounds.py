@@ -81,7 +81,9 @@ def _title(view: RoundView) -> str:
             f"kept {kept} of {kept + len(view.pruned)} contenders")
 
 
-def _layout(fig: go.Figure, n: int, x_range: list[float] | None, height: int = 420) -> None:
+def _layout(fig: go.Figure, n: int, x_range: list[float] | None, extra: int = 0) -> None:
+    # One row per candidate: the figure grows with N so that the ids stay readable.
+    height = min(1000, max(420, 150 + 16 * n)) + extra
     fig.update_layout(template="plotly_white", height=height, margin=dict(l=60, r=20, t=60, b=50),
                       legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"),
                       xaxis_title="reward at the decision point (● partial, ◆ final)",
@@ -107,28 +109,43 @@ def round_figure(view: RoundView | None, n: int, x_range: list[float] | None = N
     return fig
 
 
-def rounds_animation(run: RunResult) -> go.Figure:
-    """A finished run's decision points as frames, with a slider and a play button."""
+def rounds_animation(run: RunResult, active: int = 0) -> go.Figure:
+    """A finished run's decision points in one figure, with a slider over rounds; ``active`` is the
+    index of the round shown.
+
+    Every round has its own three traces and the slider only toggles which are visible, so the
+    figure needs no plotly animation frames: Gradio's plot component drops frames, and a Play
+    control can step through rounds by re-sending the figure with another ``active`` round."""
     views, n = round_views(run), len(run.candidates)
     if not views:
         fig = go.Figure()
         fig.update_layout(title="No decision point in this run: every candidate finished before the first one")
         _layout(fig, n, None)
         return fig
-    x_range = _x_range(views)
-    fig = go.Figure(data=_traces(views[0], n),
-                    frames=[go.Frame(data=_traces(v, n), name=str(v.round), layout=dict(title=_title(v)))
-                            for v in views])
-    fig.update_layout(title=_title(views[0]))
-    _layout(fig, n, x_range, height=480)
-    step_args = dict(mode="immediate", frame=dict(duration=900, redraw=True), transition=dict(duration=300))
+    active = max(0, min(active, len(views) - 1))
+    fig = go.Figure()
+    for i, v in enumerate(views):
+        fig.add_traces([t.update(visible=i == active, legendgroup=t.name, showlegend=i == active)
+                        for t in _traces(v, n)])
+    per_round = len(fig.data) // len(views)
+
+    def showing(i: int) -> list[bool]:
+        return [j // per_round == i for j in range(len(fig.data))]
+
+    # Each round gets its own x range: scores drift upwards as candidates grow, and one range for
+    # all rounds would squeeze the later cuts into a sliver.
+    ranges = [_x_range([v]) for v in views]
+    fig.update_layout(title=_title(views[active]))
+    _layout(fig, n, ranges[active], extra=60)
     fig.update_layout(
-        updatemenus=[dict(type="buttons", showactive=False, x=0, y=-0.18, xanchor="left", yanchor="top",
-                          buttons=[dict(label="▶ Play", method="animate", args=[None, dict(step_args, fromcurrent=True)]),
-                                   dict(label="❚❚ Pause", method="animate",
-                                        args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))])])],
-        sliders=[dict(active=0, x=0.15, len=0.85, y=-0.12, currentvalue=dict(prefix="round "),
-                      steps=[dict(label=str(v.round), method="animate", args=[[str(v.round)], step_args])
-                             for v in views])],
-        margin=dict(l=60, r=20, t=60, b=120))
+        sliders=[dict(active=active, x=0, len=1, y=-0.08, yanchor="top", currentvalue=dict(prefix="round "),
+                      steps=[dict(label=str(v.round), method="update",
+                                  args=[{"visible": showing(i), "showlegend": showing(i)},
+                                        {"title.text": _title(v), "xaxis.range": ranges[i]}])
+                             for i, v in enumerate(views)])],
+        margin=dict(l=60, r=20, t=60, b=110))
     return fig
+
+
+
+

@@ -93,9 +93,13 @@ def test_round_figure_and_animation(comparison):
     assert list(fig.data[2].x) == [views[0].threshold] * 2
     assert "Waiting" in round_figure(None, 6).layout.title.text
     anim = rounds_animation(comparison.sbon)
-    assert [f.name for f in anim.frames] == ["1", "2"]
-    assert all(len(f.data) == 3 for f in anim.frames)  # frames line up with the traces
-    assert len(anim.layout.sliders[0].steps) == 2
+    assert len(anim.data) == 6 and [t.visible for t in anim.data] == [True] * 3 + [False] * 3
+    steps = anim.layout.sliders[0].steps
+    assert [s.label for s in steps] == ["1", "2"]
+    assert steps[1].args[0]["visible"] == [False] * 3 + [True] * 3 and "Round 2" in steps[1].args[1]["title.text"]
+    second = rounds_animation(comparison.sbon, active=1)
+    assert second.layout.sliders[0].active == 1 and "Round 2" in second.layout.title.text
+    assert rounds_animation(comparison.sbon, active=9).layout.sliders[0].active == 1  # clamped
 
 
 # -- candidates ----------------------------------------------------------------------------------------
