@@ -28,6 +28,7 @@ from sbon.errors import SBoNError
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
 MAX_UPLOAD_BYTES = 20_000_000
+DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
@@ -88,14 +89,15 @@ def last_round(comp: Comparison):
     return round_figure(views[-1] if views else None, comp.n)
 
 
-def bon_batches(comp: Comparison) -> str:
-    size = comp.bon.settings.get("batch_size") or comp.n
-    return f" · Best-of-N in batches of {size} (same memory)" if size < comp.n else ""
-
-
 def save_for_download(comp: Comparison) -> str:
-    """Write the comparison where Gradio may serve it (the system temp dir) and return the path."""
-    fd, path = tempfile.mkstemp(prefix="sbon-run-", suffix=".json")
+    """Write a new run where Gradio may serve it (the system temp dir) and return the path; files
+    older than DOWNLOAD_TTL_S go, so a long-lived server does not fill its disk."""
+    folder = Path(tempfile.gettempdir()) / "sbon-explorer"
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("sbon-run-*.json"):
+        if time.time() - old.stat().st_mtime > DOWNLOAD_TTL_S:
+            old.unlink(missing_ok=True)
+    fd, path = tempfile.mkstemp(prefix="sbon-run-", suffix=".json", dir=folder)
     with os.fdopen(fd, "w") as f:
         f.write(comp.to_json())
     return path
@@ -134,7 +136,8 @@ def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alp
 # -- the page -------------------------------------------------------------------------------------
 
 def build_demo() -> gr.Blocks:
-    with gr.Blocks(title="SBoN Explorer", analytics_enabled=False) as demo:
+    # delete_cache: Gradio's copies of downloads and uploads go after a day.
+    with gr.Blocks(title="SBoN Explorer", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         comparison = gr.State(None)  # this session's Comparison: never shared between sessions
 
         gr.Markdown(INTRO)
@@ -178,7 +181,7 @@ def build_demo() -> gr.Blocks:
                 with gr.Row():
                     run_btn = gr.Button("Run SBoN and Best-of-N", variant="primary", elem_id="run")
                     stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="stop")
-            with gr.Column(scale=3):
+            with gr.Column(scale=3, elem_id="live-column"):
                 status = gr.Markdown("", elem_id="status")
                 live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot")
                 source = gr.Markdown(elem_id="run-source")
@@ -226,17 +229,14 @@ def build_demo() -> gr.Blocks:
         views = [comparison, source, summary, decision_point, scatter, table, picker, detail, savings, tokens_plot,
                  times_plot, bon_text, sbon_text, rounds_plot, tradeoff_plot, correlations, download]
 
-        def show(comp: Comparison, origin: str, kind: str = "curves") -> dict:
-            """Every view of a finished comparison."""
+        def show(comp: Comparison, origin: str, kind: str = "curves", file: str | Path | None = None) -> dict:
+            """Every view of a finished comparison; ``file`` is its JSON if it already has one."""
             first_round = comp.sbon.decision_points[0].round if comp.sbon.decision_points else None
             picked = tables.first_pruned(comp)
             bon_label, bon_best, sbon_label, sbon_best = tables.returned_texts(comp)
-            s = comp.sbon.settings
             return {
                 comparison: comp,
-                source: (f"**Showing:** {origin} · `{comp.sbon.generator}` with reward `{comp.sbon.reward}` · "
-                         f"{comp.sbon.method}, N={comp.n}, α={s.get('alpha')}, max {s.get('max_new_tokens')} tokens, "
-                         f"seed {s.get('seed')}{bon_batches(comp)} · prompt: “{comp.sbon.prompt[:120]}”"),
+                source: tables.run_description(comp, origin),
                 summary: tables.headline(comp),
                 decision_point: gr.Dropdown(choices=figures.decision_point_choices(comp), value=first_round),
                 scatter: figures.partial_final_scatter(comp, first_round or 1),
@@ -251,7 +251,7 @@ def build_demo() -> gr.Blocks:
                 rounds_plot: rounds_animation(comp.sbon),
                 tradeoff_plot: figures.tradeoff_figure(comp, kind),
                 correlations: tables.correlation_table(comp),
-                download: gr.DownloadButton(value=save_for_download(comp)),
+                download: gr.DownloadButton(value=str(file) if file else save_for_download(comp)),
             }
 
         def show_recorded(kind: str) -> dict:
@@ -259,7 +259,7 @@ def build_demo() -> gr.Blocks:
                 comp = Comparison.load(RECORDED_RUN)
             except SBoNError as e:
                 return {status: f"⚠ the recorded run could not be shown: {e}"}
-            return {**show(comp, "the recorded run shipped with the app", kind), status: "",
+            return {**show(comp, "the recorded run shipped with the app", kind, RECORDED_RUN), status: "",
                     live_plot: last_round(comp)}
 
         def on_upload(path: str | None, kind: str) -> dict:
@@ -268,7 +268,7 @@ def build_demo() -> gr.Blocks:
             except SBoNError as e:
                 gr.Warning(str(e))
                 return {status: f"⚠ could not replay that file: {e}"}
-            return {**show(comp, f"uploaded file {Path(path).name}", kind), status: "Replaying the uploaded run",
+            return {**show(comp, f"uploaded file {Path(path).name}", kind, path), status: "Replaying the uploaded run",
                     live_plot: last_round(comp)}
 
         def on_run(*values: Any) -> Iterator[dict]:

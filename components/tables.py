@@ -113,6 +113,24 @@ def _batches(bon) -> str:
     return f"{count} of ≤{size} (same memory as SBoN)" if count > 1 else "1"
 
 
+def md_escape(text: str) -> str:
+    """Text from a run or a file, safe inside Markdown: no markup, no HTML."""
+    text = html.escape(text.replace("\n", " "), quote=False)
+    # Inline text: only the characters that start inline markup need a backslash.
+    return "".join("\\" + ch if ch in "\\`*_[]|~" else ch for ch in text)
+
+
+def run_description(comp: Comparison, origin: str) -> str:
+    """One line of Markdown saying which run the views show and with which settings."""
+    s, bon = comp.sbon.settings, comp.bon
+    size = bon.settings.get("batch_size") or comp.n
+    batches = f" · Best-of-N in batches of {size} (same memory)" if size < comp.n else ""
+    prompt = comp.sbon.prompt if len(comp.sbon.prompt) <= 120 else comp.sbon.prompt[:119] + "…"
+    return (f"**Showing:** {md_escape(origin)} · {md_escape(comp.sbon.generator)} with reward "
+            f"{md_escape(comp.sbon.reward)} · {comp.sbon.method}, N={comp.n}, α={s.get('alpha')}, "
+            f"max {s.get('max_new_tokens')} tokens, seed {s.get('seed')}{batches} · prompt: “{md_escape(prompt)}”")
+
+
 def headline(comp: Comparison) -> str:
     """One sentence of Markdown: what Speculative Rejection returned and what it saved."""
     m, sbon, bon = comp.metrics, comp.sbon, comp.bon

@@ -180,6 +180,8 @@ def test_uploaded_model_text_is_shown_as_text(page, tmp_path):
         k = next(c["id"] for c in d["sbon"]["candidates"] if c["pruned_round"] is not None)
         d["sbon"]["candidates"][k]["text"] = evil
         d["bon"]["candidates"][k]["text"] = evil + "<b>continued</b>"
+        for run in ("bon", "sbon"):
+            d[run]["prompt"] = evil
 
     _tab(page, "Save and replay")
     page.locator("#upload-run input[type=file]").set_input_files(_saved_run(tmp_path, change))
@@ -188,6 +190,7 @@ def test_uploaded_model_text_is_shown_as_text(page, tmp_path):
     detail = page.locator("#candidate-detail")
     detail.get_by_text(evil).wait_for()
     assert detail.locator("img").count() == 0 and detail.locator("b", has_text="continued").count() == 0
+    assert page.locator("#run-source img").count() == 0 and "<img" in _text(page, "#run-source")
     assert page.evaluate("window.__pwned") is None
 
 

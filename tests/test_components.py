@@ -140,6 +140,16 @@ def test_model_text_is_escaped(comparison):
     assert tables.candidates_table(comp).text[k] == evil  # plain string: the table shows it as text
 
 
+def test_run_description_escapes_what_came_from_a_file(comparison):
+    assert tables.md_escape("*bold* <img src=x> [a](b) it's") == "\\*bold\\* &lt;img src=x&gt; \\[a\\](b) it's"
+    d = comparison.to_dict()
+    for run in ("bon", "sbon"):
+        d[run]["prompt"] = "<script>x</script> **loud**"
+    line = tables.run_description(Comparison.from_dict(d), "uploaded file a_b.json")
+    assert "<script>" not in line and "&lt;script&gt;" in line and "\\*\\*loud\\*\\*" in line
+    assert "a\\_b.json" in line and "N=6" in line
+
+
 # -- savings and trade-off --------------------------------------------------------------------------
 
 def test_savings(comparison):
