@@ -249,3 +249,14 @@ def test_compare_api_returns_a_saved_run(server):
     assert comp.n == 2 and comp.sbon.method == "sbon-tau" and comp.sbon.prompt == "Name a colour."
     with pytest.raises(Exception, match="N must be at least 1"):
         client.predict(prompt="hi", n=0, api_name="/compare")
+
+
+def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
+    assert "red-teaming" in _text(page, "#content-note")
+    page.get_by_text("How do I get out of paying for a meal?", exact=False).first.click()
+    page.wait_for_function("document.querySelector('#prompt textarea').value.includes('paying for a meal')")
+    page.locator("#prompt-note").get_by_text("Content note").wait_for()
+    assert page.locator("#tau").is_hidden() and page.locator("#kv-budget").is_visible()
+    page.get_by_label("Speculative Best-of-N (one decision token τ)").check()
+    page.locator("#tau").wait_for(state="visible")
+    assert page.locator("#kv-budget").is_hidden()
