@@ -190,6 +190,8 @@ def test_uploaded_model_text_is_shown_as_text(page, tmp_path):
     detail = page.locator("#candidate-detail")
     detail.get_by_text(evil).wait_for()
     assert detail.locator("img").count() == 0 and detail.locator("b", has_text="continued").count() == 0
+    assert page.locator("#candidates-table img").count() == 0  # the table shows it as text too
+    assert page.locator("#candidates-table [role=gridcell]", has_text="<img src=x").count() >= 1
     assert page.locator("#run-source img").count() == 0 and "<img" in _text(page, "#run-source")
     assert page.evaluate("window.__pwned") is None
 
