@@ -69,13 +69,18 @@ def candidate_detail_html(comp: Comparison, k: int) -> str:
     legend = (f'<span style="{GENERATED_STYLE};padding:0 4px">generated</span>'
               + (f' <span style="{NEVER_STYLE};padding:0 4px">never generated: the Best-of-N continuation, '
                  f'{comp.bon.candidates[k].tokens_generated - c.tokens_generated} more tokens</span>' if continuation else ""))
+    twin = ""
+    if comp.diverged(k):  # bfloat16 rounding flipped a token: show the Best-of-N text on its own
+        twin = (f'<p>Its Best-of-N twin diverged from this text (rounding in reduced precision), so there is no '
+                f'continuation to show; the Best-of-N text was:</p><div style="white-space:pre-wrap;{NEVER_STYLE};'
+                f'text-decoration:none;padding:10px;border-radius:6px">{html.escape(comp.bon.candidates[k].text)}</div>')
     return (f'<div class="sbon-candidate">'
             f'<p><b>Candidate {k}</b> · <span style="color:{fate_color(name)};font-weight:600">{name}</span> · '
             f'{c.tokens_generated} tokens generated{badges}</p>'
             f'<p>partial rewards: {partials} · final reward {final:.3f}{source}</p>'
             f'<div style="white-space:pre-wrap;font-family:ui-monospace,monospace;line-height:1.5;border:1px solid #dee2e6;'
             f'border-radius:6px;padding:10px">{text}</div>'
-            f'<p style="font-size:0.9em">{legend}</p></div>')
+            f'<p style="font-size:0.9em">{legend}</p>{twin}</div>')
 
 
 def first_pruned(comp: Comparison) -> int:

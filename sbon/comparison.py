@@ -61,13 +61,22 @@ class Comparison:
         own = self.sbon.candidates[k].final_reward
         return own if own is not None else self.bon.candidates[k].final_reward
 
+    def diverged(self, k: int) -> bool:
+        """True if candidate k's token ids in the SBoN run are not a prefix of its Best-of-N twin's.
+
+        Coupled sampling makes them equal in float32; in bfloat16 (the default on a GPU) batch-
+        dependent rounding can, rarely, flip a token, and the two texts part from there on."""
+        own, twin = self.sbon.candidates[k].token_ids, self.bon.candidates[k].token_ids
+        return twin[:len(own)] != own
+
     def continuation(self, k: int) -> str:
         """The text candidate k would have generated after it was pruned (from Best-of-N); empty
-        for a candidate that finished. With coupled sampling the pruned text is a prefix of the
-        Best-of-N text, so the continuation is what lies past its length."""
-        if self.sbon.candidates[k].finished:
+        for a candidate that finished or whose twin diverged. With coupled sampling the pruned text
+        is a prefix of the Best-of-N text, so the continuation is what lies past its length."""
+        cand, twin = self.sbon.candidates[k], self.bon.candidates[k]
+        if cand.finished or self.diverged(k) or not twin.text.startswith(cand.text):
             return ""
-        return self.bon.candidates[k].text[len(self.sbon.candidates[k].text):]
+        return twin.text[len(cand.text):]
 
     # -- JSON --------------------------------------------------------------------------------
 

@@ -150,3 +150,12 @@ def test_sbon_tau_comparison_with_best_of_n_under_the_same_memory(gen, likelihoo
         assert comp.bon.candidates[c.id].token_ids[:c.tokens_generated] == c.token_ids
     assert [p.tokens for p in comp.sbon.decision_points] in ([4], [])  # [] if every candidate stopped before tau
     assert Comparison.from_json(comp.to_json()).metrics == comp.metrics
+
+
+def test_a_diverged_twin_has_no_continuation(comparison):
+    d = comparison.to_dict()
+    k = next(c.id for c in comparison.sbon.candidates if c.pruned_round is not None)
+    d["bon"]["candidates"][k]["token_ids"][0] += 1  # as if bfloat16 rounding had flipped the first token
+    comp = Comparison.from_dict(d)
+    assert comp.diverged(k) and comp.continuation(k) == ""
+    assert not comparison.diverged(k) and comparison.continuation(k)

@@ -244,3 +244,11 @@ def test_recorded_run_ships_and_replays():
         build()
     assert json.loads(comp.to_json())["format"] == "sbon-comparison/1"
     assert not math.isnan(comp.metrics["normalized_score"])
+
+
+def test_candidate_detail_of_a_diverged_twin(comparison):
+    d = comparison.to_dict()
+    k = tables.first_pruned(comparison)
+    d["bon"]["candidates"][k]["token_ids"][0] += 1
+    page = tables.candidate_detail_html(Comparison.from_dict(d), k)
+    assert "twin diverged" in page and 'class="sbon-never"' not in page
