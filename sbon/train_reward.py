@@ -130,7 +130,7 @@ def embed_cached(texts: list[str], encoder: TextEncoder | None = None, chunk: in
     """Embeddings of ``texts`` keyed by text hash, computing only those not yet in the cache."""
     path = CACHE_DIR / f"minilm_pref_embeddings_{encoder.max_tokens if encoder else MAX_TOKENS}.pt"
     cache: dict[str, torch.Tensor] = torch.load(path) if path.exists() else {}
-    missing = sorted({t for t in texts if text_key(t) not in cache}, key=len)
+    missing = sorted({t for t in texts if text_key(t) not in cache}, key=lambda t: (len(t), t))  # fixed batches
     if missing:
         encoder = encoder or TextEncoder.load()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,9 +154,9 @@ class PairTensors:
     n_worse: torch.Tensor
 
 
-def pair_tensors(pairs: list[Pair], emb: dict[str, torch.Tensor]) -> PairTensors:
+def pair_tensors(pairs: list[Pair], emb: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> PairTensors:
     def stack(texts):
-        return torch.stack([emb[text_key(t)] for t in texts])
+        return torch.stack([emb[text_key(t)] for t in texts]).to(dtype)
 
     def counts(texts):
         return torch.tensor([word_count(t) for t in texts])
@@ -191,10 +191,11 @@ def lbfgs(params: list[torch.Tensor], loss_fn) -> None:
 def fit_gate(head: RewardHead, pairs: list[Pair], emb: dict[str, torch.Tensor]) -> None:
     """The length gate: a class-balanced logistic classifier, AlpacaEval instruction (1) vs. HH prompt (0)."""
     prompts = sorted({p.prompt: p.source for p in pairs}.items())
-    x = layer_norm(torch.stack([emb[text_key(t)] for t, _ in prompts]))
-    y = torch.tensor([float(s != "hh") for _, s in prompts])
+    x = layer_norm(torch.stack([emb[text_key(t)] for t, _ in prompts]).double())
+    y = torch.tensor([float(s != "hh") for _, s in prompts], dtype=torch.float64)
     w = torch.where(y > 0, 0.5 / y.sum(), 0.5 / (1 - y).sum())
-    weight, bias = torch.zeros(x.shape[1], requires_grad=True), torch.zeros(1, requires_grad=True)
+    weight = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
+    bias = torch.zeros(1, dtype=torch.float64, requires_grad=True)
     lbfgs([weight, bias], lambda: (w * nn.functional.binary_cross_entropy_with_logits(
         x @ weight + bias, y, reduction="none")).sum() + GATE_L2 * weight.square().sum())
     with torch.no_grad():
@@ -210,13 +211,15 @@ def fit_head(pairs: list[Pair], emb: dict[str, torch.Tensor], l2: float = L2,
     the loss is convex and L-BFGS finds its minimum. The L2 penalty applies to the embedding
     weights only.
     """
-    t = pair_tensors(pairs, emb)
-    head = RewardHead(dim=t.e_p.shape[-1])
+    # float64: in float32 L-BFGS stops early, where the loss no longer changes in the 7th digit,
+    # and where it stops then depends on rounding noise in the embeddings.
+    t = pair_tensors(pairs, emb, torch.float64)
+    head = RewardHead(dim=t.e_p.shape[-1]).double()
     fit_gate(head, pairs, emb)
     with torch.no_grad():
         g = head.gate_probability(t.e_p)
         f_better, f_worse = pair_features(t.e_p, t.e_better), pair_features(t.e_p, t.e_worse)
-    w = source_weights(pairs, shares)
+    w = source_weights(pairs, shares).double()
     trained = [head.instruction.weight, head.safety.weight, head.length]
 
     def loss() -> torch.Tensor:
@@ -230,7 +233,7 @@ def fit_head(pairs: list[Pair], emb: dict[str, torch.Tensor], l2: float = L2,
             p.zero_()
     head.gate.requires_grad_(False)
     lbfgs(trained, loss)
-    return head.requires_grad_(False).eval()
+    return head.float().requires_grad_(False).eval()
 
 
 @torch.inference_mode()
@@ -254,6 +257,26 @@ def length_margins(pairs: list[Pair]) -> list[float]:
     return [word_count(p.better) - word_count(p.worse) for p in pairs]
 
 
+def cross_validate(data_dir: Path = DATA_DIR, l2_values: tuple[float, ...] = (1.0, 3.0, 10.0), folds: int = 5) -> None:
+    """k-fold accuracy on the training prompts (never the validation fold): how L2 was chosen."""
+    train_pairs, _ = load_pairs(data_dir)
+    emb = embed_cached(sorted({t for p in train_pairs for t in (p.prompt, p.better, p.worse)}))
+
+    def fold(p: Pair) -> int:
+        return int(hashlib.sha1(("cv" + p.prompt).encode()).hexdigest(), 16) % folds
+
+    print(f"{folds}-fold cross-validation on the training prompts, length baseline:",
+          accuracy(train_pairs, length_margins(train_pairs)))
+    for l2 in l2_values:
+        pairs, margins = [], []
+        for k in range(folds):
+            head = fit_head([p for p in train_pairs if fold(p) != k], emb, l2=l2)
+            held_out = [p for p in train_pairs if fold(p) == k]
+            pairs += held_out
+            margins += head_margins(head, held_out, emb)
+        print(f"l2={l2}:", accuracy(pairs, margins))
+
+
 def train(data_dir: Path = DATA_DIR, out: Path = ASSET_DIR) -> None:
     start = time.time()
     train_pairs, val_pairs = load_pairs(data_dir)
@@ -274,6 +297,7 @@ def train(data_dir: Path = DATA_DIR, out: Path = ASSET_DIR) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sbon.train_reward", description=__doc__.split("\n")[0])
     parser.add_argument("--eval", action="store_true", help="evaluate the shipped head and the baselines instead")
+    parser.add_argument("--cv", action="store_true", help="cross-validate the L2 penalty on the training prompts instead")
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--out", type=Path, default=ASSET_DIR, help="folder of the head (written, or read by --eval)")
     args = parser.parse_args(argv)
@@ -281,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.eval:
         from .reward_eval import evaluate
         evaluate(args.data_dir, args.out)
+    elif args.cv:
+        cross_validate(args.data_dir)
     else:
         train(args.data_dir, args.out)
 
