@@ -204,7 +204,7 @@ def evaluate(data_dir: Path, head_dir: Path) -> dict:
 
     gen = load_generator("smollm2-135m", device="cpu")
     sub = llm_subsample(val)
-    tok = gen.tokenizer  # the SmolLM2 baselines see truncated responses: the cost is quadratic in length
+    tok = gen.tokenizer  # the SmolLM2 baselines see truncated responses, like the encoder, to bound their cost
     cut = [Pair(p.source, p.kind, p.prompt, truncate(tok, p.better, LLM_MAX_TOKENS), truncate(tok, p.worse, LLM_MAX_TOKENS))
            for p in sub]
     report["subsample"] = {
