@@ -20,16 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from sbon.errors import SBoNError
+    from sbon.errors import exit_code
 
-    try:
-        return args.main(args)
-    except SBoNError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return exit_code(lambda: args.main(args))
 
 
 if __name__ == "__main__":

@@ -77,8 +77,9 @@ class _Run:
     """State shared by all methods: the candidates, their random streams and phase timers."""
 
     def __init__(self, method: str, gen: Generator, reward: RewardModel, prompt: str, n: int,
-                 max_new_tokens: int, sampling: SamplingConfig, seed: int, settings: dict):
-        self.prompt_ids = gen.encode_prompt(prompt)
+                 max_new_tokens: int, sampling: SamplingConfig, seed: int, settings: dict,
+                 prompt_ids: list[int] | None = None):
+        self.prompt_ids = gen.encode_prompt(prompt) if prompt_ids is None else prompt_ids
         gen.check_length(self.prompt_ids, max_new_tokens)
         self.method, self.gen, self.reward, self.prompt = method, gen, reward, prompt
         self.max_new_tokens, self.sampling = max_new_tokens, sampling
@@ -290,10 +291,11 @@ def speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, n: i
     """
     sampling = sampling or SamplingConfig()
     validate(n, max_new_tokens, sampling, alpha=alpha, kv_budget=kv_budget)
-    prompt_tokens = len(gen.encode_prompt(prompt))
+    prompt_ids = gen.encode_prompt(prompt)
+    prompt_tokens = len(prompt_ids)
     n, kv_budget = plan_budget(gen, prompt_tokens, n, kv_budget, max_new_tokens, first_decision)
     run = _Run("sbon", gen, reward, prompt, n, max_new_tokens, sampling, seed,
-               dict(alpha=alpha, kv_budget=kv_budget))
+               dict(alpha=alpha, kv_budget=kv_budget), prompt_ids)
     yield from _rejection_rounds(run, alpha, lambda live, t, _: live * (prompt_tokens + t + 1) > kv_budget)
 
 

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from .algorithms import METHODS, Done, RoundStarted, TokensGenerated, validate
 from .engine import SamplingConfig
-from .errors import SBoNError
+from .errors import SBoNError, exit_code
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, load_generator,
                      load_reward)
 from .results import RunResult
@@ -125,11 +125,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     hub_logging.set_verbosity_error()
     tf_logging.set_verbosity_error()
-    try:
-        return cmd_run(args) if args.command == "run" else cmd_presets()
-    except SBoNError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return exit_code(lambda: cmd_run(args) if args.command == "run" else cmd_presets())

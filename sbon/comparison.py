@@ -25,7 +25,7 @@ from .counterfactual import prefix_rewards
 from .engine import Generator, SamplingConfig
 from .errors import SBoNError
 from .metrics import compare
-from .results import RunResult
+from .results import RunResult, dump_json
 from .rewards import RewardModel
 
 FORMAT = "sbon-comparison/1"
@@ -85,10 +85,7 @@ class Comparison:
                 "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics)}
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return dump_json(self.to_dict(), path)
 
     @classmethod
     def from_dict(cls, d: Any) -> "Comparison":

@@ -94,10 +94,7 @@ class RunResult:
         return d
 
     def to_json(self, path: str | Path | None = None) -> str:
-        text = json.dumps(self.to_dict(), indent=1)
-        if path is not None:
-            Path(path).write_text(text)
-        return text
+        return dump_json(self.to_dict(), path)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunResult":
@@ -118,3 +115,11 @@ class RunResult:
             return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as e:
             raise SBoNError(f"not a saved SBoN run (invalid JSON: {e})") from None
+
+
+def dump_json(data: dict[str, Any], path: str | Path | None = None) -> str:
+    """The JSON text of a saved run, also written to `path` when one is given."""
+    text = json.dumps(data, indent=1)
+    if path is not None:
+        Path(path).write_text(text)
+    return text
