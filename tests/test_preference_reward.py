@@ -21,6 +21,20 @@ def test_loads_the_packaged_encoder_and_the_small_committed_head(pref):
     assert pref.score("Hi", []) == []
 
 
+def test_nolength_preset_is_the_same_head_without_its_length_term(pref):
+    from sbon.models import load_reward
+
+    plain = load_reward("minilm-pref-nolength")
+    assert plain.name == "minilm-pref-nolength"
+    prompt = "Give three tips for staying healthy."
+    short, long = "Sleep well.", "Sleep well. " + "Eat vegetables, drink water and walk every day. " * 6
+    # The length term rewards the longer answer to an instruction by far more than the rest of the
+    # head tells these two apart; without it the gap must shrink.
+    with_length = pref.score(prompt, [long])[0] - pref.score(prompt, [short])[0]
+    without = plain.score(prompt, [long])[0] - plain.score(prompt, [short])[0]
+    assert with_length > without + 0.5
+
+
 def test_missing_encoder_is_a_one_line_error(monkeypatch, tmp_path):
     # Without the package the hub copy stands in; make that unreachable at once (a path that is
     # not there) rather than through the hub client's retries.
