@@ -96,8 +96,11 @@ def run_memory(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
         bar.set_postfix(equiv_n=row["equivalent_n"], time_vs_bo_b=f"{row['sbon_time_vs_bo_b']:.2f}")
     bar.close()
     if not rows:
+        # n (p + 1) <= b (p + max_new_tokens)  <=>  p <= (max_new_tokens - factor) / (factor - 1)
+        longest = (max_new_tokens - factor) // (factor - 1) if factor > 1 else max_new_tokens
         raise SystemExit(f"error: no prompt is short enough for {n} candidates in a budget of {b} x (prompt + "
-                         f"{max_new_tokens}) tokens: raise --max-new-tokens or lower --factor")
+                         f"{max_new_tokens}) tokens: with --factor {factor} a prompt may have at most {longest} "
+                         f"tokens; lower --factor (4 allows {(max_new_tokens - 4) // 3}) or raise --max-new-tokens")
 
     def s(name):
         return common.summarize([r[name] for r in rows])
