@@ -145,7 +145,3 @@ def rounds_animation(run: RunResult, active: int = 0) -> go.Figure:
                              for i, v in enumerate(views)])],
         margin=dict(l=60, r=20, t=60, b=110))
     return fig
-
-
-
-

@@ -13,6 +13,7 @@ import pandas as pd
 
 from sbon.comparison import Comparison
 from sbon.counterfactual import partial_final_stats
+from sbon.results import RunResult
 
 from .fates import fate, fate_color
 
@@ -112,8 +113,13 @@ def savings_table(comp: Comparison) -> pd.DataFrame:
                         columns=["", "Best-of-N", f"Speculative Rejection ({sbon.method})"])
 
 
-def _batches(bon) -> str:
-    size = bon.settings.get("batch_size") or len(bon.candidates)
+def _bon_batch_size(bon: RunResult) -> int:
+    """Candidates Best-of-N held at once: all of them unless it ran in batches."""
+    return bon.settings.get("batch_size") or len(bon.candidates)
+
+
+def _batches(bon: RunResult) -> str:
+    size = _bon_batch_size(bon)
     count = -(-len(bon.candidates) // size)
     return f"{count} of ≤{size} (same memory as SBoN)" if count > 1 else "1"
 
@@ -128,7 +134,7 @@ def md_escape(text: str) -> str:
 def run_description(comp: Comparison, origin: str) -> str:
     """One line of Markdown saying which run the views show and with which settings."""
     s, bon = comp.sbon.settings, comp.bon
-    size = bon.settings.get("batch_size") or comp.n
+    size = _bon_batch_size(bon)
     batches = f" · Best-of-N in batches of {size} (same memory)" if size < comp.n else ""
     prompt = comp.sbon.prompt if len(comp.sbon.prompt) <= 120 else comp.sbon.prompt[:119] + "…"
     return (f"**Showing:** {md_escape(origin)} · {md_escape(comp.sbon.generator)} with reward "

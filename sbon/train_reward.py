@@ -155,9 +155,13 @@ class PairTensors:
     n_worse: torch.Tensor
 
 
+def stack_embeddings(texts, emb: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.stack([emb[text_key(t)] for t in texts]).to(dtype)
+
+
 def pair_tensors(pairs: list[Pair], emb: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> PairTensors:
     def stack(texts):
-        return torch.stack([emb[text_key(t)] for t in texts]).to(dtype)
+        return stack_embeddings(texts, emb, dtype)
 
     def counts(texts):
         return torch.tensor([word_count(t) for t in texts])
@@ -192,7 +196,7 @@ def lbfgs(params: list[torch.Tensor], loss_fn) -> None:
 def fit_gate(head: RewardHead, pairs: list[Pair], emb: dict[str, torch.Tensor]) -> None:
     """The length gate: a class-balanced logistic classifier, AlpacaEval instruction (1) vs. HH prompt (0)."""
     prompts = sorted({p.prompt: p.source for p in pairs}.items())
-    x = layer_norm(torch.stack([emb[text_key(t)] for t, _ in prompts]).double())
+    x = layer_norm(stack_embeddings([t for t, _ in prompts], emb, torch.float64))
     y = torch.tensor([float(s != "hh") for _, s in prompts], dtype=torch.float64)
     w = torch.where(y > 0, 0.5 / y.sum(), 0.5 / (1 - y).sum())
     weight = torch.zeros(x.shape[1], dtype=torch.float64, requires_grad=True)
