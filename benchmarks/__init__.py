@@ -1,9 +1,9 @@
 """Benchmarks that reproduce the Speculative Rejection paper's measurements on models we can run.
 
-`python -m benchmarks <experiment> ...`; experiments: table1, counterfactual, memory, engine, and
-kvcache (a proposed engine change, measured).
+`python -m benchmarks <experiment> ...`; experiments: table1, counterfactual, memory, engine,
+kvcache (a proposed engine change, measured) and app (the explorer's click-to-frame times in a browser).
 Each experiment is a function taking a loaded generator and reward (so tests can reuse them),
 and writes a JSON result file (settings, environment, results) and a plotly HTML plot.
 """
 
-EXPERIMENTS = ("table1", "counterfactual", "memory", "engine", "kvcache")
+EXPERIMENTS = ("table1", "counterfactual", "memory", "engine", "kvcache", "app")

@@ -109,7 +109,6 @@ def analyze(raw: Sequence[dict], alphas: Sequence[float] = DEFAULT_ALPHAS, boots
 
 
 def plot(result: dict[str, Any], n: int):
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     grid = pd.DataFrame(result["grid"])

@@ -178,7 +178,6 @@ def prompts_table(result: dict[str, Any]) -> pd.DataFrame:
 
 
 def plot(result: dict[str, Any], n: int):
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     df = pd.DataFrame(result["rows"])

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 from tqdm import tqdm
 
 from .algorithms import METHODS, Done, RoundStarted, TokensGenerated, validate
+from .comparison import Comparison, ComparisonDone, CounterfactualScored, MethodEvent, comparison_events
 from .engine import SamplingConfig
 from .errors import SBoNError, exit_code
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, load_generator,
@@ -40,7 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                    help="generator weights (default: float32 on CPU, bfloat16 on GPU; float32 makes coupling exact)")
-    r.add_argument("--compare", action="store_true", help="also run Best-of-N with the same seed and print the metrics")
+    r.add_argument("--compare", action="store_true",
+                   help="also run Best-of-N with the same seed and print the metrics; --out then saves both runs "
+                        "as a comparison the app can replay")
+    r.add_argument("--bon-same-memory", action="store_true",
+                   help="with --compare: Best-of-N in batches that fit the KV cache the SBoN run peaked at (the "
+                        "paper's memory-bound setting) instead of all N at once")
     r.add_argument("--out", default=None, help="write the full result as JSON here")
     sub.add_parser("presets", help="list the model presets")
     return parser
@@ -57,17 +63,28 @@ def method_kwargs(args: argparse.Namespace, method: str) -> dict:
     return dict(common, alpha=args.alpha, tau=args.tau)
 
 
-def run_with_progress(events, total_tokens: int, label: str) -> RunResult:
-    with tqdm(total=total_tokens, desc=label, unit="tok", file=sys.stderr, leave=False) as bar:
+def with_progress(events: Iterable, max_new_tokens: int, label: str) -> Iterator:
+    """Pass events through unchanged, showing a tqdm bar per algorithm (tokens, round, live candidates).
+    Takes one algorithm's events or a comparison's (each algorithm's events wrapped in MethodEvent)."""
+    bar, name = None, None
+    try:
         for event in events:
-            if isinstance(event, TokensGenerated):
-                bar.update(event.tokens - bar.n)
-                bar.set_postfix(live=len(event.candidate_ids))
-            elif isinstance(event, RoundStarted):
-                bar.set_description(f"{label} round {event.round}")
-            elif isinstance(event, Done):
-                return event.result
-    raise RuntimeError("the algorithm stopped without a result")
+            method, inner = (event.method, event.event) if isinstance(event, MethodEvent) else (label, event)
+            if isinstance(inner, RoundStarted):
+                if method != name:  # the next algorithm of a comparison: a bar of its own
+                    if bar is not None:
+                        bar.close()
+                    bar, name = tqdm(total=max_new_tokens, desc=method, unit="tok", file=sys.stderr, leave=False), method
+                bar.set_description(f"{method} round {inner.round}")
+            elif isinstance(inner, TokensGenerated) and bar is not None:
+                bar.update(inner.tokens - bar.n)
+                bar.set_postfix(live=len(inner.candidate_ids))
+            elif isinstance(inner, CounterfactualScored) and inner.done == 1:
+                print("scoring Best-of-N's prefixes for the trade-off view ...", file=sys.stderr)
+            yield event
+    finally:  # also when the caller stops at the last event it needs
+        if bar is not None:
+            bar.close()
 
 
 def summary(result: RunResult) -> str:
@@ -85,28 +102,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise SBoNError("the prompt is empty: give the model something to answer")
     validate(n=args.n, **method_kwargs(args, args.method))
+    if args.bon_same_memory and not (args.compare and args.method != "bon"):
+        raise SBoNError("--bon-same-memory applies to the Best-of-N run of --compare: add --compare "
+                        "(with --method sbon or sbon-tau)")
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype))
     reward = load_reward(args.reward, generator=gen, device=args.device)
-    result = run_with_progress(METHODS[args.method](gen, reward, args.prompt, args.n, **method_kwargs(args, args.method)),
-                               args.max_new_tokens, args.method)
+    kwargs = method_kwargs(args, args.method)
+    if args.compare and args.method != "bon":
+        kwargs.pop("batch_size", None)
+        events = comparison_events(gen, reward, args.prompt, args.n, method=args.method,
+                                   bon_same_memory=args.bon_same_memory, **kwargs)
+        comparison = next(e.comparison for e in with_progress(events, args.max_new_tokens, args.method)
+                          if isinstance(e, ComparisonDone))
+        report(comparison.sbon)
+        print("\ncompared with Best-of-N (same seed):")
+        for k, v in comparison.metrics.items():
+            print(f"  {k:28s} {v:.3f}" if isinstance(v, float) else f"  {k:28s} {v}")
+        saved: RunResult | Comparison = comparison
+    else:
+        events = METHODS[args.method](gen, reward, args.prompt, args.n, **kwargs)
+        saved = next(e.result for e in with_progress(events, args.max_new_tokens, args.method) if isinstance(e, Done))
+        report(saved)
+    if args.out:
+        saved.to_json(args.out)
+        kind = "the comparison (open it in the app: Save and replay)" if isinstance(saved, Comparison) else "the full result"
+        print(f"\n{kind} written to {args.out}", file=sys.stderr)
+    return 0
+
+
+def report(result: RunResult) -> None:
     print(summary(result))
     print(f"\nbest response (candidate {result.best_id}, final reward {result.best.final_reward:.3f}):\n")
     print(result.best.text)
-    if args.compare and args.method != "bon":
-        from .metrics import compare
-
-        bon = run_with_progress(METHODS["bon"](gen, reward, args.prompt, args.n, **method_kwargs(args, "bon")),
-                                args.max_new_tokens, "bon")
-        print("\ncompared with Best-of-N (same seed):")
-        for k, v in compare(bon, result).items():
-            print(f"  {k:28s} {v:.3f}" if isinstance(v, float) else f"  {k:28s} {v}")
-    if args.out:
-        result.to_json(args.out)
-        print(f"\nfull result written to {args.out}", file=sys.stderr)
-    return 0
 
 
 def cmd_presets() -> int:

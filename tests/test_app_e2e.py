@@ -5,67 +5,34 @@ which need no model. Skipped only when Playwright or chromium is missing.
 """
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+from benchmarks.app_timing import click_run  # noqa: E402
+from benchmarks.browser import CHROMIUM, REPO as ROOT, chromium, serve_app  # noqa: E402
+
 if not Path(CHROMIUM).exists():
     pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 RUN_TIMEOUT_MS = 400_000  # generous: the CPU may be shared; on a quiet 2-core machine the run takes well under a minute
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("app") / "app.log"
-    env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 120
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                pytest.fail(f"the app did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
     try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        with serve_app(tmp_path_factory.mktemp("app") / "app.log") as url:
+            yield url
+    except RuntimeError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture
@@ -107,14 +74,10 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     page.locator("#prompt textarea").fill("What is Atlantis?")
     page.locator("#n input").fill("6")
     page.locator("#max-new-tokens input").fill("24")
-    clicked = time.perf_counter()
-    page.locator("#run").click()
-    page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Waiting')", timeout=30_000)
-    page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Round 1')", timeout=RUN_TIMEOUT_MS)
-    first_round = time.perf_counter() - clicked
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Done in')", timeout=RUN_TIMEOUT_MS)
-    print(f"\nlive run N=6, 24 tokens: first round drawn after {first_round:.1f} s, "
-          f"final frame after {time.perf_counter() - clicked:.1f} s ({_text(page, '#status')})")
+    timing = click_run(page)  # the app benchmark's measurement: click, first decision point drawn, final frame
+    print(f"\nlive run N=6, 24 tokens: first round drawn after {timing['first_round_s']:.1f} s, "
+          f"final frame after {timing['final_frame_s']:.1f} s ({timing['status']})")
+    assert 0 < timing["first_round_s"] < timing["final_frame_s"] and timing["server_done_s"] <= timing["final_frame_s"]
 
     assert "your run" in _text(page, "#run-source") and "What is Atlantis?" in _text(page, "#run-source")
     assert page.locator("#scatter .scatterlayer .point").count() == 6  # every candidate contends at round 1

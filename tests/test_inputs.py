@@ -48,7 +48,8 @@ def test_unknown_generator_name_fails_fast():
 
 def test_cli_errors_are_one_line(capsys):
     for argv in (["run", "--prompt", "hi", "--n", "0"], ["run", "--prompt", "hi", "--alpha", "1.5"],
-                 ["run", "--prompt", "", "--method", "bon"], ["run", "--prompt", "hi", "--generator", "nope"]):
+                 ["run", "--prompt", "", "--method", "bon"], ["run", "--prompt", "hi", "--generator", "nope"],
+                 ["run", "--prompt", "hi", "--bon-same-memory"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
@@ -83,3 +84,21 @@ def test_cli_run_writes_every_field(tmp_path, capsys, monkeypatch, gen):
         assert c["tokens_generated"] == len(c["token_ids"])
     assert any(c["pruned_round"] == 1 for c in data["candidates"])
     assert any(c["partial_rewards"] for c in data["candidates"])
+
+
+def test_cli_compare_saves_a_comparison_the_app_can_replay(tmp_path, capsys, monkeypatch, gen, likelihood):
+    monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)
+    monkeypatch.setattr("sbon.cli.load_reward", lambda *a, **k: likelihood)
+    from sbon.comparison import Comparison
+
+    out = tmp_path / "comparison.json"
+    code = main(["run", "--prompt", PROMPT, "--method", "sbon-tau", "--n", "4", "--tau", "3", "--max-new-tokens", "8",
+                 "--seed", "2", "--compare", "--bon-same-memory", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    comp = Comparison.load(out)
+    assert comp.sbon.method == "sbon-tau" and comp.bon.method == "bon" and comp.n == 4
+    assert comp.partials  # the trade-off view's data is there too
+    assert comp.bon.settings["batch_size"] < 4  # same memory: Best-of-N ran in batches
+    assert f"normalized_score             {comp.metrics['normalized_score']:.3f}" in printed
+    assert f"best response (candidate {comp.sbon.best_id}," in printed

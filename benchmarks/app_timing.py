@@ -1,0 +1,76 @@
+"""How long the explorer app takes, measured in a real browser: the numbers a lecturer waits through.
+
+Starts `python app.py` in a fresh process, opens it in headless Chromium and presses Run with the
+app's default settings (the default prompt, or ``--prompt``). The first click includes loading the
+models; the later ones find them loaded. For each click it measures, in the browser, when the
+first decision point is drawn and when the final frame (every view filled) appears.
+Needs `pip install -r requirements-dev.txt` and Debian's chromium.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from typing import Any
+
+import pandas as pd
+
+from . import common
+from .browser import chromium, serve_app
+
+TIMEOUT_MS = 900_000
+
+
+def click_run(page) -> dict[str, Any]:
+    """Press Run; seconds from the click to the first decision point drawn and to the final frame."""
+    clicked = time.perf_counter()
+    page.locator("#run").click()
+    # The live plot first goes blank ("Waiting ..."), so the old run's frame is not mistaken for the new one's.
+    page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Waiting')", timeout=TIMEOUT_MS)
+    page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Round 1')", timeout=TIMEOUT_MS)
+    first = time.perf_counter() - clicked
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Done in')", timeout=TIMEOUT_MS)
+    final = time.perf_counter() - clicked
+    status = page.locator("#status").inner_text()
+    headline = page.locator("#headline").inner_text()
+    server = re.search(r"Done in ([\d.]+) s", status)
+    return {"first_round_s": first, "final_frame_s": final, "server_done_s": float(server.group(1)) if server else None,
+            "status": status, "headline": headline}
+
+
+def main(args: argparse.Namespace) -> int:
+    json_path, _ = common.result_paths(args, "app")
+    rows = []
+    with serve_app(json_path.with_name(json_path.stem + "_server.log")) as url, chromium() as browser:
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        page.goto(url)
+        page.wait_for_selector("#scatter .scatterlayer .point", timeout=120_000)  # the recorded run is on show
+        if args.prompt:
+            page.locator("#prompt textarea").fill(args.prompt)
+        prompt = page.locator("#prompt textarea").input_value()
+        for i in range(1 + args.runs):
+            row = {"click": i + 1, "models": "loading" if i == 0 else "loaded", **click_run(page)}
+            print(f"click {row['click']} (models {row['models']}): first decision point after "
+                  f"{row['first_round_s']:.1f} s, final frame after {row['final_frame_s']:.1f} s", flush=True)
+            rows.append(row)
+    env = common.environment()
+    env.pop("torch_threads")  # this process's, not the app's: the app reports its own in the page
+    common.write_json({"experiment": "app", "settings": {"prompt": prompt, "runs": args.runs, "defaults": "app",
+                                                     "SBON_THREADS": os.environ.get("SBON_THREADS")},
+                       "environment": env, "clicks": rows}, json_path)
+    df = pd.DataFrame(rows)[["click", "models", "first_round_s", "final_frame_s", "server_done_s"]]
+    common.print_table(f"the app's default run in the browser ({prompt[:60]!r}):", df, "{:.1f}")
+    print(f"\nwrote {json_path}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("app", help="click-to-frame times of the app's default run in headless Chromium",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3, help="clicks after the first (which loads the models)")
+    p.add_argument("--prompt", default=None, help="prompt to run (default: the app's default prompt)")
+    p.add_argument("--out-dir", default=str(common.DEFAULT_OUT_DIR), help="where result files go")
+    p.add_argument("--tag", default=None, help="suffix for the result file names")
+    p.set_defaults(main=main)
