@@ -25,11 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--prompt", required=True)
     r.add_argument("--method", choices=list(METHODS), default="sbon",
                    help="sbon: memory-budget rounds; sbon-tau: single decision token; bon: Best-of-N")
-    r.add_argument("--n", type=int, default=16, help="candidates to start with (default 16)")
+    r.add_argument("--n", type=int, default=None,
+                   help=f"candidates to start with (default {DEFAULT_N}; for sbon with --kv-budget: as many as it holds)")
     r.add_argument("--alpha", type=float, default=0.5, help="rejection rate at each decision point (default 0.5)")
     r.add_argument("--tau", type=int, default=32, help="decision token for sbon-tau (default 32)")
-    r.add_argument("--kv-budget", type=int, default=None,
-                   help="KV cache budget in tokens for sbon (default: N candidates of prompt + 16 tokens)")
+    r.add_argument("--kv-budget", type=kv_budget_arg, default=None,
+                   help="KV cache budget in tokens for sbon, or 'auto' for what fits in 90%% of the device's free "
+                        "memory (default: N candidates of prompt + 16 tokens)")
     r.add_argument("--batch-size", type=int, default=None, help="bon: candidates per batch (default all)")
     r.add_argument("--max-new-tokens", type=int, default=128)
     r.add_argument("--temperature", type=float, default=SamplingConfig.temperature)
@@ -50,6 +52,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="write the full result as JSON here")
     sub.add_parser("presets", help="list the model presets")
     return parser
+
+
+DEFAULT_N = 16
+
+
+def kv_budget_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens or 'auto', got {text!r}") from None
+
+
+def resolve_n(args: argparse.Namespace) -> None:
+    """Fill in N and the budget: sbon given a budget (or 'auto') and no N starts as many candidates as
+    the budget holds, as in the paper; without a budget N defaults to DEFAULT_N."""
+    if args.kv_budget is not None and args.method != "sbon":
+        raise SBoNError(f"--kv-budget applies to --method sbon (memory-budget rounds), not {args.method}")
+    if args.kv_budget == "auto":
+        if args.n is not None:
+            raise SBoNError("--kv-budget auto chooses N from free memory: leave out --n, or give a budget in tokens")
+        args.kv_budget = None  # speculative_rejection given neither N nor a budget measures free memory
+    elif args.n is None and args.kv_budget is None:
+        args.n = DEFAULT_N
 
 
 def method_kwargs(args: argparse.Namespace, method: str) -> dict:
@@ -101,6 +128,7 @@ def summary(result: RunResult) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise SBoNError("the prompt is empty: give the model something to answer")
+    resolve_n(args)
     validate(n=args.n, **method_kwargs(args, args.method))
     if args.bon_same_memory and not (args.compare and args.method != "bon"):
         raise SBoNError("--bon-same-memory applies to the Best-of-N run of --compare: add --compare "

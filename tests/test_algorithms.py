@@ -133,3 +133,17 @@ def test_single_decision_token(gen, likelihood, bon):
 def test_events_end_with_done(gen, likelihood):
     events = list(best_of_n(gen, likelihood, PROMPT, 2, max_new_tokens=4, seed=0))
     assert isinstance(events[-1], Done) and sum(isinstance(e, Done) for e in events) == 1
+
+
+def test_n_comes_from_the_budget_or_free_memory(gen, monkeypatch):
+    """Given a budget and no N, start as many candidates as reach the first decision point in it; given
+    neither, the budget is 90% of the device's free memory (here made small, so the run stays short)."""
+    constant = CallableReward(lambda prompt, responses: [0.0] * len(responses))
+    prompt_tokens = len(gen.encode_prompt(PROMPT))
+    events = speculative_rejection(gen, constant, PROMPT, None, kv_budget=5 * (prompt_tokens + 16) + 3,
+                                   max_new_tokens=8)
+    assert len(next(events).live) == 5
+
+    monkeypatch.setattr(gen, "free_memory_bytes", lambda: 7 * (prompt_tokens + 16) * gen.kv_bytes_per_token() / 0.9)
+    result = run(speculative_rejection(gen, constant, PROMPT, None, max_new_tokens=8))
+    assert len(result.candidates) == 7 and result.settings["kv_budget"] == pytest.approx(7 * (prompt_tokens + 16), abs=1)

@@ -49,7 +49,8 @@ def test_unknown_generator_name_fails_fast():
 def test_cli_errors_are_one_line(capsys):
     for argv in (["run", "--prompt", "hi", "--n", "0"], ["run", "--prompt", "hi", "--alpha", "1.5"],
                  ["run", "--prompt", "", "--method", "bon"], ["run", "--prompt", "hi", "--generator", "nope"],
-                 ["run", "--prompt", "hi", "--bon-same-memory"]):
+                 ["run", "--prompt", "hi", "--bon-same-memory"], ["run", "--prompt", "hi", "--method", "bon",
+                 "--kv-budget", "500"], ["run", "--prompt", "hi", "--kv-budget", "auto", "--n", "4"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
@@ -102,3 +103,13 @@ def test_cli_compare_saves_a_comparison_the_app_can_replay(tmp_path, capsys, mon
     assert comp.bon.settings["batch_size"] < 4  # same memory: Best-of-N ran in batches
     assert f"normalized_score             {comp.metrics['normalized_score']:.3f}" in printed
     assert f"best response (candidate {comp.sbon.best_id}," in printed
+
+
+def test_cli_budget_without_n_starts_as_many_candidates_as_it_holds(tmp_path, monkeypatch, gen, likelihood):
+    monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)
+    monkeypatch.setattr("sbon.cli.load_reward", lambda *a, **k: likelihood)
+    budget = 3 * (len(gen.encode_prompt(PROMPT)) + 16)
+    out = tmp_path / "r.json"
+    assert main(["run", "--prompt", PROMPT, "--kv-budget", str(budget), "--max-new-tokens", "6", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert len(data["candidates"]) == data["settings"]["n"] == 3 and data["settings"]["kv_budget"] == budget
