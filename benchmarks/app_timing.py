@@ -1,10 +1,12 @@
 """How long the explorer app takes, measured in a real browser: the numbers a lecturer waits through.
 
 Starts `python app.py` in a fresh process, opens it in headless Chromium and presses Run with the
-app's default settings (the default prompt, or ``--prompt``). The first click includes loading the
-models; the later ones find them loaded. For each click it measures, in the browser, when the
-first decision point is drawn and when the final frame (every view filled) appears.
-Needs `pip install -r requirements-dev.txt` and Debian's chromium.
+app's default settings (or those given: prompt, N, alpha, max new tokens, Best-of-N under the same
+memory). The first click includes loading the models; the later ones find them loaded. For each
+click it measures, in the browser, when the first decision point is drawn and when the final frame
+(every view filled) appears. ``--screenshots DIR`` then saves a picture of each view of the last
+run: the README's screenshots are made this way. Needs `pip install -r requirements-dev.txt` and
+Debian's chromium.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import os
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -40,29 +43,79 @@ def click_run(page) -> dict[str, Any]:
             "status": status, "headline": headline}
 
 
+def set_controls(page, args: argparse.Namespace) -> None:
+    """Type the settings given on the command line into the page's controls; the rest keep the app's defaults."""
+    for selector, value in (("#prompt textarea", args.prompt), ("#n input", args.n), ("#alpha input[type=number]", args.alpha),
+                            ("#max-new-tokens input", args.max_new_tokens)):
+        if value is not None:
+            page.locator(selector).fill(str(value))
+            page.locator(selector).press("Tab")  # commit the value, as a user leaving the field does
+    if args.bon_same_memory:
+        page.locator("#bon-same-memory input[type=checkbox]").check()
+
+
+def screenshots(page, folder: Path) -> list[Path]:
+    """A picture of each view of the run on show (the README's screenshots)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+
+    def shot(name: str, selector: str | None = None) -> None:
+        page.wait_for_timeout(1000)  # let plotly finish drawing
+        paths.append(folder / name)
+        if selector:
+            page.locator(selector).screenshot(path=str(paths[-1]))
+        else:  # the top of the page
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=str(paths[-1]))
+
+    def tab(name: str) -> None:
+        page.get_by_role("tab", name=name).click()
+
+    shot("overview.png")
+    shot("live.png", "#live-plot")
+    tab("Partial vs final reward")
+    shot("scatter.png", "#scatter")
+    tab("Candidates")  # with a candidate pruned in the last round selected
+    page.locator("#candidates-table [role=gridcell]", has_text="pruned in round").last.click()
+    page.keyboard.press("Escape")  # close the cell menu the click opened
+    page.locator("#candidate-detail .sbon-generated").wait_for()
+    shot("candidates.png", "#candidates-tab")
+    tab("Savings")
+    shot("savings.png", "#savings-tab")
+    tab("Rounds replay")
+    shot("rounds.png", "#rounds-plot")
+    tab("Trade-off")
+    shot("tradeoff.png", "#tradeoff-tab")
+    page.get_by_label("heatmap").check()
+    shot("tradeoff-heatmap.png", "#tradeoff-plot")
+    return paths
+
+
 def main(args: argparse.Namespace) -> int:
     json_path, _ = common.result_paths(args, "app")
     rows = []
     with serve_app(json_path.with_name(json_path.stem + "_server.log")) as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         page.goto(url)
         page.wait_for_selector("#scatter .scatterlayer .point", timeout=120_000)  # the recorded run is on show
-        if args.prompt:
-            page.locator("#prompt textarea").fill(args.prompt)
+        set_controls(page, args)
         prompt = page.locator("#prompt textarea").input_value()
         for i in range(1 + args.runs):
             row = {"click": i + 1, "models": "loading" if i == 0 else "loaded", **click_run(page)}
             print(f"click {row['click']} (models {row['models']}): first decision point after "
                   f"{row['first_round_s']:.1f} s, final frame after {row['final_frame_s']:.1f} s", flush=True)
             rows.append(row)
+        shots = screenshots(page, Path(args.screenshots)) if args.screenshots else []
     env = common.environment()
     env.pop("torch_threads")  # this process's, not the app's: the app reports its own in the page
-    common.write_json({"experiment": "app", "settings": {"prompt": prompt, "runs": args.runs, "defaults": "app",
+    common.write_json({"experiment": "app", "settings": {"prompt": prompt, "runs": args.runs, "n": args.n, "alpha": args.alpha,
+                                                     "max_new_tokens": args.max_new_tokens,
+                                                     "bon_same_memory": args.bon_same_memory, "others": "app defaults",
                                                      "SBON_THREADS": os.environ.get("SBON_THREADS")},
                        "environment": env, "clicks": rows}, json_path)
     df = pd.DataFrame(rows)[["click", "models", "first_round_s", "final_frame_s", "server_done_s"]]
-    common.print_table(f"the app's default run in the browser ({prompt[:60]!r}):", df, "{:.1f}")
-    print(f"\nwrote {json_path}")
+    common.print_table(f"the app's run in the browser ({prompt[:60]!r}):", df, "{:.1f}")
+    print(f"\nwrote {json_path}" + "".join(f", {p}" for p in shots))
     return 0
 
 
@@ -71,6 +124,11 @@ def add_parser(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=3, help="clicks after the first (which loads the models)")
     p.add_argument("--prompt", default=None, help="prompt to run (default: the app's default prompt)")
+    p.add_argument("--n", type=int, default=None, help="N (default: the app's)")
+    p.add_argument("--alpha", type=float, default=None, help="alpha (default: the app's)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="max new tokens (default: the app's)")
+    p.add_argument("--bon-same-memory", action="store_true", help="tick 'Best-of-N under the same memory'")
+    p.add_argument("--screenshots", default=None, help="save a picture of each view of the last run in this folder")
     p.add_argument("--out-dir", default=str(common.DEFAULT_OUT_DIR), help="where result files go")
     p.add_argument("--tag", default=None, help="suffix for the result file names")
     p.set_defaults(main=main)
