@@ -20,27 +20,40 @@ from typing import Any
 
 import pandas as pd
 
+from sbon.errors import SBoNError
+
 from . import common
 from .browser import chromium, serve_app
 
 TIMEOUT_MS = 900_000
 
 
+STATUS = "document.querySelector('#status').innerText"
+ENDED = f"({STATUS}.includes('Done in') || {STATUS}.includes('⚠'))"  # finished, or refused with a warning
+
+
 def click_run(page) -> dict[str, Any]:
-    """Press Run; seconds from the click to the first decision point drawn and to the final frame."""
+    """Press Run; seconds from the click to the first decision point drawn and to the final frame.
+    A run the app refuses or fails raises SBoNError with the app's message."""
+    before = page.locator("#status").inner_text()
     clicked = time.perf_counter()
     page.locator("#run").click()
-    # The live plot first goes blank ("Waiting ..."), so the old run's frame is not mistaken for the new one's.
-    page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Waiting')", timeout=TIMEOUT_MS)
-    page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Round 1')", timeout=TIMEOUT_MS)
+    # A run starts by blanking the live plot ("Waiting ..."), so the last run's frame and status are not
+    # mistaken for this one's; settings the app refuses change the status to a warning instead.
+    page.wait_for_function(f"(before) => document.querySelector('#live-plot').innerText.includes('Waiting') "
+                           f"|| ({STATUS}.includes('⚠') && {STATUS} != before)", arg=before, timeout=TIMEOUT_MS)
+    page.wait_for_function(f"document.querySelector('#live-plot').innerText.includes('Round 1') || {ENDED}",
+                           timeout=TIMEOUT_MS)
     first = time.perf_counter() - clicked
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Done in')", timeout=TIMEOUT_MS)
+    page.wait_for_function(ENDED, timeout=TIMEOUT_MS)
     final = time.perf_counter() - clicked
     status = page.locator("#status").inner_text()
-    headline = page.locator("#headline").inner_text()
+    if "Done in" not in status:
+        raise SBoNError(f"the run did not finish: {status}")
     server = re.search(r"Done in ([\d.]+) s", status)
-    return {"first_round_s": first, "final_frame_s": final, "server_done_s": float(server.group(1)) if server else None,
-            "status": status, "headline": headline}
+    return {"first_round_s": first if "first decision point" in status else None, "final_frame_s": final,
+            "server_done_s": float(server.group(1)) if server else None, "status": status,
+            "headline": page.locator("#headline").inner_text()}
 
 
 def set_controls(page, args: argparse.Namespace) -> None:
@@ -102,8 +115,9 @@ def main(args: argparse.Namespace) -> int:
         prompt = page.locator("#prompt textarea").input_value()
         for i in range(1 + args.runs):
             row = {"click": i + 1, "models": "loading" if i == 0 else "loaded", **click_run(page)}
-            print(f"click {row['click']} (models {row['models']}): first decision point after "
-                  f"{row['first_round_s']:.1f} s, final frame after {row['final_frame_s']:.1f} s", flush=True)
+            first = "none" if row["first_round_s"] is None else f"after {row['first_round_s']:.1f} s"
+            print(f"click {row['click']} (models {row['models']}): first decision point {first}, "
+                  f"final frame after {row['final_frame_s']:.1f} s", flush=True)
             rows.append(row)
         shots = screenshots(page, Path(args.screenshots)) if args.screenshots else []
     env = common.environment()

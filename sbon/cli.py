@@ -17,6 +17,8 @@ from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, che
                      load_reward)
 from .results import RunResult
 
+DEFAULT_N = 16
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sbon", description="Speculative Rejection and Best-of-N decoding.")
@@ -54,9 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-DEFAULT_N = 16
-
-
 def kv_budget_arg(text: str) -> int | str:
     if text == "auto":
         return text
@@ -67,10 +66,15 @@ def kv_budget_arg(text: str) -> int | str:
 
 
 def resolve_n(args: argparse.Namespace) -> None:
-    """Fill in N and the budget: sbon given a budget (or 'auto') and no N starts as many candidates as
-    the budget holds, as in the paper; without a budget N defaults to DEFAULT_N."""
-    if args.kv_budget is not None and args.method != "sbon":
-        raise SBoNError(f"--kv-budget applies to --method sbon (memory-budget rounds), not {args.method}")
+    """Check which options go together, then fill in N and the budget: sbon given a budget (or 'auto')
+    and no N starts as many candidates as the budget holds, as in the paper; otherwise N is DEFAULT_N."""
+    for given, option, methods in ((args.kv_budget is not None, "--kv-budget", ("sbon",)),
+                                   (args.batch_size is not None, "--batch-size", ("bon",)),
+                                   (args.compare, "--compare", ("sbon", "sbon-tau"))):
+        if given and args.method not in methods:
+            raise SBoNError(f"{option} applies to --method {' or '.join(methods)}, not {args.method}")
+    if args.bon_same_memory and not args.compare:
+        raise SBoNError("--bon-same-memory applies to the Best-of-N run of --compare: add --compare")
     if args.kv_budget == "auto":
         if args.n is not None:
             raise SBoNError("--kv-budget auto chooses N from free memory: leave out --n, or give a budget in tokens")
@@ -130,17 +134,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SBoNError("the prompt is empty: give the model something to answer")
     resolve_n(args)
     validate(n=args.n, **method_kwargs(args, args.method))
-    if args.bon_same_memory and not (args.compare and args.method != "bon"):
-        raise SBoNError("--bon-same-memory applies to the Best-of-N run of --compare: add --compare "
-                        "(with --method sbon or sbon-tau)")
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype))
     reward = load_reward(args.reward, generator=gen, device=args.device)
     kwargs = method_kwargs(args, args.method)
-    if args.compare and args.method != "bon":
-        kwargs.pop("batch_size", None)
+    if args.compare:
         events = comparison_events(gen, reward, args.prompt, args.n, method=args.method,
                                    bon_same_memory=args.bon_same_memory, **kwargs)
         comparison = next(e.comparison for e in with_progress(events, args.max_new_tokens, args.method)

@@ -50,7 +50,8 @@ def test_cli_errors_are_one_line(capsys):
     for argv in (["run", "--prompt", "hi", "--n", "0"], ["run", "--prompt", "hi", "--alpha", "1.5"],
                  ["run", "--prompt", "", "--method", "bon"], ["run", "--prompt", "hi", "--generator", "nope"],
                  ["run", "--prompt", "hi", "--bon-same-memory"], ["run", "--prompt", "hi", "--method", "bon",
-                 "--kv-budget", "500"], ["run", "--prompt", "hi", "--kv-budget", "auto", "--n", "4"]):
+                 "--kv-budget", "500"], ["run", "--prompt", "hi", "--kv-budget", "auto", "--n", "4"],
+                 ["run", "--prompt", "hi", "--method", "bon", "--compare"], ["run", "--prompt", "hi", "--batch-size", "4"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
