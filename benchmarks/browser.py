@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from sbon.errors import SBoNError
+
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # The flags the environment's probe started Chromium with: no sandbox (containers), no GPU, no network chatter.
@@ -32,7 +34,7 @@ def free_port() -> int:
 @contextmanager
 def serve_app(log: Path, start_timeout_s: float = 120) -> Iterator[str]:
     """Start `python app.py` in a fresh process, yield its URL once it answers, stop it afterwards.
-    Its output goes to ``log``; a server that does not start raises RuntimeError with the log's tail."""
+    Its output goes to ``log``; a server that does not start raises SBoNError with the log's tail."""
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
            "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
@@ -48,7 +50,7 @@ def serve_app(log: Path, start_timeout_s: float = 120) -> Iterator[str]:
                 break
             except OSError:
                 if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"the app did not start:\n{log.read_text()[-3000:]}") from None
+                    raise SBoNError(f"the app did not start:\n{log.read_text()[-3000:]}") from None
                 time.sleep(0.5)
         yield url
     finally:
@@ -62,10 +64,12 @@ def serve_app(log: Path, start_timeout_s: float = 120) -> Iterator[str]:
 @contextmanager
 def chromium():
     """A headless Chromium browser from Playwright (``pip install playwright``) and Debian's chromium."""
-    from playwright.sync_api import sync_playwright
-
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise SBoNError("playwright is not installed: pip install -r requirements-dev.txt") from None
     if not Path(CHROMIUM).exists():
-        raise RuntimeError(f"chromium is not installed at {CHROMIUM} (apt-get install chromium, or set $CHROMIUM)")
+        raise SBoNError(f"chromium is not installed at {CHROMIUM} (apt-get install chromium, or set $CHROMIUM)")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

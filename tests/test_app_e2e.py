@@ -14,6 +14,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 
 from benchmarks.app_timing import click_run  # noqa: E402
 from benchmarks.browser import CHROMIUM, REPO as ROOT, chromium, serve_app  # noqa: E402
+from sbon.errors import SBoNError  # noqa: E402
 
 if not Path(CHROMIUM).exists():
     pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
@@ -25,7 +26,7 @@ def server(tmp_path_factory):
     try:
         with serve_app(tmp_path_factory.mktemp("app") / "app.log") as url:
             yield url
-    except RuntimeError as e:
+    except SBoNError as e:
         pytest.fail(str(e))
 
 
