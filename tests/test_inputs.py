@@ -114,3 +114,19 @@ def test_cli_budget_without_n_starts_as_many_candidates_as_it_holds(tmp_path, mo
     assert main(["run", "--prompt", PROMPT, "--kv-budget", str(budget), "--max-new-tokens", "6", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert len(data["candidates"]) == data["settings"]["n"] == 3 and data["settings"]["kv_budget"] == budget
+
+
+@pytest.mark.parametrize("flag, name, kind", [("--generator", "gpt2", "generator"),
+                                              ("--reward", "rm-mistral-7b", "reward model")])
+def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind):
+    """The paper's models come from the hub; unreachable (offline mode, empty cache) they get one line, exit code 2."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run([sys.executable, "-m", "sbon", "run", "--prompt", "hi", flag, name, "--max-new-tokens", "4"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: cannot load {kind} '{name}': is the hub reachable") and "Traceback" not in done.stderr
