@@ -18,13 +18,15 @@ from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, che
 from .results import RunResult
 
 DEFAULT_N = 16
+# AlpacaEval's first prompt (the paper's prompt set), for a run without --prompt.
+DEFAULT_PROMPT = "What are the names of some famous actors that started their careers on Broadway?"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sbon", description="Speculative Rejection and Best-of-N decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="generate for one prompt and print the best response")
-    r.add_argument("--prompt", required=True)
+    r.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"what to answer (default: AlpacaEval's first prompt, {DEFAULT_PROMPT!r})")
     r.add_argument("--method", choices=list(METHODS), default="sbon",
                    help="sbon: memory-budget rounds; sbon-tau: single decision token; bon: Best-of-N")
     r.add_argument("--n", type=int, default=None,

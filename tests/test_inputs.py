@@ -130,3 +130,14 @@ def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: cannot load {kind} '{name}': is the hub reachable") and "Traceback" not in done.stderr
+
+
+def test_cli_runs_without_a_prompt_on_alpacaevals_first():
+    from sbon.cli import DEFAULT_PROMPT, build_parser
+
+    assert build_parser().parse_args(["run"]).prompt == DEFAULT_PROMPT
+    from benchmarks import common
+
+    if not (common.data_dir() / common.PROMPTS_FILE).exists():
+        pytest.skip("../shared/data is not here to check the prompt against")
+    assert common.load_prompts(1)[0]["instruction"] == DEFAULT_PROMPT
