@@ -369,4 +369,5 @@ demo.queue(default_concurrency_limit=8)
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    log.info("models will run on %s with %d CPU threads", MODELS.device(), THREADS)
     demo.launch(theme=gr.themes.Soft(), css=CSS)

@@ -88,7 +88,7 @@ def screenshots(page, folder: Path) -> list[Path]:
     shot("live.png", "#live-plot")
     tab("Partial vs final reward")
     shot("scatter.png", "#scatter")
-    tab("Candidates")  # with a candidate pruned in the last round selected
+    tab("Candidates")  # with the last pruned candidate the table has drawn selected
     page.locator("#candidates-table [role=gridcell]", has_text="pruned in round").last.click()
     page.keyboard.press("Escape")  # close the cell menu the click opened
     page.locator("#candidate-detail .sbon-generated").wait_for()
@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
             rows.append(row)
         shots = screenshots(page, Path(args.screenshots)) if args.screenshots else []
     env = common.environment()
-    env.pop("torch_threads")  # this process's, not the app's: the app reports its own in the page
+    env.pop("torch_threads")  # this process's, not the app's: the app's are in the server log beside
     common.write_json({"experiment": "app", "settings": {"prompt": prompt, "runs": args.runs, "n": args.n, "alpha": args.alpha,
                                                      "max_new_tokens": args.max_new_tokens,
                                                      "bon_same_memory": args.bon_same_memory, "others": "app defaults",
