@@ -144,6 +144,7 @@ def test_n_comes_from_the_budget_or_free_memory(gen, monkeypatch):
                                    max_new_tokens=8)
     assert len(next(events).live) == 5
 
-    monkeypatch.setattr(gen, "free_memory_bytes", lambda: 7 * (prompt_tokens + 16) * gen.kv_bytes_per_token() / 0.9)
+    # Half a token to spare, so float rounding cannot take the budget below 7 candidates.
+    monkeypatch.setattr(gen, "free_memory_bytes", lambda: (7 * (prompt_tokens + 16) + 0.5) * gen.kv_bytes_per_token() / 0.9)
     result = run(speculative_rejection(gen, constant, PROMPT, None, max_new_tokens=8))
     assert len(result.candidates) == 7 and result.settings["kv_budget"] == pytest.approx(7 * (prompt_tokens + 16), abs=1)
