@@ -78,13 +78,18 @@ def group_centred(v: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
     return v - (sums / counts)[index]
 
 
-def fit(x: torch.Tensor, y: torch.Tensor, l2: float, groups: torch.Tensor | None = None) -> ValueHead:
+def fit(x: torch.Tensor, y: torch.Tensor, l2: float, groups: torch.Tensor | None = None,
+        residual: bool = False) -> ValueHead:
     """Ridge regression on standardised features: argmin |Xw + b - y|^2 + l2 |w|^2.
 
     With ``groups``, w is fitted to the differences within each group (features and rewards minus
     their group means): a decision point only ranks candidates of one prompt at one length, and
     the prompt-to-prompt differences in reward, which a plain regression spends most of its fit
     on, do not change that ranking. The bias then matches the mean reward overall.
+
+    ``residual``: the last feature (the prefix's mean log-probability, the likelihood reward of
+    the prefix) enters with weight 1 and the rest is fitted to what it gets wrong, so the penalty
+    shrinks the head towards that partial reward rather than towards a constant.
     """
     head = ValueHead(x.shape[1]).double()
     head.set_standardisation(x)
@@ -93,7 +98,11 @@ def fit(x: torch.Tensor, y: torch.Tensor, l2: float, groups: torch.Tensor | None
         zc, yc = z - z.mean(0), y - y.mean()
     else:
         zc, yc = group_centred(z, groups), group_centred(y, groups)
+    if residual:
+        yc = yc - (group_centred(x[:, -1], groups) if groups is not None else x[:, -1] - x[:, -1].mean())
     w = torch.linalg.solve(zc.T @ zc + l2 * torch.eye(z.shape[1], dtype=z.dtype), zc.T @ yc)
+    if residual:
+        w[-1] += head.scale[-1]  # weight 1 on the raw feature, in standardised units
     with torch.no_grad():
         head.linear.weight.copy_(w[None])
         head.linear.bias.fill_(float(y.mean() - z.mean(0) @ w))
@@ -137,12 +146,23 @@ def evaluate(records: list[dict], reward: str, head: ValueHead | None, at=EVAL_A
     return out
 
 
+def paired_difference(records: list[dict], reward: str, head: ValueHead, uses_logprob: bool, at=EVAL_AT) -> dict:
+    """Per prompt, the head's Kendall minus the partial-text reward's: mean and standard error."""
+    out = {}
+    for t in at:
+        diffs = [tau(decision_scores(r, reward, t, head, uses_logprob).tolist(), r["scores"][reward]["full"].tolist())
+                 - tau(decision_scores(r, reward, t, None).tolist(), r["scores"][reward]["full"].tolist()) for r in records]
+        out[f"{t}_tokens"] = {"mean": round(statistics.mean(diffs), 3),
+                              "sem": round(statistics.stdev(diffs) / len(diffs) ** 0.5, 3) if len(diffs) > 1 else None}
+    return out
+
+
 def fold_of(prompt: str) -> int:
     return int(hashlib.sha1(("value-cv" + prompt).encode()).hexdigest(), 16) % FOLDS
 
 
 def cross_validate(records: list[dict], reward: str, l2_values=L2_VALUES, uses_logprob: bool = False,
-                   within: bool = True) -> dict[float, float]:
+                   within: bool = True, residual: bool = False) -> dict[float, float]:
     """Mean per-prompt Kendall (over t in EVAL_AT) of heads fitted without each fold's prompts."""
     result = {}
     for l2 in l2_values:
@@ -151,7 +171,7 @@ def cross_validate(records: list[dict], reward: str, l2_values=L2_VALUES, uses_l
             train = [r for r in records if fold_of(r["prompt"]) != k]
             held = [r for r in records if fold_of(r["prompt"]) == k]
             x, y, groups = training_rows(train, reward, uses_logprob=uses_logprob)
-            head = fit(x, y, l2, groups if within else None)
+            head = fit(x, y, l2, groups if within else None, residual)
             taus += [v["kendall"] for v in evaluate(held, reward, head, uses_logprob=uses_logprob).values()]
         result[l2] = round(statistics.mean(taus), 4)
     return result
@@ -159,16 +179,16 @@ def cross_validate(records: list[dict], reward: str, l2_values=L2_VALUES, uses_l
 
 # -- command ------------------------------------------------------------------------------------
 
-def train(reward: str, out: Path, cache: Path, uses_logprob: bool = False) -> dict:
+def train(reward: str, out: Path, cache: Path, uses_logprob: bool = False, residual: bool = False) -> dict:
     start = time.time()
     train_records = load_records(cache, "train")
     eval_records = load_records(cache, "eval")
     if not train_records or not eval_records:
         sys.exit(f"no cached samples in {cache}: run python -m training.value_data --data DIR --split train / --split eval first")
-    cv = cross_validate(train_records, reward, uses_logprob=uses_logprob)
+    cv = cross_validate(train_records, reward, uses_logprob=uses_logprob, residual=residual)
     l2 = max(cv, key=cv.get)
-    x, y, _ = training_rows(train_records, reward, uses_logprob=uses_logprob)
-    head = fit(x, y, l2)
+    x, y, groups = training_rows(train_records, reward, uses_logprob=uses_logprob)
+    head = fit(x, y, l2, groups, residual)
     report = {
         "reward": reward,
         "what": "mean over held-out prompts of Kendall tau-b between the score a decision point after t tokens "
@@ -181,12 +201,14 @@ def train(reward: str, out: Path, cache: Path, uses_logprob: bool = False) -> di
         "train_mse": round(mse(head, x, y), 5), "train_target_variance": round(float(y.var()), 5),
         "head": evaluate(eval_records, reward, head, uses_logprob=uses_logprob),
         "partial_text_baseline": evaluate(eval_records, reward, None),
+        "head_minus_baseline_per_prompt": paired_difference(eval_records, reward, head, uses_logprob),
         "finished_by_t": {f"{t}_tokens": sum(int((~live_at(r, t)).sum()) for r in eval_records) for t in EVAL_AT},
     }
     config = {"reward": reward, "generator": eval_records[0]["settings"]["generator"], "feature_dim": x.shape[1],
               "features": "[mean(h_1..h_t), h_t, log t] of the final-layer post-norm hidden states of response tokens"
                           + (", mean log-probability of the t tokens" if uses_logprob else ""),
-              "uses_logprob": uses_logprob,
+              "uses_logprob": uses_logprob, "residual_on_logprob": residual,
+              "fit": "ridge on standardised features, fitted within decision points (prompt x prefix length)",
               "trained_at_tokens": [str(t) for t in TRAIN_AT], "l2": l2,
               "split": "held out: first 20 of alpaca_eval_prompts.jsonl and sha1(instruction) % 100 < 20",
               "sampling": {k: v for k, v in train_records[0]["settings"].items() if k != "n"},
@@ -206,11 +228,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reward", choices=REWARDS, default="likelihood")
     parser.add_argument("--out", type=Path, required=True, help="folder the head, its config and eval.json go to")
     parser.add_argument("--logprob", action="store_true", help="add the prefix's mean token log-probability as a feature")
+    parser.add_argument("--residual", action="store_true",
+                        help="with --logprob: fit what the prefix's mean log-probability gets wrong (weight 1 on it)")
     parser.add_argument("--cache", type=Path, default=CACHE, help="the samples of training.value_data")
     args = parser.parse_args(argv)
     torch.manual_seed(SEED)
     check_data(args.data, (PROMPTS_FILE,))
-    train(args.reward, args.out, args.cache, args.logprob)
+    if args.residual and not args.logprob:
+        parser.error("--residual needs --logprob")
+    train(args.reward, args.out, args.cache, args.logprob, args.residual)
 
 
 if __name__ == "__main__":
