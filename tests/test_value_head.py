@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from scipy.stats import kendalltau
 
 from sbon.errors import SBoNError
 from sbon.value_head import ASSETS, PrefixFeatures, ValueHead, feature_dim, prefix_features
@@ -18,6 +19,16 @@ def sampled(gen):
     return decode_prompts(gen, PROMPTS, n=4, max_new_tokens=20)
 
 
+def test_batched_sampling_draws_the_candidates_best_of_n_draws(gen, sampled):
+    from sbon.algorithms import best_of_n, run
+    from sbon.rewards import CallableReward
+
+    silent = CallableReward(lambda prompt, texts: [0.0] * len(texts), name="none")
+    reference = run(best_of_n(gen, silent, PROMPTS[1], n=4, max_new_tokens=20, seed=0)).candidates
+    assert [c.token_ids for c in sampled[1]] == [c.token_ids for c in reference]
+    assert [c.stop_reason for c in sampled[1]] == [c.stop_reason for c in reference]
+
+
 def test_decode_states_are_the_final_layer_post_norm_states_of_a_full_forward_pass(gen, sampled):
     prompt_ids = gen.encode_prompt(PROMPTS[1])
     cand = sampled[1][0]
@@ -32,17 +43,20 @@ def test_decode_states_are_the_final_layer_post_norm_states_of_a_full_forward_pa
 def test_streaming_features_equal_features_recomputed_from_the_whole_prefix(sampled):
     cands = sampled[0]
     steps = min(len(c.hidden) for c in cands)
-    stream = PrefixFeatures(len(cands), cands[0].hidden.shape[1])
+    stream = PrefixFeatures(len(cands), cands[0].hidden.shape[1], uses_logprob=True)
     with pytest.raises(SBoNError):
         stream.read()
     for t in range(steps):
-        stream.update(torch.stack([c.hidden[t] for c in cands]))
+        stream.update(torch.stack([c.hidden[t] for c in cands]), torch.stack([c.logprobs[t] for c in cands]))
         if t + 1 in (1, 8, steps):
-            full = torch.stack([prefix_features(c.hidden[:t + 1]) for c in cands])
-            assert stream.read().shape == (len(cands), feature_dim(cands[0].hidden.shape[1]))
+            full = torch.stack([prefix_features(c.hidden[:t + 1], c.logprobs[:t + 1]) for c in cands])
+            assert stream.read().shape == (len(cands), feature_dim(cands[0].hidden.shape[1], uses_logprob=True))
             assert torch.allclose(stream.read(), full, atol=1e-5)
     stream.keep([2, 0])  # rows follow the batch when candidates are pruned
-    assert torch.allclose(stream.read(), torch.stack([prefix_features(cands[k].hidden[:steps]) for k in (2, 0)]), atol=1e-5)
+    expected = torch.stack([prefix_features(cands[k].hidden[:steps], cands[k].logprobs[:steps]) for k in (2, 0)])
+    assert torch.allclose(stream.read(), expected, atol=1e-5)
+    with pytest.raises(SBoNError, match="logprob"):
+        stream.update(cands[0].hidden[:1].expand(2, -1))
 
 
 def test_training_step_on_a_tiny_set_fits_the_final_rewards(gen, sampled):
@@ -63,14 +77,20 @@ def test_training_step_on_a_tiny_set_fits_the_final_rewards(gen, sampled):
 def test_shipped_head_loads_and_scores_candidates_of_the_real_generator(gen, sampled, name):
     head, config = ValueHead.load(name)
     assert (ASSETS / name / "head.safetensors").stat().st_size < 1_000_000
-    assert config["feature_dim"] == feature_dim(gen.model.config.hidden_size)
-    cands = sampled[0]
-    stream = PrefixFeatures(len(cands), gen.model.config.hidden_size)
-    for t in range(8):
-        stream.update(torch.stack([c.hidden[t] for c in cands]))
-    scores = head.score(stream.read())
-    assert scores.shape == (len(cands),) and torch.isfinite(scores).all()
-    assert scores.std() > 0  # it tells the candidates apart
+    assert config["feature_dim"] == feature_dim(gen.model.config.hidden_size, config["uses_logprob"])
+    taus = []
+    for cands in sampled:
+        steps = min(len(c.hidden) for c in cands)  # a decision point once every candidate has this many
+        stream = PrefixFeatures(len(cands), gen.model.config.hidden_size, uses_logprob=config["uses_logprob"])
+        for t in range(steps):
+            stream.update(torch.stack([c.hidden[t] for c in cands]), torch.stack([c.logprobs[t] for c in cands]))
+        scores = head.score(stream.read())
+        assert scores.shape == (len(cands),) and torch.isfinite(scores).all()
+        assert scores.std() > 0  # it tells the candidates apart
+        if config["reward"] == "likelihood":  # a prediction of the final likelihood follows the partial one
+            partial = torch.stack([c.logprobs[:steps].mean() for c in cands])
+            taus.append(kendalltau(scores, partial).statistic)
+    assert not taus or sum(taus) / len(taus) > 0.3
 
 
 def test_an_unknown_head_is_one_clear_error():

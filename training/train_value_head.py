@@ -217,9 +217,23 @@ def train(reward: str, out: Path, cache: Path, uses_logprob: bool = False, resid
     report["command"] = " ".join(["python -m training.train_value_head", *sys.argv[1:]])
     report["seconds"] = round(time.time() - start, 1)
     report["load_average_1min"] = round(os.getloadavg()[0], 2)
+    report["environment"] = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
     (out / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+    print(markdown_table(report))
     return report
+
+
+def markdown_table(report: dict) -> str:
+    """The model card's results table from a report."""
+    lines = ["| t | head Kendall | partial-text Kendall | head - partial, per prompt | winner kept, head | winner kept, partial |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for t in EVAL_AT:
+        k = f"{t}_tokens"
+        h, b, d = report["head"][k], report["partial_text_baseline"][k], report["head_minus_baseline_per_prompt"][k]
+        lines.append(f"| {t} | {h['kendall']:.3f} ± {h['kendall_sem']:.3f} | {b['kendall']:.3f} ± {b['kendall_sem']:.3f} | "
+                     f"{d['mean']:+.3f} ± {d['sem']:.3f} | {h['winner_kept_top_half']:.0%} | {b['winner_kept_top_half']:.0%} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
