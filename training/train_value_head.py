@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from scipy.stats import kendalltau
 
+from sbon.engine import SamplingConfig
 from sbon.value_head import ValueHead
 from .train_reward import DATA_DIR, SEED, check_data
 from .value_data import CACHE, PREFIX_TOKENS, PROMPTS_FILE, load_records
@@ -211,7 +212,9 @@ def train(reward: str, out: Path, cache: Path, uses_logprob: bool = False, resid
               "fit": "ridge on standardised features, fitted within decision points (prompt x prefix length)",
               "trained_at_tokens": [str(t) for t in TRAIN_AT], "l2": l2,
               "split": "held out: first 20 of alpaca_eval_prompts.jsonl and sha1(instruction) % 100 < 20",
-              "sampling": {k: v for k, v in train_records[0]["settings"].items() if k != "n"},
+              # decode_prompts samples with the engine's default SamplingConfig
+              "sampling": {**{k: v for k, v in train_records[0]["settings"].items() if k != "n"},
+                           "temperature": SamplingConfig().temperature, "top_p": SamplingConfig().top_p},
               "train_prompts": len(train_records), "train_rows": len(y)}
     head.save(out, config)
     report["command"] = " ".join(["python -m training.train_value_head", *sys.argv[1:]])

@@ -57,11 +57,6 @@ def split_prompts(data_dir: Path) -> dict[str, list[str]]:
     return {"train": train, "eval": held, "bench": bench}
 
 
-def is_held_out(prompt: str, data_dir: Path) -> bool:
-    splits = split_prompts(data_dir)
-    return prompt in splits["eval"] or prompt in splits["bench"]
-
-
 @dataclass
 class Sampled:
     """One candidate, with what decoding computed on the way: no second forward pass."""
@@ -146,7 +141,8 @@ def prompt_record(gen, pref: PreferenceReward, prompt: str, cands: list[Sampled]
     return {"prompt": prompt, "split": split, "token_ids": [c.token_ids for c in cands],
             "stop_reason": [c.stop_reason for c in cands], "lengths": lengths,
             "logprobs": [c.logprobs for c in cands], "features": feats, "scores": scores,
-            "settings": dict(n=len(cands), max_new_tokens=MAX_NEW_TOKENS, seed=SEED, generator=gen.name)}
+            "settings": dict(n=len(cands), max_new_tokens=MAX_NEW_TOKENS, seed=SEED, generator=gen.name,
+                             temperature=SamplingConfig().temperature, top_p=SamplingConfig().top_p)}
 
 
 def record_path(cache: Path, prompt: str) -> Path:
