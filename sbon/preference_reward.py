@@ -3,7 +3,7 @@
 The prompt and each response are embedded separately (mean-pooled token states), so one prompt
 pass serves a whole batch of candidates; the head scores features of the (prompt, response)
 embedding pair. It was trained with a Bradley-Terry loss on AlpacaEval and Anthropic HH pairs
-(``python -m sbon.train_reward``); see ``assets/minilm_pref/MODEL_CARD.md`` for what it can and
+(``python -m training.train_reward``); see ``assets/minilm_pref/MODEL_CARD.md`` for what it can and
 cannot judge.
 """
 

@@ -1,8 +1,8 @@
-"""Train (and evaluate) the minilm-pref reward head from the shared preference data.
+"""Train the minilm-pref reward head from preference data.
 
-    python -m sbon.train_reward            # embed the data (cached), train, write the head
-    python -m sbon.train_reward --cv       # the cross-validation that chose the L2 penalty
-    python -m sbon.train_reward --eval     # validation accuracies and partial-reward correlations
+    python -m training.train_reward --data DIR        # embed the data (cached), train, write the head
+    python -m training.train_reward --data DIR --cv   # the cross-validation that chose the L2 penalty
+    python -m training.reward_eval --data DIR         # validation accuracies and partial-reward correlations
 
 Both data files are split by prompt, never by pair: a prompt whose hash falls in the
 validation fold has all its pairs there, so no validation instruction is seen in training.
@@ -26,8 +26,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .preference_reward import ASSET_DIR, MAX_TOKENS, N_EXTRA, RewardHead, TextEncoder, layer_norm, pair_features, word_count
+from sbon.preference_reward import ASSET_DIR, MAX_TOKENS, N_EXTRA, RewardHead, TextEncoder, layer_norm, pair_features, word_count
 
+# The shared data folder beside this checkout, when there is one; --data names it elsewhere.
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CACHE_DIR = Path(os.environ.get("SBON_CACHE", Path.home() / ".cache" / "sbon"))
 ALPACA_FILE = "alpaca_eval_gpt4_preferences.jsonl"
@@ -54,6 +55,24 @@ class Pair:
     prompt: str
     better: str
     worse: str
+
+
+DATA_SOURCES = {
+    ALPACA_FILE: "tatsu-lab/alpaca_eval, weighted_alpaca_eval_gpt4_turbo annotations of 9 models",
+    HH_FILE: "Anthropic/hh-rlhf harmless-base/test.jsonl.gz, single-turn (prompt, chosen, rejected) pairs",
+    "alpaca_eval_prompts.jsonl": "tatsu-lab/alpaca_eval, instructions of results/gpt4/model_outputs.json",
+    "alpaca_eval_bon_tulu2.jsonl.gz": "allenai/reward-bench bon_eval/alpaca_eval_n=16, tulu-2-dpo-13b samples",
+    "alpaca_eval_more_models.jsonl.gz": "tatsu-lab/alpaca_eval results/<model>/ annotations of 24 more models",
+}
+
+
+def check_data(data_dir: Path, files: tuple[str, ...]) -> Path:
+    """Exit with one line naming what is missing and where it comes from publicly."""
+    missing = [f for f in files if not (Path(data_dir) / f).is_file()]
+    if missing:
+        raise SystemExit(f"--data {data_dir}: put {', '.join(missing)} there (from "
+                         f"{'; '.join(DATA_SOURCES[f] for f in missing)}; format: see the model cards)")
+    return Path(data_dir)
 
 
 def is_validation(prompt: str) -> bool:
@@ -300,20 +319,17 @@ def train(data_dir: Path = DATA_DIR, out: Path = ASSET_DIR) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sbon.train_reward", description=__doc__.split("\n")[0])
-    parser.add_argument("--eval", action="store_true", help="evaluate the shipped head and the baselines instead")
+    parser = argparse.ArgumentParser(prog="python -m training.train_reward", description=__doc__.split("\n")[0])
     parser.add_argument("--cv", action="store_true", help="cross-validate the L2 penalty on the training prompts instead")
-    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
-    parser.add_argument("--out", type=Path, default=ASSET_DIR, help="folder of the head (written, or read by --eval)")
+    parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with the preference data files")
+    parser.add_argument("--out", type=Path, default=ASSET_DIR, help="folder the head is written to")
     args = parser.parse_args(argv)
     torch.manual_seed(SEED)
-    if args.eval:
-        from .reward_eval import evaluate
-        evaluate(args.data_dir, args.out)
-    elif args.cv:
-        cross_validate(args.data_dir)
+    data = check_data(args.data, (ALPACA_FILE, HH_FILE))
+    if args.cv:
+        cross_validate(data)
     else:
-        train(args.data_dir, args.out)
+        train(data, args.out)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Evaluation of the minilm-pref head against simple baselines (``python -m sbon.train_reward --eval``).
+"""Evaluation of the minilm-pref head against simple baselines (``python -m training.reward_eval --data DIR``).
 
 1. Pairwise accuracy on the validation prompts of each source, for the head, the response
    length, SmolLM2's likelihood of the response and SmolLM2 asked as a judge. The two SmolLM2
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -25,11 +26,11 @@ import torch
 from scipy.stats import kendalltau
 from tqdm import tqdm
 
-from .preference_reward import PreferenceReward, RewardHead, word_count
-from .rewards import CallableReward, LikelihoodReward, RewardModel
-from .results import Candidate
-from .train_reward import (CACHE_DIR, SEED, Pair, accuracy, embed_cached, head_margins, is_validation, length_margins,
-                           load_pairs, read_jsonl, text_key)
+from sbon.preference_reward import PreferenceReward, RewardHead, word_count
+from sbon.rewards import CallableReward, LikelihoodReward, RewardModel
+from sbon.results import Candidate
+from .train_reward import (ALPACA_FILE, ASSET_DIR, CACHE_DIR, DATA_DIR, HH_FILE, SEED, Pair, accuracy, check_data,
+                           embed_cached, head_margins, is_validation, length_margins, load_pairs, read_jsonl, text_key)
 
 # The SmolLM2 baselines score all pairs of these many random validation AlpacaEval instructions
 # and this many random validation HH pairs: a forward pass per response keeps --eval in minutes.
@@ -120,7 +121,7 @@ def token_logprobs(gen, prompt_ids: list[int], rows: list[list[int]]) -> list[to
 
 def candidates(gen, prompt: str) -> list[Candidate]:
     """N sampled SmolLM2 candidates for a prompt, cached: generating them is most of --eval's time on a CPU."""
-    from .algorithms import best_of_n, run
+    from sbon.algorithms import best_of_n, run
 
     settings = dict(n=KENDALL_N, max_new_tokens=KENDALL_MAX_NEW_TOKENS, seed=SEED)
     key = text_key(json.dumps([gen.name, prompt, settings]))
@@ -181,7 +182,7 @@ def kendall_study(gen, rewards: dict[str, RewardModel], prompts: list[str]) -> t
 
 
 def evaluate(data_dir: Path, head_dir: Path) -> dict:
-    from .models import load_generator
+    from sbon.models import load_generator
 
     start = time.time()
     _, val = load_pairs(data_dir)
@@ -236,3 +237,16 @@ def evaluate(data_dir: Path, head_dir: Path) -> dict:
     print(json.dumps(report, indent=2))
     print(f"wrote {out}")
     return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m training.reward_eval", description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with the preference data files")
+    parser.add_argument("--head", type=Path, default=ASSET_DIR, help="folder of the head; eval.json is written there")
+    args = parser.parse_args(argv)
+    torch.manual_seed(SEED)
+    evaluate(check_data(args.data, (ALPACA_FILE, HH_FILE, "alpaca_eval_prompts.jsonl")), args.head)
+
+
+if __name__ == "__main__":
+    main()

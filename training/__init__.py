@@ -1,0 +1,5 @@
+"""Training and evaluation of the project's reward models and value heads (not needed at run time).
+
+Each module is a command, ``python -m training.<module> --data DIR``; DIR holds the public
+preference data named in the model cards under ``sbon/assets/``.
+"""
