@@ -156,10 +156,10 @@ def main(args: argparse.Namespace) -> int:
         saved = json.loads(Path(args.from_file).read_text())
         raw, settings, env = saved["raw"], saved["settings"], saved["environment"]
     else:
-        prompts = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset)
+        prompts = common.prompts_from(args)
         gen, reward = common.setup(args)
         taus = args.taus or decision_points(args.max_new_tokens)
-        settings = {**common.base_settings(args, gen, reward), "taus": taus}
+        settings = {**common.base_settings(args, gen, reward, prompts), "taus": taus}
         env = common.environment(gen)
         raw = generate(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                        sampling=common.sampling_from(args), seed=args.seed, taus=taus, quiet=args.quiet)

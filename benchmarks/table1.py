@@ -216,13 +216,13 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    prompts = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset)
+    prompts = common.prompts_from(args)
     gen, reward = common.setup(args)
     result = run_table1(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, method=args.method, alpha=args.alpha,
                         first_decision=args.first_decision, kv_budget=args.kv_budget, tau=args.tau,
                         best_of_m=not args.no_best_of_m, bon_memory=args.bon_memory, quiet=args.quiet)
-    settings = {**common.base_settings(args, gen, reward), "method": args.method, "alpha": args.alpha,
+    settings = {**common.base_settings(args, gen, reward, prompts), "method": args.method, "alpha": args.alpha,
                 "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau,
                 "bon_memory": args.bon_memory}
     json_path, html_path = common.result_paths(args, "table1")
