@@ -1,5 +1,5 @@
 """The NeurIPS version's efficiency metric (Sun et al., NeurIPS 2024, arXiv 2410.20290, Section 5,
-Figure 1 right and Figure 4): accelerator-seconds for the same score.
+Figures 1 and 4): accelerator-seconds for the same score.
 
 Best-of-N is run as if on k = N/B accelerators, each generating one batch of B candidates (the
 official code runs Best-of-120 per H100 and Best-of-960 on 8 of them); Speculative Rejection runs on
@@ -142,8 +142,8 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
             "best_of_b_seconds": common.summarize([r["bon"][b]["accelerator_s"] for r in rows])}
 
 
-def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, b: int = 4, n: int = 16,
-                   alphas: Sequence[float] = (0.5,), max_new_tokens: int = 160,
+def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, b: int = 4, n: int = 8,
+                   alphas: Sequence[float] = (0.5, 0.75), max_new_tokens: int = 128,
                    sampling: SamplingConfig | None = None, seed: int = 0, quiet: bool = False) -> dict[str, Any]:
     """Run Best-of-N in batches of b and Speculative Rejection (one run per alpha) on every prompt
     short enough for n candidates in the budget of b; returns per-prompt rows and the summary."""
@@ -182,7 +182,7 @@ def curve_table(result: dict[str, Any]) -> pd.DataFrame:
 
 
 def plot(result: dict[str, Any], b: int, title: str | None = None, y_title: str | None = None):
-    """Figure 1 (right) / Figure 4 of the NeurIPS version: score against relative accelerator compute."""
+    """Figures 1 and 4 of the NeurIPS version: score against relative accelerator compute."""
     import plotly.graph_objects as go
 
     s = result["summary"]
@@ -214,16 +214,20 @@ def add_parser(sub) -> None:
                        "Speculative Rejection on one, compute at equal score (Figure 1/4)",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_efficiency_args(p)
-    p.set_defaults(main=main, experiment_name="efficiency")
+    p.set_defaults(main=main)
 
 
-def add_efficiency_args(p: argparse.ArgumentParser, reward: str | None = None) -> None:
-    common.add_common_args(p, k=20, n=16, max_new_tokens=160, protocol="neurips")
+def add_efficiency_args(p: argparse.ArgumentParser, reward: str | None = None, *, k: int = 20, b: int = 4, n: int = 8,
+                        max_new_tokens: int = 128) -> None:
+    """Defaults sized for 2 CPU cores (the committed runs): with the SmolLM2 chat template a prompt
+    has 30+ tokens, and n candidates fit their first token in the budget of b complete ones only
+    for prompts of at most (b x max_new_tokens - n) / (n - b) tokens (41 for N=16, B=4, 128 tokens)."""
+    common.add_common_args(p, k=k, n=n, max_new_tokens=max_new_tokens, protocol="neurips")
     if reward:
         p.set_defaults(reward=reward)
     g = p.add_argument_group("efficiency")
-    g.add_argument("--b", type=int, default=4, help="candidates one accelerator holds to the end (Best-of-B's batch)")
-    g.add_argument("--alphas", type=float, nargs="+", default=[0.5], help="Speculative Rejection's rejection rates")
+    g.add_argument("--b", type=int, default=b, help="candidates one accelerator holds to the end (Best-of-B's batch)")
+    g.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.75], help="Speculative Rejection's rejection rates")
     g.add_argument("--replace-long", action="store_true",
                    help="draw further prompts (in the protocol's order) to replace those too long for N in the budget")
 

@@ -33,9 +33,10 @@ def test_parser_knows_every_experiment():
         assert args.experiment == name and args.n == 32 and args.max_new_tokens == 256
         assert args.protocol == "workshop"
     assert parser.parse_args(["table1"]).k == 20
-    for name in ("efficiency", "perplexity"):
-        args = parser.parse_args([name])
-        assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k) == ("neurips", 16, 4, 160, 20)
+    args = parser.parse_args(["efficiency"])
+    assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k, args.alphas) == ("neurips", 8, 4, 128, 20, [0.5, 0.75])
+    args = parser.parse_args(["perplexity"])
+    assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k) == ("neurips", 4, 2, 96, 8)
     assert parser.parse_args(["perplexity"]).reward == "neg-perplexity"
 
 
