@@ -131,7 +131,7 @@ def plot(result: dict[str, Any], n: int):
     fig.update_xaxes(title_text="token rate (SBoN tokens / BoN tokens)", row=1, col=1)
     fig.update_xaxes(title_text="decision token τ", type="log", row=1, col=2)
     fig.update_yaxes(title_text="normalized score", row=1, col=1)
-    fig.update_layout(title=f"Counterfactual Speculative Rejection (N={n}; error bars: bootstrap 95%)")
+    fig.update_layout(title=f"Counterfactual Speculative Rejection (N={n}; error bars: bootstrap 95% over subsets of N/2)")
     return fig
 
 
