@@ -24,7 +24,9 @@ reported as the mean perplexity of the response each method returns.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
@@ -69,31 +71,20 @@ def run_bon_batches(gen: Generator, reward: RewardModel, text: str, n: int, b: i
 
 
 def run_prompt(gen: Generator, reward: RewardModel, p: dict, *, b: int, n: int, alphas: Sequence[float],
-               max_new_tokens: int, sampling: SamplingConfig, seed: int, bar=None) -> dict[str, Any] | None:
+               max_new_tokens: int, sampling: SamplingConfig, seed: int, bar=None,
+               saved: dict | None = None) -> dict[str, Any] | None:
     """Every method's best reward, score and seconds on one prompt; None when n candidates do not
-    fit in the budget of b (the prompt is too long)."""
+    fit in the budget of b (the prompt is too long). With `saved` (this prompt's row of an earlier
+    result), Best-of-N is not run again: its numbers are reused and only Speculative Rejection runs."""
     text = p["instruction"]
     prompt_ids = gen.encode_prompt(text)
     budget = b * (len(prompt_ids) + max_new_tokens)
     if n * (len(prompt_ids) + 1) > budget:
         return None
-    prefill_s = time_prefill(gen, prompt_ids)
-    if bar is not None:
-        bar.set_description(f"efficiency prompt {p['id']} BoN")
-    bon, batch_s = run_bon_batches(gen, reward, text, n, b, max_new_tokens=max_new_tokens, sampling=sampling,
-                                   seed=seed)
-    batch_s = [s + (prefill_s if j else 0.0) for j, s in enumerate(batch_s)]
-    if bar is not None:
-        bar.update()
-    baseline = [c.final_reward for c in bon.candidates[:b]]  # Best-of-B: the one-accelerator reference
-    row: dict[str, Any] = {"prompt_id": p["id"], "prompt_tokens": len(prompt_ids), "kv_budget": budget,
-                           "prefill_s": prefill_s, "batch_s": batch_s, "baseline_min": min(baseline),
-                           "baseline_max": max(baseline), "bon": {}, "sbon": {}}
-    for k in sizes(b, n // b):
-        best = best_of_m_reward(bon, k)
-        wall = max(batch_s[:k // b])
-        row["bon"][k] = {"best": best, "score": normalized_score(baseline, best), "wall_s": wall,
-                         "accelerator_s": (k // b) * wall, "accelerators": k // b}
+    row = dict(saved, sbon={}) if saved is not None else best_of_n_row(gen, reward, p, prompt_ids, budget, b=b, n=n,
+                                                                       max_new_tokens=max_new_tokens,
+                                                                       sampling=sampling, seed=seed, bar=bar)
+    baseline = [row["baseline_min"], row["baseline_max"]]
     for alpha in alphas:
         if bar is not None:
             bar.set_description(f"efficiency prompt {p['id']} SBoN a={alpha:g}")
@@ -103,11 +94,44 @@ def run_prompt(gen: Generator, reward: RewardModel, p: dict, *, b: int, n: int, 
         row["sbon"][alpha] = {"best": best, "score": normalized_score(baseline, best), "wall_s": sbon.wall_time,
                               "accelerator_s": sbon.wall_time, "accelerators": 1, "tokens": sbon.total_tokens,
                               "decision_points": [d.tokens for d in sbon.decision_points],
-                              "reward_share": sbon.timings["reward"] / sbon.wall_time,
-                              "best_id": sbon.best_id, "bon_best_id": bon.best_id}
+                              "reward_share": sbon.timings["reward"] / sbon.wall_time, "best_id": sbon.best_id}
         if bar is not None:
             bar.update()
     return row
+
+
+def best_of_n_row(gen: Generator, reward: RewardModel, p: dict, prompt_ids: Sequence[int], budget: int, *, b: int,
+                  n: int, max_new_tokens: int, sampling: SamplingConfig, seed: int, bar=None) -> dict[str, Any]:
+    """Best-of-n in batches of b, each timed: the reward, score and compute of Best-of-B, 2B, ..., n."""
+    prefill_s = time_prefill(gen, prompt_ids)
+    if bar is not None:
+        bar.set_description(f"efficiency prompt {p['id']} BoN")
+    bon, batch_s = run_bon_batches(gen, reward, p["instruction"], n, b, max_new_tokens=max_new_tokens,
+                                   sampling=sampling, seed=seed)
+    batch_s = [s + (prefill_s if j else 0.0) for j, s in enumerate(batch_s)]
+    if bar is not None:
+        bar.update()
+    baseline = [c.final_reward for c in bon.candidates[:b]]  # Best-of-B: the one-accelerator reference
+    row: dict[str, Any] = {"prompt_id": p["id"], "prompt_tokens": len(prompt_ids), "kv_budget": budget,
+                           "prefill_s": prefill_s, "batch_s": batch_s, "baseline_min": min(baseline),
+                           "baseline_max": max(baseline), "bon_best_id": bon.best_id, "bon": {}, "sbon": {}}
+    for k in sizes(b, n // b):
+        best = best_of_m_reward(bon, k)
+        wall = max(batch_s[:k // b])
+        row["bon"][k] = {"best": best, "score": normalized_score(baseline, best), "wall_s": wall,
+                         "accelerator_s": (k // b) * wall, "accelerators": k // b}
+    return row
+
+
+def saved_rows(path: str) -> tuple[dict[str, Any], dict[Any, dict]]:
+    """An earlier efficiency result's settings and its rows by prompt id (JSON keys back to numbers)."""
+    saved = json.loads(Path(path).read_text())
+    rows = {}
+    for r in saved["rows"]:
+        first = next(iter(r["sbon"].values()), {})  # early files kept Best-of-N's best id with each alpha
+        rows[r["prompt_id"]] = {**r, "bon": {int(k): v for k, v in r["bon"].items()},
+                                "bon_best_id": r.get("bon_best_id", first.get("bon_best_id"))}
+    return saved["settings"], rows
 
 
 def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> dict[str, Any]:
@@ -136,7 +160,7 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
                      "relative_compute": compute, "relative_wall_time": compute,
                      "bon_compute_at_equal_score": bon_compute, "compute_ratio": bon_compute / compute,
                      "bon_n_at_equal_score": bon_n, "extrapolated": extrapolated,
-                     "picked_bon_best": sum(c["best"] >= r["bon"][n]["best"] for c, r in zip(cells, rows)) / len(rows),
+                     "picked_bon_best": sum(c["best_id"] == r["bon_best_id"] for c, r in zip(cells, rows)) / len(rows),
                      "reward_share": common.summarize([c["reward_share"] for c in cells])["mean"]})
     return {"prompts": len(rows), "baseline": f"Best-of-{b} on one accelerator", "bon": bon, "sbon": sbon,
             "best_of_b_seconds": common.summarize([r["bon"][b]["accelerator_s"] for r in rows])}
@@ -144,9 +168,11 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
 
 def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, b: int = 4, n: int = 8,
                    alphas: Sequence[float] = (0.5, 0.75), max_new_tokens: int = 128,
-                   sampling: SamplingConfig | None = None, seed: int = 0, quiet: bool = False) -> dict[str, Any]:
+                   sampling: SamplingConfig | None = None, seed: int = 0, quiet: bool = False,
+                   saved: dict[Any, dict] | None = None) -> dict[str, Any]:
     """Run Best-of-N in batches of b and Speculative Rejection (one run per alpha) on every prompt
-    short enough for n candidates in the budget of b; returns per-prompt rows and the summary."""
+    short enough for n candidates in the budget of b; returns per-prompt rows and the summary.
+    `saved` (rows of an earlier run by prompt id) reuses their Best-of-N numbers."""
     if n % b or n < 2 * b:
         raise SystemExit(f"error: N={n} must be a multiple of B={b}, at least 2B (the curve needs two points)")
     sampling = sampling or SamplingConfig()
@@ -154,8 +180,11 @@ def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict],
     rows, skipped = [], []
     bar = common.progress(len(prompts) * (1 + len(alphas)), "efficiency", disable=quiet)
     for p in prompts:
+        reuse = saved.get(p["id"]) if saved else None
+        if reuse is not None:
+            bar.update()
         row = run_prompt(gen, reward, p, b=b, n=n, alphas=alphas, max_new_tokens=max_new_tokens, sampling=sampling,
-                         seed=seed, bar=bar)
+                         seed=seed, bar=bar, saved=reuse)
         if row is None:
             skipped.append(p["id"])
             bar.update(1 + len(alphas))
@@ -230,6 +259,10 @@ def add_efficiency_args(p: argparse.ArgumentParser, reward: str | None = None, *
     g.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.75], help="Speculative Rejection's rejection rates")
     g.add_argument("--replace-long", action="store_true",
                    help="draw further prompts (in the protocol's order) to replace those too long for N in the budget")
+    g.add_argument("--bon-from", default=None, metavar="FILE",
+                   help="reuse Best-of-N (rewards and batch times) from an earlier result file of this experiment and "
+                        "run only Speculative Rejection, with that file's prompts, lengths, sampling and seed (e.g. "
+                        "other --alphas, or after an algorithm change); its times were measured then, not now")
 
 
 def prompts_for(args: argparse.Namespace, gen: Generator) -> list[dict]:
@@ -245,14 +278,34 @@ def prompts_for(args: argparse.Namespace, gen: Generator) -> list[dict]:
     return [p for p in everything if len(gen.encode_prompt(p["instruction"])) <= limit][:k]
 
 
+def adopt_saved_settings(args: argparse.Namespace) -> dict[Any, dict] | None:
+    """With --bon-from, take the earlier run's lengths, sampling, seed and prompts; its rows by prompt id."""
+    if not args.bon_from:
+        return None
+    settings, rows = saved_rows(args.bon_from)
+    for name in ("b", "n", "max_new_tokens", "temperature", "top_p", "top_k", "seed", "generator", "reward",
+                 "prompts_file", "prompt_order", "prompt_seed", "offset", "replace_long"):
+        setattr(args, name, settings.get(name, getattr(args, name)))
+    args.protocol = settings["protocol"]["name"]
+    args.prompt_ids = settings["prompt_ids"]
+    return rows
+
+
 def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    saved = adopt_saved_settings(args)
     gen, reward = common.setup(args)
-    prompts = prompts_for(args, gen)
+    if saved is not None:
+        args.k = 10**9
+        by_id = {p["id"]: p for p in common.prompts_from(args)}
+        prompts = [by_id[i] for i in args.prompt_ids]
+        args.k = len(prompts)
+    else:
+        prompts = prompts_for(args, gen)
     result = run_efficiency(gen, reward, prompts, b=args.b, n=args.n, alphas=args.alphas,
                             max_new_tokens=args.max_new_tokens, sampling=common.sampling_from(args), seed=args.seed,
-                            quiet=args.quiet)
+                            quiet=args.quiet, saved=saved)
     settings = {**common.base_settings(args, gen, reward, prompts), "b": args.b, "alphas": args.alphas,
-                "replace_long": args.replace_long,
+                "replace_long": args.replace_long, "bon_from": args.bon_from,
                 "longest_prompt_tokens": longest_prompt(args.b, args.n, args.max_new_tokens)}
     json_path, _ = common.result_paths(args, name)
     common.write_json({"experiment": name, "settings": settings, "environment": common.environment(gen), **result},

@@ -155,6 +155,14 @@ def test_efficiency(gen, likelihood, prompts, tmp_path):
     assert len(efficiency.curve_table(result)) == 3
     assert common.write_plot(efficiency.plot(result, 1), tmp_path / "f.html").stat().st_size > 0
     assert efficiency.longest_prompt(4, 16, 160) == 52 and efficiency.longest_prompt(4, 32, 128) == 17
+    # --bon-from: Best-of-N's numbers come back from the file, Speculative Rejection runs again, same candidates
+    path = common.write_json({"settings": {}, **result}, tmp_path / "efficiency.json")
+    _, saved = efficiency.saved_rows(str(path))
+    tokens = row["kv_budget"] - row["prompt_tokens"]
+    again = efficiency.run_efficiency(gen, likelihood, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
+                                      quiet=True, saved=saved)
+    assert again["summary"]["bon"] == s["bon"] and again["rows"][0]["batch_s"] == row["batch_s"]
+    assert again["rows"][0]["sbon"][0.5]["best"] == row["sbon"][0.5]["best"]
 
 
 def test_perplexity(gen, prompts):
