@@ -93,6 +93,7 @@ def run_prompt(gen: Generator, reward: RewardModel, p: dict, *, b: int, n: int, 
         best = sbon.best.final_reward
         row["sbon"][alpha] = {"best": best, "score": normalized_score(baseline, best), "wall_s": sbon.wall_time,
                               "accelerator_s": sbon.wall_time, "accelerators": 1, "tokens": sbon.total_tokens,
+                              "steps": max(len(c.token_ids) for c in sbon.candidates),
                               "decision_points": [d.tokens for d in sbon.decision_points],
                               "reward_share": sbon.timings["reward"] / sbon.wall_time, "best_id": sbon.best_id}
         if bar is not None:
@@ -109,17 +110,21 @@ def best_of_n_row(gen: Generator, reward: RewardModel, p: dict, prompt_ids: Sequ
     bon, batch_s = run_bon_batches(gen, reward, p["instruction"], n, b, max_new_tokens=max_new_tokens,
                                    sampling=sampling, seed=seed)
     batch_s = [s + (prefill_s if j else 0.0) for j, s in enumerate(batch_s)]
+    # decode steps of each batch: its longest candidate (the batch steps until every candidate has finished)
+    batch_steps = [max(len(c.token_ids) for c in bon.candidates[j:j + b]) for j in range(0, n, b)]
     if bar is not None:
         bar.update()
     baseline = [c.final_reward for c in bon.candidates[:b]]  # Best-of-B: the one-accelerator reference
     row: dict[str, Any] = {"prompt_id": p["id"], "prompt_tokens": len(prompt_ids), "kv_budget": budget,
-                           "prefill_s": prefill_s, "batch_s": batch_s, "baseline_min": min(baseline),
+                           "prefill_s": prefill_s, "batch_s": batch_s, "batch_steps": batch_steps,
+                           "baseline_min": min(baseline),
                            "baseline_max": max(baseline), "bon_best_id": bon.best_id, "bon": {}, "sbon": {}}
     for k in sizes(b, n // b):
         best = best_of_m_reward(bon, k)
         wall = max(batch_s[:k // b])
         row["bon"][k] = {"best": best, "score": normalized_score(baseline, best), "wall_s": wall,
-                         "accelerator_s": (k // b) * wall, "accelerators": k // b}
+                         "accelerator_s": (k // b) * wall, "accelerators": k // b,
+                         "steps": (k // b) * max(batch_steps[:k // b])}
     return row
 
 
@@ -135,8 +140,14 @@ def saved_rows(path: str) -> tuple[dict[str, Any], dict[Any, dict]]:
 
 
 def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> dict[str, Any]:
-    """The official aggregation: score = mean per-prompt normalized score, compute = ratio of totals."""
+    """The official aggregation: score = mean per-prompt normalized score, compute = ratio of totals.
+
+    Compute is measured twice: in accelerator-seconds (wall time, as the paper; on shared CPU cores
+    it moves with the load) and in decode steps (forward passes, summed over accelerators: what
+    accelerator time is proportional to where a step costs the same for B or N candidates, as on a
+    memory-bound GPU; deterministic for a seed; reward-model calls not counted)."""
     base_total = sum(r["bon"][b]["accelerator_s"] for r in rows)
+    base_steps = sum(r["bon"][b]["steps"] for r in rows)
     bon = []
     for k in sizes(b, n // b):
         cells = [r["bon"][k] for r in rows]
@@ -145,8 +156,10 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
                     "score_median": common.summarize([c["score"] for c in cells])["median"],
                     "best_reward": common.summarize([c["best"] for c in cells])["mean"],
                     "relative_compute": sum(c["accelerator_s"] for c in cells) / base_total,
-                    "relative_wall_time": sum(c["wall_s"] for c in cells) / base_total})
+                    "relative_wall_time": sum(c["wall_s"] for c in cells) / base_total,
+                    "relative_steps": sum(c["steps"] for c in cells) / base_steps})
     curve_x, curve_y = [c["relative_compute"] for c in bon], [c["score"] for c in bon]
+    curve_steps = [c["relative_steps"] for c in bon]
     sbon = []
     for alpha in alphas:
         cells = [r["sbon"][alpha] for r in rows]
@@ -154,12 +167,15 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
         compute = sum(c["accelerator_s"] for c in cells) / base_total
         bon_compute, extrapolated = compute_at_score(curve_x, curve_y, score)
         bon_n, _ = compute_at_score([c["n"] for c in bon], curve_y, score)
+        steps = sum(c["steps"] for c in cells) / base_steps
+        bon_steps, _ = compute_at_score(curve_steps, curve_y, score)
         sbon.append({"alpha": alpha, "n": n, "accelerators": 1, "score": score,
                      "score_median": common.summarize([c["score"] for c in cells])["median"],
                      "best_reward": common.summarize([c["best"] for c in cells])["mean"],
                      "relative_compute": compute, "relative_wall_time": compute,
                      "bon_compute_at_equal_score": bon_compute, "compute_ratio": bon_compute / compute,
                      "bon_n_at_equal_score": bon_n, "extrapolated": extrapolated,
+                     "relative_steps": steps, "step_ratio": bon_steps / steps,
                      "picked_bon_best": sum(c["best_id"] == r["bon_best_id"] for c, r in zip(cells, rows)) / len(rows),
                      "reward_share": common.summarize([c["reward_share"] for c in cells])["mean"]})
     return {"prompts": len(rows), "baseline": f"Best-of-{b} on one accelerator", "bon": bon, "sbon": sbon,
@@ -169,10 +185,12 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
 def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, b: int = 4, n: int = 8,
                    alphas: Sequence[float] = (0.5, 0.75), max_new_tokens: int = 128,
                    sampling: SamplingConfig | None = None, seed: int = 0, quiet: bool = False,
-                   saved: dict[Any, dict] | None = None) -> dict[str, Any]:
+                   saved: dict[Any, dict] | None = None, on_prompt=None) -> dict[str, Any]:
     """Run Best-of-N in batches of b and Speculative Rejection (one run per alpha) on every prompt
     short enough for n candidates in the budget of b; returns per-prompt rows and the summary.
-    `saved` (rows of an earlier run by prompt id) reuses their Best-of-N numbers."""
+    `saved` (rows of an earlier run by prompt id) reuses their Best-of-N numbers; `on_prompt(partial
+    result)` is called after every prompt (the command line writes the result file each time, so a
+    run cut short keeps the prompts it finished)."""
     if n % b or n < 2 * b:
         raise SystemExit(f"error: N={n} must be a multiple of B={b}, at least 2B (the curve needs two points)")
     sampling = sampling or SamplingConfig()
@@ -190,6 +208,9 @@ def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict],
             bar.update(1 + len(alphas))
             continue
         rows.append(row)
+        if on_prompt is not None:
+            on_prompt({"rows": rows, "skipped_prompts": skipped, "summary": summarize(rows, b, n, alphas),
+                       "complete": False})
         s = row["sbon"][alphas[0]]
         bar.set_postfix(score=f"{s['score']:.1f}", time_vs_bo_b=f"{s['accelerator_s'] / row['batch_s'][0]:.2f}")
     bar.close()
@@ -197,35 +218,44 @@ def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict],
         raise SystemExit(f"error: no prompt is short enough for N={n} candidates in a budget of B={b} complete ones "
                          f"at {max_new_tokens} new tokens (a prompt may have at most "
                          f"{longest_prompt(b, n, max_new_tokens)} tokens): lower --n or raise --max-new-tokens")
-    return {"rows": rows, "skipped_prompts": skipped, "summary": summarize(rows, b, n, alphas)}
+    return {"rows": rows, "skipped_prompts": skipped, "summary": summarize(rows, b, n, alphas), "complete": True}
 
 
 def curve_table(result: dict[str, Any]) -> pd.DataFrame:
     s = result["summary"]
     lines = [{"method": f"Best-of-{c['n']}", "accelerators": c["accelerators"], "score": c["score"],
-              "relative_compute": c["relative_compute"], "compute_ratio": float("nan")} for c in s["bon"]]
+              "relative_compute": c["relative_compute"], "compute_ratio": float("nan"),
+              "relative_steps": c["relative_steps"], "step_ratio": float("nan")} for c in s["bon"]]
     lines += [{"method": f"Speculative Rejection (N={c['n']}, alpha={c['alpha']:g})", "accelerators": 1,
                "score": c["score"], "relative_compute": c["relative_compute"],
-               "compute_ratio": c["compute_ratio"]} for c in s["sbon"]]
+               "compute_ratio": c["compute_ratio"], "relative_steps": c["relative_steps"],
+               "step_ratio": c["step_ratio"]} for c in s["sbon"]]
     return pd.DataFrame(lines)
 
 
 def plot(result: dict[str, Any], b: int, title: str | None = None, y_title: str | None = None):
-    """Figures 1 and 4 of the NeurIPS version: score against relative accelerator compute."""
-    import plotly.graph_objects as go
+    """Figures 1 and 4 of the NeurIPS version: score against relative compute, in accelerator-seconds
+    (left) and in decode steps (right), both on a log2 axis."""
+    from plotly.subplots import make_subplots
 
     s = result["summary"]
-    fig = go.Figure()
-    fig.add_scatter(x=[c["relative_compute"] for c in s["bon"]], y=[c["score"] for c in s["bon"]],
-                    mode="lines+markers+text", name="Best-of-N (N/B accelerators)", line=dict(dash="dash"),
-                    text=[f"N={c['n']}" for c in s["bon"]], textposition="bottom right")
-    fig.add_scatter(x=[c["relative_compute"] for c in s["sbon"]], y=[c["score"] for c in s["sbon"]],
-                    mode="markers+text", name=f"Speculative Rejection (1 accelerator, N={s['sbon'][0]['n']})",
-                    text=[f"α={c['alpha']:g}: {c['compute_ratio']:.1f}x" for c in s["sbon"]], textposition="top center",
-                    marker=dict(size=14, symbol="star"))
-    fig.update_xaxes(type="log", dtick=0.30103, title=f"relative accelerator compute (Best-of-{b} = 1)")
-    fig.update_layout(title=title or f"Score vs compute (B={b}; {s['prompts']} prompts)",
-                      yaxis_title=y_title or f"score (Best-of-{b} = 100, normalized to its reward range)")
+    measures = [("relative_compute", "compute_ratio", f"accelerator-seconds (Best-of-{b} = 1)")]
+    if "relative_steps" in s["bon"][0]:
+        measures.append(("relative_steps", "step_ratio", f"decode steps (Best-of-{b} = 1)"))
+    fig = make_subplots(rows=1, cols=len(measures), subplot_titles=[m[2] for m in measures], shared_yaxes=True)
+    for col, (x, ratio, _) in enumerate(measures, start=1):
+        fig.add_scatter(x=[c[x] for c in s["bon"]], y=[c["score"] for c in s["bon"]], mode="lines+markers+text",
+                        name="Best-of-N (N/B accelerators)", line=dict(dash="dash", color="#fc8d62"),
+                        text=[f"N={c['n']}" for c in s["bon"]], textposition="bottom right", showlegend=col == 1,
+                        row=1, col=col)
+        fig.add_scatter(x=[c[x] for c in s["sbon"]], y=[c["score"] for c in s["sbon"]], mode="markers+text",
+                        name=f"Speculative Rejection (1 accelerator, N={s['sbon'][0]['n']})",
+                        text=[f"α={c['alpha']:g}: {c[ratio]:.1f}x" for c in s["sbon"]], textposition="top center",
+                        marker=dict(size=14, symbol="star", color="#66c2a5"), showlegend=col == 1, row=1, col=col)
+        fig.update_xaxes(type="log", dtick=0.30103, title_text="relative compute", row=1, col=col)
+    fig.update_yaxes(title_text=y_title or f"score (Best-of-{b} = 100, normalized to its reward range)", row=1, col=1)
+    fig.update_layout(title=title or f"Score vs compute (B={b}; {s['prompts']} prompts; labels: compute ratio at "
+                                     f"equal score)")
     return fig
 
 
@@ -301,15 +331,20 @@ def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], 
         args.k = len(prompts)
     else:
         prompts = prompts_for(args, gen)
-    result = run_efficiency(gen, reward, prompts, b=args.b, n=args.n, alphas=args.alphas,
-                            max_new_tokens=args.max_new_tokens, sampling=common.sampling_from(args), seed=args.seed,
-                            quiet=args.quiet, saved=saved)
     settings = {**common.base_settings(args, gen, reward, prompts), "b": args.b, "alphas": args.alphas,
                 "replace_long": args.replace_long, "bon_from": args.bon_from,
                 "longest_prompt_tokens": longest_prompt(args.b, args.n, args.max_new_tokens)}
     json_path, _ = common.result_paths(args, name)
-    common.write_json({"experiment": name, "settings": settings, "environment": common.environment(gen), **result},
-                      json_path)
+    start_env = common.environment(gen)
+
+    def write(result):
+        common.write_json({"experiment": name, "settings": settings, "environment_at_start": start_env,
+                           "environment": common.environment(gen), **result}, json_path)
+
+    result = run_efficiency(gen, reward, prompts, b=args.b, n=args.n, alphas=args.alphas,
+                            max_new_tokens=args.max_new_tokens, sampling=common.sampling_from(args), seed=args.seed,
+                            quiet=args.quiet, saved=saved, on_prompt=write)
+    write(result)
     return result, settings
 
 

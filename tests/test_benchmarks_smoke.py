@@ -13,6 +13,7 @@ import pytest
 
 from benchmarks import common, counterfactual, efficiency, engine, kvcache, memory, perplexity, table1
 from benchmarks.__main__ import build_parser, main
+from sbon.metrics import compute_at_score
 
 N, TOKENS = 4, 12
 FALLBACK_PROMPTS = [{"id": 0, "dataset": "smoke", "instruction": "Give three tips for staying healthy."},
@@ -152,7 +153,10 @@ def test_efficiency(gen, likelihood, prompts, tmp_path):
     assert sb["score"] <= bo2["score"], "coupled: Speculative Rejection's candidates are Best-of-2's"
     assert sb["relative_compute"] == pytest.approx(row["sbon"][0.5]["wall_s"] / row["batch_s"][0])
     assert sb["compute_ratio"] == pytest.approx(sb["bon_compute_at_equal_score"] / sb["relative_compute"])
-    assert len(efficiency.curve_table(result)) == 3
+    assert len(row["batch_steps"]) == 2 and bo1["relative_steps"] == 1 and bo2["relative_steps"] >= 2
+    assert sb["step_ratio"] == pytest.approx(compute_at_score([1, bo2["relative_steps"]], [100, bo2["score"]],
+                                                              sb["score"])[0] / sb["relative_steps"])
+    assert result["complete"] and len(efficiency.curve_table(result)) == 3
     assert common.write_plot(efficiency.plot(result, 1), tmp_path / "f.html").stat().st_size > 0
     assert efficiency.longest_prompt(4, 16, 160) == 52 and efficiency.longest_prompt(4, 32, 128) == 17
     # --bon-from: Best-of-N's numbers come back from the file, Speculative Rejection runs again, same candidates
