@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from sbon.algorithms import CandidatesScored, Done, best_of_n, speculative_rejection
@@ -147,7 +148,9 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
     accelerator time is proportional to where a step costs the same for B or N candidates, as on a
     memory-bound GPU; deterministic for a seed; reward-model calls not counted)."""
     base_total = sum(r["bon"][b]["accelerator_s"] for r in rows)
-    base_steps = sum(r["bon"][b]["steps"] for r in rows)
+    # files written before decode steps were counted have none: steps are then left out
+    has_steps = all("steps" in r["bon"][b] for r in rows)
+    base_steps = sum(r["bon"][b]["steps"] for r in rows) if has_steps else float("nan")
     bon = []
     for k in sizes(b, n // b):
         cells = [r["bon"][k] for r in rows]
@@ -157,7 +160,7 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
                     "best_reward": common.summarize([c["best"] for c in cells])["mean"],
                     "relative_compute": sum(c["accelerator_s"] for c in cells) / base_total,
                     "relative_wall_time": sum(c["wall_s"] for c in cells) / base_total,
-                    "relative_steps": sum(c["steps"] for c in cells) / base_steps})
+                    "relative_steps": sum(c.get("steps", 0) for c in cells) / base_steps})
     curve_x, curve_y = [c["relative_compute"] for c in bon], [c["score"] for c in bon]
     curve_steps = [c["relative_steps"] for c in bon]
     sbon = []
@@ -168,7 +171,7 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
         bon_compute, extrapolated = compute_at_score(curve_x, curve_y, score)
         bon_n, _ = compute_at_score([c["n"] for c in bon], curve_y, score)
         steps = sum(c["steps"] for c in cells) / base_steps
-        bon_steps, _ = compute_at_score(curve_steps, curve_y, score)
+        bon_steps = compute_at_score(curve_steps, curve_y, score)[0] if has_steps else float("nan")
         sbon.append({"alpha": alpha, "n": n, "accelerators": 1, "score": score,
                      "score_median": common.summarize([c["score"] for c in cells])["median"],
                      "best_reward": common.summarize([c["best"] for c in cells])["mean"],
@@ -240,7 +243,7 @@ def plot(result: dict[str, Any], b: int, title: str | None = None, y_title: str 
 
     s = result["summary"]
     measures = [("relative_compute", "compute_ratio", f"accelerator-seconds (Best-of-{b} = 1)")]
-    if "relative_steps" in s["bon"][0]:
+    if all(np.isfinite(c.get("relative_steps", np.nan)) for c in s["bon"]):
         measures.append(("relative_steps", "step_ratio", f"decode steps (Best-of-{b} = 1)"))
     fig = make_subplots(rows=1, cols=len(measures), subplot_titles=[m[2] for m in measures], shared_yaxes=True)
     for col, (x, ratio, _) in enumerate(measures, start=1):
