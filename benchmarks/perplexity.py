@@ -11,26 +11,44 @@ the response each method returns (lower is better) next to its relative compute.
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from sbon.metrics import compute_at_score
 
 from . import common, efficiency
 
 REWARD = "neg-perplexity"
 
 
+def cell(cells: dict, key) -> dict:
+    """A row's cell by N or alpha: numbers in memory, strings once read back from JSON."""
+    return cells[key] if key in cells else cells[str(key)]
+
+
 def perplexity_table(result: dict[str, Any]) -> pd.DataFrame:
-    """One line per method: mean perplexity of the returned response (= minus its reward), compute."""
+    """Table 2's shape, one line per method: the perplexity of the returned response (= minus its
+    reward; lower is better), mean then median over prompts, and its compute. The compute ratio is
+    read off at equal mean perplexity, interpolating Best-of-N's (log compute, mean perplexity)
+    curve: the normalized score is not used here, because with a small B the range of Best-of-B's
+    perplexities can be tiny and one prompt's score then dominates the mean."""
     rows, s = result["rows"], result["summary"]
-    lines = [{"method": f"Best-of-{c['n']}", "accelerators": c["accelerators"],
-              "perplexity": common.summarize([-r["bon"][c["n"]]["best"] for r in rows])["mean"],
-              "score": c["score"], "relative_compute": c["relative_compute"], "compute_ratio": float("nan")}
-             for c in s["bon"]]
-    lines += [{"method": f"Speculative Rejection (N={c['n']}, alpha={c['alpha']:g})", "accelerators": 1,
-               "perplexity": common.summarize([-r["sbon"][c["alpha"]]["best"] for r in rows])["mean"],
-               "score": c["score"], "relative_compute": c["relative_compute"], "compute_ratio": c["compute_ratio"]}
-              for c in s["sbon"]]
+    bon_ppl = [[-cell(r["bon"], c["n"])["best"] for r in rows] for c in s["bon"]]
+    curve_x = [c["relative_compute"] for c in s["bon"]]
+    curve_y = [-float(np.mean(p)) for p in bon_ppl]  # -perplexity grows with N, like a score
+    lines = [{"method": f"Best-of-{c['n']}", "accelerators": c["accelerators"], "perplexity": float(np.mean(p)),
+              "perplexity_median": float(np.median(p)), "relative_compute": c["relative_compute"],
+              "compute_ratio_at_equal_perplexity": float("nan")} for c, p in zip(s["bon"], bon_ppl)]
+    for c in s["sbon"]:
+        p = [-cell(r["sbon"], c["alpha"])["best"] for r in rows]
+        bon_compute, _ = compute_at_score(curve_x, curve_y, -float(np.mean(p)))
+        lines.append({"method": f"Speculative Rejection (N={c['n']}, alpha={c['alpha']:g})", "accelerators": 1,
+                      "perplexity": float(np.mean(p)), "perplexity_median": float(np.median(p)),
+                      "relative_compute": c["relative_compute"],
+                      "compute_ratio_at_equal_perplexity": bon_compute / c["relative_compute"]})
     return pd.DataFrame(lines)
 
 
@@ -46,6 +64,8 @@ def main(args: argparse.Namespace) -> int:
     result, _ = efficiency.run_and_write(args, "perplexity")
     json_path, html_path = common.result_paths(args, "perplexity")
     table = perplexity_table(result)
+    saved = json.loads(json_path.read_text())
+    common.write_json({**saved, "table2": table.to_dict("records")}, json_path)
     common.print_table(f"perplexity of the returned response ({result['summary']['prompts']} prompts, B={args.b}, "
                        f"N={args.n}, {args.max_new_tokens} new tokens, reward {args.reward}):", table)
     if result["skipped_prompts"]:
