@@ -100,7 +100,8 @@ def test_table1_memory_bound_best_of_n_batch(gen, prompts):
     kw = dict(method="sbon", first_decision=None, kv_budget=None, max_new_tokens=256)
     assert table1.bon_batch_size(gen, text, 32, "all", **kw) == 32
     assert table1.bon_batch_size(gen, text, 32, "budget", **kw) == 32 * (p + FIRST_DECISION_TOKENS) // (p + 256)
-    assert table1.bon_batch_size(gen, text, 32, "budget", **{**kw, "first_decision": 256}) == 32
+    assert table1.bon_batch_size(gen, text, 32, "budget", **{**kw, "kv_budget": 32 * (p + 256)}) == 32
+    assert table1.bon_batch_size(gen, text, 32, "budget", **{**kw, "first_decision": 128}) == 32 * (p + 128) // (p + 256)
 
 
 def test_counterfactual_and_recompute_from_file(gen, likelihood, prompts, tmp_path):
