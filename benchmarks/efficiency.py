@@ -280,7 +280,7 @@ def add_parser(sub) -> None:
 
 
 def add_efficiency_args(p: argparse.ArgumentParser, reward: str | None = None, *, k: int = 20, b: int = 4, n: int = 8,
-                        max_new_tokens: int = 128) -> None:
+                        max_new_tokens: int = 128, alphas: Sequence[float] = (0.5,)) -> None:
     """Defaults sized for 2 CPU cores (the committed runs): with the SmolLM2 chat template a prompt
     has 30+ tokens, and n candidates fit their first token in the budget of b complete ones only
     for prompts of at most (b x max_new_tokens - n) / (n - b) tokens (41 for N=16, B=4, 128 tokens)."""
@@ -289,7 +289,7 @@ def add_efficiency_args(p: argparse.ArgumentParser, reward: str | None = None, *
         p.set_defaults(reward=reward)
     g = p.add_argument_group("efficiency")
     g.add_argument("--b", type=int, default=b, help="candidates one accelerator holds to the end (Best-of-B's batch)")
-    g.add_argument("--alphas", type=float, nargs="+", default=[0.5, 0.75], help="Speculative Rejection's rejection rates")
+    g.add_argument("--alphas", type=float, nargs="+", default=list(alphas), help="Speculative Rejection's rejection rates")
     g.add_argument("--replace-long", action="store_true",
                    help="draw further prompts (in the protocol's order) to replace those too long for N in the budget")
     g.add_argument("--bon-from", default=None, metavar="FILE",

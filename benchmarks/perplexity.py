@@ -56,7 +56,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("perplexity", help="the NeurIPS version's Table 2: Best-of-N vs Speculative Rejection "
                        "with -perplexity (prompt + response) as the reward",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    efficiency.add_efficiency_args(p, reward=REWARD, k=8, b=2, n=4, max_new_tokens=96)
+    efficiency.add_efficiency_args(p, reward=REWARD, k=8, b=2, n=4, max_new_tokens=96, alphas=(0.5, 0.75))
     p.set_defaults(main=main)
 
 

@@ -35,9 +35,9 @@ def test_parser_knows_every_experiment():
         assert args.protocol == "workshop"
     assert parser.parse_args(["table1"]).k == 20
     args = parser.parse_args(["efficiency"])
-    assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k, args.alphas) == ("neurips", 8, 4, 128, 20, [0.5, 0.75])
+    assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k, args.alphas) == ("neurips", 8, 4, 128, 20, [0.5])
     args = parser.parse_args(["perplexity"])
-    assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k) == ("neurips", 4, 2, 96, 8)
+    assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k, args.alphas) == ("neurips", 4, 2, 96, 8, [0.5, 0.75])
     assert parser.parse_args(["perplexity"]).reward == "neg-perplexity"
 
 
