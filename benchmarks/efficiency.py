@@ -242,30 +242,30 @@ def plot(result: dict[str, Any], b: int, title: str | None = None, y_title: str 
     from plotly.subplots import make_subplots
 
     s = result["summary"]
-    measures = [("relative_compute", "compute_ratio", f"accelerator-seconds (Best-of-{b} = 1)")]
+    measures = [("relative_compute", "compute_ratio", "accelerator-seconds")]
     if all(np.isfinite(c.get("relative_steps", np.nan)) for c in s["bon"]):
-        measures.append(("relative_steps", "step_ratio", f"decode steps (Best-of-{b} = 1)"))
+        measures.append(("relative_steps", "step_ratio", "decode steps"))
     fig = make_subplots(rows=1, cols=len(measures), subplot_titles=[m[2] for m in measures], shared_yaxes=True)
     for col, (x, ratio, _) in enumerate(measures, start=1):
         fig.add_scatter(x=[c[x] for c in s["bon"]], y=[c["score"] for c in s["bon"]], mode="lines+markers+text",
                         name="Best-of-N (N/B accelerators)", line=dict(dash="dash", color="#fc8d62"),
-                        text=[f"N={c['n']}" for c in s["bon"]], textposition="bottom right", showlegend=col == 1,
+                        text=[f"N={c['n']}" for c in s["bon"]], textposition="middle left", showlegend=col == 1,
                         row=1, col=col)
         fig.add_scatter(x=[c[x] for c in s["sbon"]], y=[c["score"] for c in s["sbon"]], mode="markers+text",
                         name=f"Speculative Rejection (1 accelerator, N={s['sbon'][0]['n']})",
-                        text=[f"α={c['alpha']:g}: {c[ratio]:.1f}x" for c in s["sbon"]], textposition="top center",
+                        text=[f"α={c['alpha']:g}: {c[ratio]:.2f}x" for c in s["sbon"]], textposition="top right",
                         marker=dict(size=14, symbol="star", color="#66c2a5"), showlegend=col == 1, row=1, col=col)
-        fig.update_xaxes(type="log", dtick=0.30103, title_text="relative compute", row=1, col=col)
+        fig.update_xaxes(type="log", dtick=0.30103, title_text=f"compute relative to Best-of-{b}", row=1, col=col)
     fig.update_yaxes(title_text=y_title or f"score (Best-of-{b} = 100, normalized to its reward range)", row=1, col=1)
-    fig.update_layout(title=title or f"Score vs compute (B={b}; {s['prompts']} prompts; labels: compute ratio at "
-                                     f"equal score)")
+    fig.update_layout(title=title or f"Score vs compute (B={b}, {s['prompts']} prompts; star label: compute ratio "
+                                     f"at equal score)", legend=dict(orientation="h", y=-0.2), width=1000, height=560)
     return fig
 
 
 def write_png(fig, path) -> str | None:
     """A PNG beside the HTML when plotly can export images here (kaleido); None otherwise."""
     try:
-        fig.write_image(str(path), width=720, height=520, scale=2)
+        fig.write_image(str(path), scale=2)
     except Exception as e:  # kaleido missing or without a browser: the HTML is the plot
         return f"no PNG ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
     return None
