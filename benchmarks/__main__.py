@@ -6,14 +6,14 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import app_timing, counterfactual, engine, kvcache, memory, table1
+from . import app_timing, common, counterfactual, efficiency, engine, kvcache, memory, perplexity, table1
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks",
                                      description="Reproduce the Speculative Rejection paper's measurements.")
     sub = parser.add_subparsers(dest="experiment", required=True)
-    for module in (table1, counterfactual, memory, engine, kvcache, app_timing):
+    for module in (table1, counterfactual, memory, efficiency, perplexity, engine, kvcache, app_timing):
         module.add_parser(sub)
     return parser
 
@@ -21,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from sbon.errors import exit_code
+
+    if hasattr(args, "protocol"):
+        common.apply_protocol(args)
 
     return exit_code(lambda: args.main(args))
 

@@ -7,10 +7,12 @@ import gc
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -31,6 +33,53 @@ DEFAULT_OUT_DIR = REPO / "benchmarks" / "results"
 PROMPTS_FILE = "alpaca_eval_prompts.jsonl"
 
 
+# -- protocols: which version of the paper a run follows ---------------------------------------
+
+@dataclass(frozen=True)
+class Protocol:
+    """Sampling and prompt selection of one version of the paper. Lengths (N, new tokens) stay each
+    experiment's CPU-sized defaults under both: the paper's (N in the thousands, up to 2048 new
+    tokens on H100s) would take days on a CPU; every result file records the lengths it used."""
+
+    name: str
+    temperature: float
+    top_p: float
+    top_k: int  # 0 = off
+    prompt_order: str  # "first": the file's first k prompts; "random": k drawn with --prompt-seed
+    source: str
+
+
+PROTOCOLS = {
+    # The workshop version's own sampling settings are not published in the official code (which is
+    # the NeurIPS version's) and its text is not available to us: this protocol is the project's
+    # settings since its first benchmarks, so that earlier result files stay comparable.
+    "workshop": Protocol("workshop", SamplingConfig.temperature, SamplingConfig.top_p, SamplingConfig.top_k, "first",
+                         "this project's benchmark defaults since the first runs (sbon.engine.SamplingConfig), "
+                         "the file's first k prompts; not read from the workshop paper"),
+    "neurips": Protocol("neurips", 1.0, 1.0, 50, "random",
+                        "Sun et al., NeurIPS 2024 (arXiv 2410.20290), Section 5: prompts randomly sampled from "
+                        "AlpacaFarm-Eval; sampling = the official code's main.py defaults (temperature 1, "
+                        "top_k 50, top_p 1)"),
+}
+DEFAULT_PROTOCOL = "workshop"
+
+
+def apply_protocol(args: argparse.Namespace) -> None:
+    """Fill the sampling options left unset on the command line from --protocol."""
+    proto = PROTOCOLS[args.protocol]
+    for name in ("temperature", "top_p", "top_k", "prompt_order"):
+        if getattr(args, name, None) is None:
+            setattr(args, name, getattr(proto, name))
+
+
+def protocol_record(args: argparse.Namespace) -> dict[str, Any]:
+    """What a result file says about the protocol: its name and settings, and what was overridden."""
+    proto = PROTOCOLS[args.protocol]
+    overridden = {k: getattr(args, k) for k in ("temperature", "top_p", "top_k", "prompt_order")
+                  if getattr(args, k) != getattr(proto, k)}
+    return {**asdict(proto), "overridden": overridden}
+
+
 # -- prompts ----------------------------------------------------------------------------------
 
 def data_dir(override: str | os.PathLike | None = None) -> Path:
@@ -38,13 +87,23 @@ def data_dir(override: str | os.PathLike | None = None) -> Path:
 
 
 def load_prompts(k: int, data: str | os.PathLike | None = None, file: str = PROMPTS_FILE,
-                 offset: int = 0) -> list[dict]:
-    """The first k prompts (after `offset`) of a prompt file: dicts with id, dataset, instruction."""
+                 offset: int = 0, order: str = "first", seed: int = 0) -> list[dict]:
+    """k prompts of a prompt file (dicts with id, dataset, instruction): the first k after `offset`,
+    or with order="random" k drawn without replacement with `seed` (the first k after `offset` of
+    the file shuffled by random.Random(seed))."""
     path = data_dir(data) / file
     if not path.exists():
         raise SystemExit(f"error: prompt file {path} not found: pass --data-dir (the folder holding {file})")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if order == "random":
+        random.Random(seed).shuffle(rows)
+    elif order != "first":
+        raise ValueError(f"prompt order must be 'first' or 'random', got {order!r}")
     return rows[offset:offset + k]
+
+
+def prompts_from(args: argparse.Namespace) -> list[dict]:
+    return load_prompts(args.k, args.data_dir, args.prompts_file, args.offset, args.prompt_order, args.prompt_seed)
 
 
 # -- models -----------------------------------------------------------------------------------
@@ -60,6 +119,7 @@ def load_models(generator: str = DEFAULT_GENERATOR, reward: str = DEFAULT_REWARD
 
 
 def sampling_from(args: argparse.Namespace) -> SamplingConfig:
+    """The sampling settings of a parsed command line (after apply_protocol)."""
     return SamplingConfig(args.temperature, args.top_p, args.top_k)
 
 
@@ -237,7 +297,14 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
 
 # -- command line -----------------------------------------------------------------------------
 
-def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_new_tokens: int = 256) -> None:
+def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_new_tokens: int = 256,
+                    protocol: str = DEFAULT_PROTOCOL) -> None:
+    """The options every experiment takes. Sampling options left out come from --protocol
+    (apply_protocol, called by `python -m benchmarks` after parsing)."""
+    p.add_argument("--protocol", choices=list(PROTOCOLS), default=protocol,
+                   help="the paper version whose sampling and prompt selection to follow: " + "; ".join(
+                       f"{q.name}: temperature {q.temperature:g}, top-p {q.top_p:g}, top-k {q.top_k or 'off'}, "
+                       f"{q.prompt_order} prompts" for q in PROTOCOLS.values()))
     g = p.add_argument_group("models and data")
     g.add_argument("--generator", default=DEFAULT_GENERATOR, help="generator preset, folder or hub id")
     g.add_argument("--reward", default=DEFAULT_REWARD, help="reward preset, folder or hub id (default: sbon.models.DEFAULT_REWARD)")
@@ -247,14 +314,17 @@ def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_ne
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     g.add_argument("--data-dir", default=None, help=f"folder of {PROMPTS_FILE} (default ../shared/data, or $SBON_DATA_DIR)")
     g.add_argument("--prompts-file", default=PROMPTS_FILE)
-    g.add_argument("--offset", type=int, default=0, help="skip this many prompts of the file")
+    g.add_argument("--offset", type=int, default=0, help="skip this many prompts (of the shuffled file when random)")
     g.add_argument("--k", type=int, default=k, help="number of prompts")
+    g.add_argument("--prompt-order", choices=["first", "random"], default=None,
+                   help="the file's first k prompts, or k drawn at random with --prompt-seed (default: the protocol's)")
+    g.add_argument("--prompt-seed", type=int, default=0, help="seed of the random prompt draw")
     s = p.add_argument_group("sampling")
     s.add_argument("--n", type=int, default=n, help="candidates N")
     s.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    s.add_argument("--temperature", type=float, default=SamplingConfig.temperature)
-    s.add_argument("--top-p", type=float, default=SamplingConfig.top_p)
-    s.add_argument("--top-k", type=int, default=SamplingConfig.top_k)
+    s.add_argument("--temperature", type=float, default=None, help="default: the protocol's")
+    s.add_argument("--top-p", type=float, default=None, help="default: the protocol's")
+    s.add_argument("--top-k", type=int, default=None, help="0 = off (default: the protocol's)")
     s.add_argument("--seed", type=int, default=0)
     o = p.add_argument_group("output")
     o.add_argument("--out-dir", default=str(DEFAULT_OUT_DIR), help="where result files go")
@@ -270,9 +340,13 @@ def setup(args: argparse.Namespace) -> tuple[Generator, RewardModel]:
     return load_models(args.generator, args.reward, args.device, args.dtype)
 
 
-def base_settings(args: argparse.Namespace, gen: Generator, reward: RewardModel) -> dict[str, Any]:
-    return {"generator": args.generator, "reward": getattr(reward, "name", args.reward), "k": args.k,
-            "offset": args.offset, "prompts_file": args.prompts_file, "n": args.n,
+def base_settings(args: argparse.Namespace, gen: Generator, reward: RewardModel | None,
+                  prompts: Sequence[dict] | None = None) -> dict[str, Any]:
+    """The settings every result file records: protocol, models, prompts, lengths and sampling."""
+    return {"protocol": protocol_record(args), "generator": args.generator,
+            "reward": getattr(reward, "name", args.reward), "k": args.k, "offset": args.offset,
+            "prompts_file": args.prompts_file, "prompt_order": args.prompt_order, "prompt_seed": args.prompt_seed,
+            "prompt_ids": [p["id"] for p in prompts] if prompts is not None else None, "n": args.n,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
             "top_k": args.top_k, "seed": args.seed}
 

@@ -131,7 +131,7 @@ def plot(result: dict[str, Any], n: int):
     fig.update_xaxes(title_text="token rate (SBoN tokens / BoN tokens)", row=1, col=1)
     fig.update_xaxes(title_text="decision token τ", type="log", row=1, col=2)
     fig.update_yaxes(title_text="normalized score", row=1, col=1)
-    fig.update_layout(title=f"Counterfactual Speculative Rejection (N={n}; error bars: bootstrap 95%)")
+    fig.update_layout(title=f"Counterfactual Speculative Rejection (N={n}; error bars: bootstrap 95% over subsets of N/2)")
     return fig
 
 
@@ -156,10 +156,10 @@ def main(args: argparse.Namespace) -> int:
         saved = json.loads(Path(args.from_file).read_text())
         raw, settings, env = saved["raw"], saved["settings"], saved["environment"]
     else:
-        prompts = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset)
+        prompts = common.prompts_from(args)
         gen, reward = common.setup(args)
         taus = args.taus or decision_points(args.max_new_tokens)
-        settings = {**common.base_settings(args, gen, reward), "taus": taus}
+        settings = {**common.base_settings(args, gen, reward, prompts), "taus": taus}
         env = common.environment(gen)
         raw = generate(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                        sampling=common.sampling_from(args), seed=args.seed, taus=taus, quiet=args.quiet)

@@ -150,13 +150,13 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    prompts = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset)
+    prompts = common.prompts_from(args)
     gen, reward = common.setup(args)
     result = run_engine(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed,
                         reward_share=not args.no_reward_share, quiet=args.quiet)
     json_path, html_path = common.result_paths(args, "engine")
-    common.write_json({"experiment": "engine", "settings": common.base_settings(args, gen, reward),
+    common.write_json({"experiment": "engine", "settings": common.base_settings(args, gen, reward, prompts),
                        "environment": common.environment(gen), **result}, json_path)
     df = pd.DataFrame(result["rows"])
     cols = ["prompt_id", "ours_tokens", "hf_tokens", "ours_tok_per_s", "hf_tok_per_s", "tok_per_s_ratio",

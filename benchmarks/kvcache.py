@@ -147,12 +147,12 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    prompts = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset)
+    prompts = common.prompts_from(args)
     gen, reward = common.setup(args)
     result = run_kvcache(gen, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                          sampling=common.sampling_from(args), seed=args.seed, quiet=args.quiet)
     json_path, _ = common.result_paths(args, "kvcache")
-    common.write_json({"experiment": "kvcache", "settings": common.base_settings(args, gen, reward),
+    common.write_json({"experiment": "kvcache", "settings": common.base_settings(args, gen, reward, prompts),
                        "environment": common.environment(gen), **result}, json_path)
     common.print_table("Best-of-N, DynamicCache vs GrowableLayer:", pd.DataFrame(result["rows"]))
     s = result["summary"]

@@ -152,11 +152,11 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    prompts = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset)
+    prompts = common.prompts_from(args)
     gen, reward = common.setup(args)
     result = run_memory(gen, reward, prompts, b=args.b, factor=args.factor, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, alpha=args.alpha, quiet=args.quiet)
-    settings = {**common.base_settings(args, gen, reward), "n": args.b * args.factor, "b": args.b,
+    settings = {**common.base_settings(args, gen, reward, prompts), "n": args.b * args.factor, "b": args.b,
                 "factor": args.factor, "alpha": args.alpha}
     json_path, html_path = common.result_paths(args, "memory")
     common.write_json({"experiment": "memory", "settings": settings, "environment": common.environment(gen), **result},

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from sbon.algorithms import FIRST_DECISION_TOKENS, best_of_n, plan_budget, speculative_bon_tau, speculative_rejection
+from sbon.algorithms import best_of_n, plan_budget, speculative_bon_tau, speculative_rejection
 from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import best_of_m_reward, best_of_m_size, compare, normalized_score, speedup, token_rate
 from sbon.rewards import RewardModel
@@ -26,8 +26,7 @@ TARGET_SPEEDUP, TARGET_SCORE = 4.0, 98.0
 def sbon_budget(gen: Generator, prompt: str, n: int, *, first_decision: int | None, kv_budget: int | None,
                 max_new_tokens: int) -> int:
     """The KV budget (tokens) Speculative Rejection runs in for this prompt."""
-    return plan_budget(gen, len(gen.encode_prompt(prompt)), n, kv_budget, max_new_tokens,
-                       first_decision or FIRST_DECISION_TOKENS)[1]
+    return plan_budget(gen, len(gen.encode_prompt(prompt)), n, kv_budget, max_new_tokens, first_decision)[1]
 
 
 def bon_batch_size(gen: Generator, prompt: str, n: int, bon_memory: str, *, method: str, first_decision: int | None,
@@ -53,7 +52,7 @@ def sbon_events(gen: Generator, reward: RewardModel, prompt: str, n: int, *, met
                                    sampling=sampling, seed=seed)
     return speculative_rejection(gen, reward, prompt, n, alpha=alpha, kv_budget=kv_budget,
                                  max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
-                                 first_decision=first_decision or FIRST_DECISION_TOKENS)
+                                 first_decision=first_decision)
 
 
 def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, n: int = 32,
@@ -216,13 +215,13 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    prompts = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset)
+    prompts = common.prompts_from(args)
     gen, reward = common.setup(args)
     result = run_table1(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, method=args.method, alpha=args.alpha,
                         first_decision=args.first_decision, kv_budget=args.kv_budget, tau=args.tau,
                         best_of_m=not args.no_best_of_m, bon_memory=args.bon_memory, quiet=args.quiet)
-    settings = {**common.base_settings(args, gen, reward), "method": args.method, "alpha": args.alpha,
+    settings = {**common.base_settings(args, gen, reward, prompts), "method": args.method, "alpha": args.alpha,
                 "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau,
                 "bon_memory": args.bon_memory}
     json_path, html_path = common.result_paths(args, "table1")

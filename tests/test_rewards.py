@@ -77,3 +77,122 @@ def test_unknown_reward_name_fails_fast():
         load_reward("no-such-reward")
     with pytest.raises(SBoNError, match="likelihood reward needs the generator"):
         load_reward("likelihood")
+
+
+# -- -perplexity over prompt + response (the paper's Table 2 reward) ------------------------------
+
+@pytest.fixture(scope="module")
+def neg_ppl(gen):
+    return load_reward("neg-perplexity", generator=gen)
+
+
+def test_neg_perplexity_is_the_official_loss_over_prompt_and_response(gen, neg_ppl):
+    # The official code: perplexity = exp(model(ids, labels=ids).loss) over the templated prompt + output.
+    response = "The capital of France is Paris."
+    ids = neg_ppl.perplexity_ids(PROMPT, response)
+    text = gen.tokenizer.decode(ids)
+    assert "<|im_start|>user" in text and PROMPT + response in text and text.rstrip().endswith("assistant")
+    with torch.inference_mode():
+        t = torch.tensor([ids])
+        official = float(torch.exp(gen.model(input_ids=t, labels=t).loss))
+    assert neg_ppl.score(PROMPT, [response]) == pytest.approx([-official], rel=1e-4)
+    assert neg_ppl.name == "neg-perplexity" and neg_ppl.kind == "neg-perplexity"
+
+
+def test_neg_perplexity_prefers_fluent_text_and_batches_like_single_calls(neg_ppl):
+    responses = ["The capital of France is Paris.", "Paris France capital the is of The.", "", "Lyon"]
+    scores = neg_ppl.score(PROMPT, responses)
+    assert scores[0] > scores[1] and all(s < -1 for s in scores)  # a perplexity is at least 1
+    neg_ppl.batch_size = 3
+    try:
+        assert neg_ppl.score(PROMPT, responses) == pytest.approx(scores, rel=1e-4)
+    finally:
+        neg_ppl.batch_size = 16
+    assert scores == pytest.approx([neg_ppl.score(PROMPT, [r])[0] for r in responses], rel=1e-4)
+
+
+def test_likelihood_kinds_differ_and_unknown_kind_fails(gen, likelihood, neg_ppl):
+    from sbon.rewards import LikelihoodReward
+
+    response = "The capital of France is Paris."
+    assert likelihood.kind == "mean-logprob" and likelihood.score(PROMPT, [response]) != neg_ppl.score(PROMPT, [response])
+    with pytest.raises(ValueError, match="kind must be one of"):
+        LikelihoodReward(gen, kind="perplexity")
+    with pytest.raises(SBoNError, match="neg-perplexity reward needs the generator"):
+        load_reward("neg-perplexity")
+
+
+# -- the paper's reward presets: each scored the way its model card and the official code do -----
+
+class _Out:
+    """What a model's forward returns: ArmoRM's output has .score (and .rewards), a classifier .logits."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+class StandIn(torch.nn.Module):
+    """A stand-in reward model: reward = number of non-padding tokens of each row, returned the way
+    the real model returns it (ArmoRM: output.score of shape (B, 1); Eurus-RM: a (B, 1) tensor;
+    a classifier: logits of shape (B, labels) whose first column is the reward)."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind, self.seen = kind, []
+        self.config = _Out(pad_token_id=None)
+        self.register_buffer("anchor", torch.zeros(1))
+
+    @property
+    def device(self):
+        return self.anchor.device
+
+    def forward(self, input_ids, attention_mask=None, **_):
+        self.seen.append(input_ids)
+        r = attention_mask.sum(1, keepdim=True).float()
+        if self.kind == "score":
+            return _Out(score=r, rewards=torch.randn(len(r), 19))
+        if self.kind == "tensor":
+            return r
+        return _Out(logits=torch.cat([r, -r], dim=1))
+
+
+@pytest.mark.parametrize("kind", ["score", "tensor", "logits"])
+def test_each_scoring_reads_the_models_own_reward_output(gen, kind):
+    model = StandIn(kind)
+    reward = SequenceClassifierReward(model, gen.tokenizer, scoring=kind, batch_size=2)
+    responses = ["Paris.", "It is Paris, of course.", "Lyon"]
+    scores = reward.score(PROMPT, responses)
+    lengths = [len(reward._encode(PROMPT, [r])["input_ids"][0]) for r in responses]
+    assert scores == [float(n) for n in lengths]  # not the second logit, not the 19 objectives
+    assert len(model.seen) == 2  # two batches of at most 2
+
+
+def test_eurus_template_formats_the_pair_like_the_official_code(gen):
+    reward = SequenceClassifierReward(StandIn("tensor"), gen.tokenizer, scoring="tensor",
+                                      template="[INST] {prompt} [/INST]{response}")
+    ids = reward._encode(PROMPT, ["Paris."])["input_ids"][0]
+    assert gen.tokenizer.decode(ids, skip_special_tokens=True) == f"[INST] {PROMPT} [/INST]Paris."
+    with pytest.raises(ValueError, match="scoring must be one of"):
+        SequenceClassifierReward(StandIn("tensor"), gen.tokenizer, scoring="logit")
+
+
+@pytest.mark.parametrize("preset, expected", [
+    ("armorm-llama3-8b", dict(scoring="score", template=None, trust_remote_code=True)),
+    ("eurus-rm-7b", dict(scoring="tensor", template="[INST] {prompt} [/INST]{response}", trust_remote_code=True)),
+    ("rm-mistral-7b", dict(scoring="logits", template=None, trust_remote_code=False)),
+    ("fsfairx-llama3-8b", dict(scoring="logits", template=None, trust_remote_code=False)),
+])
+def test_paper_presets_load_with_their_scoring(monkeypatch, preset, expected):
+    from sbon import models
+
+    calls = []
+
+    def fake_from_pretrained(source, **kwargs):
+        calls.append((source, kwargs))
+        return CallableReward(lambda p, rs: [0.0] * len(rs))
+
+    monkeypatch.setattr(models.SequenceClassifierReward, "from_pretrained", staticmethod(fake_from_pretrained))
+    reward = load_reward(preset, device="cpu")
+    (source, kwargs), = calls
+    assert source == models.REWARDS[preset].hub_id and reward.name == preset
+    assert {k: kwargs[k] for k in expected} == expected
