@@ -150,7 +150,7 @@ class RunResult:
                 candidates.append(Candidate(**c))
             points = [DecisionPoint.from_dict(p, candidates) for p in d.get("decision_points", [])]
             return cls(**{**d, "candidates": candidates, "decision_points": points})
-        except (KeyError, TypeError, IndexError, AttributeError) as e:
+        except (KeyError, TypeError, IndexError) as e:
             raise SBoNError(f"not a saved SBoN run: {e}") from None
 
     @classmethod

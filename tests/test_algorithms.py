@@ -206,7 +206,7 @@ def test_first_decision_point_comes_from_the_budget(gen, likelihood):
     """By default the budget holds N candidates of FIRST_DECISION_TOKENS; --first-decision overrides."""
     from sbon.algorithms import FIRST_DECISION_TOKENS
 
-    default = run(speculative_rejection(gen, likelihood, PROMPT, 4, max_new_tokens=48, seed=0))
+    default = run(speculative_rejection(gen, likelihood, PROMPT, 4, max_new_tokens=2 * FIRST_DECISION_TOKENS, seed=0))
     assert default.decision_points[0].tokens == FIRST_DECISION_TOKENS
     chosen = run(speculative_rejection(gen, likelihood, PROMPT, 4, max_new_tokens=48, seed=0, first_decision=12))
     assert chosen.decision_points[0].tokens == 12 and chosen.settings["first_decision"] == 12

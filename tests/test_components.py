@@ -99,7 +99,7 @@ def test_live_status_names_the_phase(comparison_events):
     for e in comparison_events:
         tracker.update(e)
         seen.add(tracker.status().split("**")[1] if "**" in tracker.status() else tracker.status().split()[0])
-    assert {"Speculative Rejection", "Best-of-N", "Counterfactual replay", "Done"} <= seen
+    assert {"Speculative Rejection (memory-budget rounds)", "Best-of-N", "Counterfactual replay", "Done"} <= seen
 
 
 def test_round_figure_and_animation(comparison):
@@ -210,7 +210,7 @@ def test_settings_coerce_and_check():
     s = RunSettings.from_inputs(prompt="hi", n=8.0, alpha=0.25, max_new_tokens=32.0, seed=3)
     assert (s.n, s.max_new_tokens, s.seed) == (8, 32, 3)
     s.check()
-    assert s.comparison_kwargs()["kv_budget"] is None  # 0 means automatic
+    assert s.comparison_kwargs()["config"].kv_budget is None  # 0 means automatic
     for values, message in [
         (dict(prompt="  "), "prompt is empty"),
         (dict(prompt="hi", n=0), "N must be at least 1"),
