@@ -9,6 +9,7 @@ and wires the events.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import time
@@ -29,6 +30,7 @@ from sbon.errors import SBoNError
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
 MAX_UPLOAD_BYTES = 20_000_000
+MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near this
 DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
@@ -113,7 +115,31 @@ def load_upload(path: str | None) -> Comparison:
         raise SBoNError("no file was uploaded")
     if Path(path).stat().st_size > MAX_UPLOAD_BYTES:
         raise SBoNError(f"the file is larger than {MAX_UPLOAD_BYTES // 1_000_000} MB: not a saved run of this app")
-    return Comparison.load(path)
+    try:
+        comp = Comparison.load(path)
+    except RecursionError:  # JSON nested thousands deep: the parser gives up before any check runs
+        raise SBoNError("not a saved comparison: the JSON is nested too deeply") from None
+    check_replayable(comp)
+    return comp
+
+
+def check_replayable(comp: Comparison) -> None:
+    """Refuse what Comparison.load accepts but no run makes: rewards, thresholds or timings that are
+    not finite or absurdly large, a candidate pruned at a decision point its run does not have.
+    Such a file would draw empty or broken views instead of a clear refusal."""
+    for run in (comp.bon, comp.sbon):
+        rounds = {p.round for p in run.decision_points}
+        numbers = [*run.timings.values(), *(p.threshold for p in run.decision_points)]
+        for c in run.candidates:
+            numbers += [r.reward for r in c.partial_rewards] + [c.final_reward or 0.0]
+            if c.pruned_round is not None and c.pruned_round not in rounds:
+                raise SBoNError(f"not a saved comparison: candidate {c.id} of the {run.method} run was pruned in "
+                                f"round {c.pruned_round}, which the run does not have")
+        numbers += [r for p in comp.partials.values() for r in p if r is not None] if run is comp.bon else []
+        bad = next((x for x in numbers if not math.isfinite(x) or abs(x) > MAX_ABS_NUMBER), None)
+        if bad is not None:
+            raise SBoNError(f"not a saved comparison: the {run.method} run holds the number {bad:g} "
+                            f"(rewards and timings of a real run are finite and far below {MAX_ABS_NUMBER:g})")
 
 
 def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,

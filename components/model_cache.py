@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -144,6 +146,8 @@ class ModelCache:
                 source = generator_source(generator)
                 self._set_step(f"1/3 loading {source.describe()}"
                                + (" (first time only: about 20 s on 2 CPU cores)" if source.first_time else ""))
+                if source.first_time and self._load_gen is load_generator:
+                    _convert_in_subprocess(generator)
                 gen = self._load_gen(generator, device=dev)
                 self._set_step("2/3 warming up the generator")
                 _warm_up(gen)
@@ -191,6 +195,19 @@ class ModelCache:
 
     def _set_step(self, step: str) -> None:
         self._step, self._step_started = step, time.perf_counter()
+
+
+def _convert_in_subprocess(generator: str) -> None:
+    """Make the one-time float32 copy of a packaged generator in a child process. The conversion is
+    mostly Python (parsing the GGUF header's 49k-token vocabulary) and would hold this process's
+    GIL for its whole duration, stalling the pages the app serves meanwhile; a child process uses
+    another core instead. If the child fails, the load in this process reports the reason."""
+    code = f"from sbon.models import load_generator; load_generator({generator!r}, device='cpu')"
+    try:
+        subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
+    except (OSError, subprocess.SubprocessError):
+        pass
 
 
 def _warm_up(gen: Generator) -> None:
