@@ -9,7 +9,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 from tqdm import tqdm
 
-from .algorithms import METHODS, Done, RoundStarted, TokensGenerated, validate
+from .algorithms import FIRST_DECISION_TOKENS, METHODS, Done, RoundStarted, TokensGenerated, validate
 from .comparison import Comparison, ComparisonDone, CounterfactualScored, MethodEvent, comparison_events
 from .engine import SamplingConfig, check_prompt
 from .errors import SBoNError, exit_code
@@ -34,8 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--alpha", type=float, default=0.5, help="rejection rate at each decision point (default 0.5)")
     r.add_argument("--tau", type=int, default=32, help="decision token for sbon-tau (default 32)")
     r.add_argument("--kv-budget", type=kv_budget_arg, default=None,
-                   help="KV cache budget in tokens for sbon, or 'auto' for what fits in 90%% of the device's free "
-                        "memory (default: N candidates of prompt + 16 tokens)")
+                   help="KV cache budget in tokens for sbon, or 'auto': 80%% of the device's free memory (the "
+                        "rest left to the reward model), N from it, at most 1000 (default: N candidates of "
+                        "prompt + first-decision tokens)")
+    r.add_argument("--first-decision", type=int, default=None,
+                   help=f"sbon: tokens before the first decision point when the budget comes from N or N from "
+                        f"the budget (default {FIRST_DECISION_TOKENS}, or half of --max-new-tokens if shorter)")
     r.add_argument("--batch-size", type=int, default=None, help="bon: candidates per batch (default all)")
     r.add_argument("--max-new-tokens", type=int, default=128)
     r.add_argument("--temperature", type=float, default=SamplingConfig.temperature)
@@ -71,6 +75,7 @@ def resolve_n(args: argparse.Namespace) -> None:
     """Check which options go together, then fill in N and the budget: sbon given a budget (or 'auto')
     and no N starts as many candidates as the budget holds, as in the paper; otherwise N is DEFAULT_N."""
     for given, option, methods in ((args.kv_budget is not None, "--kv-budget", ("sbon",)),
+                                   (args.first_decision is not None, "--first-decision", ("sbon",)),
                                    (args.batch_size is not None, "--batch-size", ("bon",)),
                                    (args.compare, "--compare", ("sbon", "sbon-tau"))):
         if given and args.method not in methods:
@@ -92,7 +97,7 @@ def method_kwargs(args: argparse.Namespace, method: str) -> dict:
     if method == "bon":
         return dict(common, batch_size=args.batch_size)
     if method == "sbon":
-        return dict(common, alpha=args.alpha, kv_budget=args.kv_budget)
+        return dict(common, alpha=args.alpha, kv_budget=args.kv_budget, first_decision=args.first_decision)
     return dict(common, alpha=args.alpha, tau=args.tau)
 
 

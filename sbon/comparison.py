@@ -240,7 +240,8 @@ def default_taus(max_new_tokens: int, extra: tuple[int, ...] = ()) -> list[int]:
 
 
 def comparison_events(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, method: str = "sbon",
-                      alpha: float = 0.5, tau: int = 32, kv_budget: int | None = None, max_new_tokens: int = 128,
+                      alpha: float = 0.5, tau: int = 32, kv_budget: int | None = None,
+                      first_decision: int | None = None, max_new_tokens: int = 128,
                       sampling: SamplingConfig | None = None, seed: int = 0, taus: list[int] | None = None,
                       bon_same_memory: bool = False) -> Iterator[ComparisonEvent]:
     """Run ``method`` (Speculative Rejection), then Best-of-N with the same prompt, seed and N,
@@ -257,8 +258,8 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, n: int =
         raise SBoNError(f"method must be one of {', '.join(SBON_METHODS)}, got {method!r}")
     sampling = sampling or SamplingConfig()
     if method == "sbon":
-        validate(n, max_new_tokens, sampling, alpha=alpha, kv_budget=kv_budget)
-        extra = dict(alpha=alpha, kv_budget=kv_budget)
+        validate(n, max_new_tokens, sampling, alpha=alpha, kv_budget=kv_budget, first_decision=first_decision)
+        extra = dict(alpha=alpha, kv_budget=kv_budget, first_decision=first_decision)
     else:
         validate(n, max_new_tokens, sampling, alpha=alpha, tau=tau)
         extra = dict(alpha=alpha, tau=tau)

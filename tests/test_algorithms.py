@@ -137,14 +137,76 @@ def test_events_end_with_done(gen, likelihood):
 
 def test_n_comes_from_the_budget_or_free_memory(gen, monkeypatch):
     """Given a budget and no N, start as many candidates as reach the first decision point in it; given
-    neither, the budget is 90% of the device's free memory (here made small, so the run stays short)."""
+    neither, the budget is 80% of the device's free memory (here made small, so the run stays short),
+    N as many as reach the first decision (at least MIN_ROUND_TOKENS) in it, at most MAX_AUTO_CANDIDATES."""
+    from sbon.algorithms import AUTO_BUDGET_SHARE, MAX_AUTO_CANDIDATES, MIN_ROUND_TOKENS
+
     constant = CallableReward(lambda prompt, responses: [0.0] * len(responses))
     prompt_tokens = len(gen.encode_prompt(PROMPT))
     events = speculative_rejection(gen, constant, PROMPT, None, kv_budget=5 * (prompt_tokens + 16) + 3,
-                                   max_new_tokens=8)
+                                   max_new_tokens=24, first_decision=16)
     assert len(next(events).live) == 5
 
-    # Half a token to spare, so float rounding cannot take the budget below 7 candidates.
-    monkeypatch.setattr(gen, "free_memory_bytes", lambda: (7 * (prompt_tokens + 16) + 0.5) * gen.kv_bytes_per_token() / 0.9)
+    # Half a token to spare, so float rounding cannot take the budget below 7 candidates. With 8 new
+    # tokens the first decision would be at 4 tokens, but each candidate gets MIN_ROUND_TOKENS of room.
+    per_candidate = prompt_tokens + MIN_ROUND_TOKENS
+    monkeypatch.setattr(gen, "free_memory_bytes",
+                        lambda: (7 * per_candidate + 0.5) * gen.kv_bytes_per_token() / AUTO_BUDGET_SHARE)
     result = run(speculative_rejection(gen, constant, PROMPT, None, max_new_tokens=8))
-    assert len(result.candidates) == 7 and result.settings["kv_budget"] == pytest.approx(7 * (prompt_tokens + 16), abs=1)
+    assert len(result.candidates) == 7
+    # Plenty of memory: N stops at the cap instead of filling it.
+    monkeypatch.setattr(gen, "free_memory_bytes", lambda: 10**15)
+    assert len(next(speculative_rejection(gen, constant, PROMPT, None, max_new_tokens=8)).live) == MAX_AUTO_CANDIDATES
+
+
+def test_alpha_zero_and_small_n_always_make_progress(gen):
+    """alpha = 0 (or round((1 - alpha) n) = n) with a full budget used to take the same decision forever:
+    now each decision point with the budget full halts the lowest-ranked live candidates until it fits."""
+    length = CallableReward(lambda prompt, responses: [float(len(r)) for r in responses], name="length")
+    prompt_tokens = len(gen.encode_prompt(PROMPT))
+    for alpha, n in ((0.0, 4), (0.2, 2)):
+        result = run(speculative_rejection(gen, length, PROMPT, n, alpha=alpha, max_new_tokens=24, seed=0,
+                                           kv_budget=n * (prompt_tokens + 4)))
+        assert result.decision_points and len(result.decision_points) <= n
+        for point in result.decision_points:
+            live = [k for k in point.contenders if not result.candidates[k].tokens_generated < point.tokens]
+            live_kept = [k for k in point.survivors if k in live]
+            assert point.pruned, "a decision point with the budget full must halt someone"
+            assert len(live_kept) * (prompt_tokens + point.tokens + 1) <= n * (prompt_tokens + 4)
+        assert result.best is not None and result.best.finished
+
+
+def test_a_finished_candidate_ranked_out_later_is_still_returned(gen):
+    """The paper returns the best among all completed responses. Constructed case: a candidate that
+    finished before the decision point has the best final reward (5) but ranks below the live ones'
+    partial rewards (10); the survivors finish with reward 1. It must be returned, not lost."""
+    prompt, tau, n = "Answer with one word: what colour is the sky?", 10, 8
+    bon = run(best_of_n(gen, CallableReward(lambda p, r: [0.0] * len(r)), prompt, n, max_new_tokens=48, seed=0))
+    texts = [c.text for c in bon.candidates]
+    early = [c.id for c in bon.candidates if c.tokens_generated <= tau]  # finished by the decision point
+    live = n - len(early)
+    assert early and live, "some candidates should end with EOS before the decision token, some after"
+    star = texts[early[0]]
+
+    def scripted(prompt, responses):
+        return [5.0 if r == star else 1.0 if r in texts else 10.0 for r in responses]
+
+    # alpha keeps exactly as many contenders as are still live: every finished one falls below the cut.
+    result = run(speculative_bon_tau(gen, CallableReward(scripted), prompt, n, alpha=1 - live / n, tau=tau,
+                                     max_new_tokens=48, seed=0))
+    [point] = result.decision_points
+    assert early[0] in point.retired and early[0] not in point.survivors + point.pruned
+    assert result.candidates[early[0]].pruned_round is None
+    assert result.best_id == early[0] and result.best.final_reward == 5.0
+    # Survivors, halted and retired candidates account for every contender.
+    assert sorted(point.survivors + point.pruned + point.retired) == point.contenders
+
+
+def test_first_decision_point_comes_from_the_budget(gen, likelihood):
+    """By default the budget holds N candidates of FIRST_DECISION_TOKENS; --first-decision overrides."""
+    from sbon.algorithms import FIRST_DECISION_TOKENS
+
+    default = run(speculative_rejection(gen, likelihood, PROMPT, 4, max_new_tokens=48, seed=0))
+    assert default.decision_points[0].tokens == FIRST_DECISION_TOKENS
+    chosen = run(speculative_rejection(gen, likelihood, PROMPT, 4, max_new_tokens=48, seed=0, first_decision=12))
+    assert chosen.decision_points[0].tokens == 12 and chosen.settings["first_decision"] == 12
