@@ -322,6 +322,7 @@ def test_sbon_with_alpha_zero_terminates(client):
     job = client.submit(prompt="Name a colour.", n=4, alpha=0.0, method="sbon", max_new_tokens=24, api_name="/compare")
     comp = Comparison.from_json(job.result(timeout=240))
     assert comp.sbon.best is not None and comp.sbon.settings["alpha"] == 0.0
+    assert comp.sbon.decision_points  # the budget filled and a decision was taken (before the fix: never returned)
     assert Comparison.from_json(client.predict(prompt="hi", **TINY, api_name="/compare")).n == 4
 
 
