@@ -2,8 +2,9 @@
 
 `python app.py` serves it on http://127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT change
 that). The page shows a recorded run at once; the default models start loading in the background
-as soon as the app serves (the page says what is loading), so a replay never waits for one. The pieces live in components/ and the algorithms in sbon/; this file lays out the page
-and wires the events.
+as soon as the app serves (the page says what is loading), so a replay never waits for one. The
+pieces live in components/ and the algorithms in sbon/; this file lays out the page and wires the
+events.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near 
 DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
-# The queue: one generation at a time (Run button and API share it), up to 8 light events (replays,
-# uploads, selections) at once per worker, and at most QUEUE_SIZE events waiting before new ones are refused.
+# The queue: one generation at a time (the Run button and the API share it), up to 8 light events
+# (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
 GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
 MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
+PRELOAD: list[Future] = []  # the background load of the default models, once started
 THREADS = configure_threads()
 log = logging.getLogger("sbon.app")
 
@@ -191,9 +193,6 @@ def _log_load(load: Future) -> None:
         log.warning("the default models did not load: %s", load.exception())
     else:
         log.info("models ready: %s and %s", DEFAULTS.generator, DEFAULTS.reward)
-
-
-PRELOAD: list[Future] = []  # the background load of the default models, once started
 
 
 # -- the page -------------------------------------------------------------------------------------
