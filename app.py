@@ -18,16 +18,23 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any, Iterator
 
-import gradio as gr
+from components.model_cache import ModelCache, configure_threads, convert_in_background, hub_fetches, sources
+from sbon.models import DEFAULT_GENERATOR
 
-from components import figures, tables
-from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,
+if __name__ == "__main__":
+    # On a fresh machine, start the one-time conversion of the embedded generator now, in a child
+    # process, so it overlaps the seconds this process spends importing gradio and building the page.
+    convert_in_background(DEFAULT_GENERATOR)
+
+import gradio as gr  # noqa: E402
+
+from components import figures, tables  # noqa: E402
+from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,  # noqa: E402
                                  reward_choices)
-from components.live import LiveTracker
-from components.model_cache import ModelCache, configure_threads, hub_fetches, sources
-from components.rounds import round_figure, round_views, rounds_animation
-from sbon.comparison import Comparison, ComparisonDone, comparison_events
-from sbon.errors import SBoNError
+from components.live import LiveTracker  # noqa: E402
+from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
+from sbon.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
+from sbon.errors import SBoNError  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
 MAX_UPLOAD_BYTES = 20_000_000

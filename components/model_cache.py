@@ -146,8 +146,8 @@ class ModelCache:
                 source = generator_source(generator)
                 self._set_step(f"1/3 loading {source.describe()}"
                                + (" (first time only: about 20 s on 2 CPU cores)" if source.first_time else ""))
-                if source.first_time and self._load_gen is load_generator:
-                    _convert_in_subprocess(generator)
+                if source.first_time and self._load_gen is load_generator and (child := convert_in_background(generator)):
+                    child.wait()
                 gen = self._load_gen(generator, device=dev)
                 self._set_step("2/3 warming up the generator")
                 _warm_up(gen)
@@ -197,17 +197,29 @@ class ModelCache:
         self._step, self._step_started = step, time.perf_counter()
 
 
-def _convert_in_subprocess(generator: str) -> None:
-    """Make the one-time float32 copy of a packaged generator in a child process. The conversion is
-    mostly Python (parsing the GGUF header's 49k-token vocabulary) and would hold this process's
-    GIL for its whole duration, stalling the pages the app serves meanwhile; a child process uses
-    another core instead. If the child fails, the load in this process reports the reason."""
+def convert_in_background(generator: str) -> subprocess.Popen | None:
+    """Start making the one-time float32 copy of a packaged generator in a child process (or return
+    the child already doing it); None when there is nothing to convert. ``python app.py`` calls this
+    before its slow imports, so the conversion overlaps them; the load then waits for the child.
+
+    A child process, not a thread: the conversion is mostly Python (parsing the GGUF header's 49k-token
+    vocabulary) and would hold this process's GIL throughout, stalling the pages the app serves. If the
+    child fails, the load in this process tries again and reports the reason."""
+    if generator in _CONVERSIONS:
+        return _CONVERSIONS[generator]
+    if not generator_source(generator).first_time:
+        return None
     code = f"from sbon.models import load_generator; load_generator({generator!r}, device='cpu')"
     try:
-        subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
-    except (OSError, subprocess.SubprocessError):
-        pass
+        _CONVERSIONS[generator] = subprocess.Popen(
+            [sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    return _CONVERSIONS[generator]
+
+
+_CONVERSIONS: dict[str, subprocess.Popen] = {}
 
 
 def _warm_up(gen: Generator) -> None:
