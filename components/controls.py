@@ -7,19 +7,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sbon.algorithms import validate
-from sbon.comparison import SBON_METHODS
-from sbon.engine import SamplingConfig
+from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig
 from sbon.errors import SBoNError
 from sbon.models import DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES_FILE = ASSETS / "examples.json"
 
-METHOD_LABELS = {
-    "sbon": "Speculative Rejection (memory-budget rounds)",
-    "sbon-tau": "Speculative Best-of-N (one decision token τ)",
-}
+METHOD_LABELS = {name: METHOD_SPECS[name].label for name in PRUNING_METHODS}
 
 # Upper bounds keep one request from holding the single generation slot for hours on a CPU.
 MAX_N = 256
@@ -68,27 +63,27 @@ class RunSettings:
             raise SBoNError("the prompt is empty: type a question or pick an example")
         if len(self.prompt) > MAX_PROMPT_CHARS:
             raise SBoNError(f"the prompt has {len(self.prompt):,} characters: this app takes at most {MAX_PROMPT_CHARS:,}")
-        if self.method not in SBON_METHODS:
-            raise SBoNError(f"unknown method {self.method!r}: use one of {', '.join(SBON_METHODS)}")
+        if self.method not in PRUNING_METHODS:
+            raise SBoNError(f"unknown method {self.method!r}: use one of {', '.join(PRUNING_METHODS)}")
         if self.n > MAX_N:
             raise SBoNError(f"N={self.n} is more than this app runs at once ({MAX_N})")
         if self.max_new_tokens > MAX_NEW_TOKENS:
             raise SBoNError(f"max new tokens={self.max_new_tokens} is more than this app allows ({MAX_NEW_TOKENS})")
         if self.kv_budget < 0:
             raise SBoNError(f"the KV budget must be a positive number of tokens, or 0 for automatic; got {self.kv_budget}")
-        validate(self.n, self.max_new_tokens, self.sampling(), alpha=self.alpha,
-                 tau=self.tau if self.method == "sbon-tau" else None)
+        self.config().validate()
         check_name(self.generator, GENERATORS, "generator")
         check_name(self.reward, REWARDS, "reward")
 
-    def sampling(self) -> SamplingConfig:
-        return SamplingConfig(temperature=self.temperature, top_p=self.top_p)
+    def config(self) -> RunConfig:
+        """The run's settings as the library takes them."""
+        return RunConfig(self.method, n=self.n, alpha=self.alpha, tau=self.tau, kv_budget=self.kv_budget or None,
+                         max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                         seed=self.seed)
 
     def comparison_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`sbon.comparison.comparison_events` after the prompt."""
-        return dict(n=self.n, method=self.method, alpha=self.alpha, tau=self.tau,
-                    kv_budget=self.kv_budget or None, max_new_tokens=self.max_new_tokens,
-                    sampling=self.sampling(), seed=self.seed, bon_same_memory=self.bon_same_memory)
+        return dict(config=self.config(), bon_same_memory=self.bon_same_memory)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

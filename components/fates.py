@@ -7,19 +7,12 @@ so it only ever competed with its final reward).
 
 from __future__ import annotations
 
-from sbon.results import Candidate
+from sbon.results import FINISHED_EARLY, SURVIVED, pruned_in
 
-SURVIVED, FINISHED_EARLY = "survived", "finished early"
 SURVIVED_COLOR, FINISHED_EARLY_COLOR = "#2a9d8f", "#457b9d"
 # One warm colour per round, so the rounds stay apart even in a long run.
 PRUNED_COLORS = ("#e76f51", "#f4a261", "#e9c46a", "#d62828", "#9d4edd", "#bc6c25", "#6d597a", "#b5838d")
 BON_COLOR = "#adb5bd"
-
-
-def fate(candidate: Candidate) -> str:
-    if candidate.pruned_round is not None:
-        return f"pruned in round {candidate.pruned_round}"
-    return SURVIVED if candidate.partial_rewards else FINISHED_EARLY
 
 
 def fate_order(fates: set[str]) -> list[str]:

@@ -14,7 +14,7 @@ from sbon.counterfactual import tradeoff_grid
 from sbon.metrics import correlations
 from sbon.results import PHASES
 
-from .fates import BON_COLOR, fate, fate_color, fate_order
+from .fates import BON_COLOR, fate_color, fate_order
 
 PARTIAL_SYMBOL, FINAL_SYMBOL = "circle", "diamond"
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
@@ -63,10 +63,8 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
     point = points[round]
     cands = comp.sbon.candidates
     rows = []
-    for k in point.contenders:
-        partial = cands[k].partial_reward_at(round)
-        rows.append(dict(id=k, fate=fate(cands[k]), finished=partial is None,
-                         x=cands[k].final_reward if partial is None else partial, y=comp.final_reward(k),
+    for k, score in zip(point.contenders, point.scores):
+        rows.append(dict(id=k, fate=comp.sbon.fate(k), finished=k in point.final, x=score, y=comp.final_reward(k),
                          source="own" if cands[k].final_reward is not None else "from Best-of-N",
                          text=snippet(cands[k].text)))
     df = pd.DataFrame(rows)
@@ -82,8 +80,8 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
             customdata=np.stack([part.id, part.source, part.text], axis=-1),
             hovertemplate=("candidate %{customdata[0]}<br>reward at decision point %{x:.3f}<br>"
                            "final reward %{y:.3f} (%{customdata[1]})<br>%{customdata[2]}<extra>" + name + "</extra>")))
-    fig.add_vline(x=point.threshold, line=dict(color="#264653", dash="dash", width=2),
-                  annotation_text=f"cut {point.threshold:.2f}", annotation_position="top left")
+    fig.add_vline(x=point.cut, line=dict(color="#264653", dash="dash", width=2),
+                  annotation_text=f"cut {point.cut:.2f}", annotation_position="top left")
     _base(fig, f"Partial vs final reward at round {round} (after {point.tokens} tokens) · "
                f"Pearson {_fmt(corr['pearson'])} · Kendall τ {_fmt(corr['kendall'])} · {len(live)} partial rewards")
     fig.update_xaxes(title="partial reward at the decision point (◆ = finished, ranked by final reward)")
@@ -101,8 +99,8 @@ def tokens_per_candidate(comp: Comparison) -> go.Figure:
     fig.add_trace(go.Bar(x=ids, y=[c.tokens_generated for c in comp.bon.candidates], name="Best-of-N",
                          marker_color=BON_COLOR))
     fig.add_trace(go.Bar(x=ids, y=[c.tokens_generated for c in sb], name="Speculative Rejection",
-                         marker_color=[fate_color(fate(c)) for c in sb],
-                         customdata=[fate(c) for c in sb],
+                         marker_color=[fate_color(comp.sbon.fate(c.id)) for c in sb],
+                         customdata=[comp.sbon.fate(c.id) for c in sb],
                          hovertemplate="candidate %{x}: %{y} tokens (%{customdata})<extra>Speculative Rejection</extra>"))
     m = comp.metrics
     _base(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} · Speculative Rejection {m['sbon_tokens']} "

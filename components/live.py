@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import time
 
-from sbon.algorithms import (CandidateFinished, CandidatesPruned, CandidatesScored, Done, RoundStarted,
-                             TokensGenerated)
+from sbon.algorithms import CandidateFinished, DecisionTaken, Done, RoundStarted, TokensGenerated
 from sbon.comparison import ComparisonDone, ComparisonEvent, CounterfactualScored, MethodEvent
+from sbon.config import METHOD_SPECS
+from sbon.results import DecisionPoint
 
-from .rounds import RoundView
-
-PHASE_NAMES = {"sbon": "Speculative Rejection", "sbon-tau": "Speculative Best-of-N (τ)", "bon": "Best-of-N",
-               "counterfactual": "Counterfactual replay"}
+PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Counterfactual replay"}
 
 
 class LiveTracker:
@@ -32,11 +30,8 @@ class LiveTracker:
         self.n = 0
         self.finished = 0
         self.pruned = 0
-        self.views: list[RoundView] = []
+        self.views: list[DecisionPoint] = []
         self.counterfactual = (0, 0)
-        self._scored_now: dict[int, float] = {}  # partial rewards scored at the current decision point
-        self._last_partial: dict[int, float] = {}
-        self._final: dict[int, float] = {}
 
     @property
     def elapsed(self) -> float:
@@ -63,25 +58,9 @@ class LiveTracker:
             self.tokens, self.live = e.tokens, list(e.candidate_ids)
         elif isinstance(e, CandidateFinished):
             self.finished += 1
-        elif isinstance(e, CandidatesScored) and event.method != "bon":
-            for k, r, final in zip(e.candidate_ids, e.rewards, e.final):
-                if final:
-                    self._final[k] = r
-                else:
-                    self._scored_now[k] = self._last_partial[k] = r
-        elif isinstance(e, CandidatesPruned):
+        elif isinstance(e, DecisionTaken):
             point = e.decision
-            scores, final = {}, set()
-            for k in point.contenders:
-                if k in self._scored_now:
-                    scores[k] = self._scored_now[k]
-                elif k in self._final:
-                    scores[k], _ = self._final[k], final.add(k)
-                else:  # live, and decided again at the same length: its earlier partial reward stands
-                    scores[k] = self._last_partial[k]
-            self.views.append(RoundView(point.round, point.tokens, scores, final, list(point.survivors),
-                                        list(point.pruned), point.threshold))
-            self._scored_now = {}
+            self.views.append(point)
             self.pruned += len(point.pruned)
             if self.first_round_at is None:
                 self.first_round_at = self.elapsed

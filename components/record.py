@@ -12,7 +12,7 @@ import sys
 import time
 
 from sbon.comparison import ComparisonDone, MethodEvent, comparison_events
-from sbon.algorithms import CandidatesPruned
+from sbon.algorithms import DecisionTaken
 from sbon.errors import SBoNError
 
 from .controls import ASSETS, RunSettings, load_examples
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         gen, reward = ModelCache().get(settings.generator, settings.reward)
         start = time.perf_counter()
         for event in comparison_events(gen, reward, settings.prompt, **settings.comparison_kwargs()):
-            if isinstance(event, MethodEvent) and isinstance(event.event, CandidatesPruned):
+            if isinstance(event, MethodEvent) and isinstance(event.event, DecisionTaken):
                 point = event.event.decision
                 print(f"{time.perf_counter() - start:6.1f} s  round {point.round} after {point.tokens} tokens: "
                       f"pruned {len(point.pruned)} of {len(point.contenders)}", file=sys.stderr)

@@ -1,55 +1,29 @@
 """Decision points as pictures: one frame per round, live or replayed.
 
-A :class:`RoundView` is what one decision point looked like: the contenders, the score each was
-ranked by, who survived and the cut. The live tracker builds them from events as they arrive;
-:func:`round_views` builds the same ones from a finished run, so the live frame and the replay
-animation are drawn by the same code.
+Each frame draws one :class:`~sbon.results.DecisionPoint` as the algorithm recorded it: the
+contenders, the score each was ranked by, who survived and the cut. The live view and the replay
+animation are drawn by the same code from the same objects.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import plotly.graph_objects as go
 
-from sbon.results import RunResult
+from sbon.results import DecisionPoint, RunResult, pruned_in
 
-from .fates import SURVIVED_COLOR, fate_color
+from .fates import FINISHED_EARLY_COLOR, SURVIVED_COLOR, fate_color
 
 CUT_COLOR = "#264653"
 PARTIAL_SYMBOL, FINAL_SYMBOL = "circle", "diamond"
 
 
-@dataclass
-class RoundView:
-    round: int
-    tokens: int  # tokens each live candidate had generated at this decision point
-    scores: dict[int, float]  # contender -> the reward it was ranked by
-    final: set[int] = field(default_factory=set)  # contenders ranked by their final reward (finished)
-    survivors: list[int] = field(default_factory=list)
-    pruned: list[int] = field(default_factory=list)
-    threshold: float = float("nan")  # lowest score that survived
-
-
-def round_views(run: RunResult) -> list[RoundView]:
+def round_views(run: RunResult) -> list[DecisionPoint]:
     """The decision points of a finished Speculative Rejection run."""
-    views = []
-    for point in run.decision_points:
-        scores, final = {}, set()
-        for k in point.contenders:
-            cand = run.candidates[k]
-            partial = cand.partial_reward_at(point.round)
-            if partial is None:  # finished before this decision point: ranked by its final reward
-                scores[k], _ = cand.final_reward, final.add(k)
-            else:
-                scores[k] = partial
-        views.append(RoundView(point.round, point.tokens, scores, final, list(point.survivors),
-                               list(point.pruned), point.threshold))
-    return views
+    return run.decision_points
 
 
-def _x_range(views: list[RoundView]) -> list[float] | None:
-    values = [s for v in views for s in v.scores.values() if s is not None]
+def _x_range(views: list[DecisionPoint]) -> list[float] | None:
+    values = [s for v in views for s in v.scores if s is not None]
     if not values:
         return None
     lo, hi = min(values), max(values)
@@ -57,28 +31,29 @@ def _x_range(views: list[RoundView]) -> list[float] | None:
     return [lo - pad, hi + pad]
 
 
-def _traces(view: RoundView, n: int) -> list[go.Scatter]:
-    """Survivors, pruned, and the cut: always these three traces, so animation frames line up."""
+def _traces(view: DecisionPoint, n: int) -> list[go.Scatter]:
+    """Survivors, pruned, the cut, and retired: always these four traces, so animation frames line up."""
     traces = []
+    scores, final = view.score_of(), set(view.final)
     # The pruned take the colour of their fate, "pruned in round r", as in every other view.
-    pruned_color = fate_color(f"pruned in round {view.round}")
-    for name, ids, color in (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, pruned_color)):
-        ids = [k for k in ids if k in view.scores]
+    groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
+              ("retired (finished, below the cut; still eligible)", view.retired, FINISHED_EARLY_COLOR))
+    for name, ids, color in groups:
+        ids = [k for k in ids if k in scores]
         traces.append(go.Scatter(
-            x=[view.scores[k] for k in ids], y=ids, mode="markers", name=name,
+            x=[scores[k] for k in ids], y=ids, mode="markers", name=name,
             marker=dict(color=color, size=11, line=dict(width=1, color="white"),
-                        symbol=[FINAL_SYMBOL if k in view.final else PARTIAL_SYMBOL for k in ids]),
-            customdata=[["final reward (finished)" if k in view.final else "partial reward"] for k in ids],
-            hovertemplate="candidate %{y}<br>%{customdata[0]}: %{x:.3f}<extra>" + name + "</extra>"))
-    traces.append(go.Scatter(x=[view.threshold, view.threshold], y=[-0.5, n - 0.5], mode="lines", name="cut",
-                             line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
+                        symbol=[FINAL_SYMBOL if k in final else PARTIAL_SYMBOL for k in ids]),
+            customdata=[["final reward (finished)" if k in final else f"partial reward ({view.signal})"] for k in ids],
+            hovertemplate="candidate %{y}<br>%{customdata[0]}: %{x:.3f}<extra>" + name.split(" (")[0] + "</extra>"))
+    traces.insert(2, go.Scatter(x=[view.cut, view.cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
+                                line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
     return traces
 
 
-def _title(view: RoundView) -> str:
-    kept = len(view.survivors)
+def _title(view: DecisionPoint) -> str:
     return (f"Round {view.round}: decision point after {view.tokens} tokens · "
-            f"kept {kept} of {kept + len(view.pruned)} contenders")
+            f"kept {len(view.survivors)} of {len(view.contenders)} contenders")
 
 
 def _layout(fig: go.Figure, n: int, x_range: list[float] | None, extra: int = 0) -> None:
@@ -93,7 +68,7 @@ def _layout(fig: go.Figure, n: int, x_range: list[float] | None, extra: int = 0)
         fig.update_xaxes(range=x_range)
 
 
-def round_figure(view: RoundView | None, n: int, x_range: list[float] | None = None,
+def round_figure(view: DecisionPoint | None, n: int, x_range: list[float] | None = None,
                  title_prefix: str = "") -> go.Figure:
     """One decision point: every contender at the reward it was ranked by, coloured by whether it
     survived, with the cut as a dashed line. ``view=None`` draws the empty frame of a run that has

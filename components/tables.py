@@ -15,7 +15,7 @@ from sbon.comparison import Comparison
 from sbon.counterfactual import partial_final_stats
 from sbon.results import RunResult
 
-from .fates import fate, fate_color
+from .fates import fate_color
 
 GENERATED_STYLE = "background:#d8f3dc;border-radius:3px"
 NEVER_STYLE = "color:#6c757d;background:#f1f3f5;text-decoration:line-through;text-decoration-color:#adb5bd"
@@ -30,7 +30,7 @@ def candidates_table(comp: Comparison) -> pd.DataFrame:
     points = comp.sbon.decision_points
     rows = []
     for c in comp.sbon.candidates:
-        row = {"candidate": c.id, "fate": fate(c),
+        row = {"candidate": c.id, "fate": comp.sbon.fate(c.id),
                "round pruned": "" if c.pruned_round is None else str(c.pruned_round),
                "tokens": c.tokens_generated, "tokens in Best-of-N": comp.bon.candidates[c.id].tokens_generated}
         for p in points:
@@ -47,7 +47,7 @@ def candidates_table(comp: Comparison) -> pd.DataFrame:
 
 def candidate_choices(comp: Comparison) -> list[tuple[str, int]]:
     """(label, id) for the candidate picker: the fate beside the id, so pruned ones are easy to find."""
-    return [(f"{c.id} · {fate(c)}", c.id) for c in comp.sbon.candidates]
+    return [(f"{c.id} · {comp.sbon.fate(c.id)}", c.id) for c in comp.sbon.candidates]
 
 
 def candidate_detail_html(comp: Comparison, k: int) -> str:
@@ -56,7 +56,7 @@ def candidate_detail_html(comp: Comparison, k: int) -> str:
     if not 0 <= k < comp.n:
         return "<p>Pick a candidate.</p>"
     c = comp.sbon.candidates[k]
-    name = fate(c)
+    name = comp.sbon.fate(k)
     partials = ", ".join(f"r{p.round} (t={p.tokens}) {p.reward:.3f}" for p in c.partial_rewards) or "none"
     final = comp.final_reward(k)
     source = "" if c.final_reward is not None else " (from Best-of-N: this run never finished it)"

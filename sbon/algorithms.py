@@ -4,9 +4,12 @@ Each algorithm yields events as it goes (so a UI can animate a run) and ends wit
 which carries the full :class:`RunResult`. :func:`run` drives one to completion.
 
 Vocabulary: a *candidate* is one sampled response; a *round* is the stretch of decoding between
-two *decision points*; at a decision point every candidate still in contention is ranked by its
-*partial reward* (or its *final reward* if it has finished) and the lowest fraction alpha is
-*pruned*; the rest are *survivors*.
+two *decision points*; at a decision point every candidate still in contention is ranked -- live
+ones by a *pruning signal* (by default the reward model's *partial reward*), finished ones by their
+*final reward* -- and the live ones below the cut are *pruned*; the rest are *survivors*.
+
+Every method takes a :class:`~sbon.config.RunConfig`: :func:`events` runs any method from one, and
+``best_of_n`` / ``speculative_rejection`` / ``speculative_bon_tau`` are keyword shortcuts that build it.
 """
 
 from __future__ import annotations
@@ -15,19 +18,18 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, Union
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar, Union
 
+from .config import FIRST_DECISION_TOKENS, RunConfig, resolve_first_decision
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
 from .rewards import RewardModel
+from .signals import PruningSignal, Step, make_signal
 
-# Tokens each candidate generates before the first decision point when the budget is derived
-# from N (or N from the budget): the budget then holds N candidates of this length. Chosen from the
-# counterfactual data (benchmarks/results, minilm-pref, 10 AlpacaEval prompts, N=32): partial and final
-# rewards are uncorrelated at 16 tokens (Kendall 0.02) and a single cut first keeps a normalized score
-# >= 98 at 32 tokens (alpha 0.6: 98.3). `first_decision` / `--first-decision` override it.
-FIRST_DECISION_TOKENS = 32
+__all__ = ["FIRST_DECISION_TOKENS", "RunConfig", "events", "best_of_n", "speculative_rejection",
+           "speculative_bon_tau", "run", "drive"]
+
 # The `auto` budget (from free memory), as in the official code: at most this many candidates, each
 # with room for at least MIN_ROUND_TOKENS before the first decision, and a share of the free memory
 # left to the reward model's activations at decision points and to the allocator.
@@ -68,7 +70,8 @@ class CandidatesScored:
 
 
 @dataclass
-class CandidatesPruned:
+class DecisionTaken:
+    """A decision point: who was ranked, by what score, who survived and who was pruned."""
     decision: DecisionPoint
 
 
@@ -77,25 +80,28 @@ class Done:
     result: RunResult
 
 
-Event = Union[RoundStarted, TokensGenerated, CandidateFinished, CandidatesScored, CandidatesPruned, Done]
+Event = Union[RoundStarted, TokensGenerated, CandidateFinished, CandidatesScored, DecisionTaken, Done]
 
 
 # -- shared machinery ------------------------------------------------------------------------
 
 class _Run:
-    """State shared by all methods: the candidates, their random streams and phase timers."""
+    """State shared by all methods: the candidates, their random streams, the pruning signal and
+    phase timers."""
 
-    def __init__(self, method: str, gen: Generator, reward: RewardModel, prompt: str, n: int,
-                 max_new_tokens: int, sampling: SamplingConfig, seed: int, settings: dict,
-                 prompt_ids: list[int] | None = None):
+    def __init__(self, gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
+                 prompt_ids: list[int] | None = None, observers: Sequence[PruningSignal] = (), **resolved):
         self.prompt_ids = gen.encode_prompt(prompt) if prompt_ids is None else prompt_ids
-        gen.check_length(self.prompt_ids, max_new_tokens)
-        self.method, self.gen, self.reward, self.prompt = method, gen, reward, prompt
-        self.max_new_tokens, self.sampling = max_new_tokens, sampling
-        self.settings = dict(n=n, max_new_tokens=max_new_tokens, seed=seed, temperature=sampling.temperature,
-                             top_p=sampling.top_p, top_k=sampling.top_k, **settings)
+        gen.check_length(self.prompt_ids, config.max_new_tokens)
+        self.gen, self.reward, self.prompt, self.config = gen, reward, prompt, config
+        self.max_new_tokens, self.sampling = config.max_new_tokens, config.sampling
+        self.settings = {**config.settings(), **resolved}  # N and the budget as they were resolved
+        n = self.settings["n"]
         self.candidates = [Candidate(k) for k in range(n)]
-        self.uniforms = coupled_uniforms(seed, range(n), max_new_tokens)
+        self.uniforms = coupled_uniforms(config.seed, range(n), config.max_new_tokens)
+        self.signal: PruningSignal | None = make_signal(config.prune_by, gen, reward) if config.spec.prunes else None
+        # Everything that sees each decode step: the pruning signal, and signals watched for analysis only.
+        self.observers = [s for s in (self.signal, *observers) if s is not None]
         self.timings = dict.fromkeys(PHASES, 0.0)
 
     @contextmanager
@@ -109,17 +115,19 @@ class _Run:
         """Prefill the prompt (unless a prefix is given) and open a batch for these candidates."""
         with self.phase("prefill"):
             prefix = prefix or self.gen.prefill(self.prompt_ids)
-            return prefix, self.gen.start(prefix, candidate_ids)
+            keep_hidden = any(s.needs_hidden for s in self.observers)
+            return prefix, self.gen.start(prefix, candidate_ids, keep_hidden)
 
     def step(self, batch: Batch) -> list[Event]:
-        """Sample one token for every live candidate; finished ones leave the batch."""
+        """Sample one token for every live candidate; finished ones leave the batch. The pruning
+        signal sees what the step computed (tokens, logits, hidden states): no extra forward pass."""
         with self.phase("decode"):
-            ids = batch.candidate_ids
+            ids, logits = list(batch.candidate_ids), batch.logits
             t = self.candidates[ids[0]].tokens_generated
-            tokens = sample(batch.logits, self.uniforms[ids, t], self.sampling)
+            tokens = sample(logits, self.uniforms[ids, t], self.sampling)
             stops = self.gen.is_stop(tokens).tolist()
             new_tokens = tokens.tolist()
-            events: list[Event] = [TokensGenerated(t + 1, list(ids), new_tokens)]
+            events: list[Event] = [TokensGenerated(t + 1, ids, new_tokens)]
             going = []
             for row, (k, token, stop) in enumerate(zip(ids, new_tokens, stops)):
                 cand = self.candidates[k]
@@ -132,12 +140,27 @@ class _Run:
             batch.keep([ids[row] for row in going])
             if going:
                 self.gen.forward(batch, tokens[going])
+            if self.observers:
+                step = Step(ids, tokens, logits, batch.hidden if going else None,
+                            list(batch.candidate_ids) if batch.keep_hidden and going else None)
+                for observer in self.observers:
+                    observer.observe(step)
         return events
 
+    def texts(self, candidate_ids: Sequence[int]) -> list[str]:
+        return [self.gen.decode(self.candidates[k].token_ids) for k in candidate_ids]
+
     def score(self, candidate_ids: Sequence[int]) -> list[float]:
+        """Final rewards: the reward model on these candidates' (complete) responses."""
         with self.phase("reward"):
-            texts = [self.gen.decode(self.candidates[k].token_ids) for k in candidate_ids]
+            texts = self.texts(candidate_ids)
             return self.reward.score(self.prompt, texts) if texts else []
+
+    def signal_scores(self, candidate_ids: Sequence[int]) -> list[float]:
+        """The pruning signal's scores of these live candidates."""
+        with self.phase("reward"):
+            texts = self.texts(candidate_ids) if self.signal.needs_text else None
+            return self.signal.score(self.prompt, list(candidate_ids), texts) if candidate_ids else []
 
     def score_finished(self, candidate_ids: Sequence[int], round: int) -> CandidatesScored:
         ids = list(candidate_ids)
@@ -152,7 +175,7 @@ class _Run:
         scored = [k for k in best_among if self.candidates[k].final_reward is not None]
         best = max(scored, key=lambda k: (self.candidates[k].final_reward, -k)) if scored else None
         timings = {**self.timings, "total": sum(self.timings.values())}
-        return RunResult(self.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
+        return RunResult(self.config.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
                          self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best)
 
 
@@ -161,40 +184,15 @@ def survivors_count(n: int, alpha: float) -> int:
     return max(1, math.floor((1 - alpha) * n + 0.5))
 
 
-def validate(n: int | None = 1, max_new_tokens: int = 1, sampling: SamplingConfig | None = None,
-             alpha: float = 0.0, tau: int | None = None, kv_budget: int | None = None,
-             batch_size: int | None = None, first_decision: int | None = None, **_) -> None:
-    """Check settings that need no model, so bad input fails before anything loads or runs."""
-    if n is not None and n < 1:
-        raise SBoNError(f"N must be at least 1, got {n}")
-    if max_new_tokens < 1:
-        raise SBoNError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    if not 0 <= alpha < 1:
-        raise SBoNError(f"alpha (the rejection rate) must be in [0, 1), got {alpha}")
-    if tau is not None and tau < 1:
-        raise SBoNError(f"tau (the decision token) must be at least 1, got {tau}")
-    if tau is not None and tau >= max_new_tokens:
-        raise SBoNError(f"tau={tau} must be below max_new_tokens={max_new_tokens}, or no candidate is ever pruned")
-    if kv_budget is not None and kv_budget < 1:
-        raise SBoNError(f"kv_budget must be a positive number of tokens, got {kv_budget}")
-    if batch_size is not None and batch_size < 1:
-        raise SBoNError(f"batch_size must be at least 1, got {batch_size}")
-    resolve_first_decision(first_decision, max_new_tokens)
-    if sampling is not None:
-        sampling.validate()
-
-
 # -- Best-of-N --------------------------------------------------------------------------------
 
-def best_of_n(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, batch_size: int | None = None,
-              max_new_tokens: int = 128, sampling: SamplingConfig | None = None, seed: int = 0) -> Iterator[Event]:
+def _best_of_n(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
+               observers: Sequence[PruningSignal] = ()) -> Iterator[Event]:
     """Generate N complete candidates (in batches of ``batch_size``, default all at once) and
     return the one with the highest final reward."""
-    sampling = sampling or SamplingConfig()
-    validate(n, max_new_tokens, sampling, batch_size=batch_size)
-    batch_size = min(batch_size or n, n)
-    run = _Run("bon", gen, reward, prompt, n, max_new_tokens, sampling, seed,
-               dict(batch_size=batch_size))
+    n = config.n
+    batch_size = min(config.batch_size or n, n)
+    run = _Run(gen, reward, prompt, config, observers=observers, batch_size=batch_size)
     yield RoundStarted(1, list(range(n)), 0)
     prefix = None
     for first in range(0, n, batch_size):
@@ -208,13 +206,11 @@ def best_of_n(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, 
 
 # -- Speculative Rejection --------------------------------------------------------------------
 
-def _rejection_rounds(run: _Run, alpha: float, decide: Callable[[int, int, int], bool],
+def _rejection_rounds(run: _Run, decide: Callable[[int, int, int], bool],
                       fits: Callable[[int, int], bool] = lambda live, t: True) -> Iterator[Event]:
-    """The loop both variants share. ``decide(live, tokens, round)`` says when to stop and prune;
-    ``fits(live, tokens)`` says whether that many live candidates may take one more token (the memory
-    budget). A cut that would leave the budget still full halts the lowest-ranked live survivors until
-    it fits, at least one: with alpha = 0, or round((1 - alpha) * n) = n for a small n, the loop would
-    otherwise take the same decision forever."""
+    """The loop both variants share: decode until ``decide(live, tokens, round)``, then score the
+    contenders, prune, and go on until every survivor has finished. ``fits(live, tokens)`` says
+    whether that many live candidates may take one more token (the memory budget)."""
     cands = run.candidates
     contenders = [c.id for c in cands]
     _, batch = run.start(contenders)
@@ -226,40 +222,11 @@ def _rejection_rounds(run: _Run, alpha: float, decide: Callable[[int, int, int],
         if not decide(len(batch), t, round):
             yield from run.step(batch)
             continue
-        # Decision point: live candidates get a partial reward, newly finished ones a final reward.
-        live = list(batch.candidate_ids)
-        fresh = [k for k in live if not (cands[k].partial_rewards and cands[k].partial_rewards[-1].tokens == t)]
-        done = [k for k in contenders if cands[k].finished and cands[k].final_reward is None]
-        rewards = run.score(fresh + done)
-        for k, r in zip(fresh, rewards):
-            cands[k].partial_rewards.append(PartialReward(round, t, r))
-        for k in set(live) - set(fresh):  # decided again at the same length: reuse the score
-            cands[k].partial_rewards.append(PartialReward(round, t, cands[k].partial_rewards[-1].reward))
-        for k, r in zip(done, rewards[len(fresh):]):
-            cands[k].final_reward = r
-        yield CandidatesScored(round, fresh + done, rewards, [False] * len(fresh) + [True] * len(done))
-
-        with run.phase("rejection"):
-            score = {k: (cands[k].final_reward if cands[k].finished else cands[k].partial_rewards[-1].reward)
-                     for k in contenders}
-            ranked = sorted(contenders, key=lambda k: (-score[k], k))
-            kept = ranked[:survivors_count(len(ranked), alpha)]
-            kept_live = [k for k in kept if not cands[k].finished]
-            while kept_live and not fits(len(kept_live), t):
-                kept.remove(kept_live.pop())  # the budget is still full: halt the lowest-ranked live one
-            survivors = sorted(kept)
-            # Halting applies to live candidates only. A finished candidate ranked below the cut leaves
-            # contention (it no longer takes a slot) but its response stays eligible: the paper returns
-            # the best among all completed responses.
-            pruned = sorted(k for k in ranked if k not in kept and not cands[k].finished)
-            retired = sorted(k for k in ranked if k not in kept and cands[k].finished)
-            for k in pruned:
-                cands[k].pruned_round = round
-            batch.keep(survivors)
-        point = DecisionPoint(round, t, contenders, survivors, pruned, score[kept[-1]], retired)
+        yield score_decision_point(run, batch, contenders, round, t)
+        point = prune(run, batch, contenders, round, t, fits)
         points.append(point)
-        contenders = survivors
-        yield CandidatesPruned(point)
+        contenders = point.survivors
+        yield DecisionTaken(point)
         round += 1
         if len(batch):
             yield RoundStarted(round, list(batch.candidate_ids), t)
@@ -267,19 +234,55 @@ def _rejection_rounds(run: _Run, alpha: float, decide: Callable[[int, int, int],
     unscored = [k for k in contenders if cands[k].final_reward is None]
     if unscored:
         yield run.score_finished(unscored, round)
-    yield Done(run.result([c.id for c in cands if c.finished and c.pruned_round is None], points))
+    completed = [c.id for c in cands if c.finished and c.pruned_round is None]
+    yield Done(run.result(completed, points))
 
 
-def resolve_first_decision(first_decision: int | None, max_new_tokens: int) -> int:
-    """The first decision point in tokens: the given one (checked), else the default."""
-    if first_decision is None:
-        return max(1, min(FIRST_DECISION_TOKENS, max_new_tokens // 2))
-    if first_decision < 1:
-        raise SBoNError(f"first_decision must be at least 1 token, got {first_decision}")
-    if first_decision >= max_new_tokens:
-        raise SBoNError(f"first_decision={first_decision} must be below max_new_tokens={max_new_tokens}, "
-                        "or no candidate is ever pruned")
-    return first_decision
+def score_decision_point(run: _Run, batch: Batch, contenders: list[int], round: int, t: int) -> CandidatesScored:
+    """Live candidates get the pruning signal's score (their partial reward), newly finished ones
+    their final reward."""
+    cands = run.candidates
+    live = list(batch.candidate_ids)
+    fresh = [k for k in live if not (cands[k].partial_rewards and cands[k].partial_rewards[-1].tokens == t)]
+    done = [k for k in contenders if cands[k].finished and cands[k].final_reward is None]
+    partial, final = run.signal_scores(fresh), run.score(done)
+    for k, r in zip(fresh, partial):
+        cands[k].partial_rewards.append(PartialReward(round, t, r))
+    for k in set(live) - set(fresh):  # decided again at the same length: the score stands
+        cands[k].partial_rewards.append(PartialReward(round, t, cands[k].partial_rewards[-1].reward))
+    for k, r in zip(done, final):
+        cands[k].final_reward = r
+    return CandidatesScored(round, fresh + done, partial + final, [False] * len(fresh) + [True] * len(done))
+
+
+def prune(run: _Run, batch: Batch, contenders: list[int], round: int, t: int,
+          fits: Callable[[int, int], bool]) -> DecisionPoint:
+    """Rank the contenders, keep round((1 - alpha) n), halt the live ones below the cut.
+
+    A cut that would leave the budget still full halts the lowest-ranked live survivors until it
+    fits, at least one: with alpha = 0, or round((1 - alpha) n) = n for a small n, the loop would
+    otherwise take the same decision forever. A finished candidate below the cut is *retired*: it
+    leaves contention (takes no slot) but its response stays eligible, since the paper returns the
+    best among all completed responses.
+    """
+    cands = run.candidates
+    with run.phase("rejection"):
+        final = [k for k in contenders if cands[k].finished]
+        score = {k: cands[k].final_reward if cands[k].finished else cands[k].partial_rewards[-1].reward
+                 for k in contenders}
+        ranked = sorted(contenders, key=lambda k: (-score[k], k))
+        kept = ranked[:survivors_count(len(ranked), run.config.alpha)]
+        kept_live = [k for k in kept if not cands[k].finished]
+        while kept_live and not fits(len(kept_live), t):
+            kept.remove(kept_live.pop())
+        dropped = [k for k in ranked if k not in kept]
+        pruned = sorted(k for k in dropped if not cands[k].finished)
+        for k in pruned:
+            cands[k].pruned_round = round
+        batch.keep(kept)
+    return DecisionPoint(round, t, contenders, sorted(kept), pruned, score[kept[-1]],
+                         retired=sorted(k for k in dropped if cands[k].finished),
+                         scores=[score[k] for k in contenders], final=final, signal=run.config.prune_by)
 
 
 def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: int | None,
@@ -316,54 +319,97 @@ def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: in
     return n, kv_budget
 
 
-def speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, n: int | None = 16, *,
-                          alpha: float = 0.5, kv_budget: int | None = None, max_new_tokens: int = 128,
-                          sampling: SamplingConfig | None = None, seed: int = 0,
-                          first_decision: int | None = None) -> Iterator[Event]:
-    """Speculative Rejection with memory-budget rounds (the NeurIPS version).
+def _speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
+                           observers: Sequence[PruningSignal] = ()) -> Iterator[Event]:
+    """Speculative Rejection with memory-budget rounds (the NeurIPS 2024 version).
 
-    Candidates generate until the next token would overflow ``kv_budget``; then all candidates
-    in contention (finished ones included) are ranked by reward, round((1 - alpha) * n) are kept and
-    the live ones below the cut are halted (pruned) -- more if the budget is still full, so every
-    setting, alpha = 0 included, makes progress. Repeat until every survivor has finished; return the
-    best completed response, also one that finished and later fell below a cut. Without a
-    ``kv_budget``, the budget holds N candidates of ``first_decision`` tokens (see plan_budget).
+    Candidates generate until the next token would overflow the KV budget; then all candidates in
+    contention (finished ones included) are ranked, round((1 - alpha) n) are kept and the live ones
+    below the cut are halted (pruned) -- more if the budget is still full, so every setting, alpha = 0
+    included, makes progress. Repeat until every survivor has finished; return the best completed
+    response, also one that finished and later fell below a cut. Without a budget, it holds N
+    candidates of ``first_decision`` tokens (see plan_budget).
     """
-    sampling = sampling or SamplingConfig()
-    validate(n, max_new_tokens, sampling, alpha=alpha, kv_budget=kv_budget, first_decision=first_decision)
     prompt_ids = gen.encode_prompt(prompt)
     prompt_tokens = len(prompt_ids)
-    first_decision = resolve_first_decision(first_decision, max_new_tokens)
-    n, kv_budget = plan_budget(gen, prompt_tokens, n, kv_budget, max_new_tokens, first_decision)
-    run = _Run("sbon", gen, reward, prompt, n, max_new_tokens, sampling, seed,
-               dict(alpha=alpha, kv_budget=kv_budget, first_decision=first_decision), prompt_ids)
+    first_decision = resolve_first_decision(config.first_decision, config.max_new_tokens)
+    n, kv_budget = plan_budget(gen, prompt_tokens, config.n, config.kv_budget, config.max_new_tokens, first_decision)
+    run = _Run(gen, reward, prompt, config, prompt_ids, observers, n=n, kv_budget=kv_budget,
+               first_decision=first_decision)
 
     def fits(live: int, t: int) -> bool:  # the next token of `live` candidates stays within the budget
         return live * (prompt_tokens + t + 1) <= kv_budget
 
-    yield from _rejection_rounds(run, alpha, lambda live, t, _: not fits(live, t), fits)
+    yield from _rejection_rounds(run, lambda live, t, _: not fits(live, t), fits)
+
+
+def _speculative_bon_tau(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
+                         observers: Sequence[PruningSignal] = ()) -> Iterator[Event]:
+    """Speculative Rejection with a single decision token tau (the workshop version, "Speculative
+    Best-of-N"): generate every candidate to tau tokens, keep the best (1 - alpha) fraction, finish
+    only those."""
+    run = _Run(gen, reward, prompt, config, observers=observers)
+    yield from _rejection_rounds(run, lambda live, t, round: round == 1 and t == config.tau)
+
+
+_IMPLEMENTATIONS = {"bon": _best_of_n, "sbon": _speculative_rejection, "sbon-tau": _speculative_bon_tau}
+
+
+def events(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
+           observers: Sequence[PruningSignal] = ()) -> Iterator[Event]:
+    """Run ``config.method``: its events, ending with :class:`Done`. Every setting is checked
+    before anything is generated. ``observers`` are signals that watch every decode step without
+    pruning (to compare signals on the same candidates: query them when the events say a length
+    was reached)."""
+    config.validate(prompt)
+    yield from _IMPLEMENTATIONS[config.method](gen, reward, prompt, config, observers)
+
+
+def _config(method: str, sampling: SamplingConfig | None, **settings) -> RunConfig:
+    sampling = sampling or SamplingConfig()
+    return RunConfig(method, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, **settings)
+
+
+def best_of_n(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, batch_size: int | None = None,
+              max_new_tokens: int = 128, sampling: SamplingConfig | None = None, seed: int = 0) -> Iterator[Event]:
+    """Best-of-N: N complete candidates (in batches of ``batch_size``), the best by final reward."""
+    return events(gen, reward, prompt, _config("bon", sampling, n=n, batch_size=batch_size,
+                                               max_new_tokens=max_new_tokens, seed=seed))
+
+
+def speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, n: int | None = 16, *,
+                          alpha: float = 0.5, kv_budget: int | None = None, first_decision: int | None = None,
+                          max_new_tokens: int = 128, sampling: SamplingConfig | None = None, seed: int = 0,
+                          prune_by: str = "reward") -> Iterator[Event]:
+    """Speculative Rejection with memory-budget rounds (see :func:`_speculative_rejection`)."""
+    return events(gen, reward, prompt, _config("sbon", sampling, n=n, alpha=alpha, kv_budget=kv_budget,
+                                               first_decision=first_decision, max_new_tokens=max_new_tokens,
+                                               seed=seed, prune_by=prune_by))
 
 
 def speculative_bon_tau(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, alpha: float = 0.5,
                         tau: int = 32, max_new_tokens: int = 128, sampling: SamplingConfig | None = None,
-                        seed: int = 0) -> Iterator[Event]:
-    """Speculative Best-of-N with a single decision token tau (the workshop version): generate
-    every candidate to tau tokens, keep the best (1 - alpha) fraction, finish only those."""
-    sampling = sampling or SamplingConfig()
-    validate(n, max_new_tokens, sampling, alpha=alpha, tau=tau)
-    run = _Run("sbon-tau", gen, reward, prompt, n, max_new_tokens, sampling, seed,
-               dict(alpha=alpha, tau=tau))
-    yield from _rejection_rounds(run, alpha, lambda live, t, round: round == 1 and t == tau)
+                        seed: int = 0, prune_by: str = "reward") -> Iterator[Event]:
+    """Speculative Rejection with one decision token tau (see :func:`_speculative_bon_tau`)."""
+    return events(gen, reward, prompt, _config("sbon-tau", sampling, n=n, alpha=alpha, tau=tau,
+                                               max_new_tokens=max_new_tokens, seed=seed, prune_by=prune_by))
 
 
 METHODS = {"bon": best_of_n, "sbon": speculative_rejection, "sbon-tau": speculative_bon_tau}
 
+E = TypeVar("E")
 
-def run(events: Iterator[Event], on_event: Callable[[Event], None] | None = None) -> RunResult:
-    """Drive an algorithm's events to the end and return its result."""
+
+def drive(events: Iterable, until: type[E], on_event: Callable | None = None) -> E:
+    """Pass through events (to ``on_event``) until one of type ``until``, and return it."""
     for event in events:
         if on_event is not None:
             on_event(event)
-        if isinstance(event, Done):
-            return event.result
-    raise RuntimeError("the algorithm stopped without a result")
+        if isinstance(event, until):
+            return event
+    raise RuntimeError(f"the run stopped without {until.__name__}")
+
+
+def run(events: Iterator[Event], on_event: Callable[[Event], None] | None = None) -> RunResult:
+    """Drive an algorithm's events to the end and return its result."""
+    return drive(events, Done, on_event).result

@@ -9,9 +9,10 @@ from typing import Iterable, Iterator, Sequence
 import torch
 from tqdm import tqdm
 
-from .algorithms import FIRST_DECISION_TOKENS, METHODS, Done, RoundStarted, TokensGenerated, validate
+from .algorithms import Done, RoundStarted, TokensGenerated, drive, events
 from .comparison import Comparison, ComparisonDone, CounterfactualScored, MethodEvent, comparison_events
-from .engine import SamplingConfig, check_prompt
+from .config import FIRST_DECISION_TOKENS, METHOD_SPECS, RunConfig
+from .signals import SIGNALS
 from .errors import SBoNError, exit_code
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, load_generator,
                      load_reward)
@@ -27,8 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="generate for one prompt and print the best response")
     r.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"what to answer (default: AlpacaEval's first prompt, {DEFAULT_PROMPT!r})")
-    r.add_argument("--method", choices=list(METHODS), default="sbon",
-                   help="sbon: memory-budget rounds; sbon-tau: single decision token; bon: Best-of-N")
+    r.add_argument("--method", choices=list(METHOD_SPECS), default="sbon",
+                   help="; ".join(f"{name}: {spec.label}" for name, spec in METHOD_SPECS.items()))
     r.add_argument("--n", type=int, default=None,
                    help=f"candidates to start with (default {DEFAULT_N}; for sbon with --kv-budget: as many as it holds)")
     r.add_argument("--alpha", type=float, default=0.5, help="rejection rate at each decision point (default 0.5)")
@@ -40,11 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--first-decision", type=int, default=None,
                    help=f"sbon: tokens before the first decision point when the budget comes from N or N from "
                         f"the budget (default {FIRST_DECISION_TOKENS}, or half of --max-new-tokens if shorter)")
+    r.add_argument("--prune-by", choices=list(SIGNALS), default=RunConfig.prune_by,
+                   help="sbon, sbon-tau: the pruning signal that scores live candidates at a decision point "
+                        "(default: the reward model on the partial response); the final choice is always by reward")
     r.add_argument("--batch-size", type=int, default=None, help="bon: candidates per batch (default all)")
     r.add_argument("--max-new-tokens", type=int, default=128)
-    r.add_argument("--temperature", type=float, default=SamplingConfig.temperature)
-    r.add_argument("--top-p", type=float, default=SamplingConfig.top_p)
-    r.add_argument("--top-k", type=int, default=SamplingConfig.top_k)
+    r.add_argument("--temperature", type=float, default=RunConfig.temperature)
+    r.add_argument("--top-p", type=float, default=RunConfig.top_p)
+    r.add_argument("--top-k", type=int, default=RunConfig.top_k)
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
     r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
@@ -71,34 +75,30 @@ def kv_budget_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number of tokens or 'auto', got {text!r}") from None
 
 
-def resolve_n(args: argparse.Namespace) -> None:
-    """Check which options go together, then fill in N and the budget: sbon given a budget (or 'auto')
-    and no N starts as many candidates as the budget holds, as in the paper; otherwise N is DEFAULT_N."""
-    for given, option, methods in ((args.kv_budget is not None, "--kv-budget", ("sbon",)),
-                                   (args.first_decision is not None, "--first-decision", ("sbon",)),
-                                   (args.batch_size is not None, "--batch-size", ("bon",)),
-                                   (args.compare, "--compare", ("sbon", "sbon-tau"))):
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The run's settings from the command line, checked: which options go together, then N and the
+    budget (sbon given a budget, or 'auto', and no N starts as many candidates as the budget holds, as
+    in the paper; otherwise N is DEFAULT_N), then every value."""
+    for given, option in ((args.kv_budget is not None, "--kv-budget"), (args.first_decision is not None, "--first-decision"),
+                          (args.batch_size is not None, "--batch-size"), (args.prune_by != RunConfig.prune_by, "--prune-by")):
+        methods = [name for name, spec in METHOD_SPECS.items() if option[2:].replace("-", "_") in spec.params]
         if given and args.method not in methods:
             raise SBoNError(f"{option} applies to --method {' or '.join(methods)}, not {args.method}")
+    if args.compare and not METHOD_SPECS[args.method].prunes:
+        raise SBoNError(f"--compare compares a Speculative Rejection method with Best-of-N, not {args.method}")
     if args.bon_same_memory and not args.compare:
         raise SBoNError("--bon-same-memory applies to the Best-of-N run of --compare: add --compare")
-    if args.kv_budget == "auto":
-        if args.n is not None:
+    n, kv_budget = args.n, args.kv_budget
+    if kv_budget == "auto":
+        if n is not None:
             raise SBoNError("--kv-budget auto chooses N from free memory: leave out --n, or give a budget in tokens")
-        args.kv_budget = None  # speculative_rejection given neither N nor a budget measures free memory
-    elif args.n is None and args.kv_budget is None:
-        args.n = DEFAULT_N
-
-
-def method_kwargs(args: argparse.Namespace, method: str) -> dict:
-    """The settings of `method` taken from the command line."""
-    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k)
-    common = dict(max_new_tokens=args.max_new_tokens, sampling=sampling, seed=args.seed)
-    if method == "bon":
-        return dict(common, batch_size=args.batch_size)
-    if method == "sbon":
-        return dict(common, alpha=args.alpha, kv_budget=args.kv_budget, first_decision=args.first_decision)
-    return dict(common, alpha=args.alpha, tau=args.tau)
+        kv_budget = None  # speculative_rejection given neither N nor a budget measures free memory
+    elif n is None and kv_budget is None:
+        n = DEFAULT_N
+    return RunConfig(args.method, n=n, alpha=args.alpha, tau=args.tau, kv_budget=kv_budget,
+                     first_decision=args.first_decision, batch_size=args.batch_size, prune_by=args.prune_by,
+                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                     top_k=args.top_k, seed=args.seed).validate(args.prompt)
 
 
 def with_progress(events: Iterable, max_new_tokens: int, label: str) -> Iterator:
@@ -128,7 +128,7 @@ def with_progress(events: Iterable, max_new_tokens: int, label: str) -> Iterator
 def summary(result: RunResult) -> str:
     import pandas as pd
 
-    rows = [{"candidate": c.id, "fate": c.fate, "tokens": c.tokens_generated,
+    rows = [{"candidate": c.id, "fate": result.fate(c.id), "tokens": c.tokens_generated,
              "partial rewards": " ".join(f"{p.reward:.3f}" for p in c.partial_rewards),
              "final reward": c.final_reward} for c in result.candidates]
     table = pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.3f}")
@@ -137,28 +137,23 @@ def summary(result: RunResult) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    check_prompt(args.prompt)
-    resolve_n(args)
-    kwargs = method_kwargs(args, args.method)
-    validate(n=args.n, **kwargs)
+    config = run_config(args)
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype))
     reward = load_reward(args.reward, generator=gen, device=args.device)
     if args.compare:
-        events = comparison_events(gen, reward, args.prompt, args.n, method=args.method,
-                                   bon_same_memory=args.bon_same_memory, **kwargs)
-        comparison = next(e.comparison for e in with_progress(events, args.max_new_tokens, args.method)
-                          if isinstance(e, ComparisonDone))
+        stream = comparison_events(gen, reward, args.prompt, config, bon_same_memory=args.bon_same_memory)
+        comparison = drive(with_progress(stream, args.max_new_tokens, args.method), ComparisonDone).comparison
         report(comparison.sbon)
         print("\ncompared with Best-of-N (same seed):")
         for k, v in comparison.metrics.items():
             print(f"  {k:28s} {v:.3f}" if isinstance(v, float) else f"  {k:28s} {v}")
         saved: RunResult | Comparison = comparison
     else:
-        events = METHODS[args.method](gen, reward, args.prompt, args.n, **kwargs)
-        saved = next(e.result for e in with_progress(events, args.max_new_tokens, args.method) if isinstance(e, Done))
+        stream = events(gen, reward, args.prompt, config)
+        saved = drive(with_progress(stream, args.max_new_tokens, args.method), Done).result
         report(saved)
     if args.out:
         saved.to_json(args.out)

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Union
 
-from .algorithms import METHODS, Done, Event, best_of_n, validate
+from .algorithms import Done, Event, drive, events
+from .config import PRUNING_METHODS, RunConfig
 from .counterfactual import prefix_rewards
-from .engine import Generator, SamplingConfig
+from .engine import Generator
 from .errors import SBoNError
 from .metrics import compare
 from .results import RunResult, dump_json
 from .rewards import RewardModel
 
 FORMAT = "sbon-comparison/1"
-SBON_METHODS = ("sbon", "sbon-tau")
 
 
 # -- the saved object -------------------------------------------------------------------------
@@ -161,8 +161,9 @@ def _check_types(run: RunResult) -> None:
         if c.pruned_round is not None and not isinstance(c.pruned_round, int):
             raise SBoNError(f"not a saved comparison: candidate {c.id} of {where} has a malformed pruned round")
     for p in run.decision_points:
-        if not _number(p.threshold) or not all(isinstance(k, int) and 0 <= k < len(run.candidates)
-                                               for k in p.contenders + p.survivors + p.pruned):
+        if not _number(p.cut) or not all(_number(x) for x in p.scores) or len(p.scores) != len(p.contenders) \
+                or not all(isinstance(k, int) and 0 <= k < len(run.candidates)
+                           for k in p.contenders + p.survivors + p.pruned + p.retired + p.final):
             raise SBoNError(f"not a saved comparison: decision point {p.round} of {where} is malformed")
 
 
@@ -170,7 +171,7 @@ def check_pair(bon: RunResult, sbon: RunResult, partials: dict[int, list[float |
     """The two runs must be comparable: same prompt, seed and candidates, every BoN candidate scored."""
     if bon.method != "bon":
         raise SBoNError(f"not a comparison: the Best-of-N run has method {bon.method!r}")
-    if sbon.method not in SBON_METHODS:
+    if sbon.method not in PRUNING_METHODS:
         raise SBoNError(f"not a comparison: the Speculative Rejection run has method {sbon.method!r}")
     if bon.prompt != sbon.prompt or bon.settings.get("seed") != sbon.settings.get("seed"):
         raise SBoNError("not a comparison: the two runs differ in prompt or seed")
@@ -239,13 +240,23 @@ def default_taus(max_new_tokens: int, extra: tuple[int, ...] = ()) -> list[int]:
     return sorted(t for t in taus if 1 <= t < max_new_tokens)
 
 
-def comparison_events(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, method: str = "sbon",
-                      alpha: float = 0.5, tau: int = 32, kv_budget: int | None = None,
-                      first_decision: int | None = None, max_new_tokens: int = 128,
-                      sampling: SamplingConfig | None = None, seed: int = 0, taus: list[int] | None = None,
-                      bon_same_memory: bool = False) -> Iterator[ComparisonEvent]:
-    """Run ``method`` (Speculative Rejection), then Best-of-N with the same prompt, seed and N,
+def comparison_config(config: RunConfig | int | None = None, **settings: Any) -> RunConfig:
+    """A RunConfig from a RunConfig, or from N and keyword settings (``sampling=`` a SamplingConfig
+    included): the shortcut the keyword API of the algorithms also takes."""
+    if isinstance(config, RunConfig):
+        return config.replace(**settings) if settings else config
+    sampling = settings.pop("sampling", None)
+    if sampling is not None:
+        settings.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+    return RunConfig(**({"n": config} if config is not None else {}), **settings)
+
+
+def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig | int | None = None, *,
+                      taus: list[int] | None = None, bon_same_memory: bool = False,
+                      **settings: Any) -> Iterator[ComparisonEvent]:
+    """Run ``config.method`` (Speculative Rejection), then Best-of-N with the same prompt, seed and N,
     then the counterfactual prefix rewards; yield every event, then :class:`ComparisonDone`.
+    ``config`` is a RunConfig, or N with the settings as keywords.
 
     Best-of-N generates all N candidates in one batch, unless ``bon_same_memory``: then it runs in
     batches that fit the KV memory Speculative Rejection peaked at (:func:`same_memory_batch_size`),
@@ -254,31 +265,26 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, n: int =
     Speculative Rejection runs first so that a UI shows its rounds without waiting for Best-of-N.
     All settings are checked before anything is generated (:class:`SBoNError` on bad input).
     """
-    if method not in SBON_METHODS:
-        raise SBoNError(f"method must be one of {', '.join(SBON_METHODS)}, got {method!r}")
-    sampling = sampling or SamplingConfig()
-    if method == "sbon":
-        validate(n, max_new_tokens, sampling, alpha=alpha, kv_budget=kv_budget, first_decision=first_decision)
-        extra = dict(alpha=alpha, kv_budget=kv_budget, first_decision=first_decision)
-    else:
-        validate(n, max_new_tokens, sampling, alpha=alpha, tau=tau)
-        extra = dict(alpha=alpha, tau=tau)
-    common = dict(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+    config = comparison_config(config, **settings)
+    if config.method not in PRUNING_METHODS:
+        raise SBoNError(f"method must be one of {', '.join(PRUNING_METHODS)}, got {config.method!r}")
+    config.validate(prompt)
 
     sbon = None
-    for event in METHODS[method](gen, reward, prompt, n, **common, **extra):
-        yield MethodEvent(method, event)
+    for event in events(gen, reward, prompt, config):
+        yield MethodEvent(config.method, event)
         if isinstance(event, Done):
             sbon = event.result
-    bon = None
     batch_size = same_memory_batch_size(sbon) if bon_same_memory else None
-    for event in best_of_n(gen, reward, prompt, len(sbon.candidates), batch_size=batch_size, **common):
+    bon_config = config.replace(method="bon", n=len(sbon.candidates), batch_size=batch_size)
+    bon = None
+    for event in events(gen, reward, prompt, bon_config):
         yield MethodEvent("bon", event)
         if isinstance(event, Done):
             bon = event.result
 
     if taus is None:
-        taus = default_taus(max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
+        taus = default_taus(config.max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
     partials: dict[int, list[float | None]] = {}
     for i, t in enumerate(taus):
         partials.update(prefix_rewards(bon, reward, gen.decode, [t]))
@@ -286,9 +292,7 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, n: int =
     yield ComparisonDone(Comparison(bon, sbon, partials))
 
 
-def run_comparison(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, **settings: Any) -> Comparison:
+def run_comparison(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig | int | None = None,
+                   **settings: Any) -> Comparison:
     """:func:`comparison_events` driven to the end."""
-    for event in comparison_events(gen, reward, prompt, n, **settings):
-        if isinstance(event, ComparisonDone):
-            return event.comparison
-    raise RuntimeError("the comparison stopped without a result")
+    return drive(comparison_events(gen, reward, prompt, config, **settings), ComparisonDone).comparison

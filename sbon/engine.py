@@ -96,10 +96,13 @@ class Prefix:
 class Batch:
     """The live rows of a generation: one row of KV cache per unfinished candidate."""
 
-    def __init__(self, candidate_ids: list[int], cache: DynamicCache, logits: torch.Tensor):
+    def __init__(self, candidate_ids: list[int], cache: DynamicCache, logits: torch.Tensor,
+                 keep_hidden: bool = False):
         self.candidate_ids = candidate_ids
         self.cache = cache
         self.logits = logits  # (rows, vocab): next-token logits of each row
+        self.keep_hidden = keep_hidden  # keep each step's final-layer hidden states (for pruning signals)
+        self.hidden: torch.Tensor | None = None  # (rows, d): final-layer state at each row's last token
 
     def __len__(self) -> int:
         return len(self.candidate_ids)
@@ -118,11 +121,13 @@ class Batch:
             return
         self.candidate_ids = [self.candidate_ids[i] for i in rows]
         if not rows:  # nothing left to decode: free the cache
-            self.cache, self.logits = DynamicCache(), self.logits[:0]
+            self.cache, self.logits, self.hidden = DynamicCache(), self.logits[:0], None
             return
         index = torch.tensor(rows, device=self.logits.device)
         self.cache.batch_select_indices(index)
         self.logits = self.logits[index]
+        if self.hidden is not None:
+            self.hidden = self.hidden[index]
 
 
 class Generator:
@@ -174,21 +179,25 @@ class Generator:
         out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
         return Prefix(list(prompt_ids), out.past_key_values, out.logits[:, -1, :])
 
-    def start(self, prefix: Prefix, candidate_ids: Sequence[int]) -> Batch:
+    def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool = False) -> Batch:
         """A batch with one row per candidate, each a copy of the prefilled prompt."""
         cache = copy.deepcopy(prefix.cache)  # the prefix stays reusable for later batches
         cache.batch_repeat_interleave(len(candidate_ids))
-        return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1))
+        return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
 
     def is_stop(self, tokens: torch.Tensor) -> torch.Tensor:
         return torch.isin(tokens, self._stop_tensor)
 
     @torch.inference_mode()
     def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
-        """Feed one new token per row; the batch's logits become the next-token logits."""
-        out = self.model(input_ids=tokens.view(-1, 1), past_key_values=batch.cache, use_cache=True)
+        """Feed one new token per row; the batch's logits become the next-token logits (and, if the batch
+        keeps them, its hidden states the final-layer states of the fed tokens: the same forward pass)."""
+        out = self.model(input_ids=tokens.view(-1, 1), past_key_values=batch.cache, use_cache=True,
+                         output_hidden_states=batch.keep_hidden)
         batch.cache = out.past_key_values
         batch.logits = out.logits[:, -1, :]
+        if batch.keep_hidden:
+            batch.hidden = out.hidden_states[-1][:, -1, :]
 
     # -- scoring helpers ------------------------------------------------------------------
 

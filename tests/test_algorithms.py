@@ -2,7 +2,7 @@
 
 import pytest
 
-from sbon.algorithms import (CandidateFinished, CandidatesPruned, Done, best_of_n, run, speculative_bon_tau,
+from sbon.algorithms import (CandidateFinished, DecisionTaken, Done, best_of_n, run, speculative_bon_tau,
                              speculative_rejection, survivors_count)
 from sbon.counterfactual import prefix_rewards, simulate_tau
 from sbon.engine import Generator
@@ -85,7 +85,7 @@ def test_kv_cache_rows_are_dropped_in_place(gen, likelihood, monkeypatch):
     events = list(speculative_bon_tau(gen, likelihood, PROMPT, 8, alpha=0.75, tau=6, max_new_tokens=12, seed=1))
     assert prefills == [events[-1].result.prompt_tokens]  # the prompt is prefilled once
     assert rows[0] == 8
-    pruned = next(e for e in events if isinstance(e, CandidatesPruned)).decision
+    pruned = next(e for e in events if isinstance(e, DecisionTaken)).decision
     assert len(pruned.survivors) == 2
     after = rows[pruned.tokens:]  # forward calls after the decision point
     assert after and max(after) <= 2

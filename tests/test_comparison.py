@@ -89,7 +89,8 @@ def _broken(comparison, change):
     (lambda d: d["partials"].update({"4": [0.1]}), "partial rewards at tau=4 have 1 entries"),
     (lambda d: d["partials"].update({"x": [0.1] * 6}), "bad partial rewards"),
     (lambda d: d["sbon"]["decision_points"][0].update(survivors=[42]), "decision point 1"),
-    (lambda d: d["sbon"]["decision_points"][0].pop("threshold"), "not a saved SBoN run"),
+    (lambda d: d["sbon"]["decision_points"][0].pop("cut"), "not a saved SBoN run"),
+    (lambda d: d["sbon"]["decision_points"][0].update(scores=[1.0]), "decision point 1"),
 ])
 def test_malformed_files_fail_with_one_clear_message(comparison, change, message):
     with pytest.raises(SBoNError, match=message) as info:

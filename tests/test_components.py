@@ -2,13 +2,14 @@
 
 import json
 import math
+from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
 
 from components import figures, tables
 from components.controls import RunSettings, load_examples
-from components.fates import FINISHED_EARLY, SURVIVED, fate, fate_color
+from components.fates import FINISHED_EARLY, SURVIVED, fate_color
 from components.live import LiveTracker
 from components.model_cache import ModelCache
 from components.rounds import round_figure, round_views, rounds_animation
@@ -31,7 +32,7 @@ def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, ro
     point = comparison.sbon.decision_points[round - 1]
     fig = figures.partial_final_scatter(comparison, round)
     assert _points(fig) == len(point.contenders)
-    assert {t.name for t in fig.data} <= {fate(c) for c in comparison.sbon.candidates}
+    assert {t.name for t in fig.data} <= {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
     for trace in fig.data:
         assert trace.marker.color == fate_color(trace.name)
     # y is the final reward, from Best-of-N for the pruned
@@ -42,7 +43,7 @@ def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, ro
                         [comparison.final_reward(k) for k in live])
     title = fig.layout.title.text
     assert f"Pearson {corr['pearson']:.2f}" in title and f"Kendall τ {corr['kendall']:.2f}" in title
-    assert fig.layout.shapes[0].x0 == pytest.approx(point.threshold)  # the cut
+    assert fig.layout.shapes[0].x0 == pytest.approx(point.cut)  # the cut
 
 
 def test_scatter_without_decision_points_says_why(comparison):
@@ -59,23 +60,38 @@ def test_hover_text_is_escaped(comparison):
 
 # -- rounds -----------------------------------------------------------------------------------------
 
-def test_round_views_follow_the_decision_points(comparison):
+def test_round_views_are_the_decision_points_as_recorded(comparison):
+    """Each decision point carries the score every contender was ranked by; the views draw exactly that."""
     views = round_views(comparison.sbon)
     assert [v.round for v in views] == [1, 2]
-    for v, p in zip(views, comparison.sbon.decision_points):
-        assert set(v.scores) == set(p.contenders) and v.survivors == p.survivors and v.pruned == p.pruned
-        assert min(v.scores[k] for k in v.survivors) == pytest.approx(p.threshold)
-        assert all(v.scores[k] < p.threshold or v.scores[k] == pytest.approx(p.threshold) for k in v.pruned)
+    for p in views:
+        scores = p.score_of()
+        assert set(scores) == set(p.contenders) and p.signal == "reward"
+        assert min(scores[k] for k in p.survivors) == pytest.approx(p.cut)
+        assert all(scores[k] < p.cut or scores[k] == pytest.approx(p.cut) for k in p.pruned + p.retired)
+        for k in p.contenders:  # live contenders by their partial reward, finished ones by their final reward
+            c = comparison.sbon.candidates[k]
+            assert scores[k] == (c.final_reward if k in p.final else c.partial_reward_at(p.round))
 
 
 def test_live_tracker_builds_the_same_frames_as_the_replay(comparison_events, comparison):
     tracker = LiveTracker(24)
     new_rounds = [tracker.update(e) for e in comparison_events]
     assert sum(new_rounds) == 2 and tracker.first_round_at is not None
-    replay = round_views(comparison.sbon)
-    assert [(v.round, v.scores, v.final, v.survivors, v.pruned) for v in tracker.views] == \
-        [(v.round, v.scores, v.final, v.survivors, v.pruned) for v in replay]
+    replay = Comparison.from_json(comparison.to_json())  # a saved run replays the same frames
+    assert tracker.views == round_views(replay.sbon) == round_views(comparison.sbon)
     assert tracker.status().startswith("Done in")
+
+
+def test_runs_saved_before_decision_points_carried_scores_still_load():
+    """The recorded run shipped before decision points carried their scores: scores are derived on load."""
+    old = Comparison.load(Path(__file__).parent / "data" / "recorded_run_v1.json")
+    for p in old.sbon.decision_points:
+        assert len(p.scores) == len(p.contenders)
+        for k, score in p.score_of().items():
+            c = old.sbon.candidates[k]
+            assert score == (c.final_reward if k in p.final else c.partial_reward_at(p.round))
+    assert round_figure(old.sbon.decision_points[0], old.n).data[2].x[0] == old.sbon.decision_points[0].cut
 
 
 def test_live_status_names_the_phase(comparison_events):
@@ -89,14 +105,14 @@ def test_live_status_names_the_phase(comparison_events):
 def test_round_figure_and_animation(comparison):
     views = round_views(comparison.sbon)
     fig = round_figure(views[0], comparison.n)
-    assert [t.name for t in fig.data] == ["survived", "pruned", "cut"]
-    assert list(fig.data[2].x) == [views[0].threshold] * 2
+    assert [t.name for t in fig.data][:3] == ["survived", "pruned", "cut"] and fig.data[3].name.startswith("retired")
+    assert list(fig.data[2].x) == [views[0].cut] * 2
     assert "Waiting" in round_figure(None, 6).layout.title.text
     anim = rounds_animation(comparison.sbon)
-    assert len(anim.data) == 6 and [t.visible for t in anim.data] == [True] * 3 + [False] * 3
+    assert len(anim.data) == 8 and [t.visible for t in anim.data] == [True] * 4 + [False] * 4
     steps = anim.layout.sliders[0].steps
     assert [s.label for s in steps] == ["1", "2"]
-    assert steps[1].args[0]["visible"] == [False] * 3 + [True] * 3 and "Round 2" in steps[1].args[1]["title.text"]
+    assert steps[1].args[0]["visible"] == [False] * 4 + [True] * 4 and "Round 2" in steps[1].args[1]["title.text"]
     second = rounds_animation(comparison.sbon, active=1)
     assert second.layout.sliders[0].active == 1 and "Round 2" in second.layout.title.text
     assert rounds_animation(comparison.sbon, active=9).layout.sliders[0].active == 1  # clamped
@@ -185,7 +201,7 @@ def test_tradeoff(comparison):
 # -- fates, settings, examples, model cache ------------------------------------------------------------------
 
 def test_fates(comparison):
-    names = {fate(c) for c in comparison.sbon.candidates}
+    names = {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
     assert SURVIVED in names and "pruned in round 1" in names
     assert fate_color(SURVIVED) != fate_color(FINISHED_EARLY) != fate_color("pruned in round 1")
     assert fate_color("pruned in round 1") != fate_color("pruned in round 2")

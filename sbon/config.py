@@ -1,0 +1,117 @@
+"""One run's settings: a plain dataclass built once (by the CLI, the app, the benchmarks) and taken
+by every method, and the table of methods with the settings each one reads.
+
+A new setting is one field here (with its check in ``validate``) and, if only some methods read
+it, its name in those methods' ``params``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .engine import SamplingConfig, check_prompt
+from .errors import SBoNError
+
+# Tokens each candidate generates before the first decision point when the budget is derived
+# from N (or N from the budget): the budget then holds N candidates of this length. Chosen from the
+# counterfactual data (benchmarks/results, minilm-pref, 10 AlpacaEval prompts, N=32): partial and final
+# rewards are uncorrelated at 16 tokens (Kendall 0.02) and a single cut first keeps a normalized score
+# >= 98 at 32 tokens (alpha 0.6: 98.3). `first_decision` / `--first-decision` override it.
+FIRST_DECISION_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    label: str  # how the page, the tables and the docs name it
+    params: tuple[str, ...]  # the RunConfig fields it reads beside the common ones
+    prunes: bool  # a Speculative Rejection variant (has decision points)
+
+
+METHOD_SPECS = {
+    "sbon": MethodSpec("sbon", "Speculative Rejection (memory-budget rounds)",
+                       ("alpha", "kv_budget", "first_decision", "prune_by"), True),
+    "sbon-tau": MethodSpec("sbon-tau", "Speculative Rejection (one decision token τ)", ("alpha", "tau", "prune_by"), True),
+    "bon": MethodSpec("bon", "Best-of-N", ("batch_size",), False),
+}
+PRUNING_METHODS = tuple(name for name, spec in METHOD_SPECS.items() if spec.prunes)
+COMMON_PARAMS = ("n", "max_new_tokens", "temperature", "top_p", "top_k", "seed")
+
+
+def resolve_first_decision(first_decision: int | None, max_new_tokens: int) -> int:
+    """The first decision point in tokens: the given one (checked), else the default, or half of
+    ``max_new_tokens`` for shorter responses."""
+    if first_decision is None:
+        return max(1, min(FIRST_DECISION_TOKENS, max_new_tokens // 2))
+    if first_decision < 1:
+        raise SBoNError(f"first_decision must be at least 1 token, got {first_decision}")
+    if first_decision >= max_new_tokens:
+        raise SBoNError(f"first_decision={first_decision} must be below max_new_tokens={max_new_tokens}, "
+                        "or no candidate is ever pruned")
+    return first_decision
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run but the models and the prompt."""
+    method: str = "sbon"
+    n: int | None = 16  # None: for sbon, as many as the KV budget holds
+    alpha: float = 0.5  # rejection rate at each decision point
+    tau: int = 32  # sbon-tau: the decision token
+    kv_budget: int | None = None  # sbon: KV cache tokens (None: N candidates of first_decision tokens)
+    first_decision: int | None = None  # sbon: tokens before the first decision point (None: the default)
+    batch_size: int | None = None  # bon: candidates per batch (None: all at once)
+    prune_by: str = "reward"  # the pruning signal that scores live candidates at a decision point
+    max_new_tokens: int = 128
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 0  # 0 = off
+    seed: int = 0
+
+    @property
+    def spec(self) -> MethodSpec:
+        return METHOD_SPECS[self.method]
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.temperature, self.top_p, self.top_k)
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    def validate(self, prompt: str | None = None) -> "RunConfig":
+        """Check every setting that needs no model (and the prompt, if given), so that bad input fails
+        in one line before anything loads or runs. Returns self, so calls chain."""
+        if self.method not in METHOD_SPECS:
+            raise SBoNError(f"unknown method {self.method!r}: use one of {', '.join(METHOD_SPECS)}")
+        if prompt is not None:
+            check_prompt(prompt)
+        if self.n is not None and self.n < 1:
+            raise SBoNError(f"N must be at least 1, got {self.n}")
+        if self.max_new_tokens < 1:
+            raise SBoNError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if not 0 <= self.alpha < 1:
+            raise SBoNError(f"alpha (the rejection rate) must be in [0, 1), got {self.alpha}")
+        if self.method == "sbon-tau":
+            if self.tau < 1:
+                raise SBoNError(f"tau (the decision token) must be at least 1, got {self.tau}")
+            if self.tau >= self.max_new_tokens:
+                raise SBoNError(f"tau={self.tau} must be below max_new_tokens={self.max_new_tokens}, "
+                                "or no candidate is ever pruned")
+        if self.kv_budget is not None and self.kv_budget < 1:
+            raise SBoNError(f"kv_budget must be a positive number of tokens, got {self.kv_budget}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise SBoNError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.method == "sbon":
+            resolve_first_decision(self.first_decision, self.max_new_tokens)
+        if self.spec.prunes:
+            from .signals import check_signal  # signals import the engine's types only; no cycle at import time
+            check_signal(self.prune_by)
+        self.sampling.validate()
+        return self
+
+    def settings(self) -> dict[str, Any]:
+        """The settings this method reads, by name: what a result records."""
+        return {name: getattr(self, name) for name in COMMON_PARAMS + self.spec.params}
