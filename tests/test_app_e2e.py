@@ -319,7 +319,9 @@ def test_sbon_with_alpha_zero_terminates(client):
     candidates while the KV budget is full), within a timeout, and the app keeps serving."""
     from sbon.comparison import Comparison
 
-    job = client.submit(prompt="Name a colour.", n=4, alpha=0.0, method="sbon", max_new_tokens=24, api_name="/compare")
+    # A prompt with a long answer, so the candidates are still live when the budget fills (a short one ends first).
+    job = client.submit(prompt="Write a long story about a lighthouse keeper.", n=4, alpha=0.0, method="sbon",
+                        max_new_tokens=24, api_name="/compare")
     comp = Comparison.from_json(job.result(timeout=240))
     assert comp.sbon.best is not None and comp.sbon.settings["alpha"] == 0.0
     assert comp.sbon.decision_points  # the budget filled and a decision was taken (before the fix: never returned)
