@@ -138,7 +138,7 @@ def check_replayable(comp: Comparison) -> None:
     Such a file would draw empty or broken views instead of a clear refusal."""
     for run in (comp.bon, comp.sbon):
         rounds = {p.round for p in run.decision_points}
-        numbers = [*run.timings.values(), *(p.threshold for p in run.decision_points)]
+        numbers = [*run.timings.values(), *(x for p in run.decision_points for x in (p.cut, *p.scores))]
         for c in run.candidates:
             numbers += [r.reward for r in c.partial_rewards] + [c.final_reward or 0.0]
             if c.pruned_round is not None and c.pruned_round not in rounds:
@@ -341,6 +341,9 @@ def build_demo() -> gr.Blocks:
             except SBoNError as e:
                 gr.Warning(str(e))
                 return {status: f"⚠ could not replay that file: {e}"}
+            except Exception as e:  # a file no check foresaw: still one line, and the views stay as they were
+                log.exception("upload failed")
+                return {status: f"⚠ could not replay that file: {type(e).__name__}: {str(e)[:200]}"}
             return {**show(comp, f"uploaded file {Path(path).name}", kind, path), status: "Replaying the uploaded run",
                     live_plot: last_round(comp)}
 
