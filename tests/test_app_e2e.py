@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.app_timing import ENDED, click_run
 from benchmarks.browser import CHROMIUM, REPO as ROOT, chromium, serve_app
-from components.controls import MAX_N
+from components.controls import MAX_N, METHOD_LABELS
 from sbon.errors import SBoNError
 
 RUN_TIMEOUT_MS = 400_000  # generous: the CPU may be shared; on a quiet 2-core machine the run takes well under a minute
@@ -356,6 +356,6 @@ def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
     page.wait_for_function("document.querySelector('#prompt textarea').value.includes('paying for a meal')")
     page.locator("#prompt-note").get_by_text("Content note").wait_for()
     assert page.locator("#tau").is_hidden() and page.locator("#kv-budget").is_visible()
-    page.get_by_label("Speculative Best-of-N (one decision token τ)").check()
+    page.get_by_label(METHOD_LABELS["sbon-tau"]).check()
     page.locator("#tau").wait_for(state="visible")
     assert page.locator("#kv-budget").is_hidden()
