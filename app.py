@@ -1,37 +1,53 @@
 """SBoN Explorer: Speculative Rejection run live next to Best-of-N (Sun et al., NeurIPS 2024).
 
 `python app.py` serves it on http://127.0.0.1:7860 (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT change
-that). The page shows a recorded run at once; models load on the first Run, so a replay never
-needs one. The pieces live in components/ and the algorithms in sbon/; this file lays out the page
-and wires the events.
+that). The page shows a recorded run at once; the default models start loading in the background
+as soon as the app serves (the page says what is loading), so a replay never waits for one. The
+pieces live in components/ and the algorithms in sbon/; this file lays out the page and wires the
+events.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import time
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any, Iterator
 
-import gradio as gr
+from components.model_cache import ModelCache, configure_threads, convert_in_background, hub_fetches, sources
+from sbon.models import DEFAULT_GENERATOR
 
-from components import figures, tables
-from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,
+if __name__ == "__main__":
+    # On a fresh machine, start the one-time conversion of the embedded generator now, in a child
+    # process, so it overlaps the seconds this process spends importing gradio and building the page.
+    convert_in_background(DEFAULT_GENERATOR)
+
+import gradio as gr  # noqa: E402
+
+from components import figures, tables  # noqa: E402
+from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,  # noqa: E402
                                  reward_choices)
-from components.live import LiveTracker
-from components.model_cache import ModelCache, configure_threads
-from components.rounds import round_figure, round_views, rounds_animation
-from sbon.comparison import Comparison, ComparisonDone, comparison_events
-from sbon.errors import SBoNError
+from components.live import LiveTracker  # noqa: E402
+from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
+from sbon.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
+from sbon.errors import SBoNError  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
 MAX_UPLOAD_BYTES = 20_000_000
+MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near this
 DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
+# The queue: one generation at a time (the Run button and the API share it), up to 8 light events
+# (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
+GENERATION_SLOTS = 1
+QUEUE_SIZE = 64
 MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
+PRELOAD: list[Future] = []  # the background load of the default models, once started
 THREADS = configure_threads()
 log = logging.getLogger("sbon.app")
 
@@ -108,7 +124,31 @@ def load_upload(path: str | None) -> Comparison:
         raise SBoNError("no file was uploaded")
     if Path(path).stat().st_size > MAX_UPLOAD_BYTES:
         raise SBoNError(f"the file is larger than {MAX_UPLOAD_BYTES // 1_000_000} MB: not a saved run of this app")
-    return Comparison.load(path)
+    try:
+        comp = Comparison.load(path)
+    except RecursionError:  # JSON nested thousands deep: the parser gives up before any check runs
+        raise SBoNError("not a saved comparison: the JSON is nested too deeply") from None
+    check_replayable(comp)
+    return comp
+
+
+def check_replayable(comp: Comparison) -> None:
+    """Refuse what Comparison.load accepts but no run makes: rewards, thresholds or timings that are
+    not finite or absurdly large, a candidate pruned at a decision point its run does not have.
+    Such a file would draw empty or broken views instead of a clear refusal."""
+    for run in (comp.bon, comp.sbon):
+        rounds = {p.round for p in run.decision_points}
+        numbers = [*run.timings.values(), *(x for p in run.decision_points for x in (p.cut, *p.scores))]
+        for c in run.candidates:
+            numbers += [r.reward for r in c.partial_rewards] + [c.final_reward or 0.0]
+            if c.pruned_round is not None and c.pruned_round not in rounds:
+                raise SBoNError(f"not a saved comparison: candidate {c.id} of the {run.method} run was pruned in "
+                                f"round {c.pruned_round}, which the run does not have")
+        numbers += [r for p in comp.partials.values() for r in p if r is not None] if run is comp.bon else []
+        bad = next((x for x in numbers if not math.isfinite(x) or abs(x) > MAX_ABS_NUMBER), None)
+        if bad is not None:
+            raise SBoNError(f"not a saved comparison: the {run.method} run holds the number {bad:g} "
+                            f"(rewards and timings of a real run are finite and far below {MAX_ABS_NUMBER:g})")
 
 
 def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
@@ -124,13 +164,42 @@ def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alp
                                            temperature=temperature, top_p=top_p, seed=seed,
                                            generator=generator, reward=reward, bon_same_memory=bon_same_memory)
         settings.check()
-        gen, rew = MODELS.get(settings.generator, settings.reward)
+        gen, rew = MODELS.load_async(settings.generator, settings.reward).result()
         for event in comparison_events(gen, rew, settings.prompt, **settings.comparison_kwargs()):
             if isinstance(event, ComparisonDone):
                 return event.comparison.to_json()
     except SBoNError as e:
         raise gr.Error(str(e)) from None
     raise gr.Error("the comparison stopped without a result")
+
+
+def models_status() -> str:
+    """One line for the page: what the background load is doing, or whether the default models are ready."""
+    step = MODELS.loading()
+    if step:
+        return f"⏳ {step} — Run waits for it; replays work now."
+    if MODELS.is_loaded(DEFAULTS.generator, DEFAULTS.reward):
+        return f"Models ready: `{DEFAULTS.generator}` and `{DEFAULTS.reward}` on {MODELS.device()}."
+    if PRELOAD and PRELOAD[0].done() and PRELOAD[0].exception() is not None:
+        return f"⚠ {PRELOAD[0].exception()}"
+    return "⏳ Loading the models…" if PRELOAD else "The models load on the first Run."
+
+
+def start_loading_models() -> None:
+    """Load the default models in the background as soon as the app serves, and say where from."""
+    for source in sources(DEFAULTS.generator, DEFAULTS.reward):
+        log.info("models: %s%s", source.describe(), " (first time only: a one-time conversion)" if source.first_time else "")
+    fetches = hub_fetches(DEFAULTS.generator, DEFAULTS.reward)
+    log.info("will fetch from the hub: %s", ", ".join(fetches) if fetches else "nothing (every model is local)")
+    PRELOAD.append(MODELS.load_async(DEFAULTS.generator, DEFAULTS.reward))
+    PRELOAD[0].add_done_callback(_log_load)
+
+
+def _log_load(load: Future) -> None:
+    if load.exception() is not None:
+        log.warning("the default models did not load: %s", load.exception())
+    else:
+        log.info("models ready: %s and %s", DEFAULTS.generator, DEFAULTS.reward)
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -177,10 +246,14 @@ def build_demo() -> gr.Blocks:
                         seed = gr.Number(DEFAULTS.seed, label="seed", precision=0)
                     gr.Markdown(f"Models run on **{MODELS.device()}**"
                                 + (f" ({THREADS} CPU threads)" if MODELS.device().type == "cpu" else "")
-                                + "; they load on the first Run and stay loaded.")
+                                + "; the defaults load when the app starts, others on the Run that asks for them, "
+                                  "and they stay loaded.")
                 with gr.Row():
                     run_btn = gr.Button("Run SBoN and Best-of-N", variant="primary", elem_id="run")
                     stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="stop")
+                # What the background load is doing, refreshed each second until the models are ready.
+                model_status = gr.Markdown(models_status(), elem_id="model-status")
+                model_timer = gr.Timer(1.0)
             with gr.Column(scale=3, elem_id="live-column"):
                 status = gr.Markdown("", elem_id="status")
                 live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot")
@@ -268,6 +341,9 @@ def build_demo() -> gr.Blocks:
             except SBoNError as e:
                 gr.Warning(str(e))
                 return {status: f"⚠ could not replay that file: {e}"}
+            except Exception as e:  # a file no check foresaw: still one line, and the views stay as they were
+                log.exception("upload failed")
+                return {status: f"⚠ could not replay that file: {type(e).__name__}: {str(e)[:200]}"}
             return {**show(comp, f"uploaded file {Path(path).name}", kind, path), status: "Replaying the uploaded run",
                     live_plot: last_round(comp)}
 
@@ -281,12 +357,14 @@ def build_demo() -> gr.Blocks:
                 return
             kind = values[-1]
             clicked = time.perf_counter()
-            loading = "" if MODELS.is_loaded(settings.generator, settings.reward) else \
-                f" (loading `{settings.generator}` and `{settings.reward}` first)"
-            yield {status: f"Starting{loading}…", run_btn: gr.Button(interactive=False),
+            yield {status: "Starting…", run_btn: gr.Button(interactive=False),
                    stop_btn: gr.Button(visible=True), live_plot: round_figure(None, settings.n)}
             try:
-                gen, rew = MODELS.get(settings.generator, settings.reward)
+                load = MODELS.load_async(settings.generator, settings.reward)
+                while not load.done():  # the first Run after start may find the models still loading
+                    yield {status: f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)"}
+                    wait([load], timeout=STATUS_EVERY_S)
+                gen, rew = load.result()
                 tracker = LiveTracker(settings.max_new_tokens, started=clicked)
                 last_status = 0.0
                 for event in comparison_events(gen, rew, settings.prompt, **settings.comparison_kwargs()):
@@ -310,6 +388,10 @@ def build_demo() -> gr.Blocks:
                 log.exception("run failed")
                 gr.Warning(f"the run failed: {type(e).__name__}: {e}")
                 yield {status: f"⚠ the run failed: {type(e).__name__}: {e}", **idle}
+
+        def on_model_timer() -> dict:
+            line = models_status()
+            return {model_status: line, model_timer: gr.Timer(active=line.startswith("⏳"))}
 
         def on_stop() -> dict:
             return {status: "Stopped: the views still show the previous run", run_btn: gr.Button(interactive=True),
@@ -346,7 +428,7 @@ def build_demo() -> gr.Blocks:
 
         private = dict(api_visibility="private")
         run_event = run_btn.click(on_run, inputs=controls + [tradeoff_kind], outputs=views + [status, live_plot,
-                                  run_btn, stop_btn], concurrency_limit=1, concurrency_id="generation",
+                                  run_btn, stop_btn], concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
                                   show_progress="hidden", **private)
         stop_btn.click(on_stop, outputs=[status, run_btn, stop_btn], cancels=[run_event], **private)
         method.change(on_method, inputs=method, outputs=[tau, kv_budget], **private)
@@ -355,19 +437,23 @@ def build_demo() -> gr.Blocks:
         picker.change(on_pick, inputs=[comparison, picker], outputs=detail, **private)
         table.select(on_table_select, inputs=comparison, outputs=[picker, detail], **private)
         play_btn.click(on_play, inputs=comparison, outputs=rounds_plot, show_progress="hidden", **private)
+        model_timer.tick(on_model_timer, outputs=[model_status, model_timer], show_progress="hidden", **private)
         tradeoff_kind.change(on_tradeoff_kind, inputs=[comparison, tradeoff_kind], outputs=tradeoff_plot, **private)
         upload.upload(on_upload, inputs=[upload, tradeoff_kind], outputs=views + [status, live_plot], **private)
         replay_btn.click(show_recorded, inputs=tradeoff_kind, outputs=views + [status, live_plot], **private)
         demo.load(show_recorded, inputs=tradeoff_kind, outputs=views + [status, live_plot], **private)
         # The API shares the Run button's single generation slot: one generation at a time per device.
-        gr.api(compare, api_name="compare", concurrency_limit=1, concurrency_id="generation")
+        gr.api(compare, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
     return demo
 
 
 demo = build_demo()
-demo.queue(default_concurrency_limit=8)
+demo.queue(default_concurrency_limit=8, max_size=QUEUE_SIZE)
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     log.info("models will run on %s with %d CPU threads", MODELS.device(), THREADS)
-    demo.launch(theme=gr.themes.Soft(), css=CSS)
+    # Serve first, then load: the page (and its recorded run) is up in seconds while the models load.
+    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True)
+    start_loading_models()
+    demo.block_thread()

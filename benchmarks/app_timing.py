@@ -7,6 +7,11 @@ click it measures, in the browser, when the first decision point is drawn and wh
 (every view filled) appears. ``--screenshots DIR`` then saves a picture of each view of the last
 run: the README's screenshots are made this way. Needs `pip install -r requirements-dev.txt` and
 Debian's chromium.
+
+``--fresh-cache`` gives the app an empty model cache (SBON_CACHE in a new temporary folder), as on a
+fresh machine: the app then converts the packaged generator once while it serves. It also measures
+app start → page ready (the recorded run drawn) and app start → models ready (from the app's log),
+and clicks Run as soon as the page is ready, as an impatient first visitor would.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,29 +111,50 @@ def screenshots(page, folder: Path) -> list[Path]:
     return paths
 
 
+def models_ready_after(log: Path, started: datetime) -> float | None:
+    """Seconds from ``started`` to the app's 'models ready' log line (None if it never logged one)."""
+    for line in log.read_text().splitlines():
+        if "sbon.app models ready" in line:
+            return (datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") - started).total_seconds()
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     json_path, _ = common.result_paths(args, "app")
-    rows = []
-    with serve_app(json_path.with_name(json_path.stem + "_server.log")) as url, chromium() as browser:
+    log = json_path.with_name(json_path.stem + "_server.log")
+    env = {"SBON_CACHE": tempfile.mkdtemp(prefix="sbon-fresh-cache-")} if args.fresh_cache else {}
+    rows, startup = [], {"load_average_at_start": list(os.getloadavg())}
+    started, t0 = datetime.now(), time.perf_counter()
+    with serve_app(log, env=env) as url, chromium() as browser:
+        startup["server_answers_s"] = time.perf_counter() - t0
         page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         page.goto(url)
         page.wait_for_selector("#scatter .scatterlayer .point", timeout=120_000)  # the recorded run is on show
+        startup["page_ready_s"] = time.perf_counter() - t0
+        startup["model_status_at_page_ready"] = page.locator("#model-status").inner_text()
+        print(f"app start -> page ready {startup['page_ready_s']:.1f} s "
+              f"(models: {startup['model_status_at_page_ready']})", flush=True)
         set_controls(page, args)
         prompt = page.locator("#prompt textarea").input_value()
         for i in range(1 + args.runs):
-            row = {"click": i + 1, "models": "loading" if i == 0 else "loaded", **click_run(page)}
+            first = "loading" + (" (fresh cache)" if args.fresh_cache else "")
+            row = {"click": i + 1, "models": first if i == 0 else "loaded", **click_run(page)}
             first = "none" if row["first_round_s"] is None else f"after {row['first_round_s']:.1f} s"
             print(f"click {row['click']} (models {row['models']}): first decision point {first}, "
                   f"final frame after {row['final_frame_s']:.1f} s", flush=True)
             rows.append(row)
         shots = screenshots(page, Path(args.screenshots)) if args.screenshots else []
+    startup["models_ready_s"] = models_ready_after(log, started)
+    if startup["models_ready_s"] is not None:
+        print(f"app start -> models ready {startup['models_ready_s']:.1f} s (from the app's log)")
     env = common.environment()
     env.pop("torch_threads")  # this process's, not the app's: the app's are in the server log beside
     common.write_json({"experiment": "app", "settings": {"prompt": prompt, "runs": args.runs, "n": args.n, "alpha": args.alpha,
                                                      "max_new_tokens": args.max_new_tokens,
                                                      "bon_same_memory": args.bon_same_memory, "others": "app defaults",
-                                                     "SBON_THREADS": os.environ.get("SBON_THREADS")},
-                       "environment": env, "clicks": rows}, json_path)
+                                                     "SBON_THREADS": os.environ.get("SBON_THREADS"),
+                                                     "fresh_cache": args.fresh_cache},
+                       "environment": env, "startup": startup, "clicks": rows}, json_path)
     df = pd.DataFrame(rows)[["click", "models", "first_round_s", "final_frame_s", "server_done_s"]]
     common.print_table(f"the app's run in the browser ({prompt[:60]!r}):", df, "{:.1f}")
     print(f"\nwrote {json_path}" + "".join(f", {p}" for p in shots))
@@ -142,6 +170,8 @@ def add_parser(sub) -> None:
     p.add_argument("--alpha", type=float, default=None, help="alpha (default: the app's)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="max new tokens (default: the app's)")
     p.add_argument("--bon-same-memory", action="store_true", help="tick 'Best-of-N under the same memory'")
+    p.add_argument("--fresh-cache", action="store_true",
+                   help="an empty model cache, as on a fresh machine (the app converts the generator once)")
     p.add_argument("--screenshots", default=None, help="save a picture of each view of the last run in this folder")
     p.add_argument("--out-dir", default=str(common.DEFAULT_OUT_DIR), help="where result files go")
     p.add_argument("--tag", default=None, help="suffix for the result file names")

@@ -31,17 +31,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class AppURL(str):
+    """The app's URL, with its server's process id and log file."""
+    pid: int
+    log: Path
+
+
 @contextmanager
-def serve_app(log: Path, start_timeout_s: float = 120) -> Iterator[str]:
+def serve_app(log: Path, start_timeout_s: float = 120, env: dict[str, str] | None = None,
+              args: tuple[str, ...] = ("app.py",)) -> Iterator[AppURL]:
     """Start `python app.py` in a fresh process, yield its URL once it answers, stop it afterwards.
-    Its output goes to ``log``; a server that does not start raises SBoNError with the log's tail."""
+    Its output goes to ``log``; a server that does not start raises SBoNError with the log's tail.
+    ``env`` adds to the environment (e.g. SBON_CACHE for a fresh machine's empty cache); ``args``
+    replace `app.py` (e.g. a script that hides packages first)."""
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", **(env or {})}
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
+        proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = AppURL(f"http://127.0.0.1:{port}/")
+    url.pid, url.log = proc.pid, log
     try:
         deadline = time.time() + start_timeout_s
         while True:

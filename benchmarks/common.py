@@ -28,7 +28,7 @@ from sbon.results import RunResult
 from sbon.rewards import RewardModel
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"  # ../shared/data beside the repository
+DEFAULT_DATA_DIR = REPO / "benchmarks" / "data"  # the prompt sets shipped in the repository (see its README.md)
 DEFAULT_OUT_DIR = REPO / "benchmarks" / "results"
 PROMPTS_FILE = "alpaca_eval_prompts.jsonl"
 
@@ -312,7 +312,7 @@ def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_ne
     g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="generator dtype (default: sbon's: float32 on CPU, bfloat16 on GPU)")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    g.add_argument("--data-dir", default=None, help=f"folder of {PROMPTS_FILE} (default ../shared/data, or $SBON_DATA_DIR)")
+    g.add_argument("--data-dir", default=None, help=f"folder of {PROMPTS_FILE} (default benchmarks/data, or $SBON_DATA_DIR)")
     g.add_argument("--prompts-file", default=PROMPTS_FILE)
     g.add_argument("--offset", type=int, default=0, help="skip this many prompts (of the shuffled file when random)")
     g.add_argument("--k", type=int, default=k, help="number of prompts")

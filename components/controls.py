@@ -19,6 +19,7 @@ METHOD_LABELS = {name: METHOD_SPECS[name].label for name in PRUNING_METHODS}
 # Upper bounds keep one request from holding the single generation slot for hours on a CPU.
 MAX_N = 256
 MAX_NEW_TOKENS = 1024
+MAX_PROMPT_CHARS = 20_000  # well past the embedded model's 8k-token context; refused before tokenizing
 
 
 @dataclass
@@ -60,6 +61,8 @@ class RunSettings:
         """Raise SBoNError on anything wrong that can be seen without loading a model."""
         if not self.prompt.strip():
             raise SBoNError("the prompt is empty: type a question or pick an example")
+        if len(self.prompt) > MAX_PROMPT_CHARS:
+            raise SBoNError(f"the prompt has {len(self.prompt):,} characters: this app takes at most {MAX_PROMPT_CHARS:,}")
         if self.method not in PRUNING_METHODS:
             raise SBoNError(f"unknown method {self.method!r}: use one of {', '.join(PRUNING_METHODS)}")
         if self.n > MAX_N:

@@ -1,17 +1,30 @@
-"""Models loaded on first use and kept per (name, device), so the app starts at once and a replay
-never loads a model."""
+"""Models loaded once and kept per (name, device), in a background thread, with a status line.
+
+The app starts loading its default models as soon as it serves (a first load on a fresh machine
+converts the packaged GGUF generator to a float32 copy: about 20 s), so a first Run mostly finds
+them ready; a replay never loads a model. ``sources`` says where each model will come from (the
+packages, the local copy, or the hub) before anything is loaded.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import subprocess
+import sys
 import threading
+import time
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
 
 from sbon.engine import Generator
-from sbon.models import default_device, load_generator, load_reward
+from sbon.errors import SBoNError
+from sbon.models import GENERATORS, REWARDS, cache_dir, default_device, load_generator, load_reward
 from sbon.rewards import RewardModel
 
 
@@ -30,9 +43,74 @@ def configure_threads() -> int:
     return torch.get_num_threads()
 
 
+# -- where the models come from ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Source:
+    """Where one model will load from, decided without loading it."""
+    role: str  # "generator", "reward encoder", "reward model"
+    name: str  # the preset, folder or hub id asked for
+    origin: str  # a package, a local folder or copy, or a hub id
+    hub: bool = False  # True: it will be fetched from the Hugging Face hub
+    first_time: bool = False  # True: a one-time conversion runs before it loads
+
+    def describe(self) -> str:
+        if self.hub:
+            return f"the {self.role} {self.name} from the hub ({self.origin})"
+        return f"the {self.role} {self.name} from {self.origin}"
+
+
+def _package_installed(package: str) -> bool:
+    # find_spec, not import: these packages' own imports need dependencies we do not install.
+    spec = importlib.util.find_spec(package)
+    return bool(spec and spec.submodule_search_locations)
+
+
+def generator_source(name: str) -> Source:
+    preset = GENERATORS.get(name)
+    if preset is None:
+        return Source("generator", name, name, hub=not os.path.isdir(name))
+    if preset.package and _package_installed(preset.package):
+        copy = cache_dir() / f"{name}-{Path(preset.gguf_file).stem}"  # as sbon.models._dequantized_copy names it
+        if (copy / "config.json").exists():
+            return Source("generator", name, f"its float32 copy in {copy}")
+        return Source("generator", name, f"the package {preset.package.replace('_', '-')}, converted once to a "
+                                         f"float32 copy in {cache_dir()}", first_time=True)
+    return Source("generator", name, preset.hub_id, hub=True)
+
+
+def reward_sources(name: str, generator: str) -> list[Source]:
+    if name == "likelihood":
+        return []  # scores with the generator itself
+    if name in ("minilm-pref", "minilm-pref-nolength"):
+        from sbon.preference_reward import ENCODER_PACKAGE, HUB_ENCODER
+
+        if _package_installed(ENCODER_PACKAGE):
+            return [Source("reward encoder", "all-MiniLM-L6-v2", f"the package {ENCODER_PACKAGE.replace('_', '-')}")]
+        return [Source("reward encoder", "all-MiniLM-L6-v2", HUB_ENCODER, hub=True)]
+    preset = REWARDS.get(name)
+    if preset is None:
+        return [Source("reward model", name, name, hub=not os.path.isdir(name))]
+    return [Source("reward model", name, preset.hub_id, hub=True)]
+
+
+def sources(generator: str, reward: str) -> list[Source]:
+    """Where the generator and the reward will load from (a Space without the embedded packages
+    fetches SmolLM2 and all-MiniLM-L6-v2 from the hub)."""
+    return [generator_source(generator), *reward_sources(reward, generator)]
+
+
+def hub_fetches(generator: str, reward: str) -> list[str]:
+    """The hub ids a first load of these models will download (empty: everything is local)."""
+    return [s.origin for s in sources(generator, reward) if s.hub]
+
+
+# -- the cache --------------------------------------------------------------------------------------
+
 class ModelCache:
     """At most ``size`` generators and ``size`` rewards stay loaded (least recently used go first):
-    on a GPU Space two 8B models would not fit beside a third."""
+    on a GPU Space two 8B models would not fit beside a third. Loads run one at a time in a
+    background thread (``load_async``), so the page can say what is loading while it waits."""
 
     def __init__(self, size: int = 2, load_gen: Callable[..., Generator] = load_generator,
                  load_rew: Callable[..., RewardModel] = load_reward):
@@ -41,6 +119,11 @@ class ModelCache:
         self._generators: OrderedDict[tuple, Generator] = OrderedDict()
         self._rewards: OrderedDict[tuple, RewardModel] = OrderedDict()
         self._lock = threading.Lock()  # two sessions asking for the same model load it once
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-load")
+        self._jobs: dict[tuple[str, str], Future] = {}
+        self._jobs_lock = threading.Lock()  # not self._lock, which a load holds for seconds
+        self._step = ""  # what the running load is doing, for the status line
+        self._step_started = 0.0
 
     def device(self) -> torch.device:
         return default_device()
@@ -60,19 +143,83 @@ class ModelCache:
         with self._lock:
             gkey = (generator, str(dev))
             if gkey not in self._generators:
+                source = generator_source(generator)
+                self._set_step(f"1/3 loading {source.describe()}"
+                               + (" (first time only: about 20 s on 2 CPU cores)" if source.first_time else ""))
+                if source.first_time and self._load_gen is load_generator and (child := convert_in_background(generator)):
+                    child.wait()
                 gen = self._load_gen(generator, device=dev)
+                self._set_step("2/3 warming up the generator")
                 _warm_up(gen)
                 self._generators[gkey] = gen
             self._generators.move_to_end(gkey)
             gen = self._generators[gkey]
             rkey = self._reward_key(reward, generator, str(dev))
             if rkey not in self._rewards:
+                self._set_step(f"3/3 loading the reward {reward}"
+                               + "".join(f", {s.describe()}" for s in reward_sources(reward, generator)))
                 self._rewards[rkey] = self._load_rew(reward, generator=gen, device=dev)
             self._rewards.move_to_end(rkey)
+            self._set_step("")
             for cache in (self._generators, self._rewards):
                 while len(cache) > self.size:
                     cache.popitem(last=False)
             return gen, self._rewards[rkey]
+
+    def load_async(self, generator: str, reward: str) -> Future:
+        """Start loading in the background thread (or join the load already under way) and return
+        its future: ``result()`` gives (generator, reward) or raises the load's SBoNError. A failed
+        load is retried by the next call."""
+        key = (generator, reward)
+        with self._jobs_lock:
+            job = self._jobs.get(key)
+            if job is None or (job.done() and job.exception() is not None):
+                job = self._jobs[key] = self._loader.submit(self._get_logged, generator, reward)
+            return job
+
+    def _get_logged(self, generator: str, reward: str) -> tuple[Generator, RewardModel]:
+        try:
+            return self.get(generator, reward)
+        except Exception as e:  # the status line shows it; a load that is not an SBoNError is still one line
+            self._set_step("")
+            if isinstance(e, SBoNError):
+                raise
+            raise SBoNError(f"could not load the models: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
+
+    def loading(self) -> str:
+        """What the background load is doing, with the seconds it has taken so far; '' when idle."""
+        if not self._step:
+            return ""
+        number, what = self._step.split(" ", 1)
+        return f"Step {number}: {what}… {time.perf_counter() - self._step_started:.0f} s"
+
+    def _set_step(self, step: str) -> None:
+        self._step, self._step_started = step, time.perf_counter()
+
+
+def convert_in_background(generator: str) -> subprocess.Popen | None:
+    """Start making the one-time float32 copy of a packaged generator in a child process (or return
+    the child already doing it); None when there is nothing to convert. ``python app.py`` calls this
+    before its slow imports, so the conversion overlaps them; the load then waits for the child.
+
+    A child process, not a thread: the conversion is mostly Python (parsing the GGUF header's 49k-token
+    vocabulary) and would hold this process's GIL throughout, stalling the pages the app serves. If the
+    child fails, the load in this process tries again and reports the reason."""
+    if generator in _CONVERSIONS:
+        return _CONVERSIONS[generator]
+    if not generator_source(generator).first_time:
+        return None
+    code = f"from sbon.models import load_generator; load_generator({generator!r}, device='cpu')"
+    try:
+        _CONVERSIONS[generator] = subprocess.Popen(
+            [sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    return _CONVERSIONS[generator]
+
+
+_CONVERSIONS: dict[str, subprocess.Popen] = {}
 
 
 def _warm_up(gen: Generator) -> None:

@@ -127,8 +127,9 @@ def _batches(bon: RunResult) -> str:
 def md_escape(text: str) -> str:
     """Text from a run or a file, safe inside Markdown: no markup, no HTML."""
     text = html.escape(text.replace("\n", " "), quote=False)
-    # Inline text: only the characters that start inline markup need a backslash.
-    return "".join("\\" + ch if ch in "\\`*_[]|~" else ch for ch in text)
+    # Inline text: the characters that start inline markup need a backslash, and so do ':', '.' and
+    # '@', or the renderer turns a bare URL, www.host or e-mail address in model text into a link.
+    return "".join("\\" + ch if ch in "\\`*_[]|~:.@" else ch for ch in text)
 
 
 def run_description(comp: Comparison, origin: str) -> str:

@@ -1,24 +1,24 @@
-"""The explorer in a real browser: `python app.py` on a free port, driven by Playwright + chromium.
-
-One small live run on the embedded model (N=6, 24 tokens), then replays, bad input and uploads,
-which need no model. Skipped only when Playwright or chromium is missing.
+"""The explorer as its users meet it: `python app.py` on a free port, driven in chromium through
+Playwright and through its API with gradio_client. The reliability matrix of the README's
+"Reliability" section: small live runs on the embedded model (N=4..6, 8..24 tokens), several
+sessions at once, Stop, hostile model text and replay files, bad API input, memory over 30 runs.
+The browser tests are skipped only when Playwright or chromium is missing; the API tests need neither.
 """
 
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+from benchmarks.app_timing import ENDED, click_run
+from benchmarks.browser import CHROMIUM, REPO as ROOT, chromium, serve_app
+from components.controls import MAX_N, METHOD_LABELS
+from sbon.errors import SBoNError
 
-from benchmarks.app_timing import click_run  # noqa: E402
-from benchmarks.browser import CHROMIUM, REPO as ROOT, chromium, serve_app  # noqa: E402
-from sbon.errors import SBoNError  # noqa: E402
-
-if not Path(CHROMIUM).exists():
-    pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
 RUN_TIMEOUT_MS = 400_000  # generous: the CPU may be shared; on a quiet 2-core machine the run takes well under a minute
+TINY = dict(n=4, max_new_tokens=8)  # API runs: a second or two each
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +32,36 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -r requirements-dev.txt)")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (apt-get update && apt-get install -y chromium)")
     with chromium() as b:
         yield b
 
 
-@pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
+@pytest.fixture(scope="module")
+def client(server):
+    return pytest.importorskip("gradio_client").Client(server, verbose=False)
+
+
+def _open(browser, server):
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
     page.goto(server)
     page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)  # the recorded run is shown on start
+    return page
+
+
+@pytest.fixture
+def page(browser, server):
+    page = _open(browser, server)
     yield page
-    context.close()
+    page.context.close()
+
+
+def _settings(page, prompt: str, n: int, tokens: int) -> None:
+    page.locator("#prompt textarea").fill(prompt)
+    page.locator("#n input").fill(str(n))
+    page.locator("#max-new-tokens input").fill(str(tokens))
 
 
 def _tab(page, name: str) -> None:
@@ -127,94 +145,209 @@ def test_bad_settings_warn_and_the_app_keeps_serving(page):
     assert page.locator("#run").is_enabled()
 
 
-def test_malformed_upload_gets_a_clear_message(page, tmp_path):
+RECORDED = (ROOT / "assets" / "recorded_run.json").read_text()
+
+
+def _recorded_with(change) -> str:
+    d = json.loads(RECORDED)
+    change(d)
+    return json.dumps(d)
+
+
+# Replay files a visitor might upload: how to make each, and the words its one-line refusal must contain.
+HOSTILE_FILES = {
+    "malformed": (lambda: "{this is not a run", "invalid JSON"),
+    "truncated": (lambda: RECORDED[:len(RECORDED) // 2], "invalid JSON"),
+    "wrong schema": (lambda: json.dumps({"format": "sbon-comparison/1", "bon": [], "sbon": "x"}), "not a saved comparison"),
+    "huge numbers": (lambda: _recorded_with(lambda d: d["sbon"]["candidates"][0].update(final_reward=1e300)), "1e+300"),
+    "impossible round": (lambda: _recorded_with(lambda d: d["sbon"]["candidates"][0].update(pruned_round=10**18)),
+                         "which the run does not have"),
+    "nested 100k deep": (lambda: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "50 MB": (lambda: '{"format": "sbon-comparison/1", "pad": "' + "x" * 50_000_000 + '"}', "larger than 20 MB"),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_FILES)
+def test_hostile_replay_files_are_refused_in_one_line_and_change_nothing(page, tmp_path, name):
+    make, reason = HOSTILE_FILES[name]
+    path = tmp_path / "run.json"
+    path.write_text(make())
     _tab(page, "Save and replay")
-    bad = tmp_path / "bad.json"
-    bad.write_text("{this is not a run")
-    page.locator("#upload-run input[type=file]").set_input_files(str(bad))
-    page.wait_for_function("document.querySelector('#status').innerText.includes('could not replay')")
-    assert "invalid JSON" in _text(page, "#status")
-    assert "recorded run" in _text(page, "#run-source")  # the previous views stay
+    shown = _text(page, "#run-source")
+    page.locator("#upload-run input[type=file]").set_input_files(str(path))
+    page.wait_for_function("document.querySelector('#status').innerText.includes('could not replay')", timeout=60_000)
+    status = _text(page, "#status").strip()
+    assert reason in status and "\n" not in status, status
+    assert _text(page, "#run-source") == shown  # the views still show the recorded run
+    _tab(page, "Partial vs final reward")
+    assert page.locator("#scatter .scatterlayer .point").count() > 0
 
 
-def test_uploaded_model_text_is_shown_as_text(page, tmp_path):
-    evil = '<img src=x onerror="window.__pwned=1">'
+def test_uploaded_model_text_is_shown_as_text_in_every_view(page, tmp_path):
+    """Model text with a script, HTML and a Markdown link, in every candidate and the prompt: the
+    inspector, the tables, the headline, the returned texts and the scatter's hover show it as text."""
+    evil = ('<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+            '[click me](https://evil.example/) <a href="https://evil.example/">link</a>')
 
     def change(d):
-        k = next(c["id"] for c in d["sbon"]["candidates"] if c["pruned_round"] is not None)
-        d["sbon"]["candidates"][k]["text"] = evil
-        d["bon"]["candidates"][k]["text"] = evil + "<b>continued</b>"
         for run in ("bon", "sbon"):
             d[run]["prompt"] = evil
+            for c in d[run]["candidates"]:
+                c["text"] = evil + ("<b>continued</b>" if run == "bon" else "")
 
     _tab(page, "Save and replay")
     page.locator("#upload-run input[type=file]").set_input_files(_saved_run(tmp_path, change))
     page.wait_for_function("document.querySelector('#run-source').innerText.includes('uploaded file')")
     _tab(page, "Candidates")
     detail = page.locator("#candidate-detail")
-    detail.get_by_text(evil).wait_for()
-    assert detail.locator("img").count() == 0 and detail.locator("b", has_text="continued").count() == 0
-    assert page.locator("#candidates-table img").count() == 0  # the table shows it as text too
+    detail.get_by_text("<script>window.__pwned=1</script>", exact=False).wait_for()
+    assert detail.locator("img, script, a").count() == 0 and detail.locator("b", has_text="continued").count() == 0
     assert page.locator("#candidates-table [role=gridcell]", has_text="<img src=x").count() >= 1
-    assert page.locator("#run-source img").count() == 0 and "<img" in _text(page, "#run-source")
+    assert "[click me](https://evil.example/)" in _text(page, "#candidates-table")
+    assert "[click me](https://evil.example/)" in _text(page, "#run-source")
+    _tab(page, "Savings")
+    assert "<script>" in page.locator("#sbon-text textarea").input_value()
+    _tab(page, "Partial vs final reward")
+    point = page.locator("#scatter .scatterlayer .point").first
+    point.hover(force=True)
+    hover = page.locator("#scatter .hoverlayer")
+    hover.get_by_text("<img src=x", exact=False).wait_for()
+    assert hover.locator("a, img").count() == 0
+    # Nowhere on the page did the text become markup: no link to it, no image, no script ran.
+    assert page.locator('a[href*="evil.example"]').count() == 0 and page.locator('img[src="x"]').count() == 0
     assert page.evaluate("window.__pwned") is None
 
 
-def test_two_sessions_keep_their_own_results(browser, server, tmp_path):
-    pages = []
-    for _ in range(2):
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        pages.append(context.new_page())
-        pages[-1].goto(server)
-        pages[-1].wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
-    a, b = pages
+def test_three_sessions_at_once_keep_their_own_runs(browser, server, tmp_path):
+    """Three visitors: A and B run at once (the runs queue for the one generation slot) while C replays
+    an upload, then runs too. Each ends with its own run in every view and its own download."""
+    prompts = ["Name a fruit.", "Name a river.", "Name a colour."]
+    pages = [_open(browser, server) for _ in prompts]
+    for page, prompt in zip(pages, prompts):
+        _settings(page, prompt, n=4, tokens=8)
+    a, b, c = pages
+    a.locator("#run").click()
+    b.locator("#run").click()
 
     def change(d):
         for run in ("bon", "sbon"):
-            d[run]["prompt"] = "SESSION A"
-            d[run]["candidates"][0]["text"] = "only session A sees this"
+            d[run]["prompt"] = "SESSION C REPLAY"
+    _tab(c, "Save and replay")
+    c.locator("#upload-run input[type=file]").set_input_files(_saved_run(tmp_path, change))
+    c.wait_for_function("document.querySelector('#run-source').innerText.includes('SESSION C REPLAY')")
+    c.locator("#run").click()
+    for page, prompt in zip(pages, prompts):
+        page.wait_for_function(f"document.querySelector('#run-source').innerText.includes({prompt!r}) && {ENDED}",
+                               timeout=RUN_TIMEOUT_MS)
+        assert "Done in" in _text(page, "#status")
+    for page, prompt in zip(pages, prompts):
+        shown = _text(page, "#run-source")
+        assert "your run" in shown and all(other not in shown for other in prompts + ["SESSION C"] if other != prompt)
+        _tab(page, "Save and replay")
+        with page.expect_download() as download:
+            page.locator("#download").click()
+        saved = json.loads(Path(download.value.path()).read_text())
+        assert saved["sbon"]["prompt"] == prompt and len(saved["sbon"]["candidates"]) == 4
+        _tab(page, "Savings")
+        best = saved["sbon"]["candidates"][saved["sbon"]["best_id"]]["text"]
+        assert best.strip()[:20] in page.locator("#sbon-text textarea").input_value()
+    for page in pages:
+        page.context.close()
 
-    _tab(a, "Save and replay")
-    a.locator("#upload-run input[type=file]").set_input_files(_saved_run(tmp_path, change))
-    a.wait_for_function("document.querySelector('#run-source').innerText.includes('SESSION A')")
-    # B still works on its own comparison: picking candidate 0 shows the recorded text, not A's.
-    _tab(b, "Candidates")
-    b.locator("#candidate-picker input").click()
-    b.get_by_role("option", name="1 · ", exact=False).first.click()
-    b.locator("#candidate-picker input").click()
-    b.get_by_role("option", name="0 · ", exact=False).first.click()
-    b.locator("#candidate-detail").get_by_text("Candidate 0").wait_for()
-    assert "only session A sees this" not in _text(b, "#candidate-detail")
-    assert "SESSION A" not in _text(b, "#run-source")
-    for p in pages:
-        p.context.close()
 
-
-def test_stop_cancels_a_run_cleanly(page):
-    page.locator("#prompt textarea").fill("What is Atlantis?")
-    page.locator("#n input").fill("6")
-    page.locator("#max-new-tokens input").fill("24")
+def test_stop_cancels_within_two_seconds_and_the_app_stays_usable(page, server):
+    _settings(page, "Write a long story about a lighthouse.", n=16, tokens=256)  # minutes, if it were not stopped
     page.locator("#run").click()
     page.wait_for_function("document.querySelector('#status').innerText.includes('Speculative Rejection')",
-                           timeout=RUN_TIMEOUT_MS)  # generating (the model is loaded by now)
+                           timeout=RUN_TIMEOUT_MS)  # generating
+    clicked = time.perf_counter()
     page.locator("#stop").click()
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')")
-    assert page.locator("#run").is_enabled()
-    assert "recorded run" in _text(page, "#run-source")  # the views keep what they showed
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')", timeout=10_000)
+    stopped_after = time.perf_counter() - clicked
+    print(f"\nStop: the page said 'Stopped' {stopped_after:.2f} s after the click")
+    assert stopped_after <= 2.0
+    assert page.locator("#run").is_enabled() and "recorded run" in _text(page, "#run-source")
     time.sleep(3)  # a cancelled run must not overwrite the views afterwards
     assert "Stopped" in _text(page, "#status") and "recorded run" in _text(page, "#run-source")
+    # The generation slot is free: a small run now finishes, and the stopped one never did (had it kept
+    # running, this run would have queued behind it and the log would show it finishing first).
+    _settings(page, "Name a colour.", n=4, tokens=8)
+    timing = click_run(page)
+    assert "Name a colour." in _text(page, "#run-source")
+    finished = [line for line in server.log.read_text().splitlines() if "run finished" in line]
+    assert not any("'max_new_tokens': 256" in line for line in finished), finished
+    print(f"the next run finished {timing['final_frame_s']:.1f} s after its click")
 
 
-def test_compare_api_returns_a_saved_run(server):
-    client_module = pytest.importorskip("gradio_client")
+@pytest.mark.parametrize("bad, message", [
+    (dict(prompt=""), "the prompt is empty"),
+    (dict(prompt="x" * 200_000), "at most 20,000"),
+    (dict(n=0), "N must be at least 1"),
+    (dict(n=MAX_N + 1), "more than this app runs at once"),
+    (dict(alpha=1.0), r"must be in \[0, 1\)"),
+    (dict(alpha=-0.1), r"must be in \[0, 1\)"),
+    (dict(generator="no-such-model"), "unknown generator 'no-such-model'"),
+    (dict(reward="no-such-reward"), "unknown reward 'no-such-reward'"),
+    (dict(max_new_tokens=-5), "max_new_tokens must be at least 1"),
+    (dict(method="beam-search"), "unknown method"),
+    (dict(kv_budget=-1), "KV budget must be a positive"),
+    (dict(method="sbon-tau", tau=-3), "tau .* must be at least 1"),
+    (dict(top_p=0), "top_p must be in"),
+])
+def test_compare_api_refuses_bad_input_in_one_line(client, bad, message):
+    with pytest.raises(Exception) as refused:
+        client.predict(**{"prompt": "Name a colour.", **TINY, **bad}, api_name="/compare")
+    text = str(refused.value).strip()
+    assert "\n" not in text and "Traceback" not in text and re.search(message, text), text
+
+
+def test_compare_api_returns_a_saved_run_and_survives_bad_input(client):
     from sbon.comparison import Comparison
 
-    client = client_module.Client(server, verbose=False)
     comp = Comparison.from_json(client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau",
                                                tau=3, api_name="/compare"))
     assert comp.n == 2 and comp.sbon.method == "sbon-tau" and comp.sbon.prompt == "Name a colour."
     with pytest.raises(Exception, match="N must be at least 1"):
         client.predict(prompt="hi", n=0, api_name="/compare")
+    again = Comparison.from_json(client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau",
+                                                tau=3, api_name="/compare"))
+    assert [c.text for c in again.sbon.candidates] == [c.text for c in comp.sbon.candidates]  # same seed, same run
+
+
+def test_sbon_with_alpha_zero_terminates(client):
+    """alpha = 0 prunes nobody by rank; the memory-budget method still ends (it halts the lowest-ranked
+    candidates while the KV budget is full), within a timeout, and the app keeps serving."""
+    from sbon.comparison import Comparison
+
+    # A prompt with a long answer, so the candidates are still live when the budget fills (a short one ends first).
+    job = client.submit(prompt="Write a long story about a lighthouse keeper.", n=4, alpha=0.0, method="sbon",
+                        max_new_tokens=24, api_name="/compare")
+    comp = Comparison.from_json(job.result(timeout=240))
+    assert comp.sbon.best is not None and comp.sbon.settings["alpha"] == 0.0
+    assert comp.sbon.decision_points  # the budget filled and a decision was taken (before the fix: never returned)
+    assert Comparison.from_json(client.predict(prompt="hi", **TINY, api_name="/compare")).n == 4
+
+
+def test_thirty_runs_do_not_grow_memory(client, server):
+    """30 API runs in one server process after 5 to warm up: resident memory grows by at most 5 %."""
+    def rss() -> int:
+        status = Path(f"/proc/{server.pid}/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1]) * 1024
+
+    for seed in range(5):
+        client.predict(prompt="Name a colour.", seed=seed, **TINY, api_name="/compare")
+    before = rss()
+    for seed in range(30):
+        client.predict(prompt=f"Name a colour, please ({seed}).", seed=seed, **TINY, api_name="/compare")
+    growth = rss() / before - 1
+    print(f"\nserver RSS after 5 warm-up runs {before / 2**20:.0f} MiB, after 30 more {growth:+.1%}")
+    assert growth <= 0.05
+
+
+def test_model_status_line_says_when_the_models_are_ready(page):
+    page.wait_for_function("document.querySelector('#model-status').innerText.includes('Models ready')",
+                           timeout=RUN_TIMEOUT_MS)
+    assert "smollm2-135m" in _text(page, "#model-status")
 
 
 def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
@@ -223,6 +356,6 @@ def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
     page.wait_for_function("document.querySelector('#prompt textarea').value.includes('paying for a meal')")
     page.locator("#prompt-note").get_by_text("Content note").wait_for()
     assert page.locator("#tau").is_hidden() and page.locator("#kv-budget").is_visible()
-    page.get_by_label("Speculative Best-of-N (one decision token τ)").check()
+    page.get_by_label(METHOD_LABELS["sbon-tau"]).check()
     page.locator("#tau").wait_for(state="visible")
     assert page.locator("#kv-budget").is_hidden()

@@ -16,15 +16,12 @@ from benchmarks.__main__ import build_parser, main
 from sbon.metrics import compute_at_score
 
 N, TOKENS = 4, 12
-FALLBACK_PROMPTS = [{"id": 0, "dataset": "smoke", "instruction": "Give three tips for staying healthy."},
-                    {"id": 1, "dataset": "smoke", "instruction": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
 def prompts():
-    """The first two benchmark prompts when the shared data is there, two fixed ones otherwise."""
-    path = common.data_dir() / common.PROMPTS_FILE
-    return common.load_prompts(2) if path.exists() else FALLBACK_PROMPTS
+    """The first two benchmark prompts, from the prompt set shipped in benchmarks/data."""
+    return common.load_prompts(2)
 
 
 def test_parser_knows_every_experiment():

@@ -163,7 +163,8 @@ def test_run_description_escapes_what_came_from_a_file(comparison):
         d[run]["prompt"] = "<script>x</script> **loud**"
     line = tables.run_description(Comparison.from_dict(d), "uploaded file a_b.json")
     assert "<script>" not in line and "&lt;script&gt;" in line and "\\*\\*loud\\*\\*" in line
-    assert "a\\_b.json" in line and "N=6" in line
+    assert "a\\_b\\.json" in line and "N=6" in line
+    assert tables.md_escape("see https://x.org or a@b.c") == "see https\\://x\\.org or a\\@b\\.c"  # no autolinks
 
 
 # -- savings and trade-off --------------------------------------------------------------------------

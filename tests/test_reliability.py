@@ -1,0 +1,85 @@
+"""Reliability pieces that need no server: the background model load and its status line, and the
+checks that refuse hostile replay files (the browser and API matrix is in tests/test_app_e2e.py)."""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import components.model_cache as mc
+from components.controls import MAX_PROMPT_CHARS, RunSettings
+from components.model_cache import ModelCache
+from sbon.errors import SBoNError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_background_load_says_what_it_is_doing_and_retries_after_a_failure(monkeypatch):
+    monkeypatch.setattr(mc, "_warm_up", lambda gen: None)
+    release, attempts = threading.Event(), []
+
+    def load_gen(name, device):
+        attempts.append(name)
+        if len(attempts) == 1:
+            raise SBoNError("the hub is not reachable")
+        release.wait(10)
+        return f"G:{name}"
+
+    cache = ModelCache(load_gen=load_gen, load_rew=lambda name, generator, device: f"R:{name}")
+    with pytest.raises(SBoNError, match="not reachable"):
+        cache.load_async("smollm2-135m", "likelihood").result(timeout=10)
+    assert cache.loading() == ""  # a failed load leaves no stale status
+    job = cache.load_async("smollm2-135m", "likelihood")  # retried, not the failed future again
+    assert cache.load_async("smollm2-135m", "likelihood") is job  # a second caller joins the same load
+    for _ in range(100):
+        if cache.loading():
+            break
+        threading.Event().wait(0.05)
+    assert cache.loading().startswith("Step 1/3: loading the generator smollm2-135m") and cache.loading().endswith(" s")
+    release.set()
+    assert job.result(timeout=10) == ("G:smollm2-135m", "R:likelihood") and cache.loading() == ""
+    assert attempts == ["smollm2-135m", "smollm2-135m"]
+
+
+def test_prompt_length_is_capped_before_tokenizing():
+    RunSettings(prompt="x" * MAX_PROMPT_CHARS).check()
+    with pytest.raises(SBoNError, match="at most 20,000"):
+        RunSettings(prompt="x" * (MAX_PROMPT_CHARS + 1)).check()
+
+
+@pytest.fixture(scope="module")
+def load_upload():
+    """app.load_upload; importing the app sets torch's thread count for a server, so put it back."""
+    import torch
+
+    threads = torch.get_num_threads()
+    from app import load_upload
+    torch.set_num_threads(threads)
+    return load_upload
+
+
+def _upload(tmp_path, change=None, text=None) -> str:
+    d = json.loads((ROOT / "assets" / "recorded_run.json").read_text())
+    if change:
+        change(d)
+    path = tmp_path / "run.json"
+    path.write_text(text if text is not None else json.dumps(d))
+    return str(path)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["sbon"]["candidates"][0].update(final_reward=1e300), "holds the number 1e\\+300"),
+    (lambda d: d["bon"]["candidates"][1].update(final_reward=float("inf")), "holds the number inf"),
+    (lambda d: d["sbon"]["timings"].update(scoring=float("nan")), "holds the number nan"),
+    (lambda d: d["sbon"]["candidates"][0].update(pruned_round=-1), "pruned in round -1, which the run does not have"),
+])
+def test_replays_with_impossible_numbers_are_refused(load_upload, tmp_path, change, message):
+    with pytest.raises(SBoNError, match=message):
+        load_upload(_upload(tmp_path, change))
+
+
+def test_deeply_nested_json_is_refused_in_one_line(load_upload, tmp_path):
+    with pytest.raises(SBoNError, match="nested too deeply"):
+        load_upload(_upload(tmp_path, text="[" * 100_000 + "]" * 100_000))
+    assert load_upload(_upload(tmp_path)).n > 0  # the shipped recording still replays
