@@ -1,10 +1,10 @@
 """Benchmarks that reproduce the Speculative Rejection paper's measurements on models we can run.
 
 `python -m benchmarks <experiment> ...`; experiments: table1, counterfactual, memory, engine,
-kvcache (a proposed engine change, measured) and app (the explorer's click-to-frame times in a browser).
+kvcache (a proposed engine change, measured), signals (pruning signals side by side, issue 14), tune (alpha and first decision point from saved counterfactual data) and app (the explorer's click-to-frame times in a browser).
 Each experiment is a function taking a loaded generator and reward (so tests can reuse them),
 and writes a JSON result file (settings, environment, results) and a plotly HTML plot; app drives
 a running app in a browser instead and writes the JSON only.
 """
 
-EXPERIMENTS = ("table1", "counterfactual", "memory", "engine", "kvcache", "app")
+EXPERIMENTS = ("table1", "counterfactual", "memory", "engine", "kvcache", "app", "signals", "tune")

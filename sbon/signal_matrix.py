@@ -102,3 +102,25 @@ def signal_grid(bon: RunResult, scores: Scores, alphas: Iterable[float]) -> pd.D
 
 def scores_from_json(d: dict) -> Scores:
     return {name: {int(t): v for t, v in by_t.items()} for name, by_t in d.items()}
+
+
+def mean_grid(bons: Sequence[RunResult], scores: Sequence[Scores], alphas: Iterable[float]) -> pd.DataFrame:
+    """signal x t x alpha averaged over prompts (winner kept as a fraction)."""
+    alphas = list(alphas)
+    df = pd.concat([signal_grid(b, s, alphas).assign(prompt=i) for i, (b, s) in enumerate(zip(bons, scores))],
+                   ignore_index=True)
+    cols = ["winner_kept", "normalized_score", "token_rate", "kendall"]
+    grid = df.groupby(["signal", "t", "alpha"], as_index=False)[cols].mean()
+    grid["score_min_prompt"] = df.groupby(["signal", "t", "alpha"])["normalized_score"].min().values
+    grid["prompts"] = df.groupby(["signal", "t", "alpha"]).size().values
+    return grid
+
+
+def cheapest_setting(grid: pd.DataFrame, floor: float = 98.0) -> dict | None:
+    """The (t, alpha) with the lowest mean token rate whose mean normalized score is >= floor (ties:
+    the earlier t, then the larger alpha); None if no setting keeps the score."""
+    ok = grid[grid["normalized_score"] >= floor]
+    if not len(ok):
+        return None
+    best = ok.sort_values(["token_rate", "t", "alpha"], ascending=[True, True, False]).iloc[0].to_dict()
+    return {**best, "token_speedup": 1.0 / best["token_rate"]}

@@ -196,3 +196,30 @@ def test_the_matrix_on_two_prompts(gen):
         live = [k for k, s in enumerate(scores["reward"][4]) if s is not None]
         prefix = [gen.decode(bon.candidates[k].token_ids[:4]) for k in live]
         assert [scores["reward"][4][k] for k in live] == pytest.approx(reward.score(prompt, prefix), abs=1e-4)
+
+
+def test_signals_benchmark_and_tune_from_its_raw_file(gen, tmp_path):
+    """The benchmark's raw records recompute without a model, and tune picks the cheapest (t, alpha)
+    that keeps the floor, in a JSON whose run_config names it."""
+    import json
+
+    from benchmarks import signals as bench
+    from benchmarks.__main__ import main
+
+    prompts = [{"id": 0, "set": "alpaca_eval", "instruction": PROMPT}, {"id": 1, "set": "hh", "instruction": "Name a color."}]
+    raw = bench.generate(gen, CONSTANT, prompts, ["logprob", "deepconf"], [4, 8], n=4, max_new_tokens=12, quiet=True)
+    path = tmp_path / "signals_raw.json"
+    path.write_text(json.dumps({"experiment": "signals_raw", "settings": {"n": 4, "k": 1, "hh_k": 1, "offset": 0,
+                                                                        "max_new_tokens": 12, "generator": "smollm2-135m",
+                                                                        "reward": "constant"},
+                                "environment": {}, "raw": raw}))
+    assert main(["signals", "--from", str(path), "--out-dir", str(tmp_path), "--no-plot", "--alphas", "0.5"]) == 0
+    matrix = json.loads((tmp_path / "signals.json").read_text())["matrix"]
+    # A constant final reward: every cut keeps a response as good as Best-of-N's (score 100).
+    assert {(r["signal"], r["t"]) for r in matrix} >= {("logprob", 4), ("deepconf", 8), ("random", 4)}
+    assert all(r["normalized_score"] == 100 for r in matrix)
+    assert main(["tune", "--from", str(path), "--out", str(tmp_path / "tune.json")]) == 0
+    tuned = json.loads((tmp_path / "tune.json").read_text())
+    best = tuned["best"]
+    assert best["normalized_score"] >= 98 and best["token_rate"] == min(r["token_rate"] for r in tuned["grid"])
+    assert tuned["run_config"]["tau"] == best["t"] and tuned["run_config"]["prune_by"] == best["signal"]
