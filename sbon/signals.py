@@ -139,22 +139,29 @@ class HiddenConsistency(PruningSignal):
     needs_hidden = True
 
     def __init__(self):
-        self.total: dict[int, torch.Tensor] = {}
-        self.count: dict[int, int] = {}
+        self.total: torch.Tensor | None = None  # (candidates, d): sum of each candidate's states, by id
+        self.count: torch.Tensor | None = None
 
     def observe(self, step):
         if step.hidden is None:
             return
-        hidden = step.hidden.float()
-        for row, k in enumerate(step.hidden_ids):
-            self.total[k] = self.total[k] + hidden[row] if k in self.total else hidden[row].clone()
-            self.count[k] = self.count.get(k, 0) + 1
+        ids = torch.tensor(step.hidden_ids, device=step.hidden.device)
+        need = int(ids.max()) + 1
+        if self.total is None or need > len(self.total):  # room for every candidate id seen so far
+            total = step.hidden.new_zeros(need, step.hidden.shape[-1], dtype=torch.float32)
+            count = total.new_zeros(need)
+            if self.total is not None:
+                total[:len(self.total)], count[:len(self.count)] = self.total, self.count
+            self.total, self.count = total, count
+        self.total.index_add_(0, ids, step.hidden.float())  # one op per step, whatever the batch
+        self.count[ids] += 1
 
     def score(self, prompt, candidate_ids, texts):
         ids = list(candidate_ids)
         if len(ids) < 2:
             return [0.0] * len(ids)
-        means = torch.stack([self.total[k] / self.count[k] for k in ids])
+        index = torch.tensor(ids, device=self.total.device)
+        means = self.total[index] / self.count[index].unsqueeze(-1)
         unit = torch.nn.functional.normalize(means, dim=-1)
         similarity = unit @ unit.T
         return ((similarity.sum(-1) - similarity.diagonal()) / (len(ids) - 1)).tolist()
