@@ -160,6 +160,36 @@ def overhead(gen: Generator, reward: RewardModel, prompts: Sequence[dict], signa
             "load_average_after": common.environment()["load_average"]}
 
 
+def observer_cost(gen: Generator, reward: RewardModel, prompt: str, signals: Sequence[str], rows: int = 32,
+                  steps: int = 24, seed: int = 0) -> list[dict[str, Any]]:
+    """CPU time (this thread's, so other processes' load does not count) of each signal's observe()
+    per decode step, against the CPU time of the step's forward pass (with hidden states kept, the
+    costlier case), on the real generator with `rows` live candidates."""
+    import time
+
+    from sbon.engine import coupled_uniforms, sample
+    from sbon.signals import Step, make_signal
+
+    observers = {name: make_signal(name, gen, reward) for name in signals}
+    prefix = gen.prefill(gen.encode_prompt(prompt))
+    batch = gen.start(prefix, list(range(rows)), keep_hidden=True)
+    uniforms = coupled_uniforms(seed, range(rows), steps)
+    cpu = {"forward": 0.0, **dict.fromkeys(signals, 0.0)}
+    for t in range(steps):
+        logits = batch.logits
+        tokens = sample(logits, uniforms[:, t], SamplingConfig())
+        start = time.thread_time()
+        gen.forward(batch, tokens)
+        cpu["forward"] += time.thread_time() - start
+        step = Step(list(range(rows)), tokens, logits, batch.hidden, list(range(rows)))
+        for name, signal in observers.items():
+            start = time.thread_time()
+            signal.observe(step)
+            cpu[name] += time.thread_time() - start
+    return [{"signal": name, "cpu_ms_per_step": 1000 * cpu[name] / steps,
+             "pct_of_forward": 100 * cpu[name] / cpu["forward"]} for name in cpu]
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("signals", help="pruning signals side by side: winner kept, normalized score, Kendall and "
                        "tokens saved per signal x decision point x alpha", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -184,8 +214,11 @@ def main_overhead(args: argparse.Namespace) -> int:
     prompts = load_prompt_sets(args)
     gen, reward = common.setup(args)
     signals = [s for s in args.signals if s in REWARD_FREE]
+    cost = observer_cost(gen, reward, prompts[0]["instruction"], signals, rows=args.n)
+    common.print_table(f"CPU time of observe() per decode step, {args.n} rows:", pd.DataFrame(cost))
     result = overhead(gen, reward, prompts, signals, n=args.n, max_new_tokens=args.max_new_tokens,
                       repeats=args.overhead, seed=args.seed, quiet=args.quiet)
+    result["observer_cpu_time"] = cost
     json_path, _ = common.result_paths(args, "signals_overhead")
     settings = {**common.base_settings(args, gen, reward), "hh_k": args.hh_k, "repeats": args.overhead,
                 "signals": signals, "timed": "RunResult.timings['decode'] of Best-of-N (sampling, forward, observers)"}
