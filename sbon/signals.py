@@ -11,6 +11,7 @@ a signal only decides which live candidates go on. To add one: a class and a lin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -72,11 +73,112 @@ class MeanLogProb(PruningSignal):
         return [self.total.get(k, 0.0) / max(1, self.count.get(k, 0)) for k in candidate_ids]
 
 
+class LowestGroupConfidence(PruningSignal):
+    """DeepConf's lowest group confidence (Fu et al. 2025, "Deep Think with Confidence"): reward-free.
+
+    Token confidence C = -mean log-probability of the step's top-k tokens (k = 20, as in DeepConf):
+    large when the distribution is peaked. Group confidence = mean C over a sliding window of the last
+    ``window`` tokens; the score is the lowest group confidence so far (the trace's weakest stretch).
+    DeepConf's window is 2048 tokens on reasoning traces of thousands of tokens; ours are 64-256
+    tokens, so the window is scaled down to 16. Before a full window, the group is every token so far.
+    """
+    name = "deepconf"
+
+    def __init__(self, k: int = 20, window: int = 16):
+        self.k, self.window = k, window
+        self.recent: dict[int, list[float]] = {}  # the last `window` token confidences
+        self.lowest: dict[int, float] = {}
+
+    def observe(self, step):
+        logprobs = torch.log_softmax(step.logits.float(), -1)
+        confidence = -logprobs.topk(self.k, -1).values.mean(-1)
+        for k, c in zip(step.candidate_ids, confidence.tolist()):
+            recent = self.recent.setdefault(k, [])
+            recent.append(c)
+            if len(recent) > self.window:
+                recent.pop(0)
+            group = sum(recent) / len(recent)
+            self.lowest[k] = min(self.lowest.get(k, math.inf), group)
+
+    def score(self, prompt, candidate_ids, texts):
+        return [self.lowest.get(k, 0.0) for k in candidate_ids]
+
+
+class SelfCertainty(PruningSignal):
+    """Self-certainty (Kang et al. 2025, "Scalable Best-of-N Selection via Self-Certainty"): the mean
+    over the response's tokens of KL(uniform || p), how far each next-token distribution is from
+    uniform: KL = -log V - mean_j log p_j over the vocabulary. Reward-free; temperature 1."""
+    name = "self-certainty"
+
+    def __init__(self):
+        self.total: dict[int, float] = {}
+        self.count: dict[int, int] = {}
+
+    def observe(self, step):
+        logprobs = torch.log_softmax(step.logits.float(), -1)
+        kl = -math.log(logprobs.shape[-1]) - logprobs.mean(-1)
+        for k, v in zip(step.candidate_ids, kl.tolist()):
+            self.total[k] = self.total.get(k, 0.0) + v
+            self.count[k] = self.count.get(k, 0) + 1
+
+    def score(self, prompt, candidate_ids, texts):
+        return [self.total.get(k, 0.0) / max(1, self.count.get(k, 0)) for k in candidate_ids]
+
+
+class HiddenConsistency(PruningSignal):
+    """Consistency with the other candidates in the generator's hidden states, after ST-BoN (Wang et
+    al. 2025, "Sampling-Efficient Test-Time Scaling: Self-Estimating the Best-of-N Sampling in Early
+    Decoding"): the candidate closest to the others is the one most likely to end well. Reward-free.
+
+    Simplified: ST-BoN builds each sample's chain of embedding over all layers and accumulates pairwise
+    consistency over a buffer window after the samples first diverge; here each candidate keeps the
+    running mean of its final-layer hidden states (those the decode step computed), and its score is
+    the mean cosine similarity of that mean to the other live candidates' means.
+    """
+    name = "consistency"
+    needs_hidden = True
+
+    def __init__(self):
+        self.total: torch.Tensor | None = None  # (candidates, d): sum of each candidate's states, by id
+        self.count: torch.Tensor | None = None
+
+    def observe(self, step):
+        if step.hidden is None:
+            return
+        ids = torch.tensor(step.hidden_ids, device=step.hidden.device)
+        need = int(ids.max()) + 1
+        if self.total is None or need > len(self.total):  # room for every candidate id seen so far
+            total = step.hidden.new_zeros(need, step.hidden.shape[-1], dtype=torch.float32)
+            count = total.new_zeros(need)
+            if self.total is not None:
+                total[:len(self.total)], count[:len(self.count)] = self.total, self.count
+            self.total, self.count = total, count
+        self.total.index_add_(0, ids, step.hidden.float())  # one op per step, whatever the batch
+        self.count[ids] += 1
+
+    def score(self, prompt, candidate_ids, texts):
+        ids = list(candidate_ids)
+        if len(ids) < 2:
+            return [0.0] * len(ids)
+        index = torch.tensor(ids, device=self.total.device)
+        means = self.total[index] / self.count[index].unsqueeze(-1)
+        unit = torch.nn.functional.normalize(means, dim=-1)
+        similarity = unit @ unit.T
+        return ((similarity.sum(-1) - similarity.diagonal()) / (len(ids) - 1)).tolist()
+
+
 # name -> factory(generator, reward): a fresh signal per run, since signals may keep per-candidate state.
 SIGNALS: dict[str, Callable[..., PruningSignal]] = {
     "reward": lambda gen, reward: RewardSignal(reward),
     "logprob": lambda gen, reward: MeanLogProb(),
+    "deepconf": lambda gen, reward: LowestGroupConfidence(),
+    "self-certainty": lambda gen, reward: SelfCertainty(),
+    "consistency": lambda gen, reward: HiddenConsistency(),
+    # Slot: "value-head", the distilled value head (the value-head issue) -- a signal with needs_hidden
+    # that maps each candidate's latest final-layer state to a predicted final reward. Registered
+    # where it is defined once it has landed.
 }
+REWARD_FREE = ("logprob", "deepconf", "self-certainty", "consistency")  # no reward model at decision points
 
 
 def check_signal(name: str) -> None:

@@ -81,3 +81,145 @@ def test_unknown_signal_fails_in_one_line():
     with pytest.raises(SBoNError, match="unknown pruning signal 'nope'"):
         RunConfig(prune_by="nope").validate()
     RunConfig(method="bon", prune_by="nope").validate()  # Best-of-N prunes nothing: no signal to check
+
+
+# -- the reward-free signals: streaming scores equal a full recomputation -----------------------
+
+from sbon.signal_matrix import signal_grid, signal_scores  # noqa: E402
+
+TAU = 6
+
+
+@pytest.fixture(scope="module")
+def watched(gen):
+    """Best-of-4 (seed 3) with every reward-free signal watching, scored at TAU tokens."""
+    config = RunConfig(method="bon", n=4, max_new_tokens=12, seed=3)
+    return signal_scores(gen, CONSTANT, PROMPT, config, ["logprob", "deepconf", "self-certainty", "consistency"],
+                         [TAU])
+
+
+def full_pass(gen, bon, k, t):
+    """Logits predicting tokens 1..t and final-layer states after tokens 1..t, from one forward pass
+    over prompt + prefix."""
+    prompt_ids = gen.encode_prompt(PROMPT)
+    ids = torch.tensor([prompt_ids + bon.candidates[k].token_ids[:t]])
+    with torch.inference_mode():
+        out = gen.model(input_ids=ids, output_hidden_states=True)
+    p = len(prompt_ids)
+    return out.logits[0, p - 1:p - 1 + t].float(), out.hidden_states[-1][0, p:p + t].float()
+
+
+def live_at(scores, t):
+    return [k for k, s in enumerate(scores["logprob"][t]) if s is not None]
+
+
+def test_deepconf_and_self_certainty_equal_a_full_recomputation(gen, watched):
+    bon, scores = watched
+    live = live_at(scores, TAU)
+    assert len(live) >= 2
+    for k in live:
+        logits, _ = full_pass(gen, bon, k, TAU)
+        logprobs = torch.log_softmax(logits, -1)
+        confidence = -logprobs.topk(20, -1).values.mean(-1)  # DeepConf token confidence, k = 20
+        window = 16  # longer than TAU: every group starts at the first token
+        groups = [confidence[max(0, i + 1 - window):i + 1].mean() for i in range(TAU)]
+        assert scores["deepconf"][TAU][k] == pytest.approx(float(min(groups)), abs=1e-3)
+        kl = (-torch.log(torch.tensor(float(logits.shape[-1]))) - logprobs.mean(-1)).mean()
+        assert scores["self-certainty"][TAU][k] == pytest.approx(float(kl), abs=1e-3)
+    # Different candidates get different scores: the signal reads each one's own distribution.
+    assert len({round(scores["self-certainty"][TAU][k], 4) for k in live}) == len(live)
+
+
+def test_deepconf_window_slides(gen):
+    """With a window shorter than the prefix, the lowest group is the worst window mean."""
+    from sbon.signals import LowestGroupConfidence, Step
+
+    signal = LowestGroupConfidence(k=2, window=2)
+    for logit in ([0.0, 0.0, 0.0], [9.0, 0.0, 0.0], [9.0, 0.0, 0.0], [0.0, 0.0, 0.0]):
+        signal.observe(Step([0], torch.tensor([0]), torch.tensor([logit])))
+    conf = [-torch.log_softmax(torch.tensor(l), -1).topk(2).values.mean().item()
+            for l in ([0.0] * 3, [9.0, 0, 0], [9.0, 0, 0], [0.0] * 3)]
+    groups = [conf[0], (conf[0] + conf[1]) / 2, (conf[1] + conf[2]) / 2, (conf[2] + conf[3]) / 2]
+    assert signal.score("", [0], None) == pytest.approx([min(groups)])
+
+
+def test_consistency_equals_a_full_recomputation(gen, watched):
+    bon, scores = watched
+    live = live_at(scores, TAU)
+    means = torch.stack([full_pass(gen, bon, k, TAU)[1].mean(0) for k in live])
+    unit = torch.nn.functional.normalize(means, dim=-1)
+    sim = unit @ unit.T
+    expected = ((sim.sum(-1) - sim.diagonal()) / (len(live) - 1)).tolist()
+    assert [scores["consistency"][TAU][k] for k in live] == pytest.approx(expected, abs=1e-3)
+
+
+def test_watching_signals_changes_nothing(gen, watched):
+    """Observers see the step, they do not steer it: the candidates are Best-of-N's."""
+    bon, _ = watched
+    plain = run(best_of_n(gen, CONSTANT, PROMPT, 4, max_new_tokens=12, seed=3))
+    assert [c.token_ids for c in bon.candidates] == [c.token_ids for c in plain.candidates]
+
+
+def test_reward_free_signals_prune_without_an_extra_forward_pass(gen, monkeypatch):
+    calls = {"n": 0}
+    forward = type(gen.model).forward
+
+    def counting(self, *args, **kwargs):
+        calls["n"] += 1
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(gen.model), "forward", counting)
+    for name in ("deepconf", "self-certainty", "consistency"):
+        calls["n"] = 0
+        result = run(speculative_bon_tau(gen, CONSTANT, PROMPT, 4, alpha=0.5, tau=4, max_new_tokens=8, seed=2,
+                                         prune_by=name))
+        assert result.decision_points[0].signal == name
+        assert calls["n"] == max(c.tokens_generated for c in result.candidates)
+
+
+def test_the_matrix_on_two_prompts(gen):
+    """signal x t x alpha on 2 prompts x N = 8 with a real reward: the reward signal is the partial
+    reward, winner kept is 0 or 1, alpha = 0 keeps everything (score 100, token rate 1)."""
+    from sbon.models import load_reward
+
+    reward = load_reward("likelihood", generator=gen)
+    for prompt in (PROMPT, "Name a color."):
+        config = RunConfig(method="bon", n=8, max_new_tokens=16, seed=1)
+        bon, scores = signal_scores(gen, reward, prompt, config, ["reward", "deepconf"], [4, 8])
+        grid = signal_grid(bon, scores, [0.0, 0.5])
+        assert set(grid["signal"]) == {"reward", "deepconf"}
+        assert set(grid["winner_kept"]) <= {0.0, 1.0}
+        keep_all = grid[grid["alpha"] == 0.0]
+        assert (keep_all["normalized_score"] == 100).all() and (keep_all["token_rate"] == 1).all()
+        half = grid[grid["alpha"] == 0.5]
+        assert (half["token_rate"] < 1).all()
+        live = [k for k, s in enumerate(scores["reward"][4]) if s is not None]
+        prefix = [gen.decode(bon.candidates[k].token_ids[:4]) for k in live]
+        assert [scores["reward"][4][k] for k in live] == pytest.approx(reward.score(prompt, prefix), abs=1e-4)
+
+
+def test_signals_benchmark_and_tune_from_its_raw_file(gen, tmp_path):
+    """The benchmark's raw records recompute without a model, and tune picks the cheapest (t, alpha)
+    that keeps the floor, in a JSON whose run_config names it."""
+    import json
+
+    from benchmarks import signals as bench
+    from benchmarks.__main__ import main
+
+    prompts = [{"id": 0, "set": "alpaca_eval", "instruction": PROMPT}, {"id": 1, "set": "hh", "instruction": "Name a color."}]
+    raw = bench.generate(gen, CONSTANT, prompts, ["logprob", "deepconf"], [4, 8], n=4, max_new_tokens=12, quiet=True)
+    path = tmp_path / "signals_raw.json"
+    path.write_text(json.dumps({"experiment": "signals_raw", "settings": {"n": 4, "k": 1, "hh_k": 1, "offset": 0,
+                                                                        "max_new_tokens": 12, "generator": "smollm2-135m",
+                                                                        "reward": "constant"},
+                                "environment": {}, "raw": raw}))
+    assert main(["signals", "--from", str(path), "--out-dir", str(tmp_path), "--no-plot", "--alphas", "0.5"]) == 0
+    matrix = json.loads((tmp_path / "signals.json").read_text())["matrix"]
+    # A constant final reward: every cut keeps a response as good as Best-of-N's (score 100).
+    assert {(r["signal"], r["t"]) for r in matrix} >= {("logprob", 4), ("deepconf", 8), ("random", 4)}
+    assert all(r["normalized_score"] == 100 for r in matrix)
+    assert main(["tune", "--from", str(path), "--out", str(tmp_path / "tune.json")]) == 0
+    tuned = json.loads((tmp_path / "tune.json").read_text())
+    best = tuned["best"]
+    assert best["normalized_score"] >= 98 and best["token_rate"] == min(r["token_rate"] for r in tuned["grid"])
+    assert tuned["run_config"]["tau"] == best["t"] and tuned["run_config"]["prune_by"] == best["signal"]

@@ -1,0 +1,278 @@
+"""Pruning signals side by side (issue 14): which signal, at which decision point, keeps the response
+Best-of-N would have picked?
+
+Per prompt, Best-of-N runs once with every signal watching (sbon.signal_matrix); each signal scores
+the candidates still generating at each decision point t. A single cut at t by each signal (keep
+round((1 - alpha) * live), finished candidates stay eligible) then gives, for every signal x t x alpha:
+winner kept (% of prompts where Best-of-N's winner by final reward survives), mean normalized score,
+Kendall of the signal with the final reward, and the token rate (tokens saved = 1 - rate). A `random`
+row (mean of 20 seeded random rankings) is the baseline every signal must beat. The raw scores are
+saved, so that `--from RAW.json` recomputes everything without a model; `python -m benchmarks tune`
+reads the same raw file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from sbon.config import RunConfig
+from sbon.engine import Generator, SamplingConfig
+from sbon.results import RunResult
+from sbon.rewards import RewardModel
+from sbon.signal_matrix import scores_from_json, signal_grid, signal_scores
+from sbon.signals import SIGNALS
+
+from . import common
+
+DEFAULT_SIGNALS = ("reward", "logprob", "deepconf", "self-certainty", "consistency")
+DEFAULT_TAUS = (8, 16, 32, 64)
+DEFAULT_ALPHAS = (0.5, 0.75, 0.9)
+HH_FILE = "hh_harmless_prompts.jsonl"
+RANDOM_DRAWS = 20
+METRICS = ["winner_kept", "normalized_score", "kendall", "token_rate", "tokens_saved"]
+
+
+def load_prompt_sets(args: argparse.Namespace) -> list[dict]:
+    """`--k` AlpacaEval prompts and `--hh-k` HH-RLHF harmless prompts, each tagged with its set."""
+    alpaca = common.load_prompts(args.k, args.data_dir, args.prompts_file, args.offset) if args.k else []
+    hh = common.load_prompts(args.hh_k, args.data_dir, args.hh_file, args.offset) if args.hh_k else []
+    return [{**p, "set": "alpaca_eval"} for p in alpaca] + [{**p, "set": "hh"} for p in hh]
+
+
+def generate(gen: Generator, reward: RewardModel, prompts: Sequence[dict], signals: Sequence[str],
+             taus: Sequence[int], *, n: int = 32, max_new_tokens: int = 128, sampling: SamplingConfig | None = None,
+             seed: int = 0, quiet: bool = False) -> list[dict[str, Any]]:
+    """The raw records: per prompt, Best-of-N's candidates and every signal's scores at every t."""
+    sampling = sampling or SamplingConfig()
+    config = RunConfig(method="bon", n=n, max_new_tokens=max_new_tokens, temperature=sampling.temperature,
+                       top_p=sampling.top_p, top_k=sampling.top_k, seed=seed)
+    raw = []
+    bar = common.progress(len(prompts), "signals", disable=quiet)
+    for p in prompts:
+        bar.set_description(f"signals {p['set']} {p['id']}")
+        bon, scores = signal_scores(gen, reward, p["instruction"], config, signals, taus)
+        raw.append({"prompt_id": p["id"], "set": p["set"], "bon": bon.to_dict(), "scores": scores})
+        bar.update()
+    bar.close()
+    return raw
+
+
+def random_grid(bon: RunResult, scores: dict, alphas: Sequence[float], rng: np.random.Generator) -> pd.DataFrame:
+    """The same cuts with random rankings of the live candidates (mean of RANDOM_DRAWS draws)."""
+    any_signal = next(iter(scores.values()))
+    draws = []
+    for d in range(RANDOM_DRAWS):
+        fake = {"random": {t: [None if s is None else float(rng.random()) for s in v] for t, v in any_signal.items()}}
+        draws.append(signal_grid(bon, fake, alphas).assign(draw=d))
+    df = pd.concat(draws, ignore_index=True)
+    return df.groupby(["signal", "t", "alpha"], as_index=False).mean(numeric_only=True).drop(columns="draw")
+
+
+def per_prompt(raw: Sequence[dict], alphas: Sequence[float], seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for rec in raw:
+        bon = RunResult.from_dict(rec["bon"])
+        scores = scores_from_json(rec["scores"])
+        grid = pd.concat([signal_grid(bon, scores, alphas), random_grid(bon, scores, alphas, rng)], ignore_index=True)
+        rows.append(grid.assign(prompt_id=rec["prompt_id"], set=rec.get("set", "alpaca_eval")))
+    df = pd.concat(rows, ignore_index=True)
+    df["tokens_saved"] = 1 - df["token_rate"]
+    return df
+
+
+def matrix(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean over prompts per signal x t x alpha; winner kept and tokens saved in %."""
+    m = df.groupby(["signal", "t", "alpha"], as_index=False, sort=False)[METRICS].mean()
+    m["prompts"] = df.groupby(["signal", "t", "alpha"], sort=False).size().values
+    m["winner_kept"] *= 100
+    m["tokens_saved"] *= 100
+    return m
+
+
+def analyze(raw: Sequence[dict], alphas: Sequence[float] = DEFAULT_ALPHAS, seed: int = 0) -> dict[str, Any]:
+    df = per_prompt(raw, alphas, seed)
+    by_set = {name: matrix(g).to_dict("records") for name, g in df.groupby("set")}
+    return {"matrix": matrix(df).to_dict("records"), "by_set": by_set, "per_prompt": df.to_dict("records")}
+
+
+def plot(result: dict[str, Any], n: int, alpha: float):
+    """One figure: winner kept vs decision point at one alpha (left), and normalized score vs token
+    rate over every (t, alpha) (right), one colour per signal."""
+    import plotly.express as px
+    from plotly.subplots import make_subplots
+
+    m = pd.DataFrame(result["matrix"])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"Best-of-N winner kept at alpha={alpha:g} (%)",
+                                                        "Normalized score vs token rate (every t, alpha)"))
+    colors = dict(zip(m["signal"].unique(), px.colors.qualitative.Plotly))
+    for name, g in m.groupby("signal", sort=False):
+        at = g[np.isclose(g["alpha"], alpha)].sort_values("t")
+        fig.add_scatter(x=at["t"], y=at["winner_kept"], mode="lines+markers", name=name, legendgroup=name,
+                        line=dict(color=colors[name], dash="dot" if name == "random" else None), row=1, col=1)
+        fig.add_scatter(x=g["token_rate"], y=g["normalized_score"], mode="markers", name=name, legendgroup=name,
+                        showlegend=False, marker=dict(color=colors[name]),
+                        text=[f"t={t}, α={a:g}" for t, a in zip(g["t"], g["alpha"])], row=1, col=2)
+    fig.add_hline(y=98, line_dash="dot", row=1, col=2)
+    fig.update_xaxes(title_text="decision point t (tokens)", type="log", row=1, col=1)
+    fig.update_xaxes(title_text="token rate (pruned tokens / Best-of-N tokens)", row=1, col=2)
+    fig.update_yaxes(title_text="winner kept (%)", row=1, col=1)
+    fig.update_yaxes(title_text="normalized score", row=1, col=2)
+    fig.update_layout(title=f"Pruning signals on the same Best-of-{n} candidates")
+    return fig
+
+
+def overhead(gen: Generator, reward: RewardModel, prompts: Sequence[dict], signals: Sequence[str], *, n: int,
+             max_new_tokens: int, repeats: int, seed: int = 0, quiet: bool = False) -> dict[str, Any]:
+    """Best-of-N decode time with and without each reward-free signal watching (same seed, so the
+    same tokens; configurations interleaved within each repeat so that load drifts hit all alike)."""
+    from sbon.algorithms import best_of_n, events
+    from sbon.signals import make_signal
+
+    configs = {"none": []} | {name: [name] for name in signals} | {"all": list(signals)}
+    config = RunConfig(method="bon", n=n, max_new_tokens=max_new_tokens, seed=seed)
+    common.warm_up(gen, reward, config.sampling)
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    bar = common.progress(repeats * len(prompts) * len(configs), "overhead", disable=quiet)
+    load_before = common.environment()["load_average"]
+    for r in range(repeats):
+        for p in prompts:
+            for name, watched in configs.items():
+                observers = [make_signal(s, gen, reward) for s in watched]
+                result = common.drive(events(gen, reward, p["instruction"], config, observers=observers))
+                times[name].append(result.timings["decode"])
+                bar.update()
+    bar.close()
+    base = np.asarray(times["none"])
+    rows = []
+    for name, t in times.items():
+        t = np.asarray(t)
+        rows.append({"signals": name, "decode_s_median": float(np.median(t)),
+                     "overhead_pct_of_medians": 100 * (np.median(t) / np.median(base) - 1),
+                     "overhead_pct_median_paired": float(100 * np.median(t / base - 1)), "runs": len(t)})
+    return {"rows": rows, "times": times, "load_average_before": load_before,
+            "load_average_after": common.environment()["load_average"]}
+
+
+def observer_cost(gen: Generator, reward: RewardModel, prompt: str, signals: Sequence[str], rows: int = 32,
+                  steps: int = 24, seed: int = 0) -> list[dict[str, Any]]:
+    """CPU time (this thread's, so other processes' load does not count) of each signal's observe()
+    per decode step, against the CPU time of the step's forward pass (with hidden states kept, the
+    costlier case), on the real generator with `rows` live candidates."""
+    import time
+
+    from sbon.engine import coupled_uniforms, sample
+    from sbon.signals import Step, make_signal
+
+    observers = {name: make_signal(name, gen, reward) for name in signals}
+    prefix = gen.prefill(gen.encode_prompt(prompt))
+    batch = gen.start(prefix, list(range(rows)), keep_hidden=True)
+    uniforms = coupled_uniforms(seed, range(rows), steps)
+    cpu = {"forward": 0.0, **dict.fromkeys(signals, 0.0)}
+    for t in range(steps):
+        logits = batch.logits
+        tokens = sample(logits, uniforms[:, t], SamplingConfig())
+        start = time.thread_time()
+        gen.forward(batch, tokens)
+        cpu["forward"] += time.thread_time() - start
+        step = Step(list(range(rows)), tokens, logits, batch.hidden, list(range(rows)))
+        for name, signal in observers.items():
+            start = time.thread_time()
+            signal.observe(step)
+            cpu[name] += time.thread_time() - start
+    return [{"signal": name, "cpu_ms_per_step": 1000 * cpu[name] / steps,
+             "pct_of_forward": 100 * cpu[name] / cpu["forward"]} for name in cpu]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("signals", help="pruning signals side by side: winner kept, normalized score, Kendall and "
+                       "tokens saved per signal x decision point x alpha", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    common.add_common_args(p, k=20, n=32, max_new_tokens=128)
+    g = p.add_argument_group("signals")
+    g.add_argument("--hh-k", type=int, default=20, help=f"number of HH-RLHF harmless prompts (from --hh-file)")
+    g.add_argument("--hh-file", default=HH_FILE)
+    g.add_argument("--signals", nargs="+", default=list(DEFAULT_SIGNALS), choices=list(SIGNALS))
+    g.add_argument("--taus", type=int, nargs="+", default=list(DEFAULT_TAUS), help="decision points (tokens)")
+    g.add_argument("--alphas", type=float, nargs="+", default=list(DEFAULT_ALPHAS))
+    g.add_argument("--plot-alpha", type=float, default=None, help="alpha of the winner-kept panel (default: first)")
+    g.add_argument("--from", dest="from_file", nargs="+", default=None, metavar="RAW",
+                   help="recompute from saved raw files (signals_raw*.json; several are pooled) without generating")
+    g.add_argument("--overhead", type=int, default=0, metavar="REPEATS",
+                   help="instead: time Best-of-N decode with and without each reward-free signal, REPEATS times")
+    p.set_defaults(main=main)
+
+
+def main_overhead(args: argparse.Namespace) -> int:
+    from sbon.signals import REWARD_FREE
+
+    prompts = load_prompt_sets(args)
+    gen, reward = common.setup(args)
+    signals = [s for s in args.signals if s in REWARD_FREE]
+    cost = observer_cost(gen, reward, prompts[0]["instruction"], signals, rows=args.n)
+    common.print_table(f"CPU time of observe() per decode step, {args.n} rows:", pd.DataFrame(cost))
+    result = overhead(gen, reward, prompts, signals, n=args.n, max_new_tokens=args.max_new_tokens,
+                      repeats=args.overhead, seed=args.seed, quiet=args.quiet)
+    result["observer_cpu_time"] = cost
+    json_path, _ = common.result_paths(args, "signals_overhead")
+    settings = {**common.base_settings(args, gen, reward), "hh_k": args.hh_k, "repeats": args.overhead,
+                "signals": signals, "timed": "RunResult.timings['decode'] of Best-of-N (sampling, forward, observers)"}
+    common.write_json({"experiment": "signals_overhead", "settings": settings, "environment": common.environment(gen),
+                       **result}, json_path)
+    common.print_table(f"decode-time overhead of watching signals ({len(prompts)} prompts x {args.overhead} repeats, "
+                       f"load average {result['load_average_before']} -> {result['load_average_after']}):",
+                       pd.DataFrame(result["rows"]))
+    print(f"wrote {json_path}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.overhead:
+        return main_overhead(args)
+    json_path, html_path = common.result_paths(args, "signals")
+    raw_path = json_path.with_name(json_path.stem.replace("signals", "signals_raw", 1) + ".json")
+    if args.from_file:
+        saved = [json.loads(Path(f).read_text()) for f in args.from_file]
+        raw = [rec for s in saved for rec in s["raw"]]
+        settings, env = saved[0]["settings"], saved[0]["environment"]
+        if len(saved) > 1:  # pooled runs: say which prompts came from where
+            settings = {**settings, "k": sum(s["settings"]["k"] for s in saved),
+                        "hh_k": sum(s["settings"].get("hh_k", 0) for s in saved),
+                        "pooled": [{"file": f, "k": s["settings"]["k"], "hh_k": s["settings"].get("hh_k"),
+                                    "offset": s["settings"]["offset"]} for f, s in zip(args.from_file, saved)]}
+            env = {**env, "pooled_environments": [s["environment"] for s in saved]}
+    else:
+        prompts = load_prompt_sets(args)
+        gen, reward = common.setup(args)
+        settings = {**common.base_settings(args, gen, reward), "hh_k": args.hh_k, "hh_file": args.hh_file,
+                    "data_dir": str(common.data_dir(args.data_dir)), "signals": args.signals, "taus": args.taus}
+        env = common.environment(gen)
+        raw = generate(gen, reward, prompts, args.signals, args.taus, n=args.n, max_new_tokens=args.max_new_tokens,
+                       sampling=common.sampling_from(args), seed=args.seed, quiet=args.quiet)
+        env["load_average_after"] = common.environment()["load_average"]
+        common.write_json({"experiment": "signals_raw", "settings": settings, "environment": env, "raw": raw},
+                          raw_path)
+        print(f"raw scores written to {raw_path}")
+    result = analyze(raw, args.alphas, args.seed)
+    settings = {**settings, "alphas": args.alphas, "random_draws": RANDOM_DRAWS, "from": args.from_file,
+                "cut": "single decision point at t: keep round((1 - alpha) * live) live candidates by the signal; "
+                       "candidates finished before t stay eligible"}
+    common.write_json({"experiment": "signals", "settings": settings, "environment": env,
+                       "analysis_environment": common.environment(), **result}, json_path)
+    m = pd.DataFrame(result["matrix"])
+    csv_path = json_path.with_suffix(".csv")
+    m.to_csv(csv_path, index=False, float_format="%.4g")
+    common.print_table(f"signals x t x alpha, {len(raw)} prompts, N={settings['n']} "
+                       "(winner kept and tokens saved in %):", m, "{:.2f}")
+    for alpha, g in m.groupby("alpha"):
+        print(f"\nwinner kept (%) at alpha={alpha:g} (rows: signal, columns: t)")
+        print(g.pivot(index="signal", columns="t", values="winner_kept").to_string(float_format=lambda x: f"{x:.0f}"))
+    if not args.no_plot:
+        common.write_plot(plot(result, settings["n"], args.plot_alpha or args.alphas[0]), html_path)
+    print(f"\nwrote {json_path}, {csv_path}" + ("" if args.no_plot else f" and {html_path}"))
+    return 0
