@@ -225,7 +225,7 @@ def build_demo() -> gr.Blocks:
                     n = gr.Number(DEFAULTS.n, label="N (candidates)", precision=0, elem_id="n")
                     alpha = gr.Slider(0.0, 0.95, DEFAULTS.alpha, step=0.05, label="α (rejection rate)", elem_id="alpha")
                 with gr.Row():
-                    kv_budget = gr.Number(DEFAULTS.kv_budget, label="KV budget (tokens; 0 = N × (prompt + 16))",
+                    kv_budget = gr.Number(DEFAULTS.kv_budget, label="KV budget (tokens; 0 = N × (prompt + 32), first decision after 32 tokens)",
                                           precision=0, elem_id="kv-budget")
                     tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0,
                                     visible=DEFAULTS.method == "sbon-tau", elem_id="tau")
@@ -310,7 +310,7 @@ def build_demo() -> gr.Blocks:
             return {
                 comparison: comp,
                 source: tables.run_description(comp, origin),
-                summary: tables.headline(comp),
+                summary: tables.headline(comp) + "\n\n" + tables.prediction_report(comp),
                 decision_point: gr.Dropdown(choices=figures.decision_point_choices(comp), value=first_round),
                 scatter: figures.partial_final_scatter(comp, first_round or 1),
                 table: tables.candidates_table(comp),

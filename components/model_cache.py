@@ -24,7 +24,7 @@ import torch
 
 from sbon.engine import Generator
 from sbon.errors import SBoNError
-from sbon.models import GENERATORS, REWARDS, cache_dir, default_device, load_generator, load_reward
+from sbon.models import GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, load_generator, load_reward
 from sbon.rewards import RewardModel
 
 
@@ -80,7 +80,7 @@ def generator_source(name: str) -> Source:
 
 
 def reward_sources(name: str, generator: str) -> list[Source]:
-    if name == "likelihood":
+    if name in GENERATOR_REWARDS:
         return []  # scores with the generator itself
     if name in ("minilm-pref", "minilm-pref-nolength"):
         from sbon.preference_reward import ENCODER_PACKAGE, HUB_ENCODER
@@ -134,8 +134,8 @@ class ModelCache:
 
     @staticmethod
     def _reward_key(reward: str, generator: str, device: str) -> tuple:
-        # The likelihood reward scores with the generator itself, so it is one per generator.
-        return (reward, generator if reward == "likelihood" else None, device)
+        # The likelihood rewards score with the generator itself, so there is one per generator.
+        return (reward, generator if reward in GENERATOR_REWARDS else None, device)
 
     def get(self, generator: str, reward: str) -> tuple[Generator, RewardModel]:
         """The generator and reward, loaded if needed (raises SBoNError with a one-line reason)."""

@@ -18,7 +18,7 @@ from sbon.errors import SBoNError
 from .controls import ASSETS, RunSettings, load_examples
 from .model_cache import ModelCache, configure_threads
 
-RECORDED_WITH = "python -m components.record --n 24 --alpha 0.25 --max-new-tokens 96 --bon-same-memory"
+RECORDED_WITH = "python -m components.record"  # the app's defaults, on its first example prompt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--generator", default=d.generator)
     p.add_argument("--reward", default=d.reward)
-    p.add_argument("--bon-same-memory", action="store_true",
-                   help="Best-of-N in batches that fit SBoN's peak KV memory (the paper's setting)")
+    p.add_argument("--bon-same-memory", action=argparse.BooleanOptionalAction, default=d.bon_same_memory,
+                   help="Best-of-N in batches that fit SBoN's peak KV memory (the paper's setting; default on)")
     p.add_argument("--out", default=str(ASSETS / "recorded_run.json"))
     args = p.parse_args(argv)
     configure_threads()

@@ -13,6 +13,7 @@ import pandas as pd
 
 from sbon.comparison import Comparison
 from sbon.counterfactual import partial_final_stats
+from sbon.metrics import decision_quality
 from sbon.results import RunResult
 
 from .fates import fate_color
@@ -153,6 +154,36 @@ def headline(comp: Comparison) -> str:
             f"generating {m['sbon_tokens']} of Best-of-N's {m['bon_tokens']} tokens "
             f"(token rate {m['token_rate']:.2f}), {faster} in wall time "
             f"({sbon.wall_time:.1f} s vs {bon.wall_time:.1f} s).")
+
+
+def prediction_report(comp: Comparison) -> str:
+    """Markdown: how well this run's partial rewards predicted the final ones at each decision point,
+    and what that meant for Best-of-N's winner -- the assumption the method stands on, checked."""
+    quality = decision_quality(comp.bon, comp.sbon)
+    if not quality:
+        return "No decision point in this run: nothing was pruned, so there is no prediction to check."
+    lines = [f"**Did the partial rewards predict the final ones?** Reward: {md_escape(comp.sbon.reward)}. Kendall τ of the "
+             "live candidates' scores at each decision point against their final rewards (1 = same order, "
+             "0 = no relation); Best-of-N's winner is candidate "
+             f"{comp.bon.best_id}."]
+    for q in quality:
+        kendall = "n/a" if math.isnan(q["kendall"]) else f"{q['kendall']:.2f}"
+        lines.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(q['signal'])}: Kendall τ {kendall} over "
+                     f"{q['live']} live candidates; Best-of-N's winner {WINNER_WORDS[q['winner']]}")
+    first = quality[0]["kendall"]
+    if math.isnan(first) or first < 0.3:
+        lines.append("At the first decision point the scores barely ranked the candidates as their final rewards "
+                     "do: pruning there is close to a random cut, and any match with Best-of-N is partly luck.")
+    elif first < 0.5:
+        lines.append("The scores ranked the candidates partly as their final rewards do: early pruning risks "
+                     "losing the eventual best.")
+    else:
+        lines.append("The scores ranked the candidates much as their final rewards do: the paper's assumption held here.")
+    return "\n".join(lines)
+
+
+WINNER_WORDS = {"kept": "survived", "pruned": "was **pruned** here", "retired": "had finished and fell below the cut (still eligible)",
+                "out": "was no longer in contention"}
 
 
 def returned_texts(comp: Comparison) -> tuple[str, str, str, str]:

@@ -55,12 +55,32 @@ def oracle_cut(partial: Sequence[float], final: Sequence[float]) -> float:
     return float(np.sum(np.asarray(partial) < partial[best]) / len(partial))
 
 
+def decision_quality(bon: RunResult, sbon: RunResult) -> list[dict]:
+    """The cost of each decision point, counted exactly thanks to coupled sampling (candidate k's final
+    reward comes from Best-of-N when Speculative Rejection pruned it): Pearson and Kendall of the live
+    contenders' partial rewards against their final rewards, the oracle cut c*, and what happened there
+    to Best-of-N's winner ("kept", "pruned", "retired", or "out" if it had already left contention)."""
+    rows = []
+    for p in sbon.decision_points:
+        live = [(k, s) for k, s in zip(p.contenders, p.scores) if k not in p.final]
+        final = [sbon.candidates[k].final_reward if sbon.candidates[k].final_reward is not None
+                 else bon.candidates[k].final_reward for k, _ in live]
+        partial = [s for _, s in live]
+        corr = correlations(partial, final) if len(live) >= 2 else {"pearson": float("nan"), "kendall": float("nan")}
+        w = bon.best_id
+        winner = ("kept" if w in p.survivors else "pruned" if w in p.pruned else "retired" if w in p.retired else "out")
+        rows.append({"round": p.round, "tokens": p.tokens, "signal": p.signal, "live": len(live), **corr,
+                     "oracle_cut": oracle_cut(partial, final) if len(live) >= 2 else float("nan"), "winner": winner})
+    return rows
+
+
 def compare(bon: RunResult, sbon: RunResult) -> dict[str, float]:
     """All headline metrics of an SBoN run against a BoN run on the same prompt, seed and reward."""
     if sbon.best is None or not bon.final_rewards:
         raise ValueError("both runs need a scored best candidate")
     s = speedup(bon.wall_time, sbon.wall_time)
     m = best_of_m_size(len(bon.candidates), s)
+    quality = decision_quality(bon, sbon)
     return {
         "speedup": s,
         "normalized_score": normalized_score(bon.final_rewards, sbon.best.final_reward),
@@ -73,6 +93,9 @@ def compare(bon: RunResult, sbon: RunResult) -> dict[str, float]:
         "sbon_best": sbon.best.final_reward,
         "best_of_m": m,
         "best_of_m_normalized_score": normalized_score(bon.final_rewards, best_of_m_reward(bon, m)),
+        "decision_points": len(sbon.decision_points),
+        "kendall_first_decision": quality[0]["kendall"] if quality else float("nan"),
+        "bon_winner_pruned": float(any(q["winner"] == "pruned" for q in quality)),
     }
 
 

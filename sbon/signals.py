@@ -167,6 +167,43 @@ class HiddenConsistency(PruningSignal):
         return ((similarity.sum(-1) - similarity.diagonal()) / (len(ids) - 1)).tolist()
 
 
+class ValueHeadSignal(PruningSignal):
+    """A head on the generator's own final-layer states (sbon/value_head.py), distilled from a reward's
+    final scores: a prediction of the complete response's reward that costs a dot product per candidate.
+    The shipped head predicts the likelihood reward, so use it with ``--reward likelihood``, whose final
+    rewards are on its scale. It tracks the candidates of one batch (Speculative Rejection has one)."""
+    name = "value-head"
+    needs_hidden = True
+
+    def __init__(self, head: str = "smollm2_value_likelihood"):
+        from .value_head import PrefixFeatures, ValueHead
+
+        self.head, config = ValueHead.load(head)
+        self.uses_logprob = config["uses_logprob"]
+        self.new_features = PrefixFeatures
+        self.features, self.ids = None, []
+
+    def observe(self, step):
+        if step.hidden is None:
+            return
+        if self.features is None:
+            self.features = self.new_features(len(step.hidden_ids), step.hidden.shape[-1], self.uses_logprob,
+                                              step.hidden.device)
+        elif step.hidden_ids != self.ids:  # candidates finished or were pruned: follow the batch's rows
+            row = {k: i for i, k in enumerate(self.ids)}
+            self.features.keep([row[k] for k in step.hidden_ids])
+        self.ids = list(step.hidden_ids)
+        logprob = None
+        if self.uses_logprob:  # of the token each row has just fed
+            rows = [step.candidate_ids.index(k) for k in step.hidden_ids]
+            logprob = torch.log_softmax(step.logits[rows].float(), -1).gather(-1, step.tokens[rows].view(-1, 1)).squeeze(-1)
+        self.features.update(step.hidden, logprob)
+
+    def score(self, prompt, candidate_ids, texts):
+        row = {k: i for i, k in enumerate(self.ids)}
+        return self.head.score(self.features.read()[[row[k] for k in candidate_ids]]).tolist()
+
+
 # name -> factory(generator, reward): a fresh signal per run, since signals may keep per-candidate state.
 SIGNALS: dict[str, Callable[..., PruningSignal]] = {
     "reward": lambda gen, reward: RewardSignal(reward),
@@ -174,9 +211,7 @@ SIGNALS: dict[str, Callable[..., PruningSignal]] = {
     "deepconf": lambda gen, reward: LowestGroupConfidence(),
     "self-certainty": lambda gen, reward: SelfCertainty(),
     "consistency": lambda gen, reward: HiddenConsistency(),
-    # Slot: "value-head", the distilled value head (the value-head issue) -- a signal with needs_hidden
-    # that maps each candidate's latest final-layer state to a predicted final reward. Registered
-    # where it is defined once it has landed.
+    "value-head": lambda gen, reward: ValueHeadSignal(),
 }
 REWARD_FREE = ("logprob", "deepconf", "self-certainty", "consistency")  # no reward model at decision points
 
