@@ -44,17 +44,17 @@ def parsed(argv):
     return args
 
 
-def test_protocol_sets_sampling_and_prompt_order_and_is_recorded(gen):
+def test_protocol_sets_sampling_and_prompt_order_and_is_recorded(gen, prompts):
     workshop = parsed(["table1"])
     assert (workshop.temperature, workshop.top_p, workshop.top_k, workshop.prompt_order) == (0.8, 0.95, 0, "first")
     neurips = parsed(["table1", "--protocol", "neurips"])
     assert (neurips.temperature, neurips.top_p, neurips.top_k, neurips.prompt_order) == (1.0, 1.0, 50, "random")
-    record = common.base_settings(neurips, gen, None, FALLBACK_PROMPTS)["protocol"]
+    record = common.base_settings(neurips, gen, None, prompts)["protocol"]
     assert record["name"] == "neurips" and record["top_k"] == 50 and record["overridden"] == {}
     # an explicit option wins over the protocol, and the result file says so
     mixed = parsed(["efficiency", "--temperature", "0.7", "--prompt-order", "first"])
     assert mixed.temperature == 0.7 and mixed.top_k == 50 and mixed.prompt_order == "first"
-    settings = common.base_settings(mixed, gen, None, FALLBACK_PROMPTS)
+    settings = common.base_settings(mixed, gen, None, prompts)
     assert settings["protocol"]["overridden"] == {"temperature": 0.7, "prompt_order": "first"}
     assert settings["temperature"] == 0.7 and settings["prompt_ids"] == [0, 1]
 
