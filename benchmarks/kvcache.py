@@ -85,18 +85,18 @@ class GrowableLayer(DynamicLayer):
             self._view()
 
 
-def growable_start(gen: Generator, prefix: Prefix, candidate_ids: Sequence[int]) -> Batch:
+def growable_start(gen: Generator, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool = False) -> Batch:
     """`Generator.start` with GrowableLayer rows: one row per candidate, each a copy of the prompt."""
     n = len(candidate_ids)
     cache = DynamicCache()
     cache.layers = [GrowableLayer(layer.keys, layer.values, n) for layer in prefix.cache.layers]
-    return Batch(list(candidate_ids), cache, prefix.logits.expand(n, -1))
+    return Batch(list(candidate_ids), cache, prefix.logits.expand(n, -1), keep_hidden)
 
 
 @contextmanager
 def growable_kv(gen: Generator):
     """Within the block, this generator's batches use GrowableLayer (the class is not touched)."""
-    gen.start = lambda prefix, ids: growable_start(gen, prefix, ids)
+    gen.start = lambda prefix, ids, keep_hidden=False: growable_start(gen, prefix, ids, keep_hidden)
     try:
         yield gen
     finally:

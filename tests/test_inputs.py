@@ -120,7 +120,7 @@ def test_cli_compare_saves_a_comparison_the_app_can_replay(tmp_path, capsys, mon
 def test_cli_budget_without_n_starts_as_many_candidates_as_it_holds(tmp_path, monkeypatch, gen, likelihood):
     monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)
     monkeypatch.setattr("sbon.cli.load_reward", lambda *a, **k: likelihood)
-    budget = 3 * (len(gen.encode_prompt(PROMPT)) + 16)
+    budget = 3 * (len(gen.encode_prompt(PROMPT)) + 3)  # the first decision: half of the 6 new tokens
     out = tmp_path / "r.json"
     assert main(["run", "--prompt", PROMPT, "--kv-budget", str(budget), "--max-new-tokens", "6", "--out", str(out)]) == 0
     data = json.loads(out.read_text())

@@ -223,3 +223,28 @@ def test_signals_benchmark_and_tune_from_its_raw_file(gen, tmp_path):
     best = tuned["best"]
     assert best["normalized_score"] >= 98 and best["token_rate"] == min(r["token_rate"] for r in tuned["grid"])
     assert tuned["run_config"]["tau"] == best["t"] and tuned["run_config"]["prune_by"] == best["signal"]
+
+
+def test_value_head_signal_equals_the_head_on_a_full_recomputation(gen, likelihood):
+    """The value-head signal's partial reward of a pruned candidate, built step by step from the decode
+    step's hidden states and log-probabilities, equals the head applied to features recomputed by one full
+    forward pass over prompt + prefix."""
+    from sbon.value_head import ValueHead, prefix_features
+
+    tau = 6
+    result = run(speculative_bon_tau(gen, likelihood, PROMPT, 4, alpha=0.5, tau=tau, max_new_tokens=12, seed=4,
+                                     prune_by="value-head"))
+    [point] = result.decision_points
+    assert point.signal == "value-head" and point.pruned
+    head, _ = ValueHead.load("smollm2_value_likelihood")
+    prompt_ids = gen.encode_prompt(PROMPT)
+    for k in point.pruned:
+        ids = torch.tensor([prompt_ids + result.candidates[k].token_ids[:tau]])
+        with torch.inference_mode():
+            out = gen.model(input_ids=ids, output_hidden_states=True)
+        start = len(prompt_ids)
+        hidden = out.hidden_states[-1][0, start:start + tau]
+        logprobs = torch.log_softmax(out.logits[0, start - 1:start + tau - 1].float(), -1).gather(
+            -1, ids[0, start:start + tau].view(-1, 1)).squeeze(-1)
+        expected = float(head.score(prefix_features(hidden, logprobs)[None])[0])
+        assert result.candidates[k].partial_reward_at(1) == pytest.approx(expected, abs=1e-3)
