@@ -30,6 +30,20 @@ class LastHidden(PruningSignal):
 
 
 @pytest.fixture
+def forward_calls(gen, monkeypatch) -> dict:
+    """Counts the generator's forward passes: {"n": calls so far}."""
+    calls = {"n": 0}
+    forward = type(gen.model).forward
+
+    def counting(self, *args, **kwargs):
+        calls["n"] += 1
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(gen.model), "forward", counting)
+    return calls
+
+
+@pytest.fixture
 def last_hidden(monkeypatch):
     signal = LastHidden()
     monkeypatch.setitem(SIGNALS, "last-hidden", lambda gen, reward: signal)
@@ -50,17 +64,10 @@ def test_logprob_signal_equals_a_full_recomputation(gen):
     assert [result.candidates[k].partial_reward_at(1) for k in live] == pytest.approx(full, abs=1e-4)
 
 
-def test_hidden_states_come_from_the_decode_step(gen, last_hidden, monkeypatch):
+def test_hidden_states_come_from_the_decode_step(gen, last_hidden, forward_calls):
     """A signal that asks for hidden states gets, at the decision point, the same state a full forward
     pass over prompt + prefix computes; no extra forward pass runs, and the candidates do not change."""
-    calls = {"n": 0}
-    forward = type(gen.model).forward
-
-    def counting(self, *args, **kwargs):
-        calls["n"] += 1
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(gen.model), "forward", counting)
+    calls = forward_calls
     tau = 5
     with_hidden = run(speculative_bon_tau(gen, CONSTANT, PROMPT, 4, alpha=0.5, tau=tau, max_new_tokens=10, seed=7,
                                           prune_by="last-hidden"))
@@ -160,15 +167,8 @@ def test_watching_signals_changes_nothing(gen, watched):
     assert [c.token_ids for c in bon.candidates] == [c.token_ids for c in plain.candidates]
 
 
-def test_reward_free_signals_prune_without_an_extra_forward_pass(gen, monkeypatch):
-    calls = {"n": 0}
-    forward = type(gen.model).forward
-
-    def counting(self, *args, **kwargs):
-        calls["n"] += 1
-        return forward(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(gen.model), "forward", counting)
+def test_reward_free_signals_prune_without_an_extra_forward_pass(gen, forward_calls):
+    calls = forward_calls
     for name in ("deepconf", "self-certainty", "consistency"):
         calls["n"] = 0
         result = run(speculative_bon_tau(gen, CONSTANT, PROMPT, 4, alpha=0.5, tau=4, max_new_tokens=8, seed=2,
