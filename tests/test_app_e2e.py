@@ -93,6 +93,9 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     page.locator("#prompt textarea").fill("What is Atlantis?")
     page.locator("#n input").fill("6")
     page.locator("#max-new-tokens input").fill("24")
+    alpha = page.locator("#alpha input[type=number]")
+    alpha.fill("0.5")
+    alpha.press("Enter")
     timing = click_run(page)  # the app benchmark's measurement: click, first decision point drawn, final frame
     print(f"\nlive run N=6, 24 tokens: first round drawn after {timing['first_round_s']:.1f} s, "
           f"final frame after {timing['final_frame_s']:.1f} s ({timing['status']})")
