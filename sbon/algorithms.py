@@ -365,15 +365,10 @@ def events(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
     yield from _IMPLEMENTATIONS[config.method](gen, reward, prompt, config, observers)
 
 
-def _config(method: str, sampling: SamplingConfig | None, **settings) -> RunConfig:
-    sampling = sampling or SamplingConfig()
-    return RunConfig(method, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k, **settings)
-
-
 def best_of_n(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, batch_size: int | None = None,
               max_new_tokens: int = 128, sampling: SamplingConfig | None = None, seed: int = 0) -> Iterator[Event]:
     """Best-of-N: N complete candidates (in batches of ``batch_size``), the best by final reward."""
-    return events(gen, reward, prompt, _config("bon", sampling, n=n, batch_size=batch_size,
+    return events(gen, reward, prompt, RunConfig.build(sampling, method="bon", n=n, batch_size=batch_size,
                                                max_new_tokens=max_new_tokens, seed=seed))
 
 
@@ -382,7 +377,7 @@ def speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, n: i
                           max_new_tokens: int = 128, sampling: SamplingConfig | None = None, seed: int = 0,
                           prune_by: str = "reward") -> Iterator[Event]:
     """Speculative Rejection with memory-budget rounds (see :func:`_speculative_rejection`)."""
-    return events(gen, reward, prompt, _config("sbon", sampling, n=n, alpha=alpha, kv_budget=kv_budget,
+    return events(gen, reward, prompt, RunConfig.build(sampling, method="sbon", n=n, alpha=alpha, kv_budget=kv_budget,
                                                first_decision=first_decision, max_new_tokens=max_new_tokens,
                                                seed=seed, prune_by=prune_by))
 
@@ -391,7 +386,7 @@ def speculative_bon_tau(gen: Generator, reward: RewardModel, prompt: str, n: int
                         tau: int = 32, max_new_tokens: int = 128, sampling: SamplingConfig | None = None,
                         seed: int = 0, prune_by: str = "reward") -> Iterator[Event]:
     """Speculative Rejection with one decision token tau (see :func:`_speculative_bon_tau`)."""
-    return events(gen, reward, prompt, _config("sbon-tau", sampling, n=n, alpha=alpha, tau=tau,
+    return events(gen, reward, prompt, RunConfig.build(sampling, method="sbon-tau", n=n, alpha=alpha, tau=tau,
                                                max_new_tokens=max_new_tokens, seed=seed, prune_by=prune_by))
 
 

@@ -245,10 +245,7 @@ def comparison_config(config: RunConfig | int | None = None, **settings: Any) ->
     included): the shortcut the keyword API of the algorithms also takes."""
     if isinstance(config, RunConfig):
         return config.replace(**settings) if settings else config
-    sampling = settings.pop("sampling", None)
-    if sampling is not None:
-        settings.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-    return RunConfig(**({"n": config} if config is not None else {}), **settings)
+    return RunConfig.build(**({"n": config} if config is not None else {}), **settings)
 
 
 def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig | int | None = None, *,

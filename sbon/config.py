@@ -70,6 +70,14 @@ class RunConfig:
     top_k: int = 0  # 0 = off
     seed: int = 0
 
+    @classmethod
+    def build(cls, sampling: SamplingConfig | None = None, **settings: Any) -> "RunConfig":
+        """A RunConfig from keyword settings, with the sampling given as a SamplingConfig if at all
+        (the form the keyword shortcuts of the algorithms and comparison take)."""
+        if sampling is not None:
+            settings.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+        return cls(**settings)
+
     @property
     def spec(self) -> MethodSpec:
         return METHOD_SPECS[self.method]
