@@ -9,14 +9,18 @@ events.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import math
 import os
 import tempfile
 import time
 from concurrent.futures import Future, wait
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
 
 from components.model_cache import ModelCache, configure_threads, convert_in_background, hub_fetches, sources
 from sbon.models import DEFAULT_GENERATOR
@@ -30,10 +34,12 @@ import gradio as gr  # noqa: E402
 
 from components import figures, tables  # noqa: E402
 from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,  # noqa: E402
-                                 reward_choices)
+                                 reward_choices, signal_choices)
 from components.live import LiveTracker  # noqa: E402
 from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
+from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
 from sbon.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
+from sbon.config import FIRST_DECISION_TOKENS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
@@ -54,9 +60,10 @@ log = logging.getLogger("sbon.app")
 EXAMPLES = load_examples()
 CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
 DEFAULTS = RunSettings()
-# The controls, in the order their values reach the handlers (names of RunSettings fields).
-SETTING_NAMES = ("prompt", "method", "n", "alpha", "tau", "kv_budget", "max_new_tokens", "bon_same_memory",
-                 "generator", "reward", "temperature", "top_p", "seed")
+# The controls, in the order their values reach the handlers: each is named after the RunSettings
+# field it sets, and the page element of that name holds it.
+SETTING_NAMES = ("prompt", "method", "prune_by", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
+                 "bon_same_memory", "generator", "reward", "temperature", "top_p", "seed")
 
 INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
 **Best-of-N** samples N complete responses and returns the one the reward model likes best.
@@ -82,8 +89,8 @@ text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_na
 comparison = Comparison.from_json(text)
 print(comparison.metrics["speedup"], comparison.sbon.best.text)
 ```
-Other arguments: `method` ("sbon" or "sbon-tau"), `alpha`, `tau`, `kv_budget` (0 = automatic), `temperature`,
-`top_p`, `seed`, `generator`, `reward`, `bon_same_memory`. Requests wait in the same one-at-a-time queue as the Run button."""
+Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `alpha`, `tau`, `kv_budget`
+and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`. Requests wait in the same one-at-a-time queue as the Run button."""
 
 CSS = """
 #status { min-height: 2.5em; }
@@ -97,6 +104,11 @@ def settings_from(values: tuple) -> RunSettings:
     settings = RunSettings.from_inputs(**dict(zip(SETTING_NAMES, values)))
     settings.check()
     return settings
+
+
+def run_comparison(gen, reward, settings: RunSettings) -> Iterator:
+    """The comparison's events for these settings (Best-of-N memory-bound or in memory, as asked)."""
+    return comparison_events(gen, reward, settings.prompt, settings.config(), bon_same_memory=settings.bon_same_memory)
 
 
 def last_round(comp: Comparison):
@@ -152,20 +164,19 @@ def check_replayable(comp: Comparison) -> None:
 
 
 def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
-            tau: int = DEFAULTS.tau, kv_budget: int = DEFAULTS.kv_budget,
-            max_new_tokens: int = DEFAULTS.max_new_tokens, temperature: float = DEFAULTS.temperature,
-            top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed, generator: str = DEFAULTS.generator,
-            reward: str = DEFAULTS.reward, bon_same_memory: bool = DEFAULTS.bon_same_memory) -> str:
+            tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
+            prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
+            temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
+            generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
+            bon_same_memory: bool = DEFAULTS.bon_same_memory) -> str:
     """Run Speculative Rejection and Best-of-N on one prompt with the same seed; return the
     comparison as JSON (load it with sbon.comparison.Comparison.from_json)."""
+    given = dict(locals())  # every argument, by the RunSettings field it sets
     try:
-        settings = RunSettings.from_inputs(prompt=prompt, n=n, method=method, alpha=alpha, tau=tau,
-                                           kv_budget=kv_budget, max_new_tokens=max_new_tokens,
-                                           temperature=temperature, top_p=top_p, seed=seed,
-                                           generator=generator, reward=reward, bon_same_memory=bon_same_memory)
+        settings = RunSettings.from_inputs(**given)
         settings.check()
         gen, rew = MODELS.load_async(settings.generator, settings.reward).result()
-        for event in comparison_events(gen, rew, settings.prompt, **settings.comparison_kwargs()):
+        for event in run_comparison(gen, rew, settings):
             if isinstance(event, ComparisonDone):
                 return event.comparison.to_json()
     except SBoNError as e:
@@ -202,249 +213,344 @@ def _log_load(load: Future) -> None:
         log.info("models ready: %s and %s", DEFAULTS.generator, DEFAULTS.reward)
 
 
+# -- the views of a finished comparison: one table, one line per view -------------------------------
+
+@dataclass
+class Shown:
+    """A finished comparison and where it came from: what every view is drawn from."""
+    comp: Comparison
+    origin: str  # "your run", "the recorded run …", "uploaded file …"
+    kind: str = "curves"  # how the trade-off view draws
+    file: str | Path | None = None  # its JSON, if it already has one
+
+    @property
+    def first_round(self) -> int | None:
+        return self.comp.sbon.decision_points[0].round if self.comp.sbon.decision_points else None
+
+
+def _returned(shown: Shown, which: int) -> gr.Textbox:
+    label, text = tables.returned_texts(shown.comp)[2 * which: 2 * which + 2]
+    return gr.Textbox(label=label, value=text)
+
+
+# Page element name -> its value for a finished comparison. A new view is a line here and an
+# element of the same name on the page.
+VIEWS: dict[str, Callable[[Shown], Any]] = {
+    "comparison": lambda s: s.comp,
+    "source": lambda s: tables.run_description(s.comp, s.origin),
+    "summary": lambda s: tables.headline(s.comp) + "\n\n" + tables.prediction_report(s.comp),
+    "decision_point": lambda s: gr.Dropdown(choices=figures.decision_point_choices(s.comp), value=s.first_round),
+    "scatter": lambda s: figures.partial_final_scatter(s.comp, s.first_round or 1),
+    "table": lambda s: tables.candidates_table(s.comp),
+    "picker": lambda s: gr.Dropdown(choices=tables.candidate_choices(s.comp), value=tables.first_pruned(s.comp)),
+    "detail": lambda s: tables.candidate_detail_html(s.comp, tables.first_pruned(s.comp)),
+    "savings": lambda s: tables.savings_table(s.comp),
+    "tokens_plot": lambda s: figures.tokens_per_candidate(s.comp),
+    "times_plot": lambda s: figures.phase_times(s.comp),
+    "bon_text": lambda s: _returned(s, 0),
+    "sbon_text": lambda s: _returned(s, 1),
+    "rounds_plot": lambda s: rounds_animation(s.comp.sbon),
+    "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
+    "correlations": lambda s: tables.correlation_table(s.comp),
+    "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
+}
+SHOWN = (*VIEWS, "status", "live_plot")  # what showing a comparison updates
+RUN_OUTPUTS = (*SHOWN, "run_btn", "stop_btn")
+IDLE = {"run_btn": gr.Button(interactive=True), "stop_btn": gr.Button(visible=False)}
+
+
+def show(shown: Shown, status: str = "") -> dict[str, Any]:
+    """Every view of a finished comparison, the status line and the live figure at its last round."""
+    return {**{name: view(shown) for name, view in VIEWS.items()}, "status": status,
+            "live_plot": last_round(shown.comp)}
+
+
+# -- handlers: plain data in, {page element name: value} out -------------------------------------
+
+def show_recorded(kind: str) -> dict[str, Any]:
+    try:
+        comp = Comparison.load(RECORDED_RUN)
+    except SBoNError as e:
+        return {"status": f"⚠ the recorded run could not be shown: {e}"}
+    return show(Shown(comp, "the recorded run shipped with the app", kind, RECORDED_RUN))
+
+
+def on_upload(path: str | None, kind: str) -> dict[str, Any]:
+    try:
+        comp = load_upload(path)
+    except SBoNError as e:
+        gr.Warning(str(e))
+        return {"status": f"⚠ could not replay that file: {e}"}
+    except Exception as e:  # a file no check foresaw: still one line, and the views stay as they were
+        log.exception("upload failed")
+        return {"status": f"⚠ could not replay that file: {type(e).__name__}: {str(e)[:200]}"}
+    return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path), "Replaying the uploaded run")
+
+
+def on_run(*values: Any) -> Iterator[dict[str, Any]]:
+    """Check the settings, wait for the models if they are still loading, then run the comparison,
+    drawing each decision point as it is taken and every view at the end."""
+    try:
+        settings = settings_from(values[:-1])
+    except SBoNError as e:
+        gr.Warning(str(e))
+        yield {"status": f"⚠ {e}", **IDLE}
+        return
+    kind = values[-1]
+    clicked = time.perf_counter()
+    yield {"status": "Starting…", "run_btn": gr.Button(interactive=False), "stop_btn": gr.Button(visible=True),
+           "live_plot": round_figure(None, settings.n)}
+    try:
+        load = MODELS.load_async(settings.generator, settings.reward)
+        while not load.done():  # the first Run after start may find the models still loading
+            yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)"}
+            wait([load], timeout=STATUS_EVERY_S)
+        gen, rew = load.result()
+        tracker = LiveTracker(settings.max_new_tokens, started=clicked)
+        last_status = 0.0
+        for event in run_comparison(gen, rew, settings):
+            if tracker.update(event):  # a decision point: one new frame
+                yield {"status": tracker.status(), "live_plot": round_figure(tracker.views[-1], tracker.n)}
+            elif isinstance(event, ComparisonDone):
+                first = tracker.first_round_at
+                log.info("run finished: %.1f s from click, first round %s s, settings %s",
+                         tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
+                yield {**show(Shown(event.comparison, "your run", kind),
+                              f"Done in {tracker.elapsed:.1f} s from the click"
+                              + (f"; first decision point drawn after {first:.1f} s" if first else "")), **IDLE}
+            elif tracker.elapsed - last_status >= STATUS_EVERY_S:
+                last_status = tracker.elapsed
+                yield {"status": tracker.status()}
+    except SBoNError as e:
+        gr.Warning(str(e))
+        yield {"status": f"⚠ {e}", **IDLE}
+    except Exception as e:  # keep serving: one failed run must not take the app down
+        log.exception("run failed")
+        gr.Warning(f"the run failed: {type(e).__name__}: {e}")
+        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", **IDLE}
+
+
+def on_stop() -> dict[str, Any]:
+    return {"status": "Stopped: the views still show the previous run", **IDLE}
+
+
+def on_model_timer() -> dict[str, Any]:
+    line = models_status()
+    return {"model_status": line, "model_timer": gr.Timer(active=line.startswith("⏳"))}
+
+
+def on_method(method: str) -> dict[str, Any]:
+    """Each method's own knobs: τ for one decision token, the budget and first decision for rounds."""
+    rounds = method == "sbon"
+    return {"tau": gr.Number(visible=not rounds), "kv_budget": gr.Number(visible=rounds),
+            "first_decision": gr.Number(visible=rounds)}
+
+
+def on_prompt(text: str) -> dict[str, Any]:
+    note = CONTENT_NOTES.get(text.strip())
+    return {"prompt_note": gr.Markdown(f"⚠ **Content note:** {note}" if note else "", visible=bool(note))}
+
+
+def on_tune_upload(path: str | None) -> dict[str, Any]:
+    try:
+        tuning = load_tuning(path)
+    except SBoNError as e:
+        gr.Warning(str(e))
+        return {"tune_summary": f"⚠ could not read that file: {e}", "use_tuned": gr.Button(visible=False)}
+    return {"tuning": tuning, "tune_summary": tuning_summary(tuning), "tune_table": tuning_table(tuning),
+            "use_tuned": gr.Button(visible=bool(tuning.run_config))}
+
+
+def on_use_tuned(tuning: Tuning | None) -> dict[str, Any]:
+    """Put the tuned setting in the controls (their change events then show the method's own knobs)."""
+    return tuned_settings(tuning) if tuning is not None else {}
+
+
+def on_decision_point(comp: Comparison | None, round: int | None):
+    return figures.partial_final_scatter(comp, round or 1) if comp else gr.skip()
+
+
+def on_pick(comp: Comparison | None, k: int | None):
+    return tables.candidate_detail_html(comp, int(k)) if comp is not None and k is not None else gr.skip()
+
+
+def on_table_select(comp: Comparison | None, evt: gr.SelectData):
+    # The first column is the candidate id, whatever order the user sorted the rows in.
+    if comp is None or not evt.row_value:
+        return gr.skip(), gr.skip()
+    k = int(evt.row_value[0])
+    return k, tables.candidate_detail_html(comp, k)
+
+
+def on_play(comp: Comparison | None) -> Iterator:
+    # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
+    for i in range(len(comp.sbon.decision_points) if comp else 0):
+        yield rounds_animation(comp.sbon, i)
+        time.sleep(PLAY_STEP_S)
+
+
+def on_tradeoff_kind(comp: Comparison | None, kind: str):
+    return figures.tradeoff_figure(comp, kind) if comp else gr.skip()
+
+
 # -- the page -------------------------------------------------------------------------------------
 
 def build_demo() -> gr.Blocks:
+    ui = SimpleNamespace()  # the page's elements, by the names the handlers use
     # delete_cache: Gradio's copies of downloads and uploads go after a day.
     with gr.Blocks(title="SBoN Explorer", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
-        comparison = gr.State(None)  # this session's Comparison: never shared between sessions
+        ui.comparison = gr.State(None)  # this session's Comparison: never shared between sessions
 
         gr.Markdown(INTRO)
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
-                prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
-                                    value=EXAMPLES[0].prompt if EXAMPLES else "What is Atlantis?")
-                gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[prompt], label="Example prompts",
+                ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
+                                       value=EXAMPLES[0].prompt if EXAMPLES else "What is Atlantis?")
+                gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
                             example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
                 gr.Markdown(CONTENT_NOTE, elem_id="content-note")
-                prompt_note = gr.Markdown(visible=False, elem_id="prompt-note")
-                method = gr.Radio(method_choices(), value=DEFAULTS.method, label="Method", elem_id="method")
+                ui.prompt_note = gr.Markdown(visible=False, elem_id="prompt-note")
+                ui.method = gr.Radio(method_choices(), value=DEFAULTS.method, label="Method", elem_id="method")
                 # Numbers carry no minimum/maximum: RunSettings checks them, so a bad value gets our
                 # one-line message instead of Gradio's generic preprocessing error.
                 with gr.Row():
-                    n = gr.Number(DEFAULTS.n, label="N (candidates)", precision=0, elem_id="n")
-                    alpha = gr.Slider(0.0, 0.95, DEFAULTS.alpha, step=0.05, label="α (rejection rate)", elem_id="alpha")
+                    ui.n = gr.Number(DEFAULTS.n, label="N (candidates)", precision=0, elem_id="n")
+                    ui.alpha = gr.Slider(0.0, 0.95, DEFAULTS.alpha, step=0.05, label="α (rejection rate)",
+                                         elem_id="alpha")
                 with gr.Row():
-                    kv_budget = gr.Number(DEFAULTS.kv_budget, label="KV budget (tokens; 0 = N × (prompt + 32), first decision after 32 tokens)",
-                                          precision=0, elem_id="kv-budget")
-                    tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0,
-                                    visible=DEFAULTS.method == "sbon-tau", elem_id="tau")
-                    max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
-                                               elem_id="max-new-tokens")
-                bon_same_memory = gr.Checkbox(
+                    ui.kv_budget = gr.Number(0, label="KV budget (tokens; 0 = N × (prompt + first decision))",
+                                             precision=0, elem_id="kv-budget", visible=DEFAULTS.method == "sbon")
+                    ui.first_decision = gr.Number(0, label=f"first decision point (tokens; 0 = {FIRST_DECISION_TOKENS})",
+                                                  precision=0, elem_id="first-decision",
+                                                  visible=DEFAULTS.method == "sbon")
+                    ui.tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0,
+                                       visible=DEFAULTS.method == "sbon-tau", elem_id="tau")
+                    ui.max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
+                                                  elem_id="max-new-tokens")
+                ui.prune_by = gr.Dropdown(signal_choices(), value=DEFAULTS.prune_by, label="Pruning signal",
+                                          elem_id="prune-by",
+                                          info="what ranks the candidates at a decision point; the final choice "
+                                               "is always by the reward model")
+                ui.bon_same_memory = gr.Checkbox(
                     DEFAULTS.bon_same_memory, label="Best-of-N under the same memory", elem_id="bon-same-memory",
                     info="run Best-of-N in batches that fit the KV cache Speculative Rejection peaked at, as in the "
                          "paper; off: all N at once, with memory to spare (then only tokens, not time, are saved on a CPU)")
                 with gr.Accordion("Models and sampling", open=False):
-                    generator = gr.Dropdown(generator_choices(), value=DEFAULTS.generator, label="Generator",
-                                            allow_custom_value=True, info="a preset, a local folder or a hub id")
-                    reward = gr.Dropdown(reward_choices(), value=DEFAULTS.reward, label="Reward model",
-                                         allow_custom_value=True)
+                    ui.generator = gr.Dropdown(generator_choices(), value=DEFAULTS.generator, label="Generator",
+                                               allow_custom_value=True, info="a preset, a local folder or a hub id")
+                    ui.reward = gr.Dropdown(reward_choices(), value=DEFAULTS.reward, label="Reward model",
+                                            allow_custom_value=True)
                     with gr.Row():
-                        temperature = gr.Number(DEFAULTS.temperature, label="temperature")
-                        top_p = gr.Number(DEFAULTS.top_p, label="top-p")
-                        seed = gr.Number(DEFAULTS.seed, label="seed", precision=0)
+                        ui.temperature = gr.Number(DEFAULTS.temperature, label="temperature")
+                        ui.top_p = gr.Number(DEFAULTS.top_p, label="top-p")
+                        ui.seed = gr.Number(DEFAULTS.seed, label="seed", precision=0)
                     gr.Markdown(f"Models run on **{MODELS.device()}**"
                                 + (f" ({THREADS} CPU threads)" if MODELS.device().type == "cpu" else "")
                                 + "; the defaults load when the app starts, others on the Run that asks for them, "
                                   "and they stay loaded.")
                 with gr.Row():
-                    run_btn = gr.Button("Run SBoN and Best-of-N", variant="primary", elem_id="run")
-                    stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="stop")
+                    ui.run_btn = gr.Button("Run SBoN and Best-of-N", variant="primary", elem_id="run")
+                    ui.stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="stop")
                 # What the background load is doing, refreshed each second until the models are ready.
-                model_status = gr.Markdown(models_status(), elem_id="model-status")
-                model_timer = gr.Timer(1.0)
+                ui.model_status = gr.Markdown(models_status(), elem_id="model-status")
+                ui.model_timer = gr.Timer(1.0)
             with gr.Column(scale=3, elem_id="live-column"):
-                status = gr.Markdown("", elem_id="status")
-                live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot")
-                source = gr.Markdown(elem_id="run-source")
-                summary = gr.Markdown(elem_id="headline")
+                ui.status = gr.Markdown("", elem_id="status")
+                ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot")
+                ui.source = gr.Markdown(elem_id="run-source")
+                ui.summary = gr.Markdown(elem_id="headline")
 
         with gr.Tabs():
             with gr.Tab("Partial vs final reward", id="scatter-tab", elem_id="scatter-tab"):
-                decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
-                scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter")
+                ui.decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
+                ui.scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter")
             with gr.Tab("Candidates", id="candidates-tab", elem_id="candidates-tab"):
-                table = gr.Dataframe(label="Every candidate (SBoN run; final rewards of pruned ones from Best-of-N)",
-                                     interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
-                picker = gr.Dropdown(label="Candidate", choices=[], elem_id="candidate-picker")
-                detail = gr.HTML(elem_id="candidate-detail")
+                ui.table = gr.Dataframe(label="Every candidate (SBoN run; final rewards of pruned ones from Best-of-N)",
+                                        interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
+                ui.picker = gr.Dropdown(label="Candidate", choices=[], elem_id="candidate-picker")
+                ui.detail = gr.HTML(elem_id="candidate-detail")
             with gr.Tab("Savings", id="savings-tab", elem_id="savings-tab"):
-                savings = gr.Dataframe(interactive=False, elem_id="savings-table")
-                tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot")
-                times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot")
+                ui.savings = gr.Dataframe(interactive=False, elem_id="savings-table")
+                ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot")
+                ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot")
                 with gr.Row():
-                    bon_text = gr.Textbox(label="Best-of-N returned", lines=8, interactive=False, elem_id="bon-text")
-                    sbon_text = gr.Textbox(label="Speculative Rejection returned", lines=8, interactive=False,
-                                           elem_id="sbon-text")
+                    ui.bon_text = gr.Textbox(label="Best-of-N returned", lines=8, interactive=False, elem_id="bon-text")
+                    ui.sbon_text = gr.Textbox(label="Speculative Rejection returned", lines=8, interactive=False,
+                                              elem_id="sbon-text")
             with gr.Tab("Rounds replay", id="rounds-tab", elem_id="rounds-tab"):
-                play_btn = gr.Button("▶ Play the rounds", size="sm", elem_id="play-rounds")
-                rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot")
+                ui.play_btn = gr.Button("▶ Play the rounds", size="sm", elem_id="play-rounds")
+                ui.rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot")
             with gr.Tab("Trade-off", id="tradeoff-tab", elem_id="tradeoff-tab"):
                 gr.Markdown("Speculative Best-of-N with decision token τ and rejection rate α, **replayed on the "
                             "Best-of-N candidates** (no new generation): what each setting would have returned "
                             "and how many tokens it would have generated.")
-                tradeoff_kind = gr.Radio(["curves", "heatmap"], value="curves", label="Show as", elem_id="tradeoff-kind")
-                tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot")
-                correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each τ "
-                                                  "(oracle cut c*: the fraction that could be pruned keeping the best)",
-                                            interactive=False, elem_id="correlations")
+                ui.tradeoff_kind = gr.Radio(["curves", "heatmap"], value="curves", label="Show as",
+                                            elem_id="tradeoff-kind")
+                ui.tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot")
+                ui.correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each τ "
+                                                     "(oracle cut c*: the fraction that could be pruned keeping the best)",
+                                               interactive=False, elem_id="correlations")
+                with gr.Accordion("Tuned settings for a model and reward (python -m benchmarks tune)", open=False):
+                    ui.tuning = gr.State(None)
+                    ui.tune_file = gr.File(label="Load a tuning result (tune.json)", file_types=[".json"],
+                                           type="filepath", elem_id="tune-file")
+                    ui.tune_summary = gr.Markdown(elem_id="tune-summary")
+                    ui.tune_table = gr.Dataframe(interactive=False, elem_id="tune-table")
+                    ui.use_tuned = gr.Button("Use these settings", visible=False, size="sm", elem_id="use-tuned")
             with gr.Tab("Save and replay", id="replay-tab", elem_id="replay-tab"):
                 with gr.Row():
-                    download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
-                    replay_btn = gr.Button("Show the recorded run again", elem_id="replay-recorded")
-                upload = gr.File(label="Replay a saved run (JSON): every view, no model needed", file_types=[".json"],
-                                 type="filepath", elem_id="upload-run")
+                    ui.download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
+                    ui.replay_btn = gr.Button("Show the recorded run again", elem_id="replay-recorded")
+                ui.upload = gr.File(label="Replay a saved run (JSON): every view, no model needed", file_types=[".json"],
+                                    type="filepath", elem_id="upload-run")
                 gr.Markdown(API_DOC)
 
-        controls = [prompt, method, n, alpha, tau, kv_budget, max_new_tokens, bon_same_memory, generator, reward,
-                    temperature, top_p, seed]
-        views = [comparison, source, summary, decision_point, scatter, table, picker, detail, savings, tokens_plot,
-                 times_plot, bon_text, sbon_text, rounds_plot, tradeoff_plot, correlations, download]
-
-        def show(comp: Comparison, origin: str, kind: str = "curves", file: str | Path | None = None) -> dict:
-            """Every view of a finished comparison; ``file`` is its JSON if it already has one."""
-            first_round = comp.sbon.decision_points[0].round if comp.sbon.decision_points else None
-            picked = tables.first_pruned(comp)
-            bon_label, bon_best, sbon_label, sbon_best = tables.returned_texts(comp)
-            return {
-                comparison: comp,
-                source: tables.run_description(comp, origin),
-                summary: tables.headline(comp) + "\n\n" + tables.prediction_report(comp),
-                decision_point: gr.Dropdown(choices=figures.decision_point_choices(comp), value=first_round),
-                scatter: figures.partial_final_scatter(comp, first_round or 1),
-                table: tables.candidates_table(comp),
-                picker: gr.Dropdown(choices=tables.candidate_choices(comp), value=picked),
-                detail: tables.candidate_detail_html(comp, picked),
-                savings: tables.savings_table(comp),
-                tokens_plot: figures.tokens_per_candidate(comp),
-                times_plot: figures.phase_times(comp),
-                bon_text: gr.Textbox(label=bon_label, value=bon_best),
-                sbon_text: gr.Textbox(label=sbon_label, value=sbon_best),
-                rounds_plot: rounds_animation(comp.sbon),
-                tradeoff_plot: figures.tradeoff_figure(comp, kind),
-                correlations: tables.correlation_table(comp),
-                download: gr.DownloadButton(value=str(file) if file else save_for_download(comp)),
-            }
-
-        def show_recorded(kind: str) -> dict:
-            try:
-                comp = Comparison.load(RECORDED_RUN)
-            except SBoNError as e:
-                return {status: f"⚠ the recorded run could not be shown: {e}"}
-            return {**show(comp, "the recorded run shipped with the app", kind, RECORDED_RUN), status: "",
-                    live_plot: last_round(comp)}
-
-        def on_upload(path: str | None, kind: str) -> dict:
-            try:
-                comp = load_upload(path)
-            except SBoNError as e:
-                gr.Warning(str(e))
-                return {status: f"⚠ could not replay that file: {e}"}
-            except Exception as e:  # a file no check foresaw: still one line, and the views stay as they were
-                log.exception("upload failed")
-                return {status: f"⚠ could not replay that file: {type(e).__name__}: {str(e)[:200]}"}
-            return {**show(comp, f"uploaded file {Path(path).name}", kind, path), status: "Replaying the uploaded run",
-                    live_plot: last_round(comp)}
-
-        def on_run(*values: Any) -> Iterator[dict]:
-            idle = {run_btn: gr.Button(interactive=True), stop_btn: gr.Button(visible=False)}
-            try:
-                settings = settings_from(values[:-1])
-            except SBoNError as e:
-                gr.Warning(str(e))
-                yield {status: f"⚠ {e}", **idle}
-                return
-            kind = values[-1]
-            clicked = time.perf_counter()
-            yield {status: "Starting…", run_btn: gr.Button(interactive=False),
-                   stop_btn: gr.Button(visible=True), live_plot: round_figure(None, settings.n)}
-            try:
-                load = MODELS.load_async(settings.generator, settings.reward)
-                while not load.done():  # the first Run after start may find the models still loading
-                    yield {status: f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)"}
-                    wait([load], timeout=STATUS_EVERY_S)
-                gen, rew = load.result()
-                tracker = LiveTracker(settings.max_new_tokens, started=clicked)
-                last_status = 0.0
-                for event in comparison_events(gen, rew, settings.prompt, **settings.comparison_kwargs()):
-                    if tracker.update(event):  # a decision point: one new frame
-                        yield {status: tracker.status(), live_plot: round_figure(tracker.views[-1], tracker.n)}
-                    elif isinstance(event, ComparisonDone):
-                        done = {**show(event.comparison, "your run", kind), **idle}
-                        first = tracker.first_round_at
-                        done[status] = (f"Done in {tracker.elapsed:.1f} s from the click"
-                                        + (f"; first decision point drawn after {first:.1f} s" if first else ""))
-                        log.info("run finished: %.1f s from click, first round %s s, settings %s",
-                                 tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
-                        yield done
-                    elif tracker.elapsed - last_status >= STATUS_EVERY_S:
-                        last_status = tracker.elapsed
-                        yield {status: tracker.status()}
-            except SBoNError as e:
-                gr.Warning(str(e))
-                yield {status: f"⚠ {e}", **idle}
-            except Exception as e:  # keep serving: one failed run must not take the app down
-                log.exception("run failed")
-                gr.Warning(f"the run failed: {type(e).__name__}: {e}")
-                yield {status: f"⚠ the run failed: {type(e).__name__}: {e}", **idle}
-
-        def on_model_timer() -> dict:
-            line = models_status()
-            return {model_status: line, model_timer: gr.Timer(active=line.startswith("⏳"))}
-
-        def on_stop() -> dict:
-            return {status: "Stopped: the views still show the previous run", run_btn: gr.Button(interactive=True),
-                    stop_btn: gr.Button(visible=False)}
-
-        def on_method(m: str) -> dict:
-            return {tau: gr.Number(visible=m == "sbon-tau"), kv_budget: gr.Number(visible=m == "sbon")}
-
-        def on_prompt(text: str) -> dict:
-            note = CONTENT_NOTES.get(text.strip())
-            return {prompt_note: gr.Markdown(f"⚠ **Content note:** {note}" if note else "", visible=bool(note))}
-
-        def on_decision_point(comp: Comparison | None, round: int | None):
-            return figures.partial_final_scatter(comp, round or 1) if comp else gr.skip()
-
-        def on_pick(comp: Comparison | None, k: int | None):
-            return tables.candidate_detail_html(comp, int(k)) if comp is not None and k is not None else gr.skip()
-
-        def on_table_select(comp: Comparison | None, evt: gr.SelectData):
-            # The first column is the candidate id, whatever order the user sorted the rows in.
-            if comp is None or not evt.row_value:
-                return gr.skip(), gr.skip()
-            k = int(evt.row_value[0])
-            return k, tables.candidate_detail_html(comp, k)
-
-        def on_play(comp: Comparison | None) -> Iterator:
-            # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
-            for i in range(len(comp.sbon.decision_points) if comp else 0):
-                yield rounds_animation(comp.sbon, i)
-                time.sleep(PLAY_STEP_S)
-
-        def on_tradeoff_kind(comp: Comparison | None, kind: str):
-            return figures.tradeoff_figure(comp, kind) if comp else gr.skip()
-
-        private = dict(api_visibility="private")
-        run_event = run_btn.click(on_run, inputs=controls + [tradeoff_kind], outputs=views + [status, live_plot,
-                                  run_btn, stop_btn], concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
-                                  show_progress="hidden", **private)
-        stop_btn.click(on_stop, outputs=[status, run_btn, stop_btn], cancels=[run_event], **private)
-        method.change(on_method, inputs=method, outputs=[tau, kv_budget], **private)
-        prompt.change(on_prompt, inputs=prompt, outputs=prompt_note, **private)
-        decision_point.change(on_decision_point, inputs=[comparison, decision_point], outputs=scatter, **private)
-        picker.change(on_pick, inputs=[comparison, picker], outputs=detail, **private)
-        table.select(on_table_select, inputs=comparison, outputs=[picker, detail], **private)
-        play_btn.click(on_play, inputs=comparison, outputs=rounds_plot, show_progress="hidden", **private)
-        model_timer.tick(on_model_timer, outputs=[model_status, model_timer], show_progress="hidden", **private)
-        tradeoff_kind.change(on_tradeoff_kind, inputs=[comparison, tradeoff_kind], outputs=tradeoff_plot, **private)
-        upload.upload(on_upload, inputs=[upload, tradeoff_kind], outputs=views + [status, live_plot], **private)
-        replay_btn.click(show_recorded, inputs=tradeoff_kind, outputs=views + [status, live_plot], **private)
-        demo.load(show_recorded, inputs=tradeoff_kind, outputs=views + [status, live_plot], **private)
-        # The API shares the Run button's single generation slot: one generation at a time per device.
-        gr.api(compare, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
+        wire(ui, demo)
     return demo
+
+
+def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
+    """Connect the page's events to the handlers above. Handlers return {element name: value};
+    `by_name` turns that into what Gradio takes."""
+    def el(*names: str) -> list:
+        return [getattr(ui, name) for name in names]
+
+    def by_name(handler: Callable) -> Callable:
+        def elements(update: dict[str, Any]) -> dict:
+            return {getattr(ui, name): value for name, value in update.items()}
+        if inspect.isgeneratorfunction(handler):
+            @functools.wraps(handler)
+            def stream(*args):
+                for update in handler(*args):
+                    yield elements(update)
+            return stream
+        return functools.wraps(handler)(lambda *args: elements(handler(*args)))
+
+    private = dict(api_visibility="private")
+    run_event = ui.run_btn.click(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind"), outputs=el(*RUN_OUTPUTS),
+                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
+                                 show_progress="hidden", **private)
+    ui.stop_btn.click(by_name(on_stop), outputs=el("status", "run_btn", "stop_btn"), cancels=[run_event], **private)
+    ui.method.change(by_name(on_method), inputs=ui.method, outputs=el("tau", "kv_budget", "first_decision"), **private)
+    ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)
+    ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point"), outputs=ui.scatter,
+                             **private)
+    ui.picker.change(on_pick, inputs=el("comparison", "picker"), outputs=ui.detail, **private)
+    ui.table.select(on_table_select, inputs=ui.comparison, outputs=el("picker", "detail"), **private)
+    ui.play_btn.click(on_play, inputs=ui.comparison, outputs=ui.rounds_plot, show_progress="hidden", **private)
+    ui.model_timer.tick(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden",
+                        **private)
+    ui.tradeoff_kind.change(on_tradeoff_kind, inputs=el("comparison", "tradeoff_kind"), outputs=ui.tradeoff_plot,
+                            **private)
+    ui.tune_file.upload(by_name(on_tune_upload), inputs=ui.tune_file,
+                        outputs=el("tuning", "tune_summary", "tune_table", "use_tuned"), **private)
+    ui.use_tuned.click(by_name(on_use_tuned), inputs=ui.tuning,
+                       outputs=el("method", "alpha", "tau", "prune_by", "n", "max_new_tokens", "first_decision"), **private)
+    ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind"), outputs=el(*SHOWN), **private)
+    ui.replay_btn.click(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
+    demo.load(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
+    # The API shares the Run button's single generation slot: one generation at a time per device.
+    gr.api(compare, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
 
 
 demo = build_demo()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import typing
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig
+from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig, setting
 from sbon.errors import SBoNError
+from sbon.options import field_kind
+from sbon.signals import SIGNALS
 from sbon.models import DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -23,46 +26,31 @@ MAX_PROMPT_CHARS = 20_000  # well past the embedded model's 8k-token context; re
 
 
 @dataclass
-class RunSettings:
-    """Everything one comparison needs; the defaults finish in about a minute on 2 CPU cores."""
-    prompt: str = ""
-    generator: str = DEFAULT_GENERATOR
-    reward: str = DEFAULT_REWARD
-    method: str = "sbon"
-    n: int = 16
+class RunSettings(RunConfig):
+    """A RunConfig with the app's defaults, plus what only the page holds: the prompt, the models and
+    the Best-of-N baseline. The defaults finish in about a minute on 2 CPU cores."""
+    n: int = 16  # the page always starts a given number of candidates (the CLI can derive N from a budget)
     # alpha 0.2 and 128 tokens give three decision points (after 32, 51 and ~98 tokens for a 55-token prompt)
     # in about a minute on 2 CPU cores, so the page shows rounds, not a single cut.
     alpha: float = 0.2
-    tau: int = 16  # decision token of "sbon-tau"
-    kv_budget: int = 0  # tokens of KV cache for "sbon"; 0 = N candidates of the first decision's length
-    max_new_tokens: int = 128
-    temperature: float = 0.8
-    top_p: float = 0.95
-    seed: int = 0
-    bon_same_memory: bool = True  # Best-of-N in batches that fit SBoN's peak KV memory (the paper's setting)
+    tau: int = 16
+    prompt: str = setting("", "what the candidates answer")
+    generator: str = setting(DEFAULT_GENERATOR, "generator: a preset, a local folder or a hub id")
+    reward: str = setting(DEFAULT_REWARD, "reward model: a preset, a local folder or a hub id")
+    bon_same_memory: bool = setting(True, "run Best-of-N in batches that fit the KV cache Speculative Rejection "
+                                          "peaked at (the paper's memory-bound setting); off: all N at once")
 
     @classmethod
     def from_inputs(cls, **values: Any) -> "RunSettings":
-        """Settings from raw control values (numbers may arrive as floats or None): the one place
-        where UI input is coerced and checked, so bad input becomes one SBoNError message."""
-        s = cls()
-        for name, value in values.items():
-            default = getattr(cls, name)
-            if isinstance(default, bool):
-                value = bool(value)
-            elif isinstance(default, str):
-                value = "" if value is None else str(value)
-            elif isinstance(default, int):
-                value = _integer(name, value)
-            else:
-                value = _number(name, value)
-            setattr(s, name, value)
-        return s
+        """Settings from raw control values (numbers may arrive as floats, None or ""): the one place
+        where UI input is coerced, so bad input becomes one SBoNError message. A setting that is
+        optional in RunConfig ("none: automatic") reads 0 as none, as its control says."""
+        hints = typing.get_type_hints(cls)
+        return cls(**{name: _coerce(name, value, hints[name]) for name, value in values.items()})
 
     def check(self) -> None:
-        """Raise SBoNError on anything wrong that can be seen without loading a model."""
-        if not self.prompt.strip():
-            raise SBoNError("the prompt is empty: type a question or pick an example")
+        """Raise SBoNError on anything wrong that can be seen without loading a model: the app's own
+        limits, then every setting and the prompt as the library checks them."""
         if len(self.prompt) > MAX_PROMPT_CHARS:
             raise SBoNError(f"the prompt has {len(self.prompt):,} characters: this app takes at most {MAX_PROMPT_CHARS:,}")
         if self.method not in PRUNING_METHODS:
@@ -71,24 +59,32 @@ class RunSettings:
             raise SBoNError(f"N={self.n} is more than this app runs at once ({MAX_N})")
         if self.max_new_tokens > MAX_NEW_TOKENS:
             raise SBoNError(f"max new tokens={self.max_new_tokens} is more than this app allows ({MAX_NEW_TOKENS})")
-        if self.kv_budget < 0:
-            raise SBoNError(f"the KV budget must be a positive number of tokens, or 0 for automatic; got {self.kv_budget}")
-        self.config().validate()
+        self.config().validate(self.prompt)
         check_name(self.generator, GENERATORS, "generator")
         check_name(self.reward, REWARDS, "reward")
 
     def config(self) -> RunConfig:
         """The run's settings as the library takes them."""
-        return RunConfig(self.method, n=self.n, alpha=self.alpha, tau=self.tau, kv_budget=self.kv_budget or None,
-                         max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                         seed=self.seed)
-
-    def comparison_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`sbon.comparison.comparison_events` after the prompt."""
-        return dict(config=self.config(), bon_same_memory=self.bon_same_memory)
+        return RunConfig(**{f.name: getattr(self, f.name) for f in fields(RunConfig)})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    kind, optional = field_kind(hint)
+    if kind is bool:
+        return bool(value)
+    if kind is str:
+        return "" if value is None else str(value)
+    if optional and value in (None, ""):
+        return None
+    number = _integer(name, value) if kind is int else _number(name, value)
+    if optional and number == 0:
+        return None
+    if optional and number < 0:
+        raise SBoNError(f"{name} must be a positive number, or 0 for automatic; got {value}")
+    return number
 
 
 def _integer(name: str, value: Any) -> int:
@@ -123,6 +119,11 @@ def reward_choices() -> list[tuple[str, str]]:
 
 def method_choices() -> list[tuple[str, str]]:
     return [(label, name) for name, label in METHOD_LABELS.items()]
+
+
+def signal_choices() -> list[str]:
+    """The pruning signals (sbon.signals.SIGNALS: a new one appears here by itself)."""
+    return list(SIGNALS)
 
 
 # -- examples -------------------------------------------------------------------------------------

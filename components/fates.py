@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from sbon.results import FINISHED_EARLY, SURVIVED, pruned_in
 
-SURVIVED_COLOR, FINISHED_EARLY_COLOR = "#2a9d8f", "#457b9d"
-# One warm colour per round, so the rounds stay apart even in a long run.
-PRUNED_COLORS = ("#e76f51", "#f4a261", "#e9c46a", "#d62828", "#9d4edd", "#bc6c25", "#6d597a", "#b5838d")
-BON_COLOR = "#adb5bd"
+from .style import BON_COLOR, FINISHED_EARLY_COLOR, PRUNED_COLORS, SURVIVED_COLOR  # noqa: F401 (BON_COLOR re-exported)
 
 
 def fate_order(fates: set[str]) -> list[str]:

@@ -14,21 +14,15 @@ from sbon.counterfactual import tradeoff_grid
 from sbon.metrics import correlations
 from sbon.results import PHASES
 
-from .fates import BON_COLOR, fate_color, fate_order
+from .fates import fate_color, fate_order
+from .style import BON_COLOR, FINAL_SYMBOL, PARTIAL_SYMBOL, styled
 
-PARTIAL_SYMBOL, FINAL_SYMBOL = "circle", "diamond"
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
-
-
-def _base(fig: go.Figure, title: str, height: int = 440) -> go.Figure:
-    fig.update_layout(template="plotly_white", title=title, height=height, margin=dict(l=60, r=20, t=70, b=50),
-                      legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
-    return fig
 
 
 def empty_figure(message: str, height: int = 300) -> go.Figure:
     """A blank figure that says why it is blank."""
-    fig = _base(go.Figure(), "", height)
+    fig = styled(go.Figure(), "", height)
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
@@ -82,7 +76,7 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
                            "final reward %{y:.3f} (%{customdata[1]})<br>%{customdata[2]}<extra>" + name + "</extra>")))
     fig.add_vline(x=point.cut, line=dict(color="#264653", dash="dash", width=2),
                   annotation_text=f"cut {point.cut:.2f}", annotation_position="top left")
-    _base(fig, f"Partial vs final reward at round {round} (after {point.tokens} tokens) · "
+    styled(fig, f"Partial vs final reward at round {round} (after {point.tokens} tokens) · "
                f"Pearson {_fmt(corr['pearson'])} · Kendall τ {_fmt(corr['kendall'])} · {len(live)} partial rewards")
     fig.update_xaxes(title="partial reward at the decision point (◆ = finished, ranked by final reward)")
     fig.update_yaxes(title="final reward")
@@ -103,7 +97,7 @@ def tokens_per_candidate(comp: Comparison) -> go.Figure:
                          customdata=[comp.sbon.fate(c.id) for c in sb],
                          hovertemplate="candidate %{x}: %{y} tokens (%{customdata})<extra>Speculative Rejection</extra>"))
     m = comp.metrics
-    _base(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} · Speculative Rejection {m['sbon_tokens']} "
+    styled(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} · Speculative Rejection {m['sbon_tokens']} "
                f"(token rate {m['token_rate']:.2f})", height=380)
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_xaxes(title="candidate", dtick=1 if comp.n <= 32 else None)
@@ -120,7 +114,7 @@ def phase_times(comp: Comparison) -> go.Figure:
         fig.add_trace(go.Bar(y=[label for label, _ in runs], x=[r.timings.get(phase, 0.0) for _, r in runs],
                              name=phase, orientation="h", marker_color=colors[phase],
                              hovertemplate="%{y}: %{x:.2f} s<extra>" + phase + "</extra>"))
-    _base(fig, f"Wall time: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
+    styled(fig, f"Wall time: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
                f"{comp.sbon.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
     fig.update_layout(barmode="stack", legend_traceorder="normal")
     fig.update_xaxes(title="seconds")
@@ -153,7 +147,7 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
             text=[[f"{r:.2f}" for r in row] for row in rates.values], texttemplate="%{text}",
             customdata=rates.values,
             hovertemplate="α %{x}, τ %{y}<br>normalized score %{z:.1f}<br>token rate %{customdata:.2f}<extra></extra>"))
-        _base(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score; cells show the token rate")
+        styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score; cells show the token rate")
         fig.update_xaxes(title="rejection rate α", type="category")
         fig.update_yaxes(title="decision token τ", type="category")
         return fig
@@ -167,7 +161,7 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
     fig.add_trace(go.Scatter(x=[m["token_rate"]], y=[m["normalized_score"]], mode="markers", name=f"this run ({comp.sbon.method})",
                              marker=dict(symbol="star", size=18, color="#e63946", line=dict(width=1, color="black")),
                              hovertemplate="this run<br>token rate %{x:.2f}<br>normalized score %{y:.1f}<extra></extra>"))
-    _base(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate, α along each curve")
+    styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate, α along each curve")
     fig.update_xaxes(title="token rate (tokens generated / Best-of-N's tokens)")
     fig.update_yaxes(title="normalized score", range=[-5, 105])
     return fig

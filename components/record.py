@@ -13,7 +13,9 @@ import time
 
 from sbon.comparison import ComparisonDone, MethodEvent, comparison_events
 from sbon.algorithms import DecisionTaken
+from sbon.config import PRUNING_METHODS
 from sbon.errors import SBoNError
+from sbon.options import add_options, values
 
 from .controls import ASSETS, RunSettings, load_examples
 from .model_cache import ModelCache, configure_threads
@@ -22,30 +24,21 @@ RECORDED_WITH = "python -m components.record"  # the app's defaults, on its firs
 
 
 def main(argv: list[str] | None = None) -> int:
-    d = RunSettings()
     examples = load_examples()
+    defaults = RunSettings(prompt=examples[0].prompt if examples else "What is Atlantis?")
     p = argparse.ArgumentParser(prog="python -m components.record", description=__doc__.splitlines()[0])
-    p.add_argument("--prompt", default=examples[0].prompt if examples else "What is Atlantis?")
-    p.add_argument("--method", default=d.method, choices=["sbon", "sbon-tau"])
-    p.add_argument("--n", type=int, default=d.n)
-    p.add_argument("--alpha", type=float, default=d.alpha)
-    p.add_argument("--tau", type=int, default=d.tau)
-    p.add_argument("--kv-budget", type=int, default=d.kv_budget)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--generator", default=d.generator)
-    p.add_argument("--reward", default=d.reward)
-    p.add_argument("--bon-same-memory", action=argparse.BooleanOptionalAction, default=d.bon_same_memory,
-                   help="Best-of-N in batches that fit SBoN's peak KV memory (the paper's setting; default on)")
+    # Every setting of the page, with the page's defaults: the recording is what Run gives a visitor.
+    add_options(p, defaults, skip=("batch_size",), overrides={"method": dict(choices=list(PRUNING_METHODS))})
     p.add_argument("--out", default=str(ASSETS / "recorded_run.json"))
     args = p.parse_args(argv)
     configure_threads()
     try:
-        settings = RunSettings.from_inputs(**{k: v for k, v in vars(args).items() if k != "out"})
+        settings = RunSettings(**values(args, RunSettings))
         settings.check()
         gen, reward = ModelCache().get(settings.generator, settings.reward)
         start = time.perf_counter()
-        for event in comparison_events(gen, reward, settings.prompt, **settings.comparison_kwargs()):
+        for event in comparison_events(gen, reward, settings.prompt, settings.config(),
+                                          bon_same_memory=settings.bon_same_memory):
             if isinstance(event, MethodEvent) and isinstance(event.event, DecisionTaken):
                 point = event.event.decision
                 print(f"{time.perf_counter() - start:6.1f} s  round {point.round} after {point.tokens} tokens: "

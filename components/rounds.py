@@ -11,10 +11,9 @@ import plotly.graph_objects as go
 
 from sbon.results import DecisionPoint, RunResult, pruned_in
 
-from .fates import FINISHED_EARLY_COLOR, SURVIVED_COLOR, fate_color
+from .fates import fate_color
+from .style import CUT_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR, styled
 
-CUT_COLOR = "#264653"
-PARTIAL_SYMBOL, FINAL_SYMBOL = "circle", "diamond"
 
 
 def round_views(run: RunResult) -> list[DecisionPoint]:
@@ -59,10 +58,8 @@ def _title(view: DecisionPoint) -> str:
 def _layout(fig: go.Figure, n: int, x_range: list[float] | None, extra: int = 0) -> None:
     # One row per candidate: the figure grows with N so that the ids stay readable.
     height = min(1000, max(420, 150 + 16 * n)) + extra
-    fig.update_layout(template="plotly_white", height=height, margin=dict(l=60, r=20, t=60, b=50),
-                      legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"),
-                      xaxis_title="reward at the decision point (● partial, ◆ final)",
-                      yaxis_title="candidate")
+    styled(fig, height=height, top=60)
+    fig.update_layout(xaxis_title="reward at the decision point (● partial, ◆ final)", yaxis_title="candidate")
     fig.update_yaxes(range=[n - 0.5, -0.5], dtick=1 if n <= 32 else None, zeroline=False)
     if x_range:
         fig.update_xaxes(range=x_range)

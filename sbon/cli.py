@@ -11,8 +11,8 @@ from tqdm import tqdm
 
 from .algorithms import Done, RoundStarted, TokensGenerated, drive, events
 from .comparison import Comparison, ComparisonDone, CounterfactualScored, MethodEvent, comparison_events
-from .config import FIRST_DECISION_TOKENS, METHOD_SPECS, RunConfig
-from .signals import SIGNALS
+from .config import METHOD_SPECS, RunConfig
+from .options import add_options, values
 from .errors import SBoNError, exit_code
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, load_generator,
                      load_reward)
@@ -28,28 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="generate for one prompt and print the best response")
     r.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"what to answer (default: AlpacaEval's first prompt, {DEFAULT_PROMPT!r})")
-    r.add_argument("--method", choices=list(METHOD_SPECS), default="sbon",
-                   help="; ".join(f"{name}: {spec.label}" for name, spec in METHOD_SPECS.items()))
-    r.add_argument("--n", type=int, default=None,
-                   help=f"candidates to start with (default {DEFAULT_N}; for sbon with --kv-budget: as many as it holds)")
-    r.add_argument("--alpha", type=float, default=0.5, help="rejection rate at each decision point (default 0.5)")
-    r.add_argument("--tau", type=int, default=32, help="decision token for sbon-tau (default 32)")
-    r.add_argument("--kv-budget", type=kv_budget_arg, default=None,
-                   help="KV cache budget in tokens for sbon, or 'auto': 80%% of the device's free memory (the "
-                        "rest left to the reward model), N from it, at most 1000 (default: N candidates of "
-                        "prompt + first-decision tokens)")
-    r.add_argument("--first-decision", type=int, default=None,
-                   help=f"sbon: tokens before the first decision point when the budget comes from N or N from "
-                        f"the budget (default {FIRST_DECISION_TOKENS}, or half of --max-new-tokens if shorter)")
-    r.add_argument("--prune-by", choices=list(SIGNALS), default=RunConfig.prune_by,
-                   help="sbon, sbon-tau: the pruning signal that scores live candidates at a decision point "
-                        "(default: the reward model on the partial response); the final choice is always by reward")
-    r.add_argument("--batch-size", type=int, default=None, help="bon: candidates per batch (default all)")
-    r.add_argument("--max-new-tokens", type=int, default=128)
-    r.add_argument("--temperature", type=float, default=RunConfig.temperature)
-    r.add_argument("--top-p", type=float, default=RunConfig.top_p)
-    r.add_argument("--top-k", type=int, default=RunConfig.top_k)
-    r.add_argument("--seed", type=int, default=0)
+    # One option per RunConfig setting, with its help and default (sbon.config); two take more here.
+    add_options(r, RunConfig(), overrides={
+        "n": dict(default=None, help=f"candidates to start with (default {DEFAULT_N}; for sbon with --kv-budget: "
+                                     "as many as it holds)"),
+        "kv_budget": dict(type=kv_budget_arg, help="sbon: KV cache budget in tokens, or 'auto': 80%% of the device's "
+                                                   "free memory (the rest left to the reward model), N from it, at "
+                                                   "most 1000 (default: N candidates of prompt + first-decision tokens)"),
+    })
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
     r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
@@ -79,11 +65,11 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     """The run's settings from the command line, checked: which options go together, then N and the
     budget (sbon given a budget, or 'auto', and no N starts as many candidates as the budget holds, as
     in the paper; otherwise N is DEFAULT_N), then every value."""
-    for given, option in ((args.kv_budget is not None, "--kv-budget"), (args.first_decision is not None, "--first-decision"),
-                          (args.batch_size is not None, "--batch-size"), (args.prune_by != RunConfig.prune_by, "--prune-by")):
-        methods = [name for name, spec in METHOD_SPECS.items() if option[2:].replace("-", "_") in spec.params]
-        if given and args.method not in methods:
-            raise SBoNError(f"{option} applies to --method {' or '.join(methods)}, not {args.method}")
+    defaults = RunConfig()
+    for name in dict.fromkeys(p for spec in METHOD_SPECS.values() for p in spec.params):
+        methods = [m for m, spec in METHOD_SPECS.items() if name in spec.params]
+        if getattr(args, name) != getattr(defaults, name) and args.method not in methods:
+            raise SBoNError(f"--{name.replace('_', '-')} applies to --method {' or '.join(methods)}, not {args.method}")
     if args.compare and not METHOD_SPECS[args.method].prunes:
         raise SBoNError(f"--compare compares a Speculative Rejection method with Best-of-N, not {args.method}")
     if args.bon_same_memory and not args.compare:
@@ -95,10 +81,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         kv_budget = None  # speculative_rejection given neither N nor a budget measures free memory
     elif n is None and kv_budget is None:
         n = DEFAULT_N
-    return RunConfig(args.method, n=n, alpha=args.alpha, tau=args.tau, kv_budget=kv_budget,
-                     first_decision=args.first_decision, batch_size=args.batch_size, prune_by=args.prune_by,
-                     max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                     top_k=args.top_k, seed=args.seed).validate(args.prompt)
+    return RunConfig(**{**values(args, RunConfig), "n": n, "kv_budget": kv_budget}).validate(args.prompt)
 
 
 def with_progress(events: Iterable, max_new_tokens: int, label: str) -> Iterator:

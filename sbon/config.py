@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .engine import SamplingConfig, check_prompt
 from .errors import SBoNError
@@ -53,22 +53,40 @@ def resolve_first_decision(first_decision: int | None, max_new_tokens: int) -> i
     return first_decision
 
 
+def setting(default: Any, help: str, choices: Callable[[], list[str]] | None = None) -> Any:
+    """A RunConfig field with the help text (and choices) that every front end shows for it: the CLI
+    and the recording script build their options from these (sbon.options), so a new setting is
+    written once, here."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+def _signal_names() -> list[str]:
+    from .signals import SIGNALS  # signals import the engine's types only; imported when asked, no cycle
+    return list(SIGNALS)
+
+
 @dataclass
 class RunConfig:
     """Everything that defines a run but the models and the prompt."""
-    method: str = "sbon"
-    n: int | None = 16  # None: for sbon, as many as the KV budget holds
-    alpha: float = 0.5  # rejection rate at each decision point
-    tau: int = 32  # sbon-tau: the decision token
-    kv_budget: int | None = None  # sbon: KV cache tokens (None: N candidates of first_decision tokens)
-    first_decision: int | None = None  # sbon: tokens before the first decision point (None: the default)
-    batch_size: int | None = None  # bon: candidates per batch (None: all at once)
-    prune_by: str = "reward"  # the pruning signal that scores live candidates at a decision point
-    max_new_tokens: int = 128
-    temperature: float = 0.8
-    top_p: float = 0.95
-    top_k: int = 0  # 0 = off
-    seed: int = 0
+    method: str = setting("sbon", "; ".join(f"{s.name}: {s.label}" for s in METHOD_SPECS.values()),
+                          choices=lambda: list(METHOD_SPECS))
+    n: int | None = setting(16, "candidates to start with (sbon: none = as many as the KV budget holds)")
+    alpha: float = setting(0.5, "rejection rate at each decision point: the fraction of candidates in "
+                                "contention that is halted")
+    tau: int = setting(32, "sbon-tau: the decision token")
+    kv_budget: int | None = setting(None, "sbon: KV cache budget in tokens (none: N candidates of prompt + "
+                                          "first-decision tokens)")
+    first_decision: int | None = setting(None, f"sbon: tokens before the first decision point when the budget "
+                                               f"comes from N (none: {FIRST_DECISION_TOKENS}, or half of the "
+                                               f"max new tokens if shorter)")
+    batch_size: int | None = setting(None, "bon: candidates per batch (none: all at once)")
+    prune_by: str = setting("reward", "sbon, sbon-tau: the pruning signal that scores live candidates at a decision "
+                                      "point (the final choice is always by the reward model)", choices=_signal_names)
+    max_new_tokens: int = setting(128, "tokens each candidate may generate")
+    temperature: float = setting(0.8, "sampling temperature")
+    top_p: float = setting(0.95, "nucleus sampling: keep the smallest set of tokens with this much probability")
+    top_k: int = setting(0, "keep only the k most likely tokens (0 = off)")
+    seed: int = setting(0, "seed of the coupled sampling: candidate k is the same text in every method")
 
     @classmethod
     def build(cls, sampling: SamplingConfig | None = None, **settings: Any) -> "RunConfig":
@@ -115,7 +133,7 @@ class RunConfig:
         if self.method == "sbon":
             resolve_first_decision(self.first_decision, self.max_new_tokens)
         if self.spec.prunes:
-            from .signals import check_signal  # signals import the engine's types only; no cycle at import time
+            from .signals import check_signal  # as in _signal_names: no cycle at import time
             check_signal(self.prune_by)
         self.sampling.validate()
         return self

@@ -14,6 +14,7 @@ from components.live import LiveTracker
 from components.model_cache import ModelCache
 from components.rounds import round_figure, round_views, rounds_animation
 from sbon.comparison import Comparison
+from sbon.config import RunConfig
 from sbon.counterfactual import partial_final_stats, tradeoff_grid
 from sbon.errors import SBoNError
 from sbon.metrics import correlations
@@ -208,10 +209,13 @@ def test_fates(comparison):
 
 
 def test_settings_coerce_and_check():
-    s = RunSettings.from_inputs(prompt="hi", n=8.0, alpha=0.25, max_new_tokens=32.0, seed=3)
+    s = RunSettings.from_inputs(prompt="hi", n=8.0, alpha=0.25, max_new_tokens=32.0, seed=3, kv_budget=0.0,
+                                first_decision=0, prune_by="logprob")
     assert (s.n, s.max_new_tokens, s.seed) == (8, 32, 3)
     s.check()
-    assert s.comparison_kwargs()["config"].kv_budget is None  # 0 means automatic
+    config = s.config()
+    assert type(config) is RunConfig and config.kv_budget is None and config.first_decision is None  # 0: automatic
+    assert (config.n, config.alpha, config.prune_by) == (8, 0.25, "logprob")
     for values, message in [
         (dict(prompt="  "), "prompt is empty"),
         (dict(prompt="hi", n=0), "N must be at least 1"),
@@ -224,6 +228,9 @@ def test_settings_coerce_and_check():
         (dict(prompt="hi", top_p=0), "top_p"),
         (dict(prompt="hi", n=10_000), "more than this app runs"),
         (dict(prompt="hi", temperature="warm"), "must be a number"),
+        (dict(prompt="hi", kv_budget=-5), "kv_budget must be a positive number"),
+        (dict(prompt="hi", prune_by="vibes"), "vibes"),
+        (dict(prompt="hi", first_decision=200, max_new_tokens=64), "first_decision=200 must be below"),
     ]:
         with pytest.raises(SBoNError, match=message):
             RunSettings.from_inputs(**values).check()

@@ -1,0 +1,73 @@
+"""Command-line options made from a settings dataclass: one `--option` per field, with the field's
+default, help and choices (see ``sbon.config.setting``). The CLI and the recording script build
+their options here, so a new RunConfig field reaches both without being written again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any, Iterable
+
+
+def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: Any, *,
+                skip: Iterable[str] = (), overrides: dict[str, dict[str, Any]] | None = None) -> None:
+    """Add ``--field-name`` for each field of the dataclass instance ``defaults`` (its values are the
+    defaults). Booleans get ``--x/--no-x``; ``int | None`` fields take a number or ``none``.
+    ``overrides`` replaces argparse keywords of single options (e.g. a type that also takes 'auto')."""
+    hints = typing.get_type_hints(type(defaults))
+    metadata = _metadata(type(defaults))
+    skip, overrides = set(skip), overrides or {}
+    for f in dataclasses.fields(defaults):
+        if f.name in skip:
+            continue
+        default = getattr(defaults, f.name)
+        kind, optional = field_kind(hints[f.name])
+        meta = metadata.get(f.name, {})
+        help_text = meta.get("help", "")
+        kwargs: dict[str, Any] = {"default": default, "help": f"{help_text} (default: {_show(default)})"}
+        if kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = _optional(kind) if optional else kind
+        choices = meta.get("choices")
+        if choices is not None:
+            kwargs["choices"] = choices()
+        kwargs.update(overrides.get(f.name, {}))
+        parser.add_argument("--" + f.name.replace("_", "-"), **kwargs)
+
+
+def values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The parsed values of ``cls``'s fields, by field name (options that were skipped are left out)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}
+
+
+def _metadata(cls: type) -> dict[str, Any]:
+    """Each field's help and choices, also where a subclass gave a field only a new default (a
+    RunConfig subclass with the page's defaults keeps RunConfig's help)."""
+    found: dict[str, Any] = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base):
+            found.update({f.name: f.metadata for f in dataclasses.fields(base) if f.metadata})
+    return found
+
+
+def field_kind(hint: Any) -> tuple[type, bool]:
+    """(the value's type, whether None is allowed) for hints like ``int``, ``int | None``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return inner[0], len(inner) < len(typing.get_args(hint))
+    return hint, False
+
+
+def _optional(kind: type):
+    def parse(text: str):
+        return None if text.lower() == "none" else kind(text)
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid int value" message
+    return parse
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else str(value)
