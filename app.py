@@ -39,7 +39,7 @@ from components.live import LiveTracker  # noqa: E402
 from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
 from sbon.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
-from sbon.config import FIRST_DECISION_TOKENS  # noqa: E402
+from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
@@ -339,11 +339,16 @@ def on_model_timer() -> dict[str, Any]:
     return {"model_status": line, "model_timer": gr.Timer(active=line.startswith("⏳"))}
 
 
+METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
+
+
 def on_method(method: str) -> dict[str, Any]:
-    """Each method's own knobs: τ for one decision token, the budget and first decision for rounds."""
-    rounds = method == "sbon"
-    return {"tau": gr.Number(visible=not rounds), "kv_budget": gr.Number(visible=rounds),
-            "first_decision": gr.Number(visible=rounds)}
+    """Show each method's own knobs: τ for one decision token, the budget and first decision for rounds."""
+    return {knob: gr.Number(visible=reads(method, knob)) for knob in METHOD_KNOBS}
+
+
+def reads(method: str, setting: str) -> bool:
+    return method in METHOD_SPECS and setting in METHOD_SPECS[method].params
 
 
 def on_prompt(text: str) -> dict[str, Any]:
@@ -419,12 +424,12 @@ def build_demo() -> gr.Blocks:
                                          elem_id="alpha")
                 with gr.Row():
                     ui.kv_budget = gr.Number(0, label="KV budget (tokens; 0 = N × (prompt + first decision))",
-                                             precision=0, elem_id="kv-budget", visible=DEFAULTS.method == "sbon")
+                                             precision=0, elem_id="kv-budget", visible=reads(DEFAULTS.method, "kv_budget"))
                     ui.first_decision = gr.Number(0, label=f"first decision point (tokens; 0 = {FIRST_DECISION_TOKENS})",
                                                   precision=0, elem_id="first-decision",
-                                                  visible=DEFAULTS.method == "sbon")
+                                                  visible=reads(DEFAULTS.method, "first_decision"))
                     ui.tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0,
-                                       visible=DEFAULTS.method == "sbon-tau", elem_id="tau")
+                                       visible=reads(DEFAULTS.method, "tau"), elem_id="tau")
                     ui.max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
                                                   elem_id="max-new-tokens")
                 ui.prune_by = gr.Dropdown(signal_choices(), value=DEFAULTS.prune_by, label="Pruning signal",
@@ -531,7 +536,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                                  concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
                                  show_progress="hidden", **private)
     ui.stop_btn.click(by_name(on_stop), outputs=el("status", "run_btn", "stop_btn"), cancels=[run_event], **private)
-    ui.method.change(by_name(on_method), inputs=ui.method, outputs=el("tau", "kv_budget", "first_decision"), **private)
+    ui.method.change(by_name(on_method), inputs=ui.method, outputs=el(*METHOD_KNOBS), **private)
     ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)
     ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point"), outputs=ui.scatter,
                              **private)
