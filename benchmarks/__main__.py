@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import app_timing, common, counterfactual, efficiency, engine, kvcache, memory, perplexity, signals, table1, tune
+from . import app_timing, common, counterfactual, distributed, efficiency, engine, kvcache, memory, perplexity, signals, table1, tune
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +25,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(args, "protocol"):
         common.apply_protocol(args)
 
-    return exit_code(lambda: args.main(args))
+    try:
+        return exit_code(lambda: args.main(args))
+    finally:
+        distributed.shutdown()  # the Ray workers of a --ray run; nothing without one
 
 
 if __name__ == "__main__":
