@@ -38,7 +38,7 @@ from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import best_of_m_reward, compute_at_score, normalized_score
 from sbon.rewards import RewardModel
 
-from . import common, distributed
+from . import common, distributed, vllm_bon
 from .memory import sizes
 
 
@@ -296,6 +296,7 @@ def add_efficiency_args(p: argparse.ArgumentParser, reward: str | None = None, *
     for prompts of at most (b x max_new_tokens - n) / (n - b) tokens (41 for N=16, B=4, 128 tokens)."""
     common.add_common_args(p, k=k, n=n, max_new_tokens=max_new_tokens, protocol="neurips")
     distributed.add_ray_args(p)
+    vllm_bon.add_baseline_args(p)
     if reward:
         p.set_defaults(reward=reward)
     g = p.add_argument_group("efficiency")
@@ -336,6 +337,7 @@ def adopt_saved_settings(args: argparse.Namespace) -> dict[Any, dict] | None:
 
 
 def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    vllm_bon.check_available(args)
     saved = adopt_saved_settings(args)
     gen, reward = common.setup(args)
     if saved is not None:
@@ -358,6 +360,13 @@ def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], 
     result = run_efficiency(gen, reward, prompts, b=args.b, n=args.n, alphas=args.alphas,
                             max_new_tokens=args.max_new_tokens, sampling=common.sampling_from(args), seed=args.seed,
                             quiet=args.quiet, saved=saved, on_prompt=write)
+    if args.baseline == "vllm":
+        result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, [p for p in prompts if p["id"] not in
+                                                                      result["skipped_prompts"]],
+                                                        n=args.n, max_new_tokens=args.max_new_tokens,
+                                                        sampling=common.sampling_from(args), seed=args.seed,
+                                                        gpu_memory=args.vllm_gpu_memory, quiet=args.quiet)
+        vllm_bon.against_efficiency(result["vllm_baseline"], result["rows"])
     write(result)
     return result, settings
 
@@ -367,6 +376,10 @@ def main(args: argparse.Namespace) -> int:
     json_path, html_path = common.result_paths(args, "efficiency")
     common.print_table(f"score vs accelerator compute ({result['summary']['prompts']} prompts, B={args.b}, "
                        f"{args.max_new_tokens} new tokens; compute relative to Best-of-{args.b}):", curve_table(result))
+    if "vllm_baseline" in result:
+        v = result["vllm_baseline"]["summary"]
+        print(f"  vLLM Best-of-{args.n} on one accelerator: score {v['score']['mean']:.1f}, "
+              f"{v['time_vs_best_of_b']['mean']:.2f}x Best-of-{args.b}'s seconds")
     if result["skipped_prompts"]:
         print(f"  skipped (prompt too long for N={args.n} in the budget): {result['skipped_prompts']}")
     for c in result["summary"]["sbon"]:

@@ -20,7 +20,7 @@ from sbon.metrics import best_of_m_reward, best_of_m_size, compare, normalized_s
 from sbon.results import RunResult
 from sbon.rewards import RewardModel
 
-from . import common, distributed
+from . import common, distributed, vllm_bon
 
 TARGET_SPEEDUP, TARGET_SCORE = 4.0, 98.0
 
@@ -226,6 +226,7 @@ def add_parser(sub) -> None:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     common.add_common_args(p)
     distributed.add_ray_args(p)
+    vllm_bon.add_baseline_args(p)
     g = p.add_argument_group("speculative rejection")
     g.add_argument("--method", choices=["sbon", "sbon-tau"], default="sbon",
                    help="sbon: memory-budget rounds (the paper's); sbon-tau: one decision token")
@@ -242,12 +243,19 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    vllm_bon.check_available(args)
     prompts = common.prompts_from(args)
     gen, reward = common.setup(args)
     result = run_table1(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, method=args.method, alpha=args.alpha,
                         first_decision=args.first_decision, kv_budget=args.kv_budget, tau=args.tau,
                         best_of_m=not args.no_best_of_m, bon_memory=args.bon_memory, quiet=args.quiet)
+    if args.baseline == "vllm":
+        result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, prompts, n=args.n,
+                                                        max_new_tokens=args.max_new_tokens,
+                                                        sampling=common.sampling_from(args), seed=args.seed,
+                                                        gpu_memory=args.vllm_gpu_memory, quiet=args.quiet)
+        vllm_bon.against_table1(result["vllm_baseline"], result["rows"])
     settings = {**common.base_settings(args, gen, reward, prompts), "method": args.method, "alpha": args.alpha,
                 "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau,
                 "bon_memory": args.bon_memory}
@@ -259,6 +267,11 @@ def main(args: argparse.Namespace) -> int:
                        methods_table(result, args.n))
     for name, ok in result["targets"].items():
         print(f"  target {name}: {'met' if ok else 'NOT met'}")
+    if "vllm_baseline" in result:
+        v = result["vllm_baseline"]["summary"]
+        print(f"  vLLM Best-of-{args.n}: {v['vllm_time']['mean']:.3f} s per prompt; Speculative Rejection's speedup "
+              f"over it {v['sbon_speedup_vs_vllm']['mean']:.2f} (mean), ours Best-of-N's "
+              f"{v['bon_speedup_vs_vllm']['mean']:.2f}")
     if not args.no_plot:
         common.write_plot(plot(result, args.n), html_path)
     print(f"\nwrote {json_path}" + ("" if args.no_plot else f" and {html_path}"))
