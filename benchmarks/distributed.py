@@ -19,6 +19,7 @@ import argparse
 import os
 import platform
 import sys
+import time
 from collections import deque
 from typing import Any, Callable, Iterator, Sequence
 
@@ -126,23 +127,30 @@ class Pool:
                                        "worker_resources": self.resources, "retries_per_prompt": RETRIES,
                                        "worker_environments": [], "retried": [], "failed_prompts": []}
         print(f"starting {k} Ray worker(s) ({self.resources}) ...", file=sys.stderr)
-        self.workers = [self.start_worker() for _ in range(k)]
+        start = time.perf_counter()
+        self.workers = self.start_workers(k)
+        self.record["startup_s"] = time.perf_counter() - start  # all workers up, models loaded and warmed up
+        self.record["sweeps"] = []  # per map over the prompts: how many and its wall seconds on the workers
 
-    def start_worker(self):
-        """A fresh actor, its models loaded; its environment goes into the record."""
-        actor = self.ray.remote(**self.resources)(ModelWorker).remote(self.started, self.models, self.deaths_left > 0)
-        self.started += 1
-        self.deaths_left -= 1
+    def start_workers(self, count: int) -> list:
+        """Fresh actors, loading their models side by side; their environments go into the record."""
+        actors = []
+        for _ in range(count):
+            actors.append(self.ray.remote(**self.resources)(ModelWorker).remote(self.started, self.models,
+                                                                                self.deaths_left > 0))
+            self.started += 1
+            self.deaths_left -= 1
         try:
-            self.record["worker_environments"].append(self.ray.get(actor.environment.remote()))
+            self.record["worker_environments"] += self.ray.get([a.environment.remote() for a in actors])
         except self.ray.exceptions.RayActorError as e:
             raise SBoNError(f"a Ray worker could not load the models: {one_line(e)}") from None
-        return actor
+        return actors
 
     def map(self, work: Callable, prompts: Sequence[dict], bar=None, steps: int = 1) -> Iterator[tuple[dict, Any]]:
         """(prompt, work(gen, reward, prompt)) in prompt order, each run on the next free worker; `bar`
         moves `steps` per prompt done, in whatever order they finish."""
         ray = self.ray
+        started = time.perf_counter()
         work_ref = ray.put(work)  # the function and its settings, shipped once
         queue = deque((i, 0) for i in range(len(prompts)))  # (prompt index, attempt)
         idle, running, done, failed, next_out, finished = list(range(len(self.workers))), {}, {}, set(), 0, 0
@@ -159,7 +167,7 @@ class Pool:
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                     ray.exceptions.ObjectLostError) as e:  # the worker died: a fresh one, the prompt once more
                 self.lost(prompts[i], slot, attempt, e, queue, failed, i)
-                self.workers[slot] = self.start_worker()
+                self.workers[slot] = self.start_workers(1)[0]
             idle.append(slot)
             if i in done or i in failed:
                 finished += 1
@@ -167,6 +175,8 @@ class Pool:
                     bar.update(steps)
                     bar.set_postfix_str(f"{finished}/{len(prompts)} prompts on {len(self.workers)} Ray workers")
             while next_out in done or next_out in failed:
+                if next_out == len(prompts) - 1:  # the last result is in: the sweep's time, before the caller's work
+                    self.record["sweeps"].append({"prompts": len(prompts), "wall_s": time.perf_counter() - started})
                 if next_out in done:
                     yield prompts[next_out], done.pop(next_out)
                 next_out += 1
