@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import app_timing, common, counterfactual, distributed, efficiency, engine, kvcache, memory, perplexity, signals, table1, tune
+from . import app_timing, common, counterfactual, efficiency, engine, kvcache, memory, perplexity, signals, table1, tune
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from sbon.errors import exit_code
+
+    from . import distributed
 
     if hasattr(args, "protocol"):
         common.apply_protocol(args)

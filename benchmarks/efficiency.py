@@ -361,9 +361,9 @@ def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], 
                             max_new_tokens=args.max_new_tokens, sampling=common.sampling_from(args), seed=args.seed,
                             quiet=args.quiet, saved=saved, on_prompt=write)
     if args.baseline == "vllm":
-        result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, [p for p in prompts if p["id"] not in
-                                                                      result["skipped_prompts"]],
-                                                        n=args.n, max_new_tokens=args.max_new_tokens,
+        ran = {r["prompt_id"] for r in result["rows"]}
+        result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, [p for p in prompts if p["id"] in ran], n=args.n,
+                                                        max_new_tokens=args.max_new_tokens,
                                                         sampling=common.sampling_from(args), seed=args.seed,
                                                         gpu_memory=args.vllm_gpu_memory, quiet=args.quiet)
         vllm_bon.against_efficiency(result["vllm_baseline"], result["rows"])

@@ -11,7 +11,7 @@ from functools import partial
 import pytest
 import torch
 
-from benchmarks import common, distributed, table1
+from benchmarks import common, distributed, efficiency, table1
 from benchmarks.__main__ import build_parser, main
 from sbon.engine import SamplingConfig
 
@@ -80,6 +80,20 @@ def single_process(gen, likelihood, prompts, work, one_thread):
     return [out for _, out in common.map_prompts(work, prompts, gen, likelihood)]
 
 
+# efficiency's per-prompt row; at 40 new tokens only prompt 1 (38 tokens) fits N=4 in the budget of B=2,
+# the others come back None (skipped), so both paths are checked
+EFFICIENCY = partial(efficiency.prompt_row, b=2, n=4, alphas=(0.5,), max_new_tokens=40, sampling=SamplingConfig(),
+                     seed=0, saved=None)
+
+
+def without_seconds(obj):
+    """An efficiency row without what was timed (keys ending in _s, and the reward's share of the time)."""
+    if isinstance(obj, dict):
+        return {k: without_seconds(v) for k, v in obj.items()
+                if not (isinstance(k, str) and (k.endswith("_s") or k == "reward_share"))}
+    return obj
+
+
 def ray_args(*extra: str):
     args = build_parser().parse_args(["table1", *SMALL, "--ray", *extra])
     common.apply_protocol(args)
@@ -92,10 +106,12 @@ def without_timings(row: dict) -> dict:
 
 def test_ray_workers_give_the_single_process_results_in_order(ray_cluster, gen, likelihood, prompts, work,
                                                               single_process):
+    efficiency_here = [row for _, row in common.map_prompts(EFFICIENCY, prompts, gen, likelihood)]
     pool = distributed.start(ray_args("--ray-workers", "2"))
     try:
         assert not pool.owns_ray and len(pool.workers) == 2
         out = list(common.map_prompts(work, prompts, gen, likelihood))
+        efficiency_there = [row for _, row in common.map_prompts(EFFICIENCY, prompts, gen, likelihood)]
         record = common.environment()["distributed"]
     finally:
         distributed.shutdown()
@@ -105,6 +121,9 @@ def test_ray_workers_give_the_single_process_results_in_order(ray_cluster, gen, 
         assert [c.text for c in bon.candidates] == [c.text for c in bon_here.candidates]
         assert [c.final_reward for c in bon.candidates] == [c.final_reward for c in bon_here.candidates]
         assert [len(c.token_ids) for c in bon.candidates] == [len(c.token_ids) for c in bon_here.candidates]
+    assert [r is None for r in efficiency_here] == [True, False, True, True]
+    assert [without_seconds(r) for r in efficiency_there] == [without_seconds(r) for r in efficiency_here]
+    assert [s["prompts"] for s in record["sweeps"]] == [K, K]
     envs = record["worker_environments"]
     assert [e["worker"] for e in envs] == [0, 1] and len({e["pid"] for e in envs}) == 2
     assert all(e["torch_threads"] == 1 for e in envs)
@@ -155,4 +174,5 @@ def test_vllm_baseline_without_vllm_or_gpu_fails_in_one_line_before_any_work(exp
 
 def test_vllm_baseline_and_ray_are_refused_together(capsys, tmp_path):
     assert main(["table1", *SMALL, "--out-dir", str(tmp_path), "--ray", "--baseline", "vllm"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --baseline vllm runs in this process on its GPU: run it without --ray"
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --baseline vllm runs in this process on its GPU: run it without --ray"
