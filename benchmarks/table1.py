@@ -263,8 +263,8 @@ def main(args: argparse.Namespace) -> int:
     common.write_json({"experiment": "table1", "settings": settings, "environment": common.environment(gen), **result},
                       json_path)
     common.print_table("per prompt:", prompts_table(result))
-    common.print_table(f"Table 1 ({len(prompts)} prompts, N={args.n}, {args.max_new_tokens} new tokens):",
-                       methods_table(result, args.n))
+    common.print_table(f"Table 1 ({result['summary']['prompts']} prompts, N={args.n}, "
+                       f"{args.max_new_tokens} new tokens):", methods_table(result, args.n))
     for name, ok in result["targets"].items():
         print(f"  target {name}: {'met' if ok else 'NOT met'}")
     if "vllm_baseline" in result:
