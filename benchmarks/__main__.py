@@ -22,10 +22,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from sbon.errors import exit_code
 
+    from . import distributed
+
     if hasattr(args, "protocol"):
         common.apply_protocol(args)
 
-    return exit_code(lambda: args.main(args))
+    try:
+        return exit_code(lambda: args.main(args))
+    finally:
+        distributed.shutdown()  # the Ray workers of a --ray run; nothing without one
 
 
 if __name__ == "__main__":

@@ -124,7 +124,10 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
 
 
 def warm_up(gen: Generator, reward: RewardModel, sampling: SamplingConfig) -> None:
-    """One tiny run, so that one-time costs (lazy initialisation, allocator growth) are not timed."""
+    """One tiny run, so that one-time costs (lazy initialisation, allocator growth) are not timed.
+    With --ray the workers time the runs, and each warms up its own models."""
+    if distributed_record() is not None:
+        return
     drive(best_of_n(gen, reward, "Say hello.", 2, max_new_tokens=4, sampling=sampling, seed=0))
 
 
@@ -141,6 +144,22 @@ def drive(events: Iterator[Event], on_event: Callable[[Event, float], None] | No
         if isinstance(event, Done):
             return event.result
     raise RuntimeError("the algorithm stopped without a result")
+
+
+def map_prompts(work: Callable[..., Any], prompts: Sequence[dict], gen: Generator, reward: RewardModel,
+                bar: tqdm | None = None, steps: int = 1) -> Iterator[tuple[dict, Any]]:
+    """(prompt, work(gen, reward, prompt)) for every prompt, in prompt order: the one loop of an
+    experiment over its prompts. Here `work` gets `bar=bar` and moves it itself; with --ray it runs
+    on the Ray workers' own models (benchmarks/distributed.py), so it must be a picklable function
+    of (gen, reward, prompt) such as a functools.partial of a module-level function, and `bar`
+    moves `steps` per prompt done."""
+    from . import distributed
+
+    if distributed.POOL is not None:
+        yield from distributed.POOL.map(work, prompts, bar=bar, steps=steps)
+        return
+    for p in prompts:
+        yield p, work(gen, reward, p, bar=bar)
 
 
 def progress(total: int, desc: str, disable: bool = False) -> tqdm:
@@ -245,12 +264,21 @@ def environment(gen: Generator | None = None) -> dict[str, Any]:
         "git_commit": git_commit(),
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    if (ray_workers := distributed_record()) is not None:
+        env["distributed"] = ray_workers  # each Ray worker's own environment, and any retried or failed prompts
     if gen is not None:
         env["device"] = str(gen.device)
         env["dtype"] = str(gen.model.dtype).removeprefix("torch.")
         if gen.device.type == "cuda":
             env["gpu"] = torch.cuda.get_device_name(gen.device)
     return env
+
+
+def distributed_record() -> dict[str, Any] | None:
+    """The Ray workers' record while an experiment runs with --ray; None otherwise (Ray not imported)."""
+    from . import distributed
+
+    return distributed.record()
 
 
 def jsonable(obj: Any) -> Any:
@@ -334,10 +362,19 @@ def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_ne
 
 
 def setup(args: argparse.Namespace) -> tuple[Generator, RewardModel]:
+    """This process's models; with --ray also the Ray workers, each loading its own. This process
+    then only tokenizes and names the models: it loads them on the CPU unless --device says otherwise,
+    so that it takes no GPU from a worker."""
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = args.device
+    if getattr(args, "ray", None) is not None:
+        from . import distributed
+
+        distributed.start(args)
+        device = device or "cpu"
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
-    return load_models(args.generator, args.reward, args.device, args.dtype)
+    return load_models(args.generator, args.reward, device, args.dtype)
 
 
 def base_settings(args: argparse.Namespace, gen: Generator, reward: RewardModel | None,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -37,7 +38,7 @@ from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import best_of_m_reward, compute_at_score, normalized_score
 from sbon.rewards import RewardModel
 
-from . import common
+from . import common, distributed, vllm_bon
 from .memory import sizes
 
 
@@ -99,6 +100,19 @@ def run_prompt(gen: Generator, reward: RewardModel, p: dict, *, b: int, n: int, 
                               "reward_share": sbon.timings["reward"] / sbon.wall_time, "best_id": sbon.best_id}
         if bar is not None:
             bar.update()
+    return row
+
+
+def prompt_row(gen: Generator, reward: RewardModel, p: dict, *, saved: dict[Any, dict] | None, bar=None,
+               **settings) -> dict[str, Any] | None:
+    """run_prompt, reusing this prompt's Best-of-N from `saved` (rows of an earlier run by prompt id)
+    when it is there; the progress bar moves 1 + len(alphas) per prompt, run or skipped."""
+    reuse = saved.get(p["id"]) if saved else None
+    if reuse is not None and bar is not None:
+        bar.update()
+    row = run_prompt(gen, reward, p, bar=bar, saved=reuse, **settings)
+    if row is None and bar is not None:
+        bar.update(1 + len(settings["alphas"]))
     return row
 
 
@@ -200,15 +214,11 @@ def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict],
     common.warm_up(gen, reward, sampling)
     rows, skipped = [], []
     bar = common.progress(len(prompts) * (1 + len(alphas)), "efficiency", disable=quiet)
-    for p in prompts:
-        reuse = saved.get(p["id"]) if saved else None
-        if reuse is not None:
-            bar.update()
-        row = run_prompt(gen, reward, p, b=b, n=n, alphas=alphas, max_new_tokens=max_new_tokens, sampling=sampling,
-                         seed=seed, bar=bar, saved=reuse)
+    work = partial(prompt_row, b=b, n=n, alphas=alphas, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
+                   saved=saved)
+    for p, row in common.map_prompts(work, prompts, gen, reward, bar=bar, steps=1 + len(alphas)):
         if row is None:
             skipped.append(p["id"])
-            bar.update(1 + len(alphas))
             continue
         rows.append(row)
         if on_prompt is not None:
@@ -285,6 +295,8 @@ def add_efficiency_args(p: argparse.ArgumentParser, reward: str | None = None, *
     has 30+ tokens, and n candidates fit their first token in the budget of b complete ones only
     for prompts of at most (b x max_new_tokens - n) / (n - b) tokens (41 for N=16, B=4, 128 tokens)."""
     common.add_common_args(p, k=k, n=n, max_new_tokens=max_new_tokens, protocol="neurips")
+    distributed.add_ray_args(p)
+    vllm_bon.add_baseline_args(p)
     if reward:
         p.set_defaults(reward=reward)
     g = p.add_argument_group("efficiency")
@@ -325,6 +337,7 @@ def adopt_saved_settings(args: argparse.Namespace) -> dict[Any, dict] | None:
 
 
 def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    vllm_bon.check_available(args)
     saved = adopt_saved_settings(args)
     gen, reward = common.setup(args)
     if saved is not None:
@@ -347,6 +360,13 @@ def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], 
     result = run_efficiency(gen, reward, prompts, b=args.b, n=args.n, alphas=args.alphas,
                             max_new_tokens=args.max_new_tokens, sampling=common.sampling_from(args), seed=args.seed,
                             quiet=args.quiet, saved=saved, on_prompt=write)
+    if args.baseline == "vllm":
+        ran = {r["prompt_id"] for r in result["rows"]}
+        result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, [p for p in prompts if p["id"] in ran], n=args.n,
+                                                        max_new_tokens=args.max_new_tokens,
+                                                        sampling=common.sampling_from(args), seed=args.seed,
+                                                        gpu_memory=args.vllm_gpu_memory, quiet=args.quiet)
+        vllm_bon.against_efficiency(result["vllm_baseline"], result["rows"])
     write(result)
     return result, settings
 
@@ -356,6 +376,10 @@ def main(args: argparse.Namespace) -> int:
     json_path, html_path = common.result_paths(args, "efficiency")
     common.print_table(f"score vs accelerator compute ({result['summary']['prompts']} prompts, B={args.b}, "
                        f"{args.max_new_tokens} new tokens; compute relative to Best-of-{args.b}):", curve_table(result))
+    if "vllm_baseline" in result:
+        v = result["vllm_baseline"]["summary"]
+        print(f"  vLLM Best-of-{args.n} on one accelerator: score {v['score']['mean']:.1f}, "
+              f"{v['time_vs_best_of_b']['mean']:.2f}x Best-of-{args.b}'s seconds")
     if result["skipped_prompts"]:
         print(f"  skipped (prompt too long for N={args.n} in the budget): {result['skipped_prompts']}")
     for c in result["summary"]["sbon"]:

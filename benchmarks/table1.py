@@ -9,6 +9,7 @@ for real, to time it (and to check that it picks the same reward).
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from typing import Any, Sequence
 
 import pandas as pd
@@ -16,9 +17,10 @@ import pandas as pd
 from sbon.algorithms import best_of_n, plan_budget, speculative_bon_tau, speculative_rejection
 from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import best_of_m_reward, best_of_m_size, compare, normalized_score, speedup, token_rate
+from sbon.results import RunResult
 from sbon.rewards import RewardModel
 
-from . import common
+from . import common, distributed, vllm_bon
 
 TARGET_SPEEDUP, TARGET_SCORE = 4.0, 98.0
 
@@ -55,6 +57,54 @@ def sbon_events(gen: Generator, reward: RewardModel, prompt: str, n: int, *, met
                                  first_decision=first_decision)
 
 
+def prompt_runs(gen: Generator, reward: RewardModel, p: dict, *, n: int, bon_memory: str, sb: dict[str, Any],
+                bar=None) -> tuple[dict[str, Any], RunResult]:
+    """Best-of-N and Speculative Rejection on one prompt: its row of the table, and the Best-of-N run
+    (whose first M candidates are Best-of-M's)."""
+    text = p["instruction"]
+    if bar is not None:
+        bar.set_description(f"table1 prompt {p['id']} BoN")
+    batch = bon_batch_size(gen, text, n, bon_memory, method=sb["method"], first_decision=sb["first_decision"],
+                           kv_budget=sb["kv_budget"], max_new_tokens=sb["max_new_tokens"])
+    bon = common.drive(best_of_n(gen, reward, text, n, batch_size=batch, max_new_tokens=sb["max_new_tokens"],
+                                 sampling=sb["sampling"], seed=sb["seed"]))
+    if bar is not None:
+        bar.update()
+        bar.set_description(f"table1 prompt {p['id']} SBoN")
+    sbon = common.drive(sbon_events(gen, reward, text, n, **sb))
+    if bar is not None:
+        bar.update()
+    m = compare(bon, sbon)
+    row = {
+        "prompt_id": p["id"], "prompt_tokens": bon.prompt_tokens, "bon_batch_size": batch,
+        "bon_time": m["bon_time"], "sbon_time": m["sbon_time"], "speedup": m["speedup"],
+        "bon_tokens": m["bon_tokens"], "sbon_tokens": m["sbon_tokens"], "token_rate": m["token_rate"],
+        "bon_tok_per_s": m["bon_tokens"] / m["bon_time"], "sbon_tok_per_s": m["sbon_tokens"] / m["sbon_time"],
+        "sbon_score": m["normalized_score"], "bon_best": m["bon_best"], "sbon_best": m["sbon_best"],
+        "sbon_best_id": sbon.best_id, "bon_best_id": bon.best_id,
+        "decision_points": len(sbon.decision_points),
+        "decision_tokens": [d.tokens for d in sbon.decision_points],
+        "kv_budget": sbon.settings.get("kv_budget"),
+        "bon_finished_early": sum(c.stop_reason == "eos" for c in bon.candidates),
+        "bon_mean_length": bon.total_tokens / len(bon.candidates),
+        "bon_timings": bon.timings, "sbon_timings": sbon.timings,
+        "sbon_reward_share": sbon.timings["reward"] / sbon.wall_time,
+    }
+    return row, bon
+
+
+def best_of_m_run(gen: Generator, reward: RewardModel, p: dict, *, m_size: int, max_new_tokens: int,
+                  sampling: SamplingConfig, seed: int, bar=None) -> RunResult:
+    """Best-of-M on one prompt, run for real to time it, in batches no larger than Best-of-N's."""
+    if bar is not None:
+        bar.set_description(f"table1 prompt {p['id']} BoM (M={m_size})")
+    bom = common.drive(best_of_n(gen, reward, p["instruction"], m_size, batch_size=min(p["bon_batch_size"], m_size),
+                                 max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
+    if bar is not None:
+        bar.update()
+    return bom
+
+
 def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, n: int = 32,
                max_new_tokens: int = 256, sampling: SamplingConfig | None = None, seed: int = 0,
                method: str = "sbon", alpha: float = 0.5, first_decision: int | None = None,
@@ -69,48 +119,24 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
     common.warm_up(gen, reward, sampling)
     sb = dict(method=method, alpha=alpha, first_decision=first_decision, kv_budget=kv_budget, tau=tau,
               max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
-    rows, bons, batches = [], [], []
+    rows, bons, batches, ran = [], [], [], []
     bar = common.progress(len(prompts) * (3 if best_of_m else 2), "table1", disable=quiet)
-    for p in prompts:
-        text = p["instruction"]
-        bar.set_description(f"table1 prompt {p['id']} BoN")
-        batch = bon_batch_size(gen, text, n, bon_memory, method=method, first_decision=first_decision,
-                               kv_budget=kv_budget, max_new_tokens=max_new_tokens)
-        batches.append(batch)
-        bon = common.drive(best_of_n(gen, reward, text, n, batch_size=batch, max_new_tokens=max_new_tokens,
-                                     sampling=sampling, seed=seed))
-        bar.update()
-        bar.set_description(f"table1 prompt {p['id']} SBoN")
-        sbon = common.drive(sbon_events(gen, reward, text, n, **sb))
-        bar.update()
-        m = compare(bon, sbon)
+    work = partial(prompt_runs, n=n, bon_memory=bon_memory, sb=sb)
+    for p, (row, bon) in common.map_prompts(work, prompts, gen, reward, bar=bar, steps=2):
+        rows.append(row)
         bons.append(bon)
-        rows.append({
-            "prompt_id": p["id"], "prompt_tokens": bon.prompt_tokens, "bon_batch_size": batch,
-            "bon_time": m["bon_time"], "sbon_time": m["sbon_time"], "speedup": m["speedup"],
-            "bon_tokens": m["bon_tokens"], "sbon_tokens": m["sbon_tokens"], "token_rate": m["token_rate"],
-            "bon_tok_per_s": m["bon_tokens"] / m["bon_time"], "sbon_tok_per_s": m["sbon_tokens"] / m["sbon_time"],
-            "sbon_score": m["normalized_score"], "bon_best": m["bon_best"], "sbon_best": m["sbon_best"],
-            "sbon_best_id": sbon.best_id, "bon_best_id": bon.best_id,
-            "decision_points": len(sbon.decision_points),
-            "decision_tokens": [d.tokens for d in sbon.decision_points],
-            "kv_budget": sbon.settings.get("kv_budget"),
-            "bon_finished_early": sum(c.stop_reason == "eos" for c in bon.candidates),
-            "bon_mean_length": bon.total_tokens / len(bon.candidates),
-            "bon_timings": bon.timings, "sbon_timings": sbon.timings,
-            "sbon_reward_share": sbon.timings["reward"] / sbon.wall_time,
-        })
-        bar.set_postfix(speedup=f"{m['speedup']:.2f}", score=f"{m['normalized_score']:.1f}")
+        batches.append(row["bon_batch_size"])
+        ran.append({**p, "bon_batch_size": row["bon_batch_size"]})  # a prompt lost with its Ray worker is not here
+        bar.set_postfix(speedup=f"{row['speedup']:.2f}", score=f"{row['sbon_score']:.1f}")
 
     speedups = [r["speedup"] for r in rows]
     mean_speedup = common.summarize(speedups)["mean"]
     m_size = best_of_m_size(n, mean_speedup)
     if best_of_m:
-        for p, bon, row, batch in zip(prompts, bons, rows, batches):
-            bar.set_description(f"table1 prompt {p['id']} BoM (M={m_size})")
-            bom = common.drive(best_of_n(gen, reward, p["instruction"], m_size, batch_size=min(batch, m_size),
-                                         max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
-            bar.update()
+        work = partial(best_of_m_run, m_size=m_size, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+        by_id = {row["prompt_id"]: (row, bon) for row, bon in zip(rows, bons)}
+        for p, bom in common.map_prompts(work, ran, gen, reward, bar=bar):
+            row, bon = by_id[p["id"]]
             coupled = best_of_m_reward(bon, m_size)
             row.update({"bom_time": bom.wall_time, "bom_speedup": speedup(bon.wall_time, bom.wall_time),
                         "bom_tokens": bom.total_tokens, "bom_token_rate": token_rate(bom.total_tokens, bon.total_tokens),
@@ -199,6 +225,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("table1", help="the paper's Table 1: BoN vs Speculative Rejection vs Best-of-M",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     common.add_common_args(p)
+    distributed.add_ray_args(p)
+    vllm_bon.add_baseline_args(p)
     g = p.add_argument_group("speculative rejection")
     g.add_argument("--method", choices=["sbon", "sbon-tau"], default="sbon",
                    help="sbon: memory-budget rounds (the paper's); sbon-tau: one decision token")
@@ -215,12 +243,19 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    vllm_bon.check_available(args)
     prompts = common.prompts_from(args)
     gen, reward = common.setup(args)
     result = run_table1(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, method=args.method, alpha=args.alpha,
                         first_decision=args.first_decision, kv_budget=args.kv_budget, tau=args.tau,
                         best_of_m=not args.no_best_of_m, bon_memory=args.bon_memory, quiet=args.quiet)
+    if args.baseline == "vllm":
+        result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, prompts, n=args.n,
+                                                        max_new_tokens=args.max_new_tokens,
+                                                        sampling=common.sampling_from(args), seed=args.seed,
+                                                        gpu_memory=args.vllm_gpu_memory, quiet=args.quiet)
+        vllm_bon.against_table1(result["vllm_baseline"], result["rows"])
     settings = {**common.base_settings(args, gen, reward, prompts), "method": args.method, "alpha": args.alpha,
                 "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau,
                 "bon_memory": args.bon_memory}
@@ -228,10 +263,15 @@ def main(args: argparse.Namespace) -> int:
     common.write_json({"experiment": "table1", "settings": settings, "environment": common.environment(gen), **result},
                       json_path)
     common.print_table("per prompt:", prompts_table(result))
-    common.print_table(f"Table 1 ({len(prompts)} prompts, N={args.n}, {args.max_new_tokens} new tokens):",
-                       methods_table(result, args.n))
+    common.print_table(f"Table 1 ({result['summary']['prompts']} prompts, N={args.n}, "
+                       f"{args.max_new_tokens} new tokens):", methods_table(result, args.n))
     for name, ok in result["targets"].items():
         print(f"  target {name}: {'met' if ok else 'NOT met'}")
+    if "vllm_baseline" in result:
+        v = result["vllm_baseline"]["summary"]
+        print(f"  vLLM Best-of-{args.n}: {v['vllm_time']['mean']:.3f} s per prompt; Speculative Rejection's speedup "
+              f"over it {v['sbon_speedup_vs_vllm']['mean']:.2f} (mean), ours Best-of-N's "
+              f"{v['bon_speedup_vs_vllm']['mean']:.2f}")
     if not args.no_plot:
         common.write_plot(plot(result, args.n), html_path)
     print(f"\nwrote {json_path}" + ("" if args.no_plot else f" and {html_path}"))
