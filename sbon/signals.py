@@ -80,14 +80,17 @@ class LowestGroupConfidence(PruningSignal):
     large when the distribution is peaked. Group confidence = mean C over a sliding window of the last
     ``window`` tokens; the score is the lowest group confidence so far (the trace's weakest stretch).
     DeepConf's window is 2048 tokens on reasoning traces of thousands of tokens; ours are 64-256
-    tokens, so the window is scaled down to 16. Before a full window, the group is every token so far.
+    tokens, so the window is scaled down to 16. The minimum is over full windows only: a group of one
+    or two tokens would be the weakest stretch almost every time, fixing the score within the first
+    few tokens. Before the first full window the score is the mean confidence so far (a warm-up, as
+    DeepConf's). Cost: the last `window` confidences per candidate, no extra pass.
     """
     name = "deepconf"
 
     def __init__(self, k: int = 20, window: int = 16):
         self.k, self.window = k, window
         self.recent: dict[int, list[float]] = {}  # the last `window` token confidences
-        self.lowest: dict[int, float] = {}
+        self.lowest: dict[int, float] = {}  # lowest mean over a full window; absent before the first one
 
     def observe(self, step):
         logprobs = torch.log_softmax(step.logits.float(), -1)
@@ -97,11 +100,15 @@ class LowestGroupConfidence(PruningSignal):
             recent.append(c)
             if len(recent) > self.window:
                 recent.pop(0)
-            group = sum(recent) / len(recent)
-            self.lowest[k] = min(self.lowest.get(k, math.inf), group)
+            if len(recent) == self.window:
+                self.lowest[k] = min(self.lowest.get(k, math.inf), sum(recent) / self.window)
 
     def score(self, prompt, candidate_ids, texts):
-        return [self.lowest.get(k, 0.0) for k in candidate_ids]
+        return [self.lowest[k] if k in self.lowest else self._warm_up(k) for k in candidate_ids]
+
+    def _warm_up(self, k: int) -> float:
+        recent = self.recent.get(k)
+        return sum(recent) / len(recent) if recent else 0.0
 
 
 class SelfCertainty(PruningSignal):

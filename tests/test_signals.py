@@ -128,9 +128,8 @@ def test_deepconf_and_self_certainty_equal_a_full_recomputation(gen, watched):
         logits, _ = full_pass(gen, bon, k, TAU)
         logprobs = torch.log_softmax(logits, -1)
         confidence = -logprobs.topk(20, -1).values.mean(-1)  # DeepConf token confidence, k = 20
-        window = 16  # longer than TAU: every group starts at the first token
-        groups = [confidence[max(0, i + 1 - window):i + 1].mean() for i in range(TAU)]
-        assert scores["deepconf"][TAU][k] == pytest.approx(float(min(groups)), abs=1e-3)
+        # The window (16) is longer than TAU: no full window yet, so the score is the warm-up mean so far.
+        assert scores["deepconf"][TAU][k] == pytest.approx(float(confidence.mean()), abs=1e-3)
         kl = (-torch.log(torch.tensor(float(logits.shape[-1]))) - logprobs.mean(-1)).mean()
         assert scores["self-certainty"][TAU][k] == pytest.approx(float(kl), abs=1e-3)
     # Different candidates get different scores: the signal reads each one's own distribution.
@@ -138,16 +137,23 @@ def test_deepconf_and_self_certainty_equal_a_full_recomputation(gen, watched):
 
 
 def test_deepconf_window_slides(gen):
-    """With a window shorter than the prefix, the lowest group is the worst window mean."""
+    """The lowest group is the worst mean over FULL windows: the uncertain first token alone (a group
+    of one) does not fix the score, as it did when partial windows counted; before the first full
+    window the score is the mean so far."""
     from sbon.signals import LowestGroupConfidence, Step
 
+    logits = ([0.0, 0.0, 0.0], [9.0, 0.0, 0.0], [9.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    conf = [-torch.log_softmax(torch.tensor(l), -1).topk(2).values.mean().item() for l in logits]
+    assert conf[0] < conf[1]  # the flat distribution is the unconfident one
     signal = LowestGroupConfidence(k=2, window=2)
-    for logit in ([0.0, 0.0, 0.0], [9.0, 0.0, 0.0], [9.0, 0.0, 0.0], [0.0, 0.0, 0.0]):
+    seen = []
+    for logit in logits:
         signal.observe(Step([0], torch.tensor([0]), torch.tensor([logit])))
-    conf = [-torch.log_softmax(torch.tensor(l), -1).topk(2).values.mean().item()
-            for l in ([0.0] * 3, [9.0, 0, 0], [9.0, 0, 0], [0.0] * 3)]
-    groups = [conf[0], (conf[0] + conf[1]) / 2, (conf[1] + conf[2]) / 2, (conf[2] + conf[3]) / 2]
-    assert signal.score("", [0], None) == pytest.approx([min(groups)])
+        seen.append(signal.score("", [0], None)[0])
+    assert seen[0] == pytest.approx(conf[0])  # warm-up: mean so far
+    windows = [(conf[0] + conf[1]) / 2, (conf[1] + conf[2]) / 2, (conf[2] + conf[3]) / 2]
+    assert seen[1:] == pytest.approx([min(windows[:1]), min(windows[:2]), min(windows)])
+    assert seen[-1] > conf[0]  # the old partial-window minimum would have been conf[0]
 
 
 def test_consistency_equals_a_full_recomputation(gen, watched):
