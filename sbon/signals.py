@@ -35,6 +35,7 @@ class PruningSignal:
     name = "signal"
     needs_text = False  # score() receives the candidates' decoded partial responses
     needs_hidden = False  # observe() receives final-layer hidden states (the engine keeps them only then)
+    one_batch = False  # scores need every candidate in one batch (they compare candidates, or follow batch rows)
 
     def observe(self, step: Step) -> None:
         """Called after every decode step with what that step computed."""
@@ -144,6 +145,7 @@ class HiddenConsistency(PruningSignal):
     """
     name = "consistency"
     needs_hidden = True
+    one_batch = True
 
     def __init__(self):
         self.total: torch.Tensor | None = None  # (candidates, d): sum of each candidate's states, by id
@@ -181,6 +183,7 @@ class ValueHeadSignal(PruningSignal):
     rewards are on its scale. It tracks the candidates of one batch (Speculative Rejection has one)."""
     name = "value-head"
     needs_hidden = True
+    one_batch = True
 
     def __init__(self, head: str = "smollm2_value_likelihood"):
         from .value_head import PrefixFeatures, ValueHead
@@ -221,6 +224,18 @@ SIGNALS: dict[str, Callable[..., PruningSignal]] = {
     "value-head": lambda gen, reward: ValueHeadSignal(),
 }
 REWARD_FREE = ("logprob", "deepconf", "self-certainty", "consistency")  # no reward model at decision points
+
+
+def watched_by_default(gen) -> list[str]:
+    """The signals a comparison watches unless told otherwise: the reward-free ones, and the value
+    head when the shipped head was trained on this generator's hidden states."""
+    import json
+
+    from .value_head import ASSETS
+
+    config = ASSETS / "smollm2_value_likelihood" / "config.json"
+    head_fits = config.is_file() and json.loads(config.read_text()).get("generator") == getattr(gen, "name", None)
+    return list(REWARD_FREE) + (["value-head"] if head_fits else [])
 
 
 def check_signal(name: str) -> None:
