@@ -130,6 +130,7 @@ def plot(result: dict[str, Any], n: int, alpha: float):
     from plotly.subplots import make_subplots
 
     m = pd.DataFrame(result["matrix"])
+    final = result.get("final_reward")
     fig = make_subplots(rows=1, cols=2, subplot_titles=(f"Best-of-N winner kept at alpha={alpha:g} (%)",
                                                         "Normalized score vs token rate (every t, alpha)"))
     colors = dict(zip(m["signal"].unique(), px.colors.qualitative.Plotly))
@@ -145,7 +146,8 @@ def plot(result: dict[str, Any], n: int, alpha: float):
     fig.update_xaxes(title_text="token rate (pruned tokens / Best-of-N tokens)", row=1, col=2)
     fig.update_yaxes(title_text="winner kept (%)", row=1, col=1)
     fig.update_yaxes(title_text="normalized score", row=1, col=2)
-    fig.update_layout(title=f"Pruning signals on the same Best-of-{n} candidates")
+    fig.update_layout(title=f"Pruning signals on the same Best-of-{n} candidates"
+                            + (f" (final reward: {final})" if final else ""))
     return fig
 
 
@@ -288,6 +290,7 @@ def main(args: argparse.Namespace) -> int:
                           raw_path)
         print(f"raw scores written to {raw_path}")
     result = analyze(raw, args.alphas, args.seed, args.final_reward)
+    result["final_reward"] = args.final_reward or settings["reward"]
     settings = {**settings, "final_reward_read": args.final_reward or settings["reward"], "alphas": args.alphas, "random_draws": RANDOM_DRAWS, "from": args.from_file,
                 "cut": "single decision point at t: keep round((1 - alpha) * live) live candidates by the signal; "
                        "candidates finished before t stay eligible"}
@@ -301,7 +304,14 @@ def main(args: argparse.Namespace) -> int:
     for alpha, g in m.groupby("alpha"):
         print(f"\nwinner kept (%) at alpha={alpha:g} (rows: signal, columns: t)")
         print(g.pivot(index="signal", columns="t", values="winner_kept").to_string(float_format=lambda x: f"{x:.0f}"))
+    written = [json_path, csv_path]
     if not args.no_plot:
-        common.write_plot(plot(result, settings["n"], args.plot_alpha or args.alphas[0]), html_path)
-    print(f"\nwrote {json_path}, {csv_path}" + ("" if args.no_plot else f" and {html_path}"))
+        fig = plot(result, settings["n"], args.plot_alpha or args.alphas[0])
+        written.append(common.write_plot(fig, html_path))
+        try:  # a static copy for the README; kaleido needs a Chrome, which not every machine has
+            fig.write_image(str(html_path.with_suffix(".png")), width=1300, height=520, scale=1.5)
+            written.append(html_path.with_suffix(".png"))
+        except Exception as e:  # noqa: BLE001 -- the HTML is the figure; the PNG is a convenience
+            print(f"no PNG ({type(e).__name__}: {e}); the HTML has the figure")
+    print("\nwrote " + ", ".join(map(str, written)))
     return 0
