@@ -174,7 +174,7 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
                             hovertemplate="candidate %{customdata[0]}<br>%{customdata[3]} score %{customdata[1]}"
                                           "<br>%{customdata[2]}<extra></extra>")
         if winner is not None:
-            fig.add_vrect(x0=winner - 0.45, x1=winner + 0.45, fillcolor=WINNER_COLOR, opacity=0.25, line_width=0,
+            fig.add_vrect(x0=winner - 0.45, x1=winner + 0.45, fillcolor=WINNER_COLOR, opacity=0.3, line_width=0, layer="below",
                           row=1, col=col)
     fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // 8), title_text="candidate")
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(names)))
