@@ -142,7 +142,9 @@ def plot(result: dict[str, Any], n: int, alpha: float):
                         showlegend=False, marker=dict(color=colors[name]),
                         text=[f"t={t}, α={a:g}" for t, a in zip(g["t"], g["alpha"])], row=1, col=2)
     fig.add_hline(y=98, line_dash="dot", row=1, col=2)
-    fig.update_xaxes(title_text="decision point t (tokens)", type="log", row=1, col=1)
+    taus = sorted(m["t"].unique())
+    fig.update_xaxes(title_text="decision point t (tokens)", type="log", tickvals=taus, ticktext=[str(t) for t in taus],
+                     row=1, col=1)
     fig.update_xaxes(title_text="token rate (pruned tokens / Best-of-N tokens)", row=1, col=2)
     fig.update_yaxes(title_text="winner kept (%)", row=1, col=1)
     fig.update_yaxes(title_text="normalized score", row=1, col=2)
