@@ -47,8 +47,11 @@ def load_prompt_sets(args: argparse.Namespace) -> list[dict]:
 
 def generate(gen: Generator, reward: RewardModel, prompts: Sequence[dict], signals: Sequence[str],
              taus: Sequence[int], *, n: int = 32, max_new_tokens: int = 128, sampling: SamplingConfig | None = None,
-             seed: int = 0, quiet: bool = False) -> list[dict[str, Any]]:
-    """The raw records: per prompt, Best-of-N's candidates and every signal's scores at every t."""
+             seed: int = 0, quiet: bool = False, extra_rewards: dict[str, RewardModel] | None = None
+             ) -> list[dict[str, Any]]:
+    """The raw records: per prompt, Best-of-N's candidates and every signal's scores at every t, and
+    each of `extra_rewards`' final scores of the complete candidates (one scoring pass per prompt), so
+    that the matrix can also be read against another final reward (`--final-reward`)."""
     sampling = sampling or SamplingConfig()
     config = RunConfig(method="bon", n=n, max_new_tokens=max_new_tokens, temperature=sampling.temperature,
                        top_p=sampling.top_p, top_k=sampling.top_k, seed=seed)
@@ -57,7 +60,10 @@ def generate(gen: Generator, reward: RewardModel, prompts: Sequence[dict], signa
     for p in prompts:
         bar.set_description(f"signals {p['set']} {p['id']}")
         bon, scores = signal_scores(gen, reward, p["instruction"], config, signals, taus)
-        raw.append({"prompt_id": p["id"], "set": p["set"], "bon": bon.to_dict(), "scores": scores})
+        texts = [c.text for c in bon.candidates]
+        extra = {name: r.score(p["instruction"], texts) for name, r in (extra_rewards or {}).items()}
+        raw.append({"prompt_id": p["id"], "set": p["set"], "bon": bon.to_dict(), "scores": scores,
+                    **({"final_rewards": extra} if extra else {})})
         bar.update()
     bar.close()
     return raw
@@ -74,11 +80,25 @@ def random_grid(bon: RunResult, scores: dict, alphas: Sequence[float], rng: np.r
     return df.groupby(["signal", "t", "alpha"], as_index=False).mean(numeric_only=True).drop(columns="draw")
 
 
-def per_prompt(raw: Sequence[dict], alphas: Sequence[float], seed: int = 0) -> pd.DataFrame:
+def with_final_reward(bon: RunResult, rewards: Sequence[float]) -> RunResult:
+    """The same candidates judged by another final reward: final rewards replaced, winner re-picked."""
+    for c, r in zip(bon.candidates, rewards):
+        c.final_reward = float(r)
+    bon.best_id = max(range(len(bon.candidates)), key=lambda k: (bon.candidates[k].final_reward, -k))
+    return bon
+
+
+def per_prompt(raw: Sequence[dict], alphas: Sequence[float], seed: int = 0,
+               final_reward: str | None = None) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     rows = []
     for rec in raw:
         bon = RunResult.from_dict(rec["bon"])
+        if final_reward:
+            if final_reward not in rec.get("final_rewards", {}):
+                raise SystemExit(f"error: prompt {rec['prompt_id']} has no recorded {final_reward!r} final reward "
+                                 f"(recorded: {', '.join(rec.get('final_rewards', {})) or 'none'})")
+            bon = with_final_reward(bon, rec["final_rewards"][final_reward])
         scores = scores_from_json(rec["scores"])
         grid = pd.concat([signal_grid(bon, scores, alphas), random_grid(bon, scores, alphas, rng)], ignore_index=True)
         rows.append(grid.assign(prompt_id=rec["prompt_id"], set=rec.get("set", "alpaca_eval")))
@@ -96,8 +116,9 @@ def matrix(df: pd.DataFrame) -> pd.DataFrame:
     return m
 
 
-def analyze(raw: Sequence[dict], alphas: Sequence[float] = DEFAULT_ALPHAS, seed: int = 0) -> dict[str, Any]:
-    df = per_prompt(raw, alphas, seed)
+def analyze(raw: Sequence[dict], alphas: Sequence[float] = DEFAULT_ALPHAS, seed: int = 0,
+            final_reward: str | None = None) -> dict[str, Any]:
+    df = per_prompt(raw, alphas, seed, final_reward)
     by_set = {name: matrix(g).to_dict("records") for name, g in df.groupby("set")}
     return {"matrix": matrix(df).to_dict("records"), "by_set": by_set, "per_prompt": df.to_dict("records")}
 
@@ -109,6 +130,7 @@ def plot(result: dict[str, Any], n: int, alpha: float):
     from plotly.subplots import make_subplots
 
     m = pd.DataFrame(result["matrix"])
+    final = result.get("final_reward")
     fig = make_subplots(rows=1, cols=2, subplot_titles=(f"Best-of-N winner kept at alpha={alpha:g} (%)",
                                                         "Normalized score vs token rate (every t, alpha)"))
     colors = dict(zip(m["signal"].unique(), px.colors.qualitative.Plotly))
@@ -120,11 +142,14 @@ def plot(result: dict[str, Any], n: int, alpha: float):
                         showlegend=False, marker=dict(color=colors[name]),
                         text=[f"t={t}, α={a:g}" for t, a in zip(g["t"], g["alpha"])], row=1, col=2)
     fig.add_hline(y=98, line_dash="dot", row=1, col=2)
-    fig.update_xaxes(title_text="decision point t (tokens)", type="log", row=1, col=1)
+    taus = sorted(m["t"].unique())
+    fig.update_xaxes(title_text="decision point t (tokens)", type="log", tickvals=taus, ticktext=[str(t) for t in taus],
+                     row=1, col=1)
     fig.update_xaxes(title_text="token rate (pruned tokens / Best-of-N tokens)", row=1, col=2)
     fig.update_yaxes(title_text="winner kept (%)", row=1, col=1)
     fig.update_yaxes(title_text="normalized score", row=1, col=2)
-    fig.update_layout(title=f"Pruning signals on the same Best-of-{n} candidates")
+    fig.update_layout(title=f"Pruning signals on the same Best-of-{n} candidates"
+                            + (f" (final reward: {final})" if final else ""))
     return fig
 
 
@@ -203,6 +228,10 @@ def add_parser(sub) -> None:
     g.add_argument("--plot-alpha", type=float, default=None, help="alpha of the winner-kept panel (default: first)")
     g.add_argument("--from", dest="from_file", nargs="+", default=None, metavar="RAW",
                    help="recompute from saved raw files (signals_raw*.json; several are pooled) without generating")
+    g.add_argument("--extra-rewards", nargs="+", default=[], metavar="REWARD",
+                   help="also record these rewards' final scores of every candidate (e.g. likelihood)")
+    g.add_argument("--final-reward", default=None, metavar="REWARD",
+                   help="read the matrix against this recorded extra final reward instead of --reward")
     g.add_argument("--overhead", type=int, default=0, metavar="REPEATS",
                    help="instead: time Best-of-N decode with and without each reward-free signal, REPEATS times")
     p.set_defaults(main=main)
@@ -249,17 +278,22 @@ def main(args: argparse.Namespace) -> int:
     else:
         prompts = load_prompt_sets(args)
         gen, reward = common.setup(args)
+        from sbon.models import load_reward
+
         settings = {**common.base_settings(args, gen, reward), "hh_k": args.hh_k, "hh_file": args.hh_file,
-                    "data_dir": str(common.data_dir(args.data_dir)), "signals": args.signals, "taus": args.taus}
+                    "data_dir": str(common.data_dir(args.data_dir)), "signals": args.signals, "taus": args.taus,
+                    "extra_rewards": args.extra_rewards}
         env = common.environment(gen)
+        extra = {name: load_reward(name, generator=gen) for name in args.extra_rewards}
         raw = generate(gen, reward, prompts, args.signals, args.taus, n=args.n, max_new_tokens=args.max_new_tokens,
-                       sampling=common.sampling_from(args), seed=args.seed, quiet=args.quiet)
+                       sampling=common.sampling_from(args), seed=args.seed, quiet=args.quiet, extra_rewards=extra)
         env["load_average_after"] = common.environment()["load_average"]
         common.write_json({"experiment": "signals_raw", "settings": settings, "environment": env, "raw": raw},
                           raw_path)
         print(f"raw scores written to {raw_path}")
-    result = analyze(raw, args.alphas, args.seed)
-    settings = {**settings, "alphas": args.alphas, "random_draws": RANDOM_DRAWS, "from": args.from_file,
+    result = analyze(raw, args.alphas, args.seed, args.final_reward)
+    result["final_reward"] = args.final_reward or settings["reward"]
+    settings = {**settings, "final_reward_read": args.final_reward or settings["reward"], "alphas": args.alphas, "random_draws": RANDOM_DRAWS, "from": args.from_file,
                 "cut": "single decision point at t: keep round((1 - alpha) * live) live candidates by the signal; "
                        "candidates finished before t stay eligible"}
     common.write_json({"experiment": "signals", "settings": settings, "environment": env,
@@ -272,7 +306,14 @@ def main(args: argparse.Namespace) -> int:
     for alpha, g in m.groupby("alpha"):
         print(f"\nwinner kept (%) at alpha={alpha:g} (rows: signal, columns: t)")
         print(g.pivot(index="signal", columns="t", values="winner_kept").to_string(float_format=lambda x: f"{x:.0f}"))
+    written = [json_path, csv_path]
     if not args.no_plot:
-        common.write_plot(plot(result, settings["n"], args.plot_alpha or args.alphas[0]), html_path)
-    print(f"\nwrote {json_path}, {csv_path}" + ("" if args.no_plot else f" and {html_path}"))
+        fig = plot(result, settings["n"], args.plot_alpha or args.alphas[0])
+        written.append(common.write_plot(fig, html_path))
+        try:  # a static copy for the README; kaleido needs a Chrome, which not every machine has
+            fig.write_image(str(html_path.with_suffix(".png")), width=1300, height=520, scale=1.5)
+            written.append(html_path.with_suffix(".png"))
+        except Exception as e:  # noqa: BLE001 -- the HTML is the figure; the PNG is a convenience
+            print(f"no PNG ({type(e).__name__}: {e}); the HTML has the figure")
+    print("\nwrote " + ", ".join(map(str, written)))
     return 0

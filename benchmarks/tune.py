@@ -27,12 +27,21 @@ DEFAULT_ALPHAS = tuple(round(a, 2) for a in np.arange(0.05, 1.0, 0.05))
 SCORE_FLOOR = 98.0
 
 
-def load_raw(paths: list[str | Path]) -> tuple[list[RunResult], list[dict], dict, dict]:
-    """Best-of-N runs and per-signal scores from signals or counterfactual raw files (pooled)."""
+def load_raw(paths: list[str | Path], final_reward: str | None = None) -> tuple[list[RunResult], list[dict], dict, dict]:
+    """Best-of-N runs and per-signal scores from signals or counterfactual raw files (pooled);
+    with `final_reward`, the candidates are judged by that recorded extra final reward."""
+    from .signals import with_final_reward
+
     bons, scores = [], []
     for path in paths:
         saved = json.loads(Path(path).read_text())
-        bons += [RunResult.from_dict(rec["bon"]) for rec in saved["raw"]]
+        for rec in saved["raw"]:
+            bon = RunResult.from_dict(rec["bon"])
+            if final_reward:
+                if final_reward not in rec.get("final_rewards", {}):
+                    raise SystemExit(f"error: {path} has no recorded {final_reward!r} final reward")
+                bon = with_final_reward(bon, rec["final_rewards"][final_reward])
+            bons.append(bon)
         if saved.get("experiment") == "counterfactual_raw":
             scores += [scores_from_json({"reward": rec["partials"]}) for rec in saved["raw"]]
         else:
@@ -60,17 +69,19 @@ def add_parser(sub) -> None:
     p.add_argument("--signals", nargs="+", default=None, help="signals to tune (default: all in the file)")
     p.add_argument("--alphas", type=float, nargs="+", default=list(DEFAULT_ALPHAS))
     p.add_argument("--floor", type=float, default=SCORE_FLOOR, help="mean normalized score to keep")
+    p.add_argument("--final-reward", default=None, metavar="REWARD",
+                   help="judge candidates by this extra final reward recorded in the raw file (signals --extra-rewards)")
     p.add_argument("--out", default=None, help="output JSON (default: tune.json beside the raw file)")
     p.set_defaults(main=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    bons, scores, settings, env = load_raw(args.from_file)
+    bons, scores, settings, env = load_raw(args.from_file, args.final_reward)
     result = tune(bons, scores, args.signals, args.alphas, args.floor)
     best = result["best"]
     out = Path(args.out) if args.out else Path(args.from_file[0]).with_name("tune.json")
     payload = {"experiment": "tune", "source": [str(f) for f in args.from_file],
-               "generator": settings.get("generator"), "reward": settings.get("reward"),
+               "generator": settings.get("generator"), "reward": args.final_reward or settings.get("reward"),
                "prompts": len(bons), "n": settings.get("n"), "max_new_tokens": settings.get("max_new_tokens"),
                "speedup": "token speedup: Best-of-N tokens / pruned tokens",
                "run_config": None if best is None else {

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Sequence, Union
 
 from .algorithms import Done, Event, drive, events
 from .config import PRUNING_METHODS, RunConfig
@@ -28,6 +28,8 @@ from .errors import SBoNError
 from .metrics import compare
 from .results import RunResult, dump_json
 from .rewards import RewardModel
+from .signal_matrix import Scores, SignalWatch
+from .signals import check_signal, watched_by_default
 
 FORMAT = "sbon-comparison/1"
 
@@ -40,6 +42,11 @@ class Comparison:
 
     ``partials[tau][k]`` is the partial reward of Best-of-N candidate k after tau tokens (None if
     it had finished by then): what Speculative Rejection would have seen with decision token tau.
+    ``signal_scores[name][t][k]`` is pruning signal ``name``'s score of Best-of-N candidate k after t
+    tokens (None if it had finished), at the SBoN run's decision-point token counts t: recorded while
+    Best-of-N generated (no extra pass), so that each signal's cut can be replayed on the same
+    candidates. The reward's own partial scores are in ``partials``. Empty in files saved before it
+    existed, or when the run watched no signal.
     ``metrics`` is :func:`sbon.metrics.compare` of the two runs; it is recomputed on load, so a
     saved file cannot disagree with its own runs.
     """
@@ -47,9 +54,12 @@ class Comparison:
     sbon: RunResult
     partials: dict[int, list[float | None]] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    signal_scores: Scores = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_pair(self.bon, self.sbon, self.partials)
+        for name, by_t in self.signal_scores.items():
+            check_pair(self.bon, self.sbon, by_t, what=f"{name} scores")
         self.metrics = compare(self.bon, self.sbon)
 
     @property
@@ -82,7 +92,9 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
-                "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics)}
+                "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics),
+                "signal_scores": {name: {str(t): list(v) for t, v in by_t.items()}
+                                  for name, by_t in self.signal_scores.items()}}
 
     def to_json(self, path: str | Path | None = None) -> str:
         return dump_json(self.to_dict(), path)
@@ -109,13 +121,14 @@ class Comparison:
             partials = {int(tau): [None if r is None else float(r) for r in p] for tau, p in raw.items()}
         except (TypeError, ValueError) as e:
             raise SBoNError(f"not a saved comparison: bad partial rewards ({e})") from None
+        signal_scores = _read_signal_scores(d.get("signal_scores", {}))  # absent in files saved before it
         if len(bon.candidates) != len(sbon.candidates):  # the likeliest damage: say it plainly, first
             raise SBoNError(f"not a comparison: {len(bon.candidates)} Best-of-N candidates but "
                             f"{len(sbon.candidates)} SBoN candidates")
         for run in (bon, sbon):
             _check_types(run)
         try:
-            return cls(bon, sbon, dict(sorted(partials.items())))
+            return cls(bon, sbon, dict(sorted(partials.items())), signal_scores=signal_scores)
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
             if isinstance(e, SBoNError):
                 raise
@@ -135,6 +148,16 @@ class Comparison:
             return cls.from_json(Path(path).read_bytes())
         except OSError as e:
             raise SBoNError(f"cannot read saved comparison '{path}': {e.strerror or e}") from None
+
+
+def _read_signal_scores(raw: Any) -> Scores:
+    if not isinstance(raw, dict) or not all(isinstance(by_t, dict) for by_t in raw.values()):
+        raise SBoNError("not a saved comparison: 'signal_scores' is not an object of objects")
+    try:
+        return {str(name): {int(t): [None if v is None else float(v) for v in row] for t, row in sorted(
+            by_t.items(), key=lambda item: int(item[0]))} for name, by_t in raw.items()}
+    except (TypeError, ValueError) as e:
+        raise SBoNError(f"not a saved comparison: bad signal scores ({e})") from None
 
 
 def _number(x: Any) -> bool:
@@ -167,7 +190,8 @@ def _check_types(run: RunResult) -> None:
             raise SBoNError(f"not a saved comparison: decision point {p.round} of {where} is malformed")
 
 
-def check_pair(bon: RunResult, sbon: RunResult, partials: dict[int, list[float | None]]) -> None:
+def check_pair(bon: RunResult, sbon: RunResult, partials: dict[int, list[float | None]],
+               what: str = "partial rewards") -> None:
     """The two runs must be comparable: same prompt, seed and candidates, every BoN candidate scored."""
     if bon.method != "bon":
         raise SBoNError(f"not a comparison: the Best-of-N run has method {bon.method!r}")
@@ -188,7 +212,7 @@ def check_pair(bon: RunResult, sbon: RunResult, partials: dict[int, list[float |
         raise SBoNError("not a comparison: both runs need a positive total time")
     for tau, p in partials.items():
         if len(p) != n:
-            raise SBoNError(f"not a comparison: partial rewards at tau={tau} have {len(p)} entries for {n} candidates")
+            raise SBoNError(f"not a comparison: {what} at tau={tau} have {len(p)} entries for {n} candidates")
 
 
 # -- running one -------------------------------------------------------------------------------
@@ -250,7 +274,7 @@ def comparison_config(config: RunConfig | int | None = None, **settings: Any) ->
 
 def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig | int | None = None, *,
                       taus: list[int] | None = None, bon_same_memory: bool = False,
-                      **settings: Any) -> Iterator[ComparisonEvent]:
+                      signals: Sequence[str] | None = None, **settings: Any) -> Iterator[ComparisonEvent]:
     """Run ``config.method`` (Speculative Rejection), then Best-of-N with the same prompt, seed and N,
     then the counterfactual prefix rewards; yield every event, then :class:`ComparisonDone`.
     ``config`` is a RunConfig, or N with the settings as keywords.
@@ -259,6 +283,12 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     batches that fit the KV memory Speculative Rejection peaked at (:func:`same_memory_batch_size`),
     which is what makes it slower in the paper. Coupled sampling keeps its candidates the same.
 
+    While Best-of-N generates, ``signals`` (default: :func:`sbon.signals.watched_by_default`; ``()``
+    for none) watch it and score its candidates at the SBoN run's decision points
+    (``Comparison.signal_scores``): no extra forward pass, and the candidates do not change. Their
+    observing time is moved out of Best-of-N's decode time (into ``timings["watched_signals"]``), so
+    the speedup is not flattered; keeping hidden states for the signals that need them stays in.
+
     Speculative Rejection runs first so that a UI shows its rounds without waiting for Best-of-N.
     All settings are checked before anything is generated (:class:`SBoNError` on bad input).
     """
@@ -266,6 +296,9 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     if config.method not in PRUNING_METHODS:
         raise SBoNError(f"method must be one of {', '.join(PRUNING_METHODS)}, got {config.method!r}")
     config.validate(prompt)
+    signals = watched_by_default(gen) if signals is None else list(signals)
+    for name in signals:
+        check_signal(name)
 
     sbon = None
     for event in events(gen, reward, prompt, config):
@@ -274,11 +307,16 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
             sbon = event.result
     batch_size = same_memory_batch_size(sbon) if bon_same_memory else None
     bon_config = config.replace(method="bon", n=len(sbon.candidates), batch_size=batch_size)
+    watch = watch_signals(gen, reward, prompt, bon_config, signals, [p.tokens for p in sbon.decision_points])
     bon = None
-    for event in events(gen, reward, prompt, bon_config):
+    for event in events(gen, reward, prompt, bon_config, observers=watch.observers if watch else ()):
+        if watch:
+            watch.see(event)
         yield MethodEvent("bon", event)
         if isinstance(event, Done):
             bon = event.result
+    if watch:
+        discount_watching(bon, watch.observe_seconds)
 
     if taus is None:
         taus = default_taus(config.max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
@@ -286,7 +324,26 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     for i, t in enumerate(taus):
         partials.update(prefix_rewards(bon, reward, gen.decode, [t]))
         yield CounterfactualScored(t, i + 1, len(taus))
-    yield ComparisonDone(Comparison(bon, sbon, partials))
+    yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=watch.result() if watch else {}))
+
+
+def watch_signals(gen: Generator, reward: RewardModel, prompt: str, bon_config: RunConfig, signals: Sequence[str],
+                  taus: Sequence[int]) -> SignalWatch | None:
+    """The signals that watch Best-of-N, scoring at the SBoN run's decision-point token counts."""
+    signals = [name for name in signals if name != "reward"]  # the reward's partial scores are `partials`
+    if not signals or not taus:
+        return None
+    one_batch = (bon_config.batch_size or bon_config.n) >= bon_config.n
+    return SignalWatch(gen, reward, prompt, signals, taus, bon_config.n, bon_config.max_new_tokens, one_batch)
+
+
+def discount_watching(bon: RunResult, seconds: float) -> None:
+    """Move the signals' observing time out of Best-of-N's decode (and total) time: it is analysis,
+    not Best-of-N's cost, and left in it would flatter Speculative Rejection's speedup."""
+    seconds = min(seconds, bon.timings.get("decode", 0.0))
+    bon.timings["decode"] -= seconds
+    bon.timings["total"] -= seconds
+    bon.timings["watched_signals"] = seconds
 
 
 def run_comparison(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig | int | None = None,

@@ -12,6 +12,7 @@ final reward, token rate. The benchmark (``python -m benchmarks signals``) and t
 
 from __future__ import annotations
 
+import time
 from typing import Iterable, Sequence
 
 import pandas as pd
@@ -23,10 +24,75 @@ from .engine import Generator
 from .metrics import correlations, normalized_score
 from .results import RunResult
 from .rewards import RewardModel
-from .signals import make_signal
+from .signals import PruningSignal, make_signal
 
 # scores[signal][t][k]: signal's score of candidate k at t tokens, None if k had finished by then.
 Scores = dict[str, dict[int, list[float | None]]]
+
+
+class SignalWatch:
+    """Signals watching a Best-of-N run: feed it the run's events (:meth:`see`); whenever the
+    candidates reach one of ``taus`` tokens, each signal scores those still generating. ``observers``
+    go to :func:`sbon.algorithms.events`; ``observe_seconds`` is the time they spent observing (inside
+    the run's decode timer), ``score_seconds`` the time spent scoring at decision points (outside it). With Best-of-N in batches, each batch's candidates are scored
+    when that batch reaches t; signals that compare candidates with each other (``one_batch``) are
+    then left out, since they would only see one batch."""
+
+    def __init__(self, gen: Generator, reward: RewardModel | None, prompt: str, signals: Sequence[str],
+                 taus: Iterable[int], n: int, max_new_tokens: int, one_batch: bool = True):
+        made = {name: make_signal(name, gen, reward) for name in signals}
+        self.gen, self.prompt, self.n, self.max_new_tokens = gen, prompt, n, max_new_tokens
+        self.taus = sorted(set(taus))
+        self.signals = {name: _Timed(s, self) for name, s in made.items() if one_batch or not s.one_batch}
+        self.tokens: list[list[int]] = [[] for _ in range(n)]
+        self.scores: Scores = {name: {} for name in self.signals}
+        self.observe_seconds = self.score_seconds = 0.0
+
+    @property
+    def observers(self) -> list[PruningSignal]:
+        return list(self.signals.values())
+
+    def see(self, event) -> None:
+        if not isinstance(event, TokensGenerated):
+            return
+        for k, tok in zip(event.candidate_ids, event.token_ids):
+            self.tokens[k].append(tok)
+        t = event.tokens
+        if t not in self.taus or t >= self.max_new_tokens:
+            return
+        start = time.perf_counter()
+        stops = self.gen.is_stop(torch.tensor(event.token_ids)).tolist()
+        live = [k for k, stop in zip(event.candidate_ids, stops) if not stop]
+        texts = None
+        for name, timed in self.signals.items():
+            signal = timed.signal
+            if signal.needs_text and texts is None:
+                texts = [self.gen.decode(self.tokens[k]) for k in live]
+            by_id = dict(zip(live, signal.score(self.prompt, live, texts if signal.needs_text else None)))
+            row = self.scores[name].setdefault(t, [None] * self.n)
+            for k, v in by_id.items():
+                row[k] = float(v)
+        self.score_seconds += time.perf_counter() - start
+
+    def result(self) -> Scores:
+        """The scores, with an all-None row for each decision point no candidate reached."""
+        for by_t in self.scores.values():
+            for t in self.taus:
+                by_t.setdefault(t, [None] * self.n)
+        return {name: dict(sorted(by_t.items())) for name, by_t in self.scores.items()}
+
+
+class _Timed(PruningSignal):
+    """A signal whose observe() time is added to its watch's ``observe_seconds``."""
+
+    def __init__(self, signal: PruningSignal, watch: SignalWatch):
+        self.signal, self.watch = signal, watch
+        self.name, self.needs_text, self.needs_hidden = signal.name, signal.needs_text, signal.needs_hidden
+
+    def observe(self, step) -> None:
+        start = time.perf_counter()
+        self.signal.observe(step)
+        self.watch.observe_seconds += time.perf_counter() - start
 
 
 def signal_scores(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig, signals: Sequence[str],
@@ -35,31 +101,20 @@ def signal_scores(gen: Generator, reward: RewardModel, prompt: str, config: RunC
     the candidates still generating at each decision point t."""
     if config.method != "bon" or (config.batch_size or config.n) < config.n:
         raise ValueError("signal_scores needs Best-of-N with all candidates in one batch")
-    taus = sorted(set(taus))
-    observers = {name: make_signal(name, gen, reward) for name in signals}
-    n = config.n
-    tokens: list[list[int]] = [[] for _ in range(n)]
-    scores: Scores = {name: {} for name in signals}
-    for event in events(gen, reward, prompt, config, observers=list(observers.values())):
-        if isinstance(event, TokensGenerated):
-            for k, tok in zip(event.candidate_ids, event.token_ids):
-                tokens[k].append(tok)
-            t = event.tokens
-            if t in taus and t < config.max_new_tokens:
-                stops = gen.is_stop(torch.tensor(event.token_ids)).tolist()
-                live = [k for k, stop in zip(event.candidate_ids, stops) if not stop]
-                texts = None
-                for name, signal in observers.items():
-                    if signal.needs_text and texts is None:
-                        texts = [gen.decode(tokens[k]) for k in live]
-                    by_id = dict(zip(live, signal.score(prompt, live, texts if signal.needs_text else None)))
-                    scores[name][t] = [by_id.get(k) for k in range(n)]
-        elif isinstance(event, Done):
+    watch = SignalWatch(gen, reward, prompt, signals, taus, config.n, config.max_new_tokens)
+    for event in events(gen, reward, prompt, config, observers=watch.observers):
+        watch.see(event)
+        if isinstance(event, Done):
             bon = event.result
-    for name in signals:  # decision points no candidate reached: everyone had finished
-        for t in taus:
-            scores[name].setdefault(t, [None] * n)
-    return bon, scores
+    return bon, watch.result()
+
+
+def kept_by(score: Sequence[float | None], alpha: float) -> set[int]:
+    """The candidates still generating (score not None) that a cut at rejection rate alpha keeps:
+    the round((1 - alpha) * live) best by the signal (ties: the lower id)."""
+    live = [k for k, s in enumerate(score) if s is not None]
+    ranked = sorted(live, key=lambda k: (-score[k], k))
+    return set(ranked[:survivors_count(len(live), alpha)]) if live else set()
 
 
 def single_cut(bon: RunResult, score: Sequence[float | None], t: int, alpha: float) -> dict[str, float]:
@@ -69,8 +124,7 @@ def single_cut(bon: RunResult, score: Sequence[float | None], t: int, alpha: flo
     best final reward among survivors and finished ones."""
     cands = bon.candidates
     live = [k for k, s in enumerate(score) if s is not None]
-    ranked = sorted(live, key=lambda k: (-score[k], k))
-    kept = set(ranked[:survivors_count(len(live), alpha)]) if live else set()
+    kept = kept_by(score, alpha)
     eligible = kept | {k for k, s in enumerate(score) if s is None}
     tokens = sum(c.tokens_generated if c.id in eligible else min(c.tokens_generated, t) for c in cands)
     best = max(cands[k].final_reward for k in eligible)

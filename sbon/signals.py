@@ -35,6 +35,7 @@ class PruningSignal:
     name = "signal"
     needs_text = False  # score() receives the candidates' decoded partial responses
     needs_hidden = False  # observe() receives final-layer hidden states (the engine keeps them only then)
+    one_batch = False  # scores need every candidate in one batch (they compare candidates, or follow batch rows)
 
     def observe(self, step: Step) -> None:
         """Called after every decode step with what that step computed."""
@@ -80,14 +81,17 @@ class LowestGroupConfidence(PruningSignal):
     large when the distribution is peaked. Group confidence = mean C over a sliding window of the last
     ``window`` tokens; the score is the lowest group confidence so far (the trace's weakest stretch).
     DeepConf's window is 2048 tokens on reasoning traces of thousands of tokens; ours are 64-256
-    tokens, so the window is scaled down to 16. Before a full window, the group is every token so far.
+    tokens, so the window is scaled down to 16. The minimum is over full windows only: a group of one
+    or two tokens would be the weakest stretch almost every time, fixing the score within the first
+    few tokens. Before the first full window the score is the mean confidence so far (a warm-up, as
+    DeepConf's). Cost: the last `window` confidences per candidate, no extra pass.
     """
     name = "deepconf"
 
     def __init__(self, k: int = 20, window: int = 16):
         self.k, self.window = k, window
         self.recent: dict[int, list[float]] = {}  # the last `window` token confidences
-        self.lowest: dict[int, float] = {}
+        self.lowest: dict[int, float] = {}  # lowest mean over a full window; absent before the first one
 
     def observe(self, step):
         logprobs = torch.log_softmax(step.logits.float(), -1)
@@ -97,11 +101,15 @@ class LowestGroupConfidence(PruningSignal):
             recent.append(c)
             if len(recent) > self.window:
                 recent.pop(0)
-            group = sum(recent) / len(recent)
-            self.lowest[k] = min(self.lowest.get(k, math.inf), group)
+            if len(recent) == self.window:
+                self.lowest[k] = min(self.lowest.get(k, math.inf), sum(recent) / self.window)
 
     def score(self, prompt, candidate_ids, texts):
-        return [self.lowest.get(k, 0.0) for k in candidate_ids]
+        return [self.lowest[k] if k in self.lowest else self._warm_up(k) for k in candidate_ids]
+
+    def _warm_up(self, k: int) -> float:
+        recent = self.recent.get(k)
+        return sum(recent) / len(recent) if recent else 0.0
 
 
 class SelfCertainty(PruningSignal):
@@ -137,6 +145,7 @@ class HiddenConsistency(PruningSignal):
     """
     name = "consistency"
     needs_hidden = True
+    one_batch = True
 
     def __init__(self):
         self.total: torch.Tensor | None = None  # (candidates, d): sum of each candidate's states, by id
@@ -174,6 +183,7 @@ class ValueHeadSignal(PruningSignal):
     rewards are on its scale. It tracks the candidates of one batch (Speculative Rejection has one)."""
     name = "value-head"
     needs_hidden = True
+    one_batch = True
 
     def __init__(self, head: str = "smollm2_value_likelihood"):
         from .value_head import PrefixFeatures, ValueHead
@@ -214,6 +224,18 @@ SIGNALS: dict[str, Callable[..., PruningSignal]] = {
     "value-head": lambda gen, reward: ValueHeadSignal(),
 }
 REWARD_FREE = ("logprob", "deepconf", "self-certainty", "consistency")  # no reward model at decision points
+
+
+def watched_by_default(gen) -> list[str]:
+    """The signals a comparison watches unless told otherwise: the reward-free ones, and the value
+    head when the shipped head was trained on this generator's hidden states."""
+    import json
+
+    from .value_head import ASSETS
+
+    config = ASSETS / "smollm2_value_likelihood" / "config.json"
+    head_fits = config.is_file() and json.loads(config.read_text()).get("generator") == getattr(gen, "name", None)
+    return list(REWARD_FREE) + (["value-head"] if head_fits else [])
 
 
 def check_signal(name: str) -> None:

@@ -6,6 +6,7 @@ import torch
 from sbon.algorithms import best_of_n, run, speculative_bon_tau
 from sbon.config import RunConfig
 from sbon.errors import SBoNError
+from sbon.results import RunResult
 from sbon.signals import SIGNALS, PruningSignal
 from sbon.rewards import CallableReward
 
@@ -128,9 +129,8 @@ def test_deepconf_and_self_certainty_equal_a_full_recomputation(gen, watched):
         logits, _ = full_pass(gen, bon, k, TAU)
         logprobs = torch.log_softmax(logits, -1)
         confidence = -logprobs.topk(20, -1).values.mean(-1)  # DeepConf token confidence, k = 20
-        window = 16  # longer than TAU: every group starts at the first token
-        groups = [confidence[max(0, i + 1 - window):i + 1].mean() for i in range(TAU)]
-        assert scores["deepconf"][TAU][k] == pytest.approx(float(min(groups)), abs=1e-3)
+        # The window (16) is longer than TAU: no full window yet, so the score is the warm-up mean so far.
+        assert scores["deepconf"][TAU][k] == pytest.approx(float(confidence.mean()), abs=1e-3)
         kl = (-torch.log(torch.tensor(float(logits.shape[-1]))) - logprobs.mean(-1)).mean()
         assert scores["self-certainty"][TAU][k] == pytest.approx(float(kl), abs=1e-3)
     # Different candidates get different scores: the signal reads each one's own distribution.
@@ -138,16 +138,23 @@ def test_deepconf_and_self_certainty_equal_a_full_recomputation(gen, watched):
 
 
 def test_deepconf_window_slides(gen):
-    """With a window shorter than the prefix, the lowest group is the worst window mean."""
+    """The lowest group is the worst mean over FULL windows: the uncertain first token alone (a group
+    of one) does not fix the score, as it did when partial windows counted; before the first full
+    window the score is the mean so far."""
     from sbon.signals import LowestGroupConfidence, Step
 
+    logits = ([0.0, 0.0, 0.0], [9.0, 0.0, 0.0], [9.0, 0.0, 0.0], [0.0, 0.0, 0.0])
+    conf = [-torch.log_softmax(torch.tensor(l), -1).topk(2).values.mean().item() for l in logits]
+    assert conf[0] < conf[1]  # the flat distribution is the unconfident one
     signal = LowestGroupConfidence(k=2, window=2)
-    for logit in ([0.0, 0.0, 0.0], [9.0, 0.0, 0.0], [9.0, 0.0, 0.0], [0.0, 0.0, 0.0]):
+    seen = []
+    for logit in logits:
         signal.observe(Step([0], torch.tensor([0]), torch.tensor([logit])))
-    conf = [-torch.log_softmax(torch.tensor(l), -1).topk(2).values.mean().item()
-            for l in ([0.0] * 3, [9.0, 0, 0], [9.0, 0, 0], [0.0] * 3)]
-    groups = [conf[0], (conf[0] + conf[1]) / 2, (conf[1] + conf[2]) / 2, (conf[2] + conf[3]) / 2]
-    assert signal.score("", [0], None) == pytest.approx([min(groups)])
+        seen.append(signal.score("", [0], None)[0])
+    assert seen[0] == pytest.approx(conf[0])  # warm-up: mean so far
+    windows = [(conf[0] + conf[1]) / 2, (conf[1] + conf[2]) / 2, (conf[2] + conf[3]) / 2]
+    assert seen[1:] == pytest.approx([min(windows[:1]), min(windows[:2]), min(windows)])
+    assert seen[-1] > conf[0]  # the old partial-window minimum would have been conf[0]
 
 
 def test_consistency_equals_a_full_recomputation(gen, watched):
@@ -198,16 +205,21 @@ def test_the_matrix_on_two_prompts(gen):
         assert [scores["reward"][4][k] for k in live] == pytest.approx(reward.score(prompt, prefix), abs=1e-4)
 
 
-def test_signals_benchmark_and_tune_from_its_raw_file(gen, tmp_path):
+def test_signals_benchmark_and_tune_from_its_raw_file(gen, likelihood, tmp_path):
     """The benchmark's raw records recompute without a model, and tune picks the cheapest (t, alpha)
-    that keeps the floor, in a JSON whose run_config names it."""
+    that keeps the floor, in a JSON whose run_config names it. An extra final reward is recorded per
+    candidate and the matrix can be read against it."""
     import json
 
     from benchmarks import signals as bench
     from benchmarks.__main__ import main
 
     prompts = [{"id": 0, "set": "alpaca_eval", "instruction": PROMPT}, {"id": 1, "set": "hh", "instruction": "Name a color."}]
-    raw = bench.generate(gen, CONSTANT, prompts, ["logprob", "deepconf"], [4, 8], n=4, max_new_tokens=12, quiet=True)
+    raw = bench.generate(gen, CONSTANT, prompts, ["logprob", "deepconf"], [4, 8], n=4, max_new_tokens=12, quiet=True,
+                         extra_rewards={"likelihood": likelihood})
+    for rec, p in zip(raw, prompts):
+        texts = [c["text"] for c in rec["bon"]["candidates"]]
+        assert rec["final_rewards"]["likelihood"] == pytest.approx(likelihood.score(p["instruction"], texts))
     path = tmp_path / "signals_raw.json"
     path.write_text(json.dumps({"experiment": "signals_raw", "settings": {"n": 4, "k": 1, "hh_k": 1, "offset": 0,
                                                                         "max_new_tokens": 12, "generator": "smollm2-135m",
@@ -218,6 +230,13 @@ def test_signals_benchmark_and_tune_from_its_raw_file(gen, tmp_path):
     # A constant final reward: every cut keeps a response as good as Best-of-N's (score 100).
     assert {(r["signal"], r["t"]) for r in matrix} >= {("logprob", 4), ("deepconf", 8), ("random", 4)}
     assert all(r["normalized_score"] == 100 for r in matrix)
+    # Read against the likelihood: its winner is the likelihood's best, and not every cut keeps it.
+    per = bench.per_prompt(raw, [0.5], final_reward="likelihood")
+    assert per["normalized_score"].between(0, 100).all() and (per["normalized_score"] < 100).any()
+    lik = bench.with_final_reward(RunResult.from_dict(raw[0]["bon"]), raw[0]["final_rewards"]["likelihood"])
+    assert lik.best_id == max(range(4), key=lambda k: raw[0]["final_rewards"]["likelihood"][k])
+    assert main(["tune", "--from", str(path), "--final-reward", "likelihood", "--out", str(tmp_path / "t.json")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["reward"] == "likelihood"
     assert main(["tune", "--from", str(path), "--out", str(tmp_path / "tune.json")]) == 0
     tuned = json.loads((tmp_path / "tune.json").read_text())
     best = tuned["best"]

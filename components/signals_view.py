@@ -1,0 +1,185 @@
+"""The "Pruning signals" view: per pruning signal, which candidates it would have cut at each of the
+Speculative Rejection run's decision points, and whether Best-of-N's winner survives the cut.
+
+The cut is the one of ``python -m benchmarks signals``: at a decision point of t tokens, the Best-of-N
+candidates still generating are ranked by the signal and round((1 - alpha) * live) of them kept, with
+the run's alpha; candidates that finished before t stay eligible. Coupled sampling makes every
+Best-of-N candidate the same response Speculative Rejection would have continued, so the cost of a
+cut is counted, not estimated. The reward's scores are the comparison's partial rewards; the other
+signals' are ``Comparison.signal_scores``, recorded while Best-of-N generated.
+
+Plain data in, pandas tables and plotly figures out (no Gradio).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from sbon.comparison import Comparison
+from sbon.signal_matrix import kendall, kept_by
+
+ORDER = ("reward", "value-head", "logprob", "deepconf", "self-certainty", "consistency")
+KEPT_COLOR, CUT_COLOR, FINISHED_COLOR, WINNER_COLOR = "#2a9d8f", "#e76f51", "#adb5bd", "#f4a261"
+NO_SCORES = ("This run was recorded before the comparison watched pruning signals (or with none): "
+             "run it again to see which candidates each signal would have cut.")
+
+
+@dataclass
+class Cut:
+    """One signal's single cut at one decision point."""
+    signal: str
+    round: int
+    t: int
+    live: list[int]  # candidates still generating at t, ranked by the signal
+    kept: list[int]
+    cut: list[int]
+    finished: list[int]  # finished before t: stay eligible
+    winner_kept: bool
+    kendall: float  # of the signal's scores with the final reward, over the live candidates
+    scores: list[float | None]  # by candidate id
+
+
+def has_signal_scores(comp: Comparison | None) -> bool:
+    return comp is not None and bool(comp.signal_scores)
+
+
+def signal_names(comp: Comparison) -> list[str]:
+    """The reward first (if the comparison scored its decision points), then the watched signals."""
+    taus = decision_taus(comp)
+    names = (["reward"] if any(t in comp.partials for _, t in taus) else []) + list(comp.signal_scores)
+    return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+
+
+def decision_taus(comp: Comparison) -> list[tuple[int, int]]:
+    """(round, tokens) of each of the Speculative Rejection run's decision points."""
+    return [(p.round, p.tokens) for p in comp.sbon.decision_points]
+
+
+def scores_of(comp: Comparison, signal: str, t: int) -> list[float | None] | None:
+    by_t = comp.partials if signal == "reward" else comp.signal_scores.get(signal, {})
+    return by_t.get(t)
+
+
+def cuts(comp: Comparison) -> list[Cut]:
+    """Every signal's cut at every decision point, with the run's alpha."""
+    if not has_signal_scores(comp):
+        return []
+    alpha = float(comp.sbon.settings.get("alpha", 0.5))
+    winner = comp.bon.best_id
+    out = []
+    for name in signal_names(comp):
+        for round, t in decision_taus(comp):
+            score = scores_of(comp, name, t)
+            if score is None:
+                continue
+            live = sorted((k for k, s in enumerate(score) if s is not None), key=lambda k: (-score[k], k))
+            kept = kept_by(score, alpha)
+            finished = [k for k, s in enumerate(score) if s is None]
+            out.append(Cut(name, round, t, live, [k for k in live if k in kept], [k for k in live if k not in kept],
+                           finished, winner in kept or winner in finished, kendall(comp.bon, score), list(score)))
+    return out
+
+
+def _mark(c: Cut, winner: int | None) -> str:
+    if winner in c.finished:
+        return "✓ (finished)"
+    return "✓" if c.winner_kept else "✗"
+
+
+def summary_table(comp: Comparison | None) -> pd.DataFrame:
+    """One row per signal x decision point: live, cut, Best-of-N winner kept, Kendall with final reward."""
+    if not has_signal_scores(comp):
+        return pd.DataFrame({"note": [NO_SCORES]})
+    winner = comp.bon.best_id
+    return pd.DataFrame([{"signal": c.signal, "decision point": f"round {c.round} · {c.t} tokens",
+                          "live": len(c.live), "cut": len(c.cut), "winner kept": _mark(c, winner),
+                          "Kendall with final reward": None if math.isnan(c.kendall) else round(c.kendall, 2)}
+                         for c in cuts(comp)])
+
+
+def candidate_table(comp: Comparison | None) -> pd.DataFrame:
+    """One row per candidate (the first column is its id, for a click to open it): its final reward
+    and, per signal, its fate at each decision point in order (✓ kept, ✗ cut, · finished before
+    it, – no scores there)."""
+    if not has_signal_scores(comp):
+        return pd.DataFrame({"note": [NO_SCORES]})
+    by_key = {(c.signal, c.t): c for c in cuts(comp)}
+    taus = [t for _, t in decision_taus(comp)]
+    rows = []
+    for k in range(comp.n):
+        row: dict[str, Any] = {"candidate": k, "final reward": round(comp.bon.candidates[k].final_reward, 3),
+                               "Best-of-N winner": "★" if k == comp.bon.best_id else ""}
+        for name in signal_names(comp):
+            row[name] = " ".join(_fate_mark(by_key.get((name, t)), k) for t in taus)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _fate_mark(c: Cut | None, k: int) -> str:
+    if c is None:
+        return "–"  # the signal has no scores at this decision point
+    return "·" if k in c.finished else "✓" if k in c.kept else "✗"
+
+
+def candidate_for_select(row_value: Sequence[Any] | None) -> int | None:
+    """The candidate id of a selected row of :func:`candidate_table` (its first column), or None."""
+    if not row_value:
+        return None
+    try:
+        return int(row_value[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def cuts_figure(comp: Comparison | None) -> go.Figure:
+    """One panel per decision point; rows: signals, x: candidate id; a filled marker for kept, a cross
+    for cut, a grey ring for finished before t; Best-of-N's winner in a highlighted column."""
+    if not has_signal_scores(comp):
+        fig = go.Figure()
+        fig.add_annotation(text=NO_SCORES, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        return fig.update_layout(height=220, margin=dict(l=20, r=20, t=20, b=20))
+    taus = decision_taus(comp)
+    names = signal_names(comp)
+    alpha = float(comp.sbon.settings.get("alpha", 0.5))
+    fig = make_subplots(rows=1, cols=len(taus), shared_yaxes=True, horizontal_spacing=0.03,
+                        subplot_titles=[f"round {r} · {t} tokens" for r, t in taus])
+    winner = comp.bon.best_id
+    styles = {"kept": dict(symbol="circle", color=KEPT_COLOR, size=10),
+              "cut": dict(symbol="x", color=CUT_COLOR, size=9),
+              "finished": dict(symbol="circle-open", color=FINISHED_COLOR, size=9)}
+    by_key = {(c.signal, c.t): c for c in cuts(comp)}
+    for col, (round, t) in enumerate(taus, start=1):
+        for fate, marker in styles.items():
+            xs, ys, data = [], [], []
+            for name in names:
+                c = by_key.get((name, t))
+                if c is None:
+                    continue
+                ids = {"kept": c.kept, "cut": c.cut, "finished": c.finished}[fate]
+                for k in ids:
+                    s = c.scores[k]
+                    xs.append(k)
+                    ys.append(name)
+                    data.append([k, "—" if s is None else f"{s:.3f}", fate, name])
+            fig.add_scatter(x=xs, y=ys, mode="markers", marker=marker, name=fate, legendgroup=fate,
+                            showlegend=col == 1, customdata=data, row=1, col=col,
+                            hovertemplate="candidate %{customdata[0]}<br>%{customdata[3]} score %{customdata[1]}"
+                                          "<br>%{customdata[2]}<extra></extra>")
+        if winner is not None:
+            fig.add_vrect(x0=winner - 0.45, x1=winner + 0.45, fillcolor=WINNER_COLOR, opacity=0.3, line_width=0, layer="below",
+                          row=1, col=col)
+    fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // 8), title_text="candidate")
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(names)))
+    fig.update_layout(title=f"Which candidates each signal would cut (α = {alpha:g}, one cut per decision point); "
+                            f"shaded: Best-of-N's winner (candidate {winner})",
+                      height=160 + 40 * len(names), margin=dict(l=20, r=20, t=80, b=40),
+                      legend=dict(orientation="h", y=-0.25))
+    return fig

@@ -1,0 +1,136 @@
+"""The comparison's watched pruning signals and the "Pruning signals" view, on the real small model
+(the shared comparison fixture: N=6, 24 tokens, two decision points, likelihood reward)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components import signals_view as sv
+from sbon.algorithms import survivors_count
+from sbon.comparison import Comparison
+from sbon.config import RunConfig
+from sbon.errors import SBoNError
+from sbon.results import PHASES
+from sbon.signal_matrix import SignalWatch, signal_scores
+from sbon.signals import REWARD_FREE
+
+
+ROOT = Path(__file__).resolve().parent.parent
+OLD_FILES = [ROOT / "assets" / "recorded_run.json", ROOT / "tests" / "data" / "recorded_run_v1.json"]
+
+
+def taus_of(comp):
+    return [p.tokens for p in comp.sbon.decision_points]
+
+
+def test_scores_stored_at_every_decision_point(comparison):
+    taus = taus_of(comparison)
+    assert len(taus) >= 2
+    # The embedded generator is the one the shipped value head was trained on: it is watched too.
+    assert set(comparison.signal_scores) == set(REWARD_FREE) | {"value-head"}
+    for name, by_t in comparison.signal_scores.items():
+        assert sorted(by_t) == taus
+        for t, row in by_t.items():
+            # A score for exactly the candidates still generating after t tokens, as the partial rewards.
+            assert [s is not None for s in row] == [c.tokens_generated > t for c in comparison.bon.candidates]
+
+
+def test_scores_equal_the_signal_matrix_on_the_same_seed(gen, likelihood, comparison):
+    config = RunConfig(method="bon", n=comparison.n, max_new_tokens=24, seed=1)
+    bon, scores = signal_scores(gen, likelihood, comparison.bon.prompt, config, list(comparison.signal_scores),
+                                taus_of(comparison))
+    assert [c.token_ids for c in bon.candidates] == [c.token_ids for c in comparison.bon.candidates]
+    for name, by_t in scores.items():
+        for t, row in by_t.items():
+            stored = comparison.signal_scores[name][t]
+            assert [s is None for s in stored] == [s is None for s in row]
+            assert [s for s in stored if s is not None] == pytest.approx([s for s in row if s is not None], abs=1e-5)
+
+
+def test_watching_keeps_best_of_n_candidates_and_takes_its_time_out(gen, likelihood, comparison):
+    from sbon.algorithms import Done, events
+
+    config = RunConfig(method="bon", n=comparison.n, max_new_tokens=24, seed=1)
+    plain = next(e.result for e in events(gen, likelihood, comparison.bon.prompt, config) if isinstance(e, Done))
+    assert [c.token_ids for c in plain.candidates] == [c.token_ids for c in comparison.bon.candidates]
+    timings = comparison.bon.timings
+    assert timings["watched_signals"] > 0
+    assert timings["total"] == pytest.approx(sum(timings[p] for p in PHASES))
+
+
+def test_batched_best_of_n_drops_the_signals_that_need_one_batch(gen):
+    watch = SignalWatch(gen, None, "Hi.", ["logprob", "consistency", "value-head"], [4], n=4,
+                        max_new_tokens=8, one_batch=False)
+    assert list(watch.signals) == ["logprob"]
+
+
+def test_signal_scores_survive_json(comparison):
+    back = Comparison.from_json(comparison.to_json())
+    assert back.signal_scores == comparison.signal_scores
+    bad = json.loads(comparison.to_json())
+    bad["signal_scores"]["logprob"][str(taus_of(comparison)[0])] = [0.0]  # wrong length
+    with pytest.raises(SBoNError, match="logprob scores"):
+        Comparison.from_dict(bad)
+    bad["signal_scores"] = {"logprob": [1, 2]}
+    with pytest.raises(SBoNError, match="signal_scores"):
+        Comparison.from_dict(bad)
+
+
+@pytest.mark.parametrize("path", OLD_FILES, ids=lambda p: p.name)
+def test_old_files_load_and_the_view_explains(path):
+    comp = Comparison.load(path)
+    assert comp.signal_scores == {}
+    assert not sv.has_signal_scores(comp)
+    assert list(sv.summary_table(comp).columns) == ["note"]
+    assert list(sv.candidate_table(comp).columns) == ["note"]
+    fig = sv.cuts_figure(comp)
+    assert not fig.data and "recorded before" in fig.layout.annotations[0].text
+
+
+def test_summary_table_rows(comparison):
+    table = sv.summary_table(comparison)
+    names = sv.signal_names(comparison)
+    dps = comparison.sbon.decision_points
+    assert names[0] == "reward" and set(names[1:]) == set(comparison.signal_scores)
+    # The reward has a row where the comparison computed partial rewards (this fixture passes its own
+    # taus, which miss a decision point); every watched signal has one at every decision point.
+    reward_rows = sum(p.tokens in comparison.partials for p in dps)
+    assert 1 <= reward_rows < len(dps)
+    assert len(table) == (len(names) - 1) * len(dps) + reward_rows
+    alpha = comparison.sbon.settings["alpha"]
+    winner = comparison.bon.best_id
+    for c, (_, row) in zip(sv.cuts(comparison), table.iterrows()):
+        assert row["signal"] == c.signal and row["decision point"] == f"round {c.round} · {c.t} tokens"
+        live = [k for k, s in enumerate(c.scores) if s is not None]
+        assert row["live"] == len(live) and row["cut"] == len(live) - survivors_count(len(live), alpha)
+        # The cut keeps the best-scored live candidates.
+        assert min(c.scores[k] for k in c.kept) >= max((c.scores[k] for k in c.cut), default=float("-inf"))
+        assert row["winner kept"].startswith("✓") == (winner in c.kept or winner in c.finished)
+    # The reward's cut uses the comparison's own partial rewards.
+    reward_cut = next(c for c in sv.cuts(comparison) if c.signal == "reward")
+    assert reward_cut.scores == comparison.partials[reward_cut.t]
+
+
+def test_candidate_table_and_click(comparison):
+    table = sv.candidate_table(comparison)
+    assert list(table["candidate"]) == list(range(comparison.n))
+    assert list(table["Best-of-N winner"]).index("★") == comparison.bon.best_id
+    dps = len(comparison.sbon.decision_points)
+    for name in sv.signal_names(comparison):
+        assert all(len(marks.split()) == dps and set(marks.split()) <= {"✓", "✗", "·", "–"} for marks in table[name])
+    assert "–" in table["reward"][0]  # the decision point without partial rewards
+    assert sv.candidate_for_select(table.iloc[3].tolist()) == 3
+    assert sv.candidate_for_select(None) is None
+
+
+def test_cuts_figure(comparison):
+    fig = sv.cuts_figure(comparison)
+    names = sv.signal_names(comparison)
+    marked = sum(len(trace.x) for trace in fig.data)
+    panels = (len(names) - 1) * len(comparison.sbon.decision_points) + sum(
+        p.tokens in comparison.partials for p in comparison.sbon.decision_points)
+    assert marked == panels * comparison.n  # every candidate in every (signal, decision point) row
+    assert {trace.name for trace in fig.data} <= {"kept", "cut", "finished"}
+    assert all(row[0] in range(comparison.n) for trace in fig.data for row in trace.customdata)
+    assert len(fig.layout.shapes) == len(comparison.sbon.decision_points)  # the winner's column in each panel
