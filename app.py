@@ -32,7 +32,7 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402
 
-from components import figures, tables  # noqa: E402
+from components import figures, signals_view, tables  # noqa: E402
 from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,  # noqa: E402
                                  reward_choices, signal_choices)
 from components.live import LiveTracker  # noqa: E402
@@ -252,6 +252,9 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "rounds_plot": lambda s: rounds_animation(s.comp.sbon),
     "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
     "correlations": lambda s: tables.correlation_table(s.comp),
+    "signals_summary": lambda s: signals_view.summary_table(s.comp),
+    "signals_plot": lambda s: signals_view.cuts_figure(s.comp),
+    "signals_candidates": lambda s: signals_view.candidate_table(s.comp),
     "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
 }
 SHOWN = (*VIEWS, "status", "live_plot")  # what showing a comparison updates
@@ -379,12 +382,11 @@ def on_pick(comp: Comparison | None, k: int | None):
     return tables.candidate_detail_html(comp, int(k)) if comp is not None and k is not None else gr.skip()
 
 
-def on_table_select(comp: Comparison | None, evt: gr.SelectData):
-    # The first column is the candidate id, whatever order the user sorted the rows in.
-    if comp is None or not evt.row_value:
-        return gr.skip(), gr.skip()
-    k = int(evt.row_value[0])
-    return k, tables.candidate_detail_html(comp, k)
+def on_row_select(comp: Comparison | None, evt: gr.SelectData):
+    """A row of a candidate table opens that candidate in the inspector: the first column is its id,
+    whatever order the user sorted the rows in (a note row, in a file without the data, opens nothing)."""
+    k = signals_view.candidate_for_select(evt.row_value) if comp is not None else None
+    return (gr.skip(), gr.skip()) if k is None else (k, tables.candidate_detail_html(comp, k))
 
 
 def on_play(comp: Comparison | None) -> Iterator:
@@ -502,6 +504,17 @@ def build_demo() -> gr.Blocks:
                     ui.tune_summary = gr.Markdown(elem_id="tune-summary")
                     ui.tune_table = gr.Dataframe(interactive=False, elem_id="tune-table")
                     ui.use_tuned = gr.Button("Use these settings", visible=False, size="sm", elem_id="use-tuned")
+            with gr.Tab("Pruning signals", id="signals-tab", elem_id="signals-tab"):
+                gr.Markdown("Every pruning signal on the **same Best-of-N candidates**, at each decision point of the "
+                            "Speculative Rejection run, with its α: which candidates each would have cut, and whether "
+                            "Best-of-N's winner survives. Signals other than the reward were watched while Best-of-N "
+                            "generated (no extra forward pass); the reward's scores are its partial rewards.")
+                ui.signals_summary = gr.Dataframe(label="Per signal and decision point (one cut at the run's α)",
+                                                  interactive=False, elem_id="signals-summary")
+                ui.signals_plot = gr.Plot(elem_id="signals-plot")
+                ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
+                                                           "point): click a row to open it under Candidates",
+                                                     interactive=False, elem_id="signals-candidates")
             with gr.Tab("Save and replay", id="replay-tab", elem_id="replay-tab"):
                 with gr.Row():
                     ui.download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
@@ -541,7 +554,8 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point"), outputs=ui.scatter,
                              **private)
     ui.picker.change(on_pick, inputs=el("comparison", "picker"), outputs=ui.detail, **private)
-    ui.table.select(on_table_select, inputs=ui.comparison, outputs=el("picker", "detail"), **private)
+    for table in (ui.table, ui.signals_candidates):
+        table.select(on_row_select, inputs=ui.comparison, outputs=el("picker", "detail"), **private)
     ui.play_btn.click(on_play, inputs=ui.comparison, outputs=ui.rounds_plot, show_progress="hidden", **private)
     ui.model_timer.tick(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden",
                         **private)

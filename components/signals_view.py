@@ -24,8 +24,11 @@ from plotly.subplots import make_subplots
 from sbon.comparison import Comparison
 from sbon.signal_matrix import kendall, kept_by
 
+from .figures import empty_figure
+from .style import BON_COLOR, PRUNED_COLORS, SURVIVED_COLOR, styled
+
 ORDER = ("reward", "value-head", "logprob", "deepconf", "self-certainty", "consistency")
-KEPT_COLOR, CUT_COLOR, FINISHED_COLOR, WINNER_COLOR = "#2a9d8f", "#e76f51", "#adb5bd", "#f4a261"
+KEPT_COLOR, CUT_COLOR, FINISHED_COLOR, WINNER_COLOR = SURVIVED_COLOR, PRUNED_COLORS[0], BON_COLOR, "#f4a261"
 NO_SCORES = ("This run was recorded before the comparison watched pruning signals (or with none): "
              "run it again to see which candidates each signal would have cut.")
 
@@ -141,11 +144,7 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
     """One panel per decision point; rows: signals, x: candidate id; a filled marker for kept, a cross
     for cut, a grey ring for finished before t; Best-of-N's winner in a highlighted column."""
     if not has_signal_scores(comp):
-        fig = go.Figure()
-        fig.add_annotation(text=NO_SCORES, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-        fig.update_xaxes(visible=False)
-        fig.update_yaxes(visible=False)
-        return fig.update_layout(height=220, margin=dict(l=20, r=20, t=20, b=20))
+        return empty_figure(NO_SCORES, height=220)
     taus = decision_taus(comp)
     names = signal_names(comp)
     alpha = float(comp.sbon.settings.get("alpha", 0.5))
@@ -178,8 +177,7 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
                           row=1, col=col)
     fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // 8), title_text="candidate")
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(names)))
-    fig.update_layout(title=f"Which candidates each signal would cut (α = {alpha:g}, one cut per decision point); "
-                            f"shaded: Best-of-N's winner (candidate {winner})",
-                      height=160 + 40 * len(names), margin=dict(l=20, r=20, t=80, b=40),
-                      legend=dict(orientation="h", y=-0.25))
+    styled(fig, f"Which candidates each signal would cut (α = {alpha:g}, one cut per decision point); "
+                f"shaded: Best-of-N's winner (candidate {winner})", height=160 + 40 * len(names), top=80)
+    fig.update_layout(legend=dict(orientation="h", y=-0.25, x=0, xanchor="left", yanchor="top"))
     return fig

@@ -125,11 +125,25 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     assert "speedup" in _text(page, "#savings-table")
     assert "Best-of-N returned candidate" in _text(page, "#bon-text")
 
+    _tab(page, "Pruning signals")  # every signal's cut on the same candidates; a row opens its candidate
+    summary = page.locator("#signals-summary")
+    summary.locator("[role=gridcell]", has_text="deepconf").first.wait_for()
+    for name in ("reward", "logprob", "deepconf", "self-certainty"):
+        assert summary.locator("[role=gridcell]", has_text=name).count() >= 1, name
+    assert page.locator("#signals-plot .scatterlayer .point").count() > 6
+    rows = page.locator("#signals-candidates [role=row]")
+    assert rows.count() == 7  # header + 6 candidates
+    cell = rows.nth(4).locator("[role=gridcell]").first
+    k = cell.inner_text().strip()
+    cell.click()
+    page.wait_for_function("(k) => document.querySelector('#candidate-picker input').value.split(' ')[0] == k", arg=k)
+
     _tab(page, "Save and replay")
     with page.expect_download() as download:
         page.locator("#download").click()
     saved = json.loads(Path(download.value.path()).read_text())
     assert saved["sbon"]["prompt"] == "What is Atlantis?" and len(saved["bon"]["candidates"]) == 6
+    assert {"logprob", "deepconf", "self-certainty"} <= set(saved["signal_scores"])
     page.locator("#replay-recorded").click()
     page.wait_for_function("document.querySelector('#run-source').innerText.includes('recorded run')")
     _tab(page, "Partial vs final reward")
