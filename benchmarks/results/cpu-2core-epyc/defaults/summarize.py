@@ -26,11 +26,12 @@ def summarize(rows: list[dict]) -> pd.DataFrame:
             "kendall_1st_median": np.median(k1) if k1 else float("nan"),
             "no_DP": int((g["decision_points"] == 0).sum()),
             "DP_mean": g["decision_points"].mean(), "DP>=3": f"{int((g['decision_points'] >= 3).sum())}/{len(g)}",
-            "sbon_score": g["normalized_score"].mean(), "bom_score": g["best_of_m_normalized_score"].mean(),
-            "sbon>bom": f"{int((g['normalized_score'] > g['best_of_m_normalized_score']).sum())}/{len(g)}",
+            "sbon_score": g["normalized_score"].mean(),
+            "bom_score_steps": g["bom_step_score"].mean(), "bom_score_tokens": g["bom_token_score"].mean(),
+            "sbon>=bom_steps": f"{int((g['normalized_score'] >= g['bom_step_score']).sum())}/{len(g)}",
             "winner_pruned": f"{int(g['bon_winner_pruned'].sum())}/{len(g)}",
-            "speedup_med": g["speedup"].median(), "speedup_mean": g["speedup"].mean(),
             "step_speedup_med": g["step_speedup"].median(), "token_speedup_med": g["token_speedup"].median(),
+            "diverged": int(g["diverged"].sum()),
             "load_1min_mean": np.mean([r[0] for r in g["load_average"]]),
         })
     return pd.DataFrame(out)
