@@ -27,7 +27,12 @@ class RunSettings:
     """Everything one comparison needs; the defaults finish in about a minute on 2 CPU cores."""
     prompt: str = ""
     generator: str = DEFAULT_GENERATOR
-    reward: str = DEFAULT_REWARD
+    # The generator's own likelihood (the objective of the paper's perplexity experiment), not minilm-pref
+    # (sbon.models.DEFAULT_REWARD): it is the embedded reward whose partial scores predict its final ones
+    # (Kendall at the first decision point: likelihood 0.6, minilm-pref 0.3 on held-out AlpacaEval prompts,
+    # N=32, 128 tokens; benchmarks/results/cpu-2core-epyc/defaults/NOTE.md), so the first run shows the
+    # assumption Speculative Rejection stands on holding, and the page says which reward it is.
+    reward: str = "likelihood"
     method: str = "sbon"
     n: int = 16
     # alpha 0.2 and 128 tokens give three decision points (after 32, 51 and ~98 tokens for a 55-token prompt)
