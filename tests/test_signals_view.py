@@ -17,7 +17,16 @@ from sbon.signals import REWARD_FREE
 
 
 ROOT = Path(__file__).resolve().parent.parent
-OLD_FILES = [ROOT / "assets" / "recorded_run.json", ROOT / "tests" / "data" / "recorded_run_v1.json"]
+OLD_FILES = [ROOT / "tests" / "data" / "recorded_run_v1.json"]  # saved before comparisons watched signals
+
+
+def _without_signal_scores(tmp_path) -> Path:
+    """The shipped recording as a file saved before signal scores existed: the same JSON without the field."""
+    d = json.loads((ROOT / "assets" / "recorded_run.json").read_text())
+    d.pop("signal_scores")
+    path = tmp_path / "recorded_without_signals.json"
+    path.write_text(json.dumps(d))
+    return path
 
 
 def taus_of(comp):
@@ -77,15 +86,24 @@ def test_signal_scores_survive_json(comparison):
         Comparison.from_dict(bad)
 
 
-@pytest.mark.parametrize("path", OLD_FILES, ids=lambda p: p.name)
-def test_old_files_load_and_the_view_explains(path):
-    comp = Comparison.load(path)
+@pytest.mark.parametrize("path", [*OLD_FILES, "without-signals"], ids=lambda p: getattr(p, "name", p))
+def test_old_files_load_and_the_view_explains(path, tmp_path):
+    comp = Comparison.load(_without_signal_scores(tmp_path) if path == "without-signals" else path)
     assert comp.signal_scores == {}
     assert not sv.has_signal_scores(comp)
     assert list(sv.summary_table(comp).columns) == ["note"]
     assert list(sv.candidate_table(comp).columns) == ["note"]
     fig = sv.cuts_figure(comp)
     assert not fig.data and "recorded before" in fig.layout.annotations[0].text
+
+
+def test_the_shipped_recording_shows_every_watched_signal():
+    comp = Comparison.load(ROOT / "assets" / "recorded_run.json")
+    assert {"logprob", "deepconf", "self-certainty"} <= set(comp.signal_scores)
+    table = sv.summary_table(comp)
+    rounds = len(comp.sbon.decision_points)
+    assert len(table) == rounds * len(sv.signal_names(comp)) and set(table["signal"]) >= {"reward", "logprob"}
+    assert sv.cuts_figure(comp).data
 
 
 def test_summary_table_rows(comparison):
