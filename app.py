@@ -169,7 +169,9 @@ def check_replayable(comp: Comparison) -> None:
             if c.pruned_round is not None and c.pruned_round not in rounds:
                 raise SBoNError(f"not a saved comparison: candidate {c.id} of the {run.method} run was pruned in "
                                 f"round {c.pruned_round}, which the run does not have")
-        numbers += [r for p in comp.partials.values() for r in p if r is not None] if run is comp.bon else []
+        if run is comp.bon:  # the counterfactual partial rewards and the watched signals score its candidates
+            scored = [*comp.partials.values(), *(row for by_t in comp.signal_scores.values() for row in by_t.values())]
+            numbers += [x for row in scored for x in row if x is not None]
         bad = next((x for x in numbers if not math.isfinite(x) or abs(x) > MAX_ABS_NUMBER), None)
         if bad is not None:
             raise SBoNError(f"not a saved comparison: the {run.method} run holds the number {bad:g} "

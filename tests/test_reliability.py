@@ -73,6 +73,7 @@ def _upload(tmp_path, change=None, text=None) -> str:
     (lambda d: d["bon"]["candidates"][1].update(final_reward=float("inf")), "holds the number inf"),
     (lambda d: d["sbon"]["timings"].update(scoring=float("nan")), "holds the number nan"),
     (lambda d: d["sbon"]["candidates"][0].update(pruned_round=-1), "pruned in round -1, which the run does not have"),
+    (lambda d: d["signal_scores"]["logprob"]["32"].__setitem__(0, float("-inf")), "holds the number -inf"),
 ])
 def test_replays_with_impossible_numbers_are_refused(load_upload, tmp_path, change, message):
     with pytest.raises(SBoNError, match=message):
