@@ -31,8 +31,8 @@ class RunSettings(RunConfig):
     the Best-of-N baseline. With the defaults the first decision point is drawn within about 10 s and the
     whole comparison takes about 3 minutes on 2 CPU cores (README, "How long a run takes")."""
     n: int = 16  # the page always starts a given number of candidates (the CLI can derive N from a budget)
-    # alpha 0.2 and 128 tokens give three decision points (after 32, 51 and ~98 tokens for a 55-token prompt)
-    # (four on the first example prompt), so the page shows rounds, not a single cut.
+    # alpha 0.2 and 128 tokens give several decision points (four on the first example prompt, after 32, 51,
+    # 98 and 118 tokens), so the page shows rounds, not a single cut.
     alpha: float = 0.2
     tau: int = 16
     # Prune by the mean log-probability the decode step already computed: the same score as the likelihood
