@@ -16,8 +16,10 @@ import pandas as pd
 
 from sbon.algorithms import best_of_n, plan_budget, speculative_bon_tau, speculative_rejection
 from sbon.engine import Generator, SamplingConfig
-from sbon.metrics import best_of_m_reward, best_of_m_size, compare, normalized_score, speedup, token_rate
+from sbon.metrics import (best_of_m_reward, best_of_m_size, compare, decision_quality, normalized_score, speedup,
+                          token_rate)
 from sbon.results import RunResult
+from sbon.signals import SIGNALS
 from sbon.rewards import RewardModel
 
 from . import common, distributed, vllm_bon
@@ -46,15 +48,15 @@ def bon_batch_size(gen: Generator, prompt: str, n: int, bon_memory: str, *, meth
 
 def sbon_events(gen: Generator, reward: RewardModel, prompt: str, n: int, *, method: str, alpha: float,
                 first_decision: int | None, kv_budget: int | None, tau: int, max_new_tokens: int,
-                sampling: SamplingConfig, seed: int):
+                sampling: SamplingConfig, seed: int, prune_by: str = "reward"):
     """Speculative Rejection's events with the benchmark's settings. `first_decision` sets the KV
     budget per prompt to N candidates of (prompt + first_decision) tokens."""
     if method == "sbon-tau":
         return speculative_bon_tau(gen, reward, prompt, n, alpha=alpha, tau=tau, max_new_tokens=max_new_tokens,
-                                   sampling=sampling, seed=seed)
+                                   sampling=sampling, seed=seed, prune_by=prune_by)
     return speculative_rejection(gen, reward, prompt, n, alpha=alpha, kv_budget=kv_budget,
                                  max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
-                                 first_decision=first_decision)
+                                 first_decision=first_decision, prune_by=prune_by)
 
 
 def prompt_runs(gen: Generator, reward: RewardModel, p: dict, *, n: int, bon_memory: str, sb: dict[str, Any],
@@ -75,6 +77,7 @@ def prompt_runs(gen: Generator, reward: RewardModel, p: dict, *, n: int, bon_mem
     if bar is not None:
         bar.update()
     m = compare(bon, sbon)
+    quality = decision_quality(bon, sbon)
     row = {
         "prompt_id": p["id"], "prompt_tokens": bon.prompt_tokens, "bon_batch_size": batch,
         "bon_time": m["bon_time"], "sbon_time": m["sbon_time"], "speedup": m["speedup"],
@@ -84,6 +87,12 @@ def prompt_runs(gen: Generator, reward: RewardModel, p: dict, *, n: int, bon_mem
         "sbon_best_id": sbon.best_id, "bon_best_id": bon.best_id,
         "decision_points": len(sbon.decision_points),
         "decision_tokens": [d.tokens for d in sbon.decision_points],
+        # What pruning cost (coupled sampling makes it exact): per decision point the Kendall of the
+        # signal against the final rewards, the oracle cut and the fate of Best-of-N's winner.
+        "decision_quality": quality,
+        "kendall_first_decision": m["kendall_first_decision"],
+        "oracle_cut_first_decision": quality[0]["oracle_cut"] if quality else float("nan"),
+        "bon_winner_pruned": m["bon_winner_pruned"],
         "kv_budget": sbon.settings.get("kv_budget"),
         "bon_finished_early": sum(c.stop_reason == "eos" for c in bon.candidates),
         "bon_mean_length": bon.total_tokens / len(bon.candidates),
@@ -109,7 +118,7 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
                max_new_tokens: int = 256, sampling: SamplingConfig | None = None, seed: int = 0,
                method: str = "sbon", alpha: float = 0.5, first_decision: int | None = None,
                kv_budget: int | None = None, tau: int = 32, best_of_m: bool = True, bon_memory: str = "all",
-               quiet: bool = False) -> dict[str, Any]:
+               prune_by: str = "reward", quiet: bool = False) -> dict[str, Any]:
     """Run the three methods on every prompt; returns per-prompt rows and the averages.
 
     bon_memory="all": Best-of-N (and Best-of-M) hold all their candidates at once, as memory allows
@@ -118,7 +127,7 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
     sampling = sampling or SamplingConfig()
     common.warm_up(gen, reward, sampling)
     sb = dict(method=method, alpha=alpha, first_decision=first_decision, kv_budget=kv_budget, tau=tau,
-              max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+              max_new_tokens=max_new_tokens, sampling=sampling, seed=seed, prune_by=prune_by)
     rows, bons, batches, ran = [], [], [], []
     bar = common.progress(len(prompts) * (3 if best_of_m else 2), "table1", disable=quiet)
     work = partial(prompt_runs, n=n, bon_memory=bon_memory, sb=sb)
@@ -165,6 +174,12 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
         "sbon_time": common.summarize(col("sbon_time")),
         "bon_tok_per_s": common.summarize(col("bon_tok_per_s")),
         "sbon_tok_per_s": common.summarize(col("sbon_tok_per_s")),
+        "decision_points": common.summarize(col("decision_points")),
+        "runs_with_3_or_more_decision_points": sum(d >= 3 for d in col("decision_points")) / len(rows),
+        # over the runs that had a decision point (nan where none did)
+        "kendall_first_decision": common.summarize(col("kendall_first_decision")),
+        "oracle_cut_first_decision": common.summarize(col("oracle_cut_first_decision")),
+        "bon_winner_pruned": sum(col("bon_winner_pruned")) / len(rows),
     }
     if best_of_m:
         summary.update({"bom_speedup": common.summarize(col("bom_speedup")),
@@ -197,7 +212,8 @@ def methods_table(result: dict[str, Any], n: int) -> pd.DataFrame:
 
 def prompts_table(result: dict[str, Any]) -> pd.DataFrame:
     cols = ["prompt_id", "prompt_tokens", "bon_batch_size", "bon_time", "sbon_time", "bom_time", "speedup", "bom_speedup", "bon_tokens",
-            "sbon_tokens", "bom_tokens", "token_rate", "sbon_score", "bom_score", "decision_points", "sbon_reward_share"]
+            "sbon_tokens", "bom_tokens", "token_rate", "sbon_score", "bom_score", "decision_points",
+            "kendall_first_decision", "oracle_cut_first_decision", "bon_winner_pruned", "sbon_reward_share"]
     df = pd.DataFrame(result["rows"])
     return df[[c for c in cols if c in df.columns]]
 
@@ -235,6 +251,9 @@ def add_parser(sub) -> None:
                    help="sbon: KV budget = N x (prompt + this many tokens), per prompt (default: sbon's default budget)")
     g.add_argument("--kv-budget", type=int, default=None, help="sbon: fixed KV budget in tokens for every prompt")
     g.add_argument("--tau", type=int, default=32, help="sbon-tau: decision token")
+    g.add_argument("--prune-by", choices=list(SIGNALS), default="reward",
+                   help="the pruning signal that scores live candidates at a decision point (reward: the paper's, "
+                        "the reward of the partial text; logprob: the generator's own, free)")
     g.add_argument("--no-best-of-m", action="store_true", help="skip the timed Best-of-M runs")
     g.add_argument("--bon-memory", choices=["all", "budget"], default="all",
                    help="all: Best-of-N holds all N candidates at once; budget: only as many as fit to the end in "
@@ -249,7 +268,8 @@ def main(args: argparse.Namespace) -> int:
     result = run_table1(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, method=args.method, alpha=args.alpha,
                         first_decision=args.first_decision, kv_budget=args.kv_budget, tau=args.tau,
-                        best_of_m=not args.no_best_of_m, bon_memory=args.bon_memory, quiet=args.quiet)
+                        best_of_m=not args.no_best_of_m, bon_memory=args.bon_memory, prune_by=args.prune_by,
+                        quiet=args.quiet)
     if args.baseline == "vllm":
         result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, prompts, n=args.n,
                                                         max_new_tokens=args.max_new_tokens,
@@ -258,7 +278,7 @@ def main(args: argparse.Namespace) -> int:
         vllm_bon.against_table1(result["vllm_baseline"], result["rows"])
     settings = {**common.base_settings(args, gen, reward, prompts), "method": args.method, "alpha": args.alpha,
                 "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau,
-                "bon_memory": args.bon_memory}
+                "bon_memory": args.bon_memory, "prune_by": args.prune_by}
     json_path, html_path = common.result_paths(args, "table1")
     common.write_json({"experiment": "table1", "settings": settings, "environment": common.environment(gen), **result},
                       json_path)

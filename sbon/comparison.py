@@ -321,9 +321,12 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     if taus is None:
         taus = default_taus(config.max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
     partials: dict[int, list[float | None]] = {}
-    for i, t in enumerate(taus):
-        partials.update(prefix_rewards(bon, reward, gen.decode, [t]))
-        yield CounterfactualScored(t, i + 1, len(taus))
+    # One tau at a time shows progress; a reward that scores all prefixes in one pass does them at once.
+    chunks = [taus] if hasattr(reward, "score_prefixes") else [[t] for t in taus]
+    for chunk in chunks:
+        partials.update(prefix_rewards(bon, reward, gen.decode, chunk))
+        for t in chunk:
+            yield CounterfactualScored(t, list(partials).index(t) + 1, len(taus))
     yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=watch.result() if watch else {}))
 
 

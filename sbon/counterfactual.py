@@ -19,14 +19,24 @@ from .rewards import RewardModel
 
 def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequence[int]], str],
                    taus: Iterable[int]) -> dict[int, list[float | None]]:
-    """Partial reward of every BoN candidate after tau tokens (None if it had finished by then)."""
-    out = {}
-    for tau in taus:
-        ids = [c.id for c in bon.candidates if c.tokens_generated > tau]
-        scores = reward.score(bon.prompt, [decode(bon.candidates[k].token_ids[:tau]) for k in ids]) if ids else []
-        by_id = dict(zip(ids, scores))
-        out[tau] = [by_id.get(c.id) for c in bon.candidates]
-    return out
+    """Partial reward of every BoN candidate after tau tokens (None if it had finished by then).
+
+    A reward with ``score_prefixes`` (the generator's likelihood) scores all of a candidate's
+    prefixes in one pass; any other is asked once per tau."""
+    taus = sorted(set(taus))
+    live = {tau: [c.id for c in bon.candidates if c.tokens_generated > tau] for tau in taus}
+    text = {(tau, k): decode(bon.candidates[k].token_ids[:tau]) for tau in taus for k in live[tau]}
+    scores: dict[tuple[int, int], float] = {}
+    if hasattr(reward, "score_prefixes"):
+        cut_at = {c.id: [tau for tau in taus if c.id in live[tau]] for c in bon.candidates}
+        ids = [k for k, cuts in cut_at.items() if cuts]
+        grouped = reward.score_prefixes(bon.prompt, [[text[(tau, k)] for tau in cut_at[k]] for k in ids])
+        scores = {(tau, k): s for k, row in zip(ids, grouped) for tau, s in zip(cut_at[k], row)}
+    else:
+        for tau in taus:
+            scores.update(zip([(tau, k) for k in live[tau]],
+                              reward.score(bon.prompt, [text[(tau, k)] for k in live[tau]]) if live[tau] else []))
+    return {tau: [scores.get((tau, c.id)) for c in bon.candidates] for tau in taus}
 
 
 def simulate_tau(bon: RunResult, partial: Sequence[float | None], tau: int, alpha: float) -> dict[str, float]:

@@ -201,9 +201,13 @@ class Generator:
 
     # -- scoring helpers ------------------------------------------------------------------
 
-    @torch.inference_mode()
     def mean_logprob(self, prompt_ids: Sequence[int], responses: Sequence[Sequence[int]]) -> list[float]:
         """Mean log-probability of each response's tokens after the prompt (0.0 for an empty one)."""
+        return [float(lp.mean()) if len(lp) else 0.0 for lp in self.token_logprobs(prompt_ids, responses)]
+
+    @torch.inference_mode()
+    def token_logprobs(self, prompt_ids: Sequence[int], responses: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Log-probability of each response token after the prompt, one padded forward pass for all."""
         if not responses:
             return []
         width = len(prompt_ids) + max(len(r) for r in responses)
@@ -215,11 +219,8 @@ class Generator:
             mask[i, :len(row)] = 1
         logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
         logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:].to(self.device).unsqueeze(-1)).squeeze(-1)
-        scores = []
-        for i, r in enumerate(responses):
-            start = len(prompt_ids) - 1  # logits at position p predict token p + 1
-            scores.append(float(logprobs[i, start:start + len(r)].mean()) if len(r) else 0.0)
-        return scores
+        start = len(prompt_ids) - 1  # logits at position p predict token p + 1
+        return [logprobs[i, start:start + len(r)].cpu() for i, r in enumerate(responses)]
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of KV cache one token of one candidate takes (keys and values, all layers)."""

@@ -152,6 +152,37 @@ class LikelihoodReward:
         chunk = [gen.tokenizer.encode(r, add_special_tokens=False) for r in responses]
         return gen.mean_logprob(gen.encode_prompt(prompt), chunk)
 
+    @torch.inference_mode()
+    def score_prefixes(self, prompt: str, prefixes: Sequence[Sequence[str]]) -> list[list[float]]:
+        """``score`` of several prefixes of each response (``prefixes[i]``: prefixes of response i, the
+        longest last), from one pass per response over its longest prefix. The generator is causal, so
+        a prefix whose tokens begin the longest one's has the mean of that pass's first log-probabilities;
+        a prefix cut inside what the longest one tokenizes as one token is scored on its own."""
+        if self.kind != "mean-logprob":  # the perplexity wraps the text in a template: no shared pass
+            return [self.score(prompt, list(group)) for group in prefixes]
+        gen = self.generator
+        prompt_ids = gen.encode_prompt(prompt)
+        ids = [[gen.tokenizer.encode(text, add_special_tokens=False) for text in group] for group in prefixes]
+        longest = [group[-1] if group else [] for group in ids]
+        logprobs = []
+        for i in range(0, len(longest), self.batch_size):
+            logprobs += gen.token_logprobs(prompt_ids, longest[i:i + self.batch_size])
+        scores, own = [], []
+        for i, group in enumerate(ids):
+            row = []
+            for j, tokens in enumerate(group):
+                if not tokens:
+                    row.append(0.0)
+                elif tokens == longest[i][:len(tokens)]:
+                    row.append(float(logprobs[i][:len(tokens)].mean()))
+                else:
+                    row.append(None)
+                    own.append((i, j))
+            scores.append(row)
+        for (i, j), score in zip(own, self.score(prompt, [prefixes[i][j] for i, j in own])):
+            scores[i][j] = score
+        return scores
+
     def perplexity_ids(self, prompt: str, response: str) -> list[int]:
         """The token ids the perplexity is computed over (see the class docstring)."""
         tok = self.generator.tokenizer

@@ -130,6 +130,28 @@ def test_single_decision_token(gen, likelihood, bon):
     assert replay["normalized_score"] == pytest.approx(100 * (1 - (hi - result.best.final_reward) / (hi - lo)), abs=1e-3)
 
 
+def test_prefix_rewards_in_one_pass_equal_scoring_each_prefix(gen, likelihood, bon):
+    """The likelihood scores all of a candidate's prefixes from one pass over its longest one: the same
+    numbers as asking it about each prefix's text, one call per tau (what any other reward gets)."""
+    taus = [3, 8, 13, 20]
+    fast = prefix_rewards(bon, likelihood, gen.decode, taus)
+    slow = prefix_rewards(bon, CallableReward(likelihood.score, name="likelihood, one call per tau"), gen.decode, taus)
+    assert any(s is not None for s in fast[20])
+    for tau in taus:
+        assert [s is None for s in fast[tau]] == [s is None for s in slow[tau]]
+        assert [s for s in fast[tau] if s is not None] == pytest.approx([s for s in slow[tau] if s is not None], abs=1e-4)
+
+
+def test_score_prefixes_rescores_a_prefix_that_tokenizes_differently(likelihood):
+    """'Par' is not the first token of 'Paris' as the tokenizer splits it: that prefix gets a pass of its own."""
+    prefixes = [["Par", "Paris is big"], [""], ["It is", "It is Paris."]]
+    expected = [[likelihood.score(PROMPT, [text])[0] for text in group] for group in prefixes]
+    got = likelihood.score_prefixes(PROMPT, prefixes)
+    assert [len(g) for g in got] == [2, 1, 2] and got[1] == [0.0]
+    for g, e in zip(got, expected):
+        assert g == pytest.approx(e, abs=1e-4)
+
+
 def test_events_end_with_done(gen, likelihood):
     events = list(best_of_n(gen, likelihood, PROMPT, 2, max_new_tokens=4, seed=0))
     assert isinstance(events[-1], Done) and sum(isinstance(e, Done) for e in events) == 1
