@@ -323,10 +323,12 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     partials: dict[int, list[float | None]] = {}
     # One tau at a time shows progress; a reward that scores all prefixes in one pass does them at once.
     chunks = [taus] if hasattr(reward, "score_prefixes") else [[t] for t in taus]
+    scored = 0
     for chunk in chunks:
         partials.update(prefix_rewards(bon, reward, gen.decode, chunk))
         for t in chunk:
-            yield CounterfactualScored(t, list(partials).index(t) + 1, len(taus))
+            scored += 1
+            yield CounterfactualScored(t, scored, len(taus))
     yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=watch.result() if watch else {}))
 
 
