@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sbon.algorithms import best_of_n, run, speculative_bon_tau
+from sbon.algorithms import best_of_n, run, speculative_bon_tau, speculative_rejection
 from sbon.config import RunConfig
 from sbon.errors import SBoNError
 from sbon.results import RunResult
@@ -267,3 +267,14 @@ def test_value_head_signal_equals_the_head_on_a_full_recomputation(gen, likeliho
             -1, ids[0, start:start + tau].view(-1, 1)).squeeze(-1)
         expected = float(head.score(prefix_features(hidden, logprobs)[None])[0])
         assert result.candidates[k].partial_reward_at(1) == pytest.approx(expected, abs=1e-3)
+
+
+def test_pruning_by_the_value_head_keeps_coupled_sampling(gen, likelihood):
+    """Survivor k of a run pruned by the value head is Best-of-N's candidate k, token for token."""
+    result = run(speculative_rejection(gen, likelihood, PROMPT, 6, alpha=0.5, first_decision=4, max_new_tokens=16,
+                                       seed=5, prune_by="value-head"))
+    bon = run(best_of_n(gen, likelihood, PROMPT, 6, max_new_tokens=16, seed=5))
+    assert result.decision_points and all(p.signal == "value-head" for p in result.decision_points)
+    for c in result.candidates:
+        assert c.token_ids == bon.candidates[c.id].token_ids[:len(c.token_ids)]
+    assert result.best.token_ids == bon.candidates[result.best_id].token_ids
