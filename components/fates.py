@@ -7,7 +7,7 @@ so it only ever competed with its final reward).
 
 from __future__ import annotations
 
-from sbon.results import FINISHED_EARLY, SURVIVED, pruned_in
+from sbon.results import FINISHED_EARLY, SURVIVED
 
 from .style import BON_COLOR, FINISHED_EARLY_COLOR, PRUNED_COLORS, SURVIVED_COLOR  # noqa: F401 (BON_COLOR re-exported)
 

@@ -10,7 +10,7 @@ import torch
 from tqdm import tqdm
 
 from .algorithms import Done, RoundStarted, TokensGenerated, drive, events
-from .comparison import Comparison, ComparisonDone, CounterfactualScored, MethodEvent, comparison_events
+from .comparison import Comparison, ComparisonDone, MethodEvent, comparison_events
 from .config import METHOD_SPECS, RunConfig
 from .options import add_options, values
 from .errors import SBoNError, exit_code
@@ -100,7 +100,7 @@ def with_progress(events: Iterable, max_new_tokens: int, label: str) -> Iterator
             elif isinstance(inner, TokensGenerated) and bar is not None:
                 bar.update(inner.tokens - bar.n)
                 bar.set_postfix(live=len(inner.candidate_ids))
-            elif isinstance(inner, CounterfactualScored) and inner.done == 1:
+            elif isinstance(event, MethodEvent) and method == "bon" and isinstance(inner, Done):
                 print("scoring Best-of-N's prefixes for the trade-off view ...", file=sys.stderr)
             yield event
     finally:  # also when the caller stops at the last event it needs

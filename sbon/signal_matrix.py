@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 import torch
 
-from .algorithms import CandidateFinished, Done, TokensGenerated, events, survivors_count
+from .algorithms import Done, TokensGenerated, events, survivors_count
 from .config import RunConfig
 from .engine import Generator
 from .metrics import correlations, normalized_score
