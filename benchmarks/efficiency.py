@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from sbon.algorithms import CandidatesScored, Done, best_of_n, speculative_rejection
+from sbon.algorithms import CandidatesScored, best_of_n, speculative_rejection
 from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import best_of_m_reward, compute_at_score, normalized_score
 from sbon.rewards import RewardModel

@@ -157,7 +157,7 @@ def overhead(gen: Generator, reward: RewardModel, prompts: Sequence[dict], signa
              max_new_tokens: int, repeats: int, seed: int = 0, quiet: bool = False) -> dict[str, Any]:
     """Best-of-N decode time with and without each reward-free signal watching (same seed, so the
     same tokens; configurations interleaved within each repeat so that load drifts hit all alike)."""
-    from sbon.algorithms import best_of_n, events
+    from sbon.algorithms import events
     from sbon.signals import make_signal
 
     configs = {"none": []} | {name: [name] for name in signals} | {"all": list(signals)}
@@ -220,7 +220,7 @@ def add_parser(sub) -> None:
                        "tokens saved per signal x decision point x alpha", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     common.add_common_args(p, k=20, n=32, max_new_tokens=128)
     g = p.add_argument_group("signals")
-    g.add_argument("--hh-k", type=int, default=20, help=f"number of HH-RLHF harmless prompts (from --hh-file)")
+    g.add_argument("--hh-k", type=int, default=20, help="number of HH-RLHF harmless prompts (from --hh-file)")
     g.add_argument("--hh-file", default=HH_FILE)
     g.add_argument("--signals", nargs="+", default=list(DEFAULT_SIGNALS), choices=list(SIGNALS))
     g.add_argument("--taus", type=int, nargs="+", default=list(DEFAULT_TAUS), help="decision points (tokens)")
