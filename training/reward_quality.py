@@ -1,0 +1,398 @@
+"""Reward quality where Best-of-N operates (``python -m training.reward_quality --data DIR``).
+
+Pairwise accuracy of each reward on the held-out prompts (``train_reward.is_validation``), next to
+"the longer answer wins", on four kinds of pair:
+
+1. same-model: two tulu-2-dpo-13b samples for one instruction (``alpaca_eval_bon_tulu2``) whose
+   judged preferences differ by at least MARGIN -- the situation of Best-of-N; all of them and the
+   length-matched ones (|log word-count ratio| < log 1.25), where length cannot help;
+2. between-model: answers of two different models to one instruction (both AlpacaEval files,
+   33 models), paired through their preferences against the common GPT-4-Turbo reference;
+3. HH harmless pairs (human labels): the held-out fold, and all 647 for rewards that never saw HH;
+4. against the reference: a model's answer vs. the GPT-4-Turbo reference answer.
+
+Ties count half. Standard errors are clustered by prompt (pairs of one prompt share answers, so
+they are not independent). ``likelihood`` costs a SmolLM2 forward pass per response: it runs on a
+seeded random subsample of pairs of each set, and length is reported on that subsample beside it.
+MiniLM embeddings are cached under ``$SBON_CACHE`` (default ``~/.cache/sbon``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import math
+import os
+import platform
+import random
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from sbon.preference_reward import word_count
+
+from .train_reward import (ALPACA_FILE, DATA_DIR, HH_FILE, MARGIN, SEED, Pair, check_data, is_validation,
+                           read_jsonl)
+
+TULU_FILE = "alpaca_eval_bon_tulu2.jsonl.gz"
+MORE_FILE = "alpaca_eval_more_models.jsonl.gz"
+LENGTH_MATCH = math.log(1.25)  # |log word-count ratio| below this: length cannot tell the pair apart
+RESULTS = Path(__file__).resolve().parent / "results" / "reward_quality.json"
+DEFAULT_REWARDS = ("length", "minilm-pref", "minilm-pref-nolength", "likelihood")
+LIKELIHOOD_PAIRS = 150  # per set: a SmolLM2 pass per response on 2 shared CPU cores
+
+
+# ---------------------------------------------------------------- pairs
+
+
+def read_rows(path: Path) -> list[dict]:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    return read_jsonl(path)
+
+
+def ordered_pairs(prompt: str, scored: Sequence[tuple[str, float]], source: str, kind: str,
+                  margin: float = MARGIN) -> list[Pair]:
+    """Every two distinct answers whose preferences differ by at least ``margin``, better first."""
+    pairs = []
+    for (a, sa), (b, sb) in itertools.combinations(scored, 2):
+        if a != b and abs(sa - sb) >= margin:
+            pairs.append(Pair(source, kind, prompt, *((a, b) if sa > sb else (b, a))))
+    return pairs
+
+
+def same_model_pairs(tulu_rows: list[dict]) -> list[Pair]:
+    """Pairs of samples of one model (tulu-2-dpo-13b) for one instruction: Best-of-N's situation."""
+    by_prompt: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for r in tulu_rows:
+        by_prompt[r["instruction"]].append((r["output"], r["preference_vs_reference"]))
+    return [p for prompt, scored in by_prompt.items() for p in ordered_pairs(prompt, scored, "same-model", "tulu-2")]
+
+
+def model_answers(gpt4_rows: list[dict], more_rows: list[dict]) -> dict[str, dict[str, tuple[str, float]]]:
+    """instruction -> {generator: (answer, preference against the GPT-4-Turbo reference)} over both files."""
+    answers: dict[str, dict[str, tuple[str, float]]] = defaultdict(dict)
+    for r in gpt4_rows:
+        answers[r["instruction"]][r["generator_2"]] = (r["output_2"], r["preference"])
+    for r in more_rows:
+        answers[r["instruction"]].setdefault(r["generator"], (r["output"], r["preference_vs_reference"]))
+    return answers
+
+
+def between_model_pairs(answers: dict[str, dict[str, tuple[str, float]]]) -> list[Pair]:
+    return [p for prompt, by_model in answers.items()
+            for p in ordered_pairs(prompt, sorted(by_model.values()), "between-model", "two-models")]
+
+
+def reference_pairs(gpt4_rows: list[dict]) -> list[Pair]:
+    """A model's answer vs. the GPT-4-Turbo reference (which scores 1.5 against itself)."""
+    return [p for r in gpt4_rows
+            for p in ordered_pairs(r["instruction"], [(r["output_1"], 1.5), (r["output_2"], r["preference"])],
+                                   "reference", "vs-gpt4-turbo")]
+
+
+def hh_pairs(hh_rows: list[dict]) -> list[Pair]:
+    return [Pair("hh", "human", r["prompt"], r["chosen"], r["rejected"]) for r in hh_rows if r["chosen"] != r["rejected"]]
+
+
+def is_length_matched(pair: Pair) -> bool:
+    return abs(math.log(max(word_count(pair.better), 1) / max(word_count(pair.worse), 1))) < LENGTH_MATCH
+
+
+def held_out(pairs: list[Pair]) -> list[Pair]:
+    return [p for p in pairs if is_validation(p.prompt)]
+
+
+def training_fold(pairs: list[Pair]) -> list[Pair]:
+    return [p for p in pairs if not is_validation(p.prompt)]
+
+
+@dataclass
+class Data:
+    """All pairs of every kind, both folds; ``eval_sets`` picks the held-out ones."""
+    same_model: list[Pair]
+    between_model: list[Pair]
+    reference: list[Pair]
+    hh: list[Pair]
+
+
+def load_data(data_dir: Path) -> Data:
+    data_dir = check_data(data_dir, (ALPACA_FILE, HH_FILE, TULU_FILE, MORE_FILE))
+    gpt4 = read_rows(data_dir / ALPACA_FILE)
+    return Data(same_model_pairs(read_rows(data_dir / TULU_FILE)),
+                between_model_pairs(model_answers(gpt4, read_rows(data_dir / MORE_FILE))),
+                reference_pairs(gpt4), hh_pairs(read_rows(data_dir / HH_FILE)))
+
+
+def eval_sets(data: Data) -> dict[str, list[Pair]]:
+    """The held-out evaluation sets by name (HH also in full, for rewards that never trained on it)."""
+    same, between = held_out(data.same_model), held_out(data.between_model)
+    return {
+        "same-model": same,
+        "same-model, length-matched": [p for p in same if is_length_matched(p)],
+        "between-model": between,
+        "between-model, length-matched": [p for p in between if is_length_matched(p)],
+        "hh (held-out)": held_out(data.hh),
+        "hh (all 647)": data.hh,
+        "reference": held_out(data.reference),
+    }
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+def pair_outcome(margin: float) -> float:
+    return 1.0 if margin > 0 else 0.5 if margin == 0 else 0.0
+
+
+def accuracy_with_se(pairs: Sequence[Pair], margins: Sequence[float]) -> dict:
+    """Accuracy (ties half) and its standard error clustered by prompt.
+
+    The cluster-robust variance sum_g (sum_i (c_i - acc))^2 / n^2 reduces to acc(1-acc)/n when
+    every prompt has one pair, and grows when a prompt's pairs succeed or fail together.
+    """
+    if not pairs:
+        return {"n": 0, "accuracy": None, "se": None}
+    outcomes = [pair_outcome(m) for m in margins]
+    n = len(outcomes)
+    acc = sum(outcomes) / n
+    residuals: dict[str, float] = defaultdict(float)
+    for p, c in zip(pairs, outcomes):
+        residuals[p.prompt] += c - acc
+    se = math.sqrt(sum(r * r for r in residuals.values())) / n
+    return {"n": n, "prompts": len(residuals), "accuracy": round(acc, 4), "se": round(se, 4)}
+
+
+def length_margins(pairs: Sequence[Pair]) -> list[float]:
+    return [word_count(p.better) - word_count(p.worse) for p in pairs]
+
+
+def subsample(pairs: list[Pair], k: int, seed: int = SEED) -> list[Pair]:
+    return pairs if len(pairs) <= k else random.Random(seed).sample(pairs, k)
+
+
+# ---------------------------------------------------------------- rewards
+
+Scorer = Callable[[list[Pair]], list[float]]
+LLM_MAX_TOKENS = 256  # SmolLM2 reads at most this many response tokens, like the MiniLM encoder
+
+
+def pair_texts(pairs: Sequence[Pair]) -> list[str]:
+    return sorted({t for p in pairs for t in (p.prompt, p.better, p.worse)})
+
+
+def head_scorer(folder: Path, use_length: bool = True) -> Scorer:
+    """Margins of a minilm-pref-style head (its folder) over cached MiniLM embeddings."""
+    from sbon.preference_reward import RewardHead
+
+    from .train_reward import embed_cached, head_margins
+
+    head, _ = RewardHead.from_folder(folder)
+    return lambda pairs: head_margins(head, pairs, embed_cached(pair_texts(pairs)), use_length) if pairs else []
+
+
+def feature_key(prompt: str, response: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(f"{prompt}\0{response}".encode()).hexdigest()
+
+
+class SmolFeatures:
+    """SmolLM2-135M-Instruct read of (prompt, response): the response's mean log-probability (the
+    ``likelihood`` reward) and the mean of its final hidden states, from one forward pass.
+
+    The response is cut to its first LLM_MAX_TOKENS tokens. Results are cached on disk, keyed by
+    prompt and response, so sets that share answers pay once.
+    """
+
+    def __init__(self, cache_dir: Path | None = None):
+        from .train_reward import CACHE_DIR
+
+        self.path = (cache_dir or CACHE_DIR) / f"smollm2_features_{LLM_MAX_TOKENS}.pt"
+        import torch
+
+        self.cache: dict[str, tuple[float, "torch.Tensor"]] = torch.load(self.path) if self.path.exists() else {}
+        self.generator = None
+
+    def save(self) -> None:
+        import torch
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(self.cache, self.path)
+
+    def _forward(self, prompt: str, responses: list[str]) -> None:
+        import torch
+
+        if self.generator is None:
+            from sbon.models import load_generator
+
+            self.generator = load_generator()
+        gen = self.generator
+        prompt_ids = gen.encode_prompt(prompt)
+        chunks = [gen.tokenizer.encode(r, add_special_tokens=False)[:LLM_MAX_TOKENS] for r in responses]
+        width = len(prompt_ids) + max(len(c) for c in chunks)
+        ids = torch.zeros(len(chunks), width, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, c in enumerate(chunks):
+            ids[i, :len(prompt_ids) + len(c)] = torch.tensor(prompt_ids + c)
+            mask[i, :len(prompt_ids) + len(c)] = 1
+        with torch.inference_mode():
+            # The body only: the vocabulary projection is needed at the response positions alone.
+            hidden = gen.model.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+            start = len(prompt_ids)
+            for i, (r, c) in enumerate(zip(responses, chunks)):
+                n = len(c)
+                if n:
+                    logits = gen.model.lm_head(hidden[i, start - 1:start - 1 + n]).float()
+                    lp = -float(torch.nn.functional.cross_entropy(logits, ids[i, start:start + n]))
+                    h = hidden[i, start:start + n].mean(0)
+                else:
+                    lp, h = 0.0, hidden[i, start - 1]
+                self.cache[feature_key(prompt, r)] = (lp, h.clone())
+
+    def compute(self, items: Sequence[tuple[str, str]], batch_size: int = 8, desc: str = "SmolLM2") -> None:
+        """Fill the cache for (prompt, response) items, a prompt's responses batched together."""
+        from tqdm import tqdm
+
+        todo: dict[str, list[str]] = defaultdict(list)
+        for prompt, r in dict.fromkeys(items):
+            if feature_key(prompt, r) not in self.cache:
+                todo[prompt].append(r)
+        total = sum(len(v) for v in todo.values())
+        last_save = time.time()
+        with tqdm(total=total, desc=desc, unit="response", disable=not total) as bar:
+            for prompt, responses in todo.items():
+                responses = sorted(responses, key=len)  # similar lengths: little padding
+                for i in range(0, len(responses), batch_size):
+                    self._forward(prompt, responses[i:i + batch_size])
+                    bar.update(len(responses[i:i + batch_size]))
+                if time.time() - last_save > 60:  # an interrupted run resumes
+                    self.save()
+                    last_save = time.time()
+        if total:
+            self.save()
+
+    def logprob(self, prompt: str, response: str) -> float:
+        return self.cache[feature_key(prompt, response)][0]
+
+    def hidden(self, prompt: str, response: str):
+        return self.cache[feature_key(prompt, response)][1]
+
+
+def likelihood_scorer(features: SmolFeatures) -> Scorer:
+    def score(pairs: list[Pair]) -> list[float]:
+        features.compute([(p.prompt, r) for p in pairs for r in (p.better, p.worse)], desc="likelihood")
+        return [features.logprob(p.prompt, p.better) - features.logprob(p.prompt, p.worse) for p in pairs]
+    return score
+
+
+# ---------------------------------------------------------------- the table
+
+# Rewards that never trained on HH pairs: their accuracy on all 647 HH pairs is a fair number.
+NEVER_SAW_HH = {"length", "likelihood"}
+
+
+def environment() -> dict:
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "load_average_1min": round(os.getloadavg()[0], 2),
+            "note": "timings on 2 CPU cores shared with other jobs"}
+
+
+def evaluate(scorers: dict[str, Scorer], sets: dict[str, list[Pair]], likelihood_pairs: int = LIKELIHOOD_PAIRS,
+             subsampled: Sequence[str] = ("likelihood",)) -> dict:
+    """{set: {reward: accuracy_with_se}}; subsampled rewards get a seeded subsample and length beside them."""
+    table: dict[str, dict] = {}
+    for set_name, pairs in sets.items():
+        row: dict[str, dict] = {"length": accuracy_with_se(pairs, length_margins(pairs))}
+        for name, scorer in scorers.items():
+            if name == "length" or (set_name == "hh (all 647)" and name not in NEVER_SAW_HH):
+                continue
+            if name in subsampled:
+                sub = subsample(pairs, likelihood_pairs)
+                row[name] = accuracy_with_se(sub, scorer(sub))
+                row[f"length (on the {name} subsample)"] = accuracy_with_se(sub, length_margins(sub))
+            else:
+                row[name] = accuracy_with_se(pairs, scorer(pairs))
+        table[set_name] = row
+        print(f"{set_name}: " + ", ".join(f"{k} {v['accuracy']}" for k, v in row.items()), flush=True)
+    return table
+
+
+def markdown(table: dict) -> str:
+    rewards = list(dict.fromkeys(r for row in table.values() for r in row))
+    lines = ["| set | " + " | ".join(rewards) + " |", "| --- |" + " --- |" * len(rewards)]
+    for set_name, row in table.items():
+        n = row["length"]["n"]
+        cells = []
+        for r in rewards:
+            v = row.get(r)
+            cells.append("" if v is None or v["accuracy"] is None else
+                         f"{100 * v['accuracy']:.1f} ± {100 * v['se']:.1f}" + (f" (n={v['n']})" if v["n"] != n else ""))
+        lines.append(f"| {set_name} (n={n}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def build_scorers(names: Sequence[str]) -> dict[str, Scorer]:
+    from sbon.preference_reward import ASSET_DIR
+
+    scorers: dict[str, Scorer] = {}
+    for name in names:
+        if name == "length":
+            scorers[name] = length_margins
+        elif name in ("minilm-pref", "minilm-pref-nolength"):
+            scorers[name] = head_scorer(ASSET_DIR, use_length=name == "minilm-pref")
+        elif name == "likelihood":
+            scorers[name] = likelihood_scorer(SmolFeatures())
+        elif Path(name).is_dir() and (Path(name) / "head.safetensors").is_file():
+            scorers[Path(name).name] = head_scorer(Path(name))
+        else:
+            raise SystemExit(f"--rewards: unknown reward {name!r} (length, minilm-pref, minilm-pref-nolength, "
+                             "likelihood, or a folder with a head.safetensors)")
+    return scorers
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m training.reward_quality", description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with the AlpacaEval and HH data files")
+    parser.add_argument("--rewards", default=",".join(DEFAULT_REWARDS),
+                        help="comma-separated: length, minilm-pref, minilm-pref-nolength, likelihood, or head folders")
+    parser.add_argument("--likelihood-pairs", type=int, default=LIKELIHOOD_PAIRS,
+                        help="random pairs per set for the likelihood reward (a SmolLM2 pass per response)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.manual_seed(SEED)
+    start = time.time()
+    sets = eval_sets(load_data(args.data))
+    table = evaluate(build_scorers(args.rewards.split(",")), sets, args.likelihood_pairs)
+    result = {
+        "command": "python -m training.reward_quality " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "settings": {"margin": MARGIN, "length_matched": "|log word-count ratio| < log 1.25",
+                     "split": "held-out = train_reward.is_validation(prompt) (sha1 % 100 < 20)",
+                     "likelihood_pairs_per_set": args.likelihood_pairs, "likelihood_seed": SEED,
+                     "llm_max_response_tokens": LLM_MAX_TOKENS,
+                     "se": "standard error clustered by prompt; ties count half",
+                     "hh_all_647": f"reported only for rewards that never trained on HH: {sorted(NEVER_SAW_HH)}"},
+        "environment": environment(),
+        "pairs": {k: len(v) for k, v in sets.items()},
+        "accuracy": table,
+        "seconds": round(time.time() - start),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(table))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
