@@ -396,3 +396,106 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ---------------------------------------------------------------- can a backbone be fine-tuned here?
+
+
+def finetune_throughput(threads: Sequence[int] = (1, 2), batch: int = 4, tokens: int = 384, steps: int = 2,
+                        top_layers: Sequence[int | None] = (None, 2)) -> list[dict]:
+    """Training tokens/s of SmolLM2-135M as a reward model (forward + backward + AdamW step).
+
+    ``top_layers=None`` trains every weight; ``k`` trains only the last k blocks (the backward
+    pass then stops there), a lower bound on what LoRA on the top blocks would cost. The first
+    step is a warm-up and is not timed. Sequences are random token ids of a typical pair length.
+    """
+    import torch
+
+    from sbon.models import load_generator
+
+    model = load_generator().model.train()
+    rows = []
+    for k in top_layers:
+        for n in threads:
+            torch.set_num_threads(n)
+            for p in model.parameters():
+                p.requires_grad_(k is None)
+            if k is not None:
+                for block in model.model.layers[-k:]:
+                    block.requires_grad_(True)
+            params = [p for p in model.parameters() if p.requires_grad]
+            opt = torch.optim.AdamW(params, lr=1e-5)
+            ids = torch.randint(0, model.config.vocab_size, (batch, tokens))
+            times = []
+            for _ in range(steps + 1):
+                t = time.perf_counter()
+                hidden = model.model(input_ids=ids).last_hidden_state
+                loss = hidden[:, -1].float().pow(2).mean()  # a scalar per sequence, as a reward head reads
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                times.append(time.perf_counter() - t)
+            rows.append({"trained": "all weights" if k is None else f"top {k} blocks", "threads": n,
+                         "batch": batch, "tokens": tokens, "load_average_1min": round(os.getloadavg()[0], 2),
+                         "tokens_per_s": round(batch * tokens / min(times[1:]), 1)})
+            print(rows[-1], flush=True)
+    model.eval().requires_grad_(False)
+    return rows
+
+
+# ---------------------------------------------------------------- variants (step 2)
+
+STAT_NAMES = ("log words", "unique-word ratio", "zlib ratio", "non-ascii share", "lines", "list items",
+              "ends with punctuation", "mean word length", "sentences", "bold markers")
+
+
+def text_statistics(text: str) -> list[float]:
+    """Cheap surface statistics of a response; no model involved."""
+    import re
+    import zlib
+
+    words = text.split()
+    n = max(len(words), 1)
+    raw = text.encode()
+    return [math.log1p(len(words)), len(set(words)) / n, len(zlib.compress(raw)) / max(len(raw), 1),
+            sum(ord(c) > 127 for c in text) / max(len(text), 1), text.count("\n"),
+            len(re.findall(r"^\s*(?:\d+\.|[-*•])\s", text, re.M)),
+            float(text.rstrip()[-1:] in ".!?)\"'") if text.strip() else 0.0,
+            sum(len(w) for w in words) / n, len(re.findall(r"[.!?](\s|$)", text)), text.count("**")]
+
+
+def fit_statistics(pairs: list[Pair], l2: float = 1e-4):
+    """Bradley-Terry on standardised differences of text_statistics; returns a Scorer."""
+    import torch
+
+    def diffs(ps):
+        return torch.tensor([[b - w for b, w in zip(text_statistics(p.better), text_statistics(p.worse))] for p in ps],
+                            dtype=torch.float64)
+
+    d = diffs(pairs)
+    scale = d.std(0) + 1e-9
+    weight = torch.zeros(d.shape[1], dtype=torch.float64, requires_grad=True)
+    from .train_reward import lbfgs
+
+    lbfgs([weight], lambda: torch.nn.functional.softplus(-(d / scale) @ weight).mean() + l2 * weight.square().sum())
+    w = (weight / scale).detach()
+    scorer = lambda ps: ((diffs(ps) @ w).tolist() if ps else [])  # noqa: E731
+    scorer.weights = dict(zip(STAT_NAMES, [round(float(x), 4) for x in weight.detach()]))
+    return scorer
+
+
+def statistics_cv(pairs: list[Pair], folds: int = 5) -> dict:
+    """k-fold accuracy of fit_statistics on training prompts, all and length-matched."""
+    from .train_reward import cv_fold
+
+    done, margins = [], []
+    for k in range(folds):
+        scorer = fit_statistics([p for p in pairs if cv_fold(p, folds) != k])
+        held = [p for p in pairs if cv_fold(p, folds) == k]
+        done += held
+        margins += scorer(held)
+    lm = [i for i, p in enumerate(done) if is_length_matched(p)]
+    return {"all": accuracy_with_se(done, margins),
+            "length-matched": accuracy_with_se([done[i] for i in lm], [margins[i] for i in lm]),
+            "length, all": accuracy_with_se(done, length_margins(done)),
+            "length, length-matched": accuracy_with_se([done[i] for i in lm], length_margins([done[i] for i in lm]))}
