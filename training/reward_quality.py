@@ -44,7 +44,11 @@ MORE_FILE = "alpaca_eval_more_models.jsonl.gz"
 LENGTH_MATCH = math.log(1.25)  # |log word-count ratio| below this: length cannot tell the pair apart
 RESULTS = Path(__file__).resolve().parent / "results" / "reward_quality.json"
 DEFAULT_REWARDS = ("length", "minilm-pref", "minilm-pref-nolength", "likelihood")
-LIKELIHOOD_PAIRS = 150  # per set: a SmolLM2 pass per response on 2 shared CPU cores
+# Random pairs per set for the likelihood reward: a SmolLM2 pass per response took 3 to 14 s on the
+# 2 shared CPU cores, so between-model pairs (where likelihood was already known to lose, see the
+# minilm_pref model card) are left out and the reference set gets fewer.
+LIKELIHOOD_PAIRS = {"same-model": 50, "same-model, length-matched": 50, "hh (held-out)": 50, "hh (all 647)": 50,
+                    "reference": 25}
 
 
 # ---------------------------------------------------------------- pairs
@@ -307,9 +311,10 @@ def environment() -> dict:
             "note": "timings on 2 CPU cores shared with other jobs"}
 
 
-def evaluate(scorers: dict[str, Scorer], sets: dict[str, list[Pair]], likelihood_pairs: int = LIKELIHOOD_PAIRS,
-             subsampled: Sequence[str] = ("likelihood",)) -> dict:
-    """{set: {reward: accuracy_with_se}}; subsampled rewards get a seeded subsample and length beside them."""
+def evaluate(scorers: dict[str, Scorer], sets: dict[str, list[Pair]],
+             likelihood_pairs: dict[str, int] = LIKELIHOOD_PAIRS, subsampled: Sequence[str] = ("likelihood",)) -> dict:
+    """{set: {reward: accuracy_with_se}}; subsampled rewards get a seeded subsample of the sets named in
+    ``likelihood_pairs`` (and none of the others), with length on the same subsample beside them."""
     table: dict[str, dict] = {}
     for set_name, pairs in sets.items():
         row: dict[str, dict] = {"length": accuracy_with_se(pairs, length_margins(pairs))}
@@ -317,7 +322,9 @@ def evaluate(scorers: dict[str, Scorer], sets: dict[str, list[Pair]], likelihood
             if name == "length" or (set_name == "hh (all 647)" and name not in NEVER_SAW_HH):
                 continue
             if name in subsampled:
-                sub = subsample(pairs, likelihood_pairs)
+                if set_name not in likelihood_pairs:
+                    continue
+                sub = subsample(pairs, likelihood_pairs[set_name])
                 row[name] = accuracy_with_se(sub, scorer(sub))
                 row[f"length (on the {name} subsample)"] = accuracy_with_se(sub, length_margins(sub))
             else:
@@ -365,8 +372,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with the AlpacaEval and HH data files")
     parser.add_argument("--rewards", default=",".join(DEFAULT_REWARDS),
                         help="comma-separated: length, minilm-pref, minilm-pref-nolength, likelihood, or head folders")
-    parser.add_argument("--likelihood-pairs", type=int, default=LIKELIHOOD_PAIRS,
-                        help="random pairs per set for the likelihood reward (a SmolLM2 pass per response)")
+    parser.add_argument("--likelihood-pairs", type=int, default=None,
+                        help="random pairs of every set for the likelihood reward (default: "
+                             + ", ".join(f"{v} of {k}" for k, v in LIKELIHOOD_PAIRS.items()) + ", none of the rest)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     import torch
@@ -374,12 +382,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(SEED)
     start = time.time()
     sets = eval_sets(load_data(args.data))
-    table = evaluate(build_scorers(args.rewards.split(",")), sets, args.likelihood_pairs)
+    sizes = {k: args.likelihood_pairs for k in sets} if args.likelihood_pairs else LIKELIHOOD_PAIRS
+    table = evaluate(build_scorers(args.rewards.split(",")), sets, sizes)
     result = {
         "command": "python -m training.reward_quality " + " ".join(argv if argv is not None else sys.argv[1:]),
         "settings": {"margin": MARGIN, "length_matched": "|log word-count ratio| < log 1.25",
                      "split": "held-out = train_reward.is_validation(prompt) (sha1 % 100 < 20)",
-                     "likelihood_pairs_per_set": args.likelihood_pairs, "likelihood_seed": SEED,
+                     "likelihood_pairs_per_set": sizes, "likelihood_seed": SEED,
                      "llm_max_response_tokens": LLM_MAX_TOKENS,
                      "se": "standard error clustered by prompt; ties count half",
                      "hh_all_647": f"reported only for rewards that never trained on HH: {sorted(NEVER_SAW_HH)}"},
