@@ -367,46 +367,6 @@ def build_scorers(names: Sequence[str]) -> dict[str, Scorer]:
     return scorers
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m training.reward_quality", description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with the AlpacaEval and HH data files")
-    parser.add_argument("--rewards", default=",".join(DEFAULT_REWARDS),
-                        help="comma-separated: length, minilm-pref, minilm-pref-nolength, likelihood, or head folders")
-    parser.add_argument("--likelihood-pairs", type=int, default=None,
-                        help="random pairs of every set for the likelihood reward (default: "
-                             + ", ".join(f"{v} of {k}" for k, v in LIKELIHOOD_PAIRS.items()) + ", none of the rest)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    import torch
-
-    torch.manual_seed(SEED)
-    start = time.time()
-    sets = eval_sets(load_data(args.data))
-    sizes = {k: args.likelihood_pairs for k in sets} if args.likelihood_pairs else LIKELIHOOD_PAIRS
-    table = evaluate(build_scorers(args.rewards.split(",")), sets, sizes)
-    result = {
-        "command": "python -m training.reward_quality " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "settings": {"margin": MARGIN, "length_matched": "|log word-count ratio| < log 1.25",
-                     "split": "held-out = train_reward.is_validation(prompt) (sha1 % 100 < 20)",
-                     "likelihood_pairs_per_set": sizes, "likelihood_seed": SEED,
-                     "llm_max_response_tokens": LLM_MAX_TOKENS,
-                     "se": "standard error clustered by prompt; ties count half",
-                     "hh_all_647": f"reported only for rewards that never trained on HH: {sorted(NEVER_SAW_HH)}"},
-        "environment": environment(),
-        "pairs": {k: len(v) for k, v in sets.items()},
-        "accuracy": table,
-        "seconds": round(time.time() - start),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(markdown(table))
-    print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()
-
-
 # ---------------------------------------------------------------- can a backbone be fine-tuned here?
 
 
@@ -508,3 +468,110 @@ def statistics_cv(pairs: list[Pair], folds: int = 5) -> dict:
             "length-matched": accuracy_with_se([done[i] for i in lm], [margins[i] for i in lm]),
             "length, all": accuracy_with_se(done, length_margins(done)),
             "length, length-matched": accuracy_with_se([done[i] for i in lm], length_margins([done[i] for i in lm]))}
+
+
+@dataclass
+class Variant:
+    """A minilm-pref-style head retrained with extra sources (python -m training.train_reward --extra ...)."""
+    name: str
+    extra: tuple[str, ...]
+    use_length: bool = True
+    l2: float = 3.0
+
+
+VARIANTS = (Variant("minilm-pref+same-model", ("same-model",)),
+            Variant("minilm-pref+same-model, no length", ("same-model",), use_length=False),
+            Variant("minilm-pref+same-model+between-model", ("same-model", "between-model")))
+
+
+def variant_shares(extra: tuple[str, ...]) -> dict[str, float]:
+    from .train_reward import SHARES_EXTRA
+
+    return {k: v for k, v in SHARES_EXTRA.items() if k in ("alpaca", "hh", "offtopic") + extra}
+
+
+def run_variants(data_dir: Path, sets: dict[str, list[Pair]], variants: Sequence[Variant], cv: bool) -> dict:
+    """Train each variant on the training prompts, then score it on the held-out sets beside length."""
+    from .train_reward import CACHE_DIR, cross_validate, train
+
+    out: dict = {"cv": {}, "weights": {}}
+    scorers: dict[str, Scorer] = {"length": length_margins}
+    for v in variants:
+        if cv:  # L2 chosen on the training prompts only
+            out["cv"][v.name] = cross_validate(data_dir, (1.0, 3.0, 10.0), extra=v.extra,
+                                               shares=variant_shares(v.extra), use_length=v.use_length)
+        folder = CACHE_DIR / "reward_variants" / v.name.replace(" ", "").replace(",", "_")
+        train(data_dir, folder, v.extra, v.l2, variant_shares(v.extra), v.use_length)
+        scorers[v.name] = head_scorer(folder)
+    same_train = training_fold(load_data(data_dir).same_model)
+    stats = fit_statistics(same_train)
+    scorers["text statistics (same-model pairs)"] = stats
+    out["cv"]["text statistics (same-model pairs)"] = statistics_cv(same_train)
+    out["weights"]["text statistics (same-model pairs)"] = stats.weights
+    out["accuracy"] = evaluate(scorers, sets)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m training.reward_quality", description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with the AlpacaEval and HH data files")
+    parser.add_argument("--rewards", default=",".join(DEFAULT_REWARDS),
+                        help="comma-separated: length, minilm-pref, minilm-pref-nolength, likelihood, or head folders")
+    parser.add_argument("--likelihood-pairs", type=int, default=None,
+                        help="random pairs of every set for the likelihood reward (default: "
+                             + ", ".join(f"{v} of {k}" for k, v in LIKELIHOOD_PAIRS.items()) + ", none of the rest)")
+    parser.add_argument("--variants", action="store_true",
+                        help="instead: retrain the head with extra sources and score the variants (step 2)")
+    parser.add_argument("--cv", action="store_true", help="with --variants: also cross-validate L2 on training prompts")
+    parser.add_argument("--finetune-throughput", action="store_true",
+                        help="instead: measure SmolLM2-135M training tokens/s on this machine")
+    parser.add_argument("--out", type=Path, default=None, help=f"result file (default {RESULTS.name} in "
+                        "training/results/, _variants or _finetune for the other modes)")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.manual_seed(SEED)
+    start = time.time()
+    command = "python -m training.reward_quality " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.finetune_throughput:
+        out = args.out or RESULTS.with_name("reward_quality_finetune.json")
+        write(out, {"command": command, "environment": environment(), "throughput": finetune_throughput()})
+        return
+    sets = eval_sets(load_data(args.data))
+    if args.variants:
+        result = run_variants(args.data, sets, VARIANTS, args.cv)
+        out = args.out or RESULTS.with_name("reward_quality_variants.json")
+        write(out, {"command": command, "environment": environment(), "pairs": {k: len(v) for k, v in sets.items()},
+                    "variants": [v.__dict__ for v in VARIANTS], **result, "seconds": round(time.time() - start)})
+        print(markdown(result["accuracy"]))
+        out.with_suffix(".md").write_text(markdown(result["accuracy"]) + "\n")
+        return
+    sizes = {k: args.likelihood_pairs for k in sets} if args.likelihood_pairs else LIKELIHOOD_PAIRS
+    table = evaluate(build_scorers(args.rewards.split(",")), sets, sizes)
+    result = {
+        "command": command,
+        "settings": {"margin": MARGIN, "length_matched": "|log word-count ratio| < log 1.25",
+                     "split": "held-out = train_reward.is_validation(prompt) (sha1 % 100 < 20)",
+                     "likelihood_pairs_per_set": sizes, "likelihood_seed": SEED,
+                     "llm_max_response_tokens": LLM_MAX_TOKENS,
+                     "se": "standard error clustered by prompt; ties count half",
+                     "hh_all_647": f"reported only for rewards that never trained on HH: {sorted(NEVER_SAW_HH)}"},
+        "environment": environment(),
+        "pairs": {k: len(v) for k, v in sets.items()},
+        "accuracy": table,
+        "seconds": round(time.time() - start),
+    }
+    out = args.out or RESULTS
+    write(out, result)
+    print(markdown(table))
+    out.with_suffix(".md").write_text(markdown(table) + "\n")
+
+
+def write(path: Path, result: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
