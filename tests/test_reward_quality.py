@@ -68,3 +68,11 @@ def test_eval_sets_hold_out_training_prompts_and_split_by_length():
     table = rq.evaluate({"length": rq.length_margins}, {"same-model": sets["same-model"]})
     assert table["same-model"]["length"]["accuracy"] == 0.5  # the longer answer wins once, loses once
     assert "same-model (n=2)" in rq.markdown(table)
+
+
+def test_difference_from_length_is_paired_on_the_same_pairs():
+    pairs = [Pair("s", "k", f"p{i}", "a", "b") for i in range(4)]
+    d = rq.difference_with_se(pairs, [1, 1, 1, -1], [1, -1, -1, -1])
+    assert d["difference"] == pytest.approx(0.5)
+    assert d["se"] > 0
+    assert rq.difference_with_se(pairs, [1, -1, 1, -1], [1, -1, 1, -1]) == {"difference": 0.0, "se": 0.0}
