@@ -147,7 +147,7 @@ def load_pairs(data_dir: Path = DATA_DIR, extra: tuple[str, ...] = ()) -> tuple[
 # come from a seeded subset of training instructions and are capped: every two of 33 answers to
 # an instruction make a pair (68,701 in the training fold), more than embedding time allows.
 EXTRA_SOURCES = ("same-model", "between-model")
-BETWEEN_PROMPTS, BETWEEN_MAX_PAIRS = 200, 15_000
+BETWEEN_PROMPTS, BETWEEN_MAX_PAIRS = 100, 10_000
 SHARES_EXTRA = {"alpaca": 0.25, "hh": 0.4, "offtopic": 0.1, "same-model": 0.15, "between-model": 0.1}
 
 
