@@ -1,5 +1,13 @@
 """Reward quality where Best-of-N operates (``python -m training.reward_quality --data DIR``).
 
+    python -m training.reward_quality --data DIR                    # the table: results/reward_quality.json
+    python -m training.reward_quality --data DIR --variants --cv    # step 2: retrained heads, text statistics
+    python -m training.reward_quality --finetune-throughput         # can SmolLM2-135M be fine-tuned here?
+
+DIR holds the files of ``train_reward.DATA_SOURCES`` (AlpacaEval annotations, the tulu-2 Best-of-N
+samples of allenai/reward-bench, Anthropic HH-RLHF harmless pairs); without them the command says
+which to put there.
+
 Pairwise accuracy of each reward on the held-out prompts (``train_reward.is_validation``), next to
 "the longer answer wins", on four kinds of pair:
 
