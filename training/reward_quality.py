@@ -52,7 +52,7 @@ MORE_FILE = "alpaca_eval_more_models.jsonl.gz"
 LENGTH_MATCH = math.log(1.25)  # |log word-count ratio| below this: length cannot tell the pair apart
 RESULTS = Path(__file__).resolve().parent / "results" / "reward_quality.json"
 DEFAULT_REWARDS = ("length", "minilm-pref", "minilm-pref-nolength", "likelihood")
-# Random pairs per set for the likelihood reward: a SmolLM2 pass per response took 3 to 14 s on the
+# Random pairs per set for the likelihood reward: a SmolLM2 pass per response took 2 to 15 s on the
 # 2 shared CPU cores, so between-model pairs (where likelihood was already known to lose, see the
 # minilm_pref model card) are left out and the reference set gets fewer.
 LIKELIHOOD_PAIRS = {"same-model": 50, "same-model, length-matched": 50, "hh (held-out)": 50, "hh (all 647)": 50,
