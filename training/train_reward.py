@@ -133,13 +133,45 @@ def hh_pairs(data_dir: Path) -> list[Pair]:
             for r in read_jsonl(data_dir / HH_FILE) if r["chosen"] != r["rejected"]]
 
 
-def load_pairs(data_dir: Path = DATA_DIR) -> tuple[list[Pair], list[Pair]]:
-    """(train, validation) pairs of all sources."""
+def load_pairs(data_dir: Path = DATA_DIR, extra: tuple[str, ...] = ()) -> tuple[list[Pair], list[Pair]]:
+    """(train, validation) pairs of all sources; ``extra`` adds training pairs of EXTRA_SOURCES."""
     answers = alpaca_answers(data_dir)
     pairs = alpaca_pairs(answers) + offtopic_pairs(answers) + hh_pairs(data_dir)
     train = [p for p in pairs if not is_validation(p.prompt)]
     val = [p for p in pairs if is_validation(p.prompt)]
-    return train, val
+    return train + extra_training_pairs(data_dir, extra, answers), val
+
+
+# Sources the shipped head never used (``--extra``), training folds only: samples of one model
+# (tulu-2-dpo-13b, Best-of-N's situation) and answers of 24 more models. The more_models pairs
+# come from a seeded subset of training instructions and are capped: every two of 33 answers to
+# an instruction make a pair (68,701 in the training fold), more than embedding time allows.
+EXTRA_SOURCES = ("same-model", "between-model")
+BETWEEN_PROMPTS, BETWEEN_MAX_PAIRS = 100, 10_000
+SHARES_EXTRA = {"alpaca": 0.25, "hh": 0.4, "offtopic": 0.1, "same-model": 0.15, "between-model": 0.1}
+
+
+def extra_training_pairs(data_dir: Path, extra: tuple[str, ...], answers: dict[str, dict[str, float]]) -> list[Pair]:
+    from . import reward_quality as rq  # it imports this module: import here
+
+    unknown = set(extra) - set(EXTRA_SOURCES)
+    if unknown:
+        raise SystemExit(f"--extra: unknown source {sorted(unknown)}; choose from {', '.join(EXTRA_SOURCES)}")
+    pairs: list[Pair] = []
+    if "same-model" in extra:
+        pairs += rq.training_fold(rq.same_model_pairs(rq.read_rows(data_dir / rq.TULU_FILE)))
+    if "between-model" in extra:
+        gpt4 = read_jsonl(data_dir / ALPACA_FILE)
+        between = rq.training_fold(rq.between_model_pairs(rq.model_answers(gpt4, rq.read_rows(data_dir / rq.MORE_FILE))))
+        prompts = sorted({p.prompt for p in between})
+        random.Random(SEED).shuffle(prompts)
+        chosen = set(prompts[:BETWEEN_PROMPTS])
+        # Pairs of two of the 9 original models are already among the alpaca pairs.
+        new = [p for p in between if p.prompt in chosen
+               and not (p.better in answers[p.prompt] and p.worse in answers[p.prompt])]
+        pairs += sorted(random.Random(SEED).sample(new, min(BETWEEN_MAX_PAIRS, len(new))),
+                        key=lambda p: (p.prompt, p.better, p.worse))
+    return pairs
 
 
 def text_key(text: str) -> str:
@@ -228,7 +260,7 @@ def fit_gate(head: RewardHead, pairs: list[Pair], emb: dict[str, torch.Tensor]) 
 
 
 def fit_head(pairs: list[Pair], emb: dict[str, torch.Tensor], l2: float = L2,
-             shares: dict[str, float] = SHARES) -> RewardHead:
+             shares: dict[str, float] = SHARES, use_length: bool = True) -> RewardHead:
     """Bradley-Terry on the training pairs: minimise -log sigmoid(r(better) - r(worse)).
 
     With the gate fitted first and then fixed, the reward is linear in the remaining weights, so
@@ -244,7 +276,8 @@ def fit_head(pairs: list[Pair], emb: dict[str, torch.Tensor], l2: float = L2,
         g = head.gate_probability(t.e_p)
         f_better, f_worse = pair_features(t.e_p, t.e_better), pair_features(t.e_p, t.e_worse)
     w = source_weights(pairs, shares).double()
-    trained = [head.instruction.weight, head.safety.weight, head.length]
+    # Without the length term its weight stays at zero: the head must judge from the embeddings.
+    trained = [head.instruction.weight, head.safety.weight] + ([head.length] if use_length else [])
 
     def loss() -> torch.Tensor:
         margin = head.combine(g, f_better, t.n_better) - head.combine(g, f_worse, t.n_worse)
@@ -253,7 +286,7 @@ def fit_head(pairs: list[Pair], emb: dict[str, torch.Tensor], l2: float = L2,
         return (w * nn.functional.softplus(-margin)).sum() + l2 * penalty
 
     with torch.no_grad():
-        for p in trained:
+        for p in trained + [head.length]:
             p.zero_()
     head.gate.requires_grad_(False)
     lbfgs(trained, loss)
@@ -281,41 +314,53 @@ def length_margins(pairs: list[Pair]) -> list[float]:
     return [word_count(p.better) - word_count(p.worse) for p in pairs]
 
 
-def cross_validate(data_dir: Path = DATA_DIR, l2_values: tuple[float, ...] = (1.0, 3.0, 10.0), folds: int = 5) -> None:
+def cv_fold(p: Pair, folds: int = 5) -> int:
+    return int(hashlib.sha1(("cv" + p.prompt).encode()).hexdigest(), 16) % folds
+
+
+def cross_validate(data_dir: Path = DATA_DIR, l2_values: tuple[float, ...] = (1.0, 3.0, 10.0), folds: int = 5,
+                   extra: tuple[str, ...] = (), shares: dict[str, float] = SHARES, use_length: bool = True) -> dict:
     """k-fold accuracy on the training prompts (never the validation fold): how L2 was chosen."""
-    train_pairs, _ = load_pairs(data_dir)
+    train_pairs, _ = load_pairs(data_dir, extra)
     emb = embed_cached(sorted({t for p in train_pairs for t in (p.prompt, p.better, p.worse)}))
-
-    def fold(p: Pair) -> int:
-        return int(hashlib.sha1(("cv" + p.prompt).encode()).hexdigest(), 16) % folds
-
-    print(f"{folds}-fold cross-validation on the training prompts, length baseline:",
-          accuracy(train_pairs, length_margins(train_pairs)))
+    results = {"length": accuracy(train_pairs, length_margins(train_pairs))}
+    print(f"{folds}-fold cross-validation on the training prompts, length baseline:", results["length"])
     for l2 in l2_values:
         pairs, margins = [], []
         for k in range(folds):
-            head = fit_head([p for p in train_pairs if fold(p) != k], emb, l2=l2)
-            held_out = [p for p in train_pairs if fold(p) == k]
+            head = fit_head([p for p in train_pairs if cv_fold(p, folds) != k], emb, l2=l2, shares=shares,
+                            use_length=use_length)
+            held_out = [p for p in train_pairs if cv_fold(p, folds) == k]
             pairs += held_out
             margins += head_margins(head, held_out, emb)
-        print(f"l2={l2}:", accuracy(pairs, margins))
+        results[f"l2={l2}"] = accuracy(pairs, margins)
+        print(f"l2={l2}:", results[f"l2={l2}"])
+    return results
 
 
-def train(data_dir: Path = DATA_DIR, out: Path = ASSET_DIR) -> None:
+def train(data_dir: Path = DATA_DIR, out: Path = ASSET_DIR, extra: tuple[str, ...] = (), l2: float = L2,
+          shares: dict[str, float] = SHARES, use_length: bool = True) -> RewardHead:
     start = time.time()
-    train_pairs, val_pairs = load_pairs(data_dir)
+    train_pairs, val_pairs = load_pairs(data_dir, extra)
     emb = embed_cached(sorted({t for p in train_pairs + val_pairs for t in (p.prompt, p.better, p.worse)}))
     embedded = time.time()
-    head = fit_head(train_pairs, emb)
+    head = fit_head(train_pairs, emb, l2=l2, shares=shares, use_length=use_length)
     config = {"dim": head.gate.in_features, "max_tokens": MAX_TOKENS, "encoder": ENCODER_NAME,
               "data": [ALPACA_FILE, HH_FILE], "val_percent": VAL_PERCENT, "margin": MARGIN,
-              "l2": L2, "source_shares": SHARES, "gate_l2": GATE_L2,
+              "l2": l2, "source_shares": shares, "gate_l2": GATE_L2,
               "train_pairs": len(train_pairs), "val_pairs": len(val_pairs)}
+    if extra or not use_length:  # the shipped head's config stays as it was
+        from .reward_quality import MORE_FILE, TULU_FILE
+
+        config["data"] += [f for f, s in ((TULU_FILE, "same-model"), (MORE_FILE, "between-model")) if s in extra]
+        config.update(extra_sources=list(extra), use_length=use_length,
+                      between_model_prompts=BETWEEN_PROMPTS, between_model_max_pairs=BETWEEN_MAX_PAIRS)
     head.save(out, config)
     print(f"wrote {out / 'head.safetensors'}: embedding {embedded - start:.0f} s (cached after the first run), "
           f"fitting {time.time() - embedded:.1f} s, length weight {head.length.item():.3f}")
     print("validation accuracy, head:  ", accuracy(val_pairs, head_margins(head, val_pairs, emb)))
     print("validation accuracy, length:", accuracy(val_pairs, length_margins(val_pairs)))
+    return head
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -323,13 +368,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cv", action="store_true", help="cross-validate the L2 penalty on the training prompts instead")
     parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with the preference data files")
     parser.add_argument("--out", type=Path, default=ASSET_DIR, help="folder the head is written to")
+    parser.add_argument("--extra", default="", help=f"comma-separated extra training sources: {', '.join(EXTRA_SOURCES)}"
+                        " (default none: the shipped minilm-pref head)")
+    parser.add_argument("--no-length", action="store_true", help="train without the length term")
+    parser.add_argument("--l2", type=float, default=None, help=f"L2 penalty (default {L2}; with --cv: 1, 3 and 10)")
     args = parser.parse_args(argv)
     torch.manual_seed(SEED)
+    extra = tuple(s for s in args.extra.split(",") if s)
     data = check_data(args.data, (ALPACA_FILE, HH_FILE))
+    shares = SHARES_EXTRA if extra else SHARES
+    shares = {k: v for k, v in shares.items() if k in ("alpaca", "hh", "offtopic") + extra}
     if args.cv:
-        cross_validate(data)
+        cross_validate(data, (args.l2,) if args.l2 else (1.0, 3.0, 10.0), extra=extra, shares=shares,
+                       use_length=not args.no_length)
     else:
-        train(data, args.out)
+        train(data, args.out, extra, args.l2 or L2, shares, use_length=not args.no_length)
 
 
 if __name__ == "__main__":
