@@ -44,8 +44,8 @@ from typing import Callable, Sequence
 
 from sbon.preference_reward import word_count
 
-from .train_reward import (ALPACA_FILE, DATA_DIR, HH_FILE, MARGIN, SEED, Pair, check_data, is_validation,
-                           read_jsonl)
+from .train_reward import (ALPACA_FILE, DATA_DIR, HH_FILE, MARGIN, REFERENCE_PREFERENCE, SEED, Pair, check_data,
+                           hh_pairs, is_validation, length_margins, read_jsonl)
 
 TULU_FILE = "alpaca_eval_bon_tulu2.jsonl.gz"
 MORE_FILE = "alpaca_eval_more_models.jsonl.gz"
@@ -103,14 +103,10 @@ def between_model_pairs(answers: dict[str, dict[str, tuple[str, float]]]) -> lis
 
 
 def reference_pairs(gpt4_rows: list[dict]) -> list[Pair]:
-    """A model's answer vs. the GPT-4-Turbo reference (which scores 1.5 against itself)."""
+    """A model's answer vs. the GPT-4-Turbo reference (which scores REFERENCE_PREFERENCE against itself)."""
     return [p for r in gpt4_rows
-            for p in ordered_pairs(r["instruction"], [(r["output_1"], 1.5), (r["output_2"], r["preference"])],
+            for p in ordered_pairs(r["instruction"], [(r["output_1"], REFERENCE_PREFERENCE), (r["output_2"], r["preference"])],
                                    "reference", "vs-gpt4-turbo")]
-
-
-def hh_pairs(hh_rows: list[dict]) -> list[Pair]:
-    return [Pair("hh", "human", r["prompt"], r["chosen"], r["rejected"]) for r in hh_rows if r["chosen"] != r["rejected"]]
 
 
 def is_length_matched(pair: Pair) -> bool:
@@ -139,7 +135,7 @@ def load_data(data_dir: Path) -> Data:
     gpt4 = read_rows(data_dir / ALPACA_FILE)
     return Data(same_model_pairs(read_rows(data_dir / TULU_FILE)),
                 between_model_pairs(model_answers(gpt4, read_rows(data_dir / MORE_FILE))),
-                reference_pairs(gpt4), hh_pairs(read_rows(data_dir / HH_FILE)))
+                reference_pairs(gpt4), hh_pairs(data_dir))
 
 
 def eval_sets(data: Data) -> dict[str, list[Pair]]:
@@ -191,10 +187,6 @@ def difference_with_se(pairs: Sequence[Pair], margins: Sequence[float], baseline
     for p, x in zip(pairs, diffs):
         residuals[p.prompt] += x - mean
     return {"difference": round(mean, 4), "se": round(math.sqrt(sum(r * r for r in residuals.values())) / len(diffs), 4)}
-
-
-def length_margins(pairs: Sequence[Pair]) -> list[float]:
-    return [word_count(p.better) - word_count(p.worse) for p in pairs]
 
 
 def subsample(pairs: list[Pair], k: int, seed: int = SEED) -> list[Pair]:
