@@ -80,7 +80,8 @@ It is the default because it is the embedded reward whose early scores predict i
 Speculative Rejection needs: on held-out AlpacaEval prompts (N = 32, 128 tokens) its scores at the first decision
 point ranked the candidates as their final scores did with Kendall τ 0.56 on average (1 = same order, 0 = unrelated),
 against 0.38 for the embedded preference reward `minilm-pref`, which mostly scores length (and at a decision point
-every live candidate has the same length). Candidates are pruned by the mean log-probability the decoding step
+every live candidate has the same length). On longer answers (256 tokens) the trend is weaker: Kendall 0.30 after 32
+tokens, against 0.16 for `minilm-pref`. Candidates are pruned by the mean log-probability the decoding step
 already computed (*Pruning signal* `logprob`): the same score as the reward of the partial response, at no extra
 cost. Under the headline the page says how well this run's partial scores predicted the final ones at each decision
 point and whether Best-of-N's winner survived. Pick `minilm-pref` under *Reward model* (and the pruning signal
