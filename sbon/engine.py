@@ -217,10 +217,12 @@ class Generator:
             row = list(prompt_ids) + list(r)
             ids[i, :len(row)] = torch.tensor(row)
             mask[i, :len(row)] = 1
-        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits.float()
-        logprobs = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:].to(self.device).unsqueeze(-1)).squeeze(-1)
+        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
         start = len(prompt_ids) - 1  # logits at position p predict token p + 1
-        return [logprobs[i, start:start + len(r)].cpu() for i, r in enumerate(responses)]
+        # Normalise only the response positions of each row, not the prompt and padding ones.
+        return [torch.log_softmax(logits[i, start:start + len(r)].float(), -1)
+                .gather(-1, torch.tensor(list(r), device=self.device)[:, None]).squeeze(-1).cpu()
+                for i, r in enumerate(responses)]
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of KV cache one token of one candidate takes (keys and values, all layers)."""

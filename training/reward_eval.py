@@ -99,26 +99,6 @@ def length_matched(pairs: list[Pair], max_log_ratio: float = 0.25) -> list[Pair]
     return [p for p in pairs if abs(math.log((word_count(p.better) + 1) / (word_count(p.worse) + 1))) < max_log_ratio]
 
 
-@torch.inference_mode()
-def token_logprobs(gen, prompt_ids: list[int], rows: list[list[int]]) -> list[torch.Tensor]:
-    """Log-probability of every response token under the generator, one forward pass for all rows.
-
-    The likelihood reward of any prefix is then the mean of a prefix of these: exact for the
-    generator's own tokens and much cheaper than rescoring each partial text.
-    """
-    p = len(prompt_ids)
-    ids = torch.zeros(len(rows), p + max(map(len, rows)), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, :p + len(r)], mask[i, :p + len(r)] = torch.tensor(prompt_ids + r), 1
-    hidden = gen.model.model(input_ids=ids.to(gen.device), attention_mask=mask.to(gen.device)).last_hidden_state
-    out = []
-    for i, r in enumerate(rows):  # position p - 1 + k predicts response token k
-        logits = gen.model.lm_head(hidden[i, p - 1:p - 1 + len(r)]).float()
-        out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(r, device=gen.device)[:, None]).squeeze(-1).cpu())
-    return out
-
-
 def candidates(gen, prompt: str) -> list[Candidate]:
     """N sampled SmolLM2 candidates for a prompt, cached: generating them is most of --eval's time on a CPU."""
     from sbon.algorithms import best_of_n, run
@@ -154,7 +134,7 @@ def kendall_study(gen, rewards: dict[str, RewardModel], prompts: list[str]) -> t
             scores[name] = {t: reward.score(prompt, texts[t]) for t in texts}
         # The end-of-turn token is not part of the response text that LikelihoodReward would score.
         rows = [c.token_ids[:-1] if c.stop_reason == "eos" and len(c.token_ids) > 1 else c.token_ids for c in cands]
-        logprobs = token_logprobs(gen, gen.encode_prompt(prompt), rows)
+        logprobs = gen.token_logprobs(gen.encode_prompt(prompt), rows)  # a prefix's likelihood: mean of a prefix of these
         scores["smollm2-likelihood"] = {t: [float(lp[:t].mean()) for lp in logprobs] for t in texts}
         for name in names:
             for t in KENDALL_AT:
