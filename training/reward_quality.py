@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 from sbon.preference_reward import word_count
 
 from .train_reward import (ALPACA_FILE, DATA_DIR, HH_FILE, MARGIN, REFERENCE_PREFERENCE, SEED, Pair, check_data,
-                           hh_pairs, is_validation, length_margins, read_jsonl)
+                           hh_pairs, is_validation, length_margins, pair_outcome, read_jsonl)
 
 TULU_FILE = "alpaca_eval_bon_tulu2.jsonl.gz"
 MORE_FILE = "alpaca_eval_more_models.jsonl.gz"
@@ -155,38 +155,33 @@ def eval_sets(data: Data) -> dict[str, list[Pair]]:
 # ---------------------------------------------------------------- accuracy
 
 
-def pair_outcome(margin: float) -> float:
-    return 1.0 if margin > 0 else 0.5 if margin == 0 else 0.0
+def clustered_mean(pairs: Sequence[Pair], values: Sequence[float]) -> tuple[float, float, int]:
+    """Mean of one value per pair, its standard error clustered by prompt, and the number of prompts.
+
+    The cluster-robust variance sum_g (sum_i (v_i - mean))^2 / n^2 reduces to the usual one when
+    every prompt has one pair, and grows when a prompt's pairs succeed or fail together.
+    """
+    mean = sum(values) / len(values)
+    residuals: dict[str, float] = defaultdict(float)
+    for p, v in zip(pairs, values):
+        residuals[p.prompt] += v - mean
+    return mean, math.sqrt(sum(r * r for r in residuals.values())) / len(values), len(residuals)
 
 
 def accuracy_with_se(pairs: Sequence[Pair], margins: Sequence[float]) -> dict:
-    """Accuracy (ties half) and its standard error clustered by prompt.
-
-    The cluster-robust variance sum_g (sum_i (c_i - acc))^2 / n^2 reduces to acc(1-acc)/n when
-    every prompt has one pair, and grows when a prompt's pairs succeed or fail together.
-    """
+    """Accuracy (ties half) and its standard error clustered by prompt."""
     if not pairs:
         return {"n": 0, "accuracy": None, "se": None}
-    outcomes = [pair_outcome(m) for m in margins]
-    n = len(outcomes)
-    acc = sum(outcomes) / n
-    residuals: dict[str, float] = defaultdict(float)
-    for p, c in zip(pairs, outcomes):
-        residuals[p.prompt] += c - acc
-    se = math.sqrt(sum(r * r for r in residuals.values())) / n
-    return {"n": n, "prompts": len(residuals), "accuracy": round(acc, 4), "se": round(se, 4)}
+    acc, se, prompts = clustered_mean(pairs, [pair_outcome(m) for m in margins])
+    return {"n": len(pairs), "prompts": prompts, "accuracy": round(acc, 4), "se": round(se, 4)}
 
 
 def difference_with_se(pairs: Sequence[Pair], margins: Sequence[float], baseline: Sequence[float]) -> dict:
     """Accuracy minus a baseline's on the same pairs, with its paired standard error clustered by prompt."""
-    diffs = [pair_outcome(m) - pair_outcome(b) for m, b in zip(margins, baseline)]
-    if not diffs:
+    if not pairs:
         return {"difference": None, "se": None}
-    mean = sum(diffs) / len(diffs)
-    residuals: dict[str, float] = defaultdict(float)
-    for p, x in zip(pairs, diffs):
-        residuals[p.prompt] += x - mean
-    return {"difference": round(mean, 4), "se": round(math.sqrt(sum(r * r for r in residuals.values())) / len(diffs), 4)}
+    mean, se, _ = clustered_mean(pairs, [pair_outcome(m) - pair_outcome(b) for m, b in zip(margins, baseline)])
+    return {"difference": round(mean, 4), "se": round(se, 4)}
 
 
 def subsample(pairs: list[Pair], k: int, seed: int = SEED) -> list[Pair]:

@@ -300,11 +300,16 @@ def head_margins(head: RewardHead, pairs: list[Pair], emb: dict[str, torch.Tenso
     return (head(t.e_p, t.e_better, t.n_better, use_length) - head(t.e_p, t.e_worse, t.n_worse, use_length)).tolist()
 
 
+def pair_outcome(margin: float) -> float:
+    """1 when the better answer scored higher, 0 when lower; a tie counts half."""
+    return 1.0 if margin > 0 else 0.5 if margin == 0 else 0.0
+
+
 def accuracy(pairs: list[Pair], margins: list[float]) -> dict[str, float]:
     """Pairwise accuracy per source and per (source, kind); ties count half."""
     groups: dict[str, list[float]] = defaultdict(list)
     for p, m in zip(pairs, margins):
-        c = 1.0 if m > 0 else 0.5 if m == 0 else 0.0
+        c = pair_outcome(m)
         groups[p.source].append(c)
         groups[f"{p.source}/{p.kind}"].append(c)
     return {k: round(sum(v) / len(v), 4) for k, v in sorted(groups.items())}
