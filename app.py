@@ -38,7 +38,7 @@ from components.controls import (ASSETS, RunSettings, generator_choices, load_ex
 from components.live import LiveTracker  # noqa: E402
 from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
-from sbon.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
+from sbon.analysis.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 
@@ -96,7 +96,7 @@ Every comparison the Run button makes is also an API endpoint, `/compare`, retur
 (the same file as the download above):
 ```python
 from gradio_client import Client
-from sbon.comparison import Comparison
+from sbon.analysis.comparison import Comparison
 
 client = Client("http://127.0.0.1:7860/")   # or the Space id
 text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_name="/compare")
@@ -186,7 +186,7 @@ def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alp
             generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
             bon_same_memory: bool = DEFAULTS.bon_same_memory) -> str:
     """Run Speculative Rejection and Best-of-N on one prompt with the same seed; return the
-    comparison as JSON (load it with sbon.comparison.Comparison.from_json)."""
+    comparison as JSON (load it with sbon.analysis.comparison.Comparison.from_json)."""
     given = dict(locals())  # every argument, by the RunSettings field it sets
     try:
         settings = RunSettings.from_inputs(**given)

@@ -2,7 +2,7 @@
 
 N complete responses per prompt are generated once (Best-of-N); every candidate still generating
 at a decision point tau (8, 16, 32, 64, 128, ...) gets the reward of its first tau tokens. Replaying
-Speculative Rejection with one decision token (sbon.counterfactual) then gives the normalized
+Speculative Rejection with one decision token (sbon.analysis.counterfactual) then gives the normalized
 score and token rate of every (tau, alpha) without generating again: for the whole set of N, and
 bootstrapped over random subsets of the candidates. The raw candidates are saved, so that
 `--from FILE` recomputes the grid without a model.
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sbon.algorithms import best_of_n
-from sbon.counterfactual import partial_final_stats, prefix_rewards, tradeoff_grid
+from sbon.analysis.counterfactual import partial_final_stats, prefix_rewards, tradeoff_grid
 from sbon.engine import Generator, SamplingConfig
 from sbon.results import RunResult
 from sbon.rewards import RewardModel

@@ -1,7 +1,7 @@
 """Pruning signals side by side (issue 14): which signal, at which decision point, keeps the response
 Best-of-N would have picked?
 
-Per prompt, Best-of-N runs once with every signal watching (sbon.signal_matrix); each signal scores
+Per prompt, Best-of-N runs once with every signal watching (sbon.analysis.signal_matrix); each signal scores
 the candidates still generating at each decision point t. A single cut at t by each signal (keep
 round((1 - alpha) * live), finished candidates stay eligible) then gives, for every signal x t x alpha:
 winner kept (% of prompts where Best-of-N's winner by final reward survives), mean normalized score,
@@ -25,7 +25,7 @@ from sbon.config import RunConfig
 from sbon.engine import Generator, SamplingConfig
 from sbon.results import RunResult
 from sbon.rewards import RewardModel
-from sbon.signal_matrix import scores_from_json, signal_grid, signal_scores
+from sbon.analysis.signal_matrix import scores_from_json, signal_grid, signal_scores
 from sbon.signals import SIGNALS
 
 from . import common

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from sbon.results import RunResult
-from sbon.signal_matrix import cheapest_setting, mean_grid, scores_from_json
+from sbon.analysis.signal_matrix import cheapest_setting, mean_grid, scores_from_json
 
 from . import common
 

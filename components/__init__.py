@@ -1,6 +1,6 @@
 """UI pieces of the SBoN Explorer: plotly figures, pandas tables, HTML snippets and run settings.
 
-Everything here takes plain data from ``sbon`` (a :class:`sbon.comparison.Comparison`, a
+Everything here takes plain data from ``sbon`` (a :class:`sbon.analysis.comparison.Comparison`, a
 :class:`sbon.results.RunResult`, algorithm events) and returns plain values a Gradio component
 can show; only ``app.py`` knows which component shows what. ``sbon`` itself knows nothing of the UI.
 

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from sbon.comparison import Comparison
-from sbon.counterfactual import tradeoff_grid
+from sbon.analysis.comparison import Comparison
+from sbon.analysis.counterfactual import tradeoff_grid
 from sbon.metrics import correlations
 from sbon.results import PHASES
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from sbon.algorithms import CandidateFinished, DecisionTaken, Done, RoundStarted, TokensGenerated
-from sbon.comparison import ComparisonDone, ComparisonEvent, CounterfactualScored, MethodEvent
+from sbon.analysis.comparison import ComparisonDone, ComparisonEvent, CounterfactualScored, MethodEvent
 from sbon.config import METHOD_SPECS
 from sbon.results import DecisionPoint
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from sbon.comparison import ComparisonDone, MethodEvent, comparison_events
+from sbon.analysis.comparison import ComparisonDone, MethodEvent, comparison_events
 from sbon.algorithms import DecisionTaken
 from sbon.config import PRUNING_METHODS
 from sbon.errors import SBoNError

@@ -21,8 +21,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sbon.comparison import Comparison
-from sbon.signal_matrix import kendall, kept_by
+from sbon.analysis.comparison import Comparison
+from sbon.analysis.replay import replay_tau
+from sbon.analysis.signal_matrix import kendall
+from sbon.signals import on_reward_scale
 
 from .figures import empty_figure
 from .style import BON_COLOR, PRUNED_COLORS, SURVIVED_COLOR, styled
@@ -82,10 +84,11 @@ def cuts(comp: Comparison) -> list[Cut]:
             if score is None:
                 continue
             live = sorted((k for k, s in enumerate(score) if s is not None), key=lambda k: (-score[k], k))
-            kept = kept_by(score, alpha)
+            replay = replay_tau(comp.bon, score, t, alpha, on_reward_scale(name))  # the run's own cut rule
+            kept = set(replay.cut.kept)
             finished = [k for k, s in enumerate(score) if s is None]
             out.append(Cut(name, round, t, live, [k for k in live if k in kept], [k for k in live if k not in kept],
-                           finished, winner in kept or winner in finished, kendall(comp.bon, score), list(score)))
+                           finished, winner in replay.eligible, kendall(comp.bon, score), list(score)))
     return out
 
 

@@ -11,8 +11,8 @@ import math
 
 import pandas as pd
 
-from sbon.comparison import Comparison
-from sbon.counterfactual import partial_final_stats
+from sbon.analysis.comparison import Comparison
+from sbon.analysis.counterfactual import partial_final_stats
 from sbon.metrics import decision_quality
 from sbon.results import RunResult
 

@@ -14,20 +14,20 @@ Every method takes a :class:`~sbon.config.RunConfig`: :func:`events` runs any me
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar, Union
 
 from .config import FIRST_DECISION_TOKENS, RunConfig, resolve_first_decision
+from .cut import Cut, cut, survivors_count
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
 from .rewards import RewardModel
 from .signals import PruningSignal, Step, make_signal
 
-__all__ = ["FIRST_DECISION_TOKENS", "RunConfig", "events", "best_of_n", "speculative_rejection",
+__all__ = ["FIRST_DECISION_TOKENS", "RunConfig", "Cut", "cut", "survivors_count", "events", "best_of_n", "speculative_rejection",
            "speculative_bon_tau", "run", "drive"]
 
 # The `auto` budget (from free memory), as in the official code: at most this many candidates, each
@@ -179,11 +179,6 @@ class _Run:
                          self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best)
 
 
-def survivors_count(n: int, alpha: float) -> int:
-    """round((1 - alpha) * n), rounding halves up, and never below one."""
-    return max(1, math.floor((1 - alpha) * n + 0.5))
-
-
 # -- Best-of-N --------------------------------------------------------------------------------
 
 def _best_of_n(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
@@ -208,18 +203,20 @@ def _best_of_n(gen: Generator, reward: RewardModel, prompt: str, config: RunConf
 
 def _rejection_rounds(run: _Run, decide: Callable[[int, int, int], bool],
                       fits: Callable[[int, int], bool] = lambda live, t: True) -> Iterator[Event]:
-    """The loop both variants share: decode until ``decide(live, tokens, round)``, then score the
-    contenders, prune, and go on until every survivor has finished. ``fits(live, tokens)`` says
-    whether that many live candidates may take one more token (the memory budget)."""
+    """The loop both variants share: decode until ``decide(rows, tokens, round)`` -- ``rows`` is the
+    number of candidates that started the round, since a row that finished mid-round still holds its
+    memory in the official code until the round ends -- then score the contenders, prune, and go on
+    until every survivor has finished. ``fits(live, tokens)`` says whether that many live candidates
+    may take one more token (the memory budget)."""
     cands = run.candidates
     contenders = [c.id for c in cands]
     _, batch = run.start(contenders)
     points: list[DecisionPoint] = []
-    round = 1
+    round, rows = 1, len(batch)
     yield RoundStarted(round, list(contenders), 0)
     while len(batch):
         t = cands[batch.candidate_ids[0]].tokens_generated
-        if not decide(len(batch), t, round):
+        if not decide(rows, t, round):
             yield from run.step(batch)
             continue
         yield score_decision_point(run, batch, contenders, round, t)
@@ -227,7 +224,7 @@ def _rejection_rounds(run: _Run, decide: Callable[[int, int, int], bool],
         points.append(point)
         contenders = point.survivors
         yield DecisionTaken(point)
-        round += 1
+        round, rows = round + 1, len(batch)
         if len(batch):
             yield RoundStarted(round, list(batch.candidate_ids), t)
 
@@ -257,32 +254,19 @@ def score_decision_point(run: _Run, batch: Batch, contenders: list[int], round: 
 
 def prune(run: _Run, batch: Batch, contenders: list[int], round: int, t: int,
           fits: Callable[[int, int], bool]) -> DecisionPoint:
-    """Rank the contenders, keep round((1 - alpha) n), halt the live ones below the cut.
-
-    A cut that would leave the budget still full halts the lowest-ranked live survivors until it
-    fits, at least one: with alpha = 0, or round((1 - alpha) n) = n for a small n, the loop would
-    otherwise take the same decision forever. A finished candidate below the cut is *retired*: it
-    leaves contention (takes no slot) but its response stays eligible, since the paper returns the
-    best among all completed responses.
-    """
+    """Take the decision point: :func:`cut` the contenders, halt the pruned ones' rows."""
     cands = run.candidates
     with run.phase("rejection"):
         final = [k for k in contenders if cands[k].finished]
         score = {k: cands[k].final_reward if cands[k].finished else cands[k].partial_rewards[-1].reward
                  for k in contenders}
-        ranked = sorted(contenders, key=lambda k: (-score[k], k))
-        kept = ranked[:survivors_count(len(ranked), run.config.alpha)]
-        kept_live = [k for k in kept if not cands[k].finished]
-        while kept_live and not fits(len(kept_live), t):
-            kept.remove(kept_live.pop())
-        dropped = [k for k in ranked if k not in kept]
-        pruned = sorted(k for k in dropped if not cands[k].finished)
-        for k in pruned:
+        decision = cut(score, set(final), run.config.alpha, lambda live: fits(live, t), run.signal.reward_scale)
+        for k in decision.pruned:
             cands[k].pruned_round = round
-        batch.keep(kept)
-    return DecisionPoint(round, t, contenders, sorted(kept), pruned, score[kept[-1]],
-                         retired=sorted(k for k in dropped if cands[k].finished),
-                         scores=[score[k] for k in contenders], final=final, signal=run.config.prune_by)
+        batch.keep(decision.kept)
+    return DecisionPoint(round, t, contenders, decision.kept, decision.pruned, decision.threshold,
+                         retired=decision.retired, scores=[score[k] for k in contenders], final=final,
+                         signal=run.config.prune_by)
 
 
 def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: int | None,
@@ -323,8 +307,10 @@ def _speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, con
                            observers: Sequence[PruningSignal] = ()) -> Iterator[Event]:
     """Speculative Rejection with memory-budget rounds (the NeurIPS 2024 version).
 
-    Candidates generate until the next token would overflow the KV budget; then all candidates in
-    contention (finished ones included) are ranked, round((1 - alpha) n) are kept and the live ones
+    Candidates generate until one more token for every row the round started with would overflow the
+    KV budget (the official code's rule: a row that finished mid-round holds its memory until the round
+    ends); then all candidates in contention (finished ones included) are ranked, the best
+    ``survivors_count(n, alpha)`` are kept (round((1 - alpha) n), halves up, at least one) and the live ones
     below the cut are halted (pruned) -- more if the budget is still full, so every setting, alpha = 0
     included, makes progress. Repeat until every survivor has finished; return the best completed
     response, also one that finished and later fell below a cut. Without a budget, it holds N
@@ -340,7 +326,10 @@ def _speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, con
     def fits(live: int, t: int) -> bool:  # the next token of `live` candidates stays within the budget
         return live * (prompt_tokens + t + 1) <= kv_budget
 
-    yield from _rejection_rounds(run, lambda live, t, _: not fits(live, t), fits)
+    # The official rule: a round ends when the rows it started with would overflow the budget with one
+    # more token, whatever finished meanwhile. Finished rows leave the cache at once here (for speed),
+    # but they still count until the round ends, so short answers cannot keep the budget from filling.
+    yield from _rejection_rounds(run, lambda rows, t, _: not fits(rows, t), fits)
 
 
 def _speculative_bon_tau(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
@@ -349,7 +338,7 @@ def _speculative_bon_tau(gen: Generator, reward: RewardModel, prompt: str, confi
     Best-of-N"): generate every candidate to tau tokens, keep the best (1 - alpha) fraction, finish
     only those."""
     run = _Run(gen, reward, prompt, config, observers=observers)
-    yield from _rejection_rounds(run, lambda live, t, round: round == 1 and t == config.tau)
+    yield from _rejection_rounds(run, lambda rows, t, round: round == 1 and t == config.tau)
 
 
 _IMPLEMENTATIONS = {"bon": _best_of_n, "sbon": _speculative_rejection, "sbon-tau": _speculative_bon_tau}

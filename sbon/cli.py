@@ -10,7 +10,7 @@ import torch
 from tqdm import tqdm
 
 from .algorithms import Done, RoundStarted, TokensGenerated, drive, events
-from .comparison import Comparison, ComparisonDone, MethodEvent, comparison_events
+from .analysis.comparison import Comparison, ComparisonDone, MethodEvent, comparison_events
 from .config import METHOD_SPECS, RunConfig
 from .options import add_options, values
 from .errors import SBoNError, exit_code

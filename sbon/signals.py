@@ -6,7 +6,7 @@ returns one score per live candidate at a decision point through :meth:`score` (
 None of this costs a forward pass: the engine hands over tensors it computed anyway.
 
 The final choice is always made by the final reward (the reward model on complete responses);
-a signal only decides which live candidates go on. To add one: a class and a line in ``SIGNALS``.
+a signal only decides which live candidates go on. To add one: a class (with its capability flags) and a line in ``SIGNALS``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,14 @@ class PruningSignal:
     needs_text = False  # score() receives the candidates' decoded partial responses
     needs_hidden = False  # observe() receives final-layer hidden states (the engine keeps them only then)
     one_batch = False  # scores need every candidate in one batch (they compare candidates, or follow batch rows)
+    # Scores are on the final reward's scale, so a finished candidate (ranked by its final reward) can be
+    # ranked against live ones. When False, finished candidates stay out of the ranking: see sbon.algorithms.cut.
+    reward_scale = False
+
+    @classmethod
+    def build(cls, gen, reward) -> "PruningSignal":
+        """A fresh signal for one run (signals may keep per-candidate state)."""
+        return cls()
 
     def observe(self, step: Step) -> None:
         """Called after every decode step with what that step computed."""
@@ -48,9 +56,14 @@ class RewardSignal(PruningSignal):
     """The paper's signal: the reward model's score of the partial response's text."""
     name = "reward"
     needs_text = True
+    reward_scale = True
 
     def __init__(self, reward):
         self.reward = reward
+
+    @classmethod
+    def build(cls, gen, reward) -> "RewardSignal":
+        return cls(reward)
 
     def score(self, prompt, candidate_ids, texts):
         return self.reward.score(prompt, list(texts)) if texts else []
@@ -184,6 +197,7 @@ class ValueHeadSignal(PruningSignal):
     name = "value-head"
     needs_hidden = True
     one_batch = True
+    reward_scale = True  # it predicts the final reward it was distilled from
 
     def __init__(self, head: str = "smollm2_value_likelihood"):
         from .value_head import PrefixFeatures, ValueHead
@@ -214,14 +228,14 @@ class ValueHeadSignal(PruningSignal):
         return self.head.score(self.features.read()[[row[k] for k in candidate_ids]]).tolist()
 
 
-# name -> factory(generator, reward): a fresh signal per run, since signals may keep per-candidate state.
-SIGNALS: dict[str, Callable[..., PruningSignal]] = {
-    "reward": lambda gen, reward: RewardSignal(reward),
-    "logprob": lambda gen, reward: MeanLogProb(),
-    "deepconf": lambda gen, reward: LowestGroupConfidence(),
-    "self-certainty": lambda gen, reward: SelfCertainty(),
-    "consistency": lambda gen, reward: HiddenConsistency(),
-    "value-head": lambda gen, reward: ValueHeadSignal(),
+# name -> signal class; make_signal builds a fresh one per run with ``build(generator, reward)``.
+SIGNALS: dict[str, type[PruningSignal]] = {
+    "reward": RewardSignal,
+    "logprob": MeanLogProb,
+    "deepconf": LowestGroupConfidence,
+    "self-certainty": SelfCertainty,
+    "consistency": HiddenConsistency,
+    "value-head": ValueHeadSignal,
 }
 REWARD_FREE = ("logprob", "deepconf", "self-certainty", "consistency")  # no reward model at decision points
 
@@ -243,6 +257,12 @@ def check_signal(name: str) -> None:
         raise SBoNError(f"unknown pruning signal {name!r}: use one of {', '.join(SIGNALS)}")
 
 
+def on_reward_scale(name: str) -> bool:
+    """Whether signal ``name`` scores on the final reward's scale (a class attribute: nothing is built)."""
+    check_signal(name)
+    return SIGNALS[name].reward_scale
+
+
 def make_signal(name: str, gen, reward) -> PruningSignal:
     check_signal(name)
-    return SIGNALS[name](gen, reward)
+    return SIGNALS[name].build(gen, reward)

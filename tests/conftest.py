@@ -29,7 +29,7 @@ COMPARISON_PROMPT = "Give three tips for staying healthy."
 def comparison_events(gen, likelihood):
     """Every event of one real small comparison (N=6, 24 tokens, two decision points), for the
     app's tests: the budget holds 6 candidates of prompt + 8 tokens and alpha=0.2 prunes one per round."""
-    from sbon.comparison import comparison_events as events
+    from sbon.analysis.comparison import comparison_events as events
 
     prompt_tokens = len(gen.encode_prompt(COMPARISON_PROMPT))
     return list(events(gen, likelihood, COMPARISON_PROMPT, 6, alpha=0.2, kv_budget=6 * (prompt_tokens + 8),

@@ -4,7 +4,7 @@ import pytest
 
 from sbon.algorithms import (CandidateFinished, DecisionTaken, Done, best_of_n, run, speculative_bon_tau,
                              speculative_rejection, survivors_count)
-from sbon.counterfactual import prefix_rewards, simulate_tau
+from sbon.analysis.counterfactual import prefix_rewards, simulate_tau
 from sbon.engine import Generator
 from sbon.rewards import CallableReward
 

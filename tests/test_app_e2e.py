@@ -321,7 +321,7 @@ def test_compare_api_refuses_bad_input_in_one_line(client, bad, message):
 
 
 def test_compare_api_returns_a_saved_run_and_survives_bad_input(client):
-    from sbon.comparison import Comparison
+    from sbon.analysis.comparison import Comparison
 
     comp = Comparison.from_json(client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau",
                                                tau=3, api_name="/compare"))
@@ -336,7 +336,7 @@ def test_compare_api_returns_a_saved_run_and_survives_bad_input(client):
 def test_sbon_with_alpha_zero_terminates(client):
     """alpha = 0 prunes nobody by rank; the memory-budget method still ends (it halts the lowest-ranked
     candidates while the KV budget is full), within a timeout, and the app keeps serving."""
-    from sbon.comparison import Comparison
+    from sbon.analysis.comparison import Comparison
 
     # A prompt with a long answer, so the candidates are still live when the budget fills (a short one ends first).
     job = client.submit(prompt="Write a long story about a lighthouse keeper.", n=4, alpha=0.0, method="sbon",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sbon.comparison import Comparison
+from sbon.analysis.comparison import Comparison
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,11 +1,11 @@
-"""sbon.comparison: SBoN next to BoN on the same prompt and seed, and its saved form."""
+"""sbon.analysis.comparison: SBoN next to BoN on the same prompt and seed, and its saved form."""
 
 import json
 
 import pytest
 
 from sbon.algorithms import Done, RoundStarted
-from sbon.comparison import (Comparison, CounterfactualScored, MethodEvent, comparison_events, default_taus,
+from sbon.analysis.comparison import (Comparison, CounterfactualScored, MethodEvent, comparison_events, default_taus,
                              peak_kv_tokens, run_comparison, same_memory_batch_size)
 from sbon.errors import SBoNError
 from sbon.metrics import compare

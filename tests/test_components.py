@@ -13,9 +13,9 @@ from components.fates import FINISHED_EARLY, SURVIVED, fate_color
 from components.live import LiveTracker
 from components.model_cache import ModelCache
 from components.rounds import round_figure, round_views, rounds_animation
-from sbon.comparison import Comparison
+from sbon.analysis.comparison import Comparison
 from sbon.config import RunConfig
-from sbon.counterfactual import partial_final_stats, tradeoff_grid
+from sbon.analysis.counterfactual import partial_final_stats, tradeoff_grid
 from sbon.errors import SBoNError
 from sbon.metrics import correlations
 

@@ -102,7 +102,7 @@ def test_cli_run_writes_every_field(tmp_path, capsys, monkeypatch, gen):
 def test_cli_compare_saves_a_comparison_the_app_can_replay(tmp_path, capsys, monkeypatch, gen, likelihood):
     monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)
     monkeypatch.setattr("sbon.cli.load_reward", lambda *a, **k: likelihood)
-    from sbon.comparison import Comparison
+    from sbon.analysis.comparison import Comparison
 
     out = tmp_path / "comparison.json"
     code = main(["run", "--prompt", PROMPT, "--method", "sbon-tau", "--n", "4", "--tau", "3", "--max-new-tokens", "8",

@@ -93,7 +93,7 @@ def test_unknown_signal_fails_in_one_line():
 
 # -- the reward-free signals: streaming scores equal a full recomputation -----------------------
 
-from sbon.signal_matrix import signal_grid, signal_scores  # noqa: E402
+from sbon.analysis.signal_matrix import signal_grid, signal_scores  # noqa: E402
 
 TAU = 6
 

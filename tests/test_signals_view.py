@@ -8,11 +8,11 @@ import pytest
 
 from components import signals_view as sv
 from sbon.algorithms import survivors_count
-from sbon.comparison import Comparison
+from sbon.analysis.comparison import Comparison
 from sbon.config import RunConfig
 from sbon.errors import SBoNError
 from sbon.results import PHASES
-from sbon.signal_matrix import SignalWatch, signal_scores
+from sbon.analysis.signal_matrix import SignalWatch, signal_scores
 from sbon.signals import REWARD_FREE
 
 

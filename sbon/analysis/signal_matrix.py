@@ -18,13 +18,14 @@ from typing import Iterable, Sequence
 import pandas as pd
 import torch
 
-from .algorithms import Done, TokensGenerated, events, survivors_count
-from .config import RunConfig
-from .engine import Generator
-from .metrics import correlations, normalized_score
-from .results import RunResult
-from .rewards import RewardModel
-from .signals import PruningSignal, make_signal
+from ..algorithms import Done, TokensGenerated, events
+from ..config import RunConfig
+from ..engine import Generator
+from ..metrics import correlations
+from ..results import RunResult
+from ..rewards import RewardModel
+from ..signals import PruningSignal, make_signal, on_reward_scale
+from .replay import replay_tau
 
 # scores[signal][t][k]: signal's score of candidate k at t tokens, None if k had finished by then.
 Scores = dict[str, dict[int, list[float | None]]]
@@ -109,29 +110,12 @@ def signal_scores(gen: Generator, reward: RewardModel, prompt: str, config: RunC
     return bon, watch.result()
 
 
-def kept_by(score: Sequence[float | None], alpha: float) -> set[int]:
-    """The candidates still generating (score not None) that a cut at rejection rate alpha keeps:
-    the round((1 - alpha) * live) best by the signal (ties: the lower id)."""
-    live = [k for k, s in enumerate(score) if s is not None]
-    ranked = sorted(live, key=lambda k: (-score[k], k))
-    return set(ranked[:survivors_count(len(live), alpha)]) if live else set()
-
-
-def single_cut(bon: RunResult, score: Sequence[float | None], t: int, alpha: float) -> dict[str, float]:
-    """One decision point at t: rank the candidates still generating by the signal, keep
-    round((1 - alpha) * live) of them; candidates finished before t stay eligible (they cost nothing
-    more, and a reward-free score is not on their final reward's scale). The returned response is the
-    best final reward among survivors and finished ones."""
-    cands = bon.candidates
-    live = [k for k, s in enumerate(score) if s is not None]
-    kept = kept_by(score, alpha)
-    eligible = kept | {k for k, s in enumerate(score) if s is None}
-    tokens = sum(c.tokens_generated if c.id in eligible else min(c.tokens_generated, t) for c in cands)
-    best = max(cands[k].final_reward for k in eligible)
-    return {"t": t, "alpha": alpha, "live": len(live),
-            "winner_kept": float(bon.best_id in eligible),
-            "normalized_score": normalized_score(bon.final_rewards, best),
-            "token_rate": tokens / bon.total_tokens}
+def single_cut(bon: RunResult, score: Sequence[float | None], t: int, alpha: float,
+               rank_finished: bool = False) -> dict[str, float]:
+    """One decision point at t (:func:`sbon.analysis.replay.replay_tau`), keyed as the matrix is: the
+    returned response is the best final reward among survivors and finished candidates."""
+    m = replay_tau(bon, score, t, alpha, rank_finished).metrics(bon)
+    return {"t": m.pop("tau"), **m}
 
 
 def kendall(bon: RunResult, score: Sequence[float | None]) -> float:
@@ -150,7 +134,7 @@ def signal_grid(bon: RunResult, scores: Scores, alphas: Iterable[float]) -> pd.D
             if not any(s is not None for s in score):
                 continue
             for a in alphas:
-                rows.append({"signal": name, **single_cut(bon, score, t, a), "kendall": tau_k})
+                rows.append({"signal": name, **single_cut(bon, score, t, a, on_reward_scale(name)), "kendall": tau_k})
     return pd.DataFrame(rows)
 
 

@@ -1,8 +1,7 @@
 """Counterfactual Speculative Rejection: replay the single-decision-token method on completed
 Best-of-N candidates, with no new generation (the paper's Figure 3 and Appendix D).
 
-With coupled sampling, a Speculative Best-of-N run with decision token tau keeps exactly the
-candidates this replay keeps, and generates exactly the tokens it counts.
+The cut itself is :func:`sbon.analysis.replay.replay_tau`: the real run's rule, on Best-of-N's prefixes.
 """
 
 from __future__ import annotations
@@ -11,10 +10,10 @@ from typing import Callable, Iterable, Sequence
 
 import pandas as pd
 
-from .algorithms import survivors_count
-from .metrics import correlations, normalized_score, oracle_cut
-from .results import RunResult
-from .rewards import RewardModel
+from ..metrics import correlations, oracle_cut
+from ..results import RunResult
+from ..rewards import RewardModel
+from .replay import replay_tau
 
 
 def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequence[int]], str],
@@ -40,18 +39,11 @@ def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequen
 
 
 def simulate_tau(bon: RunResult, partial: Sequence[float | None], tau: int, alpha: float) -> dict[str, float]:
-    """Normalized score and token rate of deciding at tau with rejection rate alpha.
-
-    Candidates finished by tau compete with their final reward, as in the real algorithm."""
-    cands = bon.candidates
-    score = [c.final_reward if p is None else p for c, p in zip(cands, partial)]
-    ranked = sorted(range(len(cands)), key=lambda k: (-score[k], k))
-    kept = set(ranked[:survivors_count(len(cands), alpha)])
-    tokens = sum(c.tokens_generated if c.id in kept else min(c.tokens_generated, tau) for c in cands)
-    best = max(cands[k].final_reward for k in kept)
-    return {"tau": tau, "alpha": alpha,
-            "normalized_score": normalized_score(bon.final_rewards, best),
-            "token_rate": tokens / bon.total_tokens}
+    """Normalized score and token rate of deciding at tau with rejection rate alpha, by the partial
+    rewards (on the final reward's scale: finished candidates compete with their final reward, and
+    one ranked below the cut stays eligible, as in the real algorithm)."""
+    r = replay_tau(bon, partial, tau, alpha)
+    return {k: v for k, v in r.metrics(bon).items() if k in ("tau", "alpha", "normalized_score", "token_rate")}
 
 
 def tradeoff_grid(bon: RunResult, partials: dict[int, list[float | None]], alphas: Iterable[float]) -> pd.DataFrame:
