@@ -316,6 +316,20 @@ def cli_runs(results_dir: Path) -> str:
                            "tokens generated", "wall time", "reward scoring share"], rows)
 
 
+def ray(results_dir: Path) -> str:
+    """`--ray`: one `table1` sweep on k workers; k=1 against k=2, per round of runs (rounds differ in load)."""
+    path = results_dir / MACHINE / "ray" / "scaling.json"
+    d = json.loads(path.read_text())
+    rows = [[r["tag"], str(r["workers"] or "no Ray"), num(r["sweep_s"]), num(r["startup_s"]), num(r["end_to_end_s"]),
+             r["load_average_before"].split()[0], "yes" if r["rows_equal_single_process_but_timings"] else "**no**"]
+            for r in d["runs"]]
+    table = markdown_table(["run (round)", "workers", "sweep (s)", "worker start-up (s)", "end to end (s)",
+                            "load average before", "rows identical to one process"], rows)
+    ratios = "; ".join(f"round {r['round']}: {times(r['sweep_k1_over_k2'])} sweep, "
+                       f"{times(r['end_to_end_k1_over_k2'])} end to end" for r in d["speedup_k2_over_k1"])
+    return f"{link(results_dir, path)}: {d['what']}.\n\n{table}\n\nk=2 over k=1: {ratios}."
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "table1": table1,
     "table1-likelihood": table1_likelihood_quality,
@@ -334,6 +348,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
     "cli-runs": cli_runs,
+    "ray": ray,
 }
 
 
