@@ -330,6 +330,59 @@ def ray(results_dir: Path) -> str:
     return f"{link(results_dir, path)}: {d['what']}.\n\n{table}\n\nk=2 over k=1: {ratios}."
 
 
+RECORDED_RUN = REPO / "assets" / "recorded_run.json"
+
+
+def recorded_run(results_dir: Path, path: Path = RECORDED_RUN) -> str:
+    """The run the app opens on (made with the page's defaults by `python -m components.record`): its settings,
+    decision points and headline. Read from the app's assets, not from results/, whatever `results_dir` is."""
+    d = json.loads(path.read_text())
+    m, st, bs = d["metrics"], d["sbon"]["settings"], d["bon"]["settings"]
+    tokens = ", ".join(str(p["tokens"]) for p in d["sbon"]["decision_points"]) or "none"
+    setting = (f"reward `{d['sbon']['reward']}`, pruned by `{st.get('prune_by', 'reward')}`, N={st['n']}, "
+               f"α={st['alpha']}, {st['max_new_tokens']} new tokens, Best-of-N in batches of {bs.get('batch_size')}")
+    return markdown_table(
+        ["settings", "decision points after (tokens)", "Kendall at the first", "Best-of-N's winner",
+         "speedup", "normalized score", "token rate", "Best-of-M at equal time"],
+        [[setting, tokens, num(m["kendall_first_decision"], 2), "pruned" if m["bon_winner_pruned"] else "kept",
+          times(m["speedup"]), num(m["normalized_score"]), num(m["token_rate"], 2),
+          f"Best-of-{m['best_of_m']}: {num(m['best_of_m_normalized_score'])}"]])
+
+
+DEFAULTS_FILES = ("n32_t128_p1.json", "n32_t128_p2.json", "n32_t128_p3.json", "n32_t128_p4-8.json")
+
+
+def median(xs: Sequence[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def defaults(results_dir: Path) -> str:
+    """Which reward and pruning signal the app's defaults should use: per candidate setting, over held-out
+    prompts, how well the ranking predicted at the first decision point and what the run saved (the
+    reduction of that folder's `summarize.py`, without pandas)."""
+    folder = results_dir / MACHINE / "defaults"
+    by_setting: dict[str, list[dict]] = {}
+    for name in DEFAULTS_FILES:
+        for row in json.loads((folder / name).read_text())["rows"]:
+            by_setting.setdefault(row["setting"], []).append(row)
+    rows = []
+    for label, g in by_setting.items():
+        k1 = [r["kendall_first_decision"] for r in g if r["kendall_first_decision"] is not None]
+        rows.append([f"`{label}`", str(len(g)), num(sum(k1) / len(k1), 2) if k1 else "–", str(len(k1)),
+                     num(sum(r["decision_points"] for r in g) / len(g), 1),
+                     num(sum(r["normalized_score"] for r in g) / len(g)),
+                     num(sum(r["bom_step_score"] for r in g) / len(g)),
+                     f"{sum(1 for r in g if r['bon_winner_pruned'])}/{len(g)}",
+                     times(median([r["step_speedup"] for r in g])), times(median([r["token_speedup"] for r in g]))])
+    files = ", ".join(f"[`{n}`](../benchmarks/results/{MACHINE}/defaults/{n})" for n in DEFAULTS_FILES)
+    return (f"{files}: a setting is `reward:pruning signal:α`; N=32, 128 new tokens.\n\n" + markdown_table(
+        ["setting", "prompts", "Kendall at the first decision point (mean)", "prompts with a decision point",
+         "decision points per run", "normalized score", "Best-of-M score (equal steps)", "Best-of-N's winner pruned",
+         "speedup in decode steps (median)", "in tokens (median)"], rows))
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "table1": table1,
     "table1-likelihood": table1_likelihood_quality,
@@ -349,6 +402,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "cli": cli,
     "cli-runs": cli_runs,
     "ray": ray,
+    "recorded-run": recorded_run,
+    "defaults": defaults,
 }
 
 
