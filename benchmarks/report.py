@@ -383,7 +383,39 @@ def defaults(results_dir: Path) -> str:
          "speedup in decode steps (median)", "in tokens (median)"], rows))
 
 
+def headline(results_dir: Path) -> str:
+    """One line per experiment: its main number, with a link to the section of the benchmarks page that has the rest."""
+    def summary(*parts):
+        return load(results_dir, *parts)["summary"]
+
+    t_budget, t_all = summary("table1", "table1_budget.json"), summary("table1", "table1.json")
+    eff = summary("efficiency", "efficiency.json")["sbon"][0]
+    ppl = next(r for r in load(results_dir, "perplexity", "perplexity.json")["table2"]
+               if r["compute_ratio_at_equal_perplexity"])
+    cf = load(results_dir, "counterfactual", "counterfactual.json")
+    at32 = next(g for g in cf["grid"] if g["tau"] == 32 and g["alpha"] == 0.5)
+    mem, eng = summary("memory", "memory.json"), summary("engine", "engine.json")
+    rows = [
+        ["[Table 1](benchmarks.md#table1), Best-of-N memory-bound", "wall-time speedup; normalized score",
+         f"{mean_median(t_budget['speedup'], 2, times)}; {mean_median(t_budget['sbon_score'])}"],
+        ["[Table 1](benchmarks.md#table1), Best-of-N all at once", "wall-time speedup; normalized score",
+         f"{mean_median(t_all['speedup'], 2, times)}; {mean_median(t_all['sbon_score'])}"],
+        ["[NeurIPS efficiency](benchmarks.md#efficiency)", "Best-of-N compute needed for SR's score",
+         f"{times(eff['compute_ratio'])} ({times(eff.get('step_ratio'))} in decode steps)"],
+        ["[NeurIPS perplexity](benchmarks.md#perplexity)", "Best-of-N compute needed for SR's perplexity",
+         f"{times(ppl['compute_ratio_at_equal_perplexity'])} ({ppl['method']})"],
+        ["[counterfactual](benchmarks.md#counterfactual), τ=32, α=0.5", "normalized score at token rate",
+         f"{num(at32['normalized_score'])} at {num(at32['token_rate'], 2)}"],
+        ["[memory](benchmarks.md#memory)", "SR's score; its time / Best-of-B's",
+         f"{mean_median(mem['sbon_score'])}; {mean_median(mem['sbon_time_vs_bo_b'], 2, times)}"],
+        ["[engine](benchmarks.md#engine)", "our Best-of-N tokens/s / `model.generate`'s",
+         mean_median(eng["tok_per_s_ratio"], 2, times)],
+    ]
+    return markdown_table(["experiment", "number", "result (a / b: mean / median over prompts)"], rows)
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
+    "headline": headline,
     "table1": table1,
     "table1-likelihood": table1_likelihood_quality,
     "counterfactual": partial(counterfactual, name="counterfactual.json"),
