@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import (app_timing, common, counterfactual, efficiency, engine, kvcache, memory, perplexity, report, signals, table1,
-               tune)
+from . import (app_timing, common, counterfactual, efficiency, engine, kvcache, memory, perplexity, report, signals,
+               table1, tune)
 
 
 def build_parser() -> argparse.ArgumentParser:

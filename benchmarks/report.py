@@ -224,7 +224,7 @@ def signals(results_dir: Path, name: str, alpha: float = 0.5) -> str:
 
 
 def tune(results_dir: Path, name: str) -> str:
-    """`python -m benchmarks tune`: per pruning signal, the cheapest (t, α) with a mean normalized score ≥ the floor."""
+    """`python -m benchmarks tune`: per pruning signal, the cheapest (t, α) at a mean normalized score ≥ its floor."""
     path = results_dir / MACHINE / "signals" / name
     d = json.loads(path.read_text())
     reached = sorted((r for r in d["per_signal"].values() if r), key=lambda r: r["token_rate"])
@@ -251,6 +251,14 @@ def signal_cost(results_dir: Path) -> str:
             f"\n\n{table}")
 
 
+def span(clicks: Sequence[dict], key: str) -> str:
+    """The range of one timing over several clicks: `2.8–3.5 s`, or one value, or a dash for none."""
+    vals = sorted(c[key] for c in clicks)
+    if not vals:
+        return "–"
+    return f"{vals[0]:.1f} s" if len(vals) == 1 else f"{vals[0]:.1f}–{vals[-1]:.1f} s"
+
+
 def app_timing(results_dir: Path, folder: str) -> str:
     """`python -m benchmarks app`: seconds from a click on Run to the first decision point drawn and to the final
     frame, one row per result file (and, with `--fresh-cache`, the start-up)."""
@@ -264,10 +272,6 @@ def app_timing(results_dir: Path, folder: str) -> str:
             setting += f", SBON_THREADS={st['SBON_THREADS']}"
         first = [c for c in d["clicks"] if c["models"] != "loaded"]
         warm = [c for c in d["clicks"] if c["models"] == "loaded"]
-
-        def span(clicks, key):
-            vals = sorted(c[key] for c in clicks)
-            return "–" if not vals else (f"{vals[0]:.1f} s" if len(vals) == 1 else f"{vals[0]:.1f}–{vals[-1]:.1f} s")
 
         rows.append([link(results_dir, path), setting, load_avg(d["environment"]),
                      num(up.get("page_ready_s")), num(up.get("models_ready_s")),
