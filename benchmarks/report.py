@@ -188,7 +188,8 @@ def memory(results_dir: Path) -> str:
     head = (f"{link(results_dir, path)}: {s['prompts']} prompts, B={st['b']}, {st['max_new_tokens']} new tokens, "
             f"α={st['alpha']}, reward `{st['reward']}`.")
     return head + "\n\n" + markdown_table(
-        ["method", "normalized score", f"wall time / Best-of-{st['b']}'s", "prompts where SR is at least as good"],
+        ["method", "normalized score (mean / median; Best-of rows: mean)", f"wall time / Best-of-{st['b']}'s",
+         "prompts where SR is at least as good"],
         rows)
 
 
