@@ -116,3 +116,37 @@ def test_the_readme_is_short_and_keeps_the_space_front_matter():
     front = text.split("---")[1]
     assert "sdk: gradio" in front and "app_file: app.py" in front
     assert text.startswith("---\ntitle: SBoN Explorer\n")
+
+
+# Numbers that are not measurements: versions, a citation, settings, code constants and test limits. A measured
+# number (a speedup, a score, seconds) belongs in a generated table.
+NOT_MEASURED = {
+    "2410.20290",  # the paper's arXiv id
+    "2.13", "3.10",  # torch and Python versions
+    "6.3",  # a section of the paper
+    "0.1", "0.5", "0.8", "0.95",  # settings: α, temperature, top-p
+    "20 %", "80 %",  # the share of free memory `--kv-budget auto` takes and leaves
+    "32×",  # the paper's own "16–32×"
+    "2 s", "5 %",  # limits the reliability tests assert
+    "20 MB", "50 MB",  # the replay upload limit, and the file tried against it
+}
+MEASURED_LOOKING = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])|(?<![\w.])\d+(?:\.\d+)?\s?(?:%|x\b|×|s\b|ms\b|MB|GB|MiB|min\b)")
+
+
+def prose(doc: Path) -> str:
+    """A page without its front matter, code blocks, generated tables and link targets."""
+    text = re.sub(r"\A---\n.*?\n---\n", "", doc.read_text(), flags=re.S)
+    text = re.sub(r"<!-- report:([\w-]+) -->.*?<!-- /report:\1 -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return re.sub(r"\]\([^)]*\)", "]", text)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_no_measured_number_is_typed_by_hand(doc):
+    assert set(MEASURED_LOOKING.findall(prose(doc))) - NOT_MEASURED == set()
+
+
+def test_a_hand_typed_speedup_is_caught(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("We measured a 1.57x speedup.\n<!-- report:engine -->\n1.61x\n<!-- /report:engine -->\n")
+    assert set(MEASURED_LOOKING.findall(prose(doc))) - NOT_MEASURED == {"1.57x"}
