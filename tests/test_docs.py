@@ -130,7 +130,8 @@ NOT_MEASURED = {
     "2 s", "5 %",  # limits the reliability tests assert
     "20 MB", "50 MB",  # the replay upload limit, and the file tried against it
 }
-MEASURED_LOOKING = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])|(?<![\w.])\d+(?:\.\d+)?\s?(?:%|x\b|×|s\b|ms\b|MB|GB|MiB|min\b)")
+MEASURED_LOOKING = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])"  # a decimal
+                              r"|(?<![\w.])\d+(?:\.\d+)?\s?(?:%|x\b|×|s\b|ms\b|MB|GB|MiB|min\b)")  # a number with a unit
 
 
 def prose(doc: Path) -> str:
