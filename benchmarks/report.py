@@ -1,0 +1,525 @@
+"""`python -m benchmarks report`: the result tables in the docs, generated from the committed result files.
+
+Numbers copied by hand from a result file go stale the day the file is re-run. Instead, every result table in
+`README.md` and `docs/*.md` sits between two markers,
+
+    <!-- report:NAME -->
+    ... generated, do not edit ...
+    <!-- /report:NAME -->
+
+and this command rewrites what is between them from the JSON files under `benchmarks/results/`: one generator
+function per table, in the registry `TABLES` (name -> function(results_dir) -> markdown). `--check` rewrites nothing
+and exits with 1, naming each table whose text differs from what the files say (the docs test runs it).
+
+Reads JSON only (no torch, no model): it runs in about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+MACHINE = "cpu-2core-epyc"  # the machine every table below was measured on (its folder under results/)
+DOC_FILES = ("README.md", "docs/*.md")
+
+MARKER = re.compile(r"(<!-- report:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /report:(?P=name) -->)", re.S)
+
+
+# -- formatting --------------------------------------------------------------------------------
+
+def num(x: float | None, digits: int = 1) -> str:
+    """A number as the docs print it; a missing one (None, NaN) as a dash."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{round(x, digits) + 0.0:.{digits}f}"  # + 0.0: no "-0.00"
+
+
+def times(x: float | None, digits: int = 2) -> str:
+    """A ratio such as a speedup: `1.57x`."""
+    return "–" if x is None else f"{num(x, digits)}x"
+
+
+def pct(x: float | None, digits: int = 0) -> str:
+    """A share in [0, 1] as a percentage."""
+    return "–" if x is None else f"{num(100 * x, digits)} %"
+
+
+def mean_median(stat: dict | None, digits: int = 1, fmt: Callable = num) -> str:
+    """A summary statistic `{"mean": .., "median": ..}` as `mean / median`, the order every benchmark reports."""
+    if not stat:
+        return "–"
+    return f"{fmt(stat['mean'], digits)} / {fmt(stat['median'], digits)}"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def link(results_dir: Path, path: Path) -> str:
+    """A markdown link to a result file, relative to the docs/ folder (every generated table lives in docs/)."""
+    rel = path.relative_to(results_dir)
+    return f"[`{path.name}`](../benchmarks/results/{rel.as_posix()})"
+
+
+def load(results_dir: Path, *parts: str) -> dict:
+    return json.loads(results_dir.joinpath(MACHINE, *parts).read_text())
+
+
+def load_avg(env: dict) -> str:
+    """The 1-minute load average a result file recorded (how busy the shared cores were)."""
+    la = (env or {}).get("load_average")
+    return num(la[0], 1) if la else "–"
+
+
+# -- one generator per table -------------------------------------------------------------------
+
+TABLE1_FILES = ("table1_budget.json", "table1.json", "table1_budget_nolength.json",
+                "table1_budget_likelihood_logprob.json")
+
+
+def table1(results_dir: Path) -> str:
+    """Workshop Table 1: Speculative Rejection against Best-of-N and Best-of-M, one row per result file."""
+    rows = []
+    for name in TABLE1_FILES:
+        path = results_dir / MACHINE / "table1" / name
+        d = json.loads(path.read_text())
+        s, st = d["summary"], d["settings"]
+        reward = st["reward"] + (f", pruned by `{st['prune_by']}`" if st.get("prune_by") else "")
+        memory = ("all N at once" if s["bon_memory"] == "all"
+                  else f"in batches of {num(s['bon_batch_size']['mean'], 1)} (mean) that fit SR's KV budget")
+        bom = f"Best-of-{s['best_of_m']}: score {mean_median(s.get('bom_score'))}"
+        bom += f", speedup {mean_median(s['bom_speedup'], 2, times)}" if "bom_speedup" in s else " (not timed)"
+        rows.append([link(results_dir, path), reward, str(s["prompts"]), f"N={st['n']}, {st['max_new_tokens']}",
+                     memory, mean_median(s["speedup"], 2, times), mean_median(s["sbon_score"]),
+                     mean_median(s["token_rate"], 2), bom])
+    return markdown_table(["file", "reward", "prompts", "N, new tokens", "Best-of-N decodes", "speedup",
+                           "normalized score", "token rate", "Best-of-M at equal time"], rows)
+
+
+def table1_likelihood_quality(results_dir: Path) -> str:
+    """How well the likelihood reward pruned by `logprob` predicted in the Table 1 run that used it."""
+    path = results_dir / MACHINE / "table1" / "table1_budget_likelihood_logprob.json"
+    s = json.loads(path.read_text())["summary"]
+    return markdown_table(
+        ["file", "decision points per run", "Kendall at the first decision point", "oracle cut c* there",
+         "Best-of-N's winner pruned"],
+        [[link(results_dir, path), mean_median(s["decision_points"]), mean_median(s["kendall_first_decision"], 2),
+          mean_median(s["oracle_cut_first_decision"], 2), pct(s["bon_winner_pruned"])]])
+
+
+def counterfactual(results_dir: Path, name: str) -> str:
+    """Partial vs final reward per τ (Figure 3, Appendix D) and the single-decision-token method's score at
+    α = 0.5, replayed on Best-of-N's candidates; then the cheapest (τ, α) that keeps a mean score ≥ 98."""
+    path = results_dir / MACHINE / "counterfactual" / name
+    d = json.loads(path.read_text())
+    grid = {(g["tau"], g["alpha"]): g for g in d["grid"]}
+    rows = []
+    for c in d["correlations"]:
+        g = grid.get((c["tau"], 0.5))
+        boot = f"{num(g['normalized_score_boot_lo'])}–{num(g['normalized_score_boot_hi'])}" if g else "–"
+        rows.append([str(c["tau"]), num(c["pearson"], 2), num(c["kendall"], 2), num(c["oracle_cut"], 2),
+                     num(g and g["normalized_score"]), num(g and g["token_rate"], 2), boot])
+    st = d["settings"]
+    table = markdown_table(["τ (tokens)", "Pearson", "Kendall", "oracle cut c*", "score at α=0.5",
+                            "token rate at α=0.5", "bootstrap interval of the score (N/2)"], rows)
+    best = d.get("cheapest_setting_with_score_98")
+    cheapest = (f"cheapest setting with a mean normalized score ≥ 98: τ = {best['tau']:.0f}, α = {best['alpha']}, "
+                f"score {num(best['normalized_score'])} at token rate {num(best['token_rate'], 2)}"
+                if best else "no setting reaches a mean normalized score of 98")
+    return (f"{link(results_dir, path)}: reward `{st['reward']}`, {st['k']} prompts, N={st['n']}, "
+            f"{st['max_new_tokens']} new tokens; {cheapest}.\n\n{table}")
+
+
+def efficiency(results_dir: Path) -> str:
+    """The NeurIPS metric (Section 5): score against Best-of-B's reward range, and accelerator compute."""
+    path = results_dir / MACHINE / "efficiency" / "efficiency.json"
+    d = json.loads(path.read_text())
+    s, st = d["summary"], d["settings"]
+    rows = [[f"Best-of-{b['n']}", str(b["accelerators"]), f"{num(b['score'])} / {num(b['score_median'])}",
+             times(b["relative_compute"]), times(b.get("relative_steps")), "–", "–", "–"] for b in s["bon"]]
+    rows += [[f"Speculative Rejection from {r['n']}, α={r['alpha']}", str(r["accelerators"]),
+              f"{num(r['score'])} / {num(r['score_median'])}", times(r["relative_compute"]),
+              times(r.get("relative_steps")), f"**{times(r['compute_ratio'])}**", times(r.get("step_ratio")),
+              pct(r.get("picked_bon_best"))] for r in s["sbon"]]
+    head = (f"{link(results_dir, path)}: {s['prompts']} prompts drawn with seed {st['prompt_seed']}, B={st['b']}, "
+            f"{st['max_new_tokens']} new tokens, reward `{st['reward']}`; compute relative to {s['baseline']}.")
+    return head + "\n\n" + markdown_table(
+        ["method", "accelerators", "score (mean / median)", "accelerator-seconds", "decode steps",
+         "Best-of-N compute at equal score", "… in decode steps", "returned Best-of-N's best"], rows)
+
+
+def perplexity(results_dir: Path) -> str:
+    """NeurIPS Table 2's shape: the perplexity of the returned response, and its compute."""
+    path = results_dir / MACHINE / "perplexity" / "perplexity.json"
+    d = json.loads(path.read_text())
+    st = d["settings"]
+    rows = [[r["method"], str(r["accelerators"]), f"{num(r['perplexity'], 2)} / {num(r['perplexity_median'], 2)}",
+             times(r["relative_compute"]), times(r["compute_ratio_at_equal_perplexity"])] for r in d["table2"]]
+    head = (f"{link(results_dir, path)}: {d['summary']['prompts']} prompts, B={st['b']}, {st['max_new_tokens']} new "
+            f"tokens, reward `{st['reward']}` (lower perplexity = better).")
+    return head + "\n\n" + markdown_table(
+        ["method", "accelerators", "perplexity (mean / median)", "accelerator-seconds",
+         "Best-of-N compute at equal perplexity"], rows)
+
+
+def memory(results_dir: Path) -> str:
+    """Section 6.3 (workshop numbering): Speculative Rejection from F·B candidates in Best-of-B's KV budget."""
+    path = results_dir / MACHINE / "memory" / "memory.json"
+    d = json.loads(path.read_text())
+    s, st = d["summary"], d["settings"]
+    rows = [[f"Speculative Rejection from {st['n']}", mean_median(s["sbon_score"]),
+             mean_median(s["sbon_time_vs_bo_b"], 2, times), "–"]]
+    for key in sorted((k for k in s if re.fullmatch(r"bo\d+", k)), key=lambda k: int(k[2:])):
+        b = s[key]
+        rows.append([f"Best-of-{key[2:]} (sequential batches)", num(b["score"]), times(b["time_vs_bo_b"]),
+                     pct(b["sbon_at_least_as_good"])])
+    head = (f"{link(results_dir, path)}: {s['prompts']} prompts, B={st['b']}, {st['max_new_tokens']} new tokens, "
+            f"α={st['alpha']}, reward `{st['reward']}`.")
+    return head + "\n\n" + markdown_table(
+        ["method", "normalized score (mean / median; Best-of rows: mean)", f"wall time / Best-of-{st['b']}'s",
+         "prompts where SR is at least as good"],
+        rows)
+
+
+def engine(results_dir: Path) -> str:
+    """Our Best-of-N against `model.generate(num_return_sequences=N)`, and reward scoring's share of SR's time."""
+    path = results_dir / MACHINE / "engine" / "engine.json"
+    d = json.loads(path.read_text())
+    s, st = d["summary"], d["settings"]
+    rows = [[link(results_dir, path), f"{st['k']} prompts, N={st['n']}, {st['max_new_tokens']}",
+             num(s["ours_tok_per_s"]), num(s["hf_tok_per_s"]),
+             f"{mean_median(s['tok_per_s_ratio'], 2, times)} ({times(s['tok_per_s_ratio_pooled'])} over all tokens)",
+             pct(s["hf_padding_waste"]), mean_median(s["peak_mem_ratio"], 2), pct(s["sbon_reward_share"]["mean"], 1)]]
+    return markdown_table(["file", "setting", "our tokens/s", "`generate` tokens/s", "ratio (mean / median)",
+                           "`generate`'s padding", "peak memory ours / `generate`'s",
+                           "reward scoring share of SR's time"], rows)
+
+
+def signals(results_dir: Path, name: str, alpha: float = 0.5) -> str:
+    """Each pruning signal at each decision point t, one cut at α: does Best-of-N's winner survive, and how well
+    does the signal rank the candidates (Kendall with the final reward)."""
+    path = results_dir / MACHINE / "signals" / name
+    d = json.loads(path.read_text())
+    cells = {(m["signal"], m["t"]): m for m in d["matrix"] if m["alpha"] == alpha}
+    names = list(dict.fromkeys(m["signal"] for m in d["matrix"]))
+    ts = sorted({t for _, t in cells})
+    rows = [[f"`{sig}`"] + [f"{num(cells[sig, t]['winner_kept'], 0)} % ({num(cells[sig, t]['kendall'], 2)})"
+                            if (sig, t) in cells else "–" for t in ts] for sig in names]
+    st = d["settings"]
+    head = (f"{link(results_dir, path)}: final reward `{d['final_reward']}`, {st['k']} AlpacaEval + {st['hh_k']} HH "
+            f"prompts, N={st['n']}, {st['max_new_tokens']} new tokens, α={alpha}: Best-of-N's winner kept, % of "
+            f"prompts (Kendall of the signal with the final reward).")
+    return head + "\n\n" + markdown_table(["signal"] + [f"t={t}" for t in ts], rows)
+
+
+def tune(results_dir: Path, name: str) -> str:
+    """`python -m benchmarks tune`: per pruning signal, the cheapest (t, α) at a mean normalized score ≥ its floor."""
+    path = results_dir / MACHINE / "signals" / name
+    d = json.loads(path.read_text())
+    reached = sorted((r for r in d["per_signal"].values() if r), key=lambda r: r["token_rate"])
+    rows = [[f"`{r['signal']}`" + (" (best)" if r == d["best"] else ""), str(r["t"]), str(r["alpha"]),
+             num(r["normalized_score"]), num(r["token_rate"], 2), pct(r["winner_kept"]), num(r["kendall"], 2)]
+            for r in reached]
+    rows += [[f"`{sig}`", "no setting reaches the floor", "", "", "", "", ""]
+             for sig, r in d["per_signal"].items() if not r]
+    head = f"{link(results_dir, path)}: reward `{d['reward']}`, floor {d['floor']}, {d['prompts']} prompts."
+    return head + "\n\n" + markdown_table(["signal", "t", "α", "normalized score", "token rate",
+                                           "winner kept", "Kendall"], rows)
+
+
+def signal_cost(results_dir: Path) -> str:
+    """CPU time a reward-free signal's `observe()` adds to a decode step's forward pass."""
+    path = results_dir / MACHINE / "signals" / "signals_observer_cost.json"
+    d = json.loads(path.read_text())
+    sizes = sorted(d["rows"], key=int, reverse=True)
+    by = {rows: {r["signal"]: r for r in d["rows"][rows]} for rows in sizes}
+    names = [r["signal"] for r in d["rows"][sizes[0]] if r["signal"] != "forward"]
+    table = markdown_table(["signal"] + [f"% of the forward pass at {rows} rows" for rows in sizes],
+                           [[f"`{n}`"] + [num(by[rows][n]["pct_of_forward"], 1) for rows in sizes] for n in names])
+    return (f"{link(results_dir, path)} ({d['settings']['timer']}, load average {load_avg(d['environment'])}):"
+            f"\n\n{table}")
+
+
+def span(clicks: Sequence[dict], key: str) -> str:
+    """The range of one timing over several clicks: `2.8–3.5 s`, or one value, or a dash for none."""
+    vals = sorted(c[key] for c in clicks)
+    if not vals:
+        return "–"
+    return f"{vals[0]:.1f} s" if len(vals) == 1 else f"{vals[0]:.1f}–{vals[-1]:.1f} s"
+
+
+def app_timing(results_dir: Path, folder: str) -> str:
+    """`python -m benchmarks app`: seconds from a click on Run to the first decision point drawn and to the final
+    frame, one row per result file (and, with `--fresh-cache`, the start-up)."""
+    rows = []
+    for path in sorted((results_dir / MACHINE / folder).glob("*.json")):
+        d = json.loads(path.read_text())
+        st, up = d["settings"], d.get("startup", {})
+        setting = ", ".join(f"{k}={st[k]}" for k in ("n", "alpha", "max_new_tokens") if st.get(k) is not None)
+        setting = setting or f"the app's defaults at commit {d['environment'].get('git_commit', '?')}"
+        if st.get("SBON_THREADS"):
+            setting += f", SBON_THREADS={st['SBON_THREADS']}"
+        first = [c for c in d["clicks"] if c["models"] != "loaded"]
+        warm = [c for c in d["clicks"] if c["models"] == "loaded"]
+
+        rows.append([link(results_dir, path), setting, load_avg(d["environment"]),
+                     num(up.get("page_ready_s")), num(up.get("models_ready_s")),
+                     f"{span(first, 'first_round_s')} / {span(first, 'final_frame_s')}",
+                     f"{span(warm, 'first_round_s')} / {span(warm, 'final_frame_s')}"])
+    return markdown_table(["file", "settings", "load average", "start → page ready (s)", "start → models ready (s)",
+                           "first Run (models loading): first decision point / final frame",
+                           "later Runs: first decision point / final frame"], rows)
+
+
+CLI_FILES = (("cpu-2core-epyc", "cli"), ("cpu-2core-xeon", "cli"), ("gpu-h100", ""))
+
+
+def cli(results_dir: Path) -> str:
+    """`python -m sbon run --compare --out FILE`: one prompt, Best-of-N against Speculative Rejection."""
+    rows = []
+    for machine, folder in CLI_FILES:
+        for path in sorted((results_dir / machine / folder).glob("*.json")):
+            d = json.loads(path.read_text())
+            if d.get("format", "").split("/")[0] != "sbon-comparison":
+                continue
+            m, bs, ss = d["metrics"], d["bon"]["settings"], d["sbon"]["settings"]
+            memory = "all at once" if bs.get("batch_size") in (None, bs["n"]) else f"batches of {bs['batch_size']}"
+            rows.append([link(results_dir, path), machine, f"N={bs['n']}, {bs['max_new_tokens']}", memory,
+                         f"{num(m['bon_time'])} s", f"{num(m['sbon_time'])} s", times(m["speedup"]),
+                         f"{m['bon_tokens']} → {m['sbon_tokens']}", num(m["token_rate"], 2),
+                         num(m["normalized_score"])])
+    return markdown_table(["file", "machine", "N, new tokens", "Best-of-N decodes", "Best-of-N", "SR", "speedup",
+                           "tokens", "token rate", "normalized score"], rows)
+
+
+def cli_runs(results_dir: Path) -> str:
+    """`python -m sbon run --out FILE` without `--compare`: one Speculative Rejection run, its time by phase."""
+    rows = []
+    for machine, folder in CLI_FILES:
+        for path in sorted((results_dir / machine / folder).glob("*.json")):
+            d = json.loads(path.read_text())
+            if "candidates" not in d or "timings" not in d:
+                continue
+            st, tm = d["settings"], d["timings"]
+            tokens = sum(c["tokens_generated"] for c in d["candidates"])
+            rows.append([link(results_dir, path), machine, d["method"], d["reward"],
+                         f"N={st['n']}, {st['max_new_tokens']}", str(len(d["decision_points"])), str(tokens),
+                         f"{num(tm['total'])} s", pct(tm["reward"] / tm["total"])])
+    return markdown_table(["file", "machine", "method", "reward", "N, new tokens", "decision points",
+                           "tokens generated", "wall time", "reward scoring share"], rows)
+
+
+def ray(results_dir: Path) -> str:
+    """`--ray`: one `table1` sweep on k workers; k=1 against k=2, per round of runs (rounds differ in load)."""
+    path = results_dir / MACHINE / "ray" / "scaling.json"
+    d = json.loads(path.read_text())
+    rows = [[r["tag"], str(r["workers"] or "no Ray"), num(r["sweep_s"]), num(r["startup_s"]), num(r["end_to_end_s"]),
+             r["load_average_before"].split()[0], "yes" if r["rows_equal_single_process_but_timings"] else "**no**"]
+            for r in d["runs"]]
+    table = markdown_table(["run (round)", "workers", "sweep (s)", "worker start-up (s)", "end to end (s)",
+                            "load average before", "rows identical to one process"], rows)
+    ratios = "; ".join(f"round {r['round']}: {times(r['sweep_k1_over_k2'])} sweep, "
+                       f"{times(r['end_to_end_k1_over_k2'])} end to end" for r in d["speedup_k2_over_k1"])
+    return f"{link(results_dir, path)}: {d['what']}.\n\n{table}\n\nk=2 over k=1: {ratios}."
+
+
+RECORDED_RUN = REPO / "assets" / "recorded_run.json"
+
+
+def recorded_run(results_dir: Path, path: Path = RECORDED_RUN) -> str:
+    """The run the app opens on (made with the page's defaults by `python -m components.record`): its settings,
+    decision points and headline. Read from the app's assets, not from results/, whatever `results_dir` is."""
+    d = json.loads(path.read_text())
+    m, st, bs = d["metrics"], d["sbon"]["settings"], d["bon"]["settings"]
+    tokens = ", ".join(str(p["tokens"]) for p in d["sbon"]["decision_points"]) or "none"
+    setting = (f"reward `{d['sbon']['reward']}`, pruned by `{st.get('prune_by', 'reward')}`, N={st['n']}, "
+               f"α={st['alpha']}, {st['max_new_tokens']} new tokens, Best-of-N in batches of {bs.get('batch_size')}")
+    return markdown_table(
+        ["settings", "decision points after (tokens)", "Kendall at the first", "Best-of-N's winner",
+         "speedup", "normalized score", "token rate", "Best-of-M at equal time"],
+        [[setting, tokens, num(m["kendall_first_decision"], 2), "pruned" if m["bon_winner_pruned"] else "kept",
+          times(m["speedup"]), num(m["normalized_score"]), num(m["token_rate"], 2),
+          f"Best-of-{m['best_of_m']}: {num(m['best_of_m_normalized_score'])}"]])
+
+
+DEFAULTS_FILES = ("n32_t128_p1.json", "n32_t128_p2.json", "n32_t128_p3.json", "n32_t128_p4-8.json")
+
+
+def median(xs: Sequence[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def defaults(results_dir: Path) -> str:
+    """Which reward and pruning signal the app's defaults should use: per candidate setting, over held-out
+    prompts, how well the ranking predicted at the first decision point and what the run saved (the
+    reduction of that folder's `summarize.py`, without pandas)."""
+    folder = results_dir / MACHINE / "defaults"
+    by_setting: dict[str, list[dict]] = {}
+    for name in DEFAULTS_FILES:
+        for row in json.loads((folder / name).read_text())["rows"]:
+            by_setting.setdefault(row["setting"], []).append(row)
+    rows = []
+    for label, g in by_setting.items():
+        k1 = [r["kendall_first_decision"] for r in g if r["kendall_first_decision"] is not None]
+        rows.append([f"`{label}`", str(len(g)), num(sum(k1) / len(k1), 2) if k1 else "–", str(len(k1)),
+                     num(sum(r["decision_points"] for r in g) / len(g), 1),
+                     num(sum(r["normalized_score"] for r in g) / len(g)),
+                     num(sum(r["bom_step_score"] for r in g) / len(g)),
+                     f"{sum(1 for r in g if r['bon_winner_pruned'])}/{len(g)}",
+                     times(median([r["step_speedup"] for r in g])), times(median([r["token_speedup"] for r in g]))])
+    files = ", ".join(f"[`{n}`](../benchmarks/results/{MACHINE}/defaults/{n})" for n in DEFAULTS_FILES)
+    return (f"{files}: a setting is `reward:pruning signal:α`; N=32, 128 new tokens.\n\n" + markdown_table(
+        ["setting", "prompts", "Kendall at the first decision point (mean)", "prompts with a decision point",
+         "decision points per run", "normalized score", "Best-of-M score (equal steps)", "Best-of-N's winner pruned",
+         "speedup in decode steps (median)", "in tokens (median)"], rows))
+
+
+def headline(results_dir: Path) -> str:
+    """One line per experiment: its main number, with a link to the section of the benchmarks page that has the rest."""
+    def summary(*parts):
+        return load(results_dir, *parts)["summary"]
+
+    t_budget, t_all = summary("table1", "table1_budget.json"), summary("table1", "table1.json")
+    eff = summary("efficiency", "efficiency.json")["sbon"][0]
+    ppl = next(r for r in load(results_dir, "perplexity", "perplexity.json")["table2"]
+               if r["compute_ratio_at_equal_perplexity"])
+    cf = load(results_dir, "counterfactual", "counterfactual.json")
+    at32 = next(g for g in cf["grid"] if g["tau"] == 32 and g["alpha"] == 0.5)
+    mem, eng = summary("memory", "memory.json"), summary("engine", "engine.json")
+    rows = [
+        ["[Table 1](benchmarks.md#table1), Best-of-N memory-bound", "wall-time speedup; normalized score",
+         f"{mean_median(t_budget['speedup'], 2, times)}; {mean_median(t_budget['sbon_score'])}"],
+        ["[Table 1](benchmarks.md#table1), Best-of-N all at once", "wall-time speedup; normalized score",
+         f"{mean_median(t_all['speedup'], 2, times)}; {mean_median(t_all['sbon_score'])}"],
+        ["[NeurIPS efficiency](benchmarks.md#efficiency)", "Best-of-N compute needed for SR's score",
+         f"{times(eff['compute_ratio'])} ({times(eff.get('step_ratio'))} in decode steps)"],
+        ["[NeurIPS perplexity](benchmarks.md#perplexity)", "Best-of-N compute needed for SR's perplexity",
+         f"{times(ppl['compute_ratio_at_equal_perplexity'])} ({ppl['method']})"],
+        ["[counterfactual](benchmarks.md#counterfactual), τ=32, α=0.5", "normalized score at token rate",
+         f"{num(at32['normalized_score'])} at {num(at32['token_rate'], 2)}"],
+        ["[memory](benchmarks.md#memory)", "SR's score; its time / Best-of-B's",
+         f"{mean_median(mem['sbon_score'])}; {mean_median(mem['sbon_time_vs_bo_b'], 2, times)}"],
+        ["[engine](benchmarks.md#engine)", "our Best-of-N tokens/s / `model.generate`'s",
+         mean_median(eng["tok_per_s_ratio"], 2, times)],
+    ]
+    return markdown_table(["experiment", "number", "result (a / b: mean / median over prompts)"], rows)
+
+
+TABLES: dict[str, Callable[[Path], str]] = {
+    "headline": headline,
+    "table1": table1,
+    "table1-likelihood": table1_likelihood_quality,
+    "counterfactual": partial(counterfactual, name="counterfactual.json"),
+    "counterfactual-likelihood": partial(counterfactual, name="counterfactual_likelihood.json"),
+    "efficiency": efficiency,
+    "perplexity": perplexity,
+    "memory": memory,
+    "engine": engine,
+    "signals": partial(signals, name="signals_alpaca20_hh20.json"),
+    "signals-likelihood": partial(signals, name="signals_alpaca20_hh20_likelihood.json"),
+    "tune": partial(tune, name="tune.json"),
+    "tune-likelihood": partial(tune, name="tune_likelihood.json"),
+    "signal-cost": signal_cost,
+    "app": partial(app_timing, folder="app"),
+    "app-first-load": partial(app_timing, folder="app-first-load"),
+    "cli": cli,
+    "cli-runs": cli_runs,
+    "ray": ray,
+    "recorded-run": recorded_run,
+    "defaults": defaults,
+}
+
+
+# -- the docs' marked blocks -------------------------------------------------------------------
+
+@dataclass
+class Block:
+    """One marked table in one doc: what it says now and what the result files say."""
+    doc: Path
+    name: str
+    current: str
+    wanted: str
+
+
+def doc_files(root: Path = REPO) -> list[Path]:
+    return sorted({p for pattern in DOC_FILES for p in root.glob(pattern)})
+
+
+def render(name: str, results_dir: Path) -> str:
+    """A table's text between its markers (ending in a newline, so the closing marker keeps its own line)."""
+    if name not in TABLES:
+        raise KeyError(name)
+    return TABLES[name](results_dir).rstrip("\n") + "\n"
+
+
+def blocks(docs: Sequence[Path], results_dir: Path) -> list[Block]:
+    """Every marked block of the docs, with its generated text; an unknown table name is an error."""
+    found = []
+    for doc in docs:
+        for m in MARKER.finditer(doc.read_text()):
+            if m["name"] not in TABLES:
+                from sbon.errors import SBoNError  # here only: importing sbon loads torch, which a check never needs
+
+                raise SBoNError(f"{doc.name}: unknown report table '{m['name']}' (known: {', '.join(TABLES)})")
+            found.append(Block(doc, m["name"], m["body"], render(m["name"], results_dir)))
+    return found
+
+
+def rewrite(doc: Path, results_dir: Path) -> bool:
+    """Rewrite one doc's marked blocks; True when its text changed."""
+    text = doc.read_text()
+    new = MARKER.sub(lambda m: m[1] + render(m["name"], results_dir) + m[4], text)
+    if new != text:
+        doc.write_text(new)
+    return new != text
+
+
+def stale(docs: Sequence[Path], results_dir: Path) -> list[str]:
+    """`doc: table` for every block whose text differs from what the result files say."""
+    return [f"{b.doc.relative_to(REPO) if b.doc.is_relative_to(REPO) else b.doc}: {b.name}"
+            for b in blocks(docs, results_dir) if b.current != b.wanted]
+
+
+# -- command line -------------------------------------------------------------------------------
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="rewrite the result tables in README.md and docs/ from the result files",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--check", action="store_true",
+                   help="rewrite nothing; exit 1 naming every table that differs from the result files")
+    p.add_argument("--results-dir", type=Path, default=RESULTS, help="the committed result files")
+    p.add_argument("--list", action="store_true", help="print the table names and the docs that use them")
+    p.set_defaults(main=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    docs = doc_files()
+    if args.list:
+        used = {}
+        for b in blocks(docs, args.results_dir):
+            used.setdefault(b.name, []).append(str(b.doc.relative_to(REPO)))
+        for name in TABLES:
+            print(f"{name}: {', '.join(used.get(name, [])) or 'in no doc'}")
+        return 0
+    if args.check:
+        differ = stale(docs, args.results_dir)
+        for line in differ:
+            print(f"out of date: {line} (run `python -m benchmarks report`)", file=sys.stderr)
+        return 1 if differ else 0
+    changed = [doc for doc in docs if rewrite(doc, args.results_dir)]
+    print("rewrote " + (", ".join(str(d.relative_to(REPO)) for d in changed) if changed else "nothing: up to date"))
+    return 0

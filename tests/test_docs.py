@@ -1,0 +1,153 @@
+"""The docs say what the result files say, and every link in them leads somewhere.
+
+No model: `benchmarks.report` reads JSON only, so these run in seconds."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks import report
+from sbon.errors import SBoNError
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Pages another branch writes: a link to one is checked once the page exists.
+WRITTEN_ELSEWHERE = {ROOT / "docs" / "space.md"}
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def test_every_generated_table_matches_the_result_files():
+    assert report.stale(report.doc_files(), report.RESULTS) == []
+
+
+def test_every_table_of_the_registry_is_in_a_doc():
+    used = {b.name for b in report.blocks(report.doc_files(), report.RESULTS)}
+    assert set(report.TABLES) == used
+
+
+def copy_of_the_docs(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    return tmp_path / "docs" / "benchmarks.md"
+
+
+def test_check_names_the_table_that_differs_and_a_rewrite_fixes_it(tmp_path):
+    doc = copy_of_the_docs(tmp_path)
+    text = doc.read_text()
+    body = report.MARKER.search(text, text.index("<!-- report:engine -->"))["body"]
+    doc.write_text(text.replace(body, body.replace("1.61x", "9.99x"), 1))
+    assert [line.split(": ")[1] for line in report.stale([doc], report.RESULTS)] == ["engine"]
+
+    assert report.rewrite(doc, report.RESULTS)
+    assert doc.read_text() == text and report.stale([doc], report.RESULTS) == []
+
+
+def test_check_exits_non_zero_when_a_doc_is_stale(tmp_path, monkeypatch, capsys):
+    doc = copy_of_the_docs(tmp_path)
+    text = doc.read_text()
+    doc.write_text(text.replace("<!-- /report:memory -->", "a hand-typed line\n<!-- /report:memory -->", 1))
+    monkeypatch.setattr(report, "doc_files", lambda root=ROOT: [doc])
+    args = report_args("--check")
+    assert report.main(args) == 1
+    assert "memory" in capsys.readouterr().err
+    doc.write_text(text)
+    assert report.main(args) == 0
+
+
+def report_args(*argv):
+    import argparse
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    report.add_parser(sub)
+    return sub.choices["report"].parse_args(list(argv))
+
+
+def test_an_unknown_table_name_is_a_one_line_error(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("<!-- report:no-such-table -->\n<!-- /report:no-such-table -->\n")
+    with pytest.raises(SBoNError, match="unknown report table 'no-such-table'"):
+        report.stale([doc], report.RESULTS)
+
+
+def test_a_table_is_generated_from_its_file_not_copied(tmp_path):
+    """Change a number in a copy of a result file: the table follows it."""
+    shutil.copytree(report.RESULTS / report.MACHINE / "engine", tmp_path / report.MACHINE / "engine")
+    path = tmp_path / report.MACHINE / "engine" / "engine.json"
+    path.write_text(path.read_text().replace('"hf_padding_waste": 0.16579589843749998',
+                                             '"hf_padding_waste": 0.5'))
+    assert "| 50 % |" in report.render("engine", tmp_path)
+    assert "| 17 % |" in report.render("engine", report.RESULTS)
+
+
+def relative_links(doc: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)  # code blocks hold commands, not links
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_points_to_an_existing_file(doc):
+    targets = {(doc.parent / t.split("#")[0]).resolve() for t in relative_links(doc)}
+    missing = sorted(str(t.relative_to(ROOT)) for t in targets
+                     if not t.exists() and not (t in WRITTEN_ELSEWHERE))
+    assert missing == []
+
+
+def anchors(doc: Path) -> set[str]:
+    """GitHub's anchors of a page's headings."""
+    heads = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", doc.read_text(), flags=re.S), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_link_to_a_section_names_a_heading_of_that_page(doc):
+    bad = []
+    for t in relative_links(doc):
+        page, _, anchor = t.partition("#")
+        target = (doc.parent / page).resolve() if page else doc
+        if anchor and target.suffix == ".md" and target.exists() and anchor not in anchors(target):
+            bad.append(t)
+    assert bad == []
+
+
+def test_the_readme_is_short_and_keeps_the_space_front_matter():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.encode()) <= 10_240
+    front = text.split("---")[1]
+    assert "sdk: gradio" in front and "app_file: app.py" in front
+    assert text.startswith("---\ntitle: SBoN Explorer\n")
+
+
+# Numbers that are not measurements: versions, a citation, settings, code constants and test limits. A measured
+# number (a speedup, a score, seconds) belongs in a generated table.
+NOT_MEASURED = {
+    "2410.20290",  # the paper's arXiv id
+    "2.13", "3.10",  # torch and Python versions
+    "6.3",  # a section of the paper
+    "0.1", "0.5", "0.8", "0.95",  # settings: α, temperature, top-p
+    "20 %", "80 %",  # the share of free memory `--kv-budget auto` takes and leaves
+    "32×",  # the paper's own "16–32×"
+    "2 s", "5 %",  # limits the reliability tests assert
+    "20 MB", "50 MB",  # the replay upload limit, and the file tried against it
+}
+MEASURED_LOOKING = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])"  # a decimal
+                              r"|(?<![\w.])\d+(?:\.\d+)?\s?(?:%|x\b|×|s\b|ms\b|MB|GB|MiB|min\b)")  # a number with a unit
+
+
+def prose(doc: Path) -> str:
+    """A page without its front matter, code blocks, generated tables and link targets."""
+    text = re.sub(r"\A---\n.*?\n---\n", "", doc.read_text(), flags=re.S)
+    text = re.sub(r"<!-- report:([\w-]+) -->.*?<!-- /report:\1 -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return re.sub(r"\]\([^)]*\)", "]", text)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_no_measured_number_is_typed_by_hand(doc):
+    assert set(MEASURED_LOOKING.findall(prose(doc))) - NOT_MEASURED == set()
+
+
+def test_a_hand_typed_speedup_is_caught(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("We measured a 1.57x speedup.\n<!-- report:engine -->\n1.61x\n<!-- /report:engine -->\n")
+    assert set(MEASURED_LOOKING.findall(prose(doc))) - NOT_MEASURED == {"1.57x"}
