@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import (app_timing, common, counterfactual, efficiency, engine, kvcache, memory, perplexity, report, signals,
-               table1, tune)
+from . import (app_timing, common, counterfactual, defaults, efficiency, engine, kvcache, memory, perplexity, report,
+               signals, table1, tune)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Reproduce the Speculative Rejection paper's measurements.")
     sub = parser.add_subparsers(dest="experiment", required=True)
     for module in (table1, counterfactual, memory, efficiency, perplexity, engine, kvcache, app_timing, signals, tune,
-                   report):
+                   defaults, report):
         module.add_parser(sub)
     return parser
 
@@ -24,15 +24,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from sbon.errors import exit_code
 
-    from . import distributed
-
     if hasattr(args, "protocol"):
         common.apply_protocol(args)
 
     try:
         return exit_code(lambda: args.main(args))
     finally:
-        distributed.shutdown()  # the Ray workers of a --ray run; nothing without one
+        if getattr(args, "runner", None) is not None:
+            args.runner.close()  # the Ray workers of a --ray run; nothing without one
 
 
 if __name__ == "__main__":

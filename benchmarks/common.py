@@ -123,17 +123,17 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(args.temperature, args.top_p, args.top_k)
 
 
-def warm_up(gen: Generator, reward: RewardModel, sampling: SamplingConfig) -> None:
+def warm_up(gen: Generator, reward: RewardModel, sampling: SamplingConfig, runner: "Runner | None" = None) -> None:
     """One tiny run, so that one-time costs (lazy initialisation, allocator growth) are not timed.
-    With --ray the workers time the runs, and each warms up its own models."""
-    if distributed_record() is not None:
+    On a remote runner (--ray) the workers time the runs, and each warms up its own models."""
+    if runner is not None and runner.remote:
         return
-    drive(best_of_n(gen, reward, "Say hello.", 2, max_new_tokens=4, sampling=sampling, seed=0))
+    timed_run(best_of_n(gen, reward, "Say hello.", 2, max_new_tokens=4, sampling=sampling, seed=0))
 
 
 # -- running ----------------------------------------------------------------------------------
 
-def drive(events: Iterator[Event], on_event: Callable[[Event, float], None] | None = None) -> RunResult:
+def timed_run(events: Iterator[Event], on_event: Callable[[Event, float], None] | None = None) -> RunResult:
     """Run an algorithm to the end (after a garbage collection, so that no earlier run's garbage
     is collected inside this one's timers); `on_event(event, seconds since start)`."""
     gc.collect()
@@ -146,20 +146,34 @@ def drive(events: Iterator[Event], on_event: Callable[[Event, float], None] | No
     raise RuntimeError("the algorithm stopped without a result")
 
 
+class LocalRunner:
+    """Runs an experiment's prompts in this process, one after another, on this process's models. The
+    Ray runner (benchmarks/distributed.py ``Pool``) has the same interface; an experiment gets its runner
+    from ``benchmarks.runners.setup`` and passes it down -- nothing is global."""
+    remote = False
+    record: dict[str, Any] | None = None  # what the result file says about the workers (None: this process)
+
+    def map(self, work: Callable[..., Any], prompts: Sequence[dict], gen: Generator, reward: RewardModel,
+            bar: tqdm | None = None, steps: int = 1) -> Iterator[tuple[dict, Any]]:
+        for p in prompts:
+            yield p, work(gen, reward, p, bar=bar)
+
+    def close(self) -> None:
+        pass
+
+
+Runner = LocalRunner  # the interface; distributed.Pool implements it on Ray workers
+LOCAL = LocalRunner()
+
+
 def map_prompts(work: Callable[..., Any], prompts: Sequence[dict], gen: Generator, reward: RewardModel,
-                bar: tqdm | None = None, steps: int = 1) -> Iterator[tuple[dict, Any]]:
+                bar: tqdm | None = None, steps: int = 1, runner: Runner = LOCAL) -> Iterator[tuple[dict, Any]]:
     """(prompt, work(gen, reward, prompt)) for every prompt, in prompt order: the one loop of an
-    experiment over its prompts. Here `work` gets `bar=bar` and moves it itself; with --ray it runs
-    on the Ray workers' own models (benchmarks/distributed.py), so it must be a picklable function
+    experiment over its prompts. Locally `work` gets `bar=bar` and moves it itself; on Ray workers
+    (benchmarks/distributed.py) it runs on the workers' own models, so it must be a picklable function
     of (gen, reward, prompt) such as a functools.partial of a module-level function, and `bar`
     moves `steps` per prompt done."""
-    from . import distributed
-
-    if distributed.POOL is not None:
-        yield from distributed.POOL.map(work, prompts, bar=bar, steps=steps)
-        return
-    for p in prompts:
-        yield p, work(gen, reward, p, bar=bar)
+    yield from runner.map(work, prompts, gen, reward, bar=bar, steps=steps)
 
 
 def progress(total: int, desc: str, disable: bool = False) -> tqdm:
@@ -247,7 +261,7 @@ def git_commit() -> str | None:
         return None
 
 
-def environment(gen: Generator | None = None) -> dict[str, Any]:
+def environment(gen: Generator | None = None, runner: Runner = LOCAL) -> dict[str, Any]:
     """Where the numbers come from: versions, device, threads, CPU and how busy it was."""
     import transformers
 
@@ -264,21 +278,14 @@ def environment(gen: Generator | None = None) -> dict[str, Any]:
         "git_commit": git_commit(),
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    if (ray_workers := distributed_record()) is not None:
-        env["distributed"] = ray_workers  # each Ray worker's own environment, and any retried or failed prompts
+    if runner.record is not None:
+        env["distributed"] = runner.record  # each Ray worker's own environment, and any retried or failed prompts
     if gen is not None:
         env["device"] = str(gen.device)
         env["dtype"] = str(gen.model.dtype).removeprefix("torch.")
         if gen.device.type == "cuda":
             env["gpu"] = torch.cuda.get_device_name(gen.device)
     return env
-
-
-def distributed_record() -> dict[str, Any] | None:
-    """The Ray workers' record while an experiment runs with --ray; None otherwise (Ray not imported)."""
-    from . import distributed
-
-    return distributed.record()
 
 
 def jsonable(obj: Any) -> Any:
@@ -359,22 +366,6 @@ def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_ne
     o.add_argument("--tag", default=None, help="suffix for the result file names")
     o.add_argument("--no-plot", action="store_true", help="write no HTML plot")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def setup(args: argparse.Namespace) -> tuple[Generator, RewardModel]:
-    """This process's models; with --ray also the Ray workers, each loading its own. This process
-    then only tokenizes and names the models: it loads them on the CPU unless --device says otherwise,
-    so that it takes no GPU from a worker."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = args.device
-    if getattr(args, "ray", None) is not None:
-        from . import distributed
-
-        distributed.start(args)
-        device = device or "cpu"
-    print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
-    return load_models(args.generator, args.reward, device, args.dtype)
 
 
 def base_settings(args: argparse.Namespace, gen: Generator, reward: RewardModel | None,

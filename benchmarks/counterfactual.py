@@ -25,7 +25,7 @@ from sbon.engine import Generator, SamplingConfig
 from sbon.results import RunResult
 from sbon.rewards import RewardModel
 
-from . import common
+from . import common, runners
 
 DEFAULT_ALPHAS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 SCORE_FLOOR = 98.0  # the score a proposed setting must keep
@@ -50,7 +50,7 @@ def generate(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, n:
     bar = common.progress(len(prompts), "counterfactual", disable=quiet)
     for p in prompts:
         bar.set_description(f"counterfactual prompt {p['id']}")
-        bon = common.drive(best_of_n(gen, reward, p["instruction"], n, max_new_tokens=max_new_tokens,
+        bon = common.timed_run(best_of_n(gen, reward, p["instruction"], n, max_new_tokens=max_new_tokens,
                                      sampling=sampling, seed=seed))
         partials = prefix_rewards(bon, reward, gen.decode, taus)
         raw.append({"prompt_id": p["id"], "bon": bon.to_dict(), "partials": {str(t): v for t, v in partials.items()}})
@@ -157,7 +157,7 @@ def main(args: argparse.Namespace) -> int:
         raw, settings, env = saved["raw"], saved["settings"], saved["environment"]
     else:
         prompts = common.prompts_from(args)
-        gen, reward = common.setup(args)
+        gen, reward = runners.setup(args)
         taus = args.taus or decision_points(args.max_new_tokens)
         settings = {**common.base_settings(args, gen, reward, prompts), "taus": taus}
         env = common.environment(gen)

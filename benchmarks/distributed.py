@@ -30,7 +30,6 @@ from . import common
 
 RETRIES = 1  # a prompt whose worker died runs once more on a fresh worker, then is reported as failed
 LOCAL = "local"  # --ray without an address: start Ray on this machine
-POOL: "Pool | None" = None  # the running pool, while an experiment runs with --ray
 
 
 def add_ray_args(p: argparse.ArgumentParser) -> None:
@@ -113,7 +112,9 @@ def _local_gpus() -> int:
 
 
 class Pool:
-    """K model workers on Ray, and what the result file says about them."""
+    """K model workers on Ray, and what the result file says about them: the runner of a --ray run
+    (the interface of benchmarks.common.LocalRunner)."""
+    remote = True
 
     def __init__(self, args: argparse.Namespace):
         ray = self.ray = import_ray()
@@ -146,9 +147,11 @@ class Pool:
             raise SBoNError(f"a Ray worker could not load the models: {one_line(e)}") from None
         return actors
 
-    def map(self, work: Callable, prompts: Sequence[dict], bar=None, steps: int = 1) -> Iterator[tuple[dict, Any]]:
-        """(prompt, work(gen, reward, prompt)) in prompt order, each run on the next free worker; `bar`
-        moves `steps` per prompt done, in whatever order they finish."""
+    def map(self, work: Callable, prompts: Sequence[dict], gen=None, reward=None, bar=None,
+            steps: int = 1) -> Iterator[tuple[dict, Any]]:
+        """(prompt, work(gen, reward, prompt)) in prompt order, each run on the next free worker with its
+        own models (this process's ``gen`` and ``reward`` are not used); `bar` moves `steps` per prompt
+        done, in whatever order they finish."""
         ray = self.ray
         started = time.perf_counter()
         work_ref = ray.put(work)  # the function and its settings, shipped once
@@ -203,23 +206,3 @@ class Pool:
 def one_line(error: Exception) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:300] if text else ''}"
-
-
-# -- what experiments and the command line call -------------------------------------------------
-
-def start(args: argparse.Namespace) -> Pool:
-    global POOL
-    POOL = Pool(args)
-    return POOL
-
-
-def shutdown() -> None:
-    global POOL
-    if POOL is not None:
-        POOL.close()
-        POOL = None
-
-
-def record() -> dict[str, Any] | None:
-    """What the result file says about the workers (None without --ray)."""
-    return POOL.record if POOL is not None else None

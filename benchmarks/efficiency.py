@@ -38,7 +38,7 @@ from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import best_of_m_reward, compute_at_score, normalized_score
 from sbon.rewards import RewardModel
 
-from . import common, distributed, vllm_bon
+from . import common, distributed, runners, vllm_bon
 from .memory import sizes
 
 
@@ -67,7 +67,7 @@ def run_bon_batches(gen: Generator, reward: RewardModel, text: str, n: int, b: i
         if isinstance(event, CandidatesScored):
             ends.append(t)
 
-    bon = common.drive(best_of_n(gen, reward, text, n, batch_size=b, max_new_tokens=max_new_tokens,
+    bon = common.timed_run(best_of_n(gen, reward, text, n, batch_size=b, max_new_tokens=max_new_tokens,
                                  sampling=sampling, seed=seed), on_event)
     return bon, [end - start for start, end in zip([0.0] + ends[:-1], ends)]
 
@@ -90,7 +90,7 @@ def run_prompt(gen: Generator, reward: RewardModel, p: dict, *, b: int, n: int, 
     for alpha in alphas:
         if bar is not None:
             bar.set_description(f"efficiency prompt {p['id']} SBoN a={alpha:g}")
-        sbon = common.drive(speculative_rejection(gen, reward, text, n, alpha=alpha, kv_budget=budget,
+        sbon = common.timed_run(speculative_rejection(gen, reward, text, n, alpha=alpha, kv_budget=budget,
                                                   max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
         best = sbon.best.final_reward
         row["sbon"][alpha] = {"best": best, "score": normalized_score(baseline, best), "wall_s": sbon.wall_time,
@@ -201,7 +201,7 @@ def summarize(rows: Sequence[dict], b: int, n: int, alphas: Sequence[float]) -> 
 
 def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, b: int = 4, n: int = 8,
                    alphas: Sequence[float] = (0.5, 0.75), max_new_tokens: int = 128,
-                   sampling: SamplingConfig | None = None, seed: int = 0, quiet: bool = False,
+                   sampling: SamplingConfig | None = None, seed: int = 0, quiet: bool = False, runner: common.Runner = common.LOCAL,
                    saved: dict[Any, dict] | None = None, on_prompt=None) -> dict[str, Any]:
     """Run Best-of-N in batches of b and Speculative Rejection (one run per alpha) on every prompt
     short enough for n candidates in the budget of b; returns per-prompt rows and the summary.
@@ -211,12 +211,12 @@ def run_efficiency(gen: Generator, reward: RewardModel, prompts: Sequence[dict],
     if n % b or n < 2 * b:
         raise SystemExit(f"error: N={n} must be a multiple of B={b}, at least 2B (the curve needs two points)")
     sampling = sampling or SamplingConfig()
-    common.warm_up(gen, reward, sampling)
+    common.warm_up(gen, reward, sampling, runner)
     rows, skipped = [], []
     bar = common.progress(len(prompts) * (1 + len(alphas)), "efficiency", disable=quiet)
     work = partial(prompt_row, b=b, n=n, alphas=alphas, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
                    saved=saved)
-    for p, row in common.map_prompts(work, prompts, gen, reward, bar=bar, steps=1 + len(alphas)):
+    for p, row in common.map_prompts(work, prompts, gen, reward, bar=bar, steps=1 + len(alphas), runner=runner):
         if row is None:
             skipped.append(p["id"])
             continue
@@ -339,7 +339,7 @@ def adopt_saved_settings(args: argparse.Namespace) -> dict[Any, dict] | None:
 def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     vllm_bon.check_available(args)
     saved = adopt_saved_settings(args)
-    gen, reward = common.setup(args)
+    gen, reward = runners.setup(args)
     if saved is not None:
         args.k = 10**9
         by_id = {p["id"]: p for p in common.prompts_from(args)}
@@ -351,15 +351,15 @@ def run_and_write(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], 
                 "replace_long": args.replace_long, "bon_from": args.bon_from,
                 "longest_prompt_tokens": longest_prompt(args.b, args.n, args.max_new_tokens)}
     json_path, _ = common.result_paths(args, name)
-    start_env = common.environment(gen)
+    start_env = common.environment(gen, args.runner)
 
     def write(result):
         common.write_json({"experiment": name, "settings": settings, "environment_at_start": start_env,
-                           "environment": common.environment(gen), **result}, json_path)
+                           "environment": common.environment(gen, args.runner), **result}, json_path)
 
     result = run_efficiency(gen, reward, prompts, b=args.b, n=args.n, alphas=args.alphas,
                             max_new_tokens=args.max_new_tokens, sampling=common.sampling_from(args), seed=args.seed,
-                            quiet=args.quiet, saved=saved, on_prompt=write)
+                            quiet=args.quiet, saved=saved, on_prompt=write, runner=args.runner)
     if args.baseline == "vllm":
         ran = {r["prompt_id"] for r in result["rows"]}
         result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, [p for p in prompts if p["id"] in ran], n=args.n,

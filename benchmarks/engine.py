@@ -21,7 +21,7 @@ from sbon.algorithms import best_of_n, speculative_rejection
 from sbon.engine import Generator, SamplingConfig
 from sbon.rewards import CallableReward, RewardModel
 
-from . import common
+from . import common, runners
 
 TARGET_RATIO, TARGET_REWARD_SHARE = 1.2, 0.15
 
@@ -51,7 +51,7 @@ def hf_generate(gen: Generator, prompt_ids: Sequence[int], n: int, max_new_token
 
 def ours(gen: Generator, text: str, n: int, max_new_tokens: int, sampling: SamplingConfig, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
-    r = common.drive(best_of_n(gen, NO_REWARD, text, n, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
+    r = common.timed_run(best_of_n(gen, NO_REWARD, text, n, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
     elapsed = time.perf_counter() - start
     return {"time": elapsed, "tokens": r.total_tokens, "steps": max(c.tokens_generated for c in r.candidates),
             "rows_x_steps": r.total_tokens, "timings": r.timings}
@@ -88,7 +88,7 @@ def run_engine(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
         row["peak_mem_ratio"] = row["ours_peak_mem_growth"] / max(1, row["hf_peak_mem_growth"])
         if reward_share:
             bar.set_description(f"engine prompt {p['id']} SBoN reward share")
-            sbon = common.drive(speculative_rejection(gen, reward, text, n, max_new_tokens=max_new_tokens,
+            sbon = common.timed_run(speculative_rejection(gen, reward, text, n, max_new_tokens=max_new_tokens,
                                                       sampling=sampling, seed=seed))
             row.update({"sbon_time": sbon.wall_time, "sbon_timings": sbon.timings,
                         "sbon_reward_share": sbon.timings["reward"] / sbon.wall_time})
@@ -151,7 +151,7 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     prompts = common.prompts_from(args)
-    gen, reward = common.setup(args)
+    gen, reward = runners.setup(args)
     result = run_engine(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed,
                         reward_share=not args.no_reward_share, quiet=args.quiet)

@@ -28,7 +28,7 @@ from transformers.cache_utils import DynamicLayer
 from sbon.algorithms import best_of_n
 from sbon.engine import Batch, Generator, Prefix, SamplingConfig
 
-from . import common
+from . import common, runners
 from .engine import NO_REWARD
 
 MIN_HEADROOM = 64
@@ -119,10 +119,10 @@ def run_kvcache(gen: Generator, prompts: Sequence[dict], *, n: int = 32, max_new
             start = time.perf_counter()
             if who == "growable":
                 with growable_kv(gen):
-                    r = common.drive(best_of_n(gen, NO_REWARD, p["instruction"], n, max_new_tokens=max_new_tokens,
+                    r = common.timed_run(best_of_n(gen, NO_REWARD, p["instruction"], n, max_new_tokens=max_new_tokens,
                                                sampling=sampling, seed=seed))
             else:
-                r = common.drive(best_of_n(gen, NO_REWARD, p["instruction"], n, max_new_tokens=max_new_tokens,
+                r = common.timed_run(best_of_n(gen, NO_REWARD, p["instruction"], n, max_new_tokens=max_new_tokens,
                                            sampling=sampling, seed=seed))
             elapsed = time.perf_counter() - start
             texts[who] = [c.token_ids for c in r.candidates]
@@ -148,7 +148,7 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     prompts = common.prompts_from(args)
-    gen, reward = common.setup(args)
+    gen, reward = runners.setup(args)
     result = run_kvcache(gen, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                          sampling=common.sampling_from(args), seed=args.seed, quiet=args.quiet)
     json_path, _ = common.result_paths(args, "kvcache")

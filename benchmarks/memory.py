@@ -20,7 +20,7 @@ from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import best_of_m_reward, normalized_score
 from sbon.rewards import RewardModel
 
-from . import common
+from . import common, runners
 
 
 def sizes(b: int, factor: int) -> list[int]:
@@ -67,12 +67,12 @@ def run_memory(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
 
         bar.set_description(f"memory prompt {p['id']} BoN")
         with common.PeakRSS(gen.device) as mem_bon:
-            bon = common.drive(best_of_n(gen, reward, text, n, batch_size=b, max_new_tokens=max_new_tokens,
+            bon = common.timed_run(best_of_n(gen, reward, text, n, batch_size=b, max_new_tokens=max_new_tokens,
                                          sampling=sampling, seed=seed), on_bon)
         bar.update()
         bar.set_description(f"memory prompt {p['id']} SBoN")
         with common.PeakRSS(gen.device) as mem_sbon:
-            sbon = common.drive(speculative_rejection(gen, reward, text, n, alpha=alpha, kv_budget=budget,
+            sbon = common.timed_run(speculative_rejection(gen, reward, text, n, alpha=alpha, kv_budget=budget,
                                                       max_new_tokens=max_new_tokens, sampling=sampling, seed=seed),
                                 on_sbon)
         bar.update()
@@ -153,7 +153,7 @@ def add_parser(sub) -> None:
 
 def main(args: argparse.Namespace) -> int:
     prompts = common.prompts_from(args)
-    gen, reward = common.setup(args)
+    gen, reward = runners.setup(args)
     result = run_memory(gen, reward, prompts, b=args.b, factor=args.factor, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, alpha=args.alpha, quiet=args.quiet)
     settings = {**common.base_settings(args, gen, reward, prompts), "n": args.b * args.factor, "b": args.b,

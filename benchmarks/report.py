@@ -366,7 +366,7 @@ def median(xs: Sequence[float]) -> float:
 def defaults(results_dir: Path) -> str:
     """Which reward and pruning signal the app's defaults should use: per candidate setting, over held-out
     prompts, how well the ranking predicted at the first decision point and what the run saved (the
-    reduction of that folder's `summarize.py`, without pandas)."""
+    reduction of `python -m benchmarks defaults --summarize`, without pandas)."""
     folder = results_dir / MACHINE / "defaults"
     by_setting: dict[str, list[dict]] = {}
     for name in DEFAULTS_FILES:

@@ -28,7 +28,7 @@ from sbon.rewards import RewardModel
 from sbon.analysis.signal_matrix import scores_from_json, signal_grid, signal_scores
 from sbon.signals import SIGNALS
 
-from . import common
+from . import common, runners
 
 DEFAULT_SIGNALS = ("reward", "logprob", "deepconf", "self-certainty", "consistency")
 DEFAULT_TAUS = (8, 16, 32, 64)
@@ -170,7 +170,7 @@ def overhead(gen: Generator, reward: RewardModel, prompts: Sequence[dict], signa
         for p in prompts:
             for name, watched in configs.items():
                 observers = [make_signal(s, gen, reward) for s in watched]
-                result = common.drive(events(gen, reward, p["instruction"], config, observers=observers))
+                result = common.timed_run(events(gen, reward, p["instruction"], config, observers=observers))
                 times[name].append(result.timings["decode"])
                 bar.update()
     bar.close()
@@ -241,7 +241,7 @@ def main_overhead(args: argparse.Namespace) -> int:
     from sbon.signals import REWARD_FREE
 
     prompts = load_prompt_sets(args)
-    gen, reward = common.setup(args)
+    gen, reward = runners.setup(args)
     signals = [s for s in args.signals if s in REWARD_FREE]
     cost = observer_cost(gen, reward, prompts[0]["instruction"], signals, rows=args.n)
     common.print_table(f"CPU time of observe() per decode step, {args.n} rows:", pd.DataFrame(cost))
@@ -277,7 +277,7 @@ def main(args: argparse.Namespace) -> int:
             env = {**env, "pooled_environments": [s["environment"] for s in saved]}
     else:
         prompts = load_prompt_sets(args)
-        gen, reward = common.setup(args)
+        gen, reward = runners.setup(args)
         from sbon.models import load_reward
 
         settings = {**common.base_settings(args, gen, reward), "hh_k": args.hh_k, "hh_file": args.hh_file,

@@ -22,7 +22,7 @@ from sbon.results import RunResult
 from sbon.signals import SIGNALS
 from sbon.rewards import RewardModel
 
-from . import common, distributed, vllm_bon
+from . import common, distributed, runners, vllm_bon
 
 TARGET_SPEEDUP, TARGET_SCORE = 4.0, 98.0
 
@@ -68,12 +68,12 @@ def prompt_runs(gen: Generator, reward: RewardModel, p: dict, *, n: int, bon_mem
         bar.set_description(f"table1 prompt {p['id']} BoN")
     batch = bon_batch_size(gen, text, n, bon_memory, method=sb["method"], first_decision=sb["first_decision"],
                            kv_budget=sb["kv_budget"], max_new_tokens=sb["max_new_tokens"])
-    bon = common.drive(best_of_n(gen, reward, text, n, batch_size=batch, max_new_tokens=sb["max_new_tokens"],
+    bon = common.timed_run(best_of_n(gen, reward, text, n, batch_size=batch, max_new_tokens=sb["max_new_tokens"],
                                  sampling=sb["sampling"], seed=sb["seed"]))
     if bar is not None:
         bar.update()
         bar.set_description(f"table1 prompt {p['id']} SBoN")
-    sbon = common.drive(sbon_events(gen, reward, text, n, **sb))
+    sbon = common.timed_run(sbon_events(gen, reward, text, n, **sb))
     if bar is not None:
         bar.update()
     m = compare(bon, sbon)
@@ -107,7 +107,7 @@ def best_of_m_run(gen: Generator, reward: RewardModel, p: dict, *, m_size: int, 
     """Best-of-M on one prompt, run for real to time it, in batches no larger than Best-of-N's."""
     if bar is not None:
         bar.set_description(f"table1 prompt {p['id']} BoM (M={m_size})")
-    bom = common.drive(best_of_n(gen, reward, p["instruction"], m_size, batch_size=min(p["bon_batch_size"], m_size),
+    bom = common.timed_run(best_of_n(gen, reward, p["instruction"], m_size, batch_size=min(p["bon_batch_size"], m_size),
                                  max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
     if bar is not None:
         bar.update()
@@ -118,20 +118,20 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
                max_new_tokens: int = 256, sampling: SamplingConfig | None = None, seed: int = 0,
                method: str = "sbon", alpha: float = 0.5, first_decision: int | None = None,
                kv_budget: int | None = None, tau: int = 32, best_of_m: bool = True, bon_memory: str = "all",
-               prune_by: str = "reward", quiet: bool = False) -> dict[str, Any]:
+               prune_by: str = "reward", quiet: bool = False, runner: common.Runner = common.LOCAL) -> dict[str, Any]:
     """Run the three methods on every prompt; returns per-prompt rows and the averages.
 
     bon_memory="all": Best-of-N (and Best-of-M) hold all their candidates at once, as memory allows
     on a small model; "budget": only as many as fit to the end in Speculative Rejection's KV budget,
     in sequential batches, as in the paper (where Best-of-N needs more GPUs or more time)."""
     sampling = sampling or SamplingConfig()
-    common.warm_up(gen, reward, sampling)
+    common.warm_up(gen, reward, sampling, runner)
     sb = dict(method=method, alpha=alpha, first_decision=first_decision, kv_budget=kv_budget, tau=tau,
               max_new_tokens=max_new_tokens, sampling=sampling, seed=seed, prune_by=prune_by)
     rows, bons, batches, ran = [], [], [], []
     bar = common.progress(len(prompts) * (3 if best_of_m else 2), "table1", disable=quiet)
     work = partial(prompt_runs, n=n, bon_memory=bon_memory, sb=sb)
-    for p, (row, bon) in common.map_prompts(work, prompts, gen, reward, bar=bar, steps=2):
+    for p, (row, bon) in common.map_prompts(work, prompts, gen, reward, bar=bar, steps=2, runner=runner):
         rows.append(row)
         bons.append(bon)
         batches.append(row["bon_batch_size"])
@@ -144,7 +144,7 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
     if best_of_m:
         work = partial(best_of_m_run, m_size=m_size, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
         by_id = {row["prompt_id"]: (row, bon) for row, bon in zip(rows, bons)}
-        for p, bom in common.map_prompts(work, ran, gen, reward, bar=bar):
+        for p, bom in common.map_prompts(work, ran, gen, reward, bar=bar, runner=runner):
             row, bon = by_id[p["id"]]
             coupled = best_of_m_reward(bon, m_size)
             row.update({"bom_time": bom.wall_time, "bom_speedup": speedup(bon.wall_time, bom.wall_time),
@@ -264,12 +264,12 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     vllm_bon.check_available(args)
     prompts = common.prompts_from(args)
-    gen, reward = common.setup(args)
+    gen, reward = runners.setup(args)
     result = run_table1(gen, reward, prompts, n=args.n, max_new_tokens=args.max_new_tokens,
                         sampling=common.sampling_from(args), seed=args.seed, method=args.method, alpha=args.alpha,
                         first_decision=args.first_decision, kv_budget=args.kv_budget, tau=args.tau,
                         best_of_m=not args.no_best_of_m, bon_memory=args.bon_memory, prune_by=args.prune_by,
-                        quiet=args.quiet)
+                        quiet=args.quiet, runner=args.runner)
     if args.baseline == "vllm":
         result["vllm_baseline"] = vllm_bon.run_vllm_bon(gen, reward, prompts, n=args.n,
                                                         max_new_tokens=args.max_new_tokens,
@@ -280,8 +280,8 @@ def main(args: argparse.Namespace) -> int:
                 "first_decision": args.first_decision, "kv_budget": args.kv_budget, "tau": args.tau,
                 "bon_memory": args.bon_memory, "prune_by": args.prune_by}
     json_path, html_path = common.result_paths(args, "table1")
-    common.write_json({"experiment": "table1", "settings": settings, "environment": common.environment(gen), **result},
-                      json_path)
+    common.write_json({"experiment": "table1", "settings": settings, "environment": common.environment(gen, args.runner),
+                       **result}, json_path)
     common.print_table("per prompt:", prompts_table(result))
     common.print_table(f"Table 1 ({result['summary']['prompts']} prompts, N={args.n}, "
                        f"{args.max_new_tokens} new tokens):", methods_table(result, args.n))

@@ -276,9 +276,11 @@ def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: in
     The budget counts cached tokens over all live candidates: each holds prompt + generated tokens.
     Given N, the default budget lets N candidates reach ``first_decision`` tokens; given the budget,
     N is as many candidates as reach ``first_decision`` in it; given neither (``auto``), the budget is
-    AUTO_BUDGET_SHARE of the device's free memory and N as many candidates as reach ``first_decision``
-    in it, at most MAX_AUTO_CANDIDATES. Without ``first_decision``: FIRST_DECISION_TOKENS, or half of
-    ``max_new_tokens`` for shorter responses.
+    all of AUTO_BUDGET_SHARE of the device's free memory and N as many candidates as reach
+    ``first_decision`` in it (at least MIN_ROUND_TOKENS), at most MAX_AUTO_CANDIDATES -- when the cap
+    binds, the first decision point comes later than ``first_decision``, as in the official code, which
+    caps the batch and lets it use the whole memory. Without ``first_decision``: FIRST_DECISION_TOKENS,
+    or half of ``max_new_tokens`` for shorter responses.
     """
     first_decision = resolve_first_decision(first_decision, max_new_tokens)
     per_candidate = prompt_tokens + first_decision
@@ -287,7 +289,7 @@ def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: in
         if n is None:
             free_tokens = int(AUTO_BUDGET_SHARE * gen.free_memory_bytes() / gen.kv_bytes_per_token())
             n = min(MAX_AUTO_CANDIDATES, free_tokens // (prompt_tokens + max(first_decision, MIN_ROUND_TOKENS)))
-            kv_budget = max(n * per_candidate, one_full) if n >= 1 else free_tokens
+            kv_budget = max(free_tokens, one_full) if n >= 1 else free_tokens
         else:
             kv_budget = max(n * per_candidate, one_full)
     if n is None:

@@ -27,7 +27,7 @@ def test_benchmarks_never_import_ray_without_the_flag():
             "from benchmarks.__main__ import build_parser\n"
             "from benchmarks import common, distributed, efficiency, table1\n"
             "args = build_parser().parse_args(['table1'])\n"
-            "assert args.ray is None and common.distributed_record() is None\n"
+            "assert args.ray is None and not hasattr(args, 'runner')\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=common.REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -50,7 +50,6 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(common.REPO), "OMP_NUM_THREADS": "1"}})
     yield ray
-    distributed.shutdown()
     ray.shutdown()
 
 
@@ -107,14 +106,14 @@ def without_timings(row: dict) -> dict:
 def test_ray_workers_give_the_single_process_results_in_order(ray_cluster, gen, likelihood, prompts, work,
                                                               single_process):
     efficiency_here = [row for _, row in common.map_prompts(EFFICIENCY, prompts, gen, likelihood)]
-    pool = distributed.start(ray_args("--ray-workers", "2"))
+    pool = distributed.Pool(ray_args("--ray-workers", "2"))
     try:
         assert not pool.owns_ray and len(pool.workers) == 2
-        out = list(common.map_prompts(work, prompts, gen, likelihood))
-        efficiency_there = [row for _, row in common.map_prompts(EFFICIENCY, prompts, gen, likelihood)]
-        record = common.environment()["distributed"]
+        out = list(common.map_prompts(work, prompts, gen, likelihood, runner=pool))
+        efficiency_there = [row for _, row in common.map_prompts(EFFICIENCY, prompts, gen, likelihood, runner=pool)]
+        record = common.environment(runner=pool)["distributed"]
     finally:
-        distributed.shutdown()
+        pool.close()
     assert [p["id"] for p, _ in out] == [p["id"] for p in prompts]
     for (_, (row, bon)), (row_here, bon_here) in zip(out, single_process):
         assert without_timings(row) == without_timings(row_here)
@@ -128,7 +127,7 @@ def test_ray_workers_give_the_single_process_results_in_order(ray_cluster, gen, 
     assert [e["worker"] for e in envs] == [0, 1] and len({e["pid"] for e in envs}) == 2
     assert all(e["torch_threads"] == 1 for e in envs)
     assert record["retried"] == record["failed_prompts"] == []
-    assert distributed.POOL is None and common.distributed_record() is None
+    assert "distributed" not in common.environment()  # the local runner has no workers to record
 
 
 def test_a_killed_worker_s_prompt_is_retried_and_the_file_is_complete(ray_cluster, single_process, tmp_path):
@@ -141,7 +140,7 @@ def test_a_killed_worker_s_prompt_is_retried_and_the_file_is_complete(ray_cluste
     assert [r["prompt_id"] for r in record["retried"]] == [0] and "died" in record["retried"][0]["error"]
     assert record["failed_prompts"] == []
     assert len(record["worker_environments"]) == 3  # the two workers and the lost one's replacement
-    assert distributed.POOL is None and ray_cluster.is_initialized()  # the pool is gone, the test's Ray stays
+    assert ray_cluster.is_initialized()  # the pool closed its workers, the test's Ray stays
 
 
 def test_a_prompt_lost_twice_is_reported_not_dropped(ray_cluster, tmp_path, capsys):

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from training import reward_quality as rq
-from training.train_reward import Pair, is_validation
+from training.pairs import Pair, is_validation
 
 
 def prompts_in_fold(validation: bool, k: int) -> list[str]:

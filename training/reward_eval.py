@@ -29,8 +29,9 @@ from tqdm import tqdm
 from sbon.preference_reward import PreferenceReward, RewardHead, word_count
 from sbon.rewards import CallableReward, LikelihoodReward, RewardModel
 from sbon.results import Candidate
-from .train_reward import (ALPACA_FILE, ASSET_DIR, CACHE_DIR, DATA_DIR, HH_FILE, SEED, Pair, accuracy, check_data,
-                           embed_cached, head_margins, is_validation, length_margins, load_pairs, read_jsonl, text_key)
+from .pairs import (ALPACA_FILE, DATA_DIR, HH_FILE, SEED, Pair, check_data, is_validation, length_margins,
+                    read_jsonl)
+from .train_reward import ASSET_DIR, CACHE_DIR, accuracy, embed_cached, head_margins, load_pairs, text_key
 
 # The SmolLM2 baselines score all pairs of these many random validation AlpacaEval instructions
 # and this many random validation HH pairs: a forward pass per response keeps --eval in minutes.

@@ -4,11 +4,11 @@
     python -m training.reward_quality --data DIR --variants --cv    # step 2: retrained heads, text statistics
     python -m training.reward_quality --finetune-throughput         # can SmolLM2-135M be fine-tuned here?
 
-DIR holds the files of ``train_reward.DATA_SOURCES`` (AlpacaEval annotations, the tulu-2 Best-of-N
+DIR holds the files of ``pairs.DATA_SOURCES`` (AlpacaEval annotations, the tulu-2 Best-of-N
 samples of allenai/reward-bench, Anthropic HH-RLHF harmless pairs); without them the command says
 which to put there.
 
-Pairwise accuracy of each reward on the held-out prompts (``train_reward.is_validation``), next to
+Pairwise accuracy of each reward on the held-out prompts (``pairs.is_validation``), next to
 "the longer answer wins", on four kinds of pair:
 
 1. same-model: two tulu-2-dpo-13b samples for one instruction (``alpaca_eval_bon_tulu2``) whose
@@ -28,8 +28,6 @@ MiniLM embeddings are cached under ``$SBON_CACHE`` (default ``~/.cache/sbon``).
 from __future__ import annotations
 
 import argparse
-import gzip
-import itertools
 import json
 import math
 import os
@@ -44,11 +42,10 @@ from typing import Callable, Sequence
 
 from sbon.preference_reward import word_count
 
-from .train_reward import (ALPACA_FILE, DATA_DIR, HH_FILE, MARGIN, REFERENCE_PREFERENCE, SEED, Pair, check_data,
-                           hh_pairs, is_validation, length_margins, pair_outcome, read_jsonl)
+from .pairs import (ALPACA_FILE, DATA_DIR, HH_FILE, MARGIN, MORE_FILE, SEED, TULU_FILE, Pair, between_model_pairs,
+                    check_data, held_out, hh_pairs, length_margins, model_answers, pair_outcome, read_rows,
+                    reference_pairs, same_model_pairs, training_fold)
 
-TULU_FILE = "alpaca_eval_bon_tulu2.jsonl.gz"
-MORE_FILE = "alpaca_eval_more_models.jsonl.gz"
 LENGTH_MATCH = math.log(1.25)  # |log word-count ratio| below this: length cannot tell the pair apart
 RESULTS = Path(__file__).resolve().parent / "results" / "reward_quality.json"
 DEFAULT_REWARDS = ("length", "minilm-pref", "minilm-pref-nolength", "likelihood")
@@ -62,63 +59,8 @@ LIKELIHOOD_PAIRS = {"same-model": 50, "same-model, length-matched": 50, "hh (hel
 # ---------------------------------------------------------------- pairs
 
 
-def read_rows(path: Path) -> list[dict]:
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt") as f:
-            return [json.loads(line) for line in f if line.strip()]
-    return read_jsonl(path)
-
-
-def ordered_pairs(prompt: str, scored: Sequence[tuple[str, float]], source: str, kind: str,
-                  margin: float = MARGIN) -> list[Pair]:
-    """Every two distinct answers whose preferences differ by at least ``margin``, better first."""
-    pairs = []
-    for (a, sa), (b, sb) in itertools.combinations(scored, 2):
-        if a != b and abs(sa - sb) >= margin:
-            pairs.append(Pair(source, kind, prompt, *((a, b) if sa > sb else (b, a))))
-    return pairs
-
-
-def same_model_pairs(tulu_rows: list[dict]) -> list[Pair]:
-    """Pairs of samples of one model (tulu-2-dpo-13b) for one instruction: Best-of-N's situation."""
-    by_prompt: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for r in tulu_rows:
-        by_prompt[r["instruction"]].append((r["output"], r["preference_vs_reference"]))
-    return [p for prompt, scored in by_prompt.items() for p in ordered_pairs(prompt, scored, "same-model", "tulu-2")]
-
-
-def model_answers(gpt4_rows: list[dict], more_rows: list[dict]) -> dict[str, dict[str, tuple[str, float]]]:
-    """instruction -> {generator: (answer, preference against the GPT-4-Turbo reference)} over both files."""
-    answers: dict[str, dict[str, tuple[str, float]]] = defaultdict(dict)
-    for r in gpt4_rows:
-        answers[r["instruction"]][r["generator_2"]] = (r["output_2"], r["preference"])
-    for r in more_rows:
-        answers[r["instruction"]].setdefault(r["generator"], (r["output"], r["preference_vs_reference"]))
-    return answers
-
-
-def between_model_pairs(answers: dict[str, dict[str, tuple[str, float]]]) -> list[Pair]:
-    return [p for prompt, by_model in answers.items()
-            for p in ordered_pairs(prompt, sorted(by_model.values()), "between-model", "two-models")]
-
-
-def reference_pairs(gpt4_rows: list[dict]) -> list[Pair]:
-    """A model's answer vs. the GPT-4-Turbo reference (which scores REFERENCE_PREFERENCE against itself)."""
-    return [p for r in gpt4_rows
-            for p in ordered_pairs(r["instruction"], [(r["output_1"], REFERENCE_PREFERENCE), (r["output_2"], r["preference"])],
-                                   "reference", "vs-gpt4-turbo")]
-
-
 def is_length_matched(pair: Pair) -> bool:
     return abs(math.log(max(word_count(pair.better), 1) / max(word_count(pair.worse), 1))) < LENGTH_MATCH
-
-
-def held_out(pairs: list[Pair]) -> list[Pair]:
-    return [p for p in pairs if is_validation(p.prompt)]
-
-
-def training_fold(pairs: list[Pair]) -> list[Pair]:
-    return [p for p in pairs if not is_validation(p.prompt)]
 
 
 @dataclass
@@ -628,7 +570,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "command": command,
         "settings": {"margin": MARGIN, "length_matched": "|log word-count ratio| < log 1.25",
-                     "split": "held-out = train_reward.is_validation(prompt) (sha1 % 100 < 20)",
+                     "split": "held-out = pairs.is_validation(prompt) (sha1 % 100 < 20)",
                      "likelihood_pairs_per_set": sizes, "likelihood_seed": SEED,
                      "llm_max_response_tokens": LLM_MAX_TOKENS,
                      "se": "standard error clustered by prompt; ties count half",

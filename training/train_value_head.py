@@ -29,7 +29,7 @@ from scipy.stats import kendalltau
 
 from sbon.engine import SamplingConfig
 from sbon.value_head import ValueHead
-from .train_reward import DATA_DIR, SEED, check_data
+from .pairs import DATA_DIR, SEED, check_data
 from .value_data import CACHE, PREFIX_TOKENS, PROMPTS_FILE, load_records
 
 REWARDS = ("likelihood", "minilm-pref", "minilm-pref-nolength")

@@ -1,8 +1,9 @@
 """Which embedded reward should the app's defaults use? Issue 13's "demo tells the truth" targets on held-out
 prompts, with the app's run settings.
 
-    OMP_NUM_THREADS=1 python benchmarks/results/cpu-2core-epyc/defaults/measure.py --threads 1 --k 8 \
+    OMP_NUM_THREADS=1 python -m benchmarks defaults --threads 1 --k 8 \
         --settings likelihood:reward:0.2 minilm-pref:reward:0.2 ... --out FILE.json
+    python -m benchmarks defaults --summarize FILE.json [FILE.json ...]   # one line per setting
 
 Each setting is reward:prune_by:alpha[:first_decision]. Per prompt, Best-of-N runs ONCE, all N candidates at
 once (the fastest way on a CPU), and its complete candidates are scored by every reward of the settings
@@ -38,24 +39,24 @@ import gc
 import os
 import hashlib
 import json
+import math
 import random
 import sys
-import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[3]
-sys.path.insert(0, str(REPO))
+import numpy as np
+import pandas as pd
+import torch
 
-import torch  # noqa: E402
+from sbon.algorithms import Done, TokensGenerated, events
+from sbon.analysis.comparison import same_memory_batch_size
+from sbon.config import RunConfig
+from sbon.metrics import best_of_m_reward, best_of_m_size, decision_quality, normalized_score
+from sbon.models import load_generator, load_reward
 
-from benchmarks import common  # noqa: E402
-from sbon.algorithms import Done, TokensGenerated  # noqa: E402
-from sbon.algorithms import events  # noqa: E402
-from sbon.comparison import same_memory_batch_size  # noqa: E402
-from sbon.config import RunConfig  # noqa: E402
-from sbon.metrics import best_of_m_reward, best_of_m_size, decision_quality, normalized_score  # noqa: E402
-from sbon.models import load_generator, load_reward  # noqa: E402
+from . import common
+
+REPO = common.REPO
 
 
 def held_out_prompts(k: int, offset: int, seed: int, source: str) -> list[dict]:
@@ -92,9 +93,11 @@ def rescored(bon, reward):
     return run
 
 
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--settings", nargs="+", required=True, help="reward:prune_by:alpha[:first_decision]")
+def add_parser(sub) -> None:
+    p = sub.add_parser("defaults", help="which reward and pruning settings the app should default to: held-out "
+                                        "prompts, Kendall at the first decision point, score vs Best-of-M")
+    p.add_argument("--settings", nargs="+", help="reward:prune_by:alpha[:first_decision]")
+    p.add_argument("--summarize", nargs="+", metavar="FILE", help="print one line per setting of these result files")
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--prompt-seed", type=int, default=13)
@@ -103,8 +106,15 @@ def main() -> int:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True)
-    args = p.parse_args()
+    p.add_argument("--out", help="the result file (JSON), rewritten after every prompt")
+    p.set_defaults(main=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.summarize:
+        return print_summary(args.summarize)
+    if not (args.settings and args.out):
+        raise SystemExit("error: --settings and --out are needed (or --summarize FILES)")
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as tf_logging
     tf_logging.set_verbosity_error()
@@ -121,7 +131,7 @@ def main() -> int:
         common.warm_up(gen, r, RunConfig().sampling)
     out = Path(args.out)
     record = {"experiment": "defaults (issue 13: the demo tells the truth)",
-              "command": "OMP_NUM_THREADS=1 python " + " ".join([str(Path(sys.argv[0]).resolve().relative_to(REPO))] + sys.argv[1:]),
+              "command": "OMP_NUM_THREADS=1 python -m benchmarks " + " ".join(sys.argv[1:]),
               "settings": {"n": args.n, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                            "temperature": RunConfig.temperature, "top_p": RunConfig.top_p, "top_k": RunConfig.top_k,
                            "bon": "run once per prompt, all N at once; memory-bound Best-of-N's steps counted for batches of sbon.comparison.same_memory_batch_size (see the docstring)",
@@ -191,5 +201,34 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+# -- one line per setting ------------------------------------------------------------------------
+
+def summarize(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    out = []
+    for label, g in df.groupby("setting", sort=False):
+        k1 = [x for x in g["kendall_first_decision"] if x is not None and not (isinstance(x, float) and math.isnan(x))]
+        out.append({
+            "setting": label, "prompts": len(g),
+            "kendall_1st_mean": np.mean(k1) if k1 else float("nan"),
+            "kendall_1st_median": np.median(k1) if k1 else float("nan"),
+            "no_DP": int((g["decision_points"] == 0).sum()),
+            "DP_mean": g["decision_points"].mean(), "DP>=3": f"{int((g['decision_points'] >= 3).sum())}/{len(g)}",
+            "sbon_score": g["normalized_score"].mean(),
+            "bom_score_steps": g["bom_step_score"].mean(), "bom_score_tokens": g["bom_token_score"].mean(),
+            "sbon>=bom_steps": f"{int((g['normalized_score'] >= g['bom_step_score']).sum())}/{len(g)}",
+            "winner_pruned": f"{int(g['bon_winner_pruned'].sum())}/{len(g)}",
+            "step_speedup_med": g["step_speedup"].median(), "token_speedup_med": g["token_speedup"].median(),
+            "diverged": int(g["diverged"].sum()),
+            "load_1min_mean": np.mean([r[0] for r in g["load_average"]]),
+        })
+    return pd.DataFrame(out)
+
+
+def print_summary(paths: list[str]) -> int:
+    rows = []
+    for p in paths:
+        rows += json.loads(Path(p).read_text())["rows"]
+    with pd.option_context("display.width", 250, "display.max_columns", 50):
+        print(summarize(rows).to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    return 0

@@ -1,0 +1,100 @@
+"""The layers, checked on the source: data flows engine -> events/results (sbon core) -> analysis
+(sbon.analysis) -> figures (components) -> app; benchmarks and training sit on top. No import circles
+(imports inside functions count), no core module that knows the analysis, pandas or the UI, and result
+folders that hold data and notes only."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("sbon", "components", "benchmarks", "training")
+ENTRY_POINTS = {"sbon.cli", "sbon.__main__"}  # the command line may show analysis; the core may not
+CORE_MUST_NOT_IMPORT = ("sbon.analysis", "components", "benchmarks", "training", "app", "gradio", "plotly", "pandas")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_files() -> dict[str, Path]:
+    files = {module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py") if "results" not in p.parts}
+    files["app"] = REPO / "app.py"
+    return files
+
+
+def imports(name: str, path: Path) -> set[str]:
+    """Every module this one imports, anywhere in it (absolute names, relative ones resolved)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}  # `from . import x` imports module x
+    return out
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    files = project_files()
+    return {name: {m for m in imports(name, path) if m in files and m != name} for name, path in files.items()}
+
+
+def test_no_import_circles(graph):
+    index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_the_core_knows_nothing_of_analysis_figures_or_the_app():
+    for name, path in project_files().items():
+        if not name.startswith("sbon") or name.startswith("sbon.analysis") or name in ENTRY_POINTS:
+            continue
+        bad = {m for m in imports(name, path) if m.split(".")[0] in CORE_MUST_NOT_IMPORT or m.startswith("sbon.analysis")}
+        assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_the_analysis_knows_nothing_of_figures_or_the_app():
+    for name, path in project_files().items():
+        if name.startswith("sbon.analysis"):
+            bad = {m for m in imports(name, path) if m.split(".")[0] in ("components", "benchmarks", "app", "gradio")}
+            assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_result_folders_hold_data_and_notes_only():
+    scripts = [p.relative_to(REPO) for p in (REPO / "benchmarks" / "results").rglob("*")
+               if p.suffix in (".py", ".sh")]
+    assert scripts == [], "a script that produced a result belongs in python -m benchmarks <experiment>"
