@@ -22,7 +22,9 @@ import torch
 from tqdm import tqdm
 
 from sbon.algorithms import Done, Event, best_of_n
+from sbon.config import RunConfig
 from sbon.engine import Generator, SamplingConfig
+from sbon.options import add_options
 from sbon.models import DEFAULT_GENERATOR, DEFAULT_REWARD, load_generator, load_reward
 from sbon.results import RunResult
 from sbon.rewards import RewardModel
@@ -355,12 +357,12 @@ def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_ne
                    help="the file's first k prompts, or k drawn at random with --prompt-seed (default: the protocol's)")
     g.add_argument("--prompt-seed", type=int, default=0, help="seed of the random prompt draw")
     s = p.add_argument_group("sampling")
-    s.add_argument("--n", type=int, default=n, help="candidates N")
-    s.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    s.add_argument("--temperature", type=float, default=None, help="default: the protocol's")
-    s.add_argument("--top-p", type=float, default=None, help="default: the protocol's")
-    s.add_argument("--top-k", type=int, default=None, help="0 = off (default: the protocol's)")
-    s.add_argument("--seed", type=int, default=0)
+    # Help, types and checks come from RunConfig (one settings path); the sampling defaults come from --protocol.
+    protocol_default = {"default": None, "help": "default: the protocol's"}
+    add_options(s, RunConfig(n=n, max_new_tokens=max_new_tokens),
+                only=("n", "max_new_tokens", "temperature", "top_p", "top_k", "seed"),
+                overrides={"n": {"type": int}, "temperature": protocol_default, "top_p": protocol_default,
+                           "top_k": protocol_default}, show_default=False)
     o = p.add_argument_group("output")
     o.add_argument("--out-dir", default=str(DEFAULT_OUT_DIR), help="where result files go")
     o.add_argument("--tag", default=None, help="suffix for the result file names")

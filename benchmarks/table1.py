@@ -14,12 +14,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from sbon.algorithms import best_of_n, plan_budget, speculative_bon_tau, speculative_rejection
+from sbon.algorithms import best_of_n, events, plan_budget
+from sbon.config import PRUNING_METHODS, RunConfig
 from sbon.engine import Generator, SamplingConfig
 from sbon.metrics import (best_of_m_reward, best_of_m_size, compare, decision_quality, normalized_score, speedup,
                           token_rate)
 from sbon.results import RunResult
-from sbon.signals import SIGNALS
+from sbon.options import add_options
 from sbon.rewards import RewardModel
 
 from . import common, distributed, runners, vllm_bon
@@ -49,14 +50,11 @@ def bon_batch_size(gen: Generator, prompt: str, n: int, bon_memory: str, *, meth
 def sbon_events(gen: Generator, reward: RewardModel, prompt: str, n: int, *, method: str, alpha: float,
                 first_decision: int | None, kv_budget: int | None, tau: int, max_new_tokens: int,
                 sampling: SamplingConfig, seed: int, prune_by: str = "reward"):
-    """Speculative Rejection's events with the benchmark's settings. `first_decision` sets the KV
-    budget per prompt to N candidates of (prompt + first_decision) tokens."""
-    if method == "sbon-tau":
-        return speculative_bon_tau(gen, reward, prompt, n, alpha=alpha, tau=tau, max_new_tokens=max_new_tokens,
-                                   sampling=sampling, seed=seed, prune_by=prune_by)
-    return speculative_rejection(gen, reward, prompt, n, alpha=alpha, kv_budget=kv_budget,
-                                 max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
-                                 first_decision=first_decision, prune_by=prune_by)
+    """Speculative Rejection's events with the benchmark's settings (one RunConfig; ``events`` picks the
+    method). `first_decision` sets the KV budget per prompt to N candidates of (prompt + first_decision) tokens."""
+    return events(gen, reward, prompt, RunConfig.build(sampling, method=method, n=n, alpha=alpha, tau=tau,
+                                                       kv_budget=kv_budget, first_decision=first_decision,
+                                                       max_new_tokens=max_new_tokens, seed=seed, prune_by=prune_by))
 
 
 def prompt_runs(gen: Generator, reward: RewardModel, p: dict, *, n: int, bon_memory: str, sb: dict[str, Any],
@@ -244,16 +242,9 @@ def add_parser(sub) -> None:
     distributed.add_ray_args(p)
     vllm_bon.add_baseline_args(p)
     g = p.add_argument_group("speculative rejection")
-    g.add_argument("--method", choices=["sbon", "sbon-tau"], default="sbon",
-                   help="sbon: memory-budget rounds (the paper's); sbon-tau: one decision token")
-    g.add_argument("--alpha", type=float, default=0.5, help="rejection rate")
-    g.add_argument("--first-decision", type=int, default=None,
-                   help="sbon: KV budget = N x (prompt + this many tokens), per prompt (default: sbon's default budget)")
-    g.add_argument("--kv-budget", type=int, default=None, help="sbon: fixed KV budget in tokens for every prompt")
-    g.add_argument("--tau", type=int, default=32, help="sbon-tau: decision token")
-    g.add_argument("--prune-by", choices=list(SIGNALS), default="reward",
-                   help="the pruning signal that scores live candidates at a decision point (reward: the paper's, "
-                        "the reward of the partial text; logprob: the generator's own, free)")
+    # The method's settings come from RunConfig (help, types, choices): one settings path.
+    add_options(g, RunConfig(), only=("method", "alpha", "first_decision", "kv_budget", "tau", "prune_by"),
+                overrides={"method": {"choices": list(PRUNING_METHODS)}}, show_default=False)
     g.add_argument("--no-best-of-m", action="store_true", help="skip the timed Best-of-M runs")
     g.add_argument("--bon-memory", choices=["all", "budget"], default="all",
                    help="all: Best-of-N holds all N candidates at once; budget: only as many as fit to the end in "

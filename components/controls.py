@@ -28,8 +28,8 @@ MAX_PROMPT_CHARS = 20_000  # well past the embedded model's 8k-token context; re
 @dataclass
 class RunSettings(RunConfig):
     """A RunConfig with the app's defaults, plus what only the page holds: the prompt, the models and
-    the Best-of-N baseline. With the defaults the first decision point is drawn within about 10 s and the
-    whole comparison takes about 90 s on 2 quiet CPU cores (README, "How long a run takes")."""
+    the Best-of-N baseline. How long a run with these defaults takes is measured by
+    `python -m benchmarks app` (docs/app.md)."""
     n: int = 16  # the page always starts a given number of candidates (the CLI can derive N from a budget)
     # alpha 0.2 and 128 tokens give several decision points (four on the first example prompt, after 32, 51,
     # 98 and 118 tokens), so the page shows rounds, not a single cut.

@@ -105,7 +105,7 @@ class _Run:
         self.timings = dict.fromkeys(PHASES, 0.0)
 
     @contextmanager
-    def phase(self, name: str):
+    def timer(self, name: str):
         start = time.perf_counter()
         yield
         self.gen.synchronize()
@@ -113,7 +113,7 @@ class _Run:
 
     def start(self, candidate_ids: Sequence[int], prefix=None):
         """Prefill the prompt (unless a prefix is given) and open a batch for these candidates."""
-        with self.phase("prefill"):
+        with self.timer("prefill"):
             prefix = prefix or self.gen.prefill(self.prompt_ids)
             keep_hidden = any(s.needs_hidden for s in self.observers)
             return prefix, self.gen.start(prefix, candidate_ids, keep_hidden)
@@ -121,7 +121,7 @@ class _Run:
     def step(self, batch: Batch) -> list[Event]:
         """Sample one token for every live candidate; finished ones leave the batch. The pruning
         signal sees what the step computed (tokens, logits, hidden states): no extra forward pass."""
-        with self.phase("decode"):
+        with self.timer("decode"):
             ids, logits = list(batch.candidate_ids), batch.logits
             t = self.candidates[ids[0]].tokens_generated
             tokens = sample(logits, self.uniforms[ids, t], self.sampling)
@@ -152,13 +152,13 @@ class _Run:
 
     def score(self, candidate_ids: Sequence[int]) -> list[float]:
         """Final rewards: the reward model on these candidates' (complete) responses."""
-        with self.phase("reward"):
+        with self.timer("reward"):
             texts = self.texts(candidate_ids)
             return self.reward.score(self.prompt, texts) if texts else []
 
     def signal_scores(self, candidate_ids: Sequence[int]) -> list[float]:
         """The pruning signal's scores of these live candidates."""
-        with self.phase("reward"):
+        with self.timer("reward"):
             texts = self.texts(candidate_ids) if self.signal.needs_text else None
             return self.signal.score(self.prompt, list(candidate_ids), texts) if candidate_ids else []
 
@@ -219,8 +219,8 @@ def _rejection_rounds(run: _Run, decide: Callable[[int, int, int], bool],
         if not decide(rows, t, round):
             yield from run.step(batch)
             continue
-        yield score_decision_point(run, batch, contenders, round, t)
-        point = prune(run, batch, contenders, round, t, fits)
+        yield _score_decision_point(run, batch, contenders, round, t)
+        point = _prune(run, batch, contenders, round, t, fits)
         points.append(point)
         contenders = point.survivors
         yield DecisionTaken(point)
@@ -235,7 +235,7 @@ def _rejection_rounds(run: _Run, decide: Callable[[int, int, int], bool],
     yield Done(run.result(completed, points))
 
 
-def score_decision_point(run: _Run, batch: Batch, contenders: list[int], round: int, t: int) -> CandidatesScored:
+def _score_decision_point(run: _Run, batch: Batch, contenders: list[int], round: int, t: int) -> CandidatesScored:
     """Live candidates get the pruning signal's score (their partial reward), newly finished ones
     their final reward."""
     cands = run.candidates
@@ -252,11 +252,11 @@ def score_decision_point(run: _Run, batch: Batch, contenders: list[int], round: 
     return CandidatesScored(round, fresh + done, partial + final, [False] * len(fresh) + [True] * len(done))
 
 
-def prune(run: _Run, batch: Batch, contenders: list[int], round: int, t: int,
+def _prune(run: _Run, batch: Batch, contenders: list[int], round: int, t: int,
           fits: Callable[[int, int], bool]) -> DecisionPoint:
     """Take the decision point: :func:`cut` the contenders, halt the pruned ones' rows."""
     cands = run.candidates
-    with run.phase("rejection"):
+    with run.timer("rejection"):
         final = [k for k in contenders if cands[k].finished]
         score = {k: cands[k].final_reward if cands[k].finished else cands[k].partial_rewards[-1].reward
                  for k in contenders}

@@ -15,10 +15,10 @@ from .engine import SamplingConfig, check_prompt
 from .errors import SBoNError
 
 # Tokens each candidate generates before the first decision point when the budget is derived
-# from N (or N from the budget): the budget then holds N candidates of this length. Chosen from the
-# counterfactual data (benchmarks/results, minilm-pref, 10 AlpacaEval prompts, N=32): partial and final
-# rewards are uncorrelated at 16 tokens (Kendall 0.02) and a single cut first keeps a normalized score
-# >= 98 at 32 tokens (alpha 0.6: 98.3). `first_decision` / `--first-decision` override it.
+# from N (or N from the budget): the budget then holds N candidates of this length. Chosen as the
+# smallest decision token at which one cut keeps a mean normalized score >= 98 in the counterfactual
+# data (python -m benchmarks counterfactual; the numbers are in docs/method.md, generated from its
+# result file). `first_decision` / `--first-decision` override it.
 FIRST_DECISION_TOKENS = 32
 
 

@@ -13,21 +13,27 @@ from typing import Any, Iterable
 
 
 def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: Any, *,
-                skip: Iterable[str] = (), overrides: dict[str, dict[str, Any]] | None = None) -> None:
+                skip: Iterable[str] = (), only: Iterable[str] | None = None,
+                overrides: dict[str, dict[str, Any]] | None = None, show_default: bool = True) -> None:
     """Add ``--field-name`` for each field of the dataclass instance ``defaults`` (its values are the
-    defaults). Booleans get ``--x/--no-x``; ``int | None`` fields take a number or ``none``.
-    ``overrides`` replaces argparse keywords of single options (e.g. a type that also takes 'auto')."""
+    defaults), or for the fields named in ``only``. Booleans get ``--x/--no-x``; ``int | None`` fields
+    take a number or ``none``. ``overrides`` replaces argparse keywords of single options (e.g. a type
+    that also takes 'auto', or a default that another option decides; its "help" is added to the field's).
+    ``show_default=False`` for parsers whose formatter shows defaults itself."""
     hints = typing.get_type_hints(type(defaults))
     metadata = _metadata(type(defaults))
     skip, overrides = set(skip), overrides or {}
-    for f in dataclasses.fields(defaults):
+    only = None if only is None else list(only)
+    fields = {f.name: f for f in dataclasses.fields(defaults)}
+    for f in ([fields[name] for name in only] if only is not None else fields.values()):
         if f.name in skip:
             continue
         default = getattr(defaults, f.name)
         kind, optional = field_kind(hints[f.name])
         meta = metadata.get(f.name, {})
         help_text = meta.get("help", "")
-        kwargs: dict[str, Any] = {"default": default, "help": f"{help_text} (default: {_show(default)})"}
+        kwargs: dict[str, Any] = {"default": default,
+                                  "help": f"{help_text} (default: {_show(default)})" if show_default else help_text}
         if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
@@ -35,7 +41,10 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defau
         choices = meta.get("choices")
         if choices is not None:
             kwargs["choices"] = choices()
-        kwargs.update(overrides.get(f.name, {}))
+        override = dict(overrides.get(f.name, {}))
+        if "help" in override:  # a suffix to the field's own help
+            kwargs["help"] = f"{help_text} ({override.pop('help')})"
+        kwargs.update(override)
         parser.add_argument("--" + f.name.replace("_", "-"), **kwargs)
 
 

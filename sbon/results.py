@@ -119,6 +119,23 @@ class RunResult:
             return FINISHED
         return SURVIVED if c.partial_rewards else FINISHED_EARLY
 
+    def why_no_decision_point(self) -> str | None:
+        """Why a pruning run took no decision point (it then returned Best-of-N's answer at Best-of-N's
+        cost), in one line; None when it took one, or for Best-of-N."""
+        if self.decision_points or self.method not in ("sbon", "sbon-tau"):
+            return None
+        longest = max((c.tokens_generated for c in self.candidates), default=0)
+        if self.method == "sbon-tau":
+            tau = self.settings.get("tau")
+            return (f"no decision point: every candidate had finished by token {longest}, before the decision "
+                    f"token τ = {tau}")
+        n, budget = len(self.candidates), self.settings.get("kv_budget")
+        if not budget:
+            return "no decision point: every candidate finished before the KV budget filled"
+        first = budget // n - self.prompt_tokens
+        return (f"no decision point: the KV budget ({budget} tokens) holds all {n} candidates up to token {first}, "
+                f"and every candidate had finished by token {longest}")
+
     @property
     def total_tokens(self) -> int:
         return sum(c.tokens_generated for c in self.candidates)

@@ -188,3 +188,14 @@ def test_replay_equals_a_real_sbon_tau_run_with_a_finished_candidate_below_the_c
     assert point.survivors == replay.cut.kept
     assert sbon.best_id == replay.best_id and sbon.best.text == bon.candidates[replay.best_id].text
     assert sbon.total_tokens == replay.tokens
+
+
+def test_a_run_without_a_decision_point_says_why():
+    bon = synthetic_bon([5, 7], [1.0, 2.0], ["eos", "eos"])
+    assert bon.why_no_decision_point() is None  # Best-of-N takes none by design
+    sbon = synthetic_bon([5, 7], [1.0, 2.0], ["eos", "eos"])
+    sbon.method, sbon.settings, sbon.prompt_tokens = "sbon", {"kv_budget": 2 * (10 + 16)}, 10
+    assert sbon.why_no_decision_point() == ("no decision point: the KV budget (52 tokens) holds all 2 candidates "
+                                            "up to token 16, and every candidate had finished by token 7")
+    sbon.method, sbon.settings = "sbon-tau", {"tau": 32}
+    assert "before the decision token τ = 32" in sbon.why_no_decision_point()
