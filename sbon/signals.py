@@ -53,7 +53,9 @@ class RewardSignal(PruningSignal):
         self.reward = reward
 
     def score(self, prompt, candidate_ids, texts):
-        return self.reward.score(prompt, list(texts)) if texts else []
+        # A reward that knows partial texts from complete ones (IFEvalReward) scores them with score_partial.
+        score = getattr(self.reward, "score_partial", self.reward.score)
+        return score(prompt, list(texts)) if texts else []
 
 
 class MeanLogProb(PruningSignal):
