@@ -39,10 +39,12 @@ class Outcome:
     span: tuple[int, int] | None = field(default=None, metadata={"help": "(start, end) of the deciding text"})
 
 
-def snippet(text: str, start: int, end: int, context: int = 8) -> str:
-    """The deciding text with a little context, quoted, on one line: ‘sea, the’."""
-    a, b = max(0, start - context), min(len(text), end + context)
-    return "‘" + " ".join(text[a:b].split()) + "’"
+def snippet(text: str, start: int, end: int, context: int = 1) -> str:
+    """The deciding text with ``context`` words either side, quoted, on one line: ‘sea, the’."""
+    left = re.search(r"(?:\S*\s*){0,%d}$" % context, text[:start]).group() if context else ""
+    right = re.match(r"(?:\s*\S*){0,%d}" % context, text[end:]).group() if context else ""
+    quoted = " ".join((left + text[start:end] + right).split())
+    return "‘" + (quoted if len(quoted) <= 60 else quoted[:57] + "...") + "’"
 
 
 def _compile(pattern: str) -> re.Pattern:
@@ -224,7 +226,8 @@ class NumberOfSentences(Instruction):
     def partial(self, text):
         # Only sentences already ended and followed by a space are settled: the last one may go on.
         ends = [e for e in T.sentence_ends(text) if e < len(text)]
-        span = (ends[-2] if len(ends) > 1 else 0, ends[-1]) if ends else None
+        start = ends[-2] if len(ends) > 1 else 0
+        span = (start + len(text[start:]) - len(text[start:].lstrip()), ends[-1]) if ends else None
         return _count_partial(len(ends), self.relation, self.n, "ended sentences:", span)
 
 
@@ -361,13 +364,13 @@ class Postscript(Instruction):
     def final(self, text):
         m = self._match(text)
         if m:
-            return Outcome(PASS, f"postscript {snippet(text, *m.span(), context=0)[:40]}", m.span())
+            return Outcome(PASS, f"postscript {snippet(text, *m.span(), context=0)}", m.span())
         return Outcome(FAIL, f"no postscript starting with ‘{self.marker}’")
 
     def partial(self, text):
         m = self._match(text)
         if m:
-            return Outcome(SATISFIED, f"postscript {snippet(text, *m.span(), context=0)[:40]}", m.span())
+            return Outcome(SATISFIED, f"postscript {snippet(text, *m.span(), context=0)}", m.span())
         return Outcome(OPEN, f"no postscript ‘{self.marker}’ yet")
 
 
@@ -486,7 +489,7 @@ class JsonFormat(Instruction):
         body = text.lstrip()
         if body and body[0] not in self.STARTS:
             i = len(text) - len(body)
-            return Outcome(VIOLATED, f"starts with {snippet(text, i, i + 1, context=6)}, not JSON", (i, i + 1))
+            return Outcome(VIOLATED, f"starts with {snippet(text, i, i + 1)}, not JSON", (i, i + 1))
         return Outcome(OPEN, "JSON is judged on the complete response")
 
 
@@ -669,7 +672,7 @@ class Quotation(Instruction):
     def partial(self, text):
         start = len(text) - len(text.lstrip())
         if text.strip() and text[start] != '"':
-            return Outcome(VIOLATED, f"starts with {snippet(text, start, start + 1, 6)}, not ‘\"’", (start, start + 1))
+            return Outcome(VIOLATED, f"starts with {snippet(text, start, start + 1)}, not ‘\"’", (start, start + 1))
         return Outcome(OPEN, "must end with ‘\"’")
 
 
