@@ -582,8 +582,9 @@ class EndPhrase(Instruction):
     def final(self, text):
         ok = text.strip().strip('"').lower().endswith(self.phrase.lower())
         tail = text.rstrip()
-        return Outcome(PASS if ok else FAIL, f"ends with {snippet(tail, len(tail) - len(self.phrase), len(tail), 0)}"
-                       f"{'' if ok else f', ‘{self.phrase}’ required'}", (max(0, len(tail) - len(self.phrase)), len(tail)))
+        span = (max(0, len(tail) - len(self.phrase)), len(tail))
+        required = "" if ok else f", ‘{self.phrase}’ required"
+        return Outcome(PASS if ok else FAIL, f"ends with {snippet(tail, *span, context=0)}{required}", span)
 
     def partial(self, text):
         return Outcome(OPEN, f"must end with ‘{self.phrase}’")

@@ -22,7 +22,7 @@ class Verdict:
     """One instruction's verdict on one response: what the page shows next to the text."""
     instruction_id: str = field(metadata={"help": "IFEval's id, e.g. 'punctuation:no_comma'"})
     status: str = field(metadata={"help": "final: 'pass' or 'fail'; partial: 'satisfied', 'violated' or 'open'"})
-    reason: str = field(metadata={"help": "short and human, e.g. 'comma at ‘sea, the’' or 'words: 41, less than 40 required'"})
+    reason: str = field(metadata={"help": "short and human, e.g. 'comma at ‘sea, the’'"})
     span: tuple[int, int] | None = field(metadata={"help": "(start, end) characters of the response that decided "
                                                            "it; None when no single place did"})
     value: float = field(metadata={"help": "what it adds to the reward before averaging: 1 pass/satisfied, 0 fail/"
