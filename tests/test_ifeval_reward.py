@@ -63,6 +63,11 @@ def test_loose_also_accepts_trimmed_variants():
         assert IFEvalReward().explain(prompt, text)[0].status == "fail"
         loose = IFEvalReward(mode="loose").explain(prompt, text)[0]
         assert loose.status == "pass" and "without last line" in loose.reason
+        comma = "Hello, friend.\nBye."
+        IFEvalReward.register(prompt, ["punctuation:no_comma"], [{}])
+        assert IFEvalReward().explain(prompt, comma, final=False)[0].status == "violated"
+        assert IFEvalReward(mode="loose").explain(prompt, comma, final=False)[0].status == "open"
+        assert IFEvalReward(mode="loose").explain(prompt, comma + "\nok", final=True)[0].status == "pass"
     finally:
         IFEvalReward.unregister(prompt)
 

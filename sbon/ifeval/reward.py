@@ -106,7 +106,7 @@ class IFEvalReward:
         instructions = self.instructions(prompt)
         if final:
             return final_verdicts(instructions, response, self.mode)
-        return partial_verdicts(instructions, response, self._rate)
+        return partial_verdicts(instructions, response, self._rate, self.mode)
 
     def _reward(self, verdicts: list[Verdict], text: str) -> float:
         return sum(v.value for v in verdicts) / len(verdicts) + tie_break(text)

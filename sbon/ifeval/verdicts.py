@@ -68,13 +68,17 @@ def final_verdicts(instructions: Sequence[Instruction], response: str, mode: str
     return out
 
 
-def partial_verdicts(instructions: Sequence[Instruction], text: str, pass_rate: Callable[[str], float]
-                     ) -> list[Verdict]:
+def partial_verdicts(instructions: Sequence[Instruction], text: str, pass_rate: Callable[[str], float],
+                     mode: str = "strict") -> list[Verdict]:
     """Each instruction's verdict on an unfinished response; an open one is worth the generator's pass rate
-    for its type (the expected final verdict when nothing is known yet)."""
+    for its type (the expected final verdict when nothing is known yet). Under ``loose`` a violation is
+    only open: a trimmed variant (first or last line, or ``*``, removed) may still pass; a satisfied
+    instruction stays satisfied, since the response itself is the first variant."""
     out = []
     for ins in instructions:
         o = ins.partial(text)
+        if mode == "loose" and o.status == VIOLATED:
+            o = Outcome(OPEN, f"{o.reason} (loose: a trimmed variant may still pass)", o.span)
         value = {SATISFIED: 1.0, VIOLATED: 0.0}.get(o.status)
         out.append(Verdict(ins.id, o.status, o.reason, o.span, pass_rate(ins.id) if value is None else value, False))
     return out
