@@ -2,9 +2,9 @@
 program, so a person can verify every score (``explain`` says which instruction passed, why and where).
 
 Final reward (complete response) = (number of instructions followed) / (number of instructions), strict
-by default as IFEval's instruction-level strict accuracy, plus a tie-break: ``TIE_BREAK / (1 + words /
-100)`` with ``TIE_BREAK = 1e-3`` and ``words`` IFEval's word count, so that among responses following the
-same instructions the *shorter response wins*, deterministically. The tie-break is below any difference
+by default as IFEval's instruction-level strict accuracy, plus a tie-break: ``TIE_BREAK / (1 + characters /
+500)`` with ``TIE_BREAK = 1e-3``, so that among responses following the same instructions the *shorter
+response wins*, deterministically (characters, not words: free to count). The tie-break is below any difference
 of one instruction (at most 1/k for k instructions), so it never overturns one.
 
 Partial reward (unfinished response, at a decision point) = the expected final reward: each instruction
@@ -28,7 +28,6 @@ from typing import ClassVar, Sequence
 from ..errors import SBoNError
 from .checkers import Instruction, build
 from .data import SHIPPED_FILE, load_prompts, parse_row
-from .text import count_words
 from .verdicts import MODES, Verdict, final_verdicts, partial_verdicts, rates_lookup
 
 TIE_BREAK = 1e-3
@@ -54,8 +53,8 @@ def load_pass_rates(path: Path = PASS_RATES_FILE) -> tuple[dict[str, float], flo
 
 
 def tie_break(text: str) -> float:
-    """Shorter response wins ties: in (0, TIE_BREAK], decreasing with the word count."""
-    return TIE_BREAK / (1.0 + count_words(text) / 100.0)
+    """Shorter response wins ties: in (0, TIE_BREAK], decreasing with the length in characters."""
+    return TIE_BREAK / (1.0 + len(text) / 500.0)
 
 
 class IFEvalReward:

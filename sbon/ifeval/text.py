@@ -25,6 +25,8 @@ _ABBREVIATIONS = frozenset(
     "oct nov dec mt ft gen col lt capt sgt rev gov sen rep est approx dept fig al".split())
 _SENTENCE_END = re.compile(r"[.?!]+[\"'”’)\]]*(?=\s|$)")
 _TOKEN = re.compile(r"(?i)n't\b|'(?:s|re|ve|ll|d|m)\b|\w+(?:[-']\w+)*?(?=n't\b)|\w+(?:-\w+)*|[^\w\s]")
+# The same without the contraction look-ahead, which costs a rescan per letter: for texts without "n't".
+_TOKEN_PLAIN = re.compile(r"(?i)'(?:s|re|ve|ll|d|m)\b|\w+(?:-\w+)*|[^\w\s]")
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
@@ -52,7 +54,7 @@ def sentence_ends(text: str) -> list[int]:
     """Character offsets just after each sentence end (the stand-in for punkt), in order."""
     ends = []
     for m in _SENTENCE_END.finditer(text):
-        before = text[:m.start()].rsplit(None, 1)
+        before = text[max(0, m.start() - 40):m.start()].rsplit(None, 1)  # the word before: short
         word = before[-1].lower().lstrip("\"'(“‘[") if before and not text[m.start() - 1:m.start()].isspace() else ""
         if m.group().startswith(".") and not m.group().startswith("..") and (
                 word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())):
@@ -74,7 +76,8 @@ def count_sentences(text: str) -> int:
 
 def word_tokens(text: str) -> list[tuple[str, int, int]]:
     """(token, start, end) in the manner of ``nltk.word_tokenize``; NLTK's own when installed."""
-    return [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    pattern = _TOKEN if "n't" in text.lower() else _TOKEN_PLAIN
+    return [(m.group(), m.start(), m.end()) for m in pattern.finditer(text)]
 
 
 def capital_words(text: str) -> list[tuple[str, int, int]]:
