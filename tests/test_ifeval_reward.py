@@ -124,3 +124,20 @@ def test_reward_signal_scores_partial_texts_with_score_partial(reward):
 
     texts = ["Blue", "Blue, "]
     assert RewardSignal(reward).score(PROMPT, [0, 1], texts) == reward.score_partial(PROMPT, texts)
+
+
+def test_counterfactual_replay_prunes_on_partial_rewards(reward):
+    """sbon.ifeval.evaluate's replay: at tau the comma-free candidates are kept, the ones with an early
+    comma pruned; the settled verdicts agree with the final ones."""
+    from types import SimpleNamespace
+
+    from sbon.ifeval.evaluate import replay
+
+    texts = ["Blue, wide sea", "Blue sea", "Grey, cold", "Calm"]
+    cands = [SimpleNamespace(token_ids=list(range(10)), text=t) for t in texts]
+    partial = [t[:6] for t in texts]  # "Blue, " "Blue s" "Grey, " "Calm"
+    out = replay(reward, PROMPT, cands, partial, SimpleNamespace(tau=5, alpha=0.5))
+    assert out["accuracy"]["one sample"] == 0.5
+    assert out["accuracy"]["Best-of-N"] == 1.0
+    assert out["accuracy"]["Speculative Rejection (tau=5)"] == 1.0
+    assert out["settled"] == 2 and out["contradicted"] == 0 and out["live_at_tau"] == 4
