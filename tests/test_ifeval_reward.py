@@ -141,3 +141,24 @@ def test_counterfactual_replay_prunes_on_partial_rewards(reward):
     assert out["accuracy"]["Best-of-N"] == 1.0
     assert out["accuracy"]["Speculative Rejection (tau=5)"] == 1.0
     assert out["settled"] == 2 and out["contradicted"] == 0 and out["live_at_tau"] == 4
+
+
+def test_calibration_rates_are_smoothed_toward_the_pooled_prior():
+    from sbon.ifeval.calibrate import next_prompt, smoothed_rates
+    from sbon.ifeval.data import IFEvalPrompt
+
+    rates, prior = smoothed_rates({"a": 4, "b": 12}, {"a": 0, "b": 8}, pseudo=8)
+    assert prior == pytest.approx(0.5)
+    assert rates["a"] == pytest.approx(4 / 12, abs=1e-4) and rates["b"] == pytest.approx(12 / 20, abs=1e-4)
+    rows = [IFEvalPrompt(1, "p", ("a",), ({},)), IFEvalPrompt(3, "q", ("b", "c"), ({}, {}))]
+    assert next_prompt(rows, __import__("collections").Counter({"a": 0, "b": 4, "c": 0})).key == 1
+    assert next_prompt(rows, __import__("collections").Counter({"a": 4, "b": 4, "c": 0})).key == 3
+
+
+def test_shipped_pass_rates_cover_every_type():
+    from sbon.ifeval.checkers import CHECKERS
+    from sbon.ifeval.reward import load_pass_rates
+
+    rates, prior = load_pass_rates()
+    assert set(rates) == set(CHECKERS) and all(0 <= r <= 1 for r in rates.values()) and 0 < prior < 1
+    assert IFEvalReward().pass_rates == rates
