@@ -107,3 +107,9 @@ def test_every_type_has_a_partial_case():
     from sbon.ifeval.checkers import CHECKERS
 
     assert {c[0] for c in CASES_PARTIAL} == set(CHECKERS)
+
+
+def test_letter_frequency_counts_a_non_letter_as_given():
+    """The reference draws a random letter for '#' (one IFEval prompt asks for it); we count '#'."""
+    ins = build("keywords:letter_frequency", {"letter": "#", "let_frequency": 2, "let_relation": "at least"})
+    assert ins.check("# one\n# two") and not ins.check("# one only, no other hash")
