@@ -178,7 +178,7 @@ class ForbiddenWords(Instruction):
 
 class LetterFrequency(Instruction):
     """How often a letter appears (case-insensitive). The reference replaces an argument that is not one
-    ASCII letter by a *random* letter, so its verdict on IFEval's prompt asking for '#' changes from run to
+    ASCII letter by a *random* letter, so its verdict on those prompts changes from run to
     run; here the given character is counted as it is, deterministically."""
     id = "keywords:letter_frequency"
     args = {"letter": str, "let_frequency": int, "let_relation": str}
