@@ -178,8 +178,8 @@ class ForbiddenWords(Instruction):
 
 class LetterFrequency(Instruction):
     """How often a letter appears (case-insensitive). The reference replaces an argument that is not one
-    ASCII letter by a *random* letter, so its verdict on those prompts changes from run to
-    run; here the given character is counted as it is, deterministically."""
+    ASCII letter by a *random* letter, so its verdict on such prompts (two shipped ones ask for '#' and '!')
+    changes from run to run; here the given character is counted as it is, deterministically."""
     id = "keywords:letter_frequency"
     args = {"letter": str, "let_frequency": int, "let_relation": str}
 
