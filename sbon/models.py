@@ -69,6 +69,12 @@ def _minilm_pref(use_length: bool) -> Callable[..., RewardModel]:
     return load
 
 
+def _ifeval(generator: Generator | None, device) -> RewardModel:
+    from .ifeval.reward import IFEvalReward
+
+    return IFEvalReward()  # pure code: no model, no device
+
+
 # Reward presets: one entry each, with its loader where it is not a hub sequence classifier.
 # "minilm-pref" is this project's trained reward (embedded, offline; its hub_id is the encoder's hub
 # copy, used where the package is missing); "likelihood" scores with the generator itself; the rest are
@@ -86,6 +92,8 @@ REWARDS: dict[str, Preset] = {
     "neg-perplexity": Preset("", "minus the perplexity of prompt + response under the generator, as in the "
                                  "paper's perplexity experiment (NeurIPS 2024, Table 2)",
                              load=_likelihood("neg-perplexity", "neg-perplexity"), needs_generator=True, offline=True),
+    "ifeval": Preset("", "fraction of the prompt's IFEval instructions followed, checked by program (IFEval prompts "
+                         "only; see sbon/ifeval)", load=_ifeval, offline=True),
     # The paper's reward models: first logit of a sequence classifier over the chat template...
     "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
     "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),

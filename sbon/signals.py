@@ -66,7 +66,9 @@ class RewardSignal(PruningSignal):
         return cls(reward)
 
     def score(self, prompt, candidate_ids, texts):
-        return self.reward.score(prompt, list(texts)) if texts else []
+        # A reward that knows partial texts from complete ones (IFEvalReward) scores them with score_partial.
+        score = getattr(self.reward, "score_partial", self.reward.score)
+        return score(prompt, list(texts)) if texts else []
 
 
 class MeanLogProb(PruningSignal):

@@ -1,0 +1,119 @@
+"""The IFEval reward: the fraction of a prompt's verifiable instructions a response follows, checked by
+program, so a person can verify every score (``explain`` says which instruction passed, why and where).
+
+Final reward (complete response) = (number of instructions followed) / (number of instructions), strict
+by default as IFEval's instruction-level strict accuracy, plus a tie-break: ``TIE_BREAK / (1 + characters /
+500)`` with ``TIE_BREAK = 1e-3``, so that among responses following the same instructions the *shorter
+response wins*, deterministically (characters, not words: free to count). The tie-break is below any difference
+of one instruction (at most 1/k for k instructions), so it never overturns one.
+
+Partial reward (unfinished response, at a decision point) = the expected final reward: each instruction
+counts 1 once satisfied, 0 once violated, and, while open, the pass rate of its type on complete
+responses of the embedded generator (``pass_rates.json``, made by ``python -m sbon.ifeval.calibrate``),
+plus the same tie-break on the partial text. ``score_partial`` computes it; the pruning signal calls it
+at decision points when the reward has it (``sbon.signals.RewardSignal``).
+
+Which instructions a prompt carries: a prompt whose text is a row of the shipped IFEval file
+(benchmarks/data/ifeval_prompts.jsonl) gets that row's; ``IFEvalReward.register`` adds others. A prompt
+with neither raises a one-line SBoNError.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+from ..errors import SBoNError
+from .checkers import Instruction, build
+from .data import SHIPPED_FILE, load_prompts, parse_row
+from .verdicts import MODES, Verdict, final_verdicts, partial_verdicts, rates_lookup
+
+TIE_BREAK = 1e-3
+PASS_RATES_FILE = Path(__file__).with_name("pass_rates.json")
+# Pass rate of an open instruction when no calibration file is found: IFEval's instruction-level
+# strict accuracy is of this order for small instruction-tuned models (documented, not measured here).
+DEFAULT_PRIOR = 0.5
+
+
+@functools.lru_cache(maxsize=4)
+def _shipped(path: Path) -> dict[str, tuple[Instruction, ...]]:
+    """The shipped prompts by exact text, each with its built instructions (loaded once)."""
+    return {p.prompt: tuple(p.instructions()) for p in load_prompts(path)} if path.exists() else {}
+
+
+def load_pass_rates(path: Path = PASS_RATES_FILE) -> tuple[dict[str, float], float]:
+    """(rate per instruction type, prior for the types not in it) from a calibration file; the
+    documented prior alone when there is none."""
+    if not path.exists():
+        return {}, DEFAULT_PRIOR
+    data = json.loads(path.read_text())
+    return dict(data["rates"]), float(data["prior"])
+
+
+def tie_break(text: str) -> float:
+    """Shorter response wins ties: in (0, TIE_BREAK], decreasing with the length in characters."""
+    return TIE_BREAK / (1.0 + len(text) / 500.0)
+
+
+class IFEvalReward:
+    """Reward = fraction of the prompt's IFEval instructions followed (see the module docstring).
+
+    ``score(prompt, responses)`` scores complete responses; ``score_partial(prompt, texts)`` unfinished
+    ones; ``explain(prompt, response, final)`` lists one Verdict per instruction.
+    """
+    name = "ifeval"
+    _registered: ClassVar[dict[str, tuple[Instruction, ...]]] = {}
+
+    def __init__(self, mode: str = "strict", pass_rates: dict[str, float] | None = None,
+                 prior: float | None = None, prompts_file: str | Path = SHIPPED_FILE):
+        if mode not in MODES:
+            raise SBoNError(f"IFEval mode must be one of {MODES}, got {mode!r}")
+        rates, default_prior = load_pass_rates()
+        self.mode = mode
+        self.pass_rates = rates if pass_rates is None else dict(pass_rates)
+        self.prior = default_prior if prior is None else prior
+        self.prompts_file = Path(prompts_file)
+        self._rate = rates_lookup(self.pass_rates, self.prior)
+
+    @classmethod
+    def register(cls, prompt: str, instruction_ids: Sequence[str], kwargs: Sequence[dict | None]) -> None:
+        """Give a prompt its instructions (IFEval ids and arguments); checked now, one-line SBoNError."""
+        row = parse_row({"prompt": prompt, "instruction_id_list": list(instruction_ids),
+                         "kwargs": [k or {} for k in kwargs]}, "register")
+        if not row.instruction_ids:
+            raise SBoNError("register needs at least one IFEval instruction")
+        cls._registered[prompt] = tuple(row.instructions())
+
+    @classmethod
+    def unregister(cls, prompt: str) -> None:
+        cls._registered.pop(prompt, None)
+
+    def instructions(self, prompt: str) -> tuple[Instruction, ...]:
+        """The prompt's instructions: registered first, then the shipped file by exact (then stripped) text."""
+        for table in (self._registered, _shipped(self.prompts_file)):
+            found = table.get(prompt) or table.get(prompt.strip())
+            if found:
+                return found
+        raise SBoNError("the ifeval reward needs an IFEval prompt: pick one of benchmarks/data/ifeval_prompts.jsonl "
+                        "or register its instructions (IFEvalReward.register)")
+
+    def explain(self, prompt: str, response: str, final: bool = True) -> list[Verdict]:
+        """One Verdict per instruction: pass/fail for a complete response, satisfied/violated/open for a
+        partial one."""
+        instructions = self.instructions(prompt)
+        if final:
+            return final_verdicts(instructions, response, self.mode)
+        return partial_verdicts(instructions, response, self._rate, self.mode)
+
+    def _reward(self, verdicts: list[Verdict], text: str) -> float:
+        return sum(v.value for v in verdicts) / len(verdicts) + tie_break(text)
+
+    def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
+        """Final rewards of complete responses."""
+        return [self._reward(self.explain(prompt, r, final=True), r) for r in responses]
+
+    def score_partial(self, prompt: str, texts: Sequence[str]) -> list[float]:
+        """Partial rewards of unfinished responses: the expected final reward."""
+        return [self._reward(self.explain(prompt, t, final=False), t) for t in texts]
