@@ -25,8 +25,9 @@ def project_files() -> dict[str, Path]:
     return files
 
 
-def imports(name: str, path: Path) -> set[str]:
-    """Every module this one imports, anywhere in it (absolute names, relative ones resolved)."""
+def imports(name: str, path: Path, modules: frozenset[str] = frozenset()) -> set[str]:
+    """Every module this one imports, anywhere in it (absolute names, relative ones resolved).
+    ``from package import module`` counts as importing the module, not the package's own __init__."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -37,15 +38,16 @@ def imports(name: str, path: Path) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            out.add(base)
-            out |= {f"{base}.{a.name}" for a in node.names}  # `from . import x` imports module x
+            submodules = {f"{base}.{a.name}" for a in node.names} & modules
+            out |= submodules if len(submodules) == len(node.names) else {base} | submodules
     return out
 
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
     files = project_files()
-    return {name: {m for m in imports(name, path) if m in files and m != name} for name, path in files.items()}
+    modules = frozenset(files)
+    return {name: {m for m in imports(name, path, modules) if m in files and m != name} for name, path in files.items()}
 
 
 def test_no_import_circles(graph):

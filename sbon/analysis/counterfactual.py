@@ -32,9 +32,10 @@ def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequen
         grouped = reward.score_prefixes(bon.prompt, [[text[(tau, k)] for tau in cut_at[k]] for k in ids])
         scores = {(tau, k): s for k, row in zip(ids, grouped) for tau, s in zip(cut_at[k], row)}
     else:
+        partial = getattr(reward, "score_partial", reward.score)  # as the run's RewardSignal scores partial texts
         for tau in taus:
             scores.update(zip([(tau, k) for k in live[tau]],
-                              reward.score(bon.prompt, [text[(tau, k)] for k in live[tau]]) if live[tau] else []))
+                              partial(bon.prompt, [text[(tau, k)] for k in live[tau]]) if live[tau] else []))
     return {tau: [scores.get((tau, c.id)) for c in bon.candidates] for tau in taus}
 
 
