@@ -126,21 +126,24 @@ def test_reward_signal_scores_partial_texts_with_score_partial(reward):
     assert RewardSignal(reward).score(PROMPT, [0, 1], texts) == reward.score_partial(PROMPT, texts)
 
 
-def test_counterfactual_replay_prunes_on_partial_rewards(reward):
-    """sbon.ifeval.evaluate's replay: at tau the comma-free candidates are kept, the ones with an early
-    comma pruned; the settled verdicts agree with the final ones."""
-    from types import SimpleNamespace
-
-    from sbon.ifeval.evaluate import replay
+def test_the_cut_rule_prunes_on_partial_verdicts(reward):
+    """Replayed through the run's own cut rule (sbon.analysis.replay): at tau the candidates with an early
+    comma are pruned, the comma-free ones kept, and the answer follows the instruction."""
+    from sbon.analysis.replay import replay_tau
+    from sbon.results import Candidate, RunResult
 
     texts = ["Blue, wide sea", "Blue sea", "Grey, cold", "Calm"]
-    cands = [SimpleNamespace(token_ids=list(range(10)), text=t) for t in texts]
-    partial = [t[:6] for t in texts]  # "Blue, " "Blue s" "Grey, " "Calm"
-    out = replay(reward, PROMPT, cands, partial, SimpleNamespace(tau=5, alpha=0.5))
-    assert out["accuracy"]["one sample"] == 0.5
-    assert out["accuracy"]["Best-of-N"] == 1.0
-    assert out["accuracy"]["Speculative Rejection (tau=5)"] == 1.0
-    assert out["settled"] == 2 and out["contradicted"] == 0 and out["live_at_tau"] == 4
+    finals = reward.score(PROMPT, texts)
+    cands = []
+    for k, (t, f) in enumerate(zip(texts, finals)):
+        c = Candidate(k)
+        c.token_ids, c.text, c.final_reward, c.stop_reason = list(range(10)), t, f, "eos"
+        cands.append(c)
+    bon = RunResult("bon", PROMPT, "g", "ifeval", {"n": 4}, 1, cands, best_id=max(range(4), key=lambda k: finals[k]))
+    partial = reward.score_partial(PROMPT, [t[:6] for t in texts])  # "Blue, " "Blue s" "Grey, " "Calm"
+    r = replay_tau(bon, partial, 5, 0.5)
+    assert r.cut.pruned == [0, 2] and r.cut.kept == [1, 3]
+    assert all(v.followed for v in reward.explain(PROMPT, texts[r.best_id], final=True))
 
 
 def test_calibration_rates_are_smoothed_toward_the_pooled_prior():

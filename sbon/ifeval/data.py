@@ -13,7 +13,7 @@ from ..errors import SBoNError
 from .checkers import Instruction, build
 
 # The shipped prompts: 400 of IFEval's 541 (source and license in benchmarks/data/README.md).
-SHIPPED_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "ifeval_prompts.jsonl"
+SHIPPED_FILE = Path(__file__).resolve().parents[1] / "assets" / "ifeval" / "ifeval_prompts.jsonl"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ plus the same tie-break on the partial text. ``score_partial`` computes it; the 
 at decision points when the reward has it (``sbon.signals.RewardSignal``).
 
 Which instructions a prompt carries: a prompt whose text is a row of the shipped IFEval file
-(benchmarks/data/ifeval_prompts.jsonl) gets that row's; ``IFEvalReward.register`` adds others. A prompt
+(sbon/assets/ifeval/ifeval_prompts.jsonl) gets that row's; ``IFEvalReward.register`` adds others. A prompt
 with neither raises a one-line SBoNError.
 """
 
@@ -96,7 +96,7 @@ class IFEvalReward:
             found = table.get(prompt) or table.get(prompt.strip())
             if found:
                 return found
-        raise SBoNError("the ifeval reward needs an IFEval prompt: pick one of benchmarks/data/ifeval_prompts.jsonl "
+        raise SBoNError("the ifeval reward needs an IFEval prompt: pick one of sbon/assets/ifeval/ifeval_prompts.jsonl "
                         "or register its instructions (IFEvalReward.register)")
 
     def explain(self, prompt: str, response: str, final: bool = True) -> list[Verdict]:
