@@ -206,10 +206,14 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {method:<24} {_fmt(m['prompt_accuracy'])}  {_fmt(m['instruction_accuracy'])}  "
                   f"{_fmt(m['token_rate'])}" + (f"  decision points {_fmt(m['decision_points'])}, none on "
                                                 f"{m['no_decision_point']}, Kendall (pooled, 1st) "
-                                                f"{m['kendall_first_pooled']}" if "decision_points" in m else ""))
+                                                f"{_fmt_kendall(m['kendall_first_pooled'])}" if "decision_points" in m else ""))
     print(f"\nwrote {json_path}")
     return 0
 
 
 def _fmt(mm: dict) -> str:
     return "—" if mm["mean"] is None else f"{mm['mean']:.3f} / {mm['median']:.3f}"
+
+
+def _fmt_kendall(k: float | None) -> str:
+    return "—" if k is None else f"{k:+.2f}"

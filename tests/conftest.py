@@ -7,6 +7,17 @@ import torch
 
 from sbon.models import load_generator, load_reward
 
+# Modules that start the app, a browser, Ray or a benchmark's command line: `python -m pytest -m "not slow"`
+# leaves them out for a quick run between edits; `python -m pytest` runs everything.
+SLOW_MODULES = {"test_app_e2e.py", "test_benchmarks_smoke.py", "test_reliability.py", "test_distributed.py",
+                "test_gpu_ready.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def gen():

@@ -1,7 +1,7 @@
 """The cut rule (sbon/cut.py): one function decides every decision point, in real runs and in replays.
 
 - pure cases, the issue's finished-candidate-below-the-cut example among them;
-- on random traces (finish times, scores, N, alpha, budgets) driven through the real algorithm with a
+- on 150 random traces (finish times, scores, N, alpha, budgets) driven through the real algorithm with a
   scripted generator, the memory-budget variant decides at the tokens the official code's rule gives
   and keeps the candidates a plain re-statement of the rule keeps;
 - on the real model, a replay on Best-of-N's candidates equals a real ``sbon-tau`` run, a finished
@@ -149,7 +149,7 @@ def official_rounds(P, finish_at, budget, alpha, max_new, score):
     return out
 
 
-@pytest.mark.parametrize("trial", range(300))
+@pytest.mark.parametrize("trial", range(150))
 def test_decision_points_come_where_the_official_rule_puts_them(trial):
     rng = random.Random(trial)
     n, P, max_new = rng.randint(1, 12), rng.randint(1, 8), rng.randint(4, 40)
