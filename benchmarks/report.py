@@ -388,6 +388,36 @@ def defaults(results_dir: Path) -> str:
          "speedup in decode steps (median)", "in tokens (median)"], rows))
 
 
+def ifeval(results_dir: Path) -> str:
+    """`python -m benchmarks ifeval`: each method's answer checked by IFEval's instructions, and per instruction
+    type whether partial verdicts at the first decision point predicted the final ones."""
+    path = results_dir / MACHINE / "ifeval" / "ifeval.json"
+    d = load(results_dir, "ifeval", "ifeval.json")
+    out = []
+    for name, s in d["summary"].items():
+        rows = []
+        for method, m in s["methods"].items():
+            dp = (f"{mean_median(m['decision_points'], 1)} (none on {m['no_decision_point']}); Kendall "
+                  f"{num(m['kendall_first_pooled'], 2)}; winner kept {mean_median(m['winner_kept'], 0, pct)}"
+                  if "decision_points" in m else "")
+            rows.append([method, mean_median(m["prompt_accuracy"], 2), mean_median(m["instruction_accuracy"], 2),
+                         mean_median(m["token_rate"], 2), mean_median(m["seconds"], 0), dp])
+        out.append(f"**{name}**, {s['prompts']} prompts of the evaluation split ({link(results_dir, path)}; load "
+                   f"average at start {load_avg(d['environment_at_start'])}). Reward scoring took "
+                   f"{mean_median(s['reward_share_of_sr_time'], 1, pct)} of Speculative Rejection's time.\n\n"
+                   + markdown_table(["method", "prompt-level strict", "instruction-level strict", "token rate",
+                                     "seconds", "decision points; Kendall (pooled, first); Best-of-N's winner kept"],
+                                    rows))
+        types = [[kind.replace("_", "\\_"), str(t["live_candidates"]), pct(t["settled_at_first_decision"]),
+                  num(t["kendall"], 2), str(t["pruned_while_open"]), pct(t["pruned_while_open_would_pass"])]
+                 for kind, t in sorted(s["by_instruction_type"].items(),
+                                       key=lambda kv: -(kv[1]["settled_at_first_decision"] or 0))]
+        out.append("Per instruction type, at the first decision point of the rounds run:\n\n" + markdown_table(
+            ["instruction type", "live candidates", "verdict settled", "Kendall (partial value vs followed)",
+             "pruned while open", "of those, would have followed it"], types))
+    return "\n\n".join(out)
+
+
 def headline(results_dir: Path) -> str:
     """One line per experiment: its main number, with a link to the section of the benchmarks page that has the rest."""
     def summary(*parts):
@@ -441,6 +471,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ray": ray,
     "recorded-run": recorded_run,
     "defaults": defaults,
+    "ifeval": ifeval,
 }
 
 

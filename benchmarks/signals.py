@@ -80,8 +80,9 @@ def random_grid(bon: RunResult, scores: dict, alphas: Sequence[float], rng: np.r
     return df.groupby(["signal", "t", "alpha"], as_index=False).mean(numeric_only=True).drop(columns="draw")
 
 
-def with_final_reward(bon: RunResult, rewards: Sequence[float]) -> RunResult:
+def with_final_reward(bon: RunResult, rewards: Sequence[float], name: str) -> RunResult:
     """The same candidates judged by another final reward: final rewards replaced, winner re-picked."""
+    bon.reward = name
     for c, r in zip(bon.candidates, rewards):
         c.final_reward = float(r)
     bon.best_id = max(range(len(bon.candidates)), key=lambda k: (bon.candidates[k].final_reward, -k))
@@ -94,13 +95,14 @@ def per_prompt(raw: Sequence[dict], alphas: Sequence[float], seed: int = 0,
     rows = []
     for rec in raw:
         bon = RunResult.from_dict(rec["bon"])
+        run_reward = bon.reward  # the reward that scored the reward signal's partial texts
         if final_reward:
             if final_reward not in rec.get("final_rewards", {}):
                 raise SystemExit(f"error: prompt {rec['prompt_id']} has no recorded {final_reward!r} final reward "
                                  f"(recorded: {', '.join(rec.get('final_rewards', {})) or 'none'})")
-            bon = with_final_reward(bon, rec["final_rewards"][final_reward])
+            bon = with_final_reward(bon, rec["final_rewards"][final_reward], final_reward)
         scores = scores_from_json(rec["scores"])
-        grid = pd.concat([signal_grid(bon, scores, alphas), random_grid(bon, scores, alphas, rng)], ignore_index=True)
+        grid = pd.concat([signal_grid(bon, scores, alphas, run_reward), random_grid(bon, scores, alphas, rng)], ignore_index=True)
         rows.append(grid.assign(prompt_id=rec["prompt_id"], set=rec.get("set", "alpaca_eval")))
     df = pd.concat(rows, ignore_index=True)
     df["tokens_saved"] = 1 - df["token_rate"]

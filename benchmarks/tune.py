@@ -37,10 +37,11 @@ def load_raw(paths: list[str | Path], final_reward: str | None = None) -> tuple[
         saved = json.loads(Path(path).read_text())
         for rec in saved["raw"]:
             bon = RunResult.from_dict(rec["bon"])
+            bon.settings["run_reward"] = bon.reward  # the reward that scored the reward signal's partial texts
             if final_reward:
                 if final_reward not in rec.get("final_rewards", {}):
                     raise SystemExit(f"error: {path} has no recorded {final_reward!r} final reward")
-                bon = with_final_reward(bon, rec["final_rewards"][final_reward])
+                bon = with_final_reward(bon, rec["final_rewards"][final_reward], final_reward)
             bons.append(bon)
         if saved.get("experiment") == "counterfactual_raw":
             scores += [scores_from_json({"reward": rec["partials"]}) for rec in saved["raw"]]
@@ -54,7 +55,7 @@ def tune(bons, scores, signals=None, alphas=DEFAULT_ALPHAS, floor: float = SCORE
     """The grid per signal and the cheapest setting of each that keeps the floor; `best` over them."""
     if signals:
         scores = [{k: v for k, v in s.items() if k in signals} for s in scores]
-    grid = mean_grid(bons, scores, alphas)
+    grid = mean_grid(bons, scores, alphas, [b.settings.get("run_reward") for b in bons])
     per_signal = {name: cheapest_setting(g, floor) for name, g in grid.groupby("signal")}
     found = [s for s in per_signal.values() if s]
     best = min(found, key=lambda s: s["token_rate"]) if found else None

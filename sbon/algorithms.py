@@ -25,7 +25,7 @@ from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
 from .rewards import RewardModel
-from .signals import PruningSignal, Step, make_signal
+from .signals import PruningSignal, Step, make_signal, on_reward_scale
 
 __all__ = ["FIRST_DECISION_TOKENS", "RunConfig", "Cut", "cut", "survivors_count", "events", "best_of_n", "speculative_rejection",
            "speculative_bon_tau", "run", "drive"]
@@ -260,7 +260,8 @@ def _prune(run: _Run, batch: Batch, contenders: list[int], round: int, t: int,
         final = [k for k in contenders if cands[k].finished]
         score = {k: cands[k].final_reward if cands[k].finished else cands[k].partial_rewards[-1].reward
                  for k in contenders}
-        decision = cut(score, set(final), run.config.alpha, lambda live: fits(live, t), run.signal.reward_scale)
+        same_scale = on_reward_scale(run.config.prune_by, getattr(run.reward, "name", None))
+        decision = cut(score, set(final), run.config.alpha, lambda live: fits(live, t), same_scale)
         for k in decision.pruned:
             cands[k].pruned_round = round
         batch.keep(decision.kept)

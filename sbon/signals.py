@@ -11,6 +11,7 @@ a signal only decides which live candidates go on. To add one: a class (with its
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -18,6 +19,9 @@ from typing import Sequence
 import torch
 
 from .errors import SBoNError
+from .value_head import ASSETS
+
+DEFAULT_HEAD = "smollm2_value_likelihood"  # the shipped prefix value head (sbon/assets)
 
 
 @dataclass
@@ -36,9 +40,11 @@ class PruningSignal:
     needs_text = False  # score() receives the candidates' decoded partial responses
     needs_hidden = False  # observe() receives final-layer hidden states (the engine keeps them only then)
     one_batch = False  # scores need every candidate in one batch (they compare candidates, or follow batch rows)
-    # Scores are on the final reward's scale, so a finished candidate (ranked by its final reward) can be
-    # ranked against live ones. When False, finished candidates stay out of the ranking: see sbon.algorithms.cut.
-    reward_scale = False
+    # Whose scale the scores are on, so that a finished candidate (ranked by its final reward) can be ranked
+    # against live ones: True = the run's own reward's (the reward itself), a reward's name = that reward's
+    # (a head distilled from it), False = none. Off the final reward's scale, finished candidates stay out of
+    # the ranking (sbon.cut.cut). See on_reward_scale.
+    reward_scale: bool | str = False
 
     @classmethod
     def build(cls, gen, reward) -> "PruningSignal":
@@ -199,9 +205,9 @@ class ValueHeadSignal(PruningSignal):
     name = "value-head"
     needs_hidden = True
     one_batch = True
-    reward_scale = True  # it predicts the final reward it was distilled from
+    reward_scale = json.loads((ASSETS / DEFAULT_HEAD / "config.json").read_text())["reward"]  # distilled from it
 
-    def __init__(self, head: str = "smollm2_value_likelihood"):
+    def __init__(self, head: str = DEFAULT_HEAD):
         from .value_head import PrefixFeatures, ValueHead
 
         self.head, config = ValueHead.load(head)
@@ -245,11 +251,7 @@ REWARD_FREE = ("logprob", "deepconf", "self-certainty", "consistency")  # no rew
 def watched_by_default(gen) -> list[str]:
     """The signals a comparison watches unless told otherwise: the reward-free ones, and the value
     head when the shipped head was trained on this generator's hidden states."""
-    import json
-
-    from .value_head import ASSETS
-
-    config = ASSETS / "smollm2_value_likelihood" / "config.json"
+    config = ASSETS / DEFAULT_HEAD / "config.json"
     head_fits = config.is_file() and json.loads(config.read_text()).get("generator") == getattr(gen, "name", None)
     return list(REWARD_FREE) + (["value-head"] if head_fits else [])
 
@@ -259,10 +261,15 @@ def check_signal(name: str) -> None:
         raise SBoNError(f"unknown pruning signal {name!r}: use one of {', '.join(SIGNALS)}")
 
 
-def on_reward_scale(name: str) -> bool:
-    """Whether signal ``name`` scores on the final reward's scale (a class attribute: nothing is built)."""
-    check_signal(name)
-    return SIGNALS[name].reward_scale
+def on_reward_scale(name: str, final_reward: str | None, run_reward: str | None = None) -> bool:
+    """Whether pruning signal ``name`` scores on the scale of the final reward named ``final_reward`` (a class
+    attribute: nothing is built). The reward signal is on it when the run's reward (``run_reward``, which scored
+    the partial texts; by default the same) is the final reward. Unknown names -- a replay's random baseline,
+    say -- are not."""
+    scale = SIGNALS[name].reward_scale if name in SIGNALS else False
+    if scale is True:
+        return run_reward is None or run_reward == final_reward
+    return bool(scale) and scale == final_reward
 
 
 def make_signal(name: str, gen, reward) -> PruningSignal:

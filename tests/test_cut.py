@@ -199,3 +199,12 @@ def test_a_run_without_a_decision_point_says_why():
                                             "up to token 16, and every candidate had finished by token 7")
     sbon.method, sbon.settings = "sbon-tau", {"tau": 32}
     assert "before the decision token τ = 32" in sbon.why_no_decision_point()
+
+
+def test_which_signals_rank_finished_candidates_with_live_ones():
+    from sbon.signals import on_reward_scale
+
+    assert on_reward_scale("reward", "minilm-pref")  # the reward itself
+    assert not on_reward_scale("reward", "likelihood", run_reward="minilm-pref")  # a re-read with another reward
+    assert on_reward_scale("value-head", "likelihood") and not on_reward_scale("value-head", "minilm-pref")
+    assert not on_reward_scale("logprob", "likelihood") and not on_reward_scale("random", "likelihood")

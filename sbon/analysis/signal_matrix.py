@@ -124,8 +124,9 @@ def kendall(bon: RunResult, score: Sequence[float | None]) -> float:
     return correlations(*zip(*pairs))["kendall"] if len(pairs) >= 2 else float("nan")
 
 
-def signal_grid(bon: RunResult, scores: Scores, alphas: Iterable[float]) -> pd.DataFrame:
-    """One row per signal x decision point x alpha for one prompt."""
+def signal_grid(bon: RunResult, scores: Scores, alphas: Iterable[float], run_reward: str | None = None) -> pd.DataFrame:
+    """One row per signal x decision point x alpha for one prompt. ``run_reward``: the reward that scored the
+    reward signal's partial texts, when ``bon``'s final rewards were replaced by another reward's."""
     alphas = list(alphas)
     rows = []
     for name, by_t in scores.items():
@@ -134,7 +135,8 @@ def signal_grid(bon: RunResult, scores: Scores, alphas: Iterable[float]) -> pd.D
             if not any(s is not None for s in score):
                 continue
             for a in alphas:
-                rows.append({"signal": name, **single_cut(bon, score, t, a, on_reward_scale(name)), "kendall": tau_k})
+                rows.append({"signal": name, **single_cut(bon, score, t, a, on_reward_scale(name, bon.reward, run_reward)),
+                             "kendall": tau_k})
     return pd.DataFrame(rows)
 
 
@@ -142,11 +144,14 @@ def scores_from_json(d: dict) -> Scores:
     return {name: {int(t): v for t, v in by_t.items()} for name, by_t in d.items()}
 
 
-def mean_grid(bons: Sequence[RunResult], scores: Sequence[Scores], alphas: Iterable[float]) -> pd.DataFrame:
-    """signal x t x alpha averaged over prompts (winner kept as a fraction)."""
+def mean_grid(bons: Sequence[RunResult], scores: Sequence[Scores], alphas: Iterable[float],
+              run_rewards: Sequence[str | None] | None = None) -> pd.DataFrame:
+    """signal x t x alpha averaged over prompts (winner kept as a fraction); ``run_rewards`` as in signal_grid,
+    per prompt."""
     alphas = list(alphas)
-    df = pd.concat([signal_grid(b, s, alphas).assign(prompt=i) for i, (b, s) in enumerate(zip(bons, scores))],
-                   ignore_index=True)
+    run_rewards = run_rewards or [None] * len(bons)
+    df = pd.concat([signal_grid(b, s, alphas, r).assign(prompt=i)
+                    for i, (b, s, r) in enumerate(zip(bons, scores, run_rewards))], ignore_index=True)
     cols = ["winner_kept", "normalized_score", "token_rate", "kendall"]
     grid = df.groupby(["signal", "t", "alpha"], as_index=False)[cols].mean()
     grid["score_min_prompt"] = df.groupby(["signal", "t", "alpha"])["normalized_score"].min().values
