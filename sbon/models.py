@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .engine import Generator
+from .engine import Generator, check_device
 from .errors import SBoNError
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
@@ -190,9 +190,10 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_name(name, GENERATORS, "generator")
-    device = torch.device(device) if device is not None else default_device()
+    device = check_device(device if device is not None else default_device())
     # float32 on CPU (and for the coupling guarantee); bfloat16 halves memory and time on GPU.
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    device = check_device(device, dtype)
     preset = GENERATORS.get(name)
     source, kwargs = (preset.hub_id if preset else name), {}
     if preset and preset.package and (folder := _package_dir(preset.package)):
@@ -217,9 +218,10 @@ def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
     if preset is not None and preset.load is not None:
         return preset.load(generator, device)
     check_name(name, REWARDS, "reward")
-    device = torch.device(device) if device is not None else default_device()
+    device = check_device(device if device is not None else default_device())
     source = preset.hub_id if preset else name
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    device = check_device(device, dtype)
     scoring = dict(scoring=preset.scoring, template=preset.template,
                    trust_remote_code=preset.trust_remote_code) if preset else {}
     try:
