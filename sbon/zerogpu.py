@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from .errors import SBoNError
 
-# The longest GPU call a ZeroGPU Space may request at once (ZeroGPU's staff have put it at 5 minutes;
-# the scheduler refuses longer requests as an "illegal duration"). SBON_ZEROGPU_MAX_S lowers it, e.g.
+# The longest GPU call a ZeroGPU Space may request at once, as ZeroGPU's staff have stated it (the
+# scheduler refuses longer requests as an "illegal duration"). SBON_ZEROGPU_MAX_S lowers it, e.g.
 # to stay within a free visitor's daily quota.
 ZEROGPU_MAX_S = 300
 
@@ -91,6 +91,16 @@ MARGIN = 1.5  # the request covers a slower-than-estimated run: a run past its d
 MIN_DURATION_S = 15
 
 
+def _rounds(settings: Any) -> int:
+    """Decision points of the memory-budget rounds: each round's survivors fill the freed memory, so
+    rounds lengthen as the candidates thin out; log2 of the length bounds their number in practice."""
+    return max(1, int(math.log2(max(2, settings.max_new_tokens))))
+
+
+# Method -> how many decision points a run of it scores candidates at.
+DECISION_POINTS: dict[str, Callable[[Any], int]] = {"sbon": _rounds, "sbon-tau": lambda settings: 1}
+
+
 def bon_batches(settings: Any, prompt_tokens: int) -> int:
     """How many batches the memory-bound Best-of-N runs in: it holds as many candidates as fit the KV
     budget Speculative Rejection starts with (N candidates of prompt + first-decision tokens), each
@@ -100,7 +110,8 @@ def bon_batches(settings: Any, prompt_tokens: int) -> int:
         return 1
     from .config import resolve_first_decision
 
-    first = resolve_first_decision(getattr(settings, "first_decision", None), settings.max_new_tokens)
+    first = (settings.tau if settings.method == "sbon-tau"
+             else resolve_first_decision(getattr(settings, "first_decision", None), settings.max_new_tokens))
     budget = getattr(settings, "kv_budget", None) or settings.n * (prompt_tokens + first)
     per_batch = max(1, budget // (prompt_tokens + settings.max_new_tokens))
     return math.ceil(settings.n / per_batch)
@@ -117,7 +128,7 @@ def estimate_seconds(settings: Any) -> float:
     bon_steps = tokens * bon_batches(settings, prompt_tokens)
     # Rows: Speculative Rejection's live candidates shrink, Best-of-N keeps its batch; N rows bounds both.
     decode = (sbon_steps + bon_steps) * (cost.step_s + n * cost.row_step_s)
-    decision_points = max(1, int(math.log2(max(2, tokens))))  # rounds grow with the survivors' room
+    decision_points = DECISION_POINTS.get(settings.method, _rounds)(settings)
     scored = n * (decision_points + 2) + n * decision_points  # both runs' final rewards + BoN's prefixes
     return cost.startup_s + decode + scored * cost.score_s
 
