@@ -51,6 +51,9 @@ GENERATORS: dict[str, Preset] = {
     "mistral-7b": Preset("mistralai/Mistral-7B-v0.3", "Mistral 7B"),
     "llama-3-8b": Preset("meta-llama/Meta-Llama-3-8B", "Llama 3 8B"),
     "llama-3-8b-instruct": Preset("meta-llama/Meta-Llama-3-8B-Instruct", "Llama 3 8B Instruct"),
+    # A current small instruct model for GPU users (gated on the hub: accept its license, set HF_TOKEN).
+    "llama-3.2-1b-instruct": Preset("meta-llama/Llama-3.2-1B-Instruct",
+                                    "Llama 3.2 1B Instruct (1.2B parameters; needs network and HF_TOKEN, gated)"),
 }
 
 def _likelihood(name: str, kind: str) -> Callable[..., RewardModel]:
@@ -95,6 +98,19 @@ REWARDS: dict[str, Preset] = {
     # ... and Eurus-RM's own model (AutoModel), which returns the reward, over its [INST] format.
     "eurus-rm-7b": Preset("openbmb/Eurus-RM-7b", "Eurus-RM-7B (paper)", scoring="tensor",
                           template="[INST] {prompt} [/INST]{response}", trust_remote_code=True),
+    # Current reward models for GPU users, all sequence classifiers read at their first logit over their
+    # own chat template (as their model cards score them). Skywork-Reward-V2 (2025) in four sizes ...
+    "skywork-v2-qwen3-0.6b": Preset("Skywork/Skywork-Reward-V2-Qwen3-0.6B",
+                                    "Skywork-Reward-V2 on Qwen3 (0.6B parameters; needs network)"),
+    "skywork-v2-qwen3-1.7b": Preset("Skywork/Skywork-Reward-V2-Qwen3-1.7B",
+                                    "Skywork-Reward-V2 on Qwen3 (1.7B parameters; needs network)"),
+    "skywork-v2-qwen3-8b": Preset("Skywork/Skywork-Reward-V2-Qwen3-8B",
+                                  "Skywork-Reward-V2 on Qwen3 (8B parameters; needs network and a GPU)"),
+    "skywork-v2-llama-3.1-8b": Preset("Skywork/Skywork-Reward-V2-Llama-3.1-8B",
+                                      "Skywork-Reward-V2 on Llama 3.1 (8B parameters; needs network and a GPU)"),
+    # ... and GRM (generalizable reward model, regularized hidden states) on Gemma 2: a strong small one.
+    "grm-gemma2-2b": Preset("Ray2333/GRM-gemma2-2B-rewardmodel-ft",
+                            "GRM reward model on Gemma 2 (2.6B parameters; needs network)"),
 }
 # Rewards computed by the generator itself: they need it to load, one per generator.
 GENERATOR_REWARDS = tuple(name for name, p in REWARDS.items() if p.needs_generator)

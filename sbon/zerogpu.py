@@ -81,7 +81,7 @@ GPU_COSTS: dict[str, GpuCost] = {
     "small": GpuCost(step_s=0.03, row_step_s=0.0002, score_s=0.01, startup_s=10.0),  # up to ~2B parameters
     "8b": GpuCost(step_s=0.05, row_step_s=0.001, score_s=0.03, startup_s=30.0),  # 7-8B in bfloat16
 }
-GENERATOR_COST = {"smollm2-135m": "small", "gpt2": "small", "qwen3-0.6b": "small", "llama-3.2-1b-instruct": "small",
+GENERATOR_COST = {"smollm2-135m": "small", "gpt2": "small", "llama-3.2-1b-instruct": "small",
                   "gpt-j-6b": "8b", "mistral-7b": "8b", "llama-3-8b": "8b", "llama-3-8b-instruct": "8b"}
 # The chat template and a character-to-token ratio that overestimates English prompts, for a prompt
 # length before any tokenizer is loaded.
