@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import importlib
 import pickle
+import re
 import sys
 import typing
 from pathlib import Path
@@ -21,6 +22,8 @@ from sbon.errors import SBoNError
 from sbon.models import load_generator, load_reward
 
 ROOT = Path(__file__).resolve().parents[1]
+# The torch versions ZeroGPU documents (hub-docs, "spaces-zerogpu": "almost all versions from 2.1.0 to latest").
+ZEROGPU_TORCH = ("2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.2", "2.4.0", "2.5.1", "2.6.0", "2.7.1", "2.8.0")
 PROMPT = "What are the names of some famous actors that started their careers on Broadway?"
 
 
@@ -176,6 +179,24 @@ def test_on_zerogpu_the_default_models_load_at_import(monkeypatch):
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     loaded = []
     assert zerogpu.load_at_import(lambda: loaded.append(1)) is True and loaded == [1]
+
+
+def _requirements(name: str) -> dict[str, str]:
+    lines = [line.strip() for line in (ROOT / name).read_text().splitlines()]
+    reqs = [line for line in lines if line and not line.startswith("#")]
+    return {re.split(r"[=<>!~ ]", r, maxsplit=1)[0].lower(): r for r in reqs}
+
+
+def test_space_requirements_are_the_apps_with_a_zerogpu_torch_and_spaces():
+    """requirements-space.txt stays requirements.txt but for torch (a version on ZeroGPU's list, at least
+    what transformers 5 needs) and the added `spaces`: a package added to one is added to the other."""
+    app, space = _requirements("requirements.txt"), _requirements("requirements-space.txt")
+    assert set(space) == set(app) | {"spaces"}
+    assert {k: v for k, v in space.items() if k not in ("torch", "spaces")} == \
+        {k: v for k, v in app.items() if k != "torch"}
+    version = space["torch"].split("==")[1]
+    assert version in ZEROGPU_TORCH and tuple(map(int, version.split("."))) >= (2, 6)
+    assert "docs/space.md" in (ROOT / "requirements-space.txt").read_text()
 
 
 # -- devices and dtypes -----------------------------------------------------------------------------
