@@ -129,6 +129,20 @@ def test_the_gpu_function_takes_only_plain_settings():
     assert pickle.loads(pickle.dumps(s)) == s
 
 
+@pytest.mark.slow  # imports the app: gradio and the page
+def test_the_apps_gpu_function_runs_a_comparison_from_settings_alone(monkeypatch, gen, likelihood):
+    """app.run_comparison gets its models from the cache (which a ZeroGPU worker inherits), not as
+    arguments, and everything it yields pickles."""
+    import app
+
+    asked = []
+    monkeypatch.setattr(app.MODELS, "get", lambda g, r: asked.append((g, r)) or (gen, likelihood))
+    events = list(app.run_comparison(settings(n=3, max_new_tokens=8, alpha=0.5, reward="likelihood")))
+    assert asked == [("smollm2-135m", "likelihood")]
+    assert isinstance(events[-1], comparison.ComparisonDone) and events[-1].comparison.n == 3
+    assert all(pickle.loads(pickle.dumps(e)) == e for e in events)
+
+
 # -- the `spaces` package, installed or not ----------------------------------------------------------
 
 def test_app_imports_spaces_before_anything_that_imports_torch():
