@@ -30,7 +30,7 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -60,7 +60,8 @@ class Sizes:
     paper_n: int = 512  # Speculative Rejection's candidates at paper scale
     paper_tokens: int = 512  # the length limit; forced lengths are drawn below it
     paper_median_length: int = 256  # median of the forced lengths (log-normal)
-    step_batches: tuple[int, ...] = (1, 64, 512)  # rows for the decode ms/step measurement
+    step_batches: tuple[int, ...] = (1, 64, 256)  # rows for the decode ms/step measurement: the
+    # largest one's caches (rows x step_context tokens of an 8B model) must fit beside its weights on one GPU
     step_context: int = 512  # tokens in each row's cache for that measurement
     step_repeats: int = 20
     bandwidth_bytes: int = 2 ** 30  # buffer copied to measure memory bandwidth
@@ -287,6 +288,9 @@ def part_paper_scale(ctx: Context) -> dict[str, Any]:
     batch = same_memory_batch_size(sbon)
     bon = common.drive(best_of_n(gen, reward, prompt, s.paper_n, batch_size=batch, max_new_tokens=s.paper_tokens,
                                  sampling=sampling, seed=ctx.args.seed))
+    del reward  # the classifier's memory goes to the decode measurement's caches
+    if ctx.device.type == "cuda":
+        torch.cuda.empty_cache()
     bandwidth = measure_bandwidth(ctx.device, s.bandwidth_bytes)
     weights = weight_bytes(gen.model)
     steps = []
@@ -341,12 +345,34 @@ def save_tiny_generator(folder: Path) -> Path:
     return folder
 
 
+def with_overrides(sizes: Sizes, items: list[str]) -> Sizes:
+    """Sizes with FIELD=VALUE overrides: a number, or a comma-separated tuple for tuple fields."""
+    from sbon.errors import SBoNError
+
+    kinds = {f.name: getattr(sizes, f.name) for f in fields(Sizes)}
+    changes: dict[str, Any] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if name not in kinds or name == "llama" or not value:
+            raise SBoNError(f"--size {item!r}: expected FIELD=VALUE with FIELD one of "
+                            f"{', '.join(k for k in kinds if k != 'llama')}")
+        current = kinds[name]
+        if isinstance(current, tuple):
+            cast = type(current[0]) if current else str
+            changes[name] = tuple(cast(v) for v in value.split(","))
+        else:
+            changes[name] = type(current)(value)
+    return replace(sizes, **changes)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("gpu-check", help="one command on a GPU machine: engine vs generate, bfloat16 coupling, "
                                          "8B-architecture paper-scale timing, vLLM; --tiny on a CPU",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="which parts to run")
     p.add_argument("--tiny", action="store_true", help="tiny random configs and sizes: a minutes-long CPU test")
+    p.add_argument("--size", nargs="+", default=[], metavar="FIELD=VALUE",
+                   help="override a size, e.g. coupling_n=16 coupling_dtypes=bfloat16,float16 (fields of Sizes)")
     p.add_argument("--generator", default="smollm2-135m", help="generator of the engine, coupling and vllm parts")
     p.add_argument("--device", default=None, help="default: cuda if available")
     p.add_argument("--machine", default=None, help="results folder name (default: from the device, e.g. gpu-h100)")
@@ -361,7 +387,7 @@ def main(args: argparse.Namespace) -> int:
 
     tf_logging.set_verbosity_error()
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    sizes = TINY if args.tiny else GPU
+    sizes = with_overrides(TINY if args.tiny else GPU, args.size)
     out = Path(args.out_dir or common.DEFAULT_OUT_DIR / (args.machine or machine_name()) / "gpu-check")
     protocol = common.PROTOCOLS[common.DEFAULT_PROTOCOL]
     sampling = SamplingConfig(protocol.temperature, protocol.top_p, protocol.top_k)

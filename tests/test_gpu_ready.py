@@ -318,3 +318,13 @@ def test_gpu_check_tiny_runs_every_part_and_writes_its_results(tmp_path):
     assert all(s["ms_per_step"] > 0 and s["floor_ms"] > 0 for s in paper["decode_steps"])
     vllm = json.loads((tmp_path / "vllm.json").read_text())
     assert "skipped" in vllm or "rows" in vllm
+
+
+def test_gpu_check_sizes_take_overrides_and_refuse_unknown_ones():
+    from benchmarks import gpu_check
+
+    sizes = gpu_check.with_overrides(gpu_check.GPU, ["coupling_n=16", "coupling_dtypes=bfloat16,float16"])
+    assert sizes.coupling_n == 16 and sizes.coupling_dtypes == ("bfloat16", "float16")
+    assert sizes.paper_n == gpu_check.GPU.paper_n
+    with pytest.raises(SBoNError, match="expected FIELD=VALUE"):
+        gpu_check.with_overrides(gpu_check.GPU, ["coupling_m=3"])
