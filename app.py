@@ -22,6 +22,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
+try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsewhere it may be absent
+    import spaces  # noqa: F401
+except ImportError:
+    pass
+
 from components.model_cache import ModelCache, configure_threads, convert_in_background, hub_fetches, sources
 from sbon.models import DEFAULT_GENERATOR
 
@@ -41,6 +46,7 @@ from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summar
 from sbon.analysis.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
+from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
 MAX_UPLOAD_BYTES = 20_000_000
@@ -120,9 +126,14 @@ def settings_from(values: tuple) -> RunSettings:
     return settings
 
 
-def run_comparison(gen, reward, settings: RunSettings) -> Iterator:
-    """The comparison's events for these settings (Best-of-N memory-bound or in memory, as asked)."""
-    return comparison_events(gen, reward, settings.prompt, settings.config(), bon_same_memory=settings.bon_same_memory)
+@GPU(duration=gpu_duration)
+def run_comparison(settings: RunSettings) -> Iterator:
+    """The comparison's events for these settings (Best-of-N memory-bound or in memory, as asked). On a
+    ZeroGPU Space this runs on a lent GPU in a worker process: settings in, plain events out, the models
+    from the cache the worker inherits (sbon/zerogpu.py)."""
+    gen, reward = MODELS.get(settings.generator, settings.reward)
+    yield from comparison_events(gen, reward, settings.prompt, settings.config(),
+                                 bon_same_memory=settings.bon_same_memory)
 
 
 def last_round(comp: Comparison):
@@ -191,8 +202,8 @@ def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alp
     try:
         settings = RunSettings.from_inputs(**given)
         settings.check()
-        gen, rew = MODELS.load_async(settings.generator, settings.reward).result()
-        for event in run_comparison(gen, rew, settings):
+        MODELS.load_async(settings.generator, settings.reward).result()
+        for event in run_comparison(settings):
             if isinstance(event, ComparisonDone):
                 return event.comparison.to_json()
     except SBoNError as e:
@@ -324,10 +335,10 @@ def on_run(*values: Any) -> Iterator[dict[str, Any]]:
         while not load.done():  # the first Run after start may find the models still loading
             yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)"}
             wait([load], timeout=STATUS_EVERY_S)
-        gen, rew = load.result()
+        load.result()
         tracker = LiveTracker(settings.max_new_tokens, started=clicked)
         last_status = 0.0
-        for event in run_comparison(gen, rew, settings):
+        for event in run_comparison(settings):
             if tracker.update(event):  # a decision point: one new frame
                 yield {"status": tracker.status(), "live_plot": round_figure(tracker.views[-1], tracker.n)}
             elif isinstance(event, ComparisonDone):
@@ -593,6 +604,8 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
 
 demo = build_demo()
 demo.queue(default_concurrency_limit=8, max_size=QUEUE_SIZE)
+# ZeroGPU: the default models go to the (patched) GPU now, before launch; elsewhere they load once the page is up.
+load_at_import(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -13,7 +13,7 @@ once (the fastest way on a CPU), and its complete candidates are scored by every
 everything the page's comparison with "Best-of-N under the same memory" reports follows without running
 Best-of-N again per setting:
 
-- memory-bound Best-of-N: batches of ``sbon.comparison.same_memory_batch_size(sbon)`` consecutive candidates
+- memory-bound Best-of-N: batches of ``sbon.analysis.comparison.same_memory_batch_size(sbon)`` consecutive candidates
   (as ``best_of_n`` batches them); its sequential decode steps = the sum over batches of the longest
   candidate's length. ``step_speedup`` = those steps / Speculative Rejection's steps: the speedup where a
   decode step costs the same for any batch that fits (an accelerator; the paper's setting).
@@ -134,7 +134,7 @@ def main(args: argparse.Namespace) -> int:
               "command": "OMP_NUM_THREADS=1 python -m benchmarks " + " ".join(sys.argv[1:]),
               "settings": {"n": args.n, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                            "temperature": RunConfig.temperature, "top_p": RunConfig.top_p, "top_k": RunConfig.top_k,
-                           "bon": "run once per prompt, all N at once; memory-bound Best-of-N's steps counted for batches of sbon.comparison.same_memory_batch_size (see the docstring)",
+                           "bon": "run once per prompt, all N at once; memory-bound Best-of-N's steps counted for batches of sbon.analysis.comparison.same_memory_batch_size (see the docstring)",
                            "prompts": f"{args.prompts_file}: held-out fold, id >= 20, not an app example, shuffled with seed {args.prompt_seed}, offset {args.offset}",
                            "prompt_ids": [q["id"] for q in prompts], "candidates": settings},
               "environment_start": common.environment(gen), "rows": []}

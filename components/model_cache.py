@@ -26,6 +26,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.models import GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, load_generator, load_reward
 from sbon.rewards import RewardModel
+from sbon.zerogpu import on_zerogpu
 
 
 def configure_threads() -> int:
@@ -148,7 +149,8 @@ class ModelCache:
                     child.wait()
                 gen = self._load_gen(generator, device=dev)
                 self._set_step("2/3 warming up the generator")
-                _warm_up(gen)
+                if not on_zerogpu():  # ZeroGPU's main process has no real GPU: its workers warm up in the run
+                    _warm_up(gen)
                 self._generators[gkey] = gen
             self._generators.move_to_end(gkey)
             gen = self._generators[gkey]

@@ -27,6 +27,52 @@ from .errors import SBoNError
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "</s>", "<|endoftext|>")
 
 
+def _cuda_problem(device: torch.device, dtype: torch.dtype) -> str | None:
+    if not torch.cuda.is_available():
+        build = f"a CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU-only build"
+        return (f"device {device} asked for, but torch {torch.__version__} ({build}) sees no CUDA GPU: use --device cpu, "
+                "or run on a machine with an NVIDIA GPU and a CUDA build of torch")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        return f"device {device} asked for, but only {torch.cuda.device_count()} CUDA GPU(s) are visible: use cuda:0"
+    if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        return (f"{torch.cuda.get_device_name(index)} cannot run bfloat16: use --dtype float16 (or float32)")
+    return None
+
+
+def _mps_problem(device: torch.device, dtype: torch.dtype) -> str | None:
+    if not torch.backends.mps.is_available():
+        return f"device {device} asked for, but torch sees no Apple GPU (MPS): use --device cpu"
+    return None
+
+
+def _cpu_problem(device: torch.device, dtype: torch.dtype) -> str | None:
+    return None  # float32, bfloat16 and float16 all run on a CPU (the last two without the coupling guarantee)
+
+
+# Device type -> what stops a model of this dtype from running there (None: nothing).
+DEVICE_CHECKS = {"cuda": _cuda_problem, "mps": _mps_problem, "cpu": _cpu_problem}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_device(device: str | torch.device, dtype: torch.dtype = torch.float32) -> torch.device:
+    """The device, checked before any weights load: a GPU that is not there, or a dtype it cannot run,
+    is one SBoNError that says what to change instead of a CUDA stack trace halfway through a load."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise SBoNError(f"unknown device {device!r}: use cpu, cuda or cuda:N") from None
+    if dtype not in DTYPES.values():
+        raise SBoNError(f"dtype {dtype} is not supported: use one of {', '.join(DTYPES)}")
+    check = DEVICE_CHECKS.get(device.type)
+    if check is None:
+        raise SBoNError(f"device type {device.type!r} is not supported: use one of {', '.join(DEVICE_CHECKS)}")
+    problem = check(device, dtype)
+    if problem:
+        raise SBoNError(problem)
+    return device
+
+
 @dataclass
 class SamplingConfig:
     temperature: float = 0.8

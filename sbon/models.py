@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .engine import Generator
+from .engine import Generator, check_device
 from .errors import SBoNError
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
@@ -51,6 +51,9 @@ GENERATORS: dict[str, Preset] = {
     "mistral-7b": Preset("mistralai/Mistral-7B-v0.3", "Mistral 7B"),
     "llama-3-8b": Preset("meta-llama/Meta-Llama-3-8B", "Llama 3 8B"),
     "llama-3-8b-instruct": Preset("meta-llama/Meta-Llama-3-8B-Instruct", "Llama 3 8B Instruct"),
+    # A current small instruct model for GPU users (gated on the hub: accept its license, set HF_TOKEN).
+    "llama-3.2-1b-instruct": Preset("meta-llama/Llama-3.2-1B-Instruct",
+                                    "Llama 3.2 1B Instruct (1.2B parameters; needs network and HF_TOKEN, gated)"),
 }
 
 def _likelihood(name: str, kind: str) -> Callable[..., RewardModel]:
@@ -103,6 +106,19 @@ REWARDS: dict[str, Preset] = {
     # ... and Eurus-RM's own model (AutoModel), which returns the reward, over its [INST] format.
     "eurus-rm-7b": Preset("openbmb/Eurus-RM-7b", "Eurus-RM-7B (paper)", scoring="tensor",
                           template="[INST] {prompt} [/INST]{response}", trust_remote_code=True),
+    # Current reward models for GPU users, all sequence classifiers read at their first logit over their
+    # own chat template (as their model cards score them). Skywork-Reward-V2 (2025) in four sizes ...
+    "skywork-v2-qwen3-0.6b": Preset("Skywork/Skywork-Reward-V2-Qwen3-0.6B",
+                                    "Skywork-Reward-V2 on Qwen3 (0.6B parameters; needs network)"),
+    "skywork-v2-qwen3-1.7b": Preset("Skywork/Skywork-Reward-V2-Qwen3-1.7B",
+                                    "Skywork-Reward-V2 on Qwen3 (1.7B parameters; needs network)"),
+    "skywork-v2-qwen3-8b": Preset("Skywork/Skywork-Reward-V2-Qwen3-8B",
+                                  "Skywork-Reward-V2 on Qwen3 (8B parameters; needs network and a GPU)"),
+    "skywork-v2-llama-3.1-8b": Preset("Skywork/Skywork-Reward-V2-Llama-3.1-8B",
+                                      "Skywork-Reward-V2 on Llama 3.1 (8B parameters; needs network and a GPU)"),
+    # ... and GRM (generalizable reward model, regularized hidden states) on Gemma 2: a strong small one.
+    "grm-gemma2-2b": Preset("Ray2333/GRM-gemma2-2B-rewardmodel-ft",
+                            "GRM reward model on Gemma 2 (2.6B parameters; needs network)"),
 }
 # Rewards computed by the generator itself: they need it to load, one per generator.
 GENERATOR_REWARDS = tuple(name for name, p in REWARDS.items() if p.needs_generator)
@@ -198,9 +214,10 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_name(name, GENERATORS, "generator")
-    device = torch.device(device) if device is not None else default_device()
+    device = check_device(device if device is not None else default_device())
     # float32 on CPU (and for the coupling guarantee); bfloat16 halves memory and time on GPU.
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    device = check_device(device, dtype)
     preset = GENERATORS.get(name)
     source, kwargs = (preset.hub_id if preset else name), {}
     if preset and preset.package and (folder := _package_dir(preset.package)):
@@ -225,9 +242,10 @@ def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
     if preset is not None and preset.load is not None:
         return preset.load(generator, device)
     check_name(name, REWARDS, "reward")
-    device = torch.device(device) if device is not None else default_device()
+    device = check_device(device if device is not None else default_device())
     source = preset.hub_id if preset else name
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    device = check_device(device, dtype)
     scoring = dict(scoring=preset.scoring, template=preset.template,
                    trust_remote_code=preset.trust_remote_code) if preset else {}
     try:
