@@ -14,6 +14,7 @@ import inspect
 import logging
 import math
 import os
+import random
 import tempfile
 import time
 from concurrent.futures import Future, wait
@@ -52,6 +53,8 @@ STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this of
 # (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
 GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
+MAX_SEED = 2**31 - 1
+GENERATING = [0]  # runs inside the generation slot now (the Run button's and the API's)
 MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
 PRELOAD: list[Future] = []  # the background load of the default models, once started
 THREADS = configure_threads()
@@ -106,8 +109,15 @@ print(comparison.metrics["speedup"], comparison.sbon.best.text)
 Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `alpha`, `tau`, `kv_budget`
 and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`. Requests wait in the same one-at-a-time queue as the Run button."""
 
+# The run bar sticks to the top of the window, so Run/Stop and the race stay in view beside the
+# live plot at any scroll position and zoom; plot text is sized for a projector.
 CSS = """
-#status { min-height: 2.5em; }
+.gradio-container { overflow: clip !important; }  /* hidden would make it a scroll box and unstick the bar */
+#run-bar { position: sticky; top: 0; z-index: 50; background: var(--background-fill-primary);
+           border-bottom: 1px solid var(--border-color-primary); padding: 6px 4px; align-items: center; }
+#run-bar button { min-width: 6em; }
+#status { min-height: 1.5em; }
+#status p { margin: 0; }
 .sbon-candidate p { margin: 0.3em 0; }
 """
 
@@ -191,25 +201,38 @@ def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alp
     try:
         settings = RunSettings.from_inputs(**given)
         settings.check()
-        gen, rew = MODELS.load_async(settings.generator, settings.reward).result()
-        for event in run_comparison(gen, rew, settings):
-            if isinstance(event, ComparisonDone):
-                return event.comparison.to_json()
+        GENERATING[0] += 1
+        try:
+            gen, rew = MODELS.load_async(settings.generator, settings.reward).result()
+            for event in run_comparison(gen, rew, settings):
+                if isinstance(event, ComparisonDone):
+                    return event.comparison.to_json()
+        finally:
+            GENERATING[0] -= 1
     except SBoNError as e:
         raise gr.Error(str(e)) from None
     raise gr.Error("the comparison stopped without a result")
 
 
 def models_status() -> str:
-    """One line for the page: what the background load is doing, or whether the default models are ready."""
+    """One line for the page, true now: what is loading, what is loaded (per generator and reward),
+    and the last failed load. Computed on every page load and timer tick, never at build time."""
     step = MODELS.loading()
+    gens, rews = MODELS.loaded()
+    parts = []
     if step:
-        return f"⏳ {step} — Run waits for it; replays work now."
-    if MODELS.is_loaded(DEFAULTS.generator, DEFAULTS.reward):
-        return f"Models ready: `{DEFAULTS.generator}` and `{DEFAULTS.reward}` on {MODELS.device()}."
-    if PRELOAD and PRELOAD[0].done() and PRELOAD[0].exception() is not None:
-        return f"⚠ {PRELOAD[0].exception()}"
-    return "⏳ Loading the models…" if PRELOAD else "The models load on the first Run."
+        parts.append(f"⏳ {step} — Run waits for it; replays work now.")
+    elif not gens and PRELOAD and not PRELOAD[0].done():
+        parts.append("⏳ Loading the default models…")
+    if gens or rews:
+        parts.append(f"Loaded on {MODELS.device()}: generator{'s' if len(gens) > 1 else ''} "
+                     f"{', '.join(f'`{g}`' for g in gens) or 'none'} · reward{'s' if len(rews) > 1 else ''} "
+                     f"{', '.join(f'`{r}`' for r in rews) or 'none'}.")
+    elif not step:
+        parts.append("No model is loaded: the next Run loads the ones it asks for.")
+    for (g, r), why in MODELS.failures().items():
+        parts.append(f"⚠ loading `{g}` with `{r}` failed: {why}")
+    return " ".join(parts)
 
 
 def start_loading_models() -> None:
@@ -274,8 +297,8 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
 }
 SHOWN = (*VIEWS, "status", "live_plot")  # what showing a comparison updates
-RUN_OUTPUTS = (*SHOWN, "run_btn", "stop_btn")
-IDLE = {"run_btn": gr.Button(interactive=True), "stop_btn": gr.Button(visible=False)}
+RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
+IDLE = {"running": None, "stop_btn": gr.Button(visible=False)}  # what a run leaves when it ends
 
 
 def show(shown: Shown, status: str = "") -> dict[str, Any]:
@@ -306,9 +329,35 @@ def on_upload(path: str | None, kind: str) -> dict[str, Any]:
     return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path), "Replaying the uploaded run")
 
 
+RUNNING_NOTE = "the views below still show the previous run until this one ends"
+
+
+def on_run_request(running: float | None) -> dict[str, Any]:
+    """The Run click, answered at once (outside the generation queue): refuse a second Run of this
+    session with a one-line reason, else say whether the run starts now or waits its turn behind
+    another session's run, so no click goes unanswered."""
+    if running:
+        raise gr.Error(f"A run is already going ({time.time() - running:.0f} s so far): wait for it to end or press Stop.",
+                       duration=6)
+    busy = GENERATING[0] > 0
+    status = ("⏳ Queued: another session's run holds the one generation slot of this device; yours starts when "
+              "it ends." if busy else "Starting…")
+    return {"running": time.time(), "status": status, "stop_btn": gr.Button(visible=True),
+            "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}."}
+
+
 def on_run(*values: Any) -> Iterator[dict[str, Any]]:
     """Check the settings, wait for the models if they are still loading, then run the comparison,
-    drawing each decision point as it is taken and every view at the end."""
+    drawing each decision point as it is taken, the race of both methods in place of the headline,
+    and every view at the end."""
+    GENERATING[0] += 1
+    try:
+        yield from _run(*values)
+    finally:
+        GENERATING[0] -= 1
+
+
+def _run(*values: Any) -> Iterator[dict[str, Any]]:
     try:
         settings = settings_from(values[:-1])
     except SBoNError as e:
@@ -317,45 +366,57 @@ def on_run(*values: Any) -> Iterator[dict[str, Any]]:
         return
     kind = values[-1]
     clicked = time.perf_counter()
-    yield {"status": "Starting…", "run_btn": gr.Button(interactive=False), "stop_btn": gr.Button(visible=True),
-           "live_plot": round_figure(None, settings.n)}
+    methods = (settings.method, "bon")
+    tracker = LiveTracker(settings.max_new_tokens, started=clicked)
+    yield {"status": "Starting…", "stop_btn": gr.Button(visible=True), "live_plot": round_figure(None, settings.n),
+           "source": f"**Running:** your settings, seed {settings.seed} — {RUNNING_NOTE}.",
+           "summary": tracker.race(methods)}
     try:
         load = MODELS.load_async(settings.generator, settings.reward)
         while not load.done():  # the first Run after start may find the models still loading
-            yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)"}
+            yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)",
+                   "model_status": models_status()}
             wait([load], timeout=STATUS_EVERY_S)
         gen, rew = load.result()
-        tracker = LiveTracker(settings.max_new_tokens, started=clicked)
         last_status = 0.0
         for event in run_comparison(gen, rew, settings):
             if tracker.update(event):  # a decision point: one new frame
-                yield {"status": tracker.status(), "live_plot": round_figure(tracker.views[-1], tracker.n)}
+                yield {"status": tracker.status(), "summary": tracker.race(methods),
+                       "live_plot": round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ")}
             elif isinstance(event, ComparisonDone):
                 first = tracker.first_round_at
                 log.info("run finished: %.1f s from click, first round %s s, settings %s",
                          tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
                 yield {**show(Shown(event.comparison, "your run", kind),
                               f"Done in {tracker.elapsed:.1f} s from the click"
-                              + (f"; first decision point drawn after {first:.1f} s" if first else "")), **IDLE}
+                              + (f"; first decision point drawn after {first:.1f} s" if first else "")),
+                       "model_status": models_status(), **IDLE}
             elif tracker.elapsed - last_status >= STATUS_EVERY_S:
                 last_status = tracker.elapsed
-                yield {"status": tracker.status()}
+                yield {"status": tracker.status(), "summary": tracker.race(methods)}
     except SBoNError as e:
         gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", **IDLE}
+        yield {"status": f"⚠ {e}", "model_status": models_status(), **IDLE}
     except Exception as e:  # keep serving: one failed run must not take the app down
         log.exception("run failed")
         gr.Warning(f"the run failed: {type(e).__name__}: {e}")
-        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", **IDLE}
+        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", "model_status": models_status(), **IDLE}
 
 
 def on_stop() -> dict[str, Any]:
     return {"status": "Stopped: the views still show the previous run", **IDLE}
 
 
+def on_new_seed(seed: Any) -> int:
+    """A fresh seed for the next run (other candidates, same settings), never the one shown."""
+    current = int(seed) if isinstance(seed, (int, float)) and math.isfinite(seed) else -1
+    fresh = random.randrange(MAX_SEED)
+    return fresh if fresh != current else (fresh + 1) % MAX_SEED
+
+
 def on_model_timer() -> dict[str, Any]:
     line = models_status()
-    return {"model_status": line, "model_timer": gr.Timer(active=line.startswith("⏳"))}
+    return {"model_status": line, "model_timer": gr.Timer(active="⏳" in line)}
 
 
 METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
@@ -424,10 +485,18 @@ def build_demo() -> gr.Blocks:
     with gr.Blocks(title="SBoN Explorer", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         ui.comparison = gr.State(None)  # this session's Comparison: never shared between sessions
 
+        ui.running = gr.State(None)  # when this session's run was requested; None when none is going
         gr.Markdown(INTRO)
         with gr.Accordion("The default reward is the generator's own likelihood, not a judge of quality: why",
                           open=False, elem_id="reward-accordion"):
             gr.Markdown(REWARD_NOTE, elem_id="reward-note")
+        # The run bar: sticky (see CSS), so Run, Stop and the race stay beside the live plot.
+        with gr.Row(elem_id="run-bar", equal_height=True):
+            ui.run_btn = gr.Button("▶ Run SBoN and Best-of-N", variant="primary", elem_id="run", scale=0, min_width=200)
+            ui.stop_btn = gr.Button("■ Stop", variant="stop", visible=False, elem_id="stop", scale=0, min_width=90)
+            ui.seed = gr.Number(DEFAULTS.seed, label="seed", precision=0, elem_id="seed", scale=0, min_width=110)
+            ui.new_seed = gr.Button("🎲 New seed", elem_id="new-seed", scale=0, min_width=120)
+            ui.status = gr.Markdown("", elem_id="status")
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
                 ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
@@ -469,19 +538,15 @@ def build_demo() -> gr.Blocks:
                     with gr.Row():
                         ui.temperature = gr.Number(DEFAULTS.temperature, label="temperature")
                         ui.top_p = gr.Number(DEFAULTS.top_p, label="top-p")
-                        ui.seed = gr.Number(DEFAULTS.seed, label="seed", precision=0)
                     gr.Markdown(f"Models run on **{MODELS.device()}**"
                                 + (f" ({THREADS} CPU threads)" if MODELS.device().type == "cpu" else "")
                                 + "; the defaults load when the app starts, others on the Run that asks for them, "
                                   "and they stay loaded.")
-                with gr.Row():
-                    ui.run_btn = gr.Button("Run SBoN and Best-of-N", variant="primary", elem_id="run")
-                    ui.stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="stop")
-                # What the background load is doing, refreshed each second until the models are ready.
-                ui.model_status = gr.Markdown(models_status(), elem_id="model-status")
+                # What is loaded and loading, computed on every page load (a callable value) and
+                # refreshed each second while something loads.
+                ui.model_status = gr.Markdown(models_status, elem_id="model-status")
                 ui.model_timer = gr.Timer(1.0)
             with gr.Column(scale=3, elem_id="live-column"):
-                ui.status = gr.Markdown("", elem_id="status")
                 ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot")
                 ui.source = gr.Markdown(elem_id="run-source")
                 ui.summary = gr.Markdown(elem_id="headline")
@@ -564,10 +629,16 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
         return functools.wraps(handler)(lambda *args: elements(handler(*args)))
 
     private = dict(api_visibility="private")
-    run_event = ui.run_btn.click(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind"), outputs=el(*RUN_OUTPUTS),
-                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
-                                 show_progress="hidden", **private)
-    ui.stop_btn.click(by_name(on_stop), outputs=el("status", "run_btn", "stop_btn"), cancels=[run_event], **private)
+    # Two steps: the request is answered at once (refused, queued or starting), then the run itself
+    # waits for the one generation slot.
+    request = ui.run_btn.click(by_name(on_run_request), inputs=ui.running,
+                               outputs=el("running", "status", "stop_btn", "summary"), concurrency_limit=None,
+                               show_progress="hidden", **private)
+    run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind"), outputs=el(*RUN_OUTPUTS),
+                                concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
+                                show_progress="hidden", **private)
+    ui.stop_btn.click(by_name(on_stop), outputs=el("status", "running", "stop_btn"), cancels=[run_event], **private)
+    ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **private)
     ui.method.change(by_name(on_method), inputs=ui.method, outputs=el(*METHOD_KNOBS), **private)
     ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)
     ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point"), outputs=ui.scatter,
@@ -587,6 +658,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind"), outputs=el(*SHOWN), **private)
     ui.replay_btn.click(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
     demo.load(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
+    demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
     # The API shares the Run button's single generation slot: one generation at a time per device.
     gr.api(compare, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
 

@@ -14,6 +14,8 @@ from sbon.options import field_kind
 from sbon.signals import SIGNALS
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, check_name
 
+from .reasons import needs_note, reward_scale
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES_FILE = ASSETS / "examples.json"
 
@@ -116,13 +118,21 @@ def _number(name: str, value: Any) -> float:
 
 # -- choices ------------------------------------------------------------------------------------
 
+def _needs(preset, name: str) -> str:
+    note = needs_note(preset, name)
+    return f" · {note}" if note else ""
+
+
 def generator_choices() -> list[tuple[str, str]]:
-    """(label, preset name) pairs; the embedded default first."""
-    return [(f"{name} · {p.description}", name) for name, p in GENERATORS.items()]
+    """(label, preset name) pairs; the embedded default first. Hub presets say what they need
+    (network, GPU memory), derived from their Preset fields."""
+    return [(f"{name} · {p.description}{_needs(p, name)}", name) for name, p in GENERATORS.items()]
 
 
 def reward_choices() -> list[tuple[str, str]]:
-    return [(f"{name} · {p.description}", name) for name, p in REWARDS.items()]
+    """(label, preset name) pairs: each says its scale and meaning, and what it needs to load."""
+    return [(f"{name} · {p.description} · scale: {reward_scale(name).short()}{_needs(p, name)}", name)
+            for name, p in REWARDS.items()]
 
 
 def method_choices() -> list[tuple[str, str]]:
