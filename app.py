@@ -138,7 +138,7 @@ def run_comparison(gen, reward, settings: RunSettings) -> Iterator:
 def last_round(comp: Comparison):
     """The live figure as it looked at the end of a run: its last decision point."""
     views = round_views(comp.sbon)
-    return round_figure(views[-1] if views else None, comp.n)
+    return round_figure(views[-1] if views else None, comp.n, earlier=views[:-1], comp=comp, reward=comp.sbon.reward)
 
 
 def save_for_download(comp: Comparison) -> str:
@@ -282,13 +282,13 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "scatter": lambda s: figures.partial_final_scatter(s.comp, s.first_round or 1),
     "table": lambda s: tables.candidates_table(s.comp),
     "picker": lambda s: gr.Dropdown(choices=tables.candidate_choices(s.comp), value=tables.first_pruned(s.comp)),
-    "detail": lambda s: tables.candidate_detail_html(s.comp, tables.first_pruned(s.comp)),
+    "detail": lambda s: detail(s.comp, tables.first_pruned(s.comp)),
     "savings": lambda s: tables.savings_table(s.comp),
     "tokens_plot": lambda s: figures.tokens_per_candidate(s.comp),
     "times_plot": lambda s: figures.phase_times(s.comp),
     "bon_text": lambda s: _returned(s, 0),
     "sbon_text": lambda s: _returned(s, 1),
-    "rounds_plot": lambda s: rounds_animation(s.comp.sbon),
+    "rounds_plot": lambda s: rounds_animation(s.comp.sbon, comp=s.comp),
     "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
     "correlations": lambda s: tables.correlation_table(s.comp),
     "signals_summary": lambda s: signals_view.summary_table(s.comp),
@@ -382,7 +382,8 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
         for event in run_comparison(gen, rew, settings):
             if tracker.update(event):  # a decision point: one new frame
                 yield {"status": tracker.status(), "summary": tracker.race(methods),
-                       "live_plot": round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ")}
+                       "live_plot": round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
+                                                 earlier=tracker.views[:-1], reward=settings.reward)}
             elif isinstance(event, ComparisonDone):
                 first = tracker.first_round_at
                 log.info("run finished: %.1f s from click, first round %s s, settings %s",
@@ -455,21 +456,26 @@ def on_decision_point(comp: Comparison | None, round: int | None):
     return figures.partial_final_scatter(comp, round or 1) if comp else gr.skip()
 
 
+def detail(comp: Comparison, k: int) -> str:
+    """Candidate k in full; a reward still in memory that can explain itself adds its reasons."""
+    return tables.candidate_detail_html(comp, k, MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator))
+
+
 def on_pick(comp: Comparison | None, k: int | None):
-    return tables.candidate_detail_html(comp, int(k)) if comp is not None and k is not None else gr.skip()
+    return detail(comp, int(k)) if comp is not None and k is not None else gr.skip()
 
 
 def on_row_select(comp: Comparison | None, evt: gr.SelectData):
     """A row of a candidate table opens that candidate in the inspector: the first column is its id,
     whatever order the user sorted the rows in (a note row, in a file without the data, opens nothing)."""
     k = signals_view.candidate_for_select(evt.row_value) if comp is not None else None
-    return (gr.skip(), gr.skip()) if k is None else (k, tables.candidate_detail_html(comp, k))
+    return (gr.skip(), gr.skip()) if k is None else (k, detail(comp, k))
 
 
 def on_play(comp: Comparison | None) -> Iterator:
     # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
     for i in range(len(comp.sbon.decision_points) if comp else 0):
-        yield rounds_animation(comp.sbon, i)
+        yield rounds_animation(comp.sbon, i, comp=comp)
         time.sleep(PLAY_STEP_S)
 
 

@@ -133,6 +133,11 @@ class ModelCache:
         rews = [r if g is None else f"{r} ({g})" for r, g, d in list(self._rewards) if d == dev]
         return gens, rews
 
+    def loaded_reward(self, reward: str, generator: str) -> RewardModel | None:
+        """The reward if it is in memory now (never loads): the candidate detail asks it to explain
+        itself when it can."""
+        return self._rewards.get(self._reward_key(reward, generator, str(self.device())))
+
     def failures(self) -> dict[tuple[str, str], str]:
         """(generator, reward) -> the one-line reason its last load failed; gone once it loads."""
         return dict(self._failures)

@@ -40,7 +40,7 @@ def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, mon
     updates = list(app.on_run(*values.values(), "curves"))
     assert len(updates) == 1
     assert updates[0]["status"].startswith("⚠ alpha") and "\n" not in updates[0]["status"]
-    assert updates[0]["run_btn"].interactive is True and updates[0]["stop_btn"].visible is False
+    assert updates[0]["running"] is None and updates[0]["stop_btn"].visible is False
 
 
 def test_each_method_shows_its_own_knobs(app):

@@ -23,7 +23,9 @@ RECORDED = "assets/recorded_run.json"
 
 
 def _points(fig: go.Figure) -> int:
-    return sum(len(t.x) for t in fig.data if t.mode == "markers")
+    """Marks of candidates: traces named by a fate (not the cost ring or the shape keys)."""
+    return sum(len(t.x) for t in fig.data if t.mode == "markers" and (t.name.startswith(("pruned in", SURVIVED,
+                                                                                         FINISHED_EARLY))))
 
 
 # -- Figure 2 ---------------------------------------------------------------------------------------
@@ -33,11 +35,14 @@ def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, ro
     point = comparison.sbon.decision_points[round - 1]
     fig = figures.partial_final_scatter(comparison, round)
     assert _points(fig) == len(point.contenders)
-    assert {t.name for t in fig.data} <= {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
+    fates = {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
     for trace in fig.data:
-        assert trace.marker.color == fate_color(trace.name)
+        if trace.name in fates:
+            assert trace.marker.color == fate_color(trace.name)
+        else:  # the cost ring and the shape keys: legend entries only where marks of theirs are drawn
+            assert trace.name.startswith(("pruned, and it cost", "● partial", "◆ finished"))
     # y is the final reward, from Best-of-N for the pruned
-    ys = sorted(y for t in fig.data for y in t.y)
+    ys = sorted(y for t in fig.data if t.name in fates for y in t.y)
     assert ys == pytest.approx(sorted(comparison.final_reward(k) for k in point.contenders))
     live = [k for k in point.contenders if comparison.sbon.candidates[k].partial_reward_at(round) is not None]
     corr = correlations([comparison.sbon.candidates[k].partial_reward_at(round) for k in live],
@@ -110,10 +115,15 @@ def test_round_figure_and_animation(comparison):
     assert list(fig.data[2].x) == [views[0].cut] * 2
     assert "Waiting" in round_figure(None, 6).layout.title.text
     anim = rounds_animation(comparison.sbon)
-    assert len(anim.data) == 8 and [t.visible for t in anim.data] == [True] * 4 + [False] * 4
+    per = len(anim.data) // 2
+    assert per == 8 and not any(t.visible for t in anim.data[per:])
     steps = anim.layout.sliders[0].steps
     assert [s.label for s in steps] == ["1", "2"]
-    assert steps[1].args[0]["visible"] == [False] * 4 + [True] * 4 and "Round 2" in steps[1].args[1]["title.text"]
+    assert not any(steps[1].args[0]["visible"][:per]) and "Round 2" in steps[1].args[1]["title.text"]
+    # every legend entry shown in a round has marks drawn in that round
+    for i, step in enumerate(steps):
+        for t, shown in zip(anim.data, step.args[0]["showlegend"]):
+            assert not shown or (t.x is not None and len(t.x) > 0)
     second = rounds_animation(comparison.sbon, active=1)
     assert second.layout.sliders[0].active == 1 and "Round 2" in second.layout.title.text
     assert rounds_animation(comparison.sbon, active=9).layout.sliders[0].active == 1  # clamped
@@ -176,7 +186,11 @@ def test_savings(comparison):
     rows = dict(zip(df.iloc[:, 0], df.iloc[:, 2]))
     assert rows["tokens generated"] == str(m["sbon_tokens"]) and rows["speedup (T_BoN / T_SBoN)"] == f"{m['speedup']:.2f}×"
     bars = figures.tokens_per_candidate(comparison)
-    assert sum(bars.data[0].y) == m["bon_tokens"] and sum(bars.data[1].y) == m["sbon_tokens"]
+    assert sum(bars.data[0].y) == m["bon_tokens"] and sum(sum(t.y) for t in bars.data[1:]) == m["sbon_tokens"]
+    # one legend entry per colour: each Speculative Rejection trace is one fate, in that fate's colour
+    for t in bars.data[1:]:
+        fate = t.name.split(": ", 1)[1]
+        assert t.marker.color == fate_color(fate) and all(comparison.sbon.fate(k) == fate for k in t.x)
     times = figures.phase_times(comparison)
     assert sum(sum(t.x) for t in times.data) == pytest.approx(comparison.bon.wall_time + comparison.sbon.wall_time)
     assert "Speculative Rejection returned" in tables.headline(comparison)
