@@ -115,7 +115,9 @@ CSS = """
 .gradio-container { overflow: clip !important; }  /* hidden would make it a scroll box and unstick the bar */
 #run-bar { position: sticky; top: 0; z-index: 50; background: var(--background-fill-primary);
            border-bottom: 1px solid var(--border-color-primary); padding: 6px 4px; align-items: center; }
-#run-bar button { min-width: 6em; }
+#run-bar button { min-width: 6em; white-space: nowrap; }
+#run-bar { flex-wrap: nowrap; gap: 8px; }
+.js-plotly-plot, #live-plot, #scatter, #rounds-plot { scroll-margin-top: 90px; }  /* not under the run bar */
 #status { min-height: 1.5em; }
 #status p { margin: 0; }
 .sbon-candidate p { margin: 0.3em 0; }
@@ -498,10 +500,11 @@ def build_demo() -> gr.Blocks:
             gr.Markdown(REWARD_NOTE, elem_id="reward-note")
         # The run bar: sticky (see CSS), so Run, Stop and the race stay beside the live plot.
         with gr.Row(elem_id="run-bar", equal_height=True):
-            ui.run_btn = gr.Button("▶ Run SBoN and Best-of-N", variant="primary", elem_id="run", scale=0, min_width=200)
-            ui.stop_btn = gr.Button("■ Stop", variant="stop", visible=False, elem_id="stop", scale=0, min_width=90)
-            ui.seed = gr.Number(DEFAULTS.seed, label="seed", precision=0, elem_id="seed", scale=0, min_width=110)
-            ui.new_seed = gr.Button("🎲 New seed", elem_id="new-seed", scale=0, min_width=120)
+            ui.run_btn = gr.Button("▶ Run", variant="primary", elem_id="run", scale=0, min_width=90)
+            ui.stop_btn = gr.Button("■ Stop", variant="stop", visible=False, elem_id="stop", scale=0, min_width=80)
+            ui.seed = gr.Number(DEFAULTS.seed, label="seed", show_label=False, precision=0, elem_id="seed", scale=0,
+                                min_width=80, container=False)
+            ui.new_seed = gr.Button("↻ New seed", elem_id="new-seed", scale=0, min_width=110)
             ui.status = gr.Markdown("", elem_id="status")
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
@@ -553,14 +556,14 @@ def build_demo() -> gr.Blocks:
                 ui.model_status = gr.Markdown(models_status, elem_id="model-status")
                 ui.model_timer = gr.Timer(1.0)
             with gr.Column(scale=3, elem_id="live-column"):
-                ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot")
+                ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot", show_label=False)
                 ui.source = gr.Markdown(elem_id="run-source")
                 ui.summary = gr.Markdown(elem_id="headline")
 
         with gr.Tabs():
             with gr.Tab("Partial vs final reward", id="scatter-tab", elem_id="scatter-tab"):
                 ui.decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
-                ui.scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter")
+                ui.scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter", show_label=False)
             with gr.Tab("Candidates", id="candidates-tab", elem_id="candidates-tab"):
                 ui.table = gr.Dataframe(label="Every candidate (SBoN run; final rewards of pruned ones from Best-of-N)",
                                         interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
@@ -568,22 +571,22 @@ def build_demo() -> gr.Blocks:
                 ui.detail = gr.HTML(elem_id="candidate-detail")
             with gr.Tab("Savings", id="savings-tab", elem_id="savings-tab"):
                 ui.savings = gr.Dataframe(interactive=False, elem_id="savings-table")
-                ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot")
-                ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot")
+                ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot", show_label=False)
+                ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot", show_label=False)
                 with gr.Row():
                     ui.bon_text = gr.Textbox(label="Best-of-N returned", lines=8, interactive=False, elem_id="bon-text")
                     ui.sbon_text = gr.Textbox(label="Speculative Rejection returned", lines=8, interactive=False,
                                               elem_id="sbon-text")
             with gr.Tab("Rounds replay", id="rounds-tab", elem_id="rounds-tab"):
                 ui.play_btn = gr.Button("▶ Play the rounds", size="sm", elem_id="play-rounds")
-                ui.rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot")
+                ui.rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot", show_label=False)
             with gr.Tab("Trade-off", id="tradeoff-tab", elem_id="tradeoff-tab"):
                 gr.Markdown("Speculative Best-of-N with decision token τ and rejection rate α, **replayed on the "
                             "Best-of-N candidates** (no new generation): what each setting would have returned "
                             "and how many tokens it would have generated.")
                 ui.tradeoff_kind = gr.Radio(["curves", "heatmap"], value="curves", label="Show as",
                                             elem_id="tradeoff-kind")
-                ui.tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot")
+                ui.tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot", show_label=False)
                 ui.correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each τ "
                                                      "(oracle cut c*: the fraction that could be pruned keeping the best)",
                                                interactive=False, elem_id="correlations")
@@ -601,7 +604,7 @@ def build_demo() -> gr.Blocks:
                             "generated (no extra forward pass); the reward's scores are its partial rewards.")
                 ui.signals_summary = gr.Dataframe(label="Per signal and decision point (one cut at the run's α)",
                                                   interactive=False, elem_id="signals-summary")
-                ui.signals_plot = gr.Plot(elem_id="signals-plot")
+                ui.signals_plot = gr.Plot(elem_id="signals-plot", show_label=False)
                 ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
                                                            "point): click a row to open it under Candidates",
                                                      interactive=False, elem_id="signals-candidates")

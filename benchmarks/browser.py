@@ -86,3 +86,15 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+def open_tab(page, name: str) -> None:
+    """Click the page's tab called ``name``; on a narrow screen Gradio folds the last tabs into an
+    overflow menu, which is opened first."""
+    tab = page.get_by_role("tab", name=name)
+    if tab.count() and tab.first.is_visible():
+        tab.first.click()
+        return
+    page.get_by_label("More tabs").click()
+    # The opened menu lies under the tab bar in the stacking order: click its item directly.
+    page.locator(".overflow-menu button, .overflow-dropdown button", has_text=name).first.dispatch_event("click")

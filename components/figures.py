@@ -17,7 +17,7 @@ from sbon.results import PHASES
 from .fates import fate_color, fate_order
 from .reasons import decimals, point_reasons, pruning_cost, reward_scale
 from .rounds import COST_NAME
-from .style import BON_COLOR, FINAL_SYMBOL, PARTIAL_SYMBOL, styled
+from .style import BON_COLOR, FINAL_SYMBOL, PARTIAL_SYMBOL, axis_titles, styled
 
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
 
@@ -85,9 +85,9 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
                              showlegend=not costly.empty,
                              marker=dict(color="rgba(0,0,0,0)", size=22, symbol="circle-open",
                                          line=dict(width=2.5, color="#000000"))))
-    for label, symbol, shown in (("● partial reward", PARTIAL_SYMBOL, not live.empty),
-                                 ("◆ finished: final reward", FINAL_SYMBOL, bool(df.finished.any()))):
-        if shown:
+    both = not live.empty and bool(df.finished.any())  # a lone shape needs no key
+    for label, symbol in (("● partial reward", PARTIAL_SYMBOL), ("◆ finished: final reward", FINAL_SYMBOL)):
+        if both:
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, hoverinfo="skip",
                                      marker=dict(color="#6c757d", size=10, symbol=symbol)))
     fig.add_vline(x=point.cut, line=dict(color="#264653", dash="dash", width=2),
@@ -96,8 +96,9 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
                f"Pearson {_fmt(corr['pearson'])} · Kendall τ {_fmt(corr['kendall'])} · {len(live)} partial rewards",
            height=480)
     scale = reward_scale(comp.sbon.reward)
-    fig.update_xaxes(title=f"score at the decision point ({scale.unit})", tickformat=f".{dx}f")
-    fig.update_yaxes(title=f"final reward: {comp.sbon.reward}", tickformat=f".{dy}f")
+    fig.update_xaxes(tickformat=f".{dx}f")
+    fig.update_yaxes(tickformat=f".{dy}f")
+    axis_titles(fig, f"score at the decision point ({scale.unit})", f"final reward ({comp.sbon.reward})")
     return fig
 
 
@@ -114,16 +115,16 @@ def tokens_per_candidate(comp: Comparison) -> go.Figure:
     fates = {c.id: comp.sbon.fate(c.id) for c in sb}
     for fate in fate_order(set(fates.values())):
         ids_ = [k for k in ids if fates[k] == fate]
-        fig.add_trace(go.Bar(x=ids_, y=[sb[k].tokens_generated for k in ids_], name=f"Speculative Rejection: {fate}",
+        fig.add_trace(go.Bar(x=ids_, y=[sb[k].tokens_generated for k in ids_], name=fate,
                              marker_color=fate_color(fate), offsetgroup="sbon",
                              hovertemplate="candidate %{x}: %{y} tokens<extra>" + fate + "</extra>"))
     fig.data[0].update(offsetgroup="bon")
     m = comp.metrics
-    styled(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} · Speculative Rejection {m['sbon_tokens']} "
-               f"(token rate {m['token_rate']:.2f})", height=380)
+    styled(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} (grey bars) · Speculative Rejection {m['sbon_tokens']} "
+               f"(bars coloured by fate; token rate {m['token_rate']:.2f})", height=380)
     fig.update_layout(barmode="group", bargap=0.25)
-    fig.update_xaxes(title="candidate", dtick=1 if comp.n <= 32 else None)
-    fig.update_yaxes(title="tokens generated")
+    fig.update_xaxes(dtick=1 if comp.n <= 32 else None)
+    axis_titles(fig, "candidate", "tokens generated")
     return fig
 
 
@@ -139,7 +140,7 @@ def phase_times(comp: Comparison) -> go.Figure:
     styled(fig, f"Wall time: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
                f"{comp.sbon.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
     fig.update_layout(barmode="stack", legend_traceorder="normal")
-    fig.update_xaxes(title="seconds")
+    axis_titles(fig, "seconds")
     return fig
 
 
@@ -170,8 +171,9 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
             customdata=rates.values,
             hovertemplate="α %{x}, τ %{y}<br>normalized score %{z:.1f}<br>token rate %{customdata:.2f}<extra></extra>"))
         styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score; cells show the token rate")
-        fig.update_xaxes(title="rejection rate α", type="category")
-        fig.update_yaxes(title="decision token τ", type="category")
+        fig.update_xaxes(type="category")
+        fig.update_yaxes(type="category")
+        axis_titles(fig, "rejection rate α", "decision token τ")
         return fig
     fig = go.Figure()
     for tau, part in grid.groupby("tau"):
@@ -186,8 +188,8 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
                              hovertemplate="this run<br>token rate %{x:.2f}<br>normalized score %{y:.1f}<extra></extra>"))
     styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate; "
                 "each point is labelled with its rejection rate α", height=480)
-    fig.update_xaxes(title="token rate (tokens generated / Best-of-N's tokens)")
-    fig.update_yaxes(title="normalized score (100 = Best-of-N's best)", range=_fit([*grid.normalized_score, m["normalized_score"]]))
+    fig.update_yaxes(range=_fit([*grid.normalized_score, m["normalized_score"]]))
+    axis_titles(fig, "token rate (tokens generated / Best-of-N's tokens)", "normalized score (100 = Best-of-N's best)")
     return fig
 
 

@@ -17,11 +17,12 @@ from sbon.results import DecisionPoint, RunResult, pruned_in
 
 from .fates import fate_color
 from .reasons import point_reasons, pruning_cost, reward_scale
-from .style import (CUT_COLOR, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
-                    legend_below, styled, wrap_title)
+from .style import (CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
+                    styled, wrap_title)
 
-SLIDER_PX = 80  # room above the plot for the rounds slider and its current value
-COST_NAME = "pruned, and it cost: its Best-of-N twin won or beat the answer returned"
+SLIDER_PX = 80  # room under the plot for the rounds slider and its current value
+ROW_PX = 15  # plot height per candidate
+COST_NAME = "○ pruned at a cost (hover)"
 
 
 def round_views(run: RunResult) -> list[DecisionPoint]:
@@ -85,9 +86,10 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
         marker=dict(color="rgba(0,0,0,0)", size=20, symbol="circle-open", line=dict(width=2.5, color="#000000")),
         customdata=[[pruning_cost(comp, k)] for k in costly],
         hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
-    has_final = any(k in final for k in view.contenders)
-    traces += [_marker_key("● ranked by its partial reward", PARTIAL_SYMBOL),
-               _marker_key("◆ finished: ranked by its final reward", FINAL_SYMBOL).update(visible=has_final)]
+    # The shape keys only when both shapes are drawn: a lone shape needs no key.
+    both = any(k in final for k in view.contenders) and any(k not in final for k in view.contenders)
+    traces += [_marker_key("● partial reward", PARTIAL_SYMBOL).update(visible=both),
+               _marker_key("◆ finished: final reward", FINAL_SYMBOL).update(visible=both)]
     return traces
 
 
@@ -101,16 +103,23 @@ def _title(view: DecisionPoint) -> str:
             f"kept {len(view.survivors)} of {len(view.contenders)} contenders")
 
 
-def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "", extra: int = 0) -> None:
-    # One row per candidate: the figure grows with N so that the ids stay readable.
-    height = min(1000, max(400, 130 + 16 * n)) + extra
-    styled(fig, height=height, top=70)
+def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "", slider: bool = False) -> None:
+    # One row per candidate: the plot area grows with N so that the ids stay readable; the
+    # figure adds the margins its title, legend and axis title need (and the slider's room).
+    styled(fig)
     unit = f" — {reward}: {reward_scale(reward).unit}" if reward else ""
-    fig.update_layout(xaxis_title="score at the decision point" + unit, yaxis_title="candidate")
+    axis_titles(fig, "score at the decision point" + unit, "candidate")
+    fit_margins(fig, bottom_extra=SLIDER_PX if slider else 0)
+    margin = fig.layout.margin
+    plot_px = min(800, max(260, ROW_PX * n + 40))
+    fig.update_layout(height=plot_px + margin.t + margin.b)
+    fit_margins(fig, bottom_extra=SLIDER_PX if slider else 0)  # again: the title's place depends on the height
     fig.update_yaxes(range=[n - 0.5, -0.5], dtick=1 if n <= 32 else None, zeroline=False)
     if x_range:
         fig.update_xaxes(range=x_range)
-    legend_below(fig)
+    if slider:  # under the x-axis title, in the room fit_margins left for it
+        below = margin.b - SLIDER_PX
+        fig.layout.sliders[0].update(y=-below / plot_px, yanchor="top")
 
 
 def round_figure(view: DecisionPoint | None, n: int, x_range: list[float] | None = None,
@@ -161,10 +170,8 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
 
     x_range = _x_range(views)
     fig.update_layout(title=_title(views[active]))
-    _layout(fig, n, x_range, run.reward, extra=60)
     fig.update_layout(
-        # The slider sits between the title and the plot: below, it would collide with the legend.
-        sliders=[dict(active=active, x=0, len=1, y=1.0, yanchor="bottom", pad=dict(t=0, b=10),
+        sliders=[dict(active=active, x=0, len=1, pad=dict(t=0, b=0),
                       currentvalue=dict(prefix="round "),
                       steps=[dict(label=str(v.round), method="update",
                                   args=[{"visible": [s and legend[j]
@@ -172,6 +179,5 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
                                          "showlegend": [s and legend[j] for j, s in enumerate(showing(i))]},
                                         {"title.text": wrap_title(_title(v))}])
                              for i, v in enumerate(views)])])
-    fig.update_layout(margin=dict(t=fig.layout.margin.t + SLIDER_PX))
-    legend_below(fig)
+    _layout(fig, n, x_range, run.reward, slider=True)
     return fig

@@ -189,7 +189,7 @@ def test_savings(comparison):
     assert sum(bars.data[0].y) == m["bon_tokens"] and sum(sum(t.y) for t in bars.data[1:]) == m["sbon_tokens"]
     # one legend entry per colour: each Speculative Rejection trace is one fate, in that fate's colour
     for t in bars.data[1:]:
-        fate = t.name.split(": ", 1)[1]
+        fate = t.name
         assert t.marker.color == fate_color(fate) and all(comparison.sbon.fate(k) == fate for k in t.x)
     times = figures.phase_times(comparison)
     assert sum(sum(t.x) for t in times.data) == pytest.approx(comparison.bon.wall_time + comparison.sbon.wall_time)
