@@ -34,12 +34,12 @@ if __name__ == "__main__":
 import gradio as gr  # noqa: E402
 
 from components import figures, signals_view, tables  # noqa: E402
-from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,  # noqa: E402
-                                 reward_choices, signal_choices)
+from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
+                                 method_choices, reward_choices, signal_choices)
 from components.live import LiveTracker  # noqa: E402
 from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
-from sbon.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
+from sbon.comparison import FORMAT, Comparison, ComparisonDone, comparison_events  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 
@@ -670,6 +670,28 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
     # The API shares the Run button's single generation slot: one generation at a time per device.
     gr.api(compare, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
+    describe_api(demo, "compare")
+
+
+API_RETURNS = (f"the comparison as JSON text in the saved-run format '{FORMAT}' (the Download button's file): "
+               "an object with format, bon and sbon (each run: method, prompt, generator, reward, settings, "
+               "prompt_tokens, candidates with their token_ids, text, partial_rewards, final_reward, stop_reason and "
+               "pruned_round, decision_points with contenders, scores, survivors, pruned, retired and cut, timings, "
+               "best_id), partials (Best-of-N's partial rewards by decision token), metrics (speedup, "
+               "normalized_score ≤ 100, token_rate, ...) and signal_scores. Load it with "
+               "sbon.comparison.Comparison.from_json.")
+
+
+def describe_api(demo: gr.Blocks, api_name: str) -> None:
+    """Give the endpoint's parameters their help, type range and choices, and its return its format,
+    in view_api() and the API page: gr.api derives only types from the signature. Everything comes
+    from the settings' own help (components.controls.api_parameter), so nothing is typed twice."""
+    fn = next(f for f in demo.fns.values() if f.api_name == api_name)
+    for name, component in zip(inspect.signature(compare).parameters, fn.inputs):
+        component._api_info = {**component._api_info, **api_parameter(name)}
+        component.label = name
+    for component in fn.outputs:
+        component._api_info = {**component._api_info, "description": API_RETURNS}
 
 
 demo = build_demo()

@@ -12,7 +12,7 @@ from components.controls import RunSettings, load_examples
 from components.fates import FINISHED_EARLY, SURVIVED, fate_color
 from components.live import LiveTracker
 from components.model_cache import ModelCache
-from components.rounds import round_figure, round_views, rounds_animation
+from components.rounds import COST_NAME, round_figure, round_views, rounds_animation
 from sbon.comparison import Comparison
 from sbon.config import RunConfig
 from sbon.counterfactual import partial_final_stats, tradeoff_grid
@@ -40,7 +40,7 @@ def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, ro
         if trace.name in fates:
             assert trace.marker.color == fate_color(trace.name)
         else:  # the cost ring and the shape keys: legend entries only where marks of theirs are drawn
-            assert trace.name.startswith(("pruned, and it cost", "● partial", "◆ finished"))
+            assert trace.name in (COST_NAME, "● partial reward", "◆ finished: final reward")
     # y is the final reward, from Best-of-N for the pruned
     ys = sorted(y for t in fig.data if t.name in fates for y in t.y)
     assert ys == pytest.approx(sorted(comparison.final_reward(k) for k in point.contenders))
