@@ -186,11 +186,13 @@ class ModelCache:
     def load_async(self, generator: str, reward: str) -> Future:
         """Start loading in the background thread (or join the load already under way) and return
         its future: ``result()`` gives (generator, reward) or raises the load's SBoNError. A failed
-        load is retried by the next call."""
+        load, or one whose models were evicted since, is done again by the next call."""
         key = (generator, reward)
         with self._jobs_lock:
             job = self._jobs.get(key)
-            if job is None or (job.done() and job.exception() is not None):
+            # A finished load is reused only while its models are still loaded: one that failed, or
+            # whose models were evicted since, loads again (and the status line sees them again).
+            if job is None or (job.done() and (job.exception() is not None or not self.is_loaded(generator, reward))):
                 job = self._jobs[key] = self._loader.submit(self._get_logged, generator, reward)
             return job
 
