@@ -278,6 +278,7 @@ def _returned(shown: Shown, which: int) -> gr.Textbox:
 # element of the same name on the page.
 VIEWS: dict[str, Callable[[Shown], Any]] = {
     "comparison": lambda s: s.comp,
+    "origin": lambda s: s.origin,
     "source": lambda s: tables.run_description(s.comp, s.origin),
     "summary": lambda s: tables.headline(s.comp) + "\n\n" + tables.prediction_report(s.comp),
     "decision_point": lambda s: gr.Dropdown(choices=figures.decision_point_choices(s.comp), value=s.first_round),
@@ -360,13 +361,14 @@ def on_run(*values: Any) -> Iterator[dict[str, Any]]:
 
 
 def _run(*values: Any) -> Iterator[dict[str, Any]]:
+    *setting_values, kind, shown, origin = values
+    idle = {**IDLE, **restored(shown, origin)}  # a run that ends without a result puts the headline back
     try:
-        settings = settings_from(values[:-1])
+        settings = settings_from(setting_values)
     except SBoNError as e:
         gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", **IDLE}
+        yield {"status": f"⚠ {e}", **idle}
         return
-    kind = values[-1]
     clicked = time.perf_counter()
     methods = (settings.method, "bon")
     tracker = LiveTracker(settings.max_new_tokens, started=clicked)
@@ -399,15 +401,24 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
                 yield {"status": tracker.status(), "summary": tracker.race(methods)}
     except SBoNError as e:
         gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", "model_status": models_status(), **IDLE}
+        yield {"status": f"⚠ {e}", "model_status": models_status(), **idle}
     except Exception as e:  # keep serving: one failed run must not take the app down
         log.exception("run failed")
         gr.Warning(f"the run failed: {type(e).__name__}: {e}")
-        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", "model_status": models_status(), **IDLE}
+        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", "model_status": models_status(), **idle}
 
 
-def on_stop() -> dict[str, Any]:
-    return {"status": "Stopped: the views still show the previous run", **IDLE}
+def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+    """The description and headline of the run the views still show (a run replaced them with its
+    progress while it went)."""
+    if comp is None:
+        return {"source": "", "summary": ""}
+    shown = Shown(comp, origin or "the run shown before")
+    return {"source": VIEWS["source"](shown), "summary": VIEWS["summary"](shown)}
+
+
+def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+    return {"status": "Stopped: the views still show the previous run", **IDLE, **restored(comp, origin)}
 
 
 def on_new_seed(seed: Any) -> int:
@@ -492,6 +503,7 @@ def build_demo() -> gr.Blocks:
     # delete_cache: Gradio's copies of downloads and uploads go after a day.
     with gr.Blocks(title="SBoN Explorer", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         ui.comparison = gr.State(None)  # this session's Comparison: never shared between sessions
+        ui.origin = gr.State(None)  # where it came from ("your run", "the recorded run …")
 
         ui.running = gr.State(None)  # when this session's run was requested; None when none is going
         gr.Markdown(INTRO)
@@ -643,10 +655,12 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     request = ui.run_btn.click(by_name(on_run_request), inputs=ui.running,
                                outputs=el("running", "status", "stop_btn", "summary"), concurrency_limit=None,
                                show_progress="hidden", **private)
-    run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind"), outputs=el(*RUN_OUTPUTS),
+    run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin"),
+                                outputs=el(*RUN_OUTPUTS),
                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
                                 show_progress="hidden", **private)
-    ui.stop_btn.click(by_name(on_stop), outputs=el("status", "running", "stop_btn"), cancels=[run_event], **private)
+    ui.stop_btn.click(by_name(on_stop), inputs=el("comparison", "origin"),
+                      outputs=el("status", "running", "stop_btn", "source", "summary"), cancels=[run_event], **private)
     ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **private)
     ui.method.change(by_name(on_method), inputs=ui.method, outputs=el(*METHOD_KNOBS), **private)
     ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)

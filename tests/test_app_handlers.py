@@ -37,10 +37,12 @@ def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, mon
     monkeypatch.setattr(app.MODELS, "load_async", lambda *a: pytest.fail("no model may load for bad settings"))
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", alpha=1.0)
-    updates = list(app.on_run(*values.values(), "curves"))
+    recorded = app.show_recorded("curves")
+    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"]))
     assert len(updates) == 1
     assert updates[0]["status"].startswith("⚠ alpha") and "\n" not in updates[0]["status"]
     assert updates[0]["running"] is None and updates[0]["stop_btn"].visible is False
+    assert updates[0]["source"] == recorded["source"] and updates[0]["summary"] == recorded["summary"]
 
 
 def test_each_method_shows_its_own_knobs(app):
