@@ -166,3 +166,23 @@ def run_controls_beside_plot(page) -> dict[str, Any]:
         const run = r('#run'), area = r('#live-plot .nsewdrag'), h = window.innerHeight;
         return {run_visible: run.top >= 0 && run.bottom <= h, plot_visible: area.top >= r('#run-bar').bottom - 1 && area.bottom <= h,
                 run: [run.top, run.bottom], plot_area: [area.top, area.bottom], viewport: h}; }""")
+
+
+def layout_screenshots(folder: Path, screens: tuple[str, ...] = ("projector", "phone")) -> dict[str, list[str]]:
+    """Serve the app, and on each screen save the first view (run bar and live plot) and every plot
+    as ``{screen}-{name}.png`` in ``folder``; return the problems check_plots found per screen.
+    `python -c "from benchmarks.browser import *; layout_screenshots(Path('assets/screenshots'))"`
+    makes the README's phone and projector pictures."""
+    found: dict[str, list[str]] = {}
+    with serve_app(folder / ".app.log") as url, chromium() as browser:
+        for screen in screens:
+            (width, height), ratio = SCREENS[screen]
+            page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
+            page.goto(url)
+            page.wait_for_selector("#scatter .scatterlayer .point", timeout=120_000)
+            run_controls_beside_plot(page)
+            page.screenshot(path=str(folder / f"{screen}-screen.png"))
+            found[screen] = [p for problems, _ in check_plots(page, folder, prefix=f"{screen}-").values() for p in problems]
+            page.context.close()
+    (folder / ".app.log").unlink(missing_ok=True)
+    return found
