@@ -107,7 +107,9 @@ comparison = Comparison.from_json(text)
 print(comparison.metrics["speedup"], comparison.sbon.best.text)
 ```
 Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `alpha`, `tau`, `kv_budget`
-and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`. Requests wait in the same one-at-a-time queue as the Run button."""
+and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`;
+`client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
+`sbon-comparison/1`). Requests wait in the same one-at-a-time queue as the Run button."""
 
 # The run bar sticks to the top of the window, so Run/Stop and the race stay in view beside the
 # live plot at any scroll position and zoom; plot text is sized for a projector.

@@ -429,3 +429,17 @@ def test_live_race_has_a_clock_per_method(comparison_events):
     assert sbon.generated == comparison_events[-1].comparison.sbon.total_tokens
     last = boards[-1]
     assert last.count("done ✓") == 2 and f"**{sbon.seconds(0):.1f} s**" in last
+
+
+def test_normalized_score_never_passes_100_through_float_noise(comparison):
+    from sbon.metrics import normalized_score
+
+    assert normalized_score([1.0, 5.0], 5.0 + 1.2e-6) == 100.0  # the same text rescored in another batch
+    assert normalized_score([1.0, 5.0], 4.0) == pytest.approx(75.0)
+    d = comparison.to_dict()
+    best = comparison.bon.best_id
+    d["sbon"]["best_id"] = best
+    d["sbon"]["candidates"][best]["final_reward"] = comparison.bon.best.final_reward + 3e-7
+    d["sbon"]["candidates"][best]["pruned_round"] = None
+    d["sbon"]["candidates"][best]["stop_reason"] = "length"
+    assert Comparison.from_dict(d).metrics["normalized_score"] == 100.0
