@@ -48,6 +48,7 @@ MAX_UPLOAD_BYTES = 20_000_000
 MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near this
 DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
+MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # The queue: one generation at a time (the Run button and the API share it), up to 8 light events
 # (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
@@ -431,8 +432,10 @@ def on_new_seed(seed: Any) -> int:
 
 
 def on_model_timer() -> dict[str, Any]:
+    """Refresh the model line: each second while something loads, else every few seconds, so a load
+    or eviction by another session's run shows here too."""
     line = models_status()
-    return {"model_status": line, "model_timer": gr.Timer(active="⏳" in line)}
+    return {"model_status": line, "model_timer": gr.Timer(MODEL_STATUS_LOADING_S if "⏳" in line else MODEL_STATUS_IDLE_S)}
 
 
 METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
@@ -568,7 +571,7 @@ def build_demo() -> gr.Blocks:
                 # What is loaded and loading, computed on every page load (a callable value) and
                 # refreshed each second while something loads.
                 ui.model_status = gr.Markdown(models_status, elem_id="model-status")
-                ui.model_timer = gr.Timer(1.0)
+                ui.model_timer = gr.Timer(MODEL_STATUS_LOADING_S)
             with gr.Column(scale=3, elem_id="live-column"):
                 ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot", show_label=False)
                 ui.source = gr.Markdown(elem_id="run-source")
