@@ -14,6 +14,7 @@ import inspect
 import logging
 import math
 import os
+import random
 import tempfile
 import time
 from concurrent.futures import Future, wait
@@ -38,12 +39,12 @@ if __name__ == "__main__":
 import gradio as gr  # noqa: E402
 
 from components import figures, signals_view, tables  # noqa: E402
-from components.controls import (ASSETS, RunSettings, generator_choices, load_examples, method_choices,  # noqa: E402
-                                 reward_choices, signal_choices)
+from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
+                                 method_choices, reward_choices, signal_choices)
 from components.live import LiveTracker  # noqa: E402
 from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
-from sbon.analysis.comparison import Comparison, ComparisonDone, comparison_events  # noqa: E402
+from sbon.analysis.comparison import FORMAT, Comparison, ComparisonDone, comparison_events  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
@@ -53,11 +54,14 @@ MAX_UPLOAD_BYTES = 20_000_000
 MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near this
 DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
+MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # The queue: one generation at a time (the Run button and the API share it), up to 8 light events
 # (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
 GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
+MAX_SEED = 2**31 - 1
+GENERATING = [0]  # runs inside the generation slot now (the Run button's and the API's)
 MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
 PRELOAD: list[Future] = []  # the background load of the default models, once started
 THREADS = configure_threads()
@@ -110,10 +114,21 @@ comparison = Comparison.from_json(text)
 print(comparison.metrics["speedup"], comparison.sbon.best.text)
 ```
 Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `alpha`, `tau`, `kv_budget`
-and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`. Requests wait in the same one-at-a-time queue as the Run button."""
+and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`;
+`client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
+`sbon-comparison/1`). Requests wait in the same one-at-a-time queue as the Run button."""
 
+# The run bar sticks to the top of the window, so Run/Stop and the race stay in view beside the
+# live plot at any scroll position and zoom; plot text is sized for a projector.
 CSS = """
-#status { min-height: 2.5em; }
+.gradio-container { overflow: clip !important; }  /* hidden would make it a scroll box and unstick the bar */
+#run-bar { position: sticky; top: 0; z-index: 50; background: var(--background-fill-primary);
+           border-bottom: 1px solid var(--border-color-primary); padding: 6px 4px; align-items: center; }
+#run-bar button { min-width: 6em; white-space: nowrap; }
+#run-bar { flex-wrap: nowrap; gap: 8px; }
+.js-plotly-plot, #live-plot, #scatter, #rounds-plot { scroll-margin-top: 90px; }  /* not under the run bar */
+#status { min-height: 1.5em; }
+#status p { margin: 0; }
 .sbon-candidate p { margin: 0.3em 0; }
 """
 
@@ -139,7 +154,7 @@ def run_comparison(settings: RunSettings) -> Iterator:
 def last_round(comp: Comparison):
     """The live figure as it looked at the end of a run: its last decision point."""
     views = round_views(comp.sbon)
-    return round_figure(views[-1] if views else None, comp.n)
+    return round_figure(views[-1] if views else None, comp.n, earlier=views[:-1], comp=comp, reward=comp.sbon.reward)
 
 
 def save_for_download(comp: Comparison) -> str:
@@ -202,25 +217,38 @@ def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alp
     try:
         settings = RunSettings.from_inputs(**given)
         settings.check()
-        MODELS.load_async(settings.generator, settings.reward).result()
-        for event in run_comparison(settings):
-            if isinstance(event, ComparisonDone):
-                return event.comparison.to_json()
+        GENERATING[0] += 1
+        try:
+            MODELS.load_async(settings.generator, settings.reward).result()
+            for event in run_comparison(settings):
+                if isinstance(event, ComparisonDone):
+                    return event.comparison.to_json()
+        finally:
+            GENERATING[0] -= 1
     except SBoNError as e:
         raise gr.Error(str(e)) from None
     raise gr.Error("the comparison stopped without a result")
 
 
 def models_status() -> str:
-    """One line for the page: what the background load is doing, or whether the default models are ready."""
+    """One line for the page, true now: what is loading, what is loaded (per generator and reward),
+    and the last failed load. Computed on every page load and timer tick, never at build time."""
     step = MODELS.loading()
+    gens, rews = MODELS.loaded()
+    parts = []
     if step:
-        return f"⏳ {step} — Run waits for it; replays work now."
-    if MODELS.is_loaded(DEFAULTS.generator, DEFAULTS.reward):
-        return f"Models ready: `{DEFAULTS.generator}` and `{DEFAULTS.reward}` on {MODELS.device()}."
-    if PRELOAD and PRELOAD[0].done() and PRELOAD[0].exception() is not None:
-        return f"⚠ {PRELOAD[0].exception()}"
-    return "⏳ Loading the models…" if PRELOAD else "The models load on the first Run."
+        parts.append(f"⏳ {step} — Run waits for it; replays work now.")
+    elif not gens and PRELOAD and not PRELOAD[0].done():
+        parts.append("⏳ Loading the default models…")
+    if gens or rews:
+        parts.append(f"Loaded on {MODELS.device()}: generator{'s' if len(gens) > 1 else ''} "
+                     f"{', '.join(f'`{g}`' for g in gens) or 'none'} · reward{'s' if len(rews) > 1 else ''} "
+                     f"{', '.join(f'`{r}`' for r in rews) or 'none'}.")
+    elif not step:
+        parts.append("No model is loaded: the next Run loads the ones it asks for.")
+    for (g, r), why in MODELS.failures().items():
+        parts.append(f"⚠ loading `{g}` with `{r}` failed: {why}")
+    return " ".join(parts)
 
 
 def start_loading_models() -> None:
@@ -264,19 +292,20 @@ def _returned(shown: Shown, which: int) -> gr.Textbox:
 # element of the same name on the page.
 VIEWS: dict[str, Callable[[Shown], Any]] = {
     "comparison": lambda s: s.comp,
+    "origin": lambda s: s.origin,
     "source": lambda s: tables.run_description(s.comp, s.origin),
     "summary": lambda s: tables.headline(s.comp) + "\n\n" + tables.prediction_report(s.comp),
     "decision_point": lambda s: gr.Dropdown(choices=figures.decision_point_choices(s.comp), value=s.first_round),
     "scatter": lambda s: figures.partial_final_scatter(s.comp, s.first_round or 1),
     "table": lambda s: tables.candidates_table(s.comp),
     "picker": lambda s: gr.Dropdown(choices=tables.candidate_choices(s.comp), value=tables.first_pruned(s.comp)),
-    "detail": lambda s: tables.candidate_detail_html(s.comp, tables.first_pruned(s.comp)),
+    "detail": lambda s: detail(s.comp, tables.first_pruned(s.comp)),
     "savings": lambda s: tables.savings_table(s.comp),
     "tokens_plot": lambda s: figures.tokens_per_candidate(s.comp),
     "times_plot": lambda s: figures.phase_times(s.comp),
     "bon_text": lambda s: _returned(s, 0),
     "sbon_text": lambda s: _returned(s, 1),
-    "rounds_plot": lambda s: rounds_animation(s.comp.sbon),
+    "rounds_plot": lambda s: rounds_animation(s.comp.sbon, comp=s.comp),
     "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
     "correlations": lambda s: tables.correlation_table(s.comp),
     "signals_summary": lambda s: signals_view.summary_table(s.comp),
@@ -285,8 +314,8 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
 }
 SHOWN = (*VIEWS, "status", "live_plot")  # what showing a comparison updates
-RUN_OUTPUTS = (*SHOWN, "run_btn", "stop_btn")
-IDLE = {"run_btn": gr.Button(interactive=True), "stop_btn": gr.Button(visible=False)}
+RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
+IDLE = {"running": None, "stop_btn": gr.Button(visible=False)}  # what a run leaves when it ends
 
 
 def show(shown: Shown, status: str = "") -> dict[str, Any]:
@@ -317,56 +346,107 @@ def on_upload(path: str | None, kind: str) -> dict[str, Any]:
     return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path), "Replaying the uploaded run")
 
 
+RUNNING_NOTE = "the views below still show the previous run until this one ends"
+
+
+def on_run_request(running: float | None) -> dict[str, Any]:
+    """The Run click, answered at once (outside the generation queue): refuse a second Run of this
+    session with a one-line reason, else say whether the run starts now or waits its turn behind
+    another session's run, so no click goes unanswered."""
+    if running:
+        raise gr.Error(f"A run is already going ({time.time() - running:.0f} s so far): wait for it to end or press Stop.",
+                       duration=6)
+    busy = GENERATING[0] > 0
+    status = ("⏳ Queued: another session's run holds the one generation slot of this device; yours starts when "
+              "it ends." if busy else "Starting…")
+    return {"running": time.time(), "status": status, "stop_btn": gr.Button(visible=True),
+            "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}."}
+
+
 def on_run(*values: Any) -> Iterator[dict[str, Any]]:
     """Check the settings, wait for the models if they are still loading, then run the comparison,
-    drawing each decision point as it is taken and every view at the end."""
+    drawing each decision point as it is taken, the race of both methods in place of the headline,
+    and every view at the end."""
+    GENERATING[0] += 1
     try:
-        settings = settings_from(values[:-1])
+        yield from _run(*values)
+    finally:
+        GENERATING[0] -= 1
+
+
+def _run(*values: Any) -> Iterator[dict[str, Any]]:
+    *setting_values, kind, shown, origin = values
+    idle = {**IDLE, **restored(shown, origin)}  # a run that ends without a result puts the headline back
+    try:
+        settings = settings_from(setting_values)
     except SBoNError as e:
         gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", **IDLE}
+        yield {"status": f"⚠ {e}", **idle}
         return
-    kind = values[-1]
     clicked = time.perf_counter()
-    yield {"status": "Starting…", "run_btn": gr.Button(interactive=False), "stop_btn": gr.Button(visible=True),
-           "live_plot": round_figure(None, settings.n)}
+    methods = (settings.method, "bon")
+    tracker = LiveTracker(settings.max_new_tokens, started=clicked)
+    yield {"status": "Starting…", "stop_btn": gr.Button(visible=True), "live_plot": round_figure(None, settings.n),
+           "source": f"**Running:** your settings, seed {settings.seed} — {RUNNING_NOTE}.",
+           "summary": tracker.race(methods)}
     try:
         load = MODELS.load_async(settings.generator, settings.reward)
         while not load.done():  # the first Run after start may find the models still loading
-            yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)"}
+            yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)",
+                   "model_status": models_status()}
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
-        tracker = LiveTracker(settings.max_new_tokens, started=clicked)
         last_status = 0.0
         for event in run_comparison(settings):
             if tracker.update(event):  # a decision point: one new frame
-                yield {"status": tracker.status(), "live_plot": round_figure(tracker.views[-1], tracker.n)}
+                yield {"status": tracker.status(), "summary": tracker.race(methods),
+                       "live_plot": round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
+                                                 earlier=tracker.views[:-1], reward=settings.reward)}
             elif isinstance(event, ComparisonDone):
                 first = tracker.first_round_at
                 log.info("run finished: %.1f s from click, first round %s s, settings %s",
                          tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
                 yield {**show(Shown(event.comparison, "your run", kind),
                               f"Done in {tracker.elapsed:.1f} s from the click"
-                              + (f"; first decision point drawn after {first:.1f} s" if first else "")), **IDLE}
+                              + (f"; first decision point drawn after {first:.1f} s" if first else "")),
+                       "model_status": models_status(), **IDLE}
             elif tracker.elapsed - last_status >= STATUS_EVERY_S:
                 last_status = tracker.elapsed
-                yield {"status": tracker.status()}
+                yield {"status": tracker.status(), "summary": tracker.race(methods)}
     except SBoNError as e:
         gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", **IDLE}
+        yield {"status": f"⚠ {e}", "model_status": models_status(), **idle}
     except Exception as e:  # keep serving: one failed run must not take the app down
         log.exception("run failed")
         gr.Warning(f"the run failed: {type(e).__name__}: {e}")
-        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", **IDLE}
+        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", "model_status": models_status(), **idle}
 
 
-def on_stop() -> dict[str, Any]:
-    return {"status": "Stopped: the views still show the previous run", **IDLE}
+def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+    """The description and headline of the run the views still show (a run replaced them with its
+    progress while it went)."""
+    if comp is None:
+        return {"source": "", "summary": ""}
+    shown = Shown(comp, origin or "the run shown before")
+    return {"source": VIEWS["source"](shown), "summary": VIEWS["summary"](shown)}
+
+
+def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+    return {"status": "Stopped: the views still show the previous run", **IDLE, **restored(comp, origin)}
+
+
+def on_new_seed(seed: Any) -> int:
+    """A fresh seed for the next run (other candidates, same settings), never the one shown."""
+    current = int(seed) if isinstance(seed, (int, float)) and math.isfinite(seed) else -1
+    fresh = random.randrange(MAX_SEED)
+    return fresh if fresh != current else (fresh + 1) % MAX_SEED
 
 
 def on_model_timer() -> dict[str, Any]:
+    """Refresh the model line: each second while something loads, else every few seconds, so a load
+    or eviction by another session's run shows here too."""
     line = models_status()
-    return {"model_status": line, "model_timer": gr.Timer(active=line.startswith("⏳"))}
+    return {"model_status": line, "model_timer": gr.Timer(MODEL_STATUS_LOADING_S if "⏳" in line else MODEL_STATUS_IDLE_S)}
 
 
 METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
@@ -405,21 +485,26 @@ def on_decision_point(comp: Comparison | None, round: int | None):
     return figures.partial_final_scatter(comp, round or 1) if comp else gr.skip()
 
 
+def detail(comp: Comparison, k: int) -> str:
+    """Candidate k in full; a reward still in memory that can explain itself adds its reasons."""
+    return tables.candidate_detail_html(comp, k, MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator))
+
+
 def on_pick(comp: Comparison | None, k: int | None):
-    return tables.candidate_detail_html(comp, int(k)) if comp is not None and k is not None else gr.skip()
+    return detail(comp, int(k)) if comp is not None and k is not None else gr.skip()
 
 
 def on_row_select(comp: Comparison | None, evt: gr.SelectData):
     """A row of a candidate table opens that candidate in the inspector: the first column is its id,
     whatever order the user sorted the rows in (a note row, in a file without the data, opens nothing)."""
     k = signals_view.candidate_for_select(evt.row_value) if comp is not None else None
-    return (gr.skip(), gr.skip()) if k is None else (k, tables.candidate_detail_html(comp, k))
+    return (gr.skip(), gr.skip()) if k is None else (k, detail(comp, k))
 
 
 def on_play(comp: Comparison | None) -> Iterator:
     # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
     for i in range(len(comp.sbon.decision_points) if comp else 0):
-        yield rounds_animation(comp.sbon, i)
+        yield rounds_animation(comp.sbon, i, comp=comp)
         time.sleep(PLAY_STEP_S)
 
 
@@ -434,11 +519,21 @@ def build_demo() -> gr.Blocks:
     # delete_cache: Gradio's copies of downloads and uploads go after a day.
     with gr.Blocks(title="SBoN Explorer", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
         ui.comparison = gr.State(None)  # this session's Comparison: never shared between sessions
+        ui.origin = gr.State(None)  # where it came from ("your run", "the recorded run …")
 
+        ui.running = gr.State(None)  # when this session's run was requested; None when none is going
         gr.Markdown(INTRO)
         with gr.Accordion("The default reward is the generator's own likelihood, not a judge of quality: why",
                           open=False, elem_id="reward-accordion"):
             gr.Markdown(REWARD_NOTE, elem_id="reward-note")
+        # The run bar: sticky (see CSS), so Run, Stop and the race stay beside the live plot.
+        with gr.Row(elem_id="run-bar", equal_height=True):
+            ui.run_btn = gr.Button("▶ Run", variant="primary", elem_id="run", scale=0, min_width=90)
+            ui.stop_btn = gr.Button("■ Stop", variant="stop", visible=False, elem_id="stop", scale=0, min_width=80)
+            ui.seed = gr.Number(DEFAULTS.seed, label="seed", show_label=False, precision=0, elem_id="seed", scale=0,
+                                min_width=80, container=False)
+            ui.new_seed = gr.Button("↻ New seed", elem_id="new-seed", scale=0, min_width=110)
+            ui.status = gr.Markdown("", elem_id="status")
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
                 ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
@@ -480,27 +575,23 @@ def build_demo() -> gr.Blocks:
                     with gr.Row():
                         ui.temperature = gr.Number(DEFAULTS.temperature, label="temperature")
                         ui.top_p = gr.Number(DEFAULTS.top_p, label="top-p")
-                        ui.seed = gr.Number(DEFAULTS.seed, label="seed", precision=0)
                     gr.Markdown(f"Models run on **{MODELS.device()}**"
                                 + (f" ({THREADS} CPU threads)" if MODELS.device().type == "cpu" else "")
                                 + "; the defaults load when the app starts, others on the Run that asks for them, "
                                   "and they stay loaded.")
-                with gr.Row():
-                    ui.run_btn = gr.Button("Run SBoN and Best-of-N", variant="primary", elem_id="run")
-                    ui.stop_btn = gr.Button("Stop", variant="stop", visible=False, elem_id="stop")
-                # What the background load is doing, refreshed each second until the models are ready.
-                ui.model_status = gr.Markdown(models_status(), elem_id="model-status")
-                ui.model_timer = gr.Timer(1.0)
+                # What is loaded and loading, computed on every page load (a callable value) and
+                # refreshed each second while something loads.
+                ui.model_status = gr.Markdown(models_status, elem_id="model-status")
+                ui.model_timer = gr.Timer(MODEL_STATUS_LOADING_S)
             with gr.Column(scale=3, elem_id="live-column"):
-                ui.status = gr.Markdown("", elem_id="status")
-                ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot")
+                ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot", show_label=False)
                 ui.source = gr.Markdown(elem_id="run-source")
                 ui.summary = gr.Markdown(elem_id="headline")
 
         with gr.Tabs():
             with gr.Tab("Partial vs final reward", id="scatter-tab", elem_id="scatter-tab"):
                 ui.decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
-                ui.scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter")
+                ui.scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter", show_label=False)
             with gr.Tab("Candidates", id="candidates-tab", elem_id="candidates-tab"):
                 ui.table = gr.Dataframe(label="Every candidate (SBoN run; final rewards of pruned ones from Best-of-N)",
                                         interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
@@ -508,22 +599,22 @@ def build_demo() -> gr.Blocks:
                 ui.detail = gr.HTML(elem_id="candidate-detail")
             with gr.Tab("Savings", id="savings-tab", elem_id="savings-tab"):
                 ui.savings = gr.Dataframe(interactive=False, elem_id="savings-table")
-                ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot")
-                ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot")
+                ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot", show_label=False)
+                ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot", show_label=False)
                 with gr.Row():
                     ui.bon_text = gr.Textbox(label="Best-of-N returned", lines=8, interactive=False, elem_id="bon-text")
                     ui.sbon_text = gr.Textbox(label="Speculative Rejection returned", lines=8, interactive=False,
                                               elem_id="sbon-text")
             with gr.Tab("Rounds replay", id="rounds-tab", elem_id="rounds-tab"):
                 ui.play_btn = gr.Button("▶ Play the rounds", size="sm", elem_id="play-rounds")
-                ui.rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot")
+                ui.rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot", show_label=False)
             with gr.Tab("Trade-off", id="tradeoff-tab", elem_id="tradeoff-tab"):
                 gr.Markdown("Speculative Best-of-N with decision token τ and rejection rate α, **replayed on the "
                             "Best-of-N candidates** (no new generation): what each setting would have returned "
                             "and how many tokens it would have generated.")
                 ui.tradeoff_kind = gr.Radio(["curves", "heatmap"], value="curves", label="Show as",
                                             elem_id="tradeoff-kind")
-                ui.tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot")
+                ui.tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot", show_label=False)
                 ui.correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each τ "
                                                      "(oracle cut c*: the fraction that could be pruned keeping the best)",
                                                interactive=False, elem_id="correlations")
@@ -541,7 +632,7 @@ def build_demo() -> gr.Blocks:
                             "generated (no extra forward pass); the reward's scores are its partial rewards.")
                 ui.signals_summary = gr.Dataframe(label="Per signal and decision point (one cut at the run's α)",
                                                   interactive=False, elem_id="signals-summary")
-                ui.signals_plot = gr.Plot(elem_id="signals-plot")
+                ui.signals_plot = gr.Plot(elem_id="signals-plot", show_label=False)
                 ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
                                                            "point): click a row to open it under Candidates",
                                                      interactive=False, elem_id="signals-candidates")
@@ -575,10 +666,18 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
         return functools.wraps(handler)(lambda *args: elements(handler(*args)))
 
     private = dict(api_visibility="private")
-    run_event = ui.run_btn.click(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind"), outputs=el(*RUN_OUTPUTS),
-                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
-                                 show_progress="hidden", **private)
-    ui.stop_btn.click(by_name(on_stop), outputs=el("status", "run_btn", "stop_btn"), cancels=[run_event], **private)
+    # Two steps: the request is answered at once (refused, queued or starting), then the run itself
+    # waits for the one generation slot.
+    request = ui.run_btn.click(by_name(on_run_request), inputs=ui.running,
+                               outputs=el("running", "status", "stop_btn", "summary"), concurrency_limit=None,
+                               show_progress="hidden", **private)
+    run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin"),
+                                outputs=el(*RUN_OUTPUTS),
+                                concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
+                                show_progress="hidden", **private)
+    ui.stop_btn.click(by_name(on_stop), inputs=el("comparison", "origin"),
+                      outputs=el("status", "running", "stop_btn", "source", "summary"), cancels=[run_event], **private)
+    ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **private)
     ui.method.change(by_name(on_method), inputs=ui.method, outputs=el(*METHOD_KNOBS), **private)
     ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)
     ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point"), outputs=ui.scatter,
@@ -598,8 +697,31 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind"), outputs=el(*SHOWN), **private)
     ui.replay_btn.click(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
     demo.load(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
+    demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
     # The API shares the Run button's single generation slot: one generation at a time per device.
     gr.api(compare, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
+    describe_api(demo, "compare")
+
+
+API_RETURNS = (f"the comparison as JSON text in the saved-run format '{FORMAT}' (the Download button's file): "
+               "an object with format, bon and sbon (each run: method, prompt, generator, reward, settings, "
+               "prompt_tokens, candidates with their token_ids, text, partial_rewards, final_reward, stop_reason and "
+               "pruned_round, decision_points with contenders, scores, survivors, pruned, retired and cut, timings, "
+               "best_id), partials (Best-of-N's partial rewards by decision token), metrics (speedup, "
+               "normalized_score ≤ 100, token_rate, ...) and signal_scores. Load it with "
+               "sbon.analysis.comparison.Comparison.from_json.")
+
+
+def describe_api(demo: gr.Blocks, api_name: str) -> None:
+    """Give the endpoint's parameters their help, type range and choices, and its return its format,
+    in view_api() and the API page: gr.api derives only types from the signature. Everything comes
+    from the settings' own help (components.controls.api_parameter), so nothing is typed twice."""
+    fn = next(f for f in demo.fns.values() if f.api_name == api_name)
+    for name, component in zip(inspect.signature(compare).parameters, fn.inputs):
+        component._api_info = {**component._api_info, **api_parameter(name)}
+        component.label = name
+    for component in fn.outputs:
+        component._api_info = {**component._api_info, "description": API_RETURNS}
 
 
 demo = build_demo()

@@ -14,7 +14,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from sbon.errors import SBoNError
 
@@ -86,3 +86,103 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+def open_tab(page, name: str) -> None:
+    """Click the page's tab called ``name``; on a narrow screen Gradio folds the last tabs into an
+    overflow menu, which is opened first."""
+    tab = page.get_by_role("tab", name=name)
+    if tab.count() and tab.first.is_visible():
+        tab.first.click()
+        return
+    page.get_by_label("More tabs").click()
+    # The opened menu lies under the tab bar in the stacking order: click its item directly.
+    page.locator(".overflow-menu button, .overflow-dropdown button", has_text=name).first.dispatch_event("click")
+
+
+# -- layout checks: what a phone and a projector show ---------------------------------------------------
+
+# The screens the page is checked on: (name, CSS viewport, device pixel ratio). A 1280×720 window at
+# 150 % zoom is an 853×480 CSS viewport at ratio 1.5.
+SCREENS = {"desktop": ((1440, 900), 1), "projector": ((853, 480), 1.5), "phone": ((390, 844), 2)}
+# Every plot of the page: (name, the tab it is on or None, its element).
+PLOTS = (("live", None, "#live-plot"), ("scatter", "Partial vs final reward", "#scatter"),
+         ("rounds", "Rounds replay", "#rounds-plot"), ("tokens", "Savings", "#tokens-plot"),
+         ("times", "Savings", "#times-plot"), ("tradeoff", "Trade-off", "#tradeoff-plot"))
+
+# Every plot title, axis title, tick label, legend and slider must lie inside both the plot's SVG and
+# the element that holds it; the title, the legend, the x-axis title and the slider must not overlap.
+_PLOT_TEXT = """(sel) => { const root = document.querySelector(sel); const plot = root && root.querySelector('.js-plotly-plot');
+  if (!plot) return {problems: [`${sel}: no plot`], tick_px: 0};
+  const svg = plot.querySelector('svg.main-svg').getBoundingClientRect(), host = root.getBoundingClientRect();
+  const box = {left: Math.max(svg.left, host.left), right: Math.min(svg.right, host.right),
+               top: Math.max(svg.top, host.top), bottom: Math.min(svg.bottom, host.bottom)};
+  const problems = [], found = {};
+  const parts = [['title', '.g-gtitle .gtitle'], ['x-axis title', '.g-xtitle .xtitle'], ['y-axis title', '.g-ytitle .ytitle'],
+                 ['legend', '.legend'], ['tick label', '.xtick text, .ytick text'], ['slider', '.slider-container']];
+  for (const [name, q] of parts) for (const e of root.querySelectorAll(q)) {
+    const r = e.getBoundingClientRect(); if (!r.width) continue; found[name] = r;
+    if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1)
+      problems.push(`${sel}: ${name} '${e.textContent.slice(0, 40)}' clipped`); }
+  const hit = (a, b) => a && b && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  for (const [a, b] of [['title', 'legend'], ['x-axis title', 'legend'], ['title', 'slider'], ['legend', 'slider'], ['x-axis title', 'slider']])
+    if (hit(found[a], found[b])) problems.push(`${sel}: ${a} overlaps ${b}`);
+  const tick = root.querySelector('.xtick text');
+  return {problems, tick_px: tick ? parseFloat(getComputedStyle(tick).fontSize) : 0}; }"""
+
+
+def plot_text_problems(page, selector: str) -> tuple[list[str], float]:
+    """(what is clipped or overlapping in the plot at ``selector``, its tick labels' font size in px)."""
+    found = page.evaluate(_PLOT_TEXT, selector)
+    return found["problems"], found["tick_px"]
+
+
+def check_plots(page, shots: Path | None = None, prefix: str = "") -> dict[str, tuple[list[str], float]]:
+    """Open every plot of the page in turn and check its text (plot_text_problems); with ``shots``,
+    save a picture of each as ``{prefix}{name}.png`` there."""
+    results = {}
+    for name, tab, selector in PLOTS:
+        if tab:
+            open_tab(page, tab)
+        page.locator(selector).scroll_into_view_if_needed()
+        page.wait_for_function("(s) => document.querySelector(s + ' .js-plotly-plot .main-svg')", arg=selector)
+        time.sleep(0.5)  # plotly lays a new tab's figure out again once it is visible
+        results[name] = plot_text_problems(page, selector)
+        if shots is not None:
+            shots.mkdir(parents=True, exist_ok=True)
+            page.locator(selector).screenshot(path=str(shots / f"{prefix}{name}.png"))
+    return results
+
+
+def run_controls_beside_plot(page) -> dict[str, Any]:
+    """Scroll as a lecturer would, so the live plot's drawing area is in the middle of the window (the
+    run bar sticks to the top), and say whether the Run button and that whole area are on screen together."""
+    page.evaluate("""() => { const bar = document.querySelector('#run-bar').getBoundingClientRect();
+        const area = document.querySelector('#live-plot .nsewdrag');
+        const r = area.getBoundingClientRect();
+        if (r.top < bar.bottom || r.bottom > window.innerHeight) area.scrollIntoView({block: 'center'}); }""")
+    time.sleep(0.3)
+    return page.evaluate("""() => { const r = (s) => document.querySelector(s).getBoundingClientRect();
+        const run = r('#run'), area = r('#live-plot .nsewdrag'), h = window.innerHeight;
+        return {run_visible: run.top >= 0 && run.bottom <= h, plot_visible: area.top >= r('#run-bar').bottom - 1 && area.bottom <= h,
+                run: [run.top, run.bottom], plot_area: [area.top, area.bottom], viewport: h}; }""")
+
+
+def layout_screenshots(folder: Path, screens: tuple[str, ...] = ("projector", "phone")) -> dict[str, list[str]]:
+    """Serve the app, and on each screen save the first view (run bar and live plot) and every plot
+    as ``{screen}-{name}.png`` in ``folder``; return the problems check_plots found per screen.
+    `python -c "from benchmarks.browser import *; layout_screenshots(Path('assets/screenshots'))"`
+    makes the README's phone and projector pictures."""
+    found: dict[str, list[str]] = {}
+    with serve_app(folder / ".app.log") as url, chromium() as browser:
+        for screen in screens:
+            (width, height), ratio = SCREENS[screen]
+            page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
+            page.goto(url)
+            page.wait_for_selector("#scatter .scatterlayer .point", timeout=120_000)
+            run_controls_beside_plot(page)
+            page.screenshot(path=str(folder / f"{screen}-screen.png"))
+            found[screen] = [p for problems, _ in check_plots(page, folder, prefix=f"{screen}-").values() for p in problems]
+            page.context.close()
+    (folder / ".app.log").unlink(missing_ok=True)
+    return found

@@ -14,6 +14,8 @@ from sbon.options import field_kind
 from sbon.signals import SIGNALS
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, check_name
 
+from .reasons import needs_note, reward_scale
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES_FILE = ASSETS / "examples.json"
 
@@ -114,15 +116,72 @@ def _number(name: str, value: Any) -> float:
     return number
 
 
+# -- the API's description of each setting ------------------------------------------------------------
+
+# Ranges the checks enforce (RunSettings.check and RunConfig.validate), for the API's documentation:
+# (minimum, maximum, what the bounds mean). None is an open end.
+RANGES: dict[str, tuple[float | None, float | None, str]] = {
+    "n": (1, MAX_N, ""),
+    "alpha": (0, 1, "0 ≤ alpha < 1"),
+    "tau": (1, MAX_NEW_TOKENS - 1, "below max_new_tokens"),
+    "kv_budget": (0, None, "0 = automatic"),
+    "first_decision": (0, MAX_NEW_TOKENS - 1, "0 = automatic; below max_new_tokens"),
+    "max_new_tokens": (1, MAX_NEW_TOKENS, ""),
+    "temperature": (0, None, "above 0"),
+    "top_p": (0, 1, "0 < top_p ≤ 1"),
+    "seed": (0, None, ""),
+}
+
+
+def setting_help(name: str) -> str:
+    """A setting's help text, as the CLI shows it: from RunSettings, else from the RunConfig field it
+    overrides (RunSettings changes some defaults and keeps the library's words for them)."""
+    for cls in (RunSettings, RunConfig):
+        f = next((f for f in fields(cls) if f.name == name), None)
+        if f is not None and f.metadata.get("help"):
+            return f.metadata["help"]
+    return ""
+
+
+def api_parameter(name: str) -> dict[str, Any]:
+    """The JSON-schema additions that describe one setting in the API: its help, its range and its
+    choices (when the setting has a fixed list), all from the one settings path."""
+    info: dict[str, Any] = {"additional_description": setting_help(name)}
+    lo, hi, note = RANGES.get(name, (None, None, ""))
+    if lo is not None:
+        info["minimum"] = lo
+    if hi is not None:
+        info["maximum"] = hi
+    bounds = f"{lo} to {hi}" if lo is not None and hi is not None else f"≥ {lo}" if lo is not None else ""
+    if bounds or note:
+        info["additional_description"] += f" (range: {bounds}{'; ' + note if note else ''})"
+    choices = {"method": list(PRUNING_METHODS), "prune_by": signal_choices()}.get(name)
+    if choices:
+        info["enum"] = choices
+        info["additional_description"] += f" (one of: {', '.join(choices)})"
+    if name in ("generator", "reward"):
+        presets = GENERATORS if name == "generator" else REWARDS
+        info["additional_description"] += f" (presets: {', '.join(presets)})"
+    return info
+
+
 # -- choices ------------------------------------------------------------------------------------
 
+def _needs(preset, name: str) -> str:
+    note = needs_note(preset, name)
+    return f" · {note}" if note else ""
+
+
 def generator_choices() -> list[tuple[str, str]]:
-    """(label, preset name) pairs; the embedded default first."""
-    return [(f"{name} · {p.description}", name) for name, p in GENERATORS.items()]
+    """(label, preset name) pairs; the embedded default first. Hub presets say what they need
+    (network, GPU memory), derived from their Preset fields."""
+    return [(f"{name} · {p.description}{_needs(p, name)}", name) for name, p in GENERATORS.items()]
 
 
 def reward_choices() -> list[tuple[str, str]]:
-    return [(f"{name} · {p.description}", name) for name, p in REWARDS.items()]
+    """(label, preset name) pairs: each says its scale and meaning, and what it needs to load."""
+    return [(f"{name} · {p.description} · scale: {reward_scale(name).short()}{_needs(p, name)}", name)
+            for name, p in REWARDS.items()]
 
 
 def method_choices() -> list[tuple[str, str]]:

@@ -15,7 +15,9 @@ from sbon.metrics import correlations
 from sbon.results import PHASES
 
 from .fates import fate_color, fate_order
-from .style import BON_COLOR, FINAL_SYMBOL, PARTIAL_SYMBOL, styled
+from .reasons import decimals, point_reasons, pruning_cost, reward_scale
+from .rounds import COST_NAME
+from .style import BON_COLOR, FINAL_SYMBOL, PARTIAL_SYMBOL, axis_titles, styled
 
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
 
@@ -56,14 +58,17 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
         return empty_figure("No decision point in this run: every candidate finished before the first one.")
     point = points[round]
     cands = comp.sbon.candidates
+    reasons = point_reasons(point)
     rows = []
     for k, score in zip(point.contenders, point.scores):
         rows.append(dict(id=k, fate=comp.sbon.fate(k), finished=k in point.final, x=score, y=comp.final_reward(k),
                          source="own" if cands[k].final_reward is not None else "from Best-of-N",
+                         reason=reasons[k].text(), cost=pruning_cost(comp, k) if k in point.pruned else "",
                          text=snippet(cands[k].text)))
     df = pd.DataFrame(rows)
     live = df[~df.finished]
     corr = correlations(live.x.tolist(), live.y.tolist())
+    dx, dy = decimals(df.x), decimals(df.y)
     fig = go.Figure()
     for name in fate_order(set(df.fate)):
         part = df[df.fate == name]
@@ -71,15 +76,29 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
             x=part.x, y=part.y, mode="markers", name=name,
             marker=dict(color=fate_color(name), size=12, line=dict(width=1, color="white"),
                         symbol=[FINAL_SYMBOL if f else PARTIAL_SYMBOL for f in part.finished]),
-            customdata=np.stack([part.id, part.source, part.text], axis=-1),
-            hovertemplate=("candidate %{customdata[0]}<br>reward at decision point %{x:.3f}<br>"
-                           "final reward %{y:.3f} (%{customdata[1]})<br>%{customdata[2]}<extra>" + name + "</extra>")))
+            customdata=np.stack([part.id, part.source, part.text, part.reason, part.cost], axis=-1),
+            hovertemplate=("candidate %{customdata[0]}: " + name + "<br>%{customdata[3]}<br>"
+                           f"final reward %{{y:.{dy}f}} (%{{customdata[1]}})<br>%{{customdata[4]}}"
+                           "<br>%{customdata[2]}<extra></extra>")))
+    costly = df[df.cost != ""]
+    fig.add_trace(go.Scatter(x=costly.x, y=costly.y, mode="markers", name=COST_NAME, hoverinfo="skip",
+                             showlegend=not costly.empty,
+                             marker=dict(color="rgba(0,0,0,0)", size=22, symbol="circle-open",
+                                         line=dict(width=2.5, color="#000000"))))
+    both = not live.empty and bool(df.finished.any())  # a lone shape needs no key
+    for label, symbol in (("● partial reward", PARTIAL_SYMBOL), ("◆ finished: final reward", FINAL_SYMBOL)):
+        if both:
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, hoverinfo="skip",
+                                     marker=dict(color="#6c757d", size=10, symbol=symbol)))
     fig.add_vline(x=point.cut, line=dict(color="#264653", dash="dash", width=2),
-                  annotation_text=f"cut {point.cut:.2f}", annotation_position="top left")
+                  annotation_text=f"cut {point.cut:.{dx}f}", annotation_position="top left")
     styled(fig, f"Partial vs final reward at round {round} (after {point.tokens} tokens) · "
-               f"Pearson {_fmt(corr['pearson'])} · Kendall τ {_fmt(corr['kendall'])} · {len(live)} partial rewards")
-    fig.update_xaxes(title="partial reward at the decision point (◆ = finished, ranked by final reward)")
-    fig.update_yaxes(title="final reward")
+               f"Pearson {_fmt(corr['pearson'])} · Kendall τ {_fmt(corr['kendall'])} · {len(live)} partial rewards",
+           height=480)
+    scale = reward_scale(comp.sbon.reward)
+    fig.update_xaxes(tickformat=f".{dx}f")
+    fig.update_yaxes(tickformat=f".{dy}f")
+    axis_titles(fig, f"score at the decision point ({scale.unit})", f"final reward ({comp.sbon.reward})")
     return fig
 
 
@@ -92,16 +111,20 @@ def tokens_per_candidate(comp: Comparison) -> go.Figure:
     fig = go.Figure()
     fig.add_trace(go.Bar(x=ids, y=[c.tokens_generated for c in comp.bon.candidates], name="Best-of-N",
                          marker_color=BON_COLOR))
-    fig.add_trace(go.Bar(x=ids, y=[c.tokens_generated for c in sb], name="Speculative Rejection",
-                         marker_color=[fate_color(comp.sbon.fate(c.id)) for c in sb],
-                         customdata=[comp.sbon.fate(c.id) for c in sb],
-                         hovertemplate="candidate %{x}: %{y} tokens (%{customdata})<extra>Speculative Rejection</extra>"))
+    # One bar trace per fate, so each colour has its legend entry; offsetgroup keeps them beside Best-of-N's bars.
+    fates = {c.id: comp.sbon.fate(c.id) for c in sb}
+    for fate in fate_order(set(fates.values())):
+        ids_ = [k for k in ids if fates[k] == fate]
+        fig.add_trace(go.Bar(x=ids_, y=[sb[k].tokens_generated for k in ids_], name=fate,
+                             marker_color=fate_color(fate), offsetgroup="sbon",
+                             hovertemplate="candidate %{x}: %{y} tokens<extra>" + fate + "</extra>"))
+    fig.data[0].update(offsetgroup="bon")
     m = comp.metrics
-    styled(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} · Speculative Rejection {m['sbon_tokens']} "
-               f"(token rate {m['token_rate']:.2f})", height=380)
+    styled(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} (grey bars) · Speculative Rejection {m['sbon_tokens']} "
+               f"(bars coloured by fate; token rate {m['token_rate']:.2f})", height=380)
     fig.update_layout(barmode="group", bargap=0.25)
-    fig.update_xaxes(title="candidate", dtick=1 if comp.n <= 32 else None)
-    fig.update_yaxes(title="tokens generated")
+    fig.update_xaxes(dtick=1 if comp.n <= 32 else None)
+    axis_titles(fig, "candidate", "tokens generated")
     return fig
 
 
@@ -117,7 +140,7 @@ def phase_times(comp: Comparison) -> go.Figure:
     styled(fig, f"Wall time: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
                f"{comp.sbon.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
     fig.update_layout(barmode="stack", legend_traceorder="normal")
-    fig.update_xaxes(title="seconds")
+    axis_titles(fig, "seconds")
     return fig
 
 
@@ -143,25 +166,35 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
         rates = grid.pivot(index="tau", columns="alpha", values="token_rate")
         fig = go.Figure(go.Heatmap(
             z=table.values, x=[f"{a:.1f}" for a in table.columns], y=[str(t) for t in table.index],
-            colorscale="Viridis", zmin=0, zmax=100, colorbar=dict(title="normalized<br>score"),
+            colorscale="Viridis", colorbar=dict(title="normalized<br>score"),
             text=[[f"{r:.2f}" for r in row] for row in rates.values], texttemplate="%{text}",
             customdata=rates.values,
             hovertemplate="α %{x}, τ %{y}<br>normalized score %{z:.1f}<br>token rate %{customdata:.2f}<extra></extra>"))
         styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score; cells show the token rate")
-        fig.update_xaxes(title="rejection rate α", type="category")
-        fig.update_yaxes(title="decision token τ", type="category")
+        fig.update_xaxes(type="category")
+        fig.update_yaxes(type="category")
+        axis_titles(fig, "rejection rate α", "decision token τ")
         return fig
     fig = go.Figure()
     for tau, part in grid.groupby("tau"):
-        fig.add_trace(go.Scatter(x=part.token_rate, y=part.normalized_score, mode="lines+markers", name=f"τ={tau}",
-                                 customdata=part.alpha,
+        fig.add_trace(go.Scatter(x=part.token_rate, y=part.normalized_score, mode="lines+markers+text", name=f"τ={tau}",
+                                 customdata=part.alpha, text=[f"α {a:.1f}" for a in part.alpha],
+                                 textposition="top center", textfont=dict(size=11),
                                  hovertemplate=f"τ={tau}, " + "α=%{customdata:.1f}<br>token rate %{x:.2f}<br>"
                                                "normalized score %{y:.1f}<extra></extra>"))
     m = comp.metrics
     fig.add_trace(go.Scatter(x=[m["token_rate"]], y=[m["normalized_score"]], mode="markers", name=f"this run ({comp.sbon.method})",
                              marker=dict(symbol="star", size=18, color="#e63946", line=dict(width=1, color="black")),
                              hovertemplate="this run<br>token rate %{x:.2f}<br>normalized score %{y:.1f}<extra></extra>"))
-    styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate, α along each curve")
-    fig.update_xaxes(title="token rate (tokens generated / Best-of-N's tokens)")
-    fig.update_yaxes(title="normalized score", range=[-5, 105])
+    styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate; "
+                "each point is labelled with its rejection rate α", height=480)
+    fig.update_yaxes(range=_fit([*grid.normalized_score, m["normalized_score"]]))
+    axis_titles(fig, "token rate (tokens generated / Best-of-N's tokens)", "normalized score (100 = Best-of-N's best)")
     return fig
+
+
+def _fit(values, pad: float = 0.1) -> list[float]:
+    """An axis range around the values, with room for the point labels above them."""
+    lo, hi = min(values), max(values)
+    span = hi - lo or max(1.0, abs(hi) * 0.05)
+    return [lo - pad * span, hi + 2 * pad * span]

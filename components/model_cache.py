@@ -123,6 +123,25 @@ class ModelCache:
         self._jobs_lock = threading.Lock()  # not self._lock, which a load holds for seconds
         self._step = ""  # what the running load is doing, for the status line
         self._step_started = 0.0
+        self._failures: dict[tuple[str, str], str] = {}  # (generator, reward) -> why its last load failed
+
+    def loaded(self) -> tuple[list[str], list[str]]:
+        """What is in memory now, on this device: generator names, and reward names (a reward that
+        scores with the generator says which one, e.g. "likelihood (smollm2-135m)"). The status line
+        reads this, not what was asked for, so it stays true after evictions and failed loads."""
+        dev = str(self.device())
+        gens = [g for g, d in list(self._generators) if d == dev]
+        rews = [r if g is None else f"{r} ({g})" for r, g, d in list(self._rewards) if d == dev]
+        return gens, rews
+
+    def loaded_reward(self, reward: str, generator: str) -> RewardModel | None:
+        """The reward if it is in memory now (never loads): the candidate detail asks it to explain
+        itself when it can."""
+        return self._rewards.get(self._reward_key(reward, generator, str(self.device())))
+
+    def failures(self) -> dict[tuple[str, str], str]:
+        """(generator, reward) -> the one-line reason its last load failed; gone once it loads."""
+        return dict(self._failures)
 
     def device(self) -> torch.device:
         return default_device()
@@ -169,22 +188,29 @@ class ModelCache:
     def load_async(self, generator: str, reward: str) -> Future:
         """Start loading in the background thread (or join the load already under way) and return
         its future: ``result()`` gives (generator, reward) or raises the load's SBoNError. A failed
-        load is retried by the next call."""
+        load, or one whose models were evicted since, is done again by the next call."""
         key = (generator, reward)
         with self._jobs_lock:
             job = self._jobs.get(key)
-            if job is None or (job.done() and job.exception() is not None):
+            # A finished load is reused only while its models are still loaded: one that failed, or
+            # whose models were evicted since, loads again (and the status line sees them again).
+            if job is None or (job.done() and (job.exception() is not None or not self.is_loaded(generator, reward))):
                 job = self._jobs[key] = self._loader.submit(self._get_logged, generator, reward)
             return job
 
     def _get_logged(self, generator: str, reward: str) -> tuple[Generator, RewardModel]:
         try:
-            return self.get(generator, reward)
+            models = self.get(generator, reward)
         except Exception as e:  # the status line shows it; a load that is not an SBoNError is still one line
             self._set_step("")
-            if isinstance(e, SBoNError):
+            error = e if isinstance(e, SBoNError) else SBoNError(
+                f"could not load the models: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}")
+            self._failures[(generator, reward)] = str(error)
+            if error is e:
                 raise
-            raise SBoNError(f"could not load the models: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
+            raise error from e
+        self._failures.pop((generator, reward), None)
+        return models
 
     def loading(self) -> str:
         """What the background load is doing, with the seconds it has taken so far; '' when idle."""

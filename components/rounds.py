@@ -1,19 +1,28 @@
 """Decision points as pictures: one frame per round, live or replayed.
 
 Each frame draws one :class:`~sbon.results.DecisionPoint` as the algorithm recorded it: the
-contenders, the score each was ranked by, who survived and the cut. The live view and the replay
-animation are drawn by the same code from the same objects.
+contenders, the score each was ranked by, who survived and the cut, with each contender's reason
+("rank 14 of 16, 0.50 < cut 0.67") in its hover. Candidates pruned at earlier decision points stay
+in later frames, greyed, at the score that cut them, so a frame always shows all N. The live view
+and the replay animation are drawn by the same code from the same objects.
 """
 
 from __future__ import annotations
+
+from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
 from sbon.results import DecisionPoint, RunResult, pruned_in
 
 from .fates import fate_color
-from .style import CUT_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR, styled
+from .reasons import point_reasons, pruning_cost, reward_scale
+from .style import (CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
+                    styled, wrap_title)
 
+SLIDER_PX = 80  # room under the plot for the rounds slider and its current value
+ROW_PX = 15  # plot height per candidate
+COST_NAME = "○ pruned at a cost (hover)"
 
 
 def round_views(run: RunResult) -> list[DecisionPoint]:
@@ -21,7 +30,7 @@ def round_views(run: RunResult) -> list[DecisionPoint]:
     return run.decision_points
 
 
-def _x_range(views: list[DecisionPoint]) -> list[float] | None:
+def _x_range(views: Sequence[DecisionPoint]) -> list[float] | None:
     values = [s for v in views for s in v.scores if s is not None]
     if not values:
         return None
@@ -30,10 +39,29 @@ def _x_range(views: list[DecisionPoint]) -> list[float] | None:
     return [lo - pad, hi + pad]
 
 
-def _traces(view: DecisionPoint, n: int) -> list[go.Scatter]:
-    """Survivors, pruned, the cut, and retired: always these four traces, so animation frames line up."""
+def _earlier(views: Sequence[DecisionPoint]) -> dict[int, tuple[float, str]]:
+    """Candidates pruned before the last of ``views``: id -> (the score that cut it, its reason)."""
+    out: dict[int, tuple[float, str]] = {}
+    for v in views[:-1]:
+        reasons = point_reasons(v)
+        for k in v.pruned:
+            out[k] = (v.score_of()[k], f"pruned in round {v.round}: {reasons[k].text()}")
+    return out
+
+
+def _marker_key(name: str, symbol: str) -> go.Scatter:
+    """A legend-only entry for a marker shape (the fate traces mix shapes)."""
+    return go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+                      marker=dict(color="#6c757d", size=10, symbol=symbol))
+
+
+def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go.Scatter]:
+    """The frame of the last of ``views``: survived, pruned, cut, retired, pruned earlier, the cost
+    ring and the two shape keys, always these eight traces, so animation frames line up. ``comp``
+    (a finished Comparison) adds the cost ring; live frames have no Best-of-N yet."""
+    view = views[-1]
     traces = []
-    scores, final = view.score_of(), set(view.final)
+    scores, final, reasons = view.score_of(), set(view.final), point_reasons(view)
     # The pruned take the colour of their fate, "pruned in round r", as in every other view.
     groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
               ("retired (finished, below the cut; still eligible)", view.retired, FINISHED_EARLY_COLOR))
@@ -43,77 +71,113 @@ def _traces(view: DecisionPoint, n: int) -> list[go.Scatter]:
             x=[scores[k] for k in ids], y=ids, mode="markers", name=name,
             marker=dict(color=color, size=11, line=dict(width=1, color="white"),
                         symbol=[FINAL_SYMBOL if k in final else PARTIAL_SYMBOL for k in ids]),
-            customdata=[["final reward (finished)" if k in final else f"partial reward ({view.signal})"] for k in ids],
-            hovertemplate="candidate %{y}<br>%{customdata[0]}: %{x:.3f}<extra>" + name.split(" (")[0] + "</extra>"))
+            customdata=[[reasons[k].text()] for k in ids],
+            hovertemplate="candidate %{y}: " + name.split(" (")[0] + "<br>%{customdata[0]}<extra></extra>"))
     traces.insert(2, go.Scatter(x=[view.cut, view.cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
                                 line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
+    earlier = _earlier(views)
+    traces.append(go.Scatter(
+        x=[s for s, _ in earlier.values()], y=list(earlier), mode="markers", name="pruned earlier",
+        marker=dict(color=EARLIER_COLOR, size=9, symbol=PARTIAL_SYMBOL, opacity=0.6),
+        customdata=[[why] for _, why in earlier.values()], hovertemplate="candidate %{y}<br>%{customdata[0]}<extra></extra>"))
+    costly = [k for k in view.pruned if comp is not None and pruning_cost(comp, k)]
+    traces.append(go.Scatter(
+        x=[scores[k] for k in costly], y=costly, mode="markers", name=COST_NAME,
+        marker=dict(color="rgba(0,0,0,0)", size=20, symbol="circle-open", line=dict(width=2.5, color="#000000")),
+        customdata=[[pruning_cost(comp, k)] for k in costly],
+        hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
+    # The shape keys only when both shapes are drawn: a lone shape needs no key.
+    both = any(k in final for k in view.contenders) and any(k not in final for k in view.contenders)
+    traces += [_marker_key("● partial reward", PARTIAL_SYMBOL).update(visible=both),
+               _marker_key("◆ finished: final reward", FINAL_SYMBOL).update(visible=both)]
     return traces
 
 
+def _shown_in_legend(trace: go.Scatter) -> bool:
+    """A legend entry only for a trace with marks (or a shape key whose shape is drawn)."""
+    return trace.visible is not False and (trace.x is None or len(trace.x) > 0)
+
+
 def _title(view: DecisionPoint) -> str:
-    return (f"Round {view.round}: decision point after {view.tokens} tokens · "
+    return (f"Round {view.round}: decision point after {view.tokens} tokens<br>"
             f"kept {len(view.survivors)} of {len(view.contenders)} contenders")
 
 
-def _layout(fig: go.Figure, n: int, x_range: list[float] | None, extra: int = 0) -> None:
-    # One row per candidate: the figure grows with N so that the ids stay readable.
-    height = min(1000, max(420, 150 + 16 * n)) + extra
-    styled(fig, height=height, top=60)
-    fig.update_layout(xaxis_title="reward at the decision point (● partial, ◆ final)", yaxis_title="candidate")
+def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "", slider: bool = False) -> None:
+    # One row per candidate: the plot area grows with N so that the ids stay readable; the
+    # figure adds the margins its title, legend and axis title need (and the slider's room).
+    styled(fig)
+    unit = f" — {reward}: {reward_scale(reward).unit}" if reward else ""
+    axis_titles(fig, "score at the decision point" + unit, "candidate")
+    fit_margins(fig, bottom_extra=SLIDER_PX if slider else 0)
+    margin = fig.layout.margin
+    plot_px = min(800, max(260, ROW_PX * n + 40))
+    fig.update_layout(height=plot_px + margin.t + margin.b)
+    fit_margins(fig, bottom_extra=SLIDER_PX if slider else 0)  # again: the title's place depends on the height
     fig.update_yaxes(range=[n - 0.5, -0.5], dtick=1 if n <= 32 else None, zeroline=False)
     if x_range:
         fig.update_xaxes(range=x_range)
+    if slider:  # under the x-axis title, in the room fit_margins left for it
+        below = margin.b - SLIDER_PX
+        fig.layout.sliders[0].update(y=-below / plot_px, yanchor="top")
 
 
 def round_figure(view: DecisionPoint | None, n: int, x_range: list[float] | None = None,
-                 title_prefix: str = "") -> go.Figure:
-    """One decision point: every contender at the reward it was ranked by, coloured by whether it
-    survived, with the cut as a dashed line. ``view=None`` draws the empty frame of a run that has
-    not reached its first decision point yet."""
+                 title_prefix: str = "", earlier: Sequence[DecisionPoint] = (), comp: Any = None,
+                 reward: str = "") -> go.Figure:
+    """One decision point: every contender at the score it was ranked by, coloured by whether it
+    survived, with the cut as a dashed line and the candidates pruned at ``earlier`` decision points
+    greyed. ``view=None`` draws the empty frame of a run that has not reached its first decision point."""
     fig = go.Figure()
     if view is None:
         fig.update_layout(title="Waiting for the first decision point…")
-        _layout(fig, n, x_range)
+        _layout(fig, n, x_range, reward)
         return fig
-    fig.add_traces(_traces(view, n))
+    views = [*earlier, view]
+    for t in _traces(views, n, comp):
+        fig.add_trace(t.update(showlegend=_shown_in_legend(t)))
     fig.update_layout(title=title_prefix + _title(view))
-    _layout(fig, n, x_range or _x_range([view]))
+    _layout(fig, n, x_range or _x_range(views), reward)
     return fig
 
 
-def rounds_animation(run: RunResult, active: int = 0) -> go.Figure:
+def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Figure:
     """A finished run's decision points in one figure, with a slider over rounds; ``active`` is the
     index of the round shown.
 
-    Every round has its own three traces and the slider only toggles which are visible, so the
-    figure needs no plotly animation frames: Gradio's plot component drops frames, and a Play
-    control can step through rounds by re-sending the figure with another ``active`` round."""
+    Every round has its own traces and the slider only toggles which are visible, so the figure
+    needs no plotly animation frames: Gradio's plot component drops frames, and a Play control can
+    step through rounds by re-sending the figure with another ``active`` round. One x range for all
+    rounds, so a candidate's move from round to round is a move on the page."""
     views, n = round_views(run), len(run.candidates)
     if not views:
         fig = go.Figure()
         fig.update_layout(title="No decision point in this run: every candidate finished before the first one")
-        _layout(fig, n, None)
+        _layout(fig, n, None, run.reward)
         return fig
     active = max(0, min(active, len(views) - 1))
     fig = go.Figure()
-    for i, v in enumerate(views):
-        fig.add_traces([t.update(visible=i == active, legendgroup=t.name, showlegend=i == active)
-                        for t in _traces(v, n)])
+    legend: list[bool] = []
+    for i in range(len(views)):
+        for t in _traces(views[:i + 1], n, comp):
+            legend.append(_shown_in_legend(t))
+            fig.add_trace(t.update(visible=(i == active) and t.visible is not False,
+                                   legendgroup=t.name, showlegend=(i == active) and legend[-1]))
     per_round = len(fig.data) // len(views)
 
     def showing(i: int) -> list[bool]:
         return [j // per_round == i for j in range(len(fig.data))]
 
-    # Each round gets its own x range: scores drift upwards as candidates grow, and one range for
-    # all rounds would squeeze the later cuts into a sliver.
-    ranges = [_x_range([v]) for v in views]
+    x_range = _x_range(views)
     fig.update_layout(title=_title(views[active]))
-    _layout(fig, n, ranges[active], extra=60)
     fig.update_layout(
-        sliders=[dict(active=active, x=0, len=1, y=-0.08, yanchor="top", currentvalue=dict(prefix="round "),
+        sliders=[dict(active=active, x=0, len=1, pad=dict(t=0, b=0),
+                      currentvalue=dict(prefix="round "),
                       steps=[dict(label=str(v.round), method="update",
-                                  args=[{"visible": showing(i), "showlegend": showing(i)},
-                                        {"title.text": _title(v), "xaxis.range": ranges[i]}])
-                             for i, v in enumerate(views)])],
-        margin=dict(l=60, r=20, t=60, b=110))
+                                  args=[{"visible": [s and legend[j]
+                                                     for j, s in enumerate(showing(i))],
+                                         "showlegend": [s and legend[j] for j, s in enumerate(showing(i))]},
+                                        {"title.text": wrap_title(_title(v))}])
+                             for i, v in enumerate(views)])])
+    _layout(fig, n, x_range, run.reward, slider=True)
     return fig

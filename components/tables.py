@@ -17,6 +17,7 @@ from sbon.metrics import decision_quality
 from sbon.results import RunResult
 
 from .fates import fate_color
+from .reasons import candidate_reasons, decimals, explanations, explanations_html, fmt, pruning_cost, reward_scale
 
 GENERATED_STYLE = "background:#d8f3dc;border-radius:3px"
 NEVER_STYLE = "color:#6c757d;background:#f1f3f5;text-decoration:line-through;text-decoration-color:#adb5bd"
@@ -29,6 +30,8 @@ def _round(x: float | None, digits: int = 3) -> float | None:
 def candidates_table(comp: Comparison) -> pd.DataFrame:
     """One row per candidate: fate, tokens, partial reward at each decision point, final reward, text."""
     points = comp.sbon.decision_points
+    digits = {p.round: decimals(p.scores) for p in points}
+    final_digits = decimals(comp.final_reward(c.id) for c in comp.sbon.candidates)
     rows = []
     for c in comp.sbon.candidates:
         row = {"candidate": c.id, "fate": comp.sbon.fate(c.id),
@@ -36,8 +39,11 @@ def candidates_table(comp: Comparison) -> pd.DataFrame:
                "tokens": c.tokens_generated, "tokens in Best-of-N": comp.bon.candidates[c.id].tokens_generated}
         for p in points:
             partial = c.partial_reward_at(p.round)
-            row[f"partial r{p.round} (t={p.tokens})"] = "" if partial is None else f"{partial:.3f}"
-        row["final reward"] = _round(comp.final_reward(c.id))
+            row[f"partial r{p.round} (t={p.tokens})"] = "" if partial is None else f"{partial:.{digits[p.round]}f}"
+        row["final reward"] = _round(comp.final_reward(c.id), final_digits)
+        reasons = candidate_reasons(comp.sbon, c.id)
+        row["last decision"] = f"round {reasons[-1].round}: {reasons[-1].text()}" if reasons else ""
+        row["cost of pruning"] = pruning_cost(comp, c.id)
         row["final from"] = "this run" if c.final_reward is not None else "Best-of-N"
         row["returned"] = " ".join(label for label, best in (("SBoN", comp.sbon.best_id), ("BoN", comp.bon.best_id))
                                    if best == c.id)
@@ -51,19 +57,27 @@ def candidate_choices(comp: Comparison) -> list[tuple[str, int]]:
     return [(f"{c.id} · {comp.sbon.fate(c.id)}", c.id) for c in comp.sbon.candidates]
 
 
-def candidate_detail_html(comp: Comparison, k: int) -> str:
-    """Candidate k in full: what it generated (highlighted) and, if it was pruned, the continuation it
-    never got, taken from Best-of-N. All model text is HTML-escaped."""
+def candidate_detail_html(comp: Comparison, k: int, reward: object = None) -> str:
+    """Candidate k in full: why it was kept or cut at each decision point, what pruning it cost,
+    what it generated (highlighted) and, if it was pruned, the continuation it never got, taken from
+    Best-of-N. ``reward``, if it has ``explain(prompt, response, final)``, adds its per-instruction
+    reasons. All model text is HTML-escaped."""
     if not 0 <= k < comp.n:
         return "<p>Pick a candidate.</p>"
     c = comp.sbon.candidates[k]
     name = comp.sbon.fate(k)
-    partials = ", ".join(f"r{p.round} (t={p.tokens}) {p.reward:.3f}" for p in c.partial_rewards) or "none"
+    scale = reward_scale(comp.sbon.reward)
     final = comp.final_reward(k)
+    digits = decimals(comp.final_reward(j) for j in range(comp.n))
     source = "" if c.final_reward is not None else " (from Best-of-N: this run never finished it)"
     badges = "".join(f' <span style="border:1px solid #999;border-radius:4px;padding:0 4px">{label} returned this</span>'
                      for label, best in (("Speculative Rejection", comp.sbon.best_id), ("Best-of-N", comp.bon.best_id))
                      if best == k)
+    reasons = "".join(f"<li>round {r.round} (after {r.tokens} tokens): <b>{r.outcome}</b>, {html.escape(r.text())}</li>"
+                      for r in candidate_reasons(comp.sbon, k)) or "<li>never ranked: it finished before the first decision point</li>"
+    cost = pruning_cost(comp, k)
+    cost_html = f'<p style="font-weight:600">✂ The cost of pruning: {html.escape(cost)}.</p>' if cost else ""
+    explained = explanations(reward, comp.sbon.prompt, c.text, c.finished)
     continuation = comp.continuation(k)
     text = f'<span class="sbon-generated" style="{GENERATED_STYLE}">{html.escape(c.text)}</span>'
     if continuation:
@@ -79,10 +93,18 @@ def candidate_detail_html(comp: Comparison, k: int) -> str:
     return (f'<div class="sbon-candidate">'
             f'<p><b>Candidate {k}</b> · <span style="color:{fate_color(name)};font-weight:600">{name}</span> · '
             f'{c.tokens_generated} tokens generated{badges}</p>'
-            f'<p>partial rewards: {partials} · final reward {final:.3f}{source}</p>'
+            f'<p>final reward {fmt(final, digits)}{source} · reward {html.escape(comp.sbon.reward)}: '
+            f'{html.escape(scale.short())}</p>'
+            f'<p>At each decision point (ranked by {html.escape(_signals(comp))}):</p><ul class="sbon-reasons">{reasons}</ul>'
+            f'{cost_html}{explanations_html(explained)}'
             f'<div style="white-space:pre-wrap;font-family:ui-monospace,monospace;line-height:1.5;border:1px solid #dee2e6;'
             f'border-radius:6px;padding:10px">{text}</div>'
             f'<p style="font-size:0.9em">{legend}</p>{twin}</div>')
+
+
+def _signals(comp: Comparison) -> str:
+    """The pruning signals of the run's decision points (live candidates; finished ones by final reward)."""
+    return ", ".join(sorted({p.signal for p in comp.sbon.decision_points})) or "the reward"
 
 
 def first_pruned(comp: Comparison) -> int:

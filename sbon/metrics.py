@@ -17,11 +17,15 @@ def speedup(t_bon: float, t_sbon: float) -> float:
 
 def normalized_score(bon_rewards: Sequence[float], sbon_best: float) -> float:
     """100 * (1 - (max BoN - max SBoN) / (max BoN - min BoN)): 100 when SBoN returns BoN's best,
-    0 when it returns a response as bad as BoN's worst. 100 when all BoN rewards are equal."""
+    0 when it returns a response as bad as BoN's worst. 100 when all BoN rewards are equal.
+
+    At most 100: with coupled sampling SBoN returns one of BoN's responses, so a reward above BoN's
+    best is the same text scored again in another batch, where float rounding can move it a little
+    (a saved run read 100.00003); it counts as BoN's best."""
     hi, lo = max(bon_rewards), min(bon_rewards)
     if hi == lo:
         return 100.0
-    return 100.0 * (1.0 - (hi - sbon_best) / (hi - lo))
+    return min(100.0, 100.0 * (1.0 - (hi - sbon_best) / (hi - lo)))
 
 
 def token_rate(sbon_tokens: int, bon_tokens: int) -> float:

@@ -364,9 +364,9 @@ def test_thirty_runs_do_not_grow_memory(client, server):
 
 
 def test_model_status_line_says_when_the_models_are_ready(page):
-    page.wait_for_function("document.querySelector('#model-status').innerText.includes('Models ready')",
+    page.wait_for_function("document.querySelector('#model-status').innerText.includes('Loaded on')",
                            timeout=RUN_TIMEOUT_MS)
-    assert "smollm2-135m" in _text(page, "#model-status")
+    assert "smollm2-135m" in _text(page, "#model-status") and "⏳" not in _text(page, "#model-status")
 
 
 def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
@@ -378,3 +378,61 @@ def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
     page.get_by_label(METHOD_LABELS["sbon-tau"]).check()
     page.locator("#tau").wait_for(state="visible")
     assert page.locator("#kv-budget").is_hidden()
+
+
+# -- one screen, legible plots on a phone and a projector (issue #23) -----------------------------------
+
+def _open_on(browser, server, screen: str):
+    from benchmarks.browser import SCREENS
+
+    (width, height), ratio = SCREENS[screen]
+    page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
+    page.goto(server)
+    page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
+    return page
+
+
+@pytest.mark.parametrize("screen", ["projector", "phone"])
+def test_no_plot_title_axis_or_legend_is_clipped(browser, server, screen, tmp_path):
+    from benchmarks.browser import check_plots
+
+    page = _open_on(browser, server, screen)
+    try:
+        results = check_plots(page, tmp_path, prefix=f"{screen}-")
+    finally:
+        page.context.close()
+    problems = [p for found, _ in results.values() for p in found]
+    assert not problems, "\n".join(problems)
+    assert all(tick_px >= 14 for _, tick_px in results.values())  # readable from the back of a room
+    assert len(list(tmp_path.glob("*.png"))) == len(results)
+
+
+@pytest.mark.parametrize("screen", ["desktop", "projector"])
+def test_run_controls_and_the_live_plot_share_one_screen(browser, server, screen):
+    from benchmarks.browser import run_controls_beside_plot
+
+    page = _open_on(browser, server, screen)
+    try:
+        if screen == "desktop":  # no scrolling at all on a laptop-sized window
+            assert page.evaluate("() => document.querySelector('#live-plot .nsewdrag').getBoundingClientRect().bottom "
+                                 "<= window.innerHeight")
+        seen = run_controls_beside_plot(page)
+    finally:
+        page.context.close()
+    assert seen["run_visible"] and seen["plot_visible"], seen
+
+
+def test_a_run_replaces_the_headline_with_its_race_and_refuses_a_second_click(page):
+    _settings(page, "What is Atlantis?", 4, 8)
+    page.locator("#run").click()
+    page.wait_for_function("document.querySelector('#headline').innerText.includes('Best-of-N') && "
+                           "!document.querySelector('#headline').innerText.includes('Speculative Rejection returned')",
+                           timeout=RUN_TIMEOUT_MS)
+    page.locator("#run").click()  # a second Run while the first goes
+    page.get_by_text("A run is already going").first.wait_for(timeout=30_000)
+    page.wait_for_function(ENDED, timeout=RUN_TIMEOUT_MS)
+    assert "Done in" in _text(page, "#status") and "Speculative Rejection returned" in _text(page, "#headline")
+    seed = page.locator("#seed input")
+    before = seed.input_value()
+    page.locator("#new-seed").click()
+    page.wait_for_function("(b) => document.querySelector('#seed input').value != b", arg=before)

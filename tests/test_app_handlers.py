@@ -37,10 +37,12 @@ def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, mon
     monkeypatch.setattr(app.MODELS, "load_async", lambda *a: pytest.fail("no model may load for bad settings"))
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", alpha=1.0)
-    updates = list(app.on_run(*values.values(), "curves"))
+    recorded = app.show_recorded("curves")
+    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"]))
     assert len(updates) == 1
     assert updates[0]["status"].startswith("⚠ alpha") and "\n" not in updates[0]["status"]
-    assert updates[0]["run_btn"].interactive is True and updates[0]["stop_btn"].visible is False
+    assert updates[0]["running"] is None and updates[0]["stop_btn"].visible is False
+    assert updates[0]["source"] == recorded["source"] and updates[0]["summary"] == recorded["summary"]
 
 
 def test_each_method_shows_its_own_knobs(app):
@@ -77,3 +79,92 @@ def test_a_tuning_result_loads_and_puts_its_setting_in_the_controls(app, tmp_pat
     recorded = app.on_tune_upload(str(ROOT / "assets" / "recorded_run.json"))
     assert recorded["tune_summary"].startswith("⚠ could not read that file: not a tuning result")
     assert recorded["use_tuned"].visible is False
+
+
+def test_model_status_says_what_is_loaded_now_after_runs_failures_and_reloads(app, monkeypatch):
+    """The sequence a lecturer went through: the defaults load, runs with two other rewards evict them,
+    a load fails, a fresh page opens. Each time the status line names what is in memory now."""
+    import components.model_cache as mc
+    from sbon.errors import SBoNError
+
+    monkeypatch.setattr(mc, "_warm_up", lambda gen: None)
+
+    def load_rew(name, generator, device):
+        if name == "broken":
+            raise SBoNError("cannot load reward model 'broken': is the hub reachable?")
+        return f"R:{name}"
+
+    cache = mc.ModelCache(size=2, load_gen=lambda name, device: f"G:{name}", load_rew=load_rew)
+    monkeypatch.setattr(app, "MODELS", cache)
+    monkeypatch.setattr(app, "PRELOAD", [])
+    assert app.models_status().startswith("No model is loaded")
+
+    app.PRELOAD.append(cache.load_async("smollm2-135m", "likelihood"))  # the app's start-up load
+    app.PRELOAD[0].result()
+    status = app.models_status()
+    assert "generator `smollm2-135m`" in status and "`likelihood (smollm2-135m)`" in status and "⏳" not in status
+
+    for reward in ("minilm-pref", "minilm-pref-nolength"):  # two runs with other rewards evict the default reward
+        cache.load_async("smollm2-135m", reward).result()
+    status = app.models_status()
+    assert "`minilm-pref`" in status and "`minilm-pref-nolength`" in status and "likelihood" not in status
+    assert "⏳" not in status  # the old bug: "Loading the models…" forever once the defaults were evicted
+
+    failed = cache.load_async("smollm2-135m", "broken")
+    with pytest.raises(SBoNError):
+        failed.result()
+    status = app.models_status()
+    assert "⚠ loading `smollm2-135m` with `broken` failed: cannot load reward model 'broken'" in status
+    assert "`minilm-pref-nolength`" in status  # a failed load leaves what is loaded as it was
+
+    # a page reload computes the line afresh (a callable value, not one fixed at build time)
+    page = app.build_demo()
+    model_status = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "model-status")
+    assert callable(model_status.value) or model_status.value == status
+    reload = app.on_model_timer()
+    assert reload["model_status"] == status and reload["model_timer"].value == app.MODEL_STATUS_IDLE_S
+
+    cache.load_async("smollm2-135m", "likelihood").result()  # the default again: the failure stays listed
+    assert "likelihood (smollm2-135m)" in app.models_status() and "minilm-pref`" not in app.models_status()
+
+
+def test_a_second_run_is_refused_or_queued_with_a_reason(app, monkeypatch):
+    import gradio as gr
+
+    with pytest.raises(gr.Error, match="A run is already going"):
+        app.on_run_request(1.0)  # this session's run started at t=1
+    monkeypatch.setattr(app, "GENERATING", [0])
+    start = app.on_run_request(None)
+    assert start["status"] == "Starting…" and start["running"] and start["stop_btn"].visible
+    assert "New run starting" in start["summary"]  # the old headline goes at once
+    monkeypatch.setattr(app, "GENERATING", [1])  # another session's run holds the slot
+    queued = app.on_run_request(None)
+    assert queued["status"].startswith("⏳ Queued") and "New run queued" in queued["summary"]
+
+
+def test_new_seed_is_a_different_valid_seed(app):
+    seeds = {app.on_new_seed(7) for _ in range(50)}
+    assert 7 not in seeds and len(seeds) > 40 and all(0 <= s < app.MAX_SEED for s in seeds)
+    app.settings_from([{**app.DEFAULTS.to_dict(), "prompt": "Hi", "seed": seeds.pop()}[name] or 0
+                       for name in app.SETTING_NAMES])
+
+
+def test_the_api_describes_every_parameter_and_its_return(app):
+    from dataclasses import fields
+
+    from components.controls import MAX_N, MAX_NEW_TOKENS
+    from sbon.analysis.comparison import FORMAT
+    from sbon.config import RunConfig
+
+    info = app.demo.get_api_info()["named_endpoints"]["/compare"]
+    params = {p["parameter_name"]: p for p in info["parameters"]}
+    assert list(params) == list(app.inspect.signature(app.compare).parameters)
+    for name, p in params.items():
+        assert p["python_type"]["description"], f"{name} has no description"
+    help_of = {f.name: f.metadata["help"] for f in fields(RunConfig)}
+    assert params["alpha"]["python_type"]["description"].startswith(help_of["alpha"])  # the settings' own words
+    assert params["n"]["type"]["maximum"] == MAX_N and params["max_new_tokens"]["type"]["maximum"] == MAX_NEW_TOKENS
+    assert params["alpha"]["type"]["minimum"] == 0 and params["method"]["type"]["enum"] == ["sbon", "sbon-tau"]
+    assert params["prompt"]["python_type"]["type"] == "str" and params["n"]["python_type"]["type"] == "int"
+    returned = info["returns"][0]["python_type"]["description"]
+    assert FORMAT in returned and "normalized_score" in returned

@@ -1,7 +1,9 @@
 """The explorer's figure, table and live-view builders, on data from a real small run."""
 
 import json
+import html
 import math
+import re
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -12,7 +14,7 @@ from components.controls import RunSettings, load_examples
 from components.fates import FINISHED_EARLY, SURVIVED, fate_color
 from components.live import LiveTracker
 from components.model_cache import ModelCache
-from components.rounds import round_figure, round_views, rounds_animation
+from components.rounds import COST_NAME, round_figure, round_views, rounds_animation
 from sbon.analysis.comparison import Comparison
 from sbon.config import RunConfig
 from sbon.analysis.counterfactual import partial_final_stats, tradeoff_grid
@@ -23,7 +25,9 @@ RECORDED = "assets/recorded_run.json"
 
 
 def _points(fig: go.Figure) -> int:
-    return sum(len(t.x) for t in fig.data if t.mode == "markers")
+    """Marks of candidates: traces named by a fate (not the cost ring or the shape keys)."""
+    return sum(len(t.x) for t in fig.data if t.mode == "markers" and (t.name.startswith(("pruned in", SURVIVED,
+                                                                                         FINISHED_EARLY))))
 
 
 # -- Figure 2 ---------------------------------------------------------------------------------------
@@ -33,11 +37,14 @@ def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, ro
     point = comparison.sbon.decision_points[round - 1]
     fig = figures.partial_final_scatter(comparison, round)
     assert _points(fig) == len(point.contenders)
-    assert {t.name for t in fig.data} <= {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
+    fates = {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
     for trace in fig.data:
-        assert trace.marker.color == fate_color(trace.name)
+        if trace.name in fates:
+            assert trace.marker.color == fate_color(trace.name)
+        else:  # the cost ring and the shape keys: legend entries only where marks of theirs are drawn
+            assert trace.name in (COST_NAME, "● partial reward", "◆ finished: final reward")
     # y is the final reward, from Best-of-N for the pruned
-    ys = sorted(y for t in fig.data for y in t.y)
+    ys = sorted(y for t in fig.data if t.name in fates for y in t.y)
     assert ys == pytest.approx(sorted(comparison.final_reward(k) for k in point.contenders))
     live = [k for k in point.contenders if comparison.sbon.candidates[k].partial_reward_at(round) is not None]
     corr = correlations([comparison.sbon.candidates[k].partial_reward_at(round) for k in live],
@@ -110,10 +117,15 @@ def test_round_figure_and_animation(comparison):
     assert list(fig.data[2].x) == [views[0].cut] * 2
     assert "Waiting" in round_figure(None, 6).layout.title.text
     anim = rounds_animation(comparison.sbon)
-    assert len(anim.data) == 8 and [t.visible for t in anim.data] == [True] * 4 + [False] * 4
+    per = len(anim.data) // 2
+    assert per == 8 and not any(t.visible for t in anim.data[per:])
     steps = anim.layout.sliders[0].steps
     assert [s.label for s in steps] == ["1", "2"]
-    assert steps[1].args[0]["visible"] == [False] * 4 + [True] * 4 and "Round 2" in steps[1].args[1]["title.text"]
+    assert not any(steps[1].args[0]["visible"][:per]) and "Round 2" in steps[1].args[1]["title.text"]
+    # every legend entry shown in a round has marks drawn in that round
+    for i, step in enumerate(steps):
+        for t, shown in zip(anim.data, step.args[0]["showlegend"]):
+            assert not shown or (t.x is not None and len(t.x) > 0)
     second = rounds_animation(comparison.sbon, active=1)
     assert second.layout.sliders[0].active == 1 and "Round 2" in second.layout.title.text
     assert rounds_animation(comparison.sbon, active=9).layout.sliders[0].active == 1  # clamped
@@ -176,7 +188,11 @@ def test_savings(comparison):
     rows = dict(zip(df.iloc[:, 0], df.iloc[:, 2]))
     assert rows["tokens generated"] == str(m["sbon_tokens"]) and rows["speedup (T_BoN / T_SBoN)"] == f"{m['speedup']:.2f}×"
     bars = figures.tokens_per_candidate(comparison)
-    assert sum(bars.data[0].y) == m["bon_tokens"] and sum(bars.data[1].y) == m["sbon_tokens"]
+    assert sum(bars.data[0].y) == m["bon_tokens"] and sum(sum(t.y) for t in bars.data[1:]) == m["sbon_tokens"]
+    # one legend entry per colour: each Speculative Rejection trace is one fate, in that fate's colour
+    for t in bars.data[1:]:
+        fate = t.name
+        assert t.marker.color == fate_color(fate) and all(comparison.sbon.fate(k) == fate for k in t.x)
     times = figures.phase_times(comparison)
     assert sum(sum(t.x) for t in times.data) == pytest.approx(comparison.bon.wall_time + comparison.sbon.wall_time)
     assert "Speculative Rejection returned" in tables.headline(comparison)
@@ -276,3 +292,154 @@ def test_candidate_detail_of_a_diverged_twin(comparison):
     d["bon"]["candidates"][k]["token_ids"][0] += 1
     page = tables.candidate_detail_html(Comparison.from_dict(d), k)
     assert "twin diverged" in page and 'class="sbon-never"' not in page
+
+
+# -- a reason for every cut, legible views (issue #23) ------------------------------------------------
+
+def test_every_contender_gets_its_rank_score_and_the_cut(comparison):
+    from components.reasons import point_reasons
+
+    for point in comparison.sbon.decision_points:
+        reasons = point_reasons(point)
+        assert sorted(r.rank for r in reasons.values()) == list(range(1, len(point.contenders) + 1))
+        for k in point.pruned:
+            r = reasons[k]
+            assert r.outcome == "pruned" and r.rank > len(point.survivors) - 1
+            assert re.fullmatch(rf"rank {r.rank} of {len(point.contenders)}, -?[\d.]+ [<=] cut -?[\d.]+", r.text())
+        for k in point.survivors:
+            assert " ≥ cut " in reasons[k].text() and reasons[k].outcome == "kept"
+    # the live frame, the replay and the scatter carry the same reason in their hover data
+    point = comparison.sbon.decision_points[0]
+    k = point.pruned[0]
+    text = point_reasons(point)[k].text()
+    frame = round_figure(point, comparison.n)
+    assert [text] in [list(c) for t in frame.data if t.name == "pruned" for c in t.customdata]
+    scatter = figures.partial_final_scatter(comparison, point.round)
+    assert any(text in row for t in scatter.data if t.customdata is not None for row in map(list, t.customdata))
+    detail = tables.candidate_detail_html(comparison, k)
+    assert f"round {point.round} (after {point.tokens} tokens): <b>pruned</b>, {html.escape(text)}" in detail
+
+
+def test_decimals_follow_the_spread_of_the_values():
+    from components.reasons import decimals
+
+    assert decimals([4.0, 6.2, 5.1, 4.4]) == 2  # minilm-pref-like
+    assert decimals([-0.045, 0.083, 0.01, 0.02] * 4) == 3  # minilm-pref-nolength-like: two decimals would merge them
+    assert decimals([0.5]) == 2 and decimals([]) == 2 and decimals([1e-7, 2e-7]) == 6
+
+
+def test_a_pruned_candidate_whose_twin_won_is_marked_as_the_cost_of_pruning(comparison):
+    from components.reasons import pruning_cost
+
+    k = comparison.sbon.decision_points[0].pruned[0]
+    assert pruning_cost(comparison, k) == "" or comparison.bon.candidates[k].final_reward > comparison.sbon.best.final_reward
+    d = comparison.to_dict()
+    d["bon"]["best_id"] = k  # as if Best-of-N's winner had been pruned
+    d["bon"]["candidates"][k]["final_reward"] = max(c["final_reward"] for c in d["bon"]["candidates"]) + 1.0
+    comp = Comparison.from_dict(d)
+    assert pruning_cost(comp, k) == "its Best-of-N twin is Best-of-N's winner"
+    assert pruning_cost(comp, comp.sbon.best_id) == ""  # not pruned: no cost
+    ring = [t for t in figures.partial_final_scatter(comp, 1).data if t.name == COST_NAME][0]
+    assert len(ring.x) == 1 and ring.showlegend
+    assert [t for t in round_figure(comp.sbon.decision_points[0], comp.n, comp=comp).data if t.name == COST_NAME][0].y == (k,)
+    assert "The cost of pruning: its Best-of-N twin is Best-of-N" in tables.candidate_detail_html(comp, k)
+    assert tables.candidates_table(comp)["cost of pruning"][k].startswith("its Best-of-N twin")
+
+
+def test_a_reward_that_explains_itself_is_listed_in_the_detail(comparison):
+    from types import SimpleNamespace
+
+    class Explaining:
+        def explain(self, prompt, response, final):
+            return [SimpleNamespace(status="✓", reason=f"answers <{prompt[:5]}>"), SimpleNamespace(status="✗", reason="too short")]
+
+    class Broken:
+        def explain(self, prompt, response, final):
+            raise RuntimeError("boom")
+
+    k = tables.first_pruned(comparison)
+    page = tables.candidate_detail_html(comparison, k, Explaining())
+    assert "<b>✓</b> answers &lt;Give &gt;" in page and "<b>✗</b> too short" in page
+    assert "explain failed: RuntimeError: boom" in tables.candidate_detail_html(comparison, k, Broken())
+    assert "explains its score" not in tables.candidate_detail_html(comparison, k, object())  # no explain: nothing
+
+
+def test_replay_keeps_pruned_candidates_greyed_on_one_axis(comparison):
+    anim = rounds_animation(comparison.sbon, active=1)
+    per = len(anim.data) // 2
+    second = anim.data[per:]
+    earlier = [t for t in second if t.name == "pruned earlier"][0]
+    assert set(earlier.y) == set(comparison.sbon.decision_points[0].pruned) and earlier.visible
+    drawn = sorted(y for t in second if t.name in ("survived", "pruned", "pruned earlier") or t.name.startswith("retired")
+                   for y in t.y)
+    assert drawn == sorted(set(comparison.sbon.decision_points[0].contenders))  # all N still drawn in round 2
+    lo, hi = anim.layout.xaxis.range
+    scores = [s for p in comparison.sbon.decision_points for s in p.scores]
+    assert lo < min(scores) and hi > max(scores)
+    assert all("xaxis.range" not in s.args[1] for s in anim.layout.sliders[0].steps)  # the axis never rescales
+
+
+def test_tradeoff_fits_its_data_and_labels_alpha(comparison):
+    fig = figures.tradeoff_figure(comparison, "curves")
+    scores = [y for t in fig.data for y in t.y]
+    lo, hi = fig.layout.yaxis.range
+    assert lo <= min(scores) and hi >= max(scores) and (hi - lo) < 1.5 * (max(scores) - min(scores)) + 10
+    curve = fig.data[0]
+    assert list(curve.text) == [f"α {a:.1f}" for a in curve.customdata] and "text" in curve.mode
+
+
+def test_rewards_state_their_scale_and_hub_presets_what_they_need(comparison):
+    from components.controls import reward_choices, generator_choices
+    from components.reasons import needs_note, reward_scale
+    from sbon.models import Preset
+
+    labels = dict((name, label) for label, name in reward_choices())
+    assert "mean log-probability per token" in labels["likelihood"] and "≤ 0" in labels["likelihood"]
+    assert "needs network + GPU, ~16 GB" in labels["armorm-llama3-8b"] and "needs" not in labels["minilm-pref"]
+    assert "needs network + GPU, ~14 GB" in dict((n, l) for l, n in generator_choices())["mistral-7b"]
+    assert needs_note(Preset("org/tiny-model-70M", "tiny")) == "needs network"
+    assert needs_note(Preset("org/Big-13B", "big")) == "needs network + GPU, ~26 GB"
+    assert needs_note(Preset("", "code", offline=True)) == "" and needs_note(Preset("a/b-7B", "x", package="p")) == ""
+    scatter = figures.partial_final_scatter(comparison, 1)
+    assert reward_scale(comparison.sbon.reward).unit in scatter.layout.xaxis.title.text.replace("<br>", " ")
+    assert reward_scale(comparison.sbon.reward).short() in tables.candidate_detail_html(comparison, 0)
+
+
+def test_every_legend_entry_has_marks_of_its_own(comparison):
+    views = round_views(comparison.sbon)
+    figs = [figures.partial_final_scatter(comparison, 1), figures.tokens_per_candidate(comparison),
+            round_figure(views[-1], comparison.n, earlier=views[:-1], comp=comparison)]
+    for fig in figs:
+        for t in fig.data:
+            if t.showlegend is not False and t.visible is not False:
+                assert t.x is not None and len(t.x) > 0 and any(x is not None for x in t.x), t.name
+
+
+def test_live_race_has_a_clock_per_method(comparison_events):
+    ticks = iter(range(10_000))
+    tracker = LiveTracker(24, started=0, clock=lambda: next(ticks))
+    boards = []
+    for e in comparison_events:
+        tracker.update(e)
+        boards.append(tracker.race(("sbon", "bon")))
+    first = boards[0]
+    assert "Speculative Rejection" in first and "| Best-of-N | waiting |" in first
+    sbon, bon = tracker.clocks["sbon"], tracker.clocks["bon"]
+    assert sbon.ended is not None and bon.ended is not None and sbon.ended <= bon.started  # they ran one after the other
+    assert sbon.generated == comparison_events[-1].comparison.sbon.total_tokens
+    last = boards[-1]
+    assert last.count("done ✓") == 2 and f"**{sbon.seconds(0):.1f} s**" in last
+
+
+def test_normalized_score_never_passes_100_through_float_noise(comparison):
+    from sbon.metrics import normalized_score
+
+    assert normalized_score([1.0, 5.0], 5.0 + 1.2e-6) == 100.0  # the same text rescored in another batch
+    assert normalized_score([1.0, 5.0], 4.0) == pytest.approx(75.0)
+    d = comparison.to_dict()
+    best = comparison.bon.best_id
+    d["sbon"]["best_id"] = best
+    d["sbon"]["candidates"][best]["final_reward"] = comparison.bon.best.final_reward + 3e-7
+    d["sbon"]["candidates"][best]["pruned_round"] = None
+    d["sbon"]["candidates"][best]["stop_reason"] = "length"
+    assert Comparison.from_dict(d).metrics["normalized_score"] == 100.0

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from components.controls import MAX_N, MAX_NEW_TOKENS, RunSettings
-from sbon import algorithms, comparison, zerogpu
+from sbon import algorithms, zerogpu
+from sbon.analysis import comparison
 from sbon.cli import main as cli_main
 from sbon.engine import check_device
 from sbon.errors import SBoNError

@@ -1,0 +1,164 @@
+"""Why each candidate was kept or cut, in words every view shares, and what each reward's numbers mean.
+
+A decision point ranks its contenders by one score and keeps those at or above the cut. For any
+candidate that gives one short reason, e.g. "rank 14 of 16, 0.50 < cut 0.67", with as many decimals
+as the spread of the scores needs to tell them apart. With coupled sampling a pruned candidate's
+Best-of-N twin shows what the cut cost: the twin may be Best-of-N's winner, or beat the response
+Speculative Rejection returned.
+
+Rewards may explain themselves: one with ``explain(prompt, response, final)`` returning objects with
+``.status`` and ``.reason`` (duck typing: no base class) gets those listed in the candidate detail.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from sbon.models import Preset
+from sbon.results import DecisionPoint, RunResult
+
+MIN_DECIMALS, MAX_DECIMALS = 2, 6
+BF16_BYTES_PER_PARAM = 2  # a GPU loads the hub presets in bfloat16 (sbon.models.load_reward / load_generator)
+GPU_FROM_BILLION_PARAMS = 1.0  # models this large are impractical on a CPU
+
+
+# -- decimals ----------------------------------------------------------------------------------------
+
+def decimals(values: Iterable[float | None]) -> int:
+    """Decimals that tell these values apart: enough to resolve the typical gap between neighbours
+    (the spread over the count), at least MIN_DECIMALS. 4.1…6.2 needs 2, -0.045…0.083 needs 3."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    spread = max(finite) - min(finite) if len(finite) > 1 else 0.0
+    if spread <= 0:
+        return MIN_DECIMALS
+    return int(min(MAX_DECIMALS, max(MIN_DECIMALS, math.ceil(-math.log10(spread / len(finite))))))
+
+
+def fmt(x: float | None, digits: int) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+# -- reasons -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CutReason:
+    """Where one contender stood at one decision point."""
+    round: int = field(metadata={"help": "the decision point (1-based)"})
+    tokens: int = field(metadata={"help": "tokens each live candidate had generated there"})
+    rank: int = field(metadata={"help": "1 = best score among the contenders"})
+    of: int = field(metadata={"help": "how many contenders were ranked"})
+    score: float = field(metadata={"help": "the score it was ranked by"})
+    cut: float = field(metadata={"help": "the lowest score that survived"})
+    outcome: str = field(metadata={"help": "'kept', 'pruned' or 'retired' (finished, below the cut)"})
+    finished: bool = field(metadata={"help": "ranked by its final reward: it had finished"})
+    digits: int = field(default=MIN_DECIMALS, metadata={"help": "decimals that tell this point's scores apart"})
+
+    def text(self) -> str:
+        """e.g. 'rank 14 of 16, 0.50 < cut 0.67'."""
+        forced = self.outcome == "pruned" and self.score >= self.cut  # the progress rule (sbon.cut.cut: forced)
+        sign = "≥" if self.outcome == "kept" or forced else "<"
+        return (f"rank {self.rank} of {self.of}, {fmt(self.score, self.digits)} {sign} cut {fmt(self.cut, self.digits)}"
+                + (", halted all the same: the survivors had to fit the KV budget" if forced else "")
+                + (" (final reward: it had finished)" if self.finished else ""))
+
+
+def point_reasons(point: DecisionPoint) -> dict[int, CutReason]:
+    """Every contender of one decision point -> its reason."""
+    digits = decimals(point.scores)
+    order = sorted(range(len(point.contenders)), key=lambda i: -point.scores[i])
+    rank = {point.contenders[i]: r + 1 for r, i in enumerate(order)}
+    pruned, retired, final = set(point.pruned), set(point.retired), set(point.final)
+    return {k: CutReason(point.round, point.tokens, rank[k], len(point.contenders), s, point.cut,
+                         "pruned" if k in pruned else "retired" if k in retired else "kept", k in final, digits)
+            for k, s in zip(point.contenders, point.scores)}
+
+
+def candidate_reasons(run: RunResult, k: int) -> list[CutReason]:
+    """Candidate k's reason at every decision point it contended in, in order."""
+    return [r[k] for r in map(point_reasons, run.decision_points) if k in r]
+
+
+def pruning_cost(comp: Any, k: int) -> str:
+    """What pruning candidate k cost, from its Best-of-N twin ('' when it was not pruned or cost
+    nothing): the twin is Best-of-N's winner, or its final reward beats the response Speculative
+    Rejection returned."""
+    if comp.sbon.candidates[k].pruned_round is None:
+        return ""
+    twin, returned = comp.bon.candidates[k].final_reward, comp.sbon.best.final_reward
+    if k == comp.bon.best_id:
+        return "its Best-of-N twin is Best-of-N's winner"
+    if twin is not None and returned is not None and twin > returned:
+        return "its Best-of-N twin scores above the response Speculative Rejection returned"
+    return ""
+
+
+# -- per-instruction explanations (duck typed) ----------------------------------------------------------
+
+def explanations(reward: Any, prompt: str, response: str, final: bool) -> list[tuple[str, str]]:
+    """(status, reason) pairs from a reward that explains itself; [] for one that does not, or whose
+    explain fails (the detail view must still show)."""
+    explain = getattr(reward, "explain", None)
+    if not callable(explain):
+        return []
+    try:
+        return [(str(getattr(item, "status", "")), str(getattr(item, "reason", "")))
+                for item in explain(prompt, response, final)]
+    except Exception as e:  # noqa: BLE001 - a third-party reward's bug must not break the page
+        return [("⚠", f"explain failed: {type(e).__name__}: {e}")]
+
+
+def explanations_html(items: Sequence[tuple[str, str]]) -> str:
+    if not items:
+        return ""
+    rows = "".join(f"<li><b>{html.escape(status)}</b> {html.escape(reason)}</li>" for status, reason in items)
+    return f'<p>The reward model explains its score:</p><ul class="sbon-explain">{rows}</ul>'
+
+
+# -- what a reward's numbers mean -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RewardScale:
+    unit: str = field(metadata={"help": "what one number is, e.g. 'mean log-probability per token'"})
+    meaning: str = field(metadata={"help": "its range and direction"})
+
+    def short(self) -> str:
+        return f"{self.unit}; {self.meaning}"
+
+
+# The embedded rewards, by name; any other reward is a sequence classifier's output (SEQUENCE_CLASSIFIER).
+REWARD_SCALES = {
+    "likelihood": RewardScale("mean log-probability per token", "≤ 0, higher = the generator finds it more probable"),
+    "neg-perplexity": RewardScale("minus the perplexity", "≤ −1, higher = more probable"),
+    "minilm-pref": RewardScale("preference score", "unbounded, higher = preferred; grows with length"),
+    "minilm-pref-nolength": RewardScale("preference score without the length term", "near 0, higher = preferred"),
+}
+SEQUENCE_CLASSIFIER = RewardScale("reward-model score", "unbounded, higher = preferred")
+
+
+def reward_scale(name: str) -> RewardScale:
+    return REWARD_SCALES.get(name, SEQUENCE_CLASSIFIER)
+
+
+def billions_of_parameters(preset: Preset, name: str = "") -> float | None:
+    """The model size the preset's names state ('8B', '124M', 'llama3-8b'), or None."""
+    match = re.search(r"(\d+(?:\.\d+)?)\s*([BM])\b", f"{preset.description} {preset.hub_id} {name}", re.IGNORECASE)
+    if not match:
+        return None
+    return float(match.group(1)) / (1 if match.group(2).upper() == "B" else 1000)
+
+
+def needs_note(preset: Preset, name: str = "") -> str:
+    """What a preset needs beyond this machine, derived from its fields: the hub (no package, not
+    offline), and a GPU with its bfloat16 weights' memory for a model of a billion parameters or more."""
+    if preset.offline or preset.package or not preset.hub_id:
+        return ""
+    size = billions_of_parameters(preset, name)
+    if size is None:
+        return "needs network, size not stated (likely a GPU)"
+    if size < GPU_FROM_BILLION_PARAMS:
+        return "needs network"
+    return f"needs network + GPU, ~{size * BF16_BYTES_PER_PARAM:.0f} GB"
