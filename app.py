@@ -43,6 +43,7 @@ from components.controls import (ASSETS, RunSettings, api_parameter, generator_c
                                  method_choices, reward_choices, signal_choices)
 from components.live import LiveTracker  # noqa: E402
 from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
+from components.scenarios import SCENARIOS, scenario_choices  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
 from sbon.analysis.comparison import FORMAT, Comparison, ComparisonDone, comparison_events  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
@@ -88,7 +89,7 @@ objective of the paper's perplexity experiment, **not a judgement of quality**: 
 SmolLM2 itself finds most probable (on AlpacaEval answer pairs it agreed with GPT-4's judgement only 38 % of the time).
 It is the default because it is the embedded reward whose early scores predict its final ones, which is what
 Speculative Rejection needs: on held-out AlpacaEval prompts (N = 32, 128 tokens) its scores at the first decision
-point ranked the candidates as their final scores did with Kendall τ 0.56 on average (1 = same order, 0 = unrelated),
+point ranked the candidates as their final scores did with Kendall 0.56 on average (1 = same order, 0 = unrelated),
 against 0.38 for the embedded preference reward `minilm-pref`, which mostly scores length (and at a decision point
 every live candidate has the same length). On longer answers (256 tokens) the trend is weaker: Kendall 0.30 after 32
 tokens, against 0.16 for `minilm-pref`. Candidates are pruned by the mean log-probability the decoding step
@@ -461,6 +462,21 @@ def reads(method: str, setting: str) -> bool:
     return method in METHOD_SPECS and setting in METHOD_SPECS[method].params
 
 
+def on_scenario(key: str) -> dict[str, Any]:
+    """A scenario sets the reward that can judge its prompts, the pruning signal and the answer length that
+    fit it, and offers its example prompts."""
+    scenario = SCENARIOS[key]
+    settings = scenario.settings()
+    return {"reward": settings["reward"], "prune_by": settings["prune_by"],
+            "max_new_tokens": settings["max_new_tokens"], "prompt": settings["prompt"],
+            "scenario_prompts": gr.Dropdown(choices=[(p[:90] + ("…" if len(p) > 90 else ""), p) for p in scenario.prompts],
+                                            value=settings["prompt"])}
+
+
+def on_scenario_prompt(prompt: str | None) -> dict[str, Any]:
+    return {"prompt": prompt} if prompt else {}
+
+
 def on_prompt(text: str) -> dict[str, Any]:
     note = CONTENT_NOTES.get(text.strip())
     return {"prompt_note": gr.Markdown(f"⚠ **Content note:** {note}" if note else "", visible=bool(note))}
@@ -536,6 +552,10 @@ def build_demo() -> gr.Blocks:
             ui.status = gr.Markdown("", elem_id="status")
         with gr.Row():
             with gr.Column(scale=2, min_width=320):
+                ui.scenario = gr.Dropdown(scenario_choices(), value=None, label="Scenario", elem_id="scenario",
+                                          info="a task and the reward that can judge it; sets the reward, the pruning "
+                                               "signal and the answer length")
+                ui.scenario_prompts = gr.Dropdown([], label="Scenario prompts", elem_id="scenario-prompts")
                 ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
                                        value=EXAMPLES[0].prompt if EXAMPLES else "What is Atlantis?")
                 gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
@@ -680,6 +700,9 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **private)
     ui.method.change(by_name(on_method), inputs=ui.method, outputs=el(*METHOD_KNOBS), **private)
     ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)
+    ui.scenario.change(by_name(on_scenario), inputs=ui.scenario,
+                       outputs=el("reward", "prune_by", "max_new_tokens", "prompt", "scenario_prompts"), **private)
+    ui.scenario_prompts.change(by_name(on_scenario_prompt), inputs=ui.scenario_prompts, outputs=ui.prompt, **private)
     ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point"), outputs=ui.scatter,
                              **private)
     ui.picker.change(on_pick, inputs=el("comparison", "picker"), outputs=ui.detail, **private)

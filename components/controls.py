@@ -12,7 +12,7 @@ from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig, setting
 from sbon.errors import SBoNError
 from sbon.options import field_kind
 from sbon.signals import SIGNALS
-from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, check_name
+from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, check_name, check_reward_prompt
 
 from .reasons import needs_note, reward_scale
 
@@ -72,6 +72,7 @@ class RunSettings(RunConfig):
         self.config().validate(self.prompt)
         check_name(self.generator, GENERATORS, "generator")
         check_name(self.reward, REWARDS, "reward")
+        check_reward_prompt(self.reward, self.prompt)
 
     def config(self) -> RunConfig:
         """The run's settings as the library takes them."""

@@ -93,7 +93,7 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
     fig.add_vline(x=point.cut, line=dict(color="#264653", dash="dash", width=2),
                   annotation_text=f"cut {point.cut:.{dx}f}", annotation_position="top left")
     styled(fig, f"Partial vs final reward at round {round} (after {point.tokens} tokens) · "
-               f"Pearson {_fmt(corr['pearson'])} · Kendall τ {_fmt(corr['kendall'])} · {len(live)} partial rewards",
+               f"Pearson {_fmt(corr['pearson'])} · Kendall {_fmt(corr['kendall'])} · {len(live)} partial rewards",
            height=480)
     scale = reward_scale(comp.sbon.reward)
     fig.update_xaxes(tickformat=f".{dx}f")

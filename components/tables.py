@@ -183,14 +183,17 @@ def prediction_report(comp: Comparison) -> str:
     and what that meant for Best-of-N's winner -- the assumption the method stands on, checked."""
     quality = decision_quality(comp.bon, comp.sbon)
     if not quality:
-        return "No decision point in this run: nothing was pruned, so there is no prediction to check."
-    lines = [f"**Did the partial rewards predict the final ones?** Reward: {md_escape(comp.sbon.reward)}. Kendall τ of the "
+        why = comp.sbon.why_no_decision_point() or "no decision point"
+        return (f"{why[0].upper()}{why[1:]}: nothing was pruned, so Speculative Rejection was Best-of-N here and "
+                "there is no prediction to check (a longer answer limit, a smaller first decision or a smaller budget "
+                "brings decision points).")
+    lines = [f"**Did the partial rewards predict the final ones?** Reward: {md_escape(comp.sbon.reward)}. Kendall correlation of the "
              "live candidates' scores at each decision point against their final rewards (1 = same order, "
              "0 = no relation); Best-of-N's winner is candidate "
              f"{comp.bon.best_id}."]
     for q in quality:
         kendall = "n/a" if math.isnan(q["kendall"]) else f"{q['kendall']:.2f}"
-        lines.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(q['signal'])}: Kendall τ {kendall} over "
+        lines.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(q['signal'])}: Kendall {kendall} over "
                      f"{q['live']} live candidates; Best-of-N's winner {WINNER_WORDS[q['winner']]}")
     first = quality[0]["kendall"]
     if math.isnan(first) or first < 0.3:

@@ -14,8 +14,8 @@ from .analysis.comparison import Comparison, ComparisonDone, MethodEvent, compar
 from .config import METHOD_SPECS, RunConfig
 from .options import add_options, values
 from .errors import SBoNError, exit_code
-from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, load_generator,
-                     load_reward)
+from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, check_reward_prompt,
+                     load_generator, load_reward)
 from .results import RunResult
 
 DEFAULT_N = 16
@@ -123,6 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args)
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
+    check_reward_prompt(args.reward, args.prompt)
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype))
     reward = load_reward(args.reward, generator=gen, device=args.device)

@@ -40,6 +40,9 @@ class Preset:
     needs_generator: bool = False
     # Pure code, nothing to download (``hub_id`` is then empty).
     offline: bool = False
+    # Rewards that only judge some prompts: ``check_prompt(prompt)`` raises a one-line SBoNError saying what
+    # the reward needs, before anything is generated.
+    check_prompt: Callable[[str], None] | None = None
 
 
 GENERATORS: dict[str, Preset] = {
@@ -78,6 +81,15 @@ def _ifeval(generator: Generator | None, device) -> RewardModel:
     return IFEvalReward()  # pure code: no model, no device
 
 
+def _ifeval_prompt(prompt: str) -> None:
+    from .ifeval.reward import IFEvalReward
+
+    try:
+        IFEvalReward().instructions(prompt)
+    except SBoNError as e:
+        raise SBoNError(f"{e} (the app's 'Follow instructions' scenario offers some), or use another reward for this prompt") from None
+
+
 # Reward presets: one entry each, with its loader where it is not a hub sequence classifier.
 # "minilm-pref" is this project's trained reward (embedded, offline; its hub_id is the encoder's hub
 # copy, used where the package is missing); "likelihood" scores with the generator itself; the rest are
@@ -96,7 +108,8 @@ REWARDS: dict[str, Preset] = {
                                  "paper's perplexity experiment (NeurIPS 2024, Table 2)",
                              load=_likelihood("neg-perplexity", "neg-perplexity"), needs_generator=True, offline=True),
     "ifeval": Preset("", "fraction of the prompt's IFEval instructions followed, checked by program (IFEval prompts "
-                         "only; see sbon/ifeval)", load=_ifeval, offline=True),
+                         "only; see sbon/ifeval)", load=_ifeval, offline=True,
+                     check_prompt=_ifeval_prompt),
     # The paper's reward models: first logit of a sequence classifier over the chat template...
     "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
     "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),
@@ -233,6 +246,13 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
                             f"reachable ({type(e).__name__})") from None
         raise _hub_error(name, e, "generator") from None
     return Generator(model, tokenizer, name=name)
+
+
+def check_reward_prompt(reward: str, prompt: str) -> None:
+    """Fail fast, in one line, on a prompt this reward cannot judge (a preset's ``check_prompt``)."""
+    preset = REWARDS.get(reward)
+    if preset is not None and preset.check_prompt is not None:
+        preset.check_prompt(prompt)
 
 
 def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,

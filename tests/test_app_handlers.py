@@ -168,3 +168,19 @@ def test_the_api_describes_every_parameter_and_its_return(app):
     assert params["prompt"]["python_type"]["type"] == "str" and params["n"]["python_type"]["type"] == "int"
     returned = info["returns"][0]["python_type"]["description"]
     assert FORMAT in returned and "normalized_score" in returned
+
+
+def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
+    from components.controls import RunSettings
+    from components.scenarios import SCENARIOS
+    from sbon.errors import SBoNError
+
+    update = app.on_scenario("instructions")
+    assert update["reward"] == "ifeval" and update["prompt"] in SCENARIOS["instructions"].prompts
+    assert len(SCENARIOS["instructions"].prompts) >= 4
+    RunSettings(prompt=update["prompt"], reward="ifeval").check()  # an IFEval prompt: accepted
+    with pytest.raises(SBoNError, match="the ifeval reward needs an IFEval prompt") as e:
+        RunSettings(prompt="Tell me a joke.", reward="ifeval").check()
+    assert "\n" not in str(e.value)
+    assert app.on_scenario("fluency")["prune_by"] == "logprob"
+    assert "length" in SCENARIOS["helpful"].label  # the caveat is in the dropdown itself

@@ -50,7 +50,7 @@ def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, ro
     corr = correlations([comparison.sbon.candidates[k].partial_reward_at(round) for k in live],
                         [comparison.final_reward(k) for k in live])
     title = fig.layout.title.text
-    assert f"Pearson {corr['pearson']:.2f}" in title and f"Kendall τ {corr['kendall']:.2f}" in title
+    assert f"Pearson {corr['pearson']:.2f}" in title and f"Kendall {corr['kendall']:.2f}" in title
     assert fig.layout.shapes[0].x0 == pytest.approx(point.cut)  # the cut
 
 

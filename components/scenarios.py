@@ -1,0 +1,64 @@
+"""Scenarios: prompts paired with the reward that makes sense for them, so that a visitor picks a task and
+gets a reward that can judge it. One entry per scenario in ``SCENARIOS``; the page builds its scenario
+dropdown, its examples and the settings a choice sets from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sbon.ifeval import load_prompts
+from sbon.ifeval.data import SHIPPED_FILE
+
+from .controls import load_examples
+
+# IFEval prompts of the evaluation split (even key) with one instruction each: some are decided early
+# ("no commas", "all lowercase", a forbidden word: a violation is final at once), one stays open to the end
+# (a postscript): both show when a partial score can and cannot predict the final one.
+IFEVAL_EXAMPLE_KEYS = (2798, 2728, 2828, 1130, 2396, 2324)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str = field(metadata={"help": "what the visitor wants the model to do"})
+    reward: str = field(metadata={"help": "the reward preset that judges it (sbon.models.REWARDS)"})
+    caveat: str = field(metadata={"help": "what the reward can and cannot judge, shown in the dropdown itself"})
+    prune_by: str = field(default="reward", metadata={"help": "the pruning signal that fits the reward"})
+    max_new_tokens: int = field(default=128, metadata={"help": "the answer length the scenario is shown at"})
+    prompts: tuple[str, ...] = field(default=(), metadata={"help": "curated example prompts"})
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} · {self.reward}: {self.caveat}"
+
+    def settings(self) -> dict[str, Any]:
+        """The controls a choice of this scenario sets."""
+        return {"reward": self.reward, "prune_by": self.prune_by, "max_new_tokens": self.max_new_tokens,
+                "prompt": self.prompts[0] if self.prompts else None}
+
+
+def _ifeval_examples() -> tuple[str, ...]:
+    by_key = {p.key: p.prompt for p in load_prompts(SHIPPED_FILE)}
+    return tuple(by_key[k] for k in IFEVAL_EXAMPLE_KEYS if k in by_key)
+
+
+def _helpful_examples() -> tuple[str, ...]:
+    return tuple(e.prompt for e in load_examples())
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "instructions": Scenario("Follow instructions", "ifeval",
+                             "instructions checked by program, every verdict readable (IFEval prompts only)",
+                             prompts=_ifeval_examples()),
+    "helpful": Scenario("Be helpful / harmless", "minilm-pref",
+                        "a small preference head; among samples of one model it mostly rewards length",
+                        prompts=_helpful_examples()),
+    "fluency": Scenario("Fluency", "likelihood",
+                        "the generator's own log-probability (the paper's perplexity experiment), not quality",
+                        prune_by="logprob", prompts=_helpful_examples()),
+}
+
+
+def scenario_choices() -> list[tuple[str, str]]:
+    return [(s.label, key) for key, s in SCENARIOS.items()]
