@@ -143,7 +143,7 @@ def settings_from(values: tuple) -> RunSettings:
 
 
 @GPU(duration=gpu_duration)
-def run_comparison(settings: RunSettings) -> Iterator:
+def comparison_on_gpu(settings: RunSettings) -> Iterator:
     """The comparison's events for these settings (Best-of-N memory-bound or in memory, as asked). On a
     ZeroGPU Space this runs on a lent GPU in a worker process: settings in, plain events out, the models
     from the cache the worker inherits (sbon/zerogpu.py)."""
@@ -206,7 +206,7 @@ def check_replayable(comp: Comparison) -> None:
                             f"(rewards and timings of a real run are finite and far below {MAX_ABS_NUMBER:g})")
 
 
-def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
+def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
             tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
             prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
             temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
@@ -221,7 +221,7 @@ def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alp
         GENERATING[0] += 1
         try:
             MODELS.load_async(settings.generator, settings.reward).result()
-            for event in run_comparison(settings):
+            for event in comparison_on_gpu(settings):
                 if isinstance(event, ComparisonDone):
                     return event.comparison.to_json()
         finally:
@@ -398,7 +398,7 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
         last_status = 0.0
-        for event in run_comparison(settings):
+        for event in comparison_on_gpu(settings):
             if tracker.update(event):  # a decision point: one new frame
                 yield {"status": tracker.status(), "summary": tracker.race(methods),
                        "live_plot": round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
@@ -722,7 +722,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     demo.load(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
     demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
     # The API shares the Run button's single generation slot: one generation at a time per device.
-    gr.api(compare, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
+    gr.api(compare_api, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
     describe_api(demo, "compare")
 
 
@@ -740,7 +740,7 @@ def describe_api(demo: gr.Blocks, api_name: str) -> None:
     in view_api() and the API page: gr.api derives only types from the signature. Everything comes
     from the settings' own help (components.controls.api_parameter), so nothing is typed twice."""
     fn = next(f for f in demo.fns.values() if f.api_name == api_name)
-    for name, component in zip(inspect.signature(compare).parameters, fn.inputs):
+    for name, component in zip(inspect.signature(compare_api).parameters, fn.inputs):
         component._api_info = {**component._api_info, **api_parameter(name)}
         component.label = name
     for component in fn.outputs:

@@ -158,7 +158,7 @@ def test_the_api_describes_every_parameter_and_its_return(app):
 
     info = app.demo.get_api_info()["named_endpoints"]["/compare"]
     params = {p["parameter_name"]: p for p in info["parameters"]}
-    assert list(params) == list(app.inspect.signature(app.compare).parameters)
+    assert list(params) == list(app.inspect.signature(app.compare_api).parameters)
     for name, p in params.items():
         assert p["python_type"]["description"], f"{name} has no description"
     help_of = {f.name: f.metadata["help"] for f in fields(RunConfig)}

@@ -124,7 +124,7 @@ def test_the_gpu_function_takes_only_plain_settings():
     tree = ast.parse((ROOT / "app.py").read_text())
     decorated = [f for f in tree.body if isinstance(f, ast.FunctionDef)
                  and any("GPU" in ast.unparse(d) for d in f.decorator_list)]
-    assert [f.name for f in decorated] == ["run_comparison"]
+    assert [f.name for f in decorated] == ["comparison_on_gpu"]
     assert [a.arg for a in decorated[0].args.args] == ["settings"]
     s = settings(n=5)
     assert pickle.loads(pickle.dumps(s)) == s
@@ -132,13 +132,13 @@ def test_the_gpu_function_takes_only_plain_settings():
 
 @pytest.mark.slow  # imports the app: gradio and the page
 def test_the_apps_gpu_function_runs_a_comparison_from_settings_alone(monkeypatch, gen, likelihood):
-    """app.run_comparison gets its models from the cache (which a ZeroGPU worker inherits), not as
+    """app.comparison_on_gpu gets its models from the cache (which a ZeroGPU worker inherits), not as
     arguments, and everything it yields pickles."""
     import app
 
     asked = []
     monkeypatch.setattr(app.MODELS, "get", lambda g, r: asked.append((g, r)) or (gen, likelihood))
-    events = list(app.run_comparison(settings(n=3, max_new_tokens=8, alpha=0.5, reward="likelihood")))
+    events = list(app.comparison_on_gpu(settings(n=3, max_new_tokens=8, alpha=0.5, reward="likelihood")))
     assert asked == [("smollm2-135m", "likelihood")]
     assert isinstance(events[-1], comparison.ComparisonDone) and events[-1].comparison.n == 3
     assert all(pickle.loads(pickle.dumps(e)) == e for e in events)
