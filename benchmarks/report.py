@@ -212,7 +212,7 @@ def signals(results_dir: Path, name: str, alpha: float = 0.5) -> str:
     does the signal rank the candidates (Kendall with the final reward)."""
     path = results_dir / MACHINE / "signals" / name
     d = json.loads(path.read_text())
-    cells = {(m["signal"], m["t"]): m for m in d["matrix"] if m["alpha"] == alpha}
+    cells = {(m["signal"], m["tau"]): m for m in d["matrix"] if m["alpha"] == alpha}
     names = list(dict.fromkeys(m["signal"] for m in d["matrix"]))
     ts = sorted({t for _, t in cells})
     rows = [[f"`{sig}`"] + [f"{num(cells[sig, t]['winner_kept'], 0)} % ({num(cells[sig, t]['kendall'], 2)})"
@@ -229,13 +229,13 @@ def tune(results_dir: Path, name: str) -> str:
     path = results_dir / MACHINE / "signals" / name
     d = json.loads(path.read_text())
     reached = sorted((r for r in d["per_signal"].values() if r), key=lambda r: r["token_rate"])
-    rows = [[f"`{r['signal']}`" + (" (best)" if r == d["best"] else ""), str(r["t"]), str(r["alpha"]),
+    rows = [[f"`{r['signal']}`" + (" (best)" if r == d["best"] else ""), str(r["tau"]), str(r["alpha"]),
              num(r["normalized_score"]), num(r["token_rate"], 2), pct(r["winner_kept"]), num(r["kendall"], 2)]
             for r in reached]
     rows += [[f"`{sig}`", "no setting reaches the floor", "", "", "", "", ""]
              for sig, r in d["per_signal"].items() if not r]
     head = f"{link(results_dir, path)}: reward `{d['reward']}`, floor {d['floor']}, {d['prompts']} prompts."
-    return head + "\n\n" + markdown_table(["signal", "t", "α", "normalized score", "token rate",
+    return head + "\n\n" + markdown_table(["signal", "τ", "α", "normalized score", "token rate",
                                            "winner kept", "Kendall"], rows)
 
 

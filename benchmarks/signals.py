@@ -77,7 +77,7 @@ def random_grid(bon: RunResult, scores: dict, alphas: Sequence[float], rng: np.r
         fake = {"random": {t: [None if s is None else float(rng.random()) for s in v] for t, v in any_signal.items()}}
         draws.append(signal_grid(bon, fake, alphas).assign(draw=d))
     df = pd.concat(draws, ignore_index=True)
-    return df.groupby(["signal", "t", "alpha"], as_index=False).mean(numeric_only=True).drop(columns="draw")
+    return df.groupby(["signal", "tau", "alpha"], as_index=False).mean(numeric_only=True).drop(columns="draw")
 
 
 def with_final_reward(bon: RunResult, rewards: Sequence[float], name: str) -> RunResult:
@@ -111,8 +111,8 @@ def per_prompt(raw: Sequence[dict], alphas: Sequence[float], seed: int = 0,
 
 def matrix(df: pd.DataFrame) -> pd.DataFrame:
     """Mean over prompts per signal x t x alpha; winner kept and tokens saved in %."""
-    m = df.groupby(["signal", "t", "alpha"], as_index=False, sort=False)[METRICS].mean()
-    m["prompts"] = df.groupby(["signal", "t", "alpha"], sort=False).size().values
+    m = df.groupby(["signal", "tau", "alpha"], as_index=False, sort=False)[METRICS].mean()
+    m["prompts"] = df.groupby(["signal", "tau", "alpha"], sort=False).size().values
     m["winner_kept"] *= 100
     m["tokens_saved"] *= 100
     return m
@@ -137,14 +137,14 @@ def plot(result: dict[str, Any], n: int, alpha: float):
                                                         "Normalized score vs token rate (every t, alpha)"))
     colors = dict(zip(m["signal"].unique(), px.colors.qualitative.Plotly))
     for name, g in m.groupby("signal", sort=False):
-        at = g[np.isclose(g["alpha"], alpha)].sort_values("t")
-        fig.add_scatter(x=at["t"], y=at["winner_kept"], mode="lines+markers", name=name, legendgroup=name,
+        at = g[np.isclose(g["alpha"], alpha)].sort_values("tau")
+        fig.add_scatter(x=at["tau"], y=at["winner_kept"], mode="lines+markers", name=name, legendgroup=name,
                         line=dict(color=colors[name], dash="dot" if name == "random" else None), row=1, col=1)
         fig.add_scatter(x=g["token_rate"], y=g["normalized_score"], mode="markers", name=name, legendgroup=name,
                         showlegend=False, marker=dict(color=colors[name]),
-                        text=[f"t={t}, α={a:g}" for t, a in zip(g["t"], g["alpha"])], row=1, col=2)
+                        text=[f"τ={t}, α={a:g}" for t, a in zip(g["tau"], g["alpha"])], row=1, col=2)
     fig.add_hline(y=98, line_dash="dot", row=1, col=2)
-    taus = sorted(m["t"].unique())
+    taus = sorted(m["tau"].unique())
     fig.update_xaxes(title_text="decision point t (tokens)", type="log", tickvals=taus, ticktext=[str(t) for t in taus],
                      row=1, col=1)
     fig.update_xaxes(title_text="token rate (pruned tokens / Best-of-N tokens)", row=1, col=2)
@@ -307,7 +307,7 @@ def main(args: argparse.Namespace) -> int:
                        "(winner kept and tokens saved in %):", m, "{:.2f}")
     for alpha, g in m.groupby("alpha"):
         print(f"\nwinner kept (%) at alpha={alpha:g} (rows: signal, columns: t)")
-        print(g.pivot(index="signal", columns="t", values="winner_kept").to_string(float_format=lambda x: f"{x:.0f}"))
+        print(g.pivot(index="signal", columns="tau", values="winner_kept").to_string(float_format=lambda x: f"{x:.0f}"))
     written = [json_path, csv_path]
     if not args.no_plot:
         fig = plot(result, settings["n"], args.plot_alpha or args.alphas[0])

@@ -86,8 +86,8 @@ def main(args: argparse.Namespace) -> int:
                "prompts": len(bons), "n": settings.get("n"), "max_new_tokens": settings.get("max_new_tokens"),
                "speedup": "token speedup: Best-of-N tokens / pruned tokens",
                "run_config": None if best is None else {
-                   "method": "sbon-tau", "n": settings.get("n"), "tau": int(best["t"]), "alpha": best["alpha"],
-                   "first_decision": int(best["t"]), "prune_by": best["signal"],
+                   "method": "sbon-tau", "n": settings.get("n"), "tau": int(best["tau"]), "alpha": best["alpha"],
+                   "first_decision": int(best["tau"]), "prune_by": best["signal"],
                    "max_new_tokens": settings.get("max_new_tokens")},
                **result, "settings": {**settings, "alphas": args.alphas}, "environment": env}
     common.write_json(payload, out)
@@ -95,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
     common.print_table(f"cheapest (t, alpha) per signal with mean normalized score >= {args.floor:g} "
                        f"({len(bons)} prompts):", rows, "{:.3f}")
     if best:
-        print(f"\nbest: prune by {best['signal']} at t={best['t']:g}, alpha={best['alpha']:g}: score "
+        print(f"\nbest: prune by {best['signal']} at tau={best['tau']:g}, alpha={best['alpha']:g}: score "
               f"{best['normalized_score']:.1f}, token rate {best['token_rate']:.3f} ({best['token_speedup']:.2f}x tokens)")
     else:
         print(f"\nno setting keeps a mean normalized score >= {args.floor:g}")

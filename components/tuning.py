@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from sbon.errors import SBoNError
+from sbon.results import decision_token
 
 MAX_TUNE_BYTES = 5_000_000
 COLUMNS = ["signal", "decision point (tokens)", "α", "normalized score", "token speedup", "winner kept", "Kendall"]
@@ -55,7 +56,7 @@ def tuning_table(tuning: Tuning) -> pd.DataFrame:
         if not best:
             rows.append([signal, None, None, None, None, "never reached the floor", None])
             continue
-        rows.append([signal, best.get("t"), best.get("alpha"), _round(best.get("normalized_score"), 1),
+        rows.append([signal, decision_token(best), best.get("alpha"), _round(best.get("normalized_score"), 1),
                      _round(best.get("token_speedup"), 2), _percent(best.get("winner_kept")),
                      _round(best.get("kendall"), 2)])
     return pd.DataFrame(rows, columns=COLUMNS)

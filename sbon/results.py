@@ -184,3 +184,8 @@ def dump_json(data: dict[str, Any], path: str | Path | None = None) -> str:
     if path is not None:
         Path(path).write_text(text)
     return text
+
+
+def decision_token(row: dict) -> int:
+    """The decision token of a matrix or tuning row: ``tau``, or ``t`` in files written before it was named so."""
+    return row["tau"] if "tau" in row else row["t"]

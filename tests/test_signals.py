@@ -228,7 +228,7 @@ def test_signals_benchmark_and_tune_from_its_raw_file(gen, likelihood, tmp_path)
     assert main(["signals", "--from", str(path), "--out-dir", str(tmp_path), "--no-plot", "--alphas", "0.5"]) == 0
     matrix = json.loads((tmp_path / "signals.json").read_text())["matrix"]
     # A constant final reward: every cut keeps a response as good as Best-of-N's (score 100).
-    assert {(r["signal"], r["t"]) for r in matrix} >= {("logprob", 4), ("deepconf", 8), ("random", 4)}
+    assert {(r["signal"], r["tau"]) for r in matrix} >= {("logprob", 4), ("deepconf", 8), ("random", 4)}
     assert all(r["normalized_score"] == 100 for r in matrix)
     # Read against the likelihood: its winner is the likelihood's best, and not every cut keeps it.
     per = bench.per_prompt(raw, [0.5], final_reward="likelihood")
@@ -241,7 +241,7 @@ def test_signals_benchmark_and_tune_from_its_raw_file(gen, likelihood, tmp_path)
     tuned = json.loads((tmp_path / "tune.json").read_text())
     best = tuned["best"]
     assert best["normalized_score"] >= 98 and best["token_rate"] == min(r["token_rate"] for r in tuned["grid"])
-    assert tuned["run_config"]["tau"] == best["t"] and tuned["run_config"]["prune_by"] == best["signal"]
+    assert tuned["run_config"]["tau"] == best["tau"] and tuned["run_config"]["prune_by"] == best["signal"]
 
 
 def test_value_head_signal_equals_the_head_on_a_full_recomputation(gen, likelihood):

@@ -112,10 +112,10 @@ def signal_scores(gen: Generator, reward: RewardModel, prompt: str, config: RunC
 
 def single_cut(bon: RunResult, score: Sequence[float | None], t: int, alpha: float,
                rank_finished: bool = False) -> dict[str, float]:
-    """One decision point at t (:func:`sbon.analysis.replay.replay_tau`), keyed as the matrix is: the
-    returned response is the best final reward among survivors and finished candidates."""
-    m = replay_tau(bon, score, t, alpha, rank_finished).metrics(bon)
-    return {"t": m.pop("tau"), **m}
+    """One decision point at t (:func:`sbon.analysis.replay.replay_tau`): the returned response is the best
+    final reward among survivors and finished candidates. Keyed ``tau``, the decision token, as every result
+    file is (files written before read ``t``: :func:`decision_token`)."""
+    return replay_tau(bon, score, t, alpha, rank_finished).metrics(bon)
 
 
 def kendall(bon: RunResult, score: Sequence[float | None]) -> float:
@@ -146,24 +146,24 @@ def scores_from_json(d: dict) -> Scores:
 
 def mean_grid(bons: Sequence[RunResult], scores: Sequence[Scores], alphas: Iterable[float],
               run_rewards: Sequence[str | None] | None = None) -> pd.DataFrame:
-    """signal x t x alpha averaged over prompts (winner kept as a fraction); ``run_rewards`` as in signal_grid,
+    """signal x tau x alpha averaged over prompts (winner kept as a fraction); ``run_rewards`` as in signal_grid,
     per prompt."""
     alphas = list(alphas)
     run_rewards = run_rewards or [None] * len(bons)
     df = pd.concat([signal_grid(b, s, alphas, r).assign(prompt=i)
                     for i, (b, s, r) in enumerate(zip(bons, scores, run_rewards))], ignore_index=True)
     cols = ["winner_kept", "normalized_score", "token_rate", "kendall"]
-    grid = df.groupby(["signal", "t", "alpha"], as_index=False)[cols].mean()
-    grid["score_min_prompt"] = df.groupby(["signal", "t", "alpha"])["normalized_score"].min().values
-    grid["prompts"] = df.groupby(["signal", "t", "alpha"]).size().values
+    grid = df.groupby(["signal", "tau", "alpha"], as_index=False)[cols].mean()
+    grid["score_min_prompt"] = df.groupby(["signal", "tau", "alpha"])["normalized_score"].min().values
+    grid["prompts"] = df.groupby(["signal", "tau", "alpha"]).size().values
     return grid
 
 
 def cheapest_setting(grid: pd.DataFrame, floor: float = 98.0) -> dict | None:
-    """The (t, alpha) with the lowest mean token rate whose mean normalized score is >= floor (ties:
-    the earlier t, then the larger alpha); None if no setting keeps the score."""
+    """The (tau, alpha) with the lowest mean token rate whose mean normalized score is >= floor (ties:
+    the earlier tau, then the larger alpha); None if no setting keeps the score."""
     ok = grid[grid["normalized_score"] >= floor]
     if not len(ok):
         return None
-    best = ok.sort_values(["token_rate", "t", "alpha"], ascending=[True, True, False]).iloc[0].to_dict()
+    best = ok.sort_values(["token_rate", "tau", "alpha"], ascending=[True, True, False]).iloc[0].to_dict()
     return {**best, "token_speedup": 1.0 / best["token_rate"]}
