@@ -418,6 +418,19 @@ def ifeval(results_dir: Path) -> str:
     return "\n\n".join(out)
 
 
+def dtype_coupling(results_dir: Path) -> str:
+    """`gpu-check --parts coupling`: how often a reduced-precision survivor's text differs from its Best-of-N twin."""
+    d = load(results_dir, "dtype", "coupling.json")
+    path = results_dir / MACHINE / "dtype" / "coupling.json"
+    rows = [[dtype, str(len(r["rows"])), f"{r['survivors']}", f"{sum(x['survivors_differ'] for x in r['rows'])}",
+             f"{r['pruned']}", f"{sum(x['pruned_not_prefix'] for x in r['rows'])}"] for dtype, r in d["by_dtype"].items()]
+    return (f"{link(results_dir, path)}: reward `{d['reward']}`, N = {d['n']}, {d['tokens']} tokens, α = {d['alpha']}, "
+            f"{d['environment'].get('device', 'cpu')}, torch {d['environment']['torch']} (load average at the end "
+            f"{load_avg(d['environment'])}).\n\n"
+            + markdown_table(["dtype", "prompts", "survivors", "survivors whose text differs from the twin",
+                              "pruned", "pruned that are not a prefix of the twin"], rows))
+
+
 def headline(results_dir: Path) -> str:
     """One line per experiment: its main number, with a link to the section of the benchmarks page that has the rest."""
     def summary(*parts):
@@ -472,6 +485,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "recorded-run": recorded_run,
     "defaults": defaults,
     "ifeval": ifeval,
+    "dtype-coupling": dtype_coupling,
 }
 
 

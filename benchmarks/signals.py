@@ -80,9 +80,10 @@ def random_grid(bon: RunResult, scores: dict, alphas: Sequence[float], rng: np.r
     return df.groupby(["signal", "tau", "alpha"], as_index=False).mean(numeric_only=True).drop(columns="draw")
 
 
-def with_final_reward(bon: RunResult, rewards: Sequence[float], name: str) -> RunResult:
-    """The same candidates judged by another final reward: final rewards replaced, winner re-picked."""
-    bon.reward = name
+def with_final_reward(bon: RunResult, rewards: Sequence[float], name: str | None = None) -> RunResult:
+    """The same candidates judged by another final reward (named ``name``): final rewards replaced, winner
+    re-picked."""
+    bon.reward = name or bon.reward
     for c, r in zip(bon.candidates, rewards):
         c.final_reward = float(r)
     bon.best_id = max(range(len(bon.candidates)), key=lambda k: (bon.candidates[k].final_reward, -k))

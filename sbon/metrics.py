@@ -15,17 +15,22 @@ def speedup(t_bon: float, t_sbon: float) -> float:
     return t_bon / t_sbon
 
 
+NOISE = 1e-5  # of the reward range: a rescoring's float rounding, not a better response
+
+
 def normalized_score(bon_rewards: Sequence[float], sbon_best: float) -> float:
     """100 * (1 - (max BoN - max SBoN) / (max BoN - min BoN)): 100 when SBoN returns BoN's best,
     0 when it returns a response as bad as BoN's worst. 100 when all BoN rewards are equal.
 
-    At most 100: with coupled sampling SBoN returns one of BoN's responses, so a reward above BoN's
-    best is the same text scored again in another batch, where float rounding can move it a little
-    (a saved run read 100.00003); it counts as BoN's best."""
+    A reward a hair above BoN's best (float noise: with coupled sampling SBoN returns one of BoN's
+    responses, scored again in another batch; a saved run read 100.00003) counts as BoN's best. Well above
+    it is kept: against Best-of-B's range (the NeurIPS metric) a better response scores more than 100."""
     hi, lo = max(bon_rewards), min(bon_rewards)
     if hi == lo:
         return 100.0
-    return min(100.0, 100.0 * (1.0 - (hi - sbon_best) / (hi - lo)))
+    if 0 < sbon_best - hi <= NOISE * (hi - lo):
+        sbon_best = hi
+    return 100.0 * (1.0 - (hi - sbon_best) / (hi - lo))
 
 
 def token_rate(sbon_tokens: int, bon_tokens: int) -> float:

@@ -177,7 +177,7 @@ def test_replay_equals_a_real_sbon_tau_run_with_a_finished_candidate_below_the_c
     (retired). The replay on Best-of-N's candidates keeps the same survivors, retires the same finished
     ones, returns the same response and counts the same tokens as the real run with the same seed."""
     longest = CallableReward(lambda prompt, rs: [len(r) / 10 for r in rs], name="length")
-    prompt, n, tau, alpha, tokens, seed = "Answer with one word: what colour is the sky?", 8, 6, 0.5, 24, 0
+    prompt, n, tau, alpha, tokens, seed = "Answer with one word: what colour is the sky?", 8, 10, 0.5, 24, 0
     bon = run(best_of_n(gen, longest, prompt, n, max_new_tokens=tokens, seed=seed))
     sbon = run(speculative_bon_tau(gen, longest, prompt, n, alpha=alpha, tau=tau, max_new_tokens=tokens, seed=seed))
     partial = prefix_rewards(bon, longest, gen.decode, [tau])[tau]

@@ -47,7 +47,9 @@ def forward_calls(gen, monkeypatch) -> dict:
 @pytest.fixture
 def last_hidden(monkeypatch):
     signal = LastHidden()
-    monkeypatch.setitem(SIGNALS, "last-hidden", lambda gen, reward: signal)
+    # SIGNALS holds classes: this one builds the test's instance, so the test can read what it saw.
+    monkeypatch.setitem(SIGNALS, "last-hidden", type("LastHiddenHere", (LastHidden,),
+                                                     {"build": classmethod(lambda cls, gen, reward: signal)}))
     return signal
 
 
