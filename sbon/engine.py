@@ -99,28 +99,64 @@ def _int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
     return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
+def pad_linear_rows(model: torch.nn.Module, min_rows: int) -> torch.nn.Module:
+    """Make every Linear layer of `model` compute at least `min_rows` rows, padding smaller inputs
+    with copies of their last row and dropping the copies' outputs.
+
+    Why: a CPU matmul library picks its kernel by the number of rows, and kernels sum in different
+    orders, so a row's result can change in its last bits with the batch size, which can flip a rare
+    sampled token and break coupled sampling. Padding keeps small batches (the last survivors) on
+    the kernels that bigger batches use; each row of a matmul still depends on its own input only.
+    Replaces each layer's `forward` on the instance: one Python call more per layer, no hooks."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = _padded(module.forward, min_rows)
+    return model
+
+
+def _padded(forward: Callable[[torch.Tensor], torch.Tensor], min_rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def padded_forward(x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        if rows >= min_rows or rows == 0:
+            return forward(x)
+        flat = x.reshape(rows, x.shape[-1])
+        out = forward(torch.cat([flat, flat[-1:].expand(min_rows - rows, -1)]))
+        return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
+    return padded_forward
+
+
 @dataclass(frozen=True)
 class WeightFormat:
     """How a generator's weights are stored for decoding."""
     description: str
     dtype: torch.dtype = field(metadata={"help": "dtype the model loads in, before `convert`"})
-    # True where a row's logits do not depend on how many rows share its batch: only then is
-    # Speculative Rejection's survivor k exactly Best-of-N's candidate k (coupled sampling).
-    # `python -m benchmarks step` measures the divergence rate of each format.
+    # True where a row's logits do not depend on how many rows share its batch (on the CPU, with
+    # `min_rows` padding): only then is Speculative Rejection's survivor k exactly Best-of-N's
+    # candidate k. `python -m benchmarks step` measures each format's divergence rate.
     batch_invariant: bool = field(default=False, metadata={"help": "coupled sampling stays exact"})
     convert: Callable[[torch.nn.Module], torch.nn.Module] = field(
         default=_unchanged, metadata={"help": "applied to the loaded model (on its device)"})
+    min_rows: int = field(default=1, metadata={"help": "on the CPU, Linear layers compute at least this many "
+                                                       "rows (see pad_linear_rows)"})
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The loaded model in this format; GPU models are left unpadded (their kernels are not these)."""
+        model = self.convert(model)
+        on_cpu = next(model.parameters()).device.type == "cpu"
+        return pad_linear_rows(model, self.min_rows) if on_cpu and self.min_rows > 1 else model
 
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
-    "fp32": WeightFormat("float32 weights and activations: exact coupled sampling (the CPU default)",
-                         torch.float32, batch_invariant=True),
-    "bf16": WeightFormat("bfloat16 weights and activations (the GPU default): half the weight traffic; rounding "
-                         "can depend on the batch, so a rare token may differ", torch.bfloat16),
+    "fp32": WeightFormat("float32 weights and activations (the CPU default)", torch.float32, min_rows=4),
+    "bf16": WeightFormat("bfloat16 weights and activations (the GPU default): half the weight traffic, and on "
+                         "the CPU its matmuls give each row the same bits at any batch size of two rows or more",
+                         torch.bfloat16, batch_invariant=True, min_rows=2),
     "int8": WeightFormat("int8 Linear weights, activations quantized per batch (torch dynamic quantization, CPU "
-                         "only): a quarter of the weight traffic, not exact across batch sizes",
+                         "only): a quarter of the weight traffic; a row's tokens depend on its batch",
                          torch.float32, convert=_int8_dynamic),
 }
+# The format each dtype loads as when only a dtype is given.
+DTYPE_FORMATS = {fmt.dtype: name for name, fmt in reversed(WEIGHT_FORMATS.items())}
 
 
 def weight_format(name: str) -> WeightFormat:
@@ -200,11 +236,11 @@ class GrowableLayer(DynamicLayer):
         self._view()
 
 
-def growable_cache(prefix_cache: DynamicCache, rows: int) -> DynamicCache:
+def growable_cache(prefix_cache: DynamicCache, rows: int, headroom: int = KV_MIN_HEADROOM) -> DynamicCache:
     """A cache of `rows` copies of the prefix's (batch of one) rows, each layer a GrowableLayer;
     the prefix's own cache is not touched, so it stays reusable for later batches."""
     cache = DynamicCache()
-    cache.layers = [GrowableLayer(layer.keys, layer.values, rows) for layer in prefix_cache.layers]
+    cache.layers = [GrowableLayer(layer.keys, layer.values, rows, headroom) for layer in prefix_cache.layers]
     return cache
 
 

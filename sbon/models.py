@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .engine import Generator, weight_format
+from .engine import DTYPE_FORMATS, Generator, weight_format
 from .errors import SBoNError
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
@@ -192,11 +192,14 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
 
     check_name(name, GENERATORS, "generator")
     device = torch.device(device) if device is not None else default_device()
-    fmt = weight_format(weights) if weights is not None else None
-    if fmt and dtype is not None and dtype != fmt.dtype:
-        raise SBoNError(f"weights '{weights}' load in {fmt.dtype}, not {dtype}: give weights or dtype, not both")
+    if weights is not None and dtype is not None and dtype != weight_format(weights).dtype:
+        raise SBoNError(f"weights '{weights}' load in {weight_format(weights).dtype}, not {dtype}: "
+                        f"give weights or dtype, not both")
     # float32 on CPU (and for the coupling guarantee); bfloat16 halves memory and time on GPU.
-    dtype = fmt.dtype if fmt else dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    weights = weights or DTYPE_FORMATS.get(dtype)  # float16 has no format: loaded as it is
+    fmt = weight_format(weights) if weights else None
+    dtype = fmt.dtype if fmt else dtype
     preset = GENERATORS.get(name)
     source, kwargs = (preset.hub_id if preset else name), {}
     if preset and preset.package and (folder := _package_dir(preset.package)):
@@ -212,7 +215,7 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
                             f"reachable ({type(e).__name__})") from None
         raise _hub_error(name, e, "generator") from None
     if fmt:
-        model = fmt.convert(model)
+        model = fmt.prepare(model)
     return Generator(model, tokenizer, name=name, weights=weights)
 
 
