@@ -88,15 +88,12 @@ def weights(gen: Generator) -> tuple[int, int]:
     embedding only gathers one row per token; tied to the LM head, it is counted once)."""
     seen, count, total = set(), 0, 0
     for m in gen.model.modules():
-        if isinstance(m, QUANTIZED_LINEAR):  # int8 weights, not parameters
+        if isinstance(m, QUANTIZED_LINEAR):  # int8 weights, unpacked afresh by each call: none tied
             w = m.weight()
-        elif isinstance(m, torch.nn.Linear):
-            w = m.weight
-        else:
-            continue
-        if w.data_ptr() not in seen:
-            seen.add(w.data_ptr())
             count, total = count + w.numel(), total + w.numel() * w.element_size()
+        elif isinstance(m, torch.nn.Linear) and m.weight.data_ptr() not in seen:
+            seen.add(m.weight.data_ptr())
+            count, total = count + m.weight.numel(), total + m.weight.numel() * m.weight.element_size()
     return count, total
 
 
@@ -149,6 +146,8 @@ class LlamaCpp:
         import llama_cpp as lc
 
         self.lc = lc
+        self._quiet = lc.llama_log_callback(lambda level, text, user_data: None)  # kept: C holds a pointer
+        lc.llama_log_set(self._quiet, None)  # its load log is hundreds of lines
         lc.llama_backend_init()
         mparams = lc.llama_model_default_params()
         self.model = lc.llama_model_load_from_file(path.encode(), mparams)

@@ -22,15 +22,6 @@ def gen_bf16():
     return load_generator("smollm2-135m", device="cpu", weights="bf16")
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """The fp32 checks hold on one thread (the app's setting on two cores); see WEIGHT_FORMATS."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def decode(gen, prefix, candidate_ids, tokens, seed=7):
     """Each candidate's sampled tokens and the logits they were sampled from, all in one batch."""
     batch = gen.start(prefix, list(candidate_ids))
@@ -55,14 +46,19 @@ def test_the_default_format_is_recorded(gen, gen_bf16):
     assert gen_bf16.weights == "bf16" and gen_bf16.model.dtype == torch.bfloat16
 
 
-def test_padding_keeps_small_batches_on_the_big_batches_kernel(one_thread):
+def test_padding_keeps_small_batches_on_the_big_batches_kernel():
     torch.manual_seed(0)
     layer = torch.nn.Linear(576, 1536, bias=False)
     x = torch.randn(8, 576)
     plain = layer(x[:1])
-    pad_linear_rows(layer, 4)
-    assert layer(x[:1]).shape == (1, 1536) and layer(x[:1, None]).shape == (1, 1, 1536)
-    assert torch.equal(layer(x[:1])[0], layer(x)[0])
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # float32 rows are batch-independent on one thread (see WEIGHT_FORMATS)
+    try:
+        pad_linear_rows(layer, 4)
+        assert layer(x[:1]).shape == (1, 1536) and layer(x[:1, None]).shape == (1, 1, 1536)
+        assert torch.equal(layer(x[:1])[0], layer(x)[0])
+    finally:
+        torch.set_num_threads(before)
     assert torch.allclose(layer(x[:1]), plain, atol=1e-5)  # the same numbers up to rounding
 
 
@@ -97,27 +93,20 @@ def test_prefix_stays_reusable_after_a_batch(gen):
     assert prefix.cache.get_seq_length() == length and torch.equal(first, again)
 
 
-@pytest.mark.parametrize("name", ["fp32", "bf16"])
-def test_a_rows_logits_do_not_depend_on_its_batch(name, gen, gen_bf16, one_thread):
-    """Candidates 0-5 in one batch, one at a time and four plus two: the same logits, bit for bit.
+@pytest.mark.parametrize("name, threads", [("fp32", 1), ("bf16", 1), ("bf16", 2)])
+def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16):
+    """Candidates 0-5 in one batch, one plus five and four plus two: the same logits, bit for bit.
     bf16 holds this on any thread count (see WEIGHT_FORMATS); fp32 on one thread."""
     g = {"fp32": gen, "bf16": gen_bf16}[name]
     assert WEIGHT_FORMATS[name].min_rows > 1
-    prefix = g.prefill(g.encode_prompt(PROMPT))
-    tokens, logits = decode(g, prefix, range(6), 6)
-    for split in ([[0], [1], [2], [3], [4], [5]], [[0, 1, 2, 3], [4, 5]]):
-        parts = [decode(g, prefix, ids, 6) for ids in split]
-        assert torch.equal(torch.cat([p[0] for p in parts]), tokens)
-        assert torch.equal(torch.cat([p[1] for p in parts]), logits)
-
-
-def test_bf16_is_exact_on_two_threads_too(gen_bf16):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
-        prefix = gen_bf16.prefill(gen_bf16.encode_prompt(PROMPT))
-        _, whole = decode(gen_bf16, prefix, range(5), 4)
-        _, alone = decode(gen_bf16, prefix, [4], 4)
+        prefix = g.prefill(g.encode_prompt(PROMPT))
+        tokens, logits = decode(g, prefix, range(6), 5)
+        for split in ([[0], [1, 2, 3, 4, 5]], [[0, 1, 2, 3], [4, 5]]):
+            parts = [decode(g, prefix, ids, 5) for ids in split]
+            assert torch.equal(torch.cat([p[0] for p in parts]), tokens)
+            assert torch.equal(torch.cat([p[1] for p in parts]), logits)
     finally:
-        torch.set_num_threads(threads)
-    assert torch.equal(whole[4], alone[0])
+        torch.set_num_threads(before)
