@@ -9,13 +9,14 @@ are bit-identical. Rows pruned by `batch_select_indices` still leave the buffer,
 tracks the live candidates as before (plus the headroom).
 
 `python -m benchmarks kvcache` runs Best-of-N both ways on the same prompts (alternating order)
-and checks that the candidates are identical. To adopt it, `Generator.start` would build its
-batch cache as `growable_start` does here.
+and checks that the candidates are identical. The engine has since adopted it (`sbon.engine.GrowableLayer`);
+the "dynamic" side here is `Generator.start` as it was before (`dynamic_start`).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 from contextlib import contextmanager
 from typing import Any, Sequence
@@ -103,10 +104,28 @@ def growable_kv(gen: Generator):
         del gen.start
 
 
+def dynamic_start(prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool = False) -> Batch:
+    """`Generator.start` before the engine adopted GrowableLayer: rows that grow by concatenation."""
+    cache = copy.deepcopy(prefix.cache)
+    cache.batch_repeat_interleave(len(candidate_ids))
+    return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
+
+
+@contextmanager
+def dynamic_kv(gen: Generator):
+    """Within the block, this generator's batches use transformers' DynamicLayer rows."""
+    gen.start = dynamic_start
+    try:
+        yield gen
+    finally:
+        del gen.start
+
+
 def run_kvcache(gen: Generator, prompts: Sequence[dict], *, n: int = 32, max_new_tokens: int = 256,
                 sampling: SamplingConfig | None = None, seed: int = 0, quiet: bool = False) -> dict[str, Any]:
     sampling = sampling or SamplingConfig()
-    common.warm_up(gen, NO_REWARD, sampling)
+    with dynamic_kv(gen):
+        common.warm_up(gen, NO_REWARD, sampling)
     with growable_kv(gen):
         common.warm_up(gen, NO_REWARD, sampling)
     rows = []
@@ -120,10 +139,11 @@ def run_kvcache(gen: Generator, prompts: Sequence[dict], *, n: int = 32, max_new
             if who == "growable":
                 with growable_kv(gen):
                     r = common.timed_run(best_of_n(gen, NO_REWARD, p["instruction"], n, max_new_tokens=max_new_tokens,
-                                               sampling=sampling, seed=seed))
+                                                   sampling=sampling, seed=seed))
             else:
-                r = common.timed_run(best_of_n(gen, NO_REWARD, p["instruction"], n, max_new_tokens=max_new_tokens,
-                                           sampling=sampling, seed=seed))
+                with dynamic_kv(gen):
+                    r = common.timed_run(best_of_n(gen, NO_REWARD, p["instruction"], n, max_new_tokens=max_new_tokens,
+                                                   sampling=sampling, seed=seed))
             elapsed = time.perf_counter() - start
             texts[who] = [c.token_ids for c in r.candidates]
             row.update({f"{who}_time": elapsed, f"{who}_tokens": r.total_tokens,

@@ -12,6 +12,7 @@ from tqdm import tqdm
 from .algorithms import Done, RoundStarted, TokensGenerated, drive, events
 from .analysis.comparison import Comparison, ComparisonDone, MethodEvent, comparison_events
 from .config import METHOD_SPECS, RunConfig
+from .engine import WEIGHT_FORMATS
 from .options import add_options, values
 from .errors import SBoNError, exit_code
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, check_reward_prompt,
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                    help="generator weights (default: float32 on CPU, bfloat16 on GPU; float32 makes coupling exact)")
+    r.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
+                   help="generator weight format instead of --dtype: " + "; ".join(
+                       f"{name}: {fmt.description}" for name, fmt in WEIGHT_FORMATS.items()))
     r.add_argument("--compare", action="store_true",
                    help="also run Best-of-N with the same seed and print the metrics; --out then saves both runs "
                         "as a comparison the app can replay")
@@ -125,7 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_name(args.reward, REWARDS, "reward")
     check_reward_prompt(args.reward, args.prompt)
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
-    gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype))
+    gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
+                         weights=args.weights)
     reward = load_reward(args.reward, generator=gen, device=args.device)
     if args.compare:
         stream = comparison_events(gen, reward, args.prompt, config, bon_same_memory=args.bon_same_memory)

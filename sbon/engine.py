@@ -13,13 +13,13 @@ candidates with the same ids.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from .errors import SBoNError
 
@@ -131,12 +131,165 @@ def sample(logits: torch.Tensor, uniforms: torch.Tensor, cfg: SamplingConfig) ->
     return picked.squeeze(-1) if order is None else order.gather(-1, picked).squeeze(-1)
 
 
+# -- weight formats ---------------------------------------------------------------------------
+
+def _unchanged(model: torch.nn.Module) -> torch.nn.Module:
+    return model
+
+
+def _int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
+    """int8 weights for every Linear (the tied LM head included), activations quantized per call.
+    The activations' scale is taken over the whole batch, so a row's logits depend on its batch."""
+    if next(model.parameters()).device.type != "cpu":
+        raise SBoNError("int8 weights run on the CPU only (torch's dynamic quantization): use bf16 on a GPU")
+    return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def pad_linear_rows(model: torch.nn.Module, min_rows: int) -> torch.nn.Module:
+    """Make every Linear layer of `model` compute at least `min_rows` rows, padding smaller inputs
+    with copies of their last row and dropping the copies' outputs.
+
+    Why: a CPU matmul library picks its kernel by the number of rows, and kernels sum in different
+    orders, so a row's result can change in its last bits with the batch size, which can flip a rare
+    sampled token and break coupled sampling. Padding keeps small batches (the last survivors) on
+    the kernels that bigger batches use; each row of a matmul still depends on its own input only.
+    Replaces each layer's `forward` on the instance: one Python call more per layer, no hooks."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.forward = _padded(module.forward, min_rows)
+    return model
+
+
+def _padded(forward: Callable[[torch.Tensor], torch.Tensor], min_rows: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def padded_forward(x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        if rows >= min_rows or rows == 0:
+            return forward(x)
+        flat = x.reshape(rows, x.shape[-1])
+        out = forward(torch.cat([flat, flat[-1:].expand(min_rows - rows, -1)]))
+        return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
+    return padded_forward
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a generator's weights are stored for decoding."""
+    description: str
+    dtype: torch.dtype = field(metadata={"help": "dtype the model loads in, before `convert`"})
+    # True where a row's logits do not depend on how many rows share its batch (on the CPU, with
+    # `min_rows` padding): only then is Speculative Rejection's survivor k exactly Best-of-N's
+    # candidate k. `python -m benchmarks step` measures each format's divergence rate.
+    batch_invariant: bool = field(default=False, metadata={"help": "coupled sampling stays exact"})
+    convert: Callable[[torch.nn.Module], torch.nn.Module] = field(
+        default=_unchanged, metadata={"help": "applied to the loaded model (on its device)"})
+    min_rows: int = field(default=1, metadata={"help": "on the CPU, Linear layers compute at least this many "
+                                                       "rows (see pad_linear_rows)"})
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The loaded model in this format; GPU models are left unpadded (their kernels are not these)."""
+        model = self.convert(model)
+        on_cpu = next(model.parameters()).device.type == "cpu"
+        return pad_linear_rows(model, self.min_rows) if on_cpu and self.min_rows > 1 else model
+
+
+WEIGHT_FORMATS: dict[str, WeightFormat] = {
+    # float32 matmuls give a row the same bits at any batch size on one CPU thread only (the app's
+    # setting on two cores); on more threads a rare token can differ (measured by benchmarks step).
+    "fp32": WeightFormat("float32 weights and activations (the CPU default)", torch.float32, min_rows=4),
+    "bf16": WeightFormat("bfloat16 weights and activations (the GPU default): half the weight traffic, and on "
+                         "the CPU its matmuls give each row the same bits at any batch size of two rows or more",
+                         torch.bfloat16, batch_invariant=True, min_rows=2),
+    "int8": WeightFormat("int8 Linear weights, activations quantized per batch (torch dynamic quantization, CPU "
+                         "only): a quarter of the weight traffic; a row's tokens depend on its batch",
+                         torch.float32, convert=_int8_dynamic),
+}
+# The format each dtype loads as when only a dtype is given.
+DTYPE_FORMATS = {fmt.dtype: name for name, fmt in reversed(WEIGHT_FORMATS.items())}
+
+
+def weight_format(name: str) -> WeightFormat:
+    if name not in WEIGHT_FORMATS:
+        raise SBoNError(f"unknown weights '{name}': use one of {', '.join(WEIGHT_FORMATS)}")
+    return WEIGHT_FORMATS[name]
+
+
 @dataclass
 class Prefix:
     """The prefilled prompt: its cache (batch of one) and the next-token logits."""
     prompt_ids: list[int]
     cache: DynamicCache
     logits: torch.Tensor  # (1, vocab)
+
+
+# Free token slots a batch's KV rows get beyond their current length, at the least.
+KV_MIN_HEADROOM = 64
+
+
+class GrowableLayer(DynamicLayer):
+    """One layer's KV rows in a buffer with room to grow; ``keys``/``values`` are views of it.
+
+    `transformers`' DynamicLayer appends each token with ``torch.cat``, which copies the layer's
+    whole cache every step: memory traffic that grows with the length and, on a CPU, rivals the
+    weights' by a few hundred tokens. Here the new token is written in place and the buffer is
+    reallocated (live rows only) once every max(KV_MIN_HEADROOM, length / 2) tokens. Attention
+    reads the same numbers as before, so the outputs are bit-identical (benchmarks/kvcache.py
+    measured it first). Pruned rows still leave the buffer, so memory tracks the live candidates.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: int, headroom: int = KV_MIN_HEADROOM):
+        super().__init__()
+        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+        self._len = keys.shape[-2]
+        self._k = self._alloc(keys, rows, self._len + headroom)
+        self._v = self._alloc(values, rows, self._len + headroom)
+        self._view()
+
+    @staticmethod
+    def _alloc(src: torch.Tensor, rows: int, capacity: int) -> torch.Tensor:
+        _, heads, length, dim = src.shape
+        buf = src.new_empty(rows, heads, capacity, dim)
+        buf[:, :, :length] = src  # a batch of one broadcasts to every row
+        return buf
+
+    def _view(self) -> None:
+        self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        q = key_states.shape[-2]
+        if self._len + q > self._k.shape[2]:
+            capacity = self._len + q + max(KV_MIN_HEADROOM, self._len // 2)
+            self._k = self._alloc(self.keys, self.keys.shape[0], capacity)
+            self._v = self._alloc(self.values, self.values.shape[0], capacity)
+        self._k[:, :, self._len:self._len + q] = key_states
+        self._v[:, :, self._len:self._len + q] = value_states
+        self._len += q
+        self._view()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self._len
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
+        self._view()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._k, self._v = self._k.repeat_interleave(repeats, 0), self._v.repeat_interleave(repeats, 0)
+        self._view()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise SBoNError(f"crop takes minus the number of tokens to remove, got {tokens_to_remove}")
+        self._len = max(0, self._len + tokens_to_remove)
+        self._view()
+
+
+def growable_cache(prefix_cache: DynamicCache, rows: int, headroom: int = KV_MIN_HEADROOM) -> DynamicCache:
+    """A cache of `rows` copies of the prefix's (batch of one) rows, each layer a GrowableLayer;
+    the prefix's own cache is not touched, so it stays reusable for later batches."""
+    cache = DynamicCache()
+    cache.layers = [GrowableLayer(layer.keys, layer.values, rows, headroom) for layer in prefix_cache.layers]
+    return cache
 
 
 class Batch:
@@ -179,10 +332,11 @@ class Batch:
 class Generator:
     """A causal LM with its tokenizer, ready to generate many candidates for one prompt."""
 
-    def __init__(self, model, tokenizer, name: str = "model"):
+    def __init__(self, model, tokenizer, name: str = "model", weights: str | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
+        self.weights = weights  # the WEIGHT_FORMATS entry it was loaded with (None: as given)
         self.device = model.device
         self.stop_ids = self._stop_token_ids()
         self._stop_tensor = torch.tensor(sorted(self.stop_ids), device=self.device)
@@ -227,8 +381,7 @@ class Generator:
 
     def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool = False) -> Batch:
         """A batch with one row per candidate, each a copy of the prefilled prompt."""
-        cache = copy.deepcopy(prefix.cache)  # the prefix stays reusable for later batches
-        cache.batch_repeat_interleave(len(candidate_ids))
+        cache = growable_cache(prefix.cache, len(candidate_ids))
         return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
 
     def is_stop(self, tokens: torch.Tensor) -> torch.Tensor:

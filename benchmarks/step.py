@@ -1,0 +1,343 @@
+"""One decode step of our engine, next to this machine's limits and llama.cpp (issue #23 item 1).
+
+A decode step feeds one token to each of R rows: sample from each row's logits with its coupled
+uniform number (`sbon.engine.sample`), check stops, one forward pass of the generator
+(`Generator.forward`). This experiment times that step for several row counts and weight formats
+(`sbon.engine.WEIGHT_FORMATS`), and in the same run, interleaved so that other load on the cores
+hits every column alike:
+
+- the roofline of these cores: a square float32 and bfloat16 matmul (GFLOP/s) and a large copy
+  (memory bandwidth, GB/s), with the time a step's weights take to stream at that bandwidth;
+- the step's own Linear layers alone (`F.linear` on the model's weights at R rows): what is
+  outside them is the cost of attention, the KV cache, sampling and Python;
+- llama.cpp on the same GGUF file (4-bit), R sequences one token each, where `llama_cpp` imports
+  (`pip install llama-cpp-python`; not a requirement of this project: the column is skipped).
+
+Then each format's divergence rate: the fraction of candidates whose tokens differ between one
+batch of N rows and the same candidates decoded in smaller batches. Zero is what coupled
+sampling needs (survivor k of Speculative Rejection = Best-of-N's candidate k).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from sbon.engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
+from sbon.models import DEFAULT_GENERATOR, GENERATORS, _package_dir, load_generator
+
+from . import common
+
+QUANTIZED_LINEAR = torch.ao.nn.quantized.dynamic.Linear  # what the int8 format's Linear layers become
+TARGET_SPEEDUP = 2.5  # issue #23: the 16-row step this many times faster than float32 was
+
+
+@dataclass
+class StepSettings:
+    rows: list[int] = field(default_factory=lambda: [1, 8, 16, 32], metadata={"help": "rows per step"})
+    formats: list[str] = field(default_factory=lambda: list(WEIGHT_FORMATS), metadata={"help": "weight formats"})
+    threads: int = field(default=2, metadata={"help": "torch (and llama.cpp) CPU threads"})
+    warm_steps: int = field(default=4, metadata={"help": "untimed steps before each timing"})
+    steps: int = field(default=16, metadata={"help": "timed steps per timing"})
+    repeats: int = field(default=3, metadata={"help": "interleaved rounds; each column reports its median"})
+    matmul_size: int = field(default=1024, metadata={"help": "side of the square matmul probe"})
+    copy_mb: int = field(default=256, metadata={"help": "size of the memory-bandwidth probe's copy"})
+    divergence_n: int = field(default=16, metadata={"help": "candidates of the divergence check (one batch)"})
+    divergence_split: int = field(default=5, metadata={"help": "rows per batch of the check's second decode"})
+    divergence_tokens: int = field(default=48, metadata={"help": "new tokens per candidate in the check"})
+    divergence_prompts: int = field(default=2, metadata={"help": "prompts of the check (the prompt file's first)"})
+    seed: int = 0
+
+
+def median_ms(fn: Callable[[], Any], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+# -- the machine ---------------------------------------------------------------------------------
+
+def matmul_gflops(dtype: torch.dtype, size: int, reps: int = 5) -> float:
+    """GFLOP/s of a square matmul: what these cores compute when nothing waits on memory."""
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    a @ b  # first call: kernel selection, allocation
+    return 2 * size ** 3 / median_ms(lambda: a @ b, reps) / 1e6
+
+
+def copy_gbps(mb: int, reps: int = 5) -> float:
+    """GB/s of a large copy (bytes read plus bytes written): what streaming the weights can reach."""
+    src = torch.ones(mb * 2 ** 20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    return 2 * src.numel() * 4 / median_ms(lambda: dst.copy_(src), reps) / 1e6
+
+
+def weights(gen: Generator) -> tuple[int, int]:
+    """Numbers and bytes of the Linear weights one step reads, the LM head included (the input
+    embedding only gathers one row per token; tied to the LM head, it is counted once)."""
+    seen, count, total = set(), 0, 0
+    for m in gen.model.modules():
+        if isinstance(m, QUANTIZED_LINEAR):  # int8 weights, unpacked afresh by each call: none tied
+            w = m.weight()
+            count, total = count + w.numel(), total + w.numel() * w.element_size()
+        elif isinstance(m, torch.nn.Linear) and m.weight.data_ptr() not in seen:
+            seen.add(m.weight.data_ptr())
+            count, total = count + m.weight.numel(), total + m.weight.numel() * m.weight.element_size()
+    return count, total
+
+
+# -- our engine --------------------------------------------------------------------------------
+
+def engine_step_ms(gen: Generator, prefix: Prefix, rows: int, s: StepSettings, sampling: SamplingConfig) -> float:
+    """Milliseconds per decode step of `rows` candidates: sample, stop check, forward."""
+    batch = gen.start(prefix, list(range(rows)))
+    uniforms = coupled_uniforms(s.seed, range(rows), s.warm_steps + s.steps)
+
+    def step(t: int) -> None:
+        tokens = sample(batch.logits, uniforms[:, t], sampling)
+        gen.is_stop(tokens).tolist()
+        gen.forward(batch, tokens)
+
+    for t in range(s.warm_steps):
+        step(t)
+    gen.synchronize()
+    start = time.perf_counter()
+    for t in range(s.warm_steps, s.warm_steps + s.steps):
+        step(t)
+    gen.synchronize()
+    return 1e3 * (time.perf_counter() - start) / s.steps
+
+
+@torch.inference_mode()
+def linear_ms(gen: Generator, rows: int, reps: int = 3) -> float | None:
+    """Milliseconds for one step's Linear layers alone (the model's own weights, `rows` rows);
+    None for formats whose Linear layers are not plain ones."""
+    linears = [m for m in gen.model.modules() if type(m) is torch.nn.Linear]
+    if not linears or any(isinstance(m, QUANTIZED_LINEAR) for m in gen.model.modules()):
+        return None
+    inputs = [torch.randn(rows, m.in_features, dtype=m.weight.dtype, device=m.weight.device) for m in linears]
+
+    def all_linears() -> None:
+        for m, x in zip(linears, inputs):
+            F.linear(x, m.weight)
+
+    all_linears()
+    return median_ms(all_linears, reps)
+
+
+# -- llama.cpp ---------------------------------------------------------------------------------
+
+class LlamaCpp:
+    """llama.cpp on a GGUF file through `llama_cpp`'s low-level API: R sequences, one token each
+    per `llama_decode`, after a shared prompt (copied to every sequence's KV cells)."""
+
+    def __init__(self, path: str, threads: int, max_rows: int, context: int):
+        import llama_cpp as lc
+
+        self.lc = lc
+        self._quiet = lc.llama_log_callback(lambda level, text, user_data: None)  # kept: C holds a pointer
+        lc.llama_log_set(self._quiet, None)  # its load log is hundreds of lines
+        lc.llama_backend_init()
+        mparams = lc.llama_model_default_params()
+        self.model = lc.llama_model_load_from_file(path.encode(), mparams)
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = max_rows * context
+        cparams.n_batch = cparams.n_ubatch = max(max_rows, context)
+        cparams.n_seq_max = max_rows
+        cparams.n_threads = cparams.n_threads_batch = threads
+        self.ctx = lc.llama_init_from_model(self.model, cparams)
+        self.batch = lc.llama_batch_init(max(max_rows, context), 0, max_rows)
+        self.vocab = lc.llama_model_get_vocab(self.model)
+
+    def _decode(self, tokens: Sequence[int], positions: Sequence[int], seqs: Sequence[int]) -> None:
+        b = self.batch
+        b.n_tokens = len(tokens)
+        for i, (tok, pos, seq) in enumerate(zip(tokens, positions, seqs)):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = tok, pos, 1, seq, True
+        if self.lc.llama_decode(self.ctx, b) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    def step_ms(self, prompt_ids: Sequence[int], rows: int, s: StepSettings) -> float:
+        lc = self.lc
+        mem = lc.llama_get_memory(self.ctx)
+        lc.llama_memory_clear(mem, True)
+        n = len(prompt_ids)
+        self._decode(prompt_ids, range(n), [0] * n)
+        for seq in range(1, rows):
+            lc.llama_memory_seq_cp(mem, 0, seq, -1, -1)
+        token = prompt_ids[-1]  # the token fed does not change the cost of a step
+        for t in range(s.warm_steps):
+            self._decode([token] * rows, [n + t] * rows, range(rows))
+        start = time.perf_counter()
+        for t in range(s.warm_steps, s.warm_steps + s.steps):
+            self._decode([token] * rows, [n + t] * rows, range(rows))
+        return 1e3 * (time.perf_counter() - start) / s.steps
+
+    def close(self) -> None:
+        self.lc.llama_batch_free(self.batch)
+        self.lc.llama_free(self.ctx)
+        self.lc.llama_model_free(self.model)
+
+
+def open_llama_cpp(generator: str, s: StepSettings, context: int) -> tuple[LlamaCpp | None, str]:
+    """llama.cpp on the preset's GGUF file, or None and why not."""
+    preset = GENERATORS.get(generator)
+    folder = _package_dir(preset.package) if preset and preset.package else None
+    if folder is None or not preset.gguf_file:
+        return None, f"'{generator}' ships no GGUF file here"
+    try:
+        import llama_cpp
+    except ImportError:
+        return None, "llama_cpp does not import (pip install llama-cpp-python)"
+    path = str(folder / preset.gguf_file)
+    return LlamaCpp(path, s.threads, max(s.rows), context), f"llama-cpp-python {llama_cpp.__version__}, {path}"
+
+
+# -- divergence ------------------------------------------------------------------------------
+
+def decode_tokens(gen: Generator, prefix: Prefix, candidate_ids: Sequence[int], tokens: int, seed: int,
+                  sampling: SamplingConfig) -> dict[int, list[int]]:
+    """Each candidate's tokens, all decoded in one batch (stops ignored: every row runs `tokens`)."""
+    batch = gen.start(prefix, list(candidate_ids))
+    uniforms = coupled_uniforms(seed, candidate_ids, tokens)
+    out = {k: [] for k in candidate_ids}
+    for t in range(tokens):
+        picked = sample(batch.logits, uniforms[:, t], sampling)
+        for k, token in zip(candidate_ids, picked.tolist()):
+            out[k].append(token)
+        gen.forward(batch, picked)
+    return out
+
+
+def divergence_rate(gen: Generator, prompts: Sequence[str], s: StepSettings, sampling: SamplingConfig) -> dict:
+    """Fraction of candidates whose tokens differ between one batch of all and batches of
+    `divergence_split` rows; also the first token position where they differ."""
+    differ, total, first = 0, 0, []
+    ids = list(range(s.divergence_n))
+    for text in prompts:
+        prefix = gen.prefill(gen.encode_prompt(text))
+        whole = decode_tokens(gen, prefix, ids, s.divergence_tokens, s.seed, sampling)
+        split = {}
+        for i in range(0, len(ids), s.divergence_split):
+            split.update(decode_tokens(gen, prefix, ids[i:i + s.divergence_split], s.divergence_tokens, s.seed,
+                                       sampling))
+        for k in ids:
+            total += 1
+            if whole[k] != split[k]:
+                differ += 1
+                first.append(next(t for t, (a, b) in enumerate(zip(whole[k], split[k])) if a != b))
+    return {"rate": differ / total, "candidates": total, "differ": differ, "first_differing_token": first}
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSettings, sampling: SamplingConfig,
+             llama: LlamaCpp | None, quiet: bool = False) -> dict[str, Any]:
+    """Every column, round after round; the order of the formats rotates so that none always goes first."""
+    samples: dict[str, list[float]] = {}
+
+    def add(key: str, value: float | None) -> None:
+        if value is not None:
+            samples.setdefault(key, []).append(value)
+
+    prefixes = {name: g.prefill(prompt_ids) for name, g in gens.items()}
+    bar = common.progress(s.repeats, "step", disable=quiet)
+    for rep in range(s.repeats):
+        add("matmul_fp32_gflops", matmul_gflops(torch.float32, s.matmul_size))
+        add("matmul_bf16_gflops", matmul_gflops(torch.bfloat16, s.matmul_size))
+        add("copy_gbps", copy_gbps(s.copy_mb))
+        names = list(gens)[rep % len(gens):] + list(gens)[:rep % len(gens)]
+        for rows in s.rows:
+            for name in names:
+                add(f"{name}/{rows}", engine_step_ms(gens[name], prefixes[name], rows, s, sampling))
+                add(f"{name}/{rows}/linear", linear_ms(gens[name], rows))
+            if llama is not None:
+                add(f"llama.cpp/{rows}", llama.step_ms(prompt_ids, rows, s))
+        bar.update()
+    bar.close()
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    gbps = med["copy_gbps"]
+    table = []
+    for rows in s.rows:
+        for name, g in gens.items():
+            count, wb = weights(g)
+            table.append({"format": name, "rows": rows, "ms_per_step": med[f"{name}/{rows}"],
+                          "linear_ms": med.get(f"{name}/{rows}/linear"),
+                          "weights_mb": wb / 2 ** 20, "weights_stream_ms": 1e3 * wb / (gbps * 1e9),
+                          "gflops": 2 * count * rows / med[f"{name}/{rows}"] / 1e6})
+        if llama is not None:
+            table.append({"format": "llama.cpp (GGUF)", "rows": rows, "ms_per_step": med[f"llama.cpp/{rows}"]})
+    return {"probes": {k: med[k] for k in ("matmul_fp32_gflops", "matmul_bf16_gflops", "copy_gbps")},
+            "table": table, "samples": samples}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("step", help="decode step time per weight format and row count, next to the machine's "
+                       "matmul and bandwidth probes and llama.cpp; divergence rate of each format",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    defaults = StepSettings()
+    for f in StepSettings.__dataclass_fields__.values():
+        value = getattr(defaults, f.name)
+        kind = dict(nargs="+", type=type(value[0])) if isinstance(value, list) else dict(type=type(value))
+        p.add_argument(f"--{f.name.replace('_', '-')}", default=value, help=f.metadata.get("help"), **kind)
+    p.add_argument("--generator", default=DEFAULT_GENERATOR)
+    p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp column even if it imports")
+    p.add_argument("--no-divergence", action="store_true", help="skip the divergence check")
+    p.add_argument("--out-dir", default=str(common.DEFAULT_OUT_DIR))
+    p.add_argument("--tag", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(main=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    s = StepSettings(**{f: getattr(args, f) for f in StepSettings.__dataclass_fields__})
+    torch.set_num_threads(s.threads)
+    sampling = SamplingConfig()
+    start_env = common.environment()
+    print(f"loading '{args.generator}' as {', '.join(s.formats)} ...", file=sys.stderr)
+    gens = {name: load_generator(args.generator, device="cpu", weights=name) for name in s.formats}
+    prompts = [p["instruction"] for p in common.load_prompts(max(1, s.divergence_prompts))]
+    prompt_ids = next(iter(gens.values())).encode_prompt(prompts[0])
+    llama, llama_note = (None, "skipped (--no-llama-cpp)") if args.no_llama_cpp else open_llama_cpp(
+        args.generator, s, len(prompt_ids) + s.warm_steps + s.steps + 8)
+    print(f"llama.cpp: {llama_note}", file=sys.stderr)
+    result = run_step(gens, prompt_ids, s, sampling, llama, args.quiet)
+    if llama is not None:
+        llama.close()
+    divergence = {} if args.no_divergence else {
+        name: divergence_rate(g, prompts[:s.divergence_prompts], s, sampling) for name, g in gens.items()}
+    json_path, _ = common.result_paths(args, "step")
+    payload = {"experiment": "step", "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
+               "settings": {**asdict(s), "generator": args.generator, "prompt_tokens": len(prompt_ids),
+                            "sampling": asdict(sampling), "llama_cpp": llama_note,
+                            "batch_invariant": {n: WEIGHT_FORMATS[n].batch_invariant for n in s.formats}},
+               "environment_start": start_env, "environment": common.environment(), **result,
+               "divergence": divergence}
+    common.write_json(payload, json_path)
+    p = result["probes"]
+    print(f"\nthis machine, {s.threads} threads: matmul {p['matmul_fp32_gflops']:.0f} GFLOP/s fp32, "
+          f"{p['matmul_bf16_gflops']:.0f} bf16; copy {p['copy_gbps']:.1f} GB/s; load average "
+          f"{start_env['load_average']} at the start (a shared machine: times are upper bounds)")
+    df = pd.DataFrame(result["table"])
+    if divergence:
+        df["divergence"] = df["format"].map({n: d["rate"] for n, d in divergence.items()})
+    common.print_table("decode step, median ms (format x rows):", df, "{:.1f}")
+    if "fp32" in s.formats and 16 in s.rows:
+        base = next(r["ms_per_step"] for r in result["table"] if r["format"] == "fp32" and r["rows"] == 16)
+        for r in result["table"]:
+            if r["rows"] == 16:
+                print(f"16 rows, {r['format']}: {base / r['ms_per_step']:.2f}x fp32's step "
+                      f"(issue #23's target: {TARGET_SPEEDUP}x)")
+    print(f"wrote {json_path}")
+    return 0

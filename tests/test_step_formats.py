@@ -1,0 +1,114 @@
+"""The decode step's weight formats and KV rows: what they change and what they must not.
+
+Coupled sampling (survivor k of Speculative Rejection = Best-of-N's candidate k) needs a row's
+logits not to depend on how many rows share its batch; these tests check it bit for bit.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from sbon.engine import (WEIGHT_FORMATS, SamplingConfig, coupled_uniforms, growable_cache, pad_linear_rows,
+                         sample)
+from sbon.errors import SBoNError
+from sbon.models import load_generator
+
+PROMPT = "Give three tips for staying healthy."
+
+
+@pytest.fixture(scope="module")
+def gen_bf16():
+    return load_generator("smollm2-135m", device="cpu", weights="bf16")
+
+
+def decode(gen, prefix, candidate_ids, tokens, seed=7):
+    """Each candidate's sampled tokens and the logits they were sampled from, all in one batch."""
+    batch = gen.start(prefix, list(candidate_ids))
+    uniforms = coupled_uniforms(seed, candidate_ids, tokens)
+    picked, logits = [], []
+    for t in range(tokens):
+        logits.append(batch.logits.clone())
+        picked.append(sample(batch.logits, uniforms[:, t], SamplingConfig()))
+        gen.forward(batch, picked[-1])
+    return torch.stack(picked, 1), torch.stack(logits, 1)
+
+
+def test_bad_weights_are_refused_before_loading():
+    with pytest.raises(SBoNError, match="unknown weights 'int4'"):
+        load_generator("smollm2-135m", device="cpu", weights="int4")
+    with pytest.raises(SBoNError, match="give weights or dtype, not both"):
+        load_generator("smollm2-135m", device="cpu", weights="bf16", dtype=torch.float32)
+
+
+def test_the_default_format_is_recorded(gen, gen_bf16):
+    assert gen.weights == "fp32" and gen.model.dtype == torch.float32
+    assert gen_bf16.weights == "bf16" and gen_bf16.model.dtype == torch.bfloat16
+
+
+def test_padding_keeps_small_batches_on_the_big_batches_kernel():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(576, 1536, bias=False)
+    x = torch.randn(8, 576)
+    plain = layer(x[:1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # float32 rows are batch-independent on one thread (see WEIGHT_FORMATS)
+    try:
+        pad_linear_rows(layer, 4)
+        assert layer(x[:1]).shape == (1, 1536) and layer(x[:1, None]).shape == (1, 1, 1536)
+        assert torch.equal(layer(x[:1])[0], layer(x)[0])
+    finally:
+        torch.set_num_threads(before)
+    assert torch.allclose(layer(x[:1]), plain, atol=1e-5)  # the same numbers up to rounding
+
+
+def test_growable_rows_give_the_logits_of_concatenated_ones(gen):
+    """GrowableLayer (in place, reallocated when full) against transformers' DynamicCache, with a
+    row pruned midway: the same logits, bit for bit."""
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    plain = copy.deepcopy(prefix.cache)
+    plain.batch_repeat_interleave(3)
+    caches = {"dynamic": plain, "growable": growable_cache(prefix.cache, 3, headroom=2)}
+    logits = {}
+    for name, cache in caches.items():
+        tokens = torch.tensor([100, 200, 300])
+        out = []
+        for t in range(5):  # past the headroom: at least one reallocation
+            if t == 2:
+                cache.batch_select_indices(torch.tensor([0, 2]))
+                tokens = tokens[[0, 2]]
+            step = gen.model(input_ids=tokens.view(-1, 1) + t, past_key_values=cache, use_cache=True)
+            out.append(step.logits[:, -1])
+        logits[name] = out
+    assert caches["growable"].get_seq_length() == caches["dynamic"].get_seq_length()
+    assert all(torch.equal(a, b) for a, b in zip(logits["dynamic"], logits["growable"]))
+    assert caches["growable"].layers[0].keys.shape[0] == 2
+
+
+def test_prefix_stays_reusable_after_a_batch(gen):
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    length = prefix.cache.get_seq_length()
+    first, _ = decode(gen, prefix, range(2), 4)
+    again, _ = decode(gen, prefix, range(2), 4)
+    assert prefix.cache.get_seq_length() == length and torch.equal(first, again)
+
+
+@pytest.mark.parametrize("name, threads", [("fp32", 1), ("bf16", 1), ("bf16", 2)])
+def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16):
+    """Candidates 0-5 in one batch, one at a time and four plus two: the same logits, bit for bit.
+    bf16 holds this on any thread count (see WEIGHT_FORMATS); fp32 on one thread."""
+    g = {"fp32": gen, "bf16": gen_bf16}[name]
+    assert WEIGHT_FORMATS[name].min_rows > 1
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        prefix = g.prefill(g.encode_prompt(PROMPT))
+        tokens, logits = decode(g, prefix, range(6), 6)
+        # One row at a time is where bf16's kernels differ unpadded; two threads on busy cores are slow.
+        singles = [[0], [1], [2], [3], [4], [5]] if threads == 1 else [[0], [1, 2, 3, 4, 5]]
+        for split in (singles, [[0, 1, 2, 3], [4, 5]]):
+            parts = [decode(g, prefix, ids, 6) for ids in split]
+            assert torch.equal(torch.cat([p[0] for p in parts]), tokens)
+            assert torch.equal(torch.cat([p[1] for p in parts]), logits)
+    finally:
+        torch.set_num_threads(before)
