@@ -22,75 +22,22 @@ from contextlib import contextmanager
 from typing import Any, Sequence
 
 import pandas as pd
-import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from sbon.algorithms import best_of_n
-from sbon.engine import Batch, Generator, Prefix, SamplingConfig
+from sbon.engine import KV_MIN_HEADROOM, Batch, Generator, GrowableLayer, Prefix, SamplingConfig
 
 from . import common, runners
 from .engine import NO_REWARD
 
-MIN_HEADROOM = 64
-
-
-class GrowableLayer(DynamicLayer):
-    """One layer's KV rows in a buffer with room to grow; `keys`/`values` are views of it."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: int, headroom: int | None = None):
-        super().__init__()
-        headroom = MIN_HEADROOM if headroom is None else headroom
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-        self._len = keys.shape[-2]
-        self._k = self._alloc(keys, rows, self._len + headroom)
-        self._v = self._alloc(values, rows, self._len + headroom)
-        self._view()
-
-    @staticmethod
-    def _alloc(src: torch.Tensor, rows: int, capacity: int) -> torch.Tensor:
-        _, heads, length, dim = src.shape
-        buf = src.new_empty(rows, heads, capacity, dim)
-        buf[:, :, :length] = src  # a batch of one broadcasts to every row
-        return buf
-
-    def _view(self) -> None:
-        self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        q = key_states.shape[-2]
-        if self._len + q > self._k.shape[2]:
-            capacity = self._len + q + max(MIN_HEADROOM, self._len // 2)
-            self._k = self._alloc(self.keys, self.keys.shape[0], capacity)
-            self._v = self._alloc(self.values, self.values.shape[0], capacity)
-        self._k[:, :, self._len:self._len + q] = key_states
-        self._v[:, :, self._len:self._len + q] = value_states
-        self._len += q
-        self._view()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self._len
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._k, self._v = self._k[indices], self._v[indices]
-        self._view()
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self._k, self._v = self._k.repeat_interleave(repeats, 0), self._v.repeat_interleave(repeats, 0)
-        self._view()
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove < 0:
-            self._len = max(0, self._len + tokens_to_remove)
-            self._view()
+MIN_HEADROOM = KV_MIN_HEADROOM  # each buffer's first headroom (a test lowers it to force a reallocation)
 
 
 def growable_start(gen: Generator, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool = False) -> Batch:
     """`Generator.start` with GrowableLayer rows: one row per candidate, each a copy of the prompt."""
     n = len(candidate_ids)
     cache = DynamicCache()
-    cache.layers = [GrowableLayer(layer.keys, layer.values, n) for layer in prefix.cache.layers]
+    cache.layers = [GrowableLayer(layer.keys, layer.values, n, MIN_HEADROOM) for layer in prefix.cache.layers]
     return Batch(list(candidate_ids), cache, prefix.logits.expand(n, -1), keep_hidden)
 
 
