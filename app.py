@@ -295,7 +295,10 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "comparison": lambda s: s.comp,
     "origin": lambda s: s.origin,
     "source": lambda s: tables.run_description(s.comp, s.origin),
-    "summary": lambda s: tables.headline(s.comp) + "\n\n" + tables.prediction_report(s.comp),
+    "summary": lambda s: "\n\n".join(part for part in (
+        tables.headline(s.comp),
+        tables.answers_checked(s.comp, MODELS.loaded_reward(s.comp.sbon.reward, s.comp.sbon.generator)),
+        tables.prediction_report(s.comp)) if part),
     "decision_point": lambda s: gr.Dropdown(choices=figures.decision_point_choices(s.comp), value=s.first_round),
     "scatter": lambda s: figures.partial_final_scatter(s.comp, s.first_round or 1),
     "table": lambda s: tables.candidates_table(s.comp),

@@ -178,6 +178,21 @@ def headline(comp: Comparison) -> str:
             f"({sbon.wall_time:.1f} s vs {bon.wall_time:.1f} s).")
 
 
+def answers_checked(comp: Comparison, reward: object = None) -> str:
+    """Markdown: for a reward that explains itself (``explain``), how many of its checks each method's answer
+    passes -- e.g. how many of the prompt's instructions Best-of-N's and Speculative Rejection's answers follow."""
+    lines = []
+    for label, run in (("Best-of-N", comp.bon), ("Speculative Rejection", comp.sbon)):
+        if run.best is None:
+            continue
+        verdicts = explanations(reward, comp.sbon.prompt, run.best.text, True)
+        if not verdicts or any(status == "⚠" for status, _ in verdicts):
+            return ""
+        passed = sum(status == "pass" for status, _ in verdicts)
+        lines.append(f"{label}'s answer passes **{passed} of {len(verdicts)}** of the reward's checks")
+    return ("; ".join(lines) + ".") if lines else ""
+
+
 def prediction_report(comp: Comparison) -> str:
     """Markdown: how well this run's partial rewards predicted the final ones at each decision point,
     and what that meant for Best-of-N's winner -- the assumption the method stands on, checked."""

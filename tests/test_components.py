@@ -443,3 +443,17 @@ def test_normalized_score_never_passes_100_through_float_noise(comparison):
     d["sbon"]["candidates"][best]["pruned_round"] = None
     d["sbon"]["candidates"][best]["stop_reason"] = "length"
     assert Comparison.from_dict(d).metrics["normalized_score"] == 100.0
+
+
+def test_a_reward_that_explains_itself_counts_what_each_answer_passes(comparison):
+    from types import SimpleNamespace
+
+    class Checks:  # two checks: the answer passes the first, and the second when it is long
+        def explain(self, prompt, response, final):
+            return [SimpleNamespace(status="pass", reason="a"),
+                    SimpleNamespace(status="pass" if len(response) > 40 else "fail", reason="b")]
+
+    text = tables.answers_checked(comparison, Checks())
+    assert text.startswith("Best-of-N's answer passes **") and "Speculative Rejection's answer passes **" in text
+    assert "of 2**" in text
+    assert tables.answers_checked(comparison, object()) == ""  # a reward that does not explain itself
