@@ -1,5 +1,5 @@
 """The cut rule: who survives a decision point. One pure function, called by the real run
-(:func:`sbon.algorithms.prune`) and by every replay (:mod:`sbon.analysis`), so a replay keeps exactly
+(`sbon.algorithms._prune`) and by every replay (:mod:`sbon.analysis`), so a replay keeps exactly
 what a run with the same candidates keeps."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Cut:
     pruned: list[int]  # live candidates halted here, sorted
     retired: list[int]  # finished candidates that left contention; their responses stay eligible, sorted
     threshold: float | None  # the lowest ranked survivor's score: the cut a candidate had to reach
-    forced: list[int] = ()  # pruned although ranked above the cut: halted so the survivors fit the budget
+    forced: tuple[int, ...] | list[int] = ()  # pruned although ranked above the cut: halted so the survivors fit the budget
 
     def rank(self, k: int) -> int | None:
         """1-based rank of candidate k among the ranked ones (None: not ranked)."""
@@ -34,7 +34,7 @@ class Cut:
 def cut(scores: Mapping[int, float], finished: Collection[int], alpha: float,
         fits: Callable[[int], bool] | None = None, rank_finished: bool = True) -> Cut:
     """The cut rule: the one place that decides who survives a decision point. The real run
-    (:func:`prune`) and every replay (trade-off, counterfactual, signal matrix) call it.
+    (`sbon.algorithms._prune`) and every replay (trade-off, counterfactual, signal matrix) call it.
 
     ``scores`` holds every contender's score: a live candidate's pruning-signal score (its partial
     reward), a finished one's final reward. The best ``survivors_count(ranked, alpha)`` are kept.
