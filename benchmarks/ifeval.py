@@ -25,7 +25,7 @@ import statistics
 from collections import defaultdict
 from typing import Any, Sequence
 
-from sbon.algorithms import best_of_n, events
+from sbon.algorithms import events
 from sbon.config import RunConfig
 from sbon.engine import Generator, SamplingConfig
 from sbon.errors import SBoNError
@@ -77,8 +77,7 @@ def prompt_row(gen: Generator, reward: IFEvalReward, p, *, n: int, max_new_token
                sampling: SamplingConfig, seed: int) -> dict[str, Any]:
     """Every method on one prompt, with the same seed."""
     config = RunConfig.build(sampling, n=n, max_new_tokens=max_new_tokens, alpha=alpha, tau=tau, seed=seed)
-    bon = common.timed_run(best_of_n(gen, reward, p.prompt, n, max_new_tokens=max_new_tokens, sampling=sampling,
-                                     seed=seed))
+    bon = common.timed_run(events(gen, reward, p.prompt, config.replace(method="bon")))
     rounds = common.timed_run(events(gen, reward, p.prompt, config.replace(method="sbon")))
     single = common.timed_run(events(gen, reward, p.prompt, config.replace(method="sbon-tau")))
     m = best_of_m_size(n, bon.wall_time / rounds.wall_time)

@@ -22,10 +22,9 @@ from contextlib import contextmanager
 from typing import Any, Sequence
 
 import pandas as pd
-from transformers import DynamicCache
 
 from sbon.algorithms import best_of_n
-from sbon.engine import KV_MIN_HEADROOM, Batch, Generator, GrowableLayer, Prefix, SamplingConfig
+from sbon.engine import KV_MIN_HEADROOM, Batch, Generator, Prefix, SamplingConfig, growable_cache
 
 from . import common, runners
 from .engine import NO_REWARD
@@ -36,8 +35,7 @@ MIN_HEADROOM = KV_MIN_HEADROOM  # each buffer's first headroom (a test lowers it
 def growable_start(gen: Generator, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool = False) -> Batch:
     """`Generator.start` with GrowableLayer rows: one row per candidate, each a copy of the prompt."""
     n = len(candidate_ids)
-    cache = DynamicCache()
-    cache.layers = [GrowableLayer(layer.keys, layer.values, n, MIN_HEADROOM) for layer in prefix.cache.layers]
+    cache = growable_cache(prefix.cache, n, MIN_HEADROOM)
     return Batch(list(candidate_ids), cache, prefix.logits.expand(n, -1), keep_hidden)
 
 

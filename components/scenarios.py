@@ -43,8 +43,7 @@ def _ifeval_examples() -> tuple[str, ...]:
     return tuple(by_key[k] for k in IFEVAL_EXAMPLE_KEYS if k in by_key)
 
 
-def _helpful_examples() -> tuple[str, ...]:
-    return tuple(e.prompt for e in load_examples())
+HELPFUL_EXAMPLES = tuple(e.prompt for e in load_examples())  # the app's curated AlpacaEval / HH prompts
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -53,10 +52,10 @@ SCENARIOS: dict[str, Scenario] = {
                              prompts=_ifeval_examples()),
     "helpful": Scenario("Be helpful / harmless", "minilm-pref",
                         "a small preference head; among samples of one model it mostly rewards length",
-                        prompts=_helpful_examples()),
+                        prompts=HELPFUL_EXAMPLES),
     "fluency": Scenario("Fluency", "likelihood",
                         "the generator's own log-probability (the paper's perplexity experiment), not quality",
-                        prune_by="logprob", prompts=_helpful_examples()),
+                        prune_by="logprob", prompts=HELPFUL_EXAMPLES),
 }
 
 

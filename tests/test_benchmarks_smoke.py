@@ -213,3 +213,24 @@ def test_peak_rss_sees_torch_allocations():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": str(root)})
     assert int(out.stdout.split()[-1]) >= 32 * 2**20
+
+
+def test_ifeval_runs_every_method_and_checks_each_answer(tmp_path):
+    """`python -m benchmarks ifeval` on one evaluation prompt: every method's answer is checked by the prompt's
+    instructions, the rounds run took its decision point where the budget filled, and the file says so."""
+    assert main(["ifeval", "--k", "1", "--n", "4", "--max-new-tokens", "12", "--tau", "4", "--threads", "1",
+                 "--out-dir", str(tmp_path), "--quiet"]) == 0
+    saved = json.loads((tmp_path / "ifeval.json").read_text())
+    (row,) = saved["rows"]
+    assert row["key"] % 2 == 0  # the evaluation split
+    methods = ("one sample", "Best-of-N", "SR rounds", "SR tau", "Best-of-M (equal time)")
+    for method in methods:
+        assert 0 <= row[method]["instruction_accuracy"] <= 1 and 0 < row[method]["token_rate"] <= 1
+    assert row["Best-of-N"]["token_rate"] == 1 and row["SR tau"]["decision_tokens"] in ([4], [])
+    assert set(row["by_type"]) <= set(row["instructions"])
+    (summary,) = saved["summary"].values()
+    assert summary["prompts"] == 1 and tuple(summary["methods"]) == methods
+
+
+def test_ifeval_refuses_another_reward():
+    assert main(["ifeval", "--reward", "likelihood", "--k", "1"]) == 2

@@ -16,7 +16,9 @@ from typing import Sequence
 
 from sbon.preference_reward import word_count
 
-# The shared data folder beside this checkout, when there is one; --data names it elsewhere.
+# The preference data is not shipped with the repository (see DATA_SOURCES for where it comes from): the
+# training commands read it from the shared data folder beside this checkout when there is one, or from
+# --data, and check_data stops them with one line when it is missing.
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
@@ -68,8 +70,9 @@ def check_data(data_dir: Path, files: tuple[str, ...]) -> Path:
     """Exit with one line naming what is missing and where it comes from publicly."""
     missing = [f for f in files if not (Path(data_dir) / f).is_file()]
     if missing:
-        raise SystemExit(f"--data {data_dir}: put {', '.join(missing)} there (from "
-                         f"{'; '.join(DATA_SOURCES[f] for f in missing)}; format: see the model cards)")
+        raise SystemExit(f"--data {data_dir}: {', '.join(missing)} not found there: get it from "
+                         f"{'; '.join(DATA_SOURCES[f] for f in missing)} (format: see the model cards) and pass its "
+                         f"folder with --data")
     return Path(data_dir)
 
 

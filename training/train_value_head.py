@@ -29,8 +29,8 @@ from scipy.stats import kendalltau
 
 from sbon.engine import SamplingConfig
 from sbon.value_head import ValueHead
-from .pairs import DATA_DIR, SEED, check_data
-from .value_data import CACHE, PREFIX_TOKENS, PROMPTS_FILE, load_records
+from .pairs import SEED, check_data
+from .value_data import CACHE, PREFIX_TOKENS, PROMPTS_FILE, SHIPPED_DATA, load_records
 
 REWARDS = ("likelihood", "minilm-pref", "minilm-pref-nolength")
 TRAIN_AT = (*PREFIX_TOKENS, "full")
@@ -241,7 +241,7 @@ def markdown_table(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m training.train_value_head", description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with alpaca_eval_prompts.jsonl")
+    parser.add_argument("--data", type=Path, default=SHIPPED_DATA, help="folder with alpaca_eval_prompts.jsonl")
     parser.add_argument("--reward", choices=REWARDS, default="likelihood")
     parser.add_argument("--out", type=Path, required=True, help="folder the head, its config and eval.json go to")
     parser.add_argument("--logprob", action="store_true", help="add the prefix's mean token log-probability as a feature")

@@ -36,9 +36,11 @@ from transformers import DynamicCache
 from sbon.engine import SamplingConfig, coupled_uniforms, sample
 from sbon.preference_reward import PreferenceReward, word_count
 from sbon.value_head import prefix_features
-from .train_reward import DATA_DIR, SEED, check_data, is_validation, read_jsonl, text_key
+from .pairs import SEED, check_data, is_validation, read_jsonl
+from .train_reward import text_key
 
 PROMPTS_FILE = "alpaca_eval_prompts.jsonl"
+SHIPPED_DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"  # it ships there (benchmarks/data/README.md)
 BENCH_PROMPTS = 20  # the benchmarks' prompts: held out, and not used to choose anything either
 PREFIX_TOKENS = (8, 16, 32, 64, 128)
 MAX_NEW_TOKENS = 128
@@ -177,7 +179,7 @@ def collect(data_dir: Path, split: str, prompts: int, n: int, cache: Path = CACH
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m training.value_data", description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=DATA_DIR, help="folder with alpaca_eval_prompts.jsonl")
+    parser.add_argument("--data", type=Path, default=SHIPPED_DATA, help="folder with alpaca_eval_prompts.jsonl")
     parser.add_argument("--split", choices=("train", "eval", "bench"), default="train")
     parser.add_argument("--prompts", type=int, default=100, help="how many prompts of the split to sample")
     parser.add_argument("--n", type=int, default=16, help="candidates per prompt")
