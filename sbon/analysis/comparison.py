@@ -22,14 +22,14 @@ from typing import Any, Iterator, Sequence, Union
 
 from ..algorithms import Done, Event, drive, events
 from ..config import PRUNING_METHODS, RunConfig
-from .counterfactual import prefix_rewards
 from ..engine import Generator
 from ..errors import SBoNError
 from ..metrics import compare
 from ..results import RunResult, dump_json
 from ..rewards import RewardModel
-from .signal_matrix import Scores, SignalWatch
 from ..signals import check_signal, watched_by_default
+from .counterfactual import prefix_rewards
+from .signal_matrix import Scores, SignalWatch
 
 FORMAT = "sbon-comparison/1"
 
