@@ -45,7 +45,9 @@ from components.live import LiveTracker  # noqa: E402
 from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
 from components.scenarios import SCENARIOS, scenario_choices  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
-from sbon.analysis.comparison import FORMAT, Comparison, ComparisonDone, comparison_events  # noqa: E402
+from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
+                                     CounterfactualScored, MethodEvent, comparison_events)
+from sbon.algorithms import Done  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
@@ -318,6 +320,10 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
 }
 SHOWN = (*VIEWS, "status", "live_plot")  # what showing a comparison updates
+# The views drawn from the counterfactual prefix rewards (and what saves them), which a run scores after
+# both methods are done: drawn again when they arrive (ComparisonDone).
+PREFIX_VIEWS = ("comparison", "tradeoff_plot", "correlations", "signals_summary", "signals_plot",
+                "signals_candidates", "download")
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
 IDLE = {"running": None, "stop_btn": gr.Button(visible=False)}  # what a run leaves when it ends
 
@@ -391,6 +397,8 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
     methods = (settings.method, "bon")
     tracker = LiveTracker(settings.max_new_tokens, started=clicked)
     yield {"status": "Starting…", "stop_btn": gr.Button(visible=True), "live_plot": round_figure(None, settings.n),
+           "sbon_text": gr.Textbox(label="Speculative Rejection returned", value=""),
+           "bon_text": gr.Textbox(label="Best-of-N returned", value=""),
            "source": f"**Running:** your settings, seed {settings.seed} — {RUNNING_NOTE}.",
            "summary": tracker.race(methods)}
     try:
@@ -400,23 +408,33 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
                    "model_status": models_status()}
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
-        last_status = 0.0
+        last_status, ready, answer = 0.0, None, ""
         for event in comparison_on_gpu(settings):
             if tracker.update(event):  # a decision point: one new frame
-                yield {"status": tracker.status(), "summary": tracker.race(methods),
+                yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
                        "live_plot": round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
                                                  earlier=tracker.views[:-1], reward=settings.reward)}
-            elif isinstance(event, ComparisonDone):
+            elif isinstance(event, MethodEvent) and event.method != "bon" and isinstance(event.event, Done):
+                label, text = tables.returned_text(event.event.result, "Speculative Rejection")
+                answer = "\n\n" + tables.early_answer(event.event.result)
+                yield {"sbon_text": gr.Textbox(label=label, value=text), "summary": tracker.race(methods) + answer,
+                       "status": tracker.status()}
+            elif isinstance(event, ComparisonReady):  # both runs done: every view but the prefix-scored ones
                 first = tracker.first_round_at
-                log.info("run finished: %.1f s from click, first round %s s, settings %s",
+                ready = (f"Done in {tracker.elapsed:.1f} s from the click"
+                         + (f"; first decision point drawn after {first:.1f} s" if first else ""))
+                log.info("runs finished: %.1f s from the click, first round %s s, settings %s",
                          tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
-                yield {**show(Shown(event.comparison, "your run", kind),
-                              f"Done in {tracker.elapsed:.1f} s from the click"
-                              + (f"; first decision point drawn after {first:.1f} s" if first else "")),
-                       "model_status": models_status(), **IDLE}
-            elif tracker.elapsed - last_status >= STATUS_EVERY_S:
+                yield {**show(Shown(event.comparison, "your run", kind), f"{ready} · {tracker.status()}"),
+                       "model_status": models_status()}
+            elif isinstance(event, ComparisonDone):
+                shown = Shown(event.comparison, "your run", kind)
+                yield {**{name: VIEWS[name](shown) for name in PREFIX_VIEWS},
+                       "status": f"{ready}; every view ready after {tracker.elapsed:.1f} s", **IDLE}
+            elif isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S:
                 last_status = tracker.elapsed
-                yield {"status": tracker.status(), "summary": tracker.race(methods)}
+                update = {"status": f"{ready} · {tracker.status()}" if ready else tracker.status()}
+                yield update if ready else {**update, "summary": tracker.race(methods) + answer}
     except SBoNError as e:
         gr.Warning(str(e))
         yield {"status": f"⚠ {e}", "model_status": models_status(), **idle}

@@ -3,8 +3,10 @@
 Starts `python app.py` in a fresh process, opens it in headless Chromium and presses Run with the
 app's default settings (or those given: prompt, N, alpha, max new tokens, Best-of-N under the same
 memory). The first click includes loading the models; the later ones find them loaded. For each
-click it measures, in the browser, when the first decision point is drawn and when the final frame
-(every view filled) appears. ``--screenshots DIR`` then saves a picture of each view of the last
+click it measures, in the browser, when the first decision point is drawn, when Speculative
+Rejection's answer appears under the race, when the final frame (both runs done, every view drawn)
+appears, and when the views drawn from the counterfactual prefix rewards (Trade-off, Pruning
+signals) are filled in after it. ``--screenshots DIR`` then saves a picture of each view of the last
 run: the README's screenshots are made this way. Needs `pip install -r requirements-dev.txt` and
 Debian's chromium.
 
@@ -52,15 +54,21 @@ def click_run(page) -> dict[str, Any]:
     page.wait_for_function(f"document.querySelector('#live-plot').innerText.includes('Round 1') || {ENDED}",
                            timeout=TIMEOUT_MS)
     first = time.perf_counter() - clicked
+    page.wait_for_function(f"document.querySelector('#headline').innerText.includes('Speculative Rejection answered') "
+                           f"|| {ENDED}", timeout=TIMEOUT_MS)
+    answered = time.perf_counter() - clicked
     page.wait_for_function(ENDED, timeout=TIMEOUT_MS)
     final = time.perf_counter() - clicked
     status = page.locator("#status").inner_text()
     if "Done in" not in status:
         raise SBoNError(f"the run did not finish: {status}")
+    headline = page.locator("#headline").inner_text()
+    page.wait_for_function(f"{STATUS}.includes('every view ready') || {STATUS}.includes('⚠')", timeout=TIMEOUT_MS)
+    views = time.perf_counter() - clicked
     server = re.search(r"Done in ([\d.]+) s", status)
-    return {"first_round_s": first if "first decision point" in status else None, "final_frame_s": final,
-            "server_done_s": float(server.group(1)) if server else None, "status": status,
-            "headline": page.locator("#headline").inner_text()}
+    return {"first_round_s": first if "first decision point" in status else None, "sbon_answer_s": answered,
+            "final_frame_s": final, "views_ready_s": views, "server_done_s": float(server.group(1)) if server else None,
+            "status": page.locator("#status").inner_text(), "headline": headline}
 
 
 def set_controls(page, args: argparse.Namespace) -> None:
@@ -140,8 +148,9 @@ def main(args: argparse.Namespace) -> int:
             first = "loading" + (" (fresh cache)" if args.fresh_cache else "")
             row = {"click": i + 1, "models": first if i == 0 else "loaded", **click_run(page)}
             first = "none" if row["first_round_s"] is None else f"after {row['first_round_s']:.1f} s"
-            print(f"click {row['click']} (models {row['models']}): first decision point {first}, "
-                  f"final frame after {row['final_frame_s']:.1f} s", flush=True)
+            print(f"click {row['click']} (models {row['models']}): first decision point {first}, Speculative "
+                  f"Rejection's answer after {row['sbon_answer_s']:.1f} s, final frame after "
+                  f"{row['final_frame_s']:.1f} s, every view after {row['views_ready_s']:.1f} s", flush=True)
             rows.append(row)
         shots = screenshots(page, Path(args.screenshots)) if args.screenshots else []
     startup["models_ready_s"] = models_ready_after(log, started)
@@ -155,7 +164,8 @@ def main(args: argparse.Namespace) -> int:
                                                      "SBON_THREADS": os.environ.get("SBON_THREADS"),
                                                      "fresh_cache": args.fresh_cache},
                        "environment": env, "startup": startup, "clicks": rows}, json_path)
-    df = pd.DataFrame(rows)[["click", "models", "first_round_s", "final_frame_s", "server_done_s"]]
+    df = pd.DataFrame(rows)[["click", "models", "first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s",
+                             "server_done_s"]]
     common.print_table(f"the app's run in the browser ({prompt[:60]!r}):", df, "{:.1f}")
     print(f"\nwrote {json_path}" + "".join(f", {p}" for p in shots))
     return 0

@@ -10,6 +10,9 @@ hits every column alike:
   (memory bandwidth, GB/s), with the time a step's weights take to stream at that bandwidth;
 - the step's own Linear layers alone (`F.linear` on the model's weights at R rows): what is
   outside them is the cost of attention, the KV cache, sampling and Python;
+- each format with the decode-step attention (`sbon.attention`, the CPU default) and with torch's SDPA
+  (what the engine used before, and `transformers`' default): `fp32 sdpa` is the baseline of issue #23's
+  2.5x target;
 - llama.cpp on the same GGUF file (4-bit), R sequences one token each, where `llama_cpp` imports
   (`pip install llama-cpp-python`; not a requirement of this project: the column is skipped).
 
@@ -31,6 +34,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from sbon.attention import NAME as DECODE_ATTENTION
 from sbon.engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, _package_dir, load_generator
 
@@ -38,12 +42,15 @@ from . import common
 
 QUANTIZED_LINEAR = torch.ao.nn.quantized.dynamic.Linear  # what the int8 format's Linear layers become
 TARGET_SPEEDUP = 2.5  # issue #23: the 16-row step this many times faster than float32 was
+BASELINE = "fp32 sdpa"  # the engine's step when issue #23 was filed: float32 weights, torch's SDPA attention
 
 
 @dataclass
 class StepSettings:
     rows: list[int] = field(default_factory=lambda: [1, 8, 16, 32], metadata={"help": "rows per step"})
     formats: list[str] = field(default_factory=lambda: list(WEIGHT_FORMATS), metadata={"help": "weight formats"})
+    attentions: list[str] = field(default_factory=lambda: [DECODE_ATTENTION, "sdpa"], metadata={
+        "help": "attention implementations, each timed with every format (the divergence check uses the first)"})
     threads: int = field(default=2, metadata={"help": "torch (and llama.cpp) CPU threads"})
     warm_steps: int = field(default=4, metadata={"help": "untimed steps before each timing"})
     steps: int = field(default=16, metadata={"help": "timed steps per timing"})
@@ -242,9 +249,14 @@ def divergence_rate(gen: Generator, prompts: Sequence[str], s: StepSettings, sam
 
 # -- the run -----------------------------------------------------------------------------------
 
+def column_name(fmt: str, attention: str) -> str:
+    return f"{fmt} {'sdpa' if attention == 'sdpa' else 'decode-attn' if attention == DECODE_ATTENTION else attention}"
+
+
 def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSettings, sampling: SamplingConfig,
              llama: LlamaCpp | None, quiet: bool = False) -> dict[str, Any]:
-    """Every column, round after round; the order of the formats rotates so that none always goes first."""
+    """Every column (format x attention), round after round; the order of the columns rotates so that none
+    always goes first."""
     samples: dict[str, list[float]] = {}
 
     def add(key: str, value: float | None) -> None:
@@ -252,16 +264,19 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
             samples.setdefault(key, []).append(value)
 
     prefixes = {name: g.prefill(prompt_ids) for name, g in gens.items()}
+    columns = {column_name(f, a): (f, a) for f in gens for a in s.attentions}
     bar = common.progress(s.repeats, "step", disable=quiet)
     for rep in range(s.repeats):
         add("matmul_fp32_gflops", matmul_gflops(torch.float32, s.matmul_size))
         add("matmul_bf16_gflops", matmul_gflops(torch.bfloat16, s.matmul_size))
         add("copy_gbps", copy_gbps(s.copy_mb))
-        names = list(gens)[rep % len(gens):] + list(gens)[:rep % len(gens)]
+        names = list(columns)[rep % len(columns):] + list(columns)[:rep % len(columns)]
         for rows in s.rows:
             for name in names:
-                add(f"{name}/{rows}", engine_step_ms(gens[name], prefixes[name], rows, s, sampling))
-                add(f"{name}/{rows}/linear", linear_ms(gens[name], rows))
+                fmt, attention = columns[name]
+                gens[fmt].model.set_attn_implementation(attention)
+                add(f"{name}/{rows}", engine_step_ms(gens[fmt], prefixes[fmt], rows, s, sampling))
+                add(f"{fmt}/{rows}/linear", linear_ms(gens[fmt], rows))
             if llama is not None:
                 add(f"llama.cpp/{rows}", llama.step_ms(prompt_ids, rows, s))
         bar.update()
@@ -270,16 +285,30 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
     gbps = med["copy_gbps"]
     table = []
     for rows in s.rows:
-        for name, g in gens.items():
-            count, wb = weights(g)
+        for name, (fmt, attention) in columns.items():
+            count, wb = weights(gens[fmt])
             table.append({"format": name, "rows": rows, "ms_per_step": med[f"{name}/{rows}"],
-                          "linear_ms": med.get(f"{name}/{rows}/linear"),
+                          "linear_ms": med.get(f"{fmt}/{rows}/linear"),
                           "weights_mb": wb / 2 ** 20, "weights_stream_ms": 1e3 * wb / (gbps * 1e9),
                           "gflops": 2 * count * rows / med[f"{name}/{rows}"] / 1e6})
         if llama is not None:
             table.append({"format": "llama.cpp (GGUF)", "rows": rows, "ms_per_step": med[f"llama.cpp/{rows}"]})
     return {"probes": {k: med[k] for k in ("matmul_fp32_gflops", "matmul_bf16_gflops", "copy_gbps")},
             "table": table, "samples": samples}
+
+
+def speedups(table: list[dict], rows: int = 16) -> list[str]:
+    """One line per column at `rows` rows: its speed-up over BASELINE and over llama.cpp, in the same run."""
+    ms = {r["format"]: r["ms_per_step"] for r in table if r["rows"] == rows}
+    base, llama = ms.get(BASELINE), ms.get("llama.cpp (GGUF)")
+    lines = []
+    for name, value in ms.items():
+        parts = [f"{base / value:.2f}x {BASELINE}'s step (issue #23's target: {TARGET_SPEEDUP}x)"] if base else []
+        if llama and name != "llama.cpp (GGUF)":
+            parts.append(f"{llama / value:.2f}x llama.cpp's")
+        if parts:
+            lines.append(f"{rows} rows, {name}: {value:.1f} ms, " + ", ".join(parts))
+    return lines
 
 
 def add_parser(sub) -> None:
@@ -315,6 +344,8 @@ def main(args: argparse.Namespace) -> int:
     result = run_step(gens, prompt_ids, s, sampling, llama, args.quiet)
     if llama is not None:
         llama.close()
+    for g in gens.values():
+        g.model.set_attn_implementation(s.attentions[0])
     divergence = {} if args.no_divergence else {
         name: divergence_rate(g, prompts[:s.divergence_prompts], s, sampling) for name, g in gens.items()}
     json_path, _ = common.result_paths(args, "step")
@@ -331,13 +362,9 @@ def main(args: argparse.Namespace) -> int:
           f"{start_env['load_average']} at the start (a shared machine: times are upper bounds)")
     df = pd.DataFrame(result["table"])
     if divergence:
-        df["divergence"] = df["format"].map({n: d["rate"] for n, d in divergence.items()})
+        df["divergence"] = df["format"].map({column_name(n, s.attentions[0]): d["rate"] for n, d in divergence.items()})
     common.print_table("decode step, median ms (format x rows):", df, "{:.1f}")
-    if "fp32" in s.formats and 16 in s.rows:
-        base = next(r["ms_per_step"] for r in result["table"] if r["format"] == "fp32" and r["rows"] == 16)
-        for r in result["table"]:
-            if r["rows"] == 16:
-                print(f"16 rows, {r['format']}: {base / r['ms_per_step']:.2f}x fp32's step "
-                      f"(issue #23's target: {TARGET_SPEEDUP}x)")
+    for line in speedups(result["table"]):
+        print(line)
     print(f"wrote {json_path}")
     return 0

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from sbon.algorithms import CandidateFinished, DecisionTaken, Done, RoundStarted, TokensGenerated
-from sbon.analysis.comparison import ComparisonDone, ComparisonEvent, CounterfactualScored, MethodEvent
+from sbon.analysis.comparison import (ComparisonDone, ComparisonEvent, ComparisonReady, CounterfactualScored,
+                                     MethodEvent)
 from sbon.config import METHOD_SPECS
 from sbon.results import DecisionPoint
 
@@ -61,6 +62,9 @@ class LiveTracker:
 
     def update(self, event: ComparisonEvent) -> bool:
         """Take one event; True when a decision point was just taken (a new round frame to draw)."""
+        if isinstance(event, ComparisonReady):  # both runs done; the prefix scoring starts
+            self.phase = "counterfactual"
+            return False
         if isinstance(event, CounterfactualScored):
             self.phase, self.counterfactual = "counterfactual", (event.done, event.total)
             return False
@@ -104,7 +108,9 @@ class LiveTracker:
             return f"starting… ({clock})"
         if self.phase == "counterfactual":
             done, total = self.counterfactual
-            return f"**{name}**: scoring Best-of-N prefixes at decision token {done} of {total} ({clock})"
+            progress = f"{done} of {total} decision tokens done" if total else "starting"
+            return (f"**{name}** for the Trade-off and Pruning signals views: scoring Best-of-N's prefixes, "
+                    f"{progress} ({clock})")
         if self.phase == "done":
             return f"Done in {clock}"
         rounds = f"round {self.round} · " if self.phase != "bon" else "same seed, no pruning · "

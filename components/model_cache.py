@@ -24,22 +24,26 @@ import torch
 
 from sbon.engine import Generator
 from sbon.errors import SBoNError
-from sbon.models import GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, load_generator, load_reward
+from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, default_weights, load_generator,
+                         load_reward)
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
 
 
 def configure_threads() -> int:
-    """Set torch's CPU threads and return how many are in use: SBON_THREADS if set, else one thread
-    on a machine with at most two cores and no GPU, else torch's default (one per core).
+    """Set torch's CPU threads and return how many are in use: SBON_THREADS if set; else one thread
+    where the generator decodes in fp32 on a machine with at most two cores and no GPU; else torch's
+    default (one per core).
 
-    Why one on two cores: when other work keeps the cores busy, torch's threads wait on each other
-    at every operation. On 2 shared cores a decoding step of 16 candidates took 1.2 s with two
-    threads and 0.17 s with one; on idle cores two threads would win by well under 2x."""
+    Why: bf16 (the default where the CPU has bfloat16 matmuls, sbon.models.default_weights) gives each
+    row the same bits on any number of threads, and two threads decode a step of 16 candidates in
+    about 0.6 of one thread's time on idle cores (benchmarks/results/*/step). fp32 does so on one
+    thread only, and on shared cores its threads wait on each other at every operation."""
     threads = os.environ.get("SBON_THREADS")
     if threads:
         torch.set_num_threads(max(1, int(threads)))
-    elif not torch.cuda.is_available() and (os.cpu_count() or 1) <= 2:
+    elif (not torch.cuda.is_available() and (os.cpu_count() or 1) <= 2
+          and default_weights(torch.device("cpu")) == "fp32"):
         torch.set_num_threads(1)
     return torch.get_num_threads()
 

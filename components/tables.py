@@ -226,11 +226,25 @@ WINNER_WORDS = {"kept": "survived", "pruned": "was **pruned** here", "retired": 
                 "out": "was no longer in contention"}
 
 
+def returned_text(run: RunResult, name: str) -> tuple[str, str]:
+    """(label, text) of the response one method returned, as soon as that run is done."""
+    return f"{name} returned candidate {run.best.id} (final reward {run.best.final_reward:.3f})", run.best.text
+
+
+def early_answer(run: RunResult, excerpt: int = 400) -> str:
+    """Markdown: what Speculative Rejection returned, shown under the race while Best-of-N still runs."""
+    best = run.best
+    text = best.text if len(best.text) <= excerpt else best.text[:excerpt].rsplit(" ", 1)[0] + " …"
+    tokens = sum(c.tokens_generated for c in run.candidates)
+    return (f"**Speculative Rejection answered after {run.wall_time:.1f} s** with candidate {best.id} "
+            f"(final reward {best.final_reward:.3f}), {tokens} tokens generated over "
+            f"{len(run.decision_points)} decision points; Best-of-N's answer and the comparison follow.\n\n"
+            + "\n".join(f"> {line}" if line.strip() else ">" for line in html.escape(text).splitlines()))
+
+
 def returned_texts(comp: Comparison) -> tuple[str, str, str, str]:
     """(label, text) of the response each method returned, Best-of-N first; shown in plain textboxes."""
-    b, s = comp.bon.best, comp.sbon.best
-    return (f"Best-of-N returned candidate {b.id} (final reward {b.final_reward:.3f})", b.text,
-            f"Speculative Rejection returned candidate {s.id} (final reward {s.final_reward:.3f})", s.text)
+    return (*returned_text(comp.bon, "Best-of-N"), *returned_text(comp.sbon, "Speculative Rejection"))
 
 
 def correlation_table(comp: Comparison) -> pd.DataFrame:

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from .attention import use_decode_attention
 from .engine import DTYPE_FORMATS, Generator, check_device, weight_format
 from .errors import SBoNError
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
@@ -240,9 +241,7 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
     if weights is not None and dtype is not None and dtype != weight_format(weights).dtype:
         raise SBoNError(f"weights '{weights}' load in {weight_format(weights).dtype}, not {dtype}: "
                         f"give weights or dtype, not both")
-    # float32 on CPU (and for the coupling guarantee); bfloat16 halves memory and time on GPU.
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    weights = weights or DTYPE_FORMATS.get(dtype)  # float16 has no format: loaded as it is
+    weights = weights or (DTYPE_FORMATS.get(dtype) if dtype else default_weights(device))  # float16: as it is
     fmt = weight_format(weights) if weights else None
     dtype = fmt.dtype if fmt else dtype
     device = check_device(device, dtype)
@@ -262,7 +261,18 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
         raise _hub_error(name, e, "generator") from None
     if fmt:
         model = fmt.prepare(model)
-    return Generator(model, tokenizer, name=name, weights=weights)
+    return Generator(use_decode_attention(model), tokenizer, name=name, weights=weights)
+
+
+def default_weights(device: torch.device) -> str:
+    """The generator's weight format when none is asked for: bf16 where bfloat16 matmuls are fast (a GPU,
+    or a CPU with AVX-512 BF16 or AMX), fp32 elsewhere (bfloat16 is emulated there, and slower).
+    Both keep the coupled sampling exact on a CPU (WEIGHT_FORMATS); bf16 halves the weights' traffic."""
+    if device.type == "cuda":
+        return "bf16"
+    if device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
+        return "bf16"
+    return "fp32"
 
 
 def check_reward_prompt(reward: str, prompt: str) -> None:

@@ -184,3 +184,31 @@ def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
     assert "\n" not in str(e.value)
     assert app.on_scenario("fluency")["prune_by"] == "logprob"
     assert "length" in SCENARIOS["helpful"].label  # the caveat is in the dropdown itself
+
+
+def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app):
+    """The order a lecture watches (issue #23): Speculative Rejection's answer under the race while
+    Best-of-N still runs, then every view of both runs, then the views drawn from the prefix rewards."""
+    values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
+    values.update(prompt="What is Atlantis?", n=4, max_new_tokens=12, alpha=0.5, method="sbon-tau", tau=4)
+    recorded = app.show_recorded("curves")
+    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"]))
+    assert updates[0]["sbon_text"].value == "" and updates[0]["bon_text"].value == ""  # no stale answers
+
+    answered = next(i for i, u in enumerate(updates) if u.get("sbon_text") is not None and u["sbon_text"].value)
+    ready = next(i for i, u in enumerate(updates) if str(u.get("status", "")).startswith("Done in"))
+    assert answered < ready
+    assert "Speculative Rejection answered after" in updates[answered]["summary"]
+    assert "| Best-of-N | waiting |" in updates[answered]["summary"]  # Best-of-N has not started yet
+    assert updates[answered]["sbon_text"].label.startswith("Speculative Rejection returned candidate")
+
+    shown = updates[ready]
+    assert set(app.SHOWN) <= set(shown) and shown["comparison"].partials == {}
+    assert "Counterfactual replay" in shown["status"] and "running" not in shown  # the run still holds the slot
+    assert "Best-of-N returned candidate" in shown["bon_text"].label
+
+    last = updates[-1]
+    assert set(app.PREFIX_VIEWS) <= set(last) and "every view ready after" in last["status"]
+    assert last["comparison"].partials and last["running"] is None and last["stop_btn"].visible is False
+    assert last["tradeoff_plot"].data  # the curves, now that the prefixes are scored
+    assert last["comparison"].metrics == shown["comparison"].metrics

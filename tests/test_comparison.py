@@ -5,7 +5,7 @@ import json
 import pytest
 
 from sbon.algorithms import Done, RoundStarted
-from sbon.analysis.comparison import (Comparison, CounterfactualScored, MethodEvent, comparison_events, default_taus,
+from sbon.analysis.comparison import (Comparison, ComparisonReady, CounterfactualScored, MethodEvent, comparison_events, default_taus,
                              peak_kv_tokens, run_comparison, same_memory_batch_size)
 from sbon.errors import SBoNError
 from sbon.metrics import compare
@@ -14,9 +14,14 @@ from sbon.results import Candidate, RunResult
 
 def test_events_run_sbon_then_bon_then_the_counterfactual(comparison_events):
     kinds = [e.method if isinstance(e, MethodEvent) else type(e).__name__ for e in comparison_events]
-    first_bon, first_cf = kinds.index("bon"), kinds.index("CounterfactualScored")
-    assert set(kinds[:first_bon]) == {"sbon"} and set(kinds[first_bon:first_cf]) == {"bon"}
-    assert kinds[first_cf:] == ["CounterfactualScored"] * 3 + ["ComparisonDone"]
+    first_bon, ready = kinds.index("bon"), kinds.index("ComparisonReady")
+    assert set(kinds[:first_bon]) == {"sbon"} and set(kinds[first_bon:ready]) == {"bon"}
+    assert kinds[ready:] == ["ComparisonReady"] + ["CounterfactualScored"] * 3 + ["ComparisonDone"]
+    # The runs are shown before the prefix rewards are scored: the same runs, without the partials.
+    assert isinstance(comparison_events[ready], ComparisonReady)
+    before, after = comparison_events[ready].comparison, comparison_events[-1].comparison
+    assert before.partials == {} and sorted(after.partials) == [4, 8, 16]
+    assert before.metrics == after.metrics and before.signal_scores == after.signal_scores
     assert isinstance(comparison_events[0].event, RoundStarted)
     dones = [e.event.result for e in comparison_events if isinstance(e, MethodEvent) and isinstance(e.event, Done)]
     assert [r.method for r in dones] == ["sbon", "bon"]

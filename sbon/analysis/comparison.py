@@ -233,11 +233,19 @@ class CounterfactualScored:
 
 
 @dataclass
+class ComparisonReady:
+    """Both runs are done: ``comparison`` has everything but the counterfactual prefix rewards (its
+    ``partials`` are empty), which are scored next. A UI shows the runs now and the views that need
+    the prefix rewards (the trade-off) at :class:`ComparisonDone`."""
+    comparison: Comparison
+
+
+@dataclass
 class ComparisonDone:
     comparison: Comparison
 
 
-ComparisonEvent = Union[MethodEvent, CounterfactualScored, ComparisonDone]
+ComparisonEvent = Union[MethodEvent, ComparisonReady, CounterfactualScored, ComparisonDone]
 
 
 def peak_kv_tokens(run: RunResult) -> int:
@@ -275,8 +283,9 @@ def comparison_config(config: RunConfig | int | None = None, **settings: Any) ->
 def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig | int | None = None, *,
                       taus: list[int] | None = None, bon_same_memory: bool = False,
                       signals: Sequence[str] | None = None, **settings: Any) -> Iterator[ComparisonEvent]:
-    """Run ``config.method`` (Speculative Rejection), then Best-of-N with the same prompt, seed and N,
-    then the counterfactual prefix rewards; yield every event, then :class:`ComparisonDone`.
+    """Run ``config.method`` (Speculative Rejection), then Best-of-N with the same prompt, seed and N
+    (:class:`ComparisonReady`), then the counterfactual prefix rewards; yield every event, then
+    :class:`ComparisonDone`.
     ``config`` is a RunConfig, or N with the settings as keywords.
 
     Best-of-N generates all N candidates in one batch, unless ``bon_same_memory``: then it runs in
@@ -317,6 +326,8 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
             bon = event.result
     if watch:
         discount_watching(bon, watch.observe_seconds)
+    signal_scores = watch.result() if watch else {}
+    yield ComparisonReady(Comparison(bon, sbon, signal_scores=signal_scores))
 
     if taus is None:
         taus = default_taus(config.max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
@@ -329,7 +340,7 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
         for t in chunk:
             scored += 1
             yield CounterfactualScored(t, scored, len(taus))
-    yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=watch.result() if watch else {}))
+    yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=signal_scores))
 
 
 def watch_signals(gen: Generator, reward: RewardModel, prompt: str, bon_config: RunConfig, signals: Sequence[str],

@@ -1,0 +1,56 @@
+"""Attention for the decode step on a CPU: one query token per row, read straight from the KV cache.
+
+Why: in a decode step each row attends with a single query to its own cached keys. torch's SDPA
+kernel for the CPU is built for long queries; at one query and a few hundred keys its set-up costs
+more than the arithmetic (a third of a bfloat16 step of SmolLM2-135M at 16 rows on two cores,
+measured by `python -m benchmarks step`). Two batched matmuls and a softmax do the same work, and
+grouped-query heads are folded into the query instead of repeating the keys, so no KV copy is made.
+
+Registered with `transformers`' AttentionInterface as ``sbon_decode``; anything that is not a plain
+one-query step (a prefill, a mask, a sliding window, a soft cap, attention weights asked for) goes to
+`transformers`' own SDPA function, so a model gives the same results there as with ``sdpa``.
+Each row's result depends only on that row (batched matmuls over rows), which keeps the coupled
+sampling exact: tests/test_step_formats.py checks it bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+NAME = "sbon_decode"
+
+# Keyword arguments whose presence means the model needs more than plain softmax attention.
+_NEEDS_SDPA = ("sliding_window", "softcap", "s_aux", "position_bias")
+
+
+def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                     **kwargs) -> tuple[torch.Tensor, None]:
+    """query (rows, heads, 1, d), key/value (rows, kv_heads, length, d) -> (rows, 1, heads, d)."""
+    rows, heads, q_len, dim = query.shape
+    if (q_len != 1 or attention_mask is not None or dropout or kwargs.get("output_attentions")
+            or any(kwargs.get(name) is not None for name in _NEEDS_SDPA)):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    kv_heads = key.shape[1]
+    grouped = query.view(rows, kv_heads, heads // kv_heads, dim)  # query heads that share one KV head
+    scores = torch.matmul(grouped, key.transpose(-1, -2)) * (dim ** -0.5 if scaling is None else scaling)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
+    out = torch.matmul(weights, value)  # (rows, kv_heads, group, d)
+    return out.reshape(rows, heads, 1, dim).transpose(1, 2), None
+
+
+AttentionInterface.register(NAME, decode_attention)
+ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # masks are built as for sdpa (None for a plain step)
+
+
+def use_decode_attention(model: torch.nn.Module) -> torch.nn.Module:
+    """Switch a CPU model from SDPA to :func:`decode_attention`; other devices and models whose
+    attention is not SDPA (eager-only architectures, flash attention) are left as they are."""
+    config = getattr(model, "config", None)
+    if next(model.parameters()).device.type == "cpu" and getattr(config, "_attn_implementation", None) == "sdpa":
+        model.set_attn_implementation(NAME)
+    return model
