@@ -130,6 +130,10 @@ CSS = """
 #run-bar button { min-width: 6em; white-space: nowrap; }
 #run-bar { flex-wrap: nowrap; gap: 8px; }
 .js-plotly-plot, #live-plot, #scatter, #rounds-plot { scroll-margin-top: 90px; }  /* not under the run bar */
+/* Plotly's toolbar lies over the title's first line: shown only while the pointer is on the plot, never on a phone */
+.js-plotly-plot .modebar-container { opacity: 0; transition: opacity 0.2s; }
+.js-plotly-plot:hover .modebar-container { opacity: 1; }
+@media (max-width: 640px) { .js-plotly-plot .modebar-container { display: none; } }
 #status { min-height: 1.5em; }
 #status p { margin: 0; }
 .sbon-candidate p { margin: 0.3em 0; }

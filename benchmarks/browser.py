@@ -111,7 +111,8 @@ PLOTS = (("live", None, "#live-plot"), ("scatter", "Partial vs final reward", "#
          ("times", "Savings", "#times-plot"), ("tradeoff", "Trade-off", "#tradeoff-plot"))
 
 # Every plot title, axis title, tick label, legend and slider must lie inside both the plot's SVG and
-# the element that holds it; the title, the legend, the x-axis title and the slider must not overlap.
+# the element that holds it; the title, the legend, the x-axis title and the slider must not overlap, and
+# plotly's toolbar, where it is shown without a pointer on the plot, must not lie over the title.
 _PLOT_TEXT = """(sel) => { const root = document.querySelector(sel); const plot = root && root.querySelector('.js-plotly-plot');
   if (!plot) return {problems: [`${sel}: no plot`], tick_px: 0};
   const svg = plot.querySelector('svg.main-svg').getBoundingClientRect(), host = root.getBoundingClientRect();
@@ -127,6 +128,9 @@ _PLOT_TEXT = """(sel) => { const root = document.querySelector(sel); const plot 
   const hit = (a, b) => a && b && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
   for (const [a, b] of [['title', 'legend'], ['x-axis title', 'legend'], ['title', 'slider'], ['legend', 'slider'], ['x-axis title', 'slider']])
     if (hit(found[a], found[b])) problems.push(`${sel}: ${a} overlaps ${b}`);
+  const bar = root.querySelector('.modebar-container .modebar');  // plotly's toolbar, where it is shown
+  const shown = bar && getComputedStyle(bar.parentElement).display != 'none' && getComputedStyle(bar.parentElement).opacity != '0';
+  if (shown && hit(bar.getBoundingClientRect(), found['title'])) problems.push(`${sel}: the toolbar overlaps the title`);
   const tick = root.querySelector('.xtick text');
   return {problems, tick_px: tick ? parseFloat(getComputedStyle(tick).fontSize) : 0}; }"""
 

@@ -274,13 +274,39 @@ def app_timing(results_dir: Path, folder: str) -> str:
         first = [c for c in d["clicks"] if c["models"] != "loaded"]
         warm = [c for c in d["clicks"] if c["models"] == "loaded"]
 
+        def timings(clicks: Sequence[dict]) -> str:  # files from before an answer was shown early have fewer
+            keys = [k for k in ("first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s")
+                    if all(k in c for c in clicks)]
+            return " / ".join(span(clicks, k) if k in keys else "–" for k in
+                              ("first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s"))
+
         rows.append([link(results_dir, path), setting, load_avg(d["environment"]),
-                     num(up.get("page_ready_s")), num(up.get("models_ready_s")),
-                     f"{span(first, 'first_round_s')} / {span(first, 'final_frame_s')}",
-                     f"{span(warm, 'first_round_s')} / {span(warm, 'final_frame_s')}"])
+                     num(up.get("page_ready_s")), num(up.get("models_ready_s")), timings(first), timings(warm)])
+    columns = "first decision point / Speculative Rejection's answer / final frame / every view"
     return markdown_table(["file", "settings", "load average", "start → page ready (s)", "start → models ready (s)",
-                           "first Run (models loading): first decision point / final frame",
-                           "later Runs: first decision point / final frame"], rows)
+                           f"first Run (models loading): {columns}", f"later Runs: {columns}"], rows)
+
+
+def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
+    """`python -m benchmarks step`: ms per decode step by column and rows, next to the machine's probes;
+    the speed-ups over the baseline (fp32 weights, SDPA) and llama.cpp, measured in the same run."""
+    path = results_dir / MACHINE / "step" / name
+    d = json.loads(path.read_text())
+    from .step import speedups  # here only: the step module imports torch
+
+    cols = list(dict.fromkeys(r["format"] for r in d["table"]))
+    row_counts = sorted({r["rows"] for r in d["table"]})
+    ms = {(r["format"], r["rows"]): r["ms_per_step"] for r in d["table"]}
+    div = {n: v["rate"] for n, v in d.get("divergence", {}).items()}
+    rows = [[f"`{c}`"] + [num(ms.get((c, n))) for n in row_counts]
+            + [pct(div[c.split()[0]]) if c.split()[0] in div and "sdpa" not in c else "–"] for c in cols]
+    p, st = d["probes"], d["settings"]
+    table = markdown_table(["column"] + [f"{n} rows (ms)" for n in row_counts] + ["divergence"], rows)
+    lines = "\n".join(f"- {line}" for line in speedups(d["table"]))
+    return (f"{link(results_dir, path)} ({st['threads']} threads, {st['steps']} timed steps, median of "
+            f"{st['repeats']} interleaved rounds; load average {load_avg(d['environment_start'])} at the start, "
+            f"{load_avg(d['environment'])} at the end; this machine: matmul {num(p['matmul_fp32_gflops'], 0)} GFLOP/s "
+            f"fp32, {num(p['matmul_bf16_gflops'], 0)} bf16, copy {num(p['copy_gbps'])} GB/s):\n\n{table}\n\n{lines}")
 
 
 CLI_FILES = (("cpu-2core-epyc", "cli"), ("cpu-2core-xeon", "cli"), ("gpu-h100", ""))
@@ -478,6 +504,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "signal-cost": signal_cost,
     "app": partial(app_timing, folder="app"),
+    "step": step,
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
     "cli-runs": cli_runs,

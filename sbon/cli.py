@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
-                   help="generator weights (default: float32 on CPU, bfloat16 on GPU; float32 makes coupling exact)")
+                   help="generator weights (default: bfloat16 on a GPU and on a CPU with bfloat16 matmuls, float32 on "
+                        "other CPUs; see sbon.models.default_weights)")
     r.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
                    help="generator weight format instead of --dtype: " + "; ".join(
                        f"{name}: {fmt.description}" for name, fmt in WEIGHT_FORMATS.items()))

@@ -195,8 +195,10 @@ class WeightFormat:
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     # float32 matmuls give a row the same bits at any batch size on one CPU thread only (the app's
     # setting on two cores); on more threads a rare token can differ (measured by benchmarks step).
-    "fp32": WeightFormat("float32 weights and activations (the CPU default)", torch.float32, min_rows=4),
-    "bf16": WeightFormat("bfloat16 weights and activations (the GPU default): half the weight traffic, and on "
+    "fp32": WeightFormat("float32 weights and activations (the default on CPUs without bfloat16 matmuls)",
+                         torch.float32, min_rows=4),
+    "bf16": WeightFormat("bfloat16 weights and activations (the default on a GPU and on a CPU with bfloat16 "
+                         "matmuls, sbon.models.default_weights): half the weight traffic, and on "
                          "the CPU its matmuls give each row the same bits at any batch size of two rows or more",
                          torch.bfloat16, batch_invariant=True, min_rows=2),
     "int8": WeightFormat("int8 Linear weights, activations quantized per batch (torch dynamic quantization, CPU "

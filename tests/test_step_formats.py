@@ -112,3 +112,36 @@ def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16):
             assert torch.equal(torch.cat([p[1] for p in parts]), logits)
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_default_weights_follow_the_cpu_s_bfloat16_support():
+    from sbon.models import default_weights
+    fast_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert default_weights(torch.device("cpu")) == ("bf16" if fast_bf16 else "fp32")
+
+
+def test_decode_attention_matches_sdpa_and_leaves_the_prefill_to_it(gen):
+    """The CPU's one-query attention (sbon.attention) against torch's SDPA on the same float32 model:
+    the prefill goes to SDPA itself (bit for bit), every decode step agrees up to rounding, rows pruned
+    midway included (SmolLM2 shares each KV head between three query heads)."""
+    from sbon.attention import NAME
+    assert gen.model.config._attn_implementation == NAME  # what load_generator sets on a CPU
+    logits = {}
+    for impl in (NAME, "sdpa"):
+        gen.model.set_attn_implementation(impl)
+        try:
+            prefix = gen.prefill(gen.encode_prompt(PROMPT))
+            batch = gen.start(prefix, [0, 1, 2])
+            out, tokens = [prefix.logits], torch.tensor([100, 200, 300])
+            for t in range(6):
+                if t == 3:
+                    batch.keep([0, 2])
+                    tokens = tokens[[0, 2]]
+                gen.forward(batch, tokens + t)
+                out.append(batch.logits.clone())
+            logits[impl] = out
+        finally:
+            gen.model.set_attn_implementation(NAME)
+    assert torch.equal(logits[NAME][0], logits["sdpa"][0])
+    for ours, theirs in zip(logits[NAME][1:], logits["sdpa"][1:]):
+        assert ours.shape == theirs.shape and torch.allclose(ours, theirs, atol=1e-3, rtol=0)
