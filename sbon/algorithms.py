@@ -19,8 +19,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar, Union
 
+import torch
+
 from .config import FIRST_DECISION_TOKENS, RunConfig, resolve_first_decision
 from .cut import Cut, cut, survivors_count
+from .cuda_graphs import decode_forward
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
@@ -98,17 +101,23 @@ class _Run:
         self.settings = {**config.settings(), **resolved}  # N and the budget as they were resolved
         n = self.settings["n"]
         self.candidates = [Candidate(k) for k in range(n)]
-        self.uniforms = coupled_uniforms(config.seed, range(n), config.max_new_tokens)
+        # (candidates, max_new_tokens) on the generator's device: each step gathers its rows' numbers there.
+        self.uniforms = coupled_uniforms(config.seed, range(n), config.max_new_tokens).to(gen.device)
+        self.forward = decode_forward(gen, config.cuda_graphs)
         self.signal: PruningSignal | None = make_signal(config.prune_by, gen, reward) if config.spec.prunes else None
-        # Everything that sees each decode step: the pruning signal, and signals watched for analysis only.
-        self.observers = [s for s in (self.signal, *observers) if s is not None]
+        # Everything that watches each decode step: the pruning signal, if it does (the reward signal reads
+        # only the text), and signals watched for analysis only.
+        self.observers = [s for s in (self.signal, *observers)
+                          if s is not None and type(s).observe is not PruningSignal.observe]
         self.timings = dict.fromkeys(PHASES, 0.0)
 
     @contextmanager
-    def timer(self, name: str):
+    def timer(self, name: str, sync: bool = True):
+        """Add the time of the block to a phase; ``sync=False`` leaves queued device work to the next timer."""
         start = time.perf_counter()
         yield
-        self.gen.synchronize()
+        if sync:
+            self.gen.synchronize()
         self.timings[name] += time.perf_counter() - start
 
     def start(self, candidate_ids: Sequence[int], prefix=None):
@@ -118,34 +127,83 @@ class _Run:
             keep_hidden = any(s.needs_hidden for s in self.observers)
             return prefix, self.gen.start(prefix, candidate_ids, keep_hidden)
 
-    def step(self, batch: Batch) -> list[Event]:
-        """Sample one token for every live candidate; finished ones leave the batch. The pruning
-        signal sees what the step computed (tokens, logits, hidden states): no extra forward pass."""
+    def chunk_steps(self, t: int, decides: Callable[[int], bool]) -> int:
+        """How many tokens the next chunk decodes from ``t``: up to ``decode_chunk``, never past
+        max_new_tokens, and never past the first length at which ``decides(length)`` holds (a decision
+        point: the caller's own rule, asked at each length), so decisions come at the same lengths."""
+        steps = 1
+        while steps < self.config.decode_chunk and t + steps < self.max_new_tokens and not decides(t + steps):
+            steps += 1
+        return steps
+
+    def step(self, batch: Batch, decides: Callable[[int], bool] = lambda t: False) -> Iterator[Event]:
+        """Decode the next chunk of tokens of every live candidate (see chunk_steps); finished ones then
+        leave the batch. Inside a chunk the tokens stay on the device and every row is fed, also one that
+        has just stopped: its extra tokens are dropped, and since rows share no mask they cannot change
+        the other rows. So one device-to-host copy serves the whole chunk, and with ``decode_chunk`` 1 this
+        is a plain step: the last token is fed after finished rows have left. The events, and the Steps
+        the pruning signal sees (what the decode computed: no extra forward pass), come out step by step,
+        exactly as without chunks; each step's Step is observed just before its events are yielded."""
+        ids = list(batch.candidate_ids)
+        t = self.candidates[ids[0]].tokens_generated
         with self.timer("decode"):
-            ids, logits = list(batch.candidate_ids), batch.logits
-            t = self.candidates[ids[0]].tokens_generated
-            tokens = sample(logits, self.uniforms[ids, t], self.sampling)
-            stops = self.gen.is_stop(tokens).tolist()
-            new_tokens = tokens.tolist()
-            events: list[Event] = [TokensGenerated(t + 1, ids, new_tokens)]
-            going = []
-            for row, (k, token, stop) in enumerate(zip(ids, new_tokens, stops)):
-                cand = self.candidates[k]
-                cand.token_ids.append(token)
-                if stop or t + 1 >= self.max_new_tokens:
-                    cand.stop_reason = "eos" if stop else "length"
-                    events.append(CandidateFinished(k, t + 1, cand.stop_reason))
-                else:
-                    going.append(row)
-            batch.keep([ids[row] for row in going])
+            tokens, logits, hidden = self._sample_chunk(batch, t, self.chunk_steps(t, decides))
+            live, events = self._record(ids, t, *self._to_host(tokens))
+            going = live[-1]
+            batch.keep([ids[row] for row in going])  # one compaction per chunk
             if going:
-                self.gen.forward(batch, tokens[going])
+                self.forward(batch, tokens[-1][going])
+            hidden.append(batch.hidden)  # the last step's: rows still going only
+        for i, step_events in enumerate(events):
             if self.observers:
-                step = Step(ids, tokens, logits, batch.hidden if going else None,
-                            list(batch.candidate_ids) if batch.keep_hidden and going else None)
-                for observer in self.observers:
-                    observer.observe(step)
-        return events
+                with self.timer("decode", sync=False):  # per step: no device sync
+                    observed = _observed_step(ids, live[i], live[i + 1], tokens[i], logits[i], hidden[i],
+                                              batch.keep_hidden, last=i == len(tokens) - 1)
+                    for observer in self.observers:
+                        observer.observe(observed)
+            yield from step_events
+
+    def _sample_chunk(self, batch: Batch, t: int, steps: int):
+        """Sample ``steps`` tokens per row (each a (rows,) tensor on the device), feeding each back but the
+        last; with the logits each was sampled from and the hidden states of feeding it (for observers)."""
+        uniforms = self.uniforms[batch.row_ids, t:t + steps]  # gathered on the device
+        tokens, logits, hidden = [], [], []
+        for i in range(steps):
+            if i:
+                self.forward(batch, tokens[-1])
+                hidden.append(batch.hidden)
+            tokens.append(sample(batch.logits, uniforms[:, i], self.sampling))
+            if self.observers:
+                logits.append(batch.logits)
+        return tokens, logits, hidden
+
+    def _to_host(self, tokens: list[torch.Tensor]) -> tuple[list[list[int]], list[list[int]]]:
+        """The chunk's tokens and which are stop tokens, (rows, steps) each, in one device-to-host copy."""
+        chunk = torch.stack(tokens, 1)
+        host = torch.stack((chunk, self.gen.is_stop(chunk).to(chunk.dtype))).tolist()
+        return host[0], host[1]
+
+    def _record(self, ids: list[int], t: int, tokens: list[list[int]], stops: list[list[int]]):
+        """Give each candidate its tokens up to and including its stop. Returns the rows live at each step
+        of the chunk, then those still going after it, and each step's events."""
+        live, events = [list(range(len(ids)))], []
+        for i in range(len(tokens[0])):
+            if not live[-1]:  # every row has stopped: the rest of the chunk is dropped
+                break
+            length, going = t + i + 1, []
+            step_events: list[Event] = [TokensGenerated(length, [ids[r] for r in live[-1]],
+                                                        [tokens[r][i] for r in live[-1]])]
+            for r in live[-1]:
+                cand = self.candidates[ids[r]]
+                cand.token_ids.append(tokens[r][i])
+                if stops[r][i] or length >= self.max_new_tokens:
+                    cand.stop_reason = "eos" if stops[r][i] else "length"
+                    step_events.append(CandidateFinished(ids[r], length, cand.stop_reason))
+                else:
+                    going.append(r)
+            live.append(going)
+            events.append(step_events)
+        return live, events
 
     def texts(self, candidate_ids: Sequence[int]) -> list[str]:
         return [self.gen.decode(self.candidates[k].token_ids) for k in candidate_ids]
@@ -177,6 +235,19 @@ class _Run:
         timings = {**self.timings, "total": sum(self.timings.values())}
         return RunResult(self.config.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
                          self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best)
+
+
+def _observed_step(ids: list[int], rows: list[int], going: list[int], tokens: torch.Tensor, logits: torch.Tensor,
+                   hidden: torch.Tensor | None, keep_hidden: bool, last: bool) -> Step:
+    """One step of a chunk (whose rows are the candidates ``ids``) as an unchunked decode shows it to a
+    signal: the ``rows`` live at that step, and the hidden states of those ``going`` on after it (of every
+    row of the chunk, or of ``going`` only for its ``last`` step, fed after finished rows left)."""
+    def pick(x: torch.Tensor, r: list[int]) -> torch.Tensor:
+        return x if len(r) == len(x) else x[r]
+    if hidden is not None and going:
+        hidden = hidden if last else pick(hidden, going)
+    return Step([ids[r] for r in rows], pick(tokens, rows), pick(logits, rows), hidden if going else None,
+                [ids[r] for r in going] if keep_hidden and going else None)
 
 
 # -- Best-of-N --------------------------------------------------------------------------------
@@ -217,7 +288,7 @@ def _rejection_rounds(run: _Run, decide: Callable[[int, int, int], bool],
     while len(batch):
         t = cands[batch.candidate_ids[0]].tokens_generated
         if not decide(rows, t, round):
-            yield from run.step(batch)
+            yield from run.step(batch, lambda length: decide(rows, length, round))  # a chunk stops before one
             continue
         yield _score_decision_point(run, batch, contenders, round, t)
         point = _prune(run, batch, contenders, round, t, fits)

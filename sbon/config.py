@@ -87,6 +87,14 @@ class RunConfig:
     top_p: float = setting(0.95, "nucleus sampling: keep the smallest set of tokens with this much probability")
     top_k: int = setting(0, "keep only the k most likely tokens (0 = off)")
     seed: int = setting(0, "seed of the coupled sampling: candidate k is the same text in every method")
+    # How every method decodes, not what it gives (the same candidates, events and decision points): in no
+    # method's params, so not among the settings() a result records.
+    decode_chunk: int = setting(1, "tokens decoded per check for finished candidates: the tokens stay on the device "
+                                   "and finished rows leave the batch once per chunk, which on a GPU saves a "
+                                   "device-to-host sync per token; a chunk never crosses a decision point or the "
+                                   "max new tokens, so the run is the same (1 = check after every token)")
+    cuda_graphs: bool = setting(False, "decode through CUDA graphs (not implemented yet: the run says so in one "
+                                       "line and decodes eagerly)")
 
     @classmethod
     def build(cls, sampling: SamplingConfig | None = None, **settings: Any) -> "RunConfig":
@@ -128,6 +136,9 @@ class RunConfig:
                                 "or no candidate is ever pruned")
         if self.kv_budget is not None and self.kv_budget < 1:
             raise SBoNError(f"kv_budget must be a positive number of tokens, got {self.kv_budget}")
+        if self.decode_chunk < 1:
+            raise SBoNError(f"decode_chunk must be at least 1 token (1 = check for finished candidates after "
+                            f"every token), got {self.decode_chunk}")
         if self.batch_size is not None and self.batch_size < 1:
             raise SBoNError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.method == "sbon":

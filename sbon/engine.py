@@ -300,6 +300,8 @@ class Batch:
     def __init__(self, candidate_ids: list[int], cache: DynamicCache, logits: torch.Tensor,
                  keep_hidden: bool = False):
         self.candidate_ids = candidate_ids
+        # The same ids on the device, so that sampling gathers each row's uniform number there.
+        self.row_ids = torch.tensor(candidate_ids, dtype=torch.long, device=logits.device)
         self.cache = cache
         self.logits = logits  # (rows, vocab): next-token logits of each row
         self.keep_hidden = keep_hidden  # keep each step's final-layer hidden states (for pruning signals)
@@ -315,18 +317,20 @@ class Batch:
         return int(layer.keys.shape[0]) if layer.is_initialized and layer.keys.numel() else 0
 
     def keep(self, candidate_ids: Sequence[int]) -> None:
-        """Keep only these candidates' rows, dropping the rest from the KV cache in place."""
+        """Keep only these candidates' rows, dropping the rest from the KV cache in place (one
+        ``index_select`` per layer's keys and values, however many rows leave)."""
         keep = set(candidate_ids)
         rows = [i for i, k in enumerate(self.candidate_ids) if k in keep]
         if len(rows) == len(self.candidate_ids):
             return
         self.candidate_ids = [self.candidate_ids[i] for i in rows]
         if not rows:  # nothing left to decode: free the cache
-            self.cache, self.logits, self.hidden = DynamicCache(), self.logits[:0], None
+            self.cache, self.logits, self.hidden, self.row_ids = DynamicCache(), self.logits[:0], None, self.row_ids[:0]
             return
         index = torch.tensor(rows, device=self.logits.device)
         self.cache.batch_select_indices(index)
         self.logits = self.logits[index]
+        self.row_ids = self.row_ids[index]
         if self.hidden is not None:
             self.hidden = self.hidden[index]
 

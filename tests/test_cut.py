@@ -3,7 +3,8 @@
 - pure cases, the issue's finished-candidate-below-the-cut example among them;
 - on 150 random traces (finish times, scores, N, alpha, budgets) driven through the real algorithm with a
   scripted generator, the memory-budget variant decides at the tokens the official code's rule gives
-  and keeps the candidates a plain re-statement of the rule keeps;
+  and keeps the candidates a plain re-statement of the rule keeps; decoding in chunks of tokens
+  (``decode_chunk``) changes none of it, nor any event;
 - on the real model, a replay on Best-of-N's candidates equals a real ``sbon-tau`` run, a finished
   candidate below the cut included.
 """
@@ -14,10 +15,11 @@ import random
 import pytest
 import torch
 
-from sbon.algorithms import DecisionTaken, best_of_n, run, speculative_bon_tau, speculative_rejection
+from sbon.algorithms import DecisionTaken, best_of_n, events, run, speculative_bon_tau
 from sbon.analysis.counterfactual import prefix_rewards, simulate_tau
 from sbon.analysis.replay import replay_tau
 from sbon.analysis.signal_matrix import single_cut
+from sbon.config import RunConfig
 from sbon.cut import cut
 from sbon.engine import SamplingConfig
 from sbon.results import Candidate, RunResult
@@ -72,6 +74,7 @@ def test_survivors_round_halves_up_and_never_below_one(n, alpha, expected):
 class ScriptedBatch:
     def __init__(self, gen, ids):
         self.gen, self.candidate_ids, self.keep_hidden, self.hidden = gen, list(ids), False, None
+        self.row_ids = torch.tensor(self.candidate_ids)
         self.logits = gen.logits_for(self.candidate_ids)
 
     def __len__(self):
@@ -80,12 +83,14 @@ class ScriptedBatch:
     def keep(self, ids):  # as sbon.engine.Batch.keep: ids may name candidates that are not rows
         rows = [i for i, k in enumerate(self.candidate_ids) if k in set(ids)]
         self.candidate_ids, self.logits = [self.candidate_ids[i] for i in rows], self.logits[rows]
+        self.row_ids = self.row_ids[rows]
 
 
 class ScriptedGenerator:
     """Candidate k emits token 2 + k until its scripted length, then EOS (token 1); decode names the
     candidate and its length, so a reward can score it by a table."""
     name = "scripted"
+    device = torch.device("cpu")
 
     def __init__(self, prompt_tokens, finish_at):
         self.prompt_tokens, self.finish_at = prompt_tokens, finish_at
@@ -149,8 +154,9 @@ def official_rounds(P, finish_at, budget, alpha, max_new, score):
     return out
 
 
-@pytest.mark.parametrize("trial", range(150))
-def test_decision_points_come_where_the_official_rule_puts_them(trial):
+def scripted_trace(trial: int, decode_chunk: int = 1):
+    """A random trace (finish times, scores, N, alpha, budget) run through the real memory-budget variant with
+    the scripted generator: its events, and the official rule's [(tokens, kept live, pruned)] for it."""
     rng = random.Random(trial)
     n, P, max_new = rng.randint(1, 12), rng.randint(1, 8), rng.randint(4, 40)
     finish_at = [rng.randint(2, max_new + 5) for _ in range(n)]  # > max_new: stops at the length limit
@@ -160,14 +166,36 @@ def test_decision_points_come_where_the_official_rule_puts_them(trial):
     table = {(k, t): rng.random() for k in range(n) for t in range(max_new + 6)}
     score = lambda k, t: table[(k, t)]  # noqa: E731
     reward = CallableReward(lambda prompt, rs: [score(*map(int, r.split(":"))) for r in rs], name="table")
-    gen = ScriptedGenerator(P, finish_at)
-    events = list(speculative_rejection(gen, reward, "p", n, alpha=alpha, kv_budget=budget, max_new_tokens=max_new,
-                                        sampling=SamplingConfig(temperature=1.0, top_p=1.0, top_k=0), seed=trial))
-    points = [e.decision for e in events if isinstance(e, DecisionTaken)]
-    result = events[-1].result
-    ours = [(p.tokens, sorted(k for k in p.survivors if not result.candidates[k].finished or
+    config = RunConfig.build(SamplingConfig(temperature=1.0, top_p=1.0, top_k=0), method="sbon", n=n, alpha=alpha,
+                             kv_budget=budget, max_new_tokens=max_new, seed=trial, decode_chunk=decode_chunk)
+    return list(events(ScriptedGenerator(P, finish_at), reward, "p", config)), \
+        official_rounds(P, finish_at, budget, alpha, max_new, score)
+
+
+def decisions(trace) -> list:
+    """(tokens, kept live, pruned) of each decision point of a scripted run."""
+    points = [e.decision for e in trace if isinstance(e, DecisionTaken)]
+    result = trace[-1].result
+    return [(p.tokens, sorted(k for k in p.survivors if not result.candidates[k].finished or
                               result.candidates[k].tokens_generated > p.tokens), p.pruned) for p in points]
-    assert ours == official_rounds(P, finish_at, budget, alpha, max_new, score)
+
+
+@pytest.mark.parametrize("trial", range(150))
+def test_decision_points_come_where_the_official_rule_puts_them(trial):
+    trace, official = scripted_trace(trial)
+    assert decisions(trace) == official
+
+
+@pytest.mark.parametrize("decode_chunk", [3, 8])
+@pytest.mark.parametrize("trial", range(40))
+def test_a_chunked_decode_decides_at_the_same_tokens(trial, decode_chunk):
+    """Chunks of decode steps stop before a decision point: the same decisions, and the same events, as a
+    decode that checks after every token (the final result differs in its timings only)."""
+    trace, official = scripted_trace(trial, decode_chunk)
+    assert decisions(trace) == official
+    plain, _ = scripted_trace(trial)
+    assert trace[:-1] == plain[:-1]
+    assert trace[-1].result.candidates == plain[-1].result.candidates
 
 
 # -- a replay equals a real run, on the real model ---------------------------------------------------
