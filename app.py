@@ -324,10 +324,6 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
 }
 SHOWN = (*VIEWS, "status", "live_plot")  # what showing a comparison updates
-# The views drawn from the counterfactual prefix rewards (and what saves them), which a run scores after
-# both methods are done: drawn again when they arrive (ComparisonDone).
-PREFIX_VIEWS = ("comparison", "tradeoff_plot", "correlations", "signals_summary", "signals_plot",
-                "signals_candidates", "download")
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
 IDLE = {"running": None, "stop_btn": gr.Button(visible=False)}  # what a run leaves when it ends
 
@@ -431,10 +427,10 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
                          tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
                 yield {**show(Shown(event.comparison, "your run", kind), f"{ready} · {tracker.status()}"),
                        "model_status": models_status()}
-            elif isinstance(event, ComparisonDone):
+            elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones: an update
+                # of those alone left Gradio's candidates table blank in the browser
                 shown = Shown(event.comparison, "your run", kind)
-                yield {**{name: VIEWS[name](shown) for name in PREFIX_VIEWS},
-                       "status": f"{ready}; every view ready after {tracker.elapsed:.1f} s", **IDLE}
+                yield {**show(shown, f"{ready}; every view ready after {tracker.elapsed:.1f} s"), **IDLE}
             elif isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S:
                 last_status = tracker.elapsed
                 update = {"status": f"{ready} · {tracker.status()}" if ready else tracker.status()}

@@ -103,8 +103,8 @@ def screenshots(page, folder: Path) -> list[Path]:
     shot("live.png", "#live-plot")
     tab("Partial vs final reward")
     shot("scatter.png", "#scatter")
-    tab("Candidates")  # with the last pruned candidate the table has drawn selected
-    page.locator("#candidates-table [role=gridcell]", has_text="pruned in round").last.click()
+    tab("Candidates")  # with the first pruned candidate the table has drawn selected
+    page.locator("#candidates-table [role=gridcell]", has_text="pruned in round").first.click()
     page.keyboard.press("Escape")  # close the cell menu the click opened
     page.locator("#candidate-detail .sbon-generated").wait_for()
     shot("candidates.png", "#candidates-tab")

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
-from sbon.algorithms import best_of_n, speculative_rejection
+from sbon.algorithms import events, speculative_rejection
+from sbon.config import RunConfig
 from sbon.engine import Generator, SamplingConfig
 from sbon.rewards import CallableReward, RewardModel
 
@@ -49,9 +50,12 @@ def hf_generate(gen: Generator, prompt_ids: Sequence[int], n: int, max_new_token
             "rows_x_steps": int(new.shape[0] * new.shape[1])}
 
 
-def ours(gen: Generator, text: str, n: int, max_new_tokens: int, sampling: SamplingConfig, seed: int) -> dict[str, Any]:
+def ours(gen: Generator, text: str, n: int, max_new_tokens: int, sampling: SamplingConfig, seed: int,
+         decode_chunk: int = 1) -> dict[str, Any]:
+    config = RunConfig.build(sampling, method="bon", n=n, max_new_tokens=max_new_tokens, seed=seed,
+                             decode_chunk=decode_chunk)
     start = time.perf_counter()
-    r = common.timed_run(best_of_n(gen, NO_REWARD, text, n, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed))
+    r = common.timed_run(events(gen, NO_REWARD, text, config))
     elapsed = time.perf_counter() - start
     return {"time": elapsed, "tokens": r.total_tokens, "steps": max(c.tokens_generated for c in r.candidates),
             "rows_x_steps": r.total_tokens, "timings": r.timings}
@@ -59,7 +63,7 @@ def ours(gen: Generator, text: str, n: int, max_new_tokens: int, sampling: Sampl
 
 def run_engine(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, n: int = 32, max_new_tokens: int = 256,
                sampling: SamplingConfig | None = None, seed: int = 0, reward_share: bool = True,
-               quiet: bool = False) -> dict[str, Any]:
+               quiet: bool = False, decode_chunk: int = 1) -> dict[str, Any]:
     sampling = sampling or SamplingConfig()
     from transformers.utils import logging as tf_logging
 
@@ -76,7 +80,7 @@ def run_engine(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
         for who in order:
             bar.set_description(f"engine prompt {p['id']} {who}")
             with common.PeakRSS(gen.device) as mem:
-                m = (ours(gen, text, n, max_new_tokens, sampling, seed) if who == "ours"
+                m = (ours(gen, text, n, max_new_tokens, sampling, seed, decode_chunk) if who == "ours"
                      else hf_generate(gen, prompt_ids, n, max_new_tokens, sampling, seed))
             row.update({f"{who}_time": m["time"], f"{who}_tokens": m["tokens"], f"{who}_steps": m["steps"],
                         f"{who}_rows_x_steps": m["rows_x_steps"], f"{who}_tok_per_s": m["tokens"] / m["time"],

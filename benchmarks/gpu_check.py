@@ -53,6 +53,7 @@ class Sizes:
     engine_tokens: int = 256
     engine_prompts: int = 2
     dtypes: tuple[str, ...] = ("float32", "bfloat16")  # the engine part's dtypes
+    engine_chunks: tuple[int, ...] = (1, 8)  # our engine's decode_chunk: 8 checks for finished rows once per 8 tokens
     coupling_dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
     coupling_n: int = 32
     coupling_tokens: int = 128
@@ -218,15 +219,16 @@ def part_engine(ctx: Context) -> dict[str, Any]:
     for dtype in ctx.sizes.dtypes:
         gen = ctx.generator(dtype)
         for n in ctx.sizes.engine_n:
-            result = run_engine(gen, NO_REWARD, ctx.prompts[:ctx.sizes.engine_prompts], n=n,
-                                max_new_tokens=ctx.sizes.engine_tokens, sampling=ctx.sampling, seed=ctx.args.seed,
-                                reward_share=False, quiet=ctx.args.quiet)
-            s = result["summary"]
-            runs.append({"dtype": dtype, "n": n, "ours_tok_per_s": s["ours_tok_per_s"], "hf_tok_per_s": s["hf_tok_per_s"],
-                         "ratio": s["tok_per_s_ratio_pooled"], "hf_padding_waste": s["hf_padding_waste"],
-                         "rows": result["rows"]})
-            print(f"engine {dtype} N={n}: ours {s['ours_tok_per_s']:.0f} tok/s, generate {s['hf_tok_per_s']:.0f} tok/s "
-                  f"(ratio {s['tok_per_s_ratio_pooled']:.2f})")
+            for chunk in ctx.sizes.engine_chunks:
+                result = run_engine(gen, NO_REWARD, ctx.prompts[:ctx.sizes.engine_prompts], n=n,
+                                    max_new_tokens=ctx.sizes.engine_tokens, sampling=ctx.sampling, seed=ctx.args.seed,
+                                    reward_share=False, quiet=ctx.args.quiet, decode_chunk=chunk)
+                s = result["summary"]
+                runs.append({"dtype": dtype, "n": n, "decode_chunk": chunk, "ours_tok_per_s": s["ours_tok_per_s"],
+                             "hf_tok_per_s": s["hf_tok_per_s"], "ratio": s["tok_per_s_ratio_pooled"],
+                             "hf_padding_waste": s["hf_padding_waste"], "rows": result["rows"]})
+                print(f"engine {dtype} N={n} decode_chunk={chunk}: ours {s['ours_tok_per_s']:.0f} tok/s, generate "
+                      f"{s['hf_tok_per_s']:.0f} tok/s (ratio {s['tok_per_s_ratio_pooled']:.2f})")
         del gen
     return {"tokens": ctx.sizes.engine_tokens, "runs": runs}
 

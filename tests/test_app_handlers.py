@@ -208,7 +208,7 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert "Best-of-N returned candidate" in shown["bon_text"].label
 
     last = updates[-1]
-    assert set(app.PREFIX_VIEWS) <= set(last) and "every view ready after" in last["status"]
+    assert set(app.SHOWN) <= set(last) and "every view ready after" in last["status"]
     assert last["comparison"].partials and last["running"] is None and last["stop_btn"].visible is False
     assert last["tradeoff_plot"].data  # the curves, now that the prefixes are scored
     assert last["comparison"].metrics == shown["comparison"].metrics

@@ -234,3 +234,21 @@ def test_ifeval_runs_every_method_and_checks_each_answer(tmp_path):
 
 def test_ifeval_refuses_another_reward():
     assert main(["ifeval", "--reward", "likelihood", "--k", "1"]) == 2
+
+
+def test_step_times_every_format_with_both_attentions_and_reports_the_ratios(tmp_path):
+    """`python -m benchmarks step`, tiny: every (format, attention) column is timed, the ratios name the
+    fp32 + SDPA baseline, and the divergence check finds the padded formats exact."""
+    from benchmarks import step
+
+    assert main(["step", "--rows", "1", "3", "--formats", "fp32", "bf16", "--steps", "1", "--warm-steps", "1",
+                 "--repeats", "1", "--threads", "1", "--no-llama-cpp", "--divergence-n", "4", "--divergence-split", "3",
+                 "--divergence-tokens", "6", "--divergence-prompts", "1", "--out-dir", str(tmp_path), "--quiet"]) == 0
+    saved = json.loads((tmp_path / "step.json").read_text())
+    columns = {(r["format"], r["rows"]) for r in saved["table"]}
+    assert columns == {(f"{fmt} {attn}", rows) for fmt in ("fp32", "bf16") for attn in ("decode-attn", "sdpa")
+                       for rows in (1, 3)}
+    assert all(r["ms_per_step"] > 0 for r in saved["table"])
+    assert {name: d["rate"] for name, d in saved["divergence"].items()} == {"fp32": 0.0, "bf16": 0.0}
+    lines = step.speedups(saved["table"], rows=3)
+    assert len(lines) == 4 and all(step.BASELINE in line for line in lines)

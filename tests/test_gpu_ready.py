@@ -310,7 +310,8 @@ def test_gpu_check_tiny_runs_every_part_and_writes_its_results(tmp_path):
     files = {p.name for p in tmp_path.iterdir()}
     assert files == {"engine.json", "coupling.json", "paper-scale.json", "vllm.json", "summary.json"}
     engine = json.loads((tmp_path / "engine.json").read_text())
-    assert {(r["dtype"], r["n"]) for r in engine["runs"]} == {("float32", 4), ("bfloat16", 4)}
+    assert {(r["dtype"], r["n"], r["decode_chunk"]) for r in engine["runs"]} == {
+        (dtype, 4, chunk) for dtype in ("float32", "bfloat16") for chunk in (1, 8)}
     coupling = json.loads((tmp_path / "coupling.json").read_text())["by_dtype"]
     assert coupling["float32"]["survivor_divergence_rate"] == 0 and coupling["float32"]["survivors"] > 0
     paper = json.loads((tmp_path / "paper-scale.json").read_text())
