@@ -68,7 +68,7 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 def link(results_dir: Path, path: Path) -> str:
-    """A markdown link to a result file, relative to the docs/ folder (every generated table lives in docs/)."""
+    """A markdown link to a result file, relative to the docs/ folder (`render` moves it for a page elsewhere)."""
     rel = path.relative_to(results_dir)
     return f"[`{path.name}`](../benchmarks/results/{rel.as_posix()})"
 
@@ -260,11 +260,11 @@ def span(clicks: Sequence[dict], key: str) -> str:
     return f"{vals[0]:.1f} s" if len(vals) == 1 else f"{vals[0]:.1f}–{vals[-1]:.1f} s"
 
 
-def app_timing(results_dir: Path, folder: str) -> str:
+def app_timing(results_dir: Path, folder: str, only: str | None = None) -> str:
     """`python -m benchmarks app`: seconds from a click on Run to the first decision point drawn and to the final
     frame, one row per result file (and, with `--fresh-cache`, the start-up)."""
     rows = []
-    for path in sorted((results_dir / MACHINE / folder).glob("*.json")):
+    for path in sorted((results_dir / MACHINE / folder).glob(only or "*.json")):
         d = json.loads(path.read_text())
         st, up = d["settings"], d.get("startup", {})
         setting = ", ".join(f"{k}={st[k]}" for k in ("n", "alpha", "max_new_tokens") if st.get(k) is not None)
@@ -504,6 +504,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "signal-cost": signal_cost,
     "app": partial(app_timing, folder="app"),
+    "app-latest": partial(app_timing, folder="app", only="app_page_defaults_bf16.json"),
     "step": step,
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
@@ -531,11 +532,13 @@ def doc_files(root: Path = REPO) -> list[Path]:
     return sorted({p for pattern in DOC_FILES for p in root.glob(pattern)})
 
 
-def render(name: str, results_dir: Path) -> str:
-    """A table's text between its markers (ending in a newline, so the closing marker keeps its own line)."""
+def render(name: str, results_dir: Path, doc: Path | None = None) -> str:
+    """A table's text between its markers (ending in a newline, so the closing marker keeps its own line),
+    its links made relative to ``doc``'s folder (tables link from docs/; the README is one folder up)."""
     if name not in TABLES:
         raise KeyError(name)
-    return TABLES[name](results_dir).rstrip("\n") + "\n"
+    text = TABLES[name](results_dir).rstrip("\n") + "\n"
+    return text.replace("](../", "](") if doc is not None and doc.parent.name != "docs" else text
 
 
 def blocks(docs: Sequence[Path], results_dir: Path) -> list[Block]:
@@ -547,14 +550,14 @@ def blocks(docs: Sequence[Path], results_dir: Path) -> list[Block]:
                 from sbon.errors import SBoNError  # here only: importing sbon loads torch, which a check never needs
 
                 raise SBoNError(f"{doc.name}: unknown report table '{m['name']}' (known: {', '.join(TABLES)})")
-            found.append(Block(doc, m["name"], m["body"], render(m["name"], results_dir)))
+            found.append(Block(doc, m["name"], m["body"], render(m["name"], results_dir, doc)))
     return found
 
 
 def rewrite(doc: Path, results_dir: Path) -> bool:
     """Rewrite one doc's marked blocks; True when its text changed."""
     text = doc.read_text()
-    new = MARKER.sub(lambda m: m[1] + render(m["name"], results_dir) + m[4], text)
+    new = MARKER.sub(lambda m: m[1] + render(m["name"], results_dir, doc) + m[4], text)
     if new != text:
         doc.write_text(new)
     return new != text
