@@ -32,7 +32,6 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from sbon.attention import NAME as DECODE_ATTENTION
 from sbon.engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
@@ -128,16 +127,16 @@ def engine_step_ms(gen: Generator, prefix: Prefix, rows: int, s: StepSettings, s
 
 @torch.inference_mode()
 def linear_ms(gen: Generator, rows: int, reps: int = 3) -> float | None:
-    """Milliseconds for one step's Linear layers alone (the model's own weights, `rows` rows);
+    """Milliseconds for one step's Linear layers alone (the model's own layers, `rows` rows);
     None for formats whose Linear layers are not plain ones."""
     linears = [m for m in gen.model.modules() if type(m) is torch.nn.Linear]
     if not linears or any(isinstance(m, QUANTIZED_LINEAR) for m in gen.model.modules()):
         return None
     inputs = [torch.randn(rows, m.in_features, dtype=m.weight.dtype, device=m.weight.device) for m in linears]
 
-    def all_linears() -> None:
+    def all_linears() -> None:  # each layer's own forward: prepacked and padded as the format makes it
         for m, x in zip(linears, inputs):
-            F.linear(x, m.weight)
+            m(x)
 
     all_linears()
     return median_ms(all_linears, reps)

@@ -145,3 +145,21 @@ def test_decode_attention_matches_sdpa_and_leaves_the_prefill_to_it(gen):
     assert torch.equal(logits[NAME][0], logits["sdpa"][0])
     for ours, theirs in zip(logits[NAME][1:], logits["sdpa"][1:]):
         assert ours.shape == theirs.shape and torch.allclose(ours, theirs, atol=1e-3, rtol=0)
+
+
+def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
+    """bf16 Linear layers on a CPU run with their weight prepacked once (sbon.engine.prepack_linears): the
+    same kernel on the same numbers as `F.linear`, so every layer's output is the same bits, at any row count."""
+    import torch.nn.functional as F
+
+    linears = [m for m in gen_bf16.model.modules() if isinstance(m, torch.nn.Linear)]
+    def inner(m):  # the forward the padding wraps
+        cells = dict(zip(m.forward.__code__.co_freevars, (c.cell_contents for c in m.forward.__closure__)))
+        return cells["forward"]
+    assert linears and all(inner(m).__name__ == "prepacked_forward" for m in linears)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for m in (linears[0], linears[5], linears[-1]):  # attention, MLP and the LM head
+            x = torch.randn(16, 1, m.in_features, dtype=torch.bfloat16)
+            for rows in (1, 2, 5, 16):
+                assert torch.equal(m(x[:rows]), F.linear(x[:rows], m.weight))
