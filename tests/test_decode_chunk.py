@@ -14,6 +14,7 @@ from sbon.analysis.signal_matrix import signal_scores
 from sbon.cli import build_parser, run_config
 from sbon.engine import coupled_uniforms, sample
 from sbon.errors import SBoNError
+from sbon.models import load_generator
 from sbon.rewards import CallableReward
 from sbon.signals import PruningSignal
 
@@ -27,6 +28,14 @@ METHODS = {
     "sbon": dict(method="sbon", alpha=0.2, first_decision=3, prune_by="consistency"),
     "sbon-tau": dict(method="sbon-tau", alpha=0.5, tau=5),
 }
+
+
+@pytest.fixture(scope="module")
+def gen():
+    """bf16 (the CPU default where bfloat16 matmuls are fast): a row's logits do not depend on its batch at any
+    thread count, which is what makes a chunked run -- finished rows stay in the batch until the chunk ends --
+    the same run. float32 is so on one thread only (sbon.engine.WEIGHT_FORMATS), and the suite runs on all cores."""
+    return load_generator("smollm2-135m", device="cpu", weights="bf16")
 
 
 class Recorder(PruningSignal):

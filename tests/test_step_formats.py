@@ -163,3 +163,30 @@ def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
             x = torch.randn(16, 1, m.in_features, dtype=torch.bfloat16)
             for rows in (1, 2, 5, 16):
                 assert torch.equal(m(x[:rows]), F.linear(x[:rows], m.weight))
+
+
+def test_the_nucleus_widens_row_by_row_and_matches_a_full_sort():
+    """Top-p looks among the 64, then 1024 most likely tokens, then the sorted vocabulary (NUCLEUS_WIDTHS),
+    each row on its own: the token is the one a full sort gives, and a flat row next to peaked ones gets
+    the token it gets alone."""
+    from sbon.engine import NUCLEUS_WIDTHS
+
+    def full_sort(logits, uniforms, cfg):
+        probs, order = torch.softmax(logits.float() / cfg.temperature, -1).sort(-1, descending=True)
+        probs = probs.masked_fill(probs.cumsum(-1) - probs >= cfg.top_p, 0)
+        cdf = probs.double().cumsum(-1)
+        picked = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True)
+        return order.gather(-1, picked).squeeze(-1)
+
+    torch.manual_seed(0)
+    cfg = SamplingConfig(temperature=0.8, top_p=0.95)
+    scales = torch.tensor([20.0, 3.5, 1.0, 0.05])  # nucleus in the top 64, in the top 1024, wider, near-uniform
+    logits = torch.randn(4, 49152) * scales[:, None]
+    uniforms = torch.rand(4, dtype=torch.float64)
+    probs = torch.softmax(logits / cfg.temperature, -1).sort(-1, descending=True).values.cumsum(-1)
+    widths = (probs < cfg.top_p).sum(-1) + 1  # tokens in each row's nucleus
+    assert widths[0] <= NUCLEUS_WIDTHS[0] < widths[1] <= NUCLEUS_WIDTHS[1] < widths[2]
+    picked = sample(logits, uniforms, cfg)
+    assert torch.equal(picked, full_sort(logits, uniforms, cfg))
+    for i in range(4):
+        assert torch.equal(sample(logits[i:i + 1], uniforms[i:i + 1], cfg), picked[i:i + 1])
