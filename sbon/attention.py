@@ -37,7 +37,10 @@ def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                                       **kwargs)
     kv_heads = key.shape[1]
     grouped = query.view(rows, kv_heads, heads // kv_heads, dim)  # query heads that share one KV head
-    scores = torch.matmul(grouped, key.transpose(-1, -2)) * (dim ** -0.5 if scaling is None else scaling)
+    # keys @ query^T, transposed: the same numbers as query @ keys^T, but the cache's rows (a view into a
+    # longer buffer) are read in place, where the other order copies them first
+    scores = torch.matmul(key, grouped.transpose(-1, -2)).transpose(-1, -2) * (dim ** -0.5 if scaling is None
+                                                                              else scaling)
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
     out = torch.matmul(weights, value)  # (rows, kv_heads, group, d)
     return out.reshape(rows, heads, 1, dim).transpose(1, 2), None
