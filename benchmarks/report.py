@@ -257,7 +257,8 @@ def span(clicks: Sequence[dict], key: str) -> str:
     vals = sorted(c[key] for c in clicks)
     if not vals:
         return "–"
-    return f"{vals[0]:.1f} s" if len(vals) == 1 else f"{vals[0]:.1f}–{vals[-1]:.1f} s"
+    low, high = f"{vals[0]:.1f}", f"{vals[-1]:.1f}"
+    return f"{low} s" if low == high else f"{low}–{high} s"
 
 
 def app_timing(results_dir: Path, folder: str, only: str | None = None) -> str:
