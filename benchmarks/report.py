@@ -195,14 +195,18 @@ def memory(results_dir: Path) -> str:
 
 def engine(results_dir: Path) -> str:
     """Our Best-of-N against `model.generate(num_return_sequences=N)`, and reward scoring's share of SR's time."""
-    path = results_dir / MACHINE / "engine" / "engine.json"
-    d = json.loads(path.read_text())
-    s, st = d["summary"], d["settings"]
-    rows = [[link(results_dir, path), f"{st['k']} prompts, N={st['n']}, {st['max_new_tokens']}",
-             num(s["ours_tok_per_s"]), num(s["hf_tok_per_s"]),
-             f"{mean_median(s['tok_per_s_ratio'], 2, times)} ({times(s['tok_per_s_ratio_pooled'])} over all tokens)",
-             pct(s["hf_padding_waste"]), mean_median(s["peak_mem_ratio"], 2), pct(s["sbon_reward_share"]["mean"], 1)]]
-    return markdown_table(["file", "setting", "our tokens/s", "`generate` tokens/s", "ratio (mean / median)",
+    rows = []
+    for name in ("engine.json", "engine_bf16_default.json"):  # float32 with SDPA; the CPU default since issue #23
+        path = results_dir / MACHINE / "engine" / name
+        d = json.loads(path.read_text())
+        s, st = d["summary"], d["settings"]
+        rows.append([link(results_dir, path), f"{st['k']} prompts, N={st['n']}, {st['max_new_tokens']}, "
+                     f"{d['environment'].get('git_commit', '?')}", load_avg(d["environment"]),
+                     num(s["ours_tok_per_s"]), num(s["hf_tok_per_s"]),
+                     f"{mean_median(s['tok_per_s_ratio'], 2, times)} ({times(s['tok_per_s_ratio_pooled'])} over all tokens)",
+                     pct(s["hf_padding_waste"]), mean_median(s["peak_mem_ratio"], 2),
+                     pct(s["sbon_reward_share"]["mean"], 1)])
+    return markdown_table(["file", "setting, commit", "load average", "our tokens/s", "`generate` tokens/s", "ratio (mean / median)",
                            "`generate`'s padding", "peak memory ours / `generate`'s",
                            "reward scoring share of SR's time"], rows)
 
