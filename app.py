@@ -454,7 +454,10 @@ def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
 
 
 def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
-    return {"status": "Stopped: the views still show the previous run", **IDLE, **restored(comp, origin)}
+    scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
+    status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
+              "stay empty" if scoring else "Stopped: the views still show the previous run")
+    return {"status": status, **IDLE, **restored(comp, origin)}
 
 
 def on_new_seed(seed: Any) -> int:

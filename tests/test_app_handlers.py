@@ -212,3 +212,14 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert last["comparison"].partials and last["running"] is None and last["stop_btn"].visible is False
     assert last["tradeoff_plot"].data  # the curves, now that the prefixes are scored
     assert last["comparison"].metrics == shown["comparison"].metrics
+
+
+def test_stop_says_what_the_views_show(app):
+    import dataclasses
+
+    recorded = app.show_recorded("curves")["comparison"]
+    before = app.on_stop(recorded, "the recorded run")
+    assert before["status"] == "Stopped: the views still show the previous run" and before["running"] is None
+    ready = dataclasses.replace(recorded, partials={})  # a run stopped after its final frame, before its prefixes
+    during = app.on_stop(ready, "your run")
+    assert "Trade-off and Pruning-signals views of this run stay empty" in during["status"]
