@@ -28,7 +28,8 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import ModelCache, configure_threads, convert_in_background, hub_fetches, sources
+from components.model_cache import (ModelCache, configure_threads, convert_in_background, hub_fetches, on_one_thread,
+                                    sources)
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -227,7 +228,7 @@ def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method,
         GENERATING[0] += 1
         try:
             MODELS.load_async(settings.generator, settings.reward).result()
-            for event in comparison_on_gpu(settings):
+            for event in on_one_thread(comparison_on_gpu(settings)):
                 if isinstance(event, ComparisonDone):
                     return event.comparison.to_json()
         finally:
@@ -409,7 +410,7 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
         last_status, ready, answer = 0.0, None, ""
-        for event in comparison_on_gpu(settings):
+        for event in on_one_thread(comparison_on_gpu(settings)):
             if tracker.update(event):  # a decision point: one new frame
                 yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
                        "live_plot": round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",

@@ -457,3 +457,30 @@ def test_a_reward_that_explains_itself_counts_what_each_answer_passes(comparison
     assert text.startswith("Best-of-N's answer passes **") and "Speculative Rejection's answer passes **" in text
     assert "of 2**" in text
     assert tables.answers_checked(comparison, object()) == ""  # a reward that does not explain itself
+
+
+def test_a_run_s_events_are_computed_on_one_thread_and_closing_closes_the_run():
+    """Gradio advances a generator from any thread of its pool; torch's CPU thread team belongs to the thread
+    that calls torch, so every run's events are computed on the one run thread (components.model_cache)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from components.model_cache import on_one_thread
+
+    seen, closed = [], []
+
+    def run():
+        try:
+            for i in range(6):
+                seen.append(threading.current_thread().name)
+                yield i
+        finally:
+            closed.append(threading.current_thread().name)
+
+    events = on_one_thread(run())
+    with ThreadPoolExecutor(4) as pool:  # as Gradio does: each item asked for from some pool thread
+        got = [pool.submit(next, events).result() for _ in range(4)]
+    events.close()
+    assert got == [0, 1, 2, 3] and len(set(seen)) == 1 and seen[0].startswith("sbon-run")
+    assert closed == seen[:1]  # the run was closed, on its own thread
+    assert list(on_one_thread(iter([1, 2]))) == [1, 2]
