@@ -50,23 +50,24 @@ def configure_threads() -> int:
     return torch.get_num_threads()
 
 
-# One thread that advances every run's events. torch's CPU threads (an OpenMP team) belong to the thread
-# that calls into torch; Gradio advances a generator from whichever thread of its pool is free, so a run
-# driven by Gradio directly grows a team per pool thread, and the idle teams' spinning threads take cores
-# from the working one: the page defaults' runs took about a third longer (python -m benchmarks app).
-_RUN_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-run")
+# The one thread that calls torch: it loads the models and computes every run's events. torch's CPU threads
+# (an OpenMP team) belong to the thread that calls into torch, and once a second thread has called it, the
+# one that decodes runs markedly slower on two cores (the idle team's threads still take their share). Gradio
+# advances a run's generator from whichever thread of its pool is free, and loads ran on a thread of their
+# own: so both go here.
+TORCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-torch")
 _END = object()
 
 
 def on_one_thread(events: Iterator[T]) -> Iterator[T]:
-    """The items of ``events``, each computed on the one run thread; closing this closes ``events``."""
+    """The items of ``events``, each computed on TORCH_THREAD; closing this closes ``events`` there."""
     try:
-        while (item := _RUN_THREAD.submit(next, events, _END).result()) is not _END:
+        while (item := TORCH_THREAD.submit(next, events, _END).result()) is not _END:
             yield item
     finally:
         close = getattr(events, "close", None)
         if close is not None:
-            _RUN_THREAD.submit(close).result()
+            TORCH_THREAD.submit(close).result()
 
 
 # -- where the models come from ---------------------------------------------------------------------
@@ -143,7 +144,7 @@ class ModelCache:
         self._generators: OrderedDict[tuple, Generator] = OrderedDict()
         self._rewards: OrderedDict[tuple, RewardModel] = OrderedDict()
         self._lock = threading.Lock()  # two sessions asking for the same model load it once
-        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-load")
+        self._loader = TORCH_THREAD  # loads, one at a time, on the thread that runs (see TORCH_THREAD)
         self._jobs: dict[tuple[str, str], Future] = {}
         self._jobs_lock = threading.Lock()  # not self._lock, which a load holds for seconds
         self._step = ""  # what the running load is doing, for the status line

@@ -461,7 +461,7 @@ def test_a_reward_that_explains_itself_counts_what_each_answer_passes(comparison
 
 def test_a_run_s_events_are_computed_on_one_thread_and_closing_closes_the_run():
     """Gradio advances a generator from any thread of its pool; torch's CPU thread team belongs to the thread
-    that calls torch, so every run's events are computed on the one run thread (components.model_cache)."""
+    that calls torch, so every run's events are computed on the one torch thread (components.model_cache)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -481,6 +481,6 @@ def test_a_run_s_events_are_computed_on_one_thread_and_closing_closes_the_run():
     with ThreadPoolExecutor(4) as pool:  # as Gradio does: each item asked for from some pool thread
         got = [pool.submit(next, events).result() for _ in range(4)]
     events.close()
-    assert got == [0, 1, 2, 3] and len(set(seen)) == 1 and seen[0].startswith("sbon-run")
+    assert got == [0, 1, 2, 3] and len(set(seen)) == 1 and seen[0].startswith("sbon-torch")
     assert closed == seen[:1]  # the run was closed, on its own thread
     assert list(on_one_thread(iter([1, 2]))) == [1, 2]
