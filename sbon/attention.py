@@ -50,10 +50,12 @@ AttentionInterface.register(NAME, decode_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # masks are built as for sdpa (None for a plain step)
 
 
-def use_decode_attention(model: torch.nn.Module) -> torch.nn.Module:
-    """Switch a CPU model from SDPA to :func:`decode_attention`; other devices and models whose
-    attention is not SDPA (eager-only architectures, flash attention) are left as they are."""
+def use_decode_attention(model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
+    """Switch a model bound for the CPU (``device``, default: where its weights are) from SDPA to
+    :func:`decode_attention`; other devices and models whose attention is not SDPA (eager-only
+    architectures, flash attention) are left as they are."""
     config = getattr(model, "config", None)
-    if next(model.parameters()).device.type == "cpu" and getattr(config, "_attn_implementation", None) == "sdpa":
+    on_cpu = (device or next(model.parameters()).device).type == "cpu"
+    if on_cpu and getattr(config, "_attn_implementation", None) == "sdpa":
         model.set_attn_implementation(NAME)
     return model

@@ -184,8 +184,8 @@ def _prepacked(module: torch.nn.Linear, plain: Callable[[torch.Tensor], torch.Te
     packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), 16)  # 16: a typical row count
 
     def prepacked_forward(x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad):
-            return plain(x)  # the prepacked call has no gradient
+        if x.device.type != "cpu" or (torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad)):
+            return plain(x)  # moved off the CPU since, or needs a gradient (the prepacked call has none)
         return torch.ops.mkldnn._linear_pointwise(x, packed, module.bias, "none", [], "")
     return prepacked_forward
 
@@ -229,11 +229,17 @@ class WeightFormat:
         default=_unchanged, metadata={"help": "applied to the loaded model (on its device)"})
     min_rows: int = field(default=1, metadata={"help": "on the CPU, Linear layers compute at least this many "
                                                        "rows (see pad_linear_rows)"})
+    prepack: bool = field(default=False, metadata={"help": "on the CPU, Linear weights are prepacked for oneDNN "
+                                                           "once (see prepack_linears)"})
 
-    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The loaded model in this format; GPU models are left unpadded (their kernels are not these)."""
+    def prepare(self, model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
+        """The loaded model in this format for ``device`` (default: where its weights are); GPU models are left
+        unpacked and unpadded (their kernels are not these). The device is the one asked for, since on a ZeroGPU
+        Space the weights of a model bound for the GPU stay in CPU memory until a GPU worker takes them."""
         model = self.convert(model)
-        on_cpu = next(model.parameters()).device.type == "cpu"
+        on_cpu = (device or next(model.parameters()).device).type == "cpu"
+        if on_cpu and self.prepack:
+            model = prepack_linears(model)
         return pad_linear_rows(model, self.min_rows) if on_cpu and self.min_rows > 1 else model
 
 
@@ -245,7 +251,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "bf16": WeightFormat("bfloat16 weights and activations (the default on a GPU and on a CPU with bfloat16 "
                          "matmuls, sbon.models.default_weights): half the weight traffic, and on "
                          "the CPU its matmuls give each row the same bits at any batch size of two rows or more",
-                         torch.bfloat16, batch_invariant=True, convert=prepack_linears, min_rows=2),
+                         torch.bfloat16, batch_invariant=True, min_rows=2, prepack=True),
     "int8": WeightFormat("int8 Linear weights, activations quantized per batch (torch dynamic quantization, CPU "
                          "only): a quarter of the weight traffic; a row's tokens depend on its batch",
                          torch.float32, convert=_int8_dynamic),

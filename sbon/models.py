@@ -260,8 +260,8 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
                             f"reachable ({type(e).__name__})") from None
         raise _hub_error(name, e, "generator") from None
     if fmt:
-        model = fmt.prepare(model)
-    return Generator(use_decode_attention(model), tokenizer, name=name, weights=weights)
+        model = fmt.prepare(model, device)
+    return Generator(use_decode_attention(model, device), tokenizer, name=name, weights=weights)
 
 
 def default_weights(device: torch.device) -> str:

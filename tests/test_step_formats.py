@@ -190,3 +190,21 @@ def test_the_nucleus_widens_row_by_row_and_matches_a_full_sort():
     assert torch.equal(picked, full_sort(logits, uniforms, cfg))
     for i in range(4):
         assert torch.equal(sample(logits[i:i + 1], uniforms[i:i + 1], cfg), picked[i:i + 1])
+
+
+def test_a_model_bound_for_a_gpu_is_neither_prepacked_nor_given_the_cpu_attention():
+    """On a ZeroGPU Space the weights of a model bound for the GPU stay in CPU memory at load time: what the
+    format does follows the device asked for, not where the weights are now."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from sbon.attention import NAME, use_decode_attention
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=128)
+    config._attn_implementation = "sdpa"
+    for device, packed in ((torch.device("cuda"), False), (torch.device("cpu"), True)):
+        model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
+        model = use_decode_attention(WEIGHT_FORMATS["bf16"].prepare(model, device), device)
+        layer = model.model.layers[0].self_attn.q_proj
+        assert ("forward" in vars(layer)) == packed  # the instance's own forward: prepacked and padded
+        assert (model.config._attn_implementation == NAME) == packed
