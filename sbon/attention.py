@@ -2,8 +2,8 @@
 
 Why: in a decode step each row attends with a single query to its own cached keys. torch's SDPA
 kernel for the CPU is built for long queries; at one query and a few hundred keys its set-up costs
-more than the arithmetic (a third of a bfloat16 step of SmolLM2-135M at 16 rows on two cores,
-measured by `python -m benchmarks step`). Two batched matmuls and a softmax do the same work, and
+more than the arithmetic (`python -m benchmarks step` times the step with each attention:
+benchmarks/results/*/step). Two batched matmuls and a softmax do the same work, and
 grouped-query heads are folded into the query instead of repeating the keys, so no KV copy is made.
 
 Registered with `transformers`' AttentionInterface as ``sbon_decode``; anything that is not a plain

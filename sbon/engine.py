@@ -166,8 +166,8 @@ def prepack_linears(model: torch.nn.Module) -> torch.nn.Module:
     """On a CPU, give every bfloat16 Linear layer its weight in oneDNN's blocked layout, made once.
 
     Why: `F.linear` on bfloat16 weights reorders the weight into that layout at every call, which costs
-    more than the matmul at decoding's few rows (the LM head of SmolLM2-135M: 3.8 ms a call at two rows,
-    0.9 ms prepacked; `python -m benchmarks step`). The prepacked call runs the same kernel on the same
+    more than the matmul itself at decoding's few rows (`python -m benchmarks step` times the decode step
+    with it: benchmarks/results/*/step). The prepacked call runs the same kernel on the same
     numbers: the outputs are the same bits (tests/test_step_formats.py). The weight itself stays (tied
     embeddings and anything reading ``.weight`` see it unchanged), so the layers' memory doubles. Layers
     whose inputs need gradients keep the plain call; elsewhere, and without oneDNN, nothing changes."""
