@@ -235,10 +235,10 @@ def early_answer(run: RunResult, excerpt: int = 400) -> str:
     """Markdown: what Speculative Rejection returned, shown under the race while Best-of-N still runs."""
     best = run.best
     text = best.text if len(best.text) <= excerpt else best.text[:excerpt].rsplit(" ", 1)[0] + " …"
-    tokens = sum(c.tokens_generated for c in run.candidates)
+    tokens, points = sum(c.tokens_generated for c in run.candidates), len(run.decision_points)
     return (f"**Speculative Rejection answered after {run.wall_time:.1f} s** with candidate {best.id} "
-            f"(final reward {best.final_reward:.3f}), {tokens} tokens generated over "
-            f"{len(run.decision_points)} decision points; Best-of-N's answer and the comparison follow.\n\n"
+            f"(final reward {best.final_reward:.3f}), {tokens} tokens generated over {points} decision "
+            f"point{'' if points == 1 else 's'}; Best-of-N's answer and the comparison follow.\n\n"
             + "\n".join(f"> {line}" if line.strip() else ">" for line in html.escape(text).splitlines()))
 
 
