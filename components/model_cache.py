@@ -66,7 +66,9 @@ def on_one_thread(events: Iterator[T]) -> Iterator[T]:
             yield item
     finally:
         close = getattr(events, "close", None)
-        if close is not None:
+        if close is not None and threading.current_thread().name.startswith("sbon-torch"):
+            close()  # finalized on the torch thread itself (a garbage collection there): waiting would deadlock
+        elif close is not None:
             TORCH_THREAD.submit(close).result()
 
 

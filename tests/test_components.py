@@ -484,3 +484,9 @@ def test_a_run_s_events_are_computed_on_one_thread_and_closing_closes_the_run():
     assert got == [0, 1, 2, 3] and len(set(seen)) == 1 and seen[0].startswith("sbon-torch")
     assert closed == seen[:1]  # the run was closed, on its own thread
     assert list(on_one_thread(iter([1, 2]))) == [1, 2]
+
+    from components.model_cache import TORCH_THREAD
+    again = on_one_thread(run())
+    next(again)
+    TORCH_THREAD.submit(again.close).result(timeout=10)  # closed on the torch thread itself: no deadlock
+    assert len(closed) == 2
