@@ -76,3 +76,16 @@ def test_difference_from_length_is_paired_on_the_same_pairs():
     assert d["difference"] == pytest.approx(0.5)
     assert d["se"] > 0
     assert rq.difference_with_se(pairs, [1, -1, 1, -1], [1, -1, 1, -1]) == {"difference": 0.0, "se": 0.0}
+
+
+@pytest.mark.parametrize("command", ["train_reward", "reward_eval", "reward_quality"])
+def test_a_training_command_without_the_preference_data_stops_with_one_line(command, tmp_path):
+    """The preference data is not in the repository: a clone without ../shared (or with an empty --data) is told
+    in one line what is missing, where it comes from and which option takes it."""
+    import importlib
+
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(f"training.{command}").main(["--data", str(tmp_path)])
+    message = str(stop.value)
+    assert "not found there" in message and "--data" in message and "\n" not in message
+    assert "tatsu-lab/alpaca_eval" in message
