@@ -136,8 +136,8 @@ def hub_fetches(generator: str, reward: str) -> list[str]:
 
 class ModelCache:
     """At most ``size`` generators and ``size`` rewards stay loaded (least recently used go first):
-    on a GPU Space two 8B models would not fit beside a third. Loads run one at a time in a
-    background thread (``load_async``), so the page can say what is loading while it waits."""
+    on a GPU Space two 8B models would not fit beside a third. Loads run one at a time on TORCH_THREAD
+    (``load_async``), the thread runs use, so the page can say what is loading while it waits."""
 
     def __init__(self, size: int = 2, load_gen: Callable[..., Generator] = load_generator,
                  load_rew: Callable[..., RewardModel] = load_reward):
@@ -146,7 +146,6 @@ class ModelCache:
         self._generators: OrderedDict[tuple, Generator] = OrderedDict()
         self._rewards: OrderedDict[tuple, RewardModel] = OrderedDict()
         self._lock = threading.Lock()  # two sessions asking for the same model load it once
-        self._loader = TORCH_THREAD  # loads, one at a time, on the thread that runs (see TORCH_THREAD)
         self._jobs: dict[tuple[str, str], Future] = {}
         self._jobs_lock = threading.Lock()  # not self._lock, which a load holds for seconds
         self._step = ""  # what the running load is doing, for the status line
@@ -223,7 +222,7 @@ class ModelCache:
             # A finished load is reused only while its models are still loaded: one that failed, or
             # whose models were evicted since, loads again (and the status line sees them again).
             if job is None or (job.done() and (job.exception() is not None or not self.is_loaded(generator, reward))):
-                job = self._jobs[key] = self._loader.submit(self._get_logged, generator, reward)
+                job = self._jobs[key] = TORCH_THREAD.submit(self._get_logged, generator, reward)  # the run's thread
             return job
 
     def _get_logged(self, generator: str, reward: str) -> tuple[Generator, RewardModel]:
