@@ -752,12 +752,12 @@ def add_parser(sub) -> None:
                    help=f"generator of the engine, coupling and vllm parts ({STAND_IN}: SmolLM2-135M's architecture "
                         "with random weights and its tokenizer, needing no download; or a preset, folder or hub id)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
-                   help="seconds from the command's start: what would not fit is left out before it starts, and "
-                        "the run stops at the limit with what it has")
+                   help="seconds from the check's start (after Python's imports): what would not fit is left out "
+                        "before it starts, and the run stops at the limit with what it has")
     p.add_argument("--device", default=None, help="default: cuda if available")
     p.add_argument("--machine", default=None, help="results folder name (default: from the device, e.g. gpu-h100)")
-    p.add_argument("--out-dir", default=None, help="the folder of the result files (at most 5) "
-                                                   "(default: benchmarks/results/<machine>/gpu-check)")
+    p.add_argument("--out-dir", default=None, help="the folder of the result files, at most 5 "
+                                                   "(None: benchmarks/results/<machine>/gpu-check)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(main=main)

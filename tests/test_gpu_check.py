@@ -39,13 +39,14 @@ repo_packages = set(os.environ["SBON_REPO_PACKAGES"].split(","))
 class Hidden:
     def __init__(self, finder):
         self.finder = finder
+        if hasattr(finder, "find_distributions"):  # importlib.metadata asks only the finders that have it
+            self.find_distributions = lambda *args, **kwargs: (
+                d for d in finder.find_distributions(*args, **kwargs)
+                if (d.metadata["Name"] or "").lower().replace("-", "_") not in hidden)
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in hidden or not hasattr(self.finder, "find_spec"):
             return None
         return self.finder.find_spec(name, path, target)
-    def find_distributions(self, *args, **kwargs):
-        return (d for d in self.finder.find_distributions(*args, **kwargs)
-                if (d.metadata["Name"] or "").lower().replace("-", "_") not in hidden)
     def __getattr__(self, name):
         return getattr(self.finder, name)
 
