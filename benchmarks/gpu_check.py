@@ -26,7 +26,7 @@ step), prints an estimated time per piece of work and leaves out, with a line sa
 ``--time-limit``; the limit then stops the run cleanly (SIGALRM) with what it has. At most five result files, in
 one folder (``--out-dir``): one per part run and ``summary.json``.
 
-``--tiny`` runs the same code on tiny random configs and sizes, in seconds on a CPU: that is its test
+``--tiny`` runs the same code on tiny random configs and sizes, in a minute or two on a CPU: that is its test
 (tests/test_gpu_check.py, which also runs it with the packages a GPU machine lacks blocked). Tiny numbers
 measure nothing but that the code runs.
 """
@@ -745,7 +745,7 @@ def add_parser(sub) -> None:
                                          "--tiny on a CPU",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="which parts to run")
-    p.add_argument("--tiny", action="store_true", help="tiny random configs and sizes: a seconds-long CPU test")
+    p.add_argument("--tiny", action="store_true", help="tiny random configs and sizes: a CPU test of a minute or two")
     p.add_argument("--size", nargs="+", default=[], metavar="FIELD=VALUE",
                    help="override a size, e.g. coupling_n=16 coupling_dtypes=bfloat16,float16 (fields of Sizes)")
     p.add_argument("--generator", default=STAND_IN,
