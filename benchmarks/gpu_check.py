@@ -330,6 +330,11 @@ def meta_generator(arch: dict, dtype: str) -> Generator:
     return Generator(random_llama(smollm2_tokenizer(), torch.device("meta"), DTYPES[dtype], arch), smollm2_tokenizer())
 
 
+def prompt_tokens(prompt: str) -> int:
+    """Tokens of the prompt as the stand-ins see it (a user turn of the chat template)."""
+    return len(meta_generator(TINY_ARCH, "float32").encode_prompt(prompt))
+
+
 @dataclass(frozen=True)
 class Arch:
     """What the budget needs of a model."""
@@ -649,8 +654,8 @@ def part_paper_scale(ctx: Context, record: dict) -> None:
                                          max_new_tokens=s.paper_tokens, sampling=sampling, seed=ctx.args.seed))
         record.update(bon={"wall_time": bon.wall_time, "timings": bon.timings, "tokens": bon.total_tokens},
                       speedup=bon.wall_time / sbon.wall_time)
-        print(f"paper scale: Speculative Rejection {sbon.wall_time:.1f} s, memory-bound Best-of-N {bon.wall_time:.1f} s "
-              f"(batches of {batch}): speedup {record['speedup']:.2f}x")
+        print(f"paper scale: Speculative Rejection {sbon.wall_time:.1f} s, memory-bound Best-of-N "
+              f"{bon.wall_time:.1f} s (batches of {batch}): speedup {record['speedup']:.2f}x")
         del reward  # the classifier's memory goes to the decode measurement's caches
         if ctx.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -777,8 +782,7 @@ def main(args: argparse.Namespace) -> int:
     ctx = Context(args, sizes, device, prompts, sampling)
     dtypes = list(dict.fromkeys(["bfloat16", *sizes.dtypes, *sizes.coupling_dtypes]))
     figures = measure_figures(device, sizes, dtypes, prompts[0]["instruction"])
-    prompt_tokens = len(meta_generator(TINY_ARCH, "float32").encode_prompt(prompts[0]["instruction"]))
-    units = estimate(sizes, figures, args.parts, prompt_tokens, args.seed, ctx.stand_in)
+    units = estimate(sizes, figures, args.parts, prompt_tokens(prompts[0]["instruction"]), args.seed, ctx.stand_in)
     budget = budget_s(args.time_limit, time.monotonic() - started)
     kept, left = choose(units, budget)
     print_plan(figures, kept, left, budget, args.time_limit)
