@@ -295,9 +295,9 @@ H100_ENGINE_FILE = common.DEFAULT_OUT_DIR / "gpu-h100" / "engine.json"
 
 
 def h100_figures() -> Figures:
-    """An H100's: about 3.3 TB/s and 800 TFLOP/s in bfloat16 (the product 8192^3 ran at 798 on this workplace's
-    H100), and the fixed cost per layer and step of the slower engine in the H100 engine run committed here
-    (SmolLM2-135M, N = 32, 256 tokens, both engines eager)."""
+    """An H100's figures for the budget test: its nominal bandwidth and bfloat16 rate (what an H100 of this
+    workplace was seen to reach), and the fixed cost per layer and step of the slower engine in the H100 engine
+    run committed here (SmolLM2-135M, both engines eager)."""
     d = json.loads(H100_ENGINE_FILE.read_text())
     per_step = max(sum(r[f"{who}_time"] for r in d["rows"]) / sum(r[f"{who}_steps"] for r in d["rows"])
                    for who in ("ours", "hf"))
@@ -436,11 +436,11 @@ def estimate(sizes: Sizes, f: Figures, parts: Sequence[str], prompt_tokens: int,
     return units
 
 
-def choose(units: Sequence[Unit], budget_s: float) -> tuple[list[Unit], list[Unit]]:
-    """The units kept, most important first while they fit in the budget, and those left out."""
+def choose(units: Sequence[Unit], budget: float) -> tuple[list[Unit], list[Unit]]:
+    """The units kept, most important first while they fit in the budget (seconds), and those left out."""
     kept, left, total = [], [], 0.0
     for u in sorted(units, key=lambda u: u.rank):
-        if total + u.seconds <= budget_s:
+        if total + u.seconds <= budget:
             kept.append(u)
             total += u.seconds
         else:
