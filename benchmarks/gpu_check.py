@@ -113,7 +113,7 @@ class Sizes:
 GPU = Sizes()
 TINY = Sizes(engine_n=(4,), engine_tokens=8, engine_median_length=4, engine_prompts=1, dtypes=("float32", "bfloat16"),
              coupling_dtypes=("float32", "bfloat16"), coupling_n=4, coupling_tokens=12, coupling_prompts=1,
-             paper_n=8, paper_tokens=24, paper_median_length=24, step_batches=(1, 4), step_context=16,
+             paper_n=8, paper_tokens=16, paper_median_length=16, step_batches=(1, 4), step_context=16,
              step_repeats=2, bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
 
 
