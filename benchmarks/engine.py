@@ -31,8 +31,9 @@ NO_REWARD = CallableReward(lambda prompt, responses: [0.0] * len(responses), nam
 
 @torch.inference_mode()
 def hf_generate(gen: Generator, prompt_ids: Sequence[int], n: int, max_new_tokens: int, sampling: SamplingConfig,
-                seed: int) -> dict[str, Any]:
-    """`model.generate` for N samples of one prompt; tokens counted up to each row's stop token."""
+                seed: int, logits_processor=None) -> dict[str, Any]:
+    """`model.generate` for N samples of one prompt; tokens counted up to each row's stop token.
+    ``logits_processor``: passed to ``generate`` (the GPU check forces its random models' lengths with it)."""
     torch.manual_seed(seed)
     ids = torch.tensor([list(prompt_ids)], device=gen.device)
     stop = sorted(gen.stop_ids)
@@ -40,7 +41,8 @@ def hf_generate(gen: Generator, prompt_ids: Sequence[int], n: int, max_new_token
     out = gen.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=sampling.temperature > 0,
                              num_return_sequences=n, max_new_tokens=max_new_tokens,
                              temperature=sampling.temperature or None, top_p=sampling.top_p, top_k=sampling.top_k,
-                             eos_token_id=stop, pad_token_id=gen.tokenizer.pad_token_id or stop[0])
+                             eos_token_id=stop, pad_token_id=gen.tokenizer.pad_token_id or stop[0],
+                             logits_processor=logits_processor)
     gen.synchronize()
     elapsed = time.perf_counter() - start
     new = out[:, ids.shape[1]:]

