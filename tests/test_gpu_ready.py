@@ -5,6 +5,7 @@ real SmolLM2, and `python -m benchmarks gpu-check` on tiny random models."""
 import ast
 import dataclasses
 import importlib
+import importlib.util
 import pickle
 import re
 import sys
@@ -321,7 +322,8 @@ def test_gpu_check_tiny_runs_every_part_and_writes_its_results(tmp_path):
     assert [s["rows"] for s in paper["decode_steps"]] == [1, 4]
     assert all(s["ms_per_step"] > 0 and s["floor_ms"] > 0 for s in paper["decode_steps"])
     vllm = json.loads((tmp_path / "vllm.json").read_text())
-    assert "skipped" in vllm or "rows" in vllm
+    assert vllm == {"skipped": "vLLM is not installed" if importlib.util.find_spec("vllm") is None
+                    else "vLLM needs a CUDA GPU"}  # --device cpu: never a vLLM run
 
 
 def test_gpu_check_sizes_take_overrides_and_refuse_unknown_ones():
