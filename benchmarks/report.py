@@ -462,6 +462,29 @@ def dtype_coupling(results_dir: Path) -> str:
                               "pruned", "pruned that are not a prefix of the twin"], rows))
 
 
+def latest_gpu_engine(results_dir: Path) -> Path:
+    """The newest `python -m benchmarks engine` result measured on a GPU (by the time its environment records),
+    in any folder under results/."""
+    found = {}
+    for path in results_dir.rglob("engine*.json"):
+        d = json.loads(path.read_text())
+        if d.get("environment", {}).get("gpu") and "tok_per_s_ratio" in d.get("summary", {}):
+            found[path] = d["environment"]["time"]
+    return max(found, key=found.get)
+
+
+def gpu_engine_row(results_dir: Path) -> list[str]:
+    """The headline's GPU row: the engine benchmark on the newest GPU result, with its date, device and commit,
+    whether or not it favours us."""
+    path = latest_gpu_engine(results_dir)
+    d = json.loads(path.read_text())
+    env, s = d["environment"], d["summary"]
+    commit = f"commit {env['git_commit'][:7]}" if env.get("git_commit") else "commit not recorded in the file"
+    return [f"[engine](benchmarks.md#engine) on one {env['gpu']}, {env['time'][:10]}, {commit} "
+            f"({link(results_dir, path)})", "our Best-of-N tokens/s / `model.generate`'s",
+            f"{mean_median(s['tok_per_s_ratio'], 2, times)} ({times(s['tok_per_s_ratio_pooled'])} over all tokens)"]
+
+
 def headline(results_dir: Path) -> str:
     """One line per experiment: its main number, with a link to the section of the benchmarks page that has the rest."""
     def summary(*parts):
@@ -489,6 +512,7 @@ def headline(results_dir: Path) -> str:
          f"{mean_median(mem['sbon_score'])}; {mean_median(mem['sbon_time_vs_bo_b'], 2, times)}"],
         ["[engine](benchmarks.md#engine)", "our Best-of-N tokens/s / `model.generate`'s",
          mean_median(eng["tok_per_s_ratio"], 2, times)],
+        gpu_engine_row(results_dir),
     ]
     return markdown_table(["experiment", "number", "result (a / b: mean / median over prompts)"], rows)
 
