@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import Callable, Iterable, Sequence
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 MACHINE = "cpu-2core-epyc"  # the machine every table below was measured on (its folder under results/)
-DOC_FILES = ("README.md", "docs/*.md")
+DOC_FILES = ("README.md", "docs/*.md", "benchmarks/results/**/NOTE.md")
 
 MARKER = re.compile(r"(<!-- report:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /report:(?P=name) -->)", re.S)
 
@@ -244,6 +245,42 @@ def signals(results_dir: Path, name: str, alpha: float = 0.5) -> str:
             f"prompts, N={st['n']}, {st['max_new_tokens']} new tokens, α={alpha}: Best-of-N's winner kept, % of "
             f"prompts (Kendall of the signal with the final reward).")
     return head + "\n\n" + markdown_table(["signal"] + [f"t={t}" for t in ts], rows)
+
+
+def signals_by_alpha(results_dir: Path, name: str) -> str:
+    """The signals matrix in full: per signal, Best-of-N's winner kept at every α and t, the mean normalized score
+    at the first α, and the Kendall with the final reward; then per prompt set at the first α."""
+    path = results_dir / MACHINE / "signals" / name
+    d = json.loads(path.read_text())
+    alphas, taus = d["settings"]["alphas"], d["settings"]["taus"]
+    names = list(dict.fromkeys(m["signal"] for m in d["matrix"]))
+
+    def cells(matrix):
+        return {(m["signal"], m["tau"], m["alpha"]): m for m in matrix}
+
+    def chain(c, sig, key, alpha, fmt):
+        return " / ".join(fmt(c[sig, t, alpha][key]) if (sig, t, alpha) in c else "–" for t in taus)
+
+    c = cells(d["matrix"])
+    def kendall(x):
+        return num(x, 2)
+    rows = [[f"`{sig}`"] + [chain(c, sig, "winner_kept", a, lambda x: num(x, 0)) for a in alphas]
+            + [chain(c, sig, "normalized_score", alphas[0], num), chain(c, sig, "kendall", alphas[0], kendall)]
+            for sig in names]
+    ts = " / ".join(str(t) for t in taus)
+    out = (f"{link(results_dir, path)}: final reward `{d['final_reward']}`, {d['settings']['k']} + "
+           f"{d['settings']['hh_k']} prompts; t = {ts}.\n\n" + markdown_table(
+               ["signal"] + [f"winner kept (%), α = {a}" for a in alphas]
+               + [f"mean normalized score, α = {alphas[0]}", "Kendall with the final reward"], rows))
+    sets = list(d.get("by_set", {}))
+    if sets:
+        per = {s: cells(d["by_set"][s]) for s in sets}
+        rows = [[f"`{sig}`"] + [x for s in sets for x in (chain(per[s], sig, "winner_kept", alphas[0], lambda v: num(v, 0)),
+                                                         chain(per[s], sig, "kendall", alphas[0], kendall))]
+                for sig in names]
+        out += (f"\n\nPer prompt set, α = {alphas[0]}:\n\n"
+                + markdown_table(["signal"] + [h for s in sets for h in (f"{s}: winner kept (%)", "Kendall")], rows))
+    return out
 
 
 def tune(results_dir: Path, name: str) -> str:
@@ -548,6 +585,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "engine": engine,
     "signals": partial(signals, name="signals_alpaca20_hh20.json"),
     "signals-likelihood": partial(signals, name="signals_alpaca20_hh20_likelihood.json"),
+    "signals-full": partial(signals_by_alpha, name="signals_alpaca20_hh20.json"),
+    "signals-full-likelihood": partial(signals_by_alpha, name="signals_alpaca20_hh20_likelihood.json"),
     "tune": partial(tune, name="tune.json"),
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "signal-cost": signal_cost,
@@ -580,13 +619,27 @@ def doc_files(root: Path = REPO) -> list[Path]:
     return sorted({p for pattern in DOC_FILES for p in root.glob(pattern)})
 
 
+def place(doc: Path) -> Path:
+    """Where ``doc`` sits in the repository: itself, or for a copy elsewhere (a test's) the same place by its
+    folders (a NOTE under .../benchmarks/results/..., a page under .../docs/, else the top)."""
+    if doc.is_relative_to(REPO):
+        return doc
+    if "benchmarks" in doc.parts:
+        return REPO.joinpath(*doc.parts[len(doc.parts) - doc.parts[::-1].index("benchmarks") - 1:])
+    return REPO / "docs" / doc.name if doc.parent.name == "docs" else REPO / doc.name
+
+
 def render(name: str, results_dir: Path, doc: Path | None = None) -> str:
     """A table's text between its markers (ending in a newline, so the closing marker keeps its own line),
-    its links made relative to ``doc``'s folder (tables link from docs/; the README is one folder up)."""
+    its links made relative to ``doc``'s folder (tables link from docs/; a NOTE or the README is elsewhere)."""
     if name not in TABLES:
         raise KeyError(name)
     text = TABLES[name](results_dir).rstrip("\n") + "\n"
-    return text.replace("](../", "](") if doc is not None and doc.parent.name != "docs" else text
+    if doc is None or place(doc).parent == REPO / "docs":
+        return text
+    folder = place(doc).parent
+    return re.sub(r"\]\(\.\./([^)\s]+)\)",
+                  lambda m: f"]({os.path.relpath(REPO / m[1], folder)})", text)
 
 
 def blocks(docs: Sequence[Path], results_dir: Path) -> list[Block]:
@@ -615,6 +668,146 @@ def stale(docs: Sequence[Path], results_dir: Path) -> list[str]:
     """`doc: table` for every block whose text differs from what the result files say."""
     return [f"{b.doc.relative_to(REPO) if b.doc.is_relative_to(REPO) else b.doc}: {b.name}"
             for b in blocks(docs, results_dir) if b.current != b.wanted]
+
+
+# -- numbers in a NOTE's prose ---------------------------------------------------------------------
+#
+# A NOTE (benchmarks/results/**/NOTE.md) says how and when its folder's files were made and what they show. Its
+# tables are `report` blocks; a number in its prose (a decimal, or a number with a unit: %, x, s, min, MiB ...)
+# must be a value of a result file its section cites -- a file named in `backticks` or linked (relative to the
+# NOTE, globs and {a,b} allowed; a cited folder cites its files), in the section or in a heading above it --
+# after rounding to the digits written (a share may be written as a percentage, seconds as minutes or ms, bytes
+# in MiB/MB/GB). A paragraph that names the command printing its numbers, "regenerated by `python -m ...`", is
+# exempt; the docs test checks that command parses. `untraced` lists what matches nothing.
+
+UNIT = r"(?:%|x\b|×|s\b|ms\b|min\b|MiB|MB|GiB|GB)"
+FIGURE = r"\d+(?:\.\d+)?"
+# a number, or a run of them joined by / – … → (a range, a list over t), with the unit the run ends with
+NUMBERS = re.compile(rf"(?<![\w.]){FIGURE}(?:\s?(?:/|–|…|→|-)\s?-?{FIGURE})*(?:\s?(?P<unit>{UNIT}))?(?![\w.])")
+RESULT_FILE = re.compile(r"[\w./*{},-]+\.(?:json|jsonl|csv|txt|log)|[\w.-]+/(?=`)")
+REGENERATED = re.compile(r"regenerated by `(python -m [^`]+)`")
+
+
+def prose_of(text: str) -> str:
+    """Markdown without its front matter, code blocks, generated blocks, inline code and link targets."""
+    text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
+    text = re.sub(r"<!-- report:([\w-]+) -->.*?<!-- /report:\1 -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", "", text)
+    return re.sub(r"\]\([^)]*\)", "]", text)
+
+
+def figures(prose: str) -> list[tuple[str, float, int, str]]:
+    """(as written, value, decimals, unit) of every decimal and every number with a unit in ``prose``."""
+    out = []
+    for m in NUMBERS.finditer(prose):
+        unit = m["unit"] or ""
+        for f in re.findall(FIGURE, m[0]):
+            if unit or "." in f:
+                out.append((f + (f" {unit}" if unit else ""), float(f), len(f.partition(".")[2]), unit))
+    return out
+
+
+def expand(pattern: str) -> list[str]:
+    """`a_{0,5}.json` -> a_0.json, a_5.json."""
+    m = re.search(r"\{([^}]*)\}", pattern)
+    return [q for alt in m[1].split(",") for q in expand(pattern[:m.start()] + alt + pattern[m.end():])] if m \
+        else [pattern]
+
+
+def cited_files(text: str, folder: Path) -> set[Path]:
+    """The result files a piece of a NOTE names, relative to the NOTE's folder or to the repository."""
+    found = set()
+    names = re.findall(r"`([^`]+)`", text) + re.findall(r"\]\(([^)#\s]+)", text)
+    for name in names:
+        for m in RESULT_FILE.finditer(name):
+            for pattern in expand(m[0]):
+                for base in (folder, REPO):
+                    hits = list(base.glob(pattern)) if pattern.strip("./") and not pattern.startswith("/") else []
+                    for hit in hits:
+                        found.update(q for q in hit.iterdir() if q.suffix in (".json", ".txt", ".csv")) \
+                            if hit.is_dir() else found.add(hit)
+    return found
+
+
+def file_values(path: Path, _cache: dict = {}) -> list[float]:
+    """Every number in a result file: a JSON file's numeric values (and numbers in its strings), a text file's."""
+    if path not in _cache:
+        text = path.read_text(errors="replace")
+        if path.suffix == ".json":
+            values: list[float] = []
+
+            def walk(x):
+                if isinstance(x, bool) or x is None:
+                    return
+                if isinstance(x, (int, float)):
+                    values.append(float(x))
+                elif isinstance(x, str):
+                    values.extend(float(f) for f in re.findall(FIGURE, x))
+                elif isinstance(x, dict):
+                    walk(list(x.values()))
+                elif isinstance(x, list):
+                    for v in x:
+                        walk(v)
+            walk(json.loads(text))
+        else:
+            values = [float(f) for f in re.findall(FIGURE, text)]
+        _cache[path] = values
+    return _cache[path]
+
+
+SCALES = {"": (1,), "x": (1,), "×": (1,), "%": (1, 100), "s": (1,), "ms": (1, 1000), "min": (1, 1 / 60),
+          "MiB": (1, 2 ** -20), "MB": (1, 1e-6), "GiB": (1, 2 ** -30), "GB": (1, 1e-9)}
+
+
+def traced(value: float, decimals: int, unit: str, values: Sequence[float]) -> bool:
+    """Whether ``value``, written with ``decimals`` digits, is one of ``values`` rounded (in ``unit``'s scales)."""
+    tolerance = 0.5 * 10 ** -decimals + 1e-9
+    return any(abs(abs(v) * s - value) <= tolerance for s in SCALES[unit] for v in values)
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """(the heading chain's text, the section's own text) of every section of a markdown page."""
+    out, chain, lines = [], [], []
+    def close():
+        if lines:
+            out.append(("\n".join(h for _, h in chain), "\n".join(lines)))
+    for line in re.sub(r"```.*?```", "", text, flags=re.S).splitlines():
+        m = re.match(r"(#+) ", line)
+        if m:
+            close()
+            lines = []
+            chain = [(lvl, h) for lvl, h in chain if lvl < len(m[1])] + [(len(m[1]), line)]
+        else:
+            lines.append(line)
+    close()
+    return out
+
+
+def untraced(note: Path, results_dir: Path = RESULTS) -> list[str]:
+    """`NOTE: "number" (section)` for every number of a NOTE's prose that no result file of its section holds
+    and no generated block of the NOTE shows."""
+    folder, text, out = note.parent, note.read_text(), []
+    generated = [float(f) for m in MARKER.finditer(text) for f in re.findall(FIGURE, render(m["name"], results_dir))]
+    parts = sections(text)
+    for i, (chain, body) in enumerate(parts):
+        # the section's own files, and those of every section whose heading is above it
+        above = [b for c, b in parts[:i] if chain.startswith(c)] if chain else []
+        files = cited_files("\n".join([chain, body, *above]), folder)
+        values = [v for f in sorted(files) for v in file_values(f)] + generated
+        for paragraph in re.split(r"\n\s*\n", body):
+            if REGENERATED.search(paragraph):
+                continue
+            for written, value, decimals, unit in figures(prose_of(paragraph)):
+                if not traced(value, decimals, unit, values):
+                    head = chain.splitlines()[-1].lstrip("# ") if chain else "top"
+                    out.append(f'{note.relative_to(REPO) if note.is_relative_to(REPO) else note.name}: '
+                               f'"{written}" ({head}) is in none of {", ".join(sorted(f.name for f in files)) or "no cited file"}')
+    return out
+
+
+def notes(root: Path = REPO) -> list[Path]:
+    return sorted(root.glob("benchmarks/results/**/NOTE.md"))
 
 
 # -- command line -------------------------------------------------------------------------------
