@@ -40,7 +40,8 @@ import torch
 from sbon.algorithms import best_of_n, speculative_rejection
 from sbon.analysis.comparison import peak_kv_tokens, same_memory_batch_size
 from sbon.engine import DTYPES, Generator, SamplingConfig
-from sbon.models import load_generator, load_reward
+from sbon.models import default_device, load_generator, load_reward
+from sbon.options import resolved
 from sbon.rewards import SequenceClassifierReward
 
 from . import common
@@ -376,7 +377,7 @@ def add_parser(sub) -> None:
     p.add_argument("--size", nargs="+", default=[], metavar="FIELD=VALUE",
                    help="override a size, e.g. coupling_n=16 coupling_dtypes=bfloat16,float16 (fields of Sizes)")
     p.add_argument("--generator", default="smollm2-135m", help="generator of the engine, coupling and vllm parts")
-    p.add_argument("--device", default=None, help="default: cuda if available")
+    resolved(p.add_argument("--device", default=None, help="cpu, cuda ... (by default cuda where there is one)"), default_device)
     p.add_argument("--machine", default=None, help="results folder name (default: from the device, e.g. gpu-h100)")
     p.add_argument("--out-dir", default=None, help="default: benchmarks/results/<machine>/gpu-check")
     p.add_argument("--seed", type=int, default=0)
