@@ -8,8 +8,10 @@ Numbers copied by hand from a result file go stale the day the file is re-run. I
     <!-- /report:NAME -->
 
 and this command rewrites what is between them from the JSON files under `benchmarks/results/`: one generator
-function per table, in the registry `TABLES` (name -> function(results_dir) -> markdown). `--check` rewrites nothing
-and exits with 1, naming each table whose text differs from what the files say (the docs test runs it).
+function per table, in the registry `TABLES` (name -> function(results_dir) -> markdown). The NOTEs beside the
+result files (`benchmarks/results/**/NOTE.md`) hold such blocks too, and every number of their prose must be in a
+file they cite (`untraced`, below). `--check` rewrites nothing and exits with 1, naming each table whose text
+differs from what the files say and each untraced number (the docs test runs both).
 
 Reads JSON only (no torch, no model): it runs in about a second.
 """
@@ -823,7 +825,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("report", help="rewrite the result tables in README.md and docs/ from the result files",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--check", action="store_true",
-                   help="rewrite nothing; exit 1 naming every table that differs from the result files")
+                   help="rewrite nothing; exit 1 naming every table that differs from the result files, and every "
+                        "number of a NOTE's prose that the files it cites do not hold")
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="the committed result files")
     p.add_argument("--list", action="store_true", help="print the table names and the docs that use them")
     p.set_defaults(main=main)
@@ -842,7 +845,10 @@ def main(args: argparse.Namespace) -> int:
         differ = stale(docs, args.results_dir)
         for line in differ:
             print(f"out of date: {line} (run `python -m benchmarks report`)", file=sys.stderr)
-        return 1 if differ else 0
+        loose = [line for note in notes() for line in untraced(note, args.results_dir)]
+        for line in loose:
+            print(f"untraced: {line}", file=sys.stderr)
+        return 1 if differ or loose else 0
     changed = [doc for doc in docs if rewrite(doc, args.results_dir)]
     print("rewrote " + (", ".join(str(d.relative_to(REPO)) for d in changed) if changed else "nothing: up to date"))
     return 0

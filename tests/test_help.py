@@ -91,9 +91,7 @@ def wrong_defaults(parser: argparse.ArgumentParser) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("cli", [pytest.param(c, marks=pytest.mark.xfail(
-    strict=False, reason="issue #30 fixes benchmarks/ifeval.py's help texts")) if c == "benchmarks ifeval" else c
-    for c in CLIS])
+@pytest.mark.parametrize("cli", CLIS)
 def test_every_default_in_help_is_the_value_the_code_uses(cli):
     assert wrong_defaults(parser_of(cli)) == []
 
