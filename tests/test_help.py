@@ -104,3 +104,16 @@ def test_a_hand_typed_default_that_drifted_is_caught():
     assert wrong_defaults(parser) == ["--dtype: shows more than one default: 'generator dtype (default: float32 on "
                                       "CPU) (default: None)'", "--k: shows more than one default: 'prompts (default: "
                                       "10) (default: 5)'"]
+
+
+def test_a_resolved_default_the_help_misstates_or_leaves_unresolved_is_caught():
+    from sbon.options import HelpFormatter, resolved
+
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter)
+    resolved(parser.add_argument("--dtype", default=None, help="generator dtype (default: float32)"), lambda: "bfloat16")
+    parser.add_argument("--device", default=None, help="cpu, cuda ... (default: cuda if available)")
+    resolved(parser.add_argument("--threads", type=int, default=None, help="CPU threads"), lambda: 2)
+    assert wrong_defaults(parser) == [
+        "--dtype: help says 'float32', the code uses 'bfloat16'",
+        "--device: the code resolves it on this machine, the help must show what to (resolved)"]
+    assert shown_default(parser, parser._actions[-1]) == "2"
