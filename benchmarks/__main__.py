@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Sequence
 
+from sbon.options import HelpFormatter
+
 from . import (app_timing, common, counterfactual, defaults, efficiency, engine, gpu_check, ifeval, kvcache, memory,
                perplexity, report, signals, step, table1, tune)
 
@@ -17,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (table1, counterfactual, memory, efficiency, perplexity, engine, kvcache, app_timing, signals, tune,
                    step, ifeval, gpu_check, defaults, report):
         module.add_parser(sub)
+    for experiment in sub.choices.values():  # one formatter: each default shown once, resolved ones as resolved here
+        if experiment.formatter_class is argparse.ArgumentDefaultsHelpFormatter:
+            experiment.formatter_class = HelpFormatter
     return parser
 
 

@@ -24,8 +24,9 @@ from tqdm import tqdm
 from sbon.algorithms import Done, Event, best_of_n
 from sbon.config import RunConfig
 from sbon.engine import Generator, SamplingConfig
-from sbon.options import add_options
-from sbon.models import DEFAULT_GENERATOR, DEFAULT_REWARD, load_generator, load_reward
+from sbon.options import add_options, resolved
+from sbon.models import (DEFAULT_GENERATOR, DEFAULT_REWARD, default_device, default_dtype_name, load_generator,
+                         load_reward)
 from sbon.results import RunResult
 from sbon.rewards import RewardModel
 
@@ -344,21 +345,25 @@ def add_common_args(p: argparse.ArgumentParser, k: int = 20, n: int = 32, max_ne
                        f"{q.prompt_order} prompts" for q in PROTOCOLS.values()))
     g = p.add_argument_group("models and data")
     g.add_argument("--generator", default=DEFAULT_GENERATOR, help="generator preset, folder or hub id")
-    g.add_argument("--reward", default=DEFAULT_REWARD, help="reward preset, folder or hub id (default: sbon.models.DEFAULT_REWARD)")
-    g.add_argument("--device", default=None, help="cpu, cuda ... (default: cuda if available)")
-    g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                   help="generator dtype (default: sbon's: float32 on CPU, bfloat16 on GPU)")
-    g.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    g.add_argument("--data-dir", default=None, help=f"folder of {PROMPTS_FILE} (default benchmarks/data, or $SBON_DATA_DIR)")
+    g.add_argument("--reward", default=DEFAULT_REWARD, help="reward preset, folder or hub id")
+    resolved(g.add_argument("--device", default=None, help="cpu, cuda ... (by default cuda where there is one)"),
+             lambda: default_device())
+    resolved(g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                            help="generator dtype (by default the device's weight format, sbon.models.default_weights)"),
+             default_dtype_name)
+    resolved(g.add_argument("--threads", type=int, default=None, help="torch CPU threads (by default torch's choice)"),
+             torch.get_num_threads)
+    resolved(g.add_argument("--data-dir", default=None, help=f"folder of {PROMPTS_FILE} (by default $SBON_DATA_DIR, "
+                                                             "else benchmarks/data)"), lambda: data_dir())
     g.add_argument("--prompts-file", default=PROMPTS_FILE)
     g.add_argument("--offset", type=int, default=0, help="skip this many prompts (of the shuffled file when random)")
     g.add_argument("--k", type=int, default=k, help="number of prompts")
     g.add_argument("--prompt-order", choices=["first", "random"], default=None,
-                   help="the file's first k prompts, or k drawn at random with --prompt-seed (default: the protocol's)")
+                   help="the file's first k prompts, or k drawn at random with --prompt-seed (default: from --protocol)")
     g.add_argument("--prompt-seed", type=int, default=0, help="seed of the random prompt draw")
     s = p.add_argument_group("sampling")
     # Help, types and checks come from RunConfig (one settings path); the sampling defaults come from --protocol.
-    protocol_default = {"default": None, "help": "default: the protocol's"}
+    protocol_default = {"default": None, "help": "default: from --protocol"}
     add_options(s, RunConfig(n=n, max_new_tokens=max_new_tokens),
                 only=("n", "max_new_tokens", "temperature", "top_p", "top_k", "seed"),
                 overrides={"n": {"type": int}, "temperature": protocol_default, "top_p": protocol_default,

@@ -55,7 +55,8 @@ from sbon.analysis.comparison import peak_kv_tokens, same_memory_batch_size
 from sbon.attention import use_decode_attention
 from sbon.config import resolve_first_decision
 from sbon.engine import DTYPE_FORMATS, DTYPES, Generator, SamplingConfig, weight_format
-from sbon.models import load_generator, load_reward
+from sbon.models import default_device, load_generator, load_reward
+from sbon.options import resolved
 from sbon.rewards import SequenceClassifierReward
 
 from . import common
@@ -759,7 +760,7 @@ def add_parser(sub) -> None:
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                    help="seconds from the check's start (after Python's imports): what would not fit is left out "
                         "before it starts, and the run stops at the limit with what it has")
-    p.add_argument("--device", default=None, help="default: cuda if available")
+    resolved(p.add_argument("--device", default=None, help="cpu, cuda ... (by default cuda where there is one)"), default_device)
     p.add_argument("--machine", default=None, help="results folder name (default: from the device, e.g. gpu-h100)")
     p.add_argument("--out-dir", default=None, help="the folder of the result files, at most 5 "
                                                    "(None: benchmarks/results/<machine>/gpu-check)")

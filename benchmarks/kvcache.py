@@ -105,7 +105,7 @@ def run_kvcache(gen: Generator, prompts: Sequence[dict], *, n: int = 32, max_new
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("kvcache", help="proposed engine change: in-place growing KV cache vs DynamicCache's "
+    p = sub.add_parser("kvcache", help="the engine's in-place growing KV cache (adopted) vs DynamicCache's "
                        "concatenation (Best-of-N both ways)", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     common.add_common_args(p, k=3)
     p.set_defaults(main=main)

@@ -8,8 +8,10 @@ Numbers copied by hand from a result file go stale the day the file is re-run. I
     <!-- /report:NAME -->
 
 and this command rewrites what is between them from the JSON files under `benchmarks/results/`: one generator
-function per table, in the registry `TABLES` (name -> function(results_dir) -> markdown). `--check` rewrites nothing
-and exits with 1, naming each table whose text differs from what the files say (the docs test runs it).
+function per table, in the registry `TABLES` (name -> function(results_dir) -> markdown). The NOTEs beside the
+result files (`benchmarks/results/**/NOTE.md`) hold such blocks too, and every number of their prose must be in a
+file they cite (`untraced`, below). `--check` rewrites nothing and exits with 1, naming each table whose text
+differs from what the files say and each untraced number (the docs test runs both).
 
 Reads JSON only (no torch, no model): it runs in about a second.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -29,7 +32,7 @@ from typing import Callable, Iterable, Sequence
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 MACHINE = "cpu-2core-epyc"  # the machine every table below was measured on (its folder under results/)
-DOC_FILES = ("README.md", "docs/*.md")
+DOC_FILES = ("README.md", "docs/*.md", "benchmarks/results/**/NOTE.md")
 
 MARKER = re.compile(r"(<!-- report:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /report:(?P=name) -->)", re.S)
 
@@ -142,6 +145,24 @@ def counterfactual(results_dir: Path, name: str) -> str:
             f"{st['max_new_tokens']} new tokens; {cheapest}.\n\n{table}")
 
 
+def first_decision(results_dir: Path, tau: int = 32, alpha: float = 0.5) -> str:
+    """What the default first decision (τ = 32) gives with each reward's counterfactual data, next to the cheapest
+    setting that keeps a mean normalized score ≥ 98 with that reward."""
+    rows = []
+    for name in ("counterfactual.json", "counterfactual_likelihood.json"):
+        path = results_dir / MACHINE / "counterfactual" / name
+        d = json.loads(path.read_text())
+        at = next(g for g in d["grid"] if g["tau"] == tau and g["alpha"] == alpha)
+        kendall = next(c["kendall"] for c in d["correlations"] if c["tau"] == tau)
+        best = d.get("cheapest_setting_with_score_98")
+        rows.append([f"`{d['settings']['reward']}` ({link(results_dir, path)})", num(kendall, 2),
+                     f"{num(at['normalized_score'])} at token rate {num(at['token_rate'], 2)}",
+                     f"τ = {best['tau']:.0f}, α = {best['alpha']}: {num(best['normalized_score'])} at "
+                     f"{num(best['token_rate'], 2)}" if best else "none"])
+    return markdown_table(["reward", f"Kendall at τ = {tau}", f"score at τ = {tau}, α = {alpha}",
+                           "cheapest setting with a mean score ≥ 98"], rows)
+
+
 def efficiency(results_dir: Path) -> str:
     """The NeurIPS metric (Section 5): score against Best-of-B's reward range, and accelerator compute."""
     path = results_dir / MACHINE / "efficiency" / "efficiency.json"
@@ -226,6 +247,42 @@ def signals(results_dir: Path, name: str, alpha: float = 0.5) -> str:
             f"prompts, N={st['n']}, {st['max_new_tokens']} new tokens, α={alpha}: Best-of-N's winner kept, % of "
             f"prompts (Kendall of the signal with the final reward).")
     return head + "\n\n" + markdown_table(["signal"] + [f"t={t}" for t in ts], rows)
+
+
+def signals_by_alpha(results_dir: Path, name: str) -> str:
+    """The signals matrix in full: per signal, Best-of-N's winner kept at every α and t, the mean normalized score
+    at the first α, and the Kendall with the final reward; then per prompt set at the first α."""
+    path = results_dir / MACHINE / "signals" / name
+    d = json.loads(path.read_text())
+    alphas, taus = d["settings"]["alphas"], d["settings"]["taus"]
+    names = list(dict.fromkeys(m["signal"] for m in d["matrix"]))
+
+    def cells(matrix):
+        return {(m["signal"], m["tau"], m["alpha"]): m for m in matrix}
+
+    def chain(c, sig, key, alpha, fmt):
+        return " / ".join(fmt(c[sig, t, alpha][key]) if (sig, t, alpha) in c else "–" for t in taus)
+
+    c = cells(d["matrix"])
+    def kendall(x):
+        return num(x, 2)
+    rows = [[f"`{sig}`"] + [chain(c, sig, "winner_kept", a, lambda x: num(x, 0)) for a in alphas]
+            + [chain(c, sig, "normalized_score", alphas[0], num), chain(c, sig, "kendall", alphas[0], kendall)]
+            for sig in names]
+    ts = " / ".join(str(t) for t in taus)
+    out = (f"{link(results_dir, path)}: final reward `{d['final_reward']}`, {d['settings']['k']} + "
+           f"{d['settings']['hh_k']} prompts; t = {ts}.\n\n" + markdown_table(
+               ["signal"] + [f"winner kept (%), α = {a}" for a in alphas]
+               + [f"mean normalized score, α = {alphas[0]}", "Kendall with the final reward"], rows))
+    sets = list(d.get("by_set", {}))
+    if sets:
+        per = {s: cells(d["by_set"][s]) for s in sets}
+        rows = [[f"`{sig}`"] + [x for s in sets for x in (chain(per[s], sig, "winner_kept", alphas[0], lambda v: num(v, 0)),
+                                                         chain(per[s], sig, "kendall", alphas[0], kendall))]
+                for sig in names]
+        out += (f"\n\nPer prompt set, α = {alphas[0]}:\n\n"
+                + markdown_table(["signal"] + [h for s in sets for h in (f"{s}: winner kept (%)", "Kendall")], rows))
+    return out
 
 
 def tune(results_dir: Path, name: str) -> str:
@@ -462,6 +519,29 @@ def dtype_coupling(results_dir: Path) -> str:
                               "pruned", "pruned that are not a prefix of the twin"], rows))
 
 
+def latest_gpu_engine(results_dir: Path) -> Path:
+    """The newest `python -m benchmarks engine` result measured on a GPU (by the time its environment records),
+    in any folder under results/."""
+    found = {}
+    for path in results_dir.rglob("engine*.json"):
+        d = json.loads(path.read_text())
+        if d.get("environment", {}).get("gpu") and "tok_per_s_ratio" in d.get("summary", {}):
+            found[path] = d["environment"]["time"]
+    return max(found, key=found.get)
+
+
+def gpu_engine_row(results_dir: Path) -> list[str]:
+    """The headline's GPU row: the engine benchmark on the newest GPU result, with its date, device and commit,
+    whether or not it favours us."""
+    path = latest_gpu_engine(results_dir)
+    d = json.loads(path.read_text())
+    env, s = d["environment"], d["summary"]
+    commit = f"commit {env['git_commit'][:7]}" if env.get("git_commit") else "commit not recorded in the file"
+    return [f"[engine](benchmarks.md#engine) on one {env['gpu']}, {env['time'][:10]}, {commit} "
+            f"({link(results_dir, path)})", "our Best-of-N tokens/s / `model.generate`'s",
+            f"{mean_median(s['tok_per_s_ratio'], 2, times)} ({times(s['tok_per_s_ratio_pooled'])} over all tokens)"]
+
+
 def headline(results_dir: Path) -> str:
     """One line per experiment: its main number, with a link to the section of the benchmarks page that has the rest."""
     def summary(*parts):
@@ -489,6 +569,7 @@ def headline(results_dir: Path) -> str:
          f"{mean_median(mem['sbon_score'])}; {mean_median(mem['sbon_time_vs_bo_b'], 2, times)}"],
         ["[engine](benchmarks.md#engine)", "our Best-of-N tokens/s / `model.generate`'s",
          mean_median(eng["tok_per_s_ratio"], 2, times)],
+        gpu_engine_row(results_dir),
     ]
     return markdown_table(["experiment", "number", "result (a / b: mean / median over prompts)"], rows)
 
@@ -499,12 +580,15 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "table1-likelihood": table1_likelihood_quality,
     "counterfactual": partial(counterfactual, name="counterfactual.json"),
     "counterfactual-likelihood": partial(counterfactual, name="counterfactual_likelihood.json"),
+    "first-decision": first_decision,
     "efficiency": efficiency,
     "perplexity": perplexity,
     "memory": memory,
     "engine": engine,
     "signals": partial(signals, name="signals_alpaca20_hh20.json"),
     "signals-likelihood": partial(signals, name="signals_alpaca20_hh20_likelihood.json"),
+    "signals-full": partial(signals_by_alpha, name="signals_alpaca20_hh20.json"),
+    "signals-full-likelihood": partial(signals_by_alpha, name="signals_alpaca20_hh20_likelihood.json"),
     "tune": partial(tune, name="tune.json"),
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "signal-cost": signal_cost,
@@ -537,13 +621,27 @@ def doc_files(root: Path = REPO) -> list[Path]:
     return sorted({p for pattern in DOC_FILES for p in root.glob(pattern)})
 
 
+def place(doc: Path) -> Path:
+    """Where ``doc`` sits in the repository: itself, or for a copy elsewhere (a test's) the same place by its
+    folders (a NOTE under .../benchmarks/results/..., a page under .../docs/, else the top)."""
+    if doc.is_relative_to(REPO):
+        return doc
+    if "benchmarks" in doc.parts:
+        return REPO.joinpath(*doc.parts[len(doc.parts) - doc.parts[::-1].index("benchmarks") - 1:])
+    return REPO / "docs" / doc.name if doc.parent.name == "docs" else REPO / doc.name
+
+
 def render(name: str, results_dir: Path, doc: Path | None = None) -> str:
     """A table's text between its markers (ending in a newline, so the closing marker keeps its own line),
-    its links made relative to ``doc``'s folder (tables link from docs/; the README is one folder up)."""
+    its links made relative to ``doc``'s folder (tables link from docs/; a NOTE or the README is elsewhere)."""
     if name not in TABLES:
         raise KeyError(name)
     text = TABLES[name](results_dir).rstrip("\n") + "\n"
-    return text.replace("](../", "](") if doc is not None and doc.parent.name != "docs" else text
+    if doc is None or place(doc).parent == REPO / "docs":
+        return text
+    folder = place(doc).parent
+    return re.sub(r"\]\(\.\./([^)\s]+)\)",
+                  lambda m: f"]({os.path.relpath(REPO / m[1], folder)})", text)
 
 
 def blocks(docs: Sequence[Path], results_dir: Path) -> list[Block]:
@@ -574,13 +672,161 @@ def stale(docs: Sequence[Path], results_dir: Path) -> list[str]:
             for b in blocks(docs, results_dir) if b.current != b.wanted]
 
 
+# -- numbers in a NOTE's prose ---------------------------------------------------------------------
+#
+# A NOTE (benchmarks/results/**/NOTE.md) says how and when its folder's files were made and what they show. Its
+# tables are `report` blocks; a number in its prose (a decimal, or a number with a unit: %, x, s, min, MiB ...)
+# must be a value of a result file its section cites -- a file named in `backticks` or linked (relative to the
+# NOTE, globs and {a,b} allowed; a cited folder cites its files) in the section's text or in a heading above it --
+# after rounding to the digits written (a share may be written as a percentage, seconds as minutes or ms, bytes
+# in MiB/MB/GB). A paragraph that names the command printing its numbers, "regenerated by `python -m ...`", is
+# exempt; the docs test checks that command parses. `untraced` lists what matches nothing.
+
+UNIT = r"(?:%|x\b|×|s\b|ms\b|min\b|MiB|MB|GiB|GB)"
+FIGURE = r"\d+(?:\.\d+)?"
+# a number, or a run of them joined by / – … → (a range, a list over t), with the unit the run ends with
+NUMBERS = re.compile(rf"(?<![\w.]){FIGURE}(?:\s?(?:/|–|…|→|-)\s?-?{FIGURE})*(?:\s?(?P<unit>{UNIT})|(?!\w|\.\d))")
+RESULT_FILE = re.compile(r"[\w./*{},-]+\.(?:json|jsonl|csv|txt|log)|[\w.-]+/(?=`)")
+REGENERATED = re.compile(r"regenerated by `(python -m [^`]+)`")
+
+
+def prose_of(text: str) -> str:
+    """Markdown without its front matter, code blocks, generated blocks, inline code and link targets."""
+    text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
+    text = re.sub(r"<!-- report:([\w-]+) -->.*?<!-- /report:\1 -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", "", text)
+    return re.sub(r"\]\([^)]*\)", "]", text)
+
+
+def figures(prose: str) -> list[tuple[str, float, int, str]]:
+    """(as written, value, decimals, unit) of every decimal and every number with a unit in ``prose``."""
+    out = []
+    for m in NUMBERS.finditer(prose):
+        unit = m["unit"] or ""
+        for f in re.findall(FIGURE, m[0]):
+            if unit or "." in f:
+                out.append((f + (f" {unit}" if unit else ""), float(f), len(f.partition(".")[2]), unit))
+    return out
+
+
+def expand(pattern: str) -> list[str]:
+    """`a_{0,5}.json` -> a_0.json, a_5.json."""
+    m = re.search(r"\{([^}]*)\}", pattern)
+    return [q for alt in m[1].split(",") for q in expand(pattern[:m.start()] + alt + pattern[m.end():])] if m \
+        else [pattern]
+
+
+def cited_files(text: str, folder: Path) -> set[Path]:
+    """The result files a piece of a NOTE names, relative to the NOTE's folder or to the repository."""
+    found = set()
+    names = re.findall(r"`([^`]+)`", text) + re.findall(r"\]\(([^)#\s]+)", text)
+    for name in names:
+        for m in RESULT_FILE.finditer(name):
+            for pattern in expand(m[0]):
+                for base in (folder, REPO):
+                    hits = list(base.glob(pattern)) if pattern.strip("./") and not pattern.startswith("/") else []
+                    for hit in hits:
+                        found.update(q for q in hit.iterdir() if q.suffix in (".json", ".txt", ".csv")) \
+                            if hit.is_dir() else found.add(hit)
+    return found
+
+
+# What a NOTE may cite of a JSON file: its summaries and its per-prompt rows, not the bulk below them (each
+# candidate's scores, per-prompt matrices), where any two-digit number turns up by chance.
+MAX_DEPTH = 6  # d["summary"][setting]["methods"][method][metric]["mean"]
+BULK = {"per_prompt", "candidates", "decision_quality"}
+
+
+def file_values(path: Path, _cache: dict = {}) -> list[float]:
+    """The numbers of a result file a NOTE may cite: a JSON file's values (and numbers in its strings) down to
+    MAX_DEPTH, bulk keys left out; every number of a text file."""
+    if path not in _cache:
+        text = path.read_text(errors="replace")
+        if path.suffix == ".json":
+            values: list[float] = []
+
+            def walk(x, depth):
+                if isinstance(x, bool) or x is None or depth > MAX_DEPTH:
+                    return
+                if isinstance(x, (int, float)):
+                    values.append(float(x))
+                elif isinstance(x, str):
+                    values.extend(float(f) for f in re.findall(FIGURE, x))
+                elif isinstance(x, dict):
+                    for k, v in x.items():
+                        if k not in BULK:
+                            walk(v, depth + 1)
+                elif isinstance(x, list):
+                    for v in x:
+                        walk(v, depth + 1)
+            walk(json.loads(text), 0)
+        else:
+            values = [float(f) for f in re.findall(FIGURE, text)]
+        _cache[path] = values
+    return _cache[path]
+
+
+SCALES = {"": (1,), "x": (1,), "×": (1,), "%": (1, 100), "s": (1,), "ms": (1, 1000), "min": (1, 1 / 60),
+          "MiB": (1, 2 ** -20), "MB": (1, 1e-6), "GiB": (1, 2 ** -30), "GB": (1, 1e-9)}
+
+
+def traced(value: float, decimals: int, unit: str, values: Sequence[float]) -> bool:
+    """Whether ``value``, written with ``decimals`` digits, is one of ``values`` rounded (in ``unit``'s scales)."""
+    tolerance = 0.5 * 10 ** -decimals + 1e-9
+    return any(abs(abs(v) * s - value) <= tolerance for s in SCALES[unit] for v in values)
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """(the heading chain's text, the section's own text) of every section of a markdown page."""
+    out, chain, lines = [], [], []
+    def close():
+        if lines:
+            out.append(("\n".join(h for _, h in chain), "\n".join(lines)))
+    for line in re.sub(r"```.*?```", "", text, flags=re.S).splitlines():
+        m = re.match(r"(#+) ", line)
+        if m:
+            close()
+            lines = []
+            chain = [(lvl, h) for lvl, h in chain if lvl < len(m[1])] + [(len(m[1]), line)]
+        else:
+            lines.append(line)
+    close()
+    return out
+
+
+def untraced(note: Path, results_dir: Path = RESULTS) -> list[str]:
+    """`NOTE: "number" (section)` for every number of a NOTE's prose that no result file of its section holds
+    and no generated block of the NOTE shows."""
+    folder, text, out = note.parent, note.read_text(), []
+    generated = [float(f) for m in MARKER.finditer(text) for f in re.findall(FIGURE, render(m["name"], results_dir))]
+    parts = sections(text)
+    for chain, body in parts:
+        files = cited_files(chain + "\n" + body, folder)  # the section's files, and those its headings name
+        values = [v for f in sorted(files) for v in file_values(f)] + generated
+        for paragraph in re.split(r"\n\s*\n", body):
+            if REGENERATED.search(paragraph):
+                continue
+            for written, value, decimals, unit in figures(prose_of(paragraph)):
+                if not traced(value, decimals, unit, values):
+                    head = chain.splitlines()[-1].lstrip("# ") if chain else "top"
+                    out.append(f'{note.relative_to(REPO) if note.is_relative_to(REPO) else note.name}: '
+                               f'"{written}" ({head}) is in none of {", ".join(sorted(f.name for f in files)) or "no cited file"}')
+    return out
+
+
+def notes(root: Path = REPO) -> list[Path]:
+    return sorted(root.glob("benchmarks/results/**/NOTE.md"))
+
+
 # -- command line -------------------------------------------------------------------------------
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="rewrite the result tables in README.md and docs/ from the result files",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--check", action="store_true",
-                   help="rewrite nothing; exit 1 naming every table that differs from the result files")
+                   help="rewrite nothing; exit 1 naming every table that differs from the result files, and every "
+                        "number of a NOTE's prose that the files it cites do not hold")
     p.add_argument("--results-dir", type=Path, default=RESULTS, help="the committed result files")
     p.add_argument("--list", action="store_true", help="print the table names and the docs that use them")
     p.set_defaults(main=main)
@@ -599,7 +845,10 @@ def main(args: argparse.Namespace) -> int:
         differ = stale(docs, args.results_dir)
         for line in differ:
             print(f"out of date: {line} (run `python -m benchmarks report`)", file=sys.stderr)
-        return 1 if differ else 0
+        loose = [line for note in notes() for line in untraced(note, args.results_dir)]
+        for line in loose:
+            print(f"untraced: {line}", file=sys.stderr)
+        return 1 if differ or loose else 0
     changed = [doc for doc in docs if rewrite(doc, args.results_dir)]
     print("rewrote " + (", ".join(str(d.relative_to(REPO)) for d in changed) if changed else "nothing: up to date"))
     return 0

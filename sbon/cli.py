@@ -13,10 +13,10 @@ from .algorithms import Done, RoundStarted, TokensGenerated, drive, events
 from .analysis.comparison import Comparison, ComparisonDone, MethodEvent, comparison_events
 from .config import METHOD_SPECS, RunConfig
 from .engine import WEIGHT_FORMATS
-from .options import add_options, values
+from .options import HelpFormatter, add_options, resolved, values
 from .errors import SBoNError, exit_code
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, check_reward_prompt,
-                     load_generator, load_reward)
+                     default_device, default_dtype_name, load_generator, load_reward)
 from .results import RunResult
 
 DEFAULT_N = 16
@@ -27,8 +27,8 @@ DEFAULT_PROMPT = "What are the names of some famous actors that started their ca
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sbon", description="Speculative Rejection and Best-of-N decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="generate for one prompt and print the best response")
-    r.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"what to answer (default: AlpacaEval's first prompt, {DEFAULT_PROMPT!r})")
+    r = sub.add_parser("run", help="generate for one prompt and print the best response", formatter_class=HelpFormatter)
+    r.add_argument("--prompt", default=DEFAULT_PROMPT, help="what to answer (by default AlpacaEval's first prompt)")
     # One option per RunConfig setting, with its help and default (sbon.config); two take more here.
     add_options(r, RunConfig(), overrides={
         "n": dict(default=None, help=f"candidates to start with (default {DEFAULT_N}; for sbon with --kv-budget: "
@@ -39,10 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     })
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
     r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
-    r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
-                   help="generator weights (default: bfloat16 on a GPU and on a CPU with bfloat16 matmuls, float32 on "
-                        "other CPUs; see sbon.models.default_weights)")
+    resolved(r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (by default cuda where there is one)"),
+             default_device)
+    resolved(r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                            help="generator weights (by default bfloat16 on a GPU and on a CPU with bfloat16 matmuls, "
+                                 "float32 on other CPUs: sbon.models.default_weights)"), default_dtype_name)
     r.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
                    help="generator weight format instead of --dtype: " + "; ".join(
                        f"{name}: {fmt.description}" for name, fmt in WEIGHT_FORMATS.items()))

@@ -264,6 +264,13 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
     return Generator(use_decode_attention(model, device), tokenizer, name=name, weights=weights)
 
 
+def default_dtype_name(device: str | torch.device | None = None) -> str:
+    """The generator dtype `load_generator` loads when given none, on ``device`` (default: the default device):
+    what `--dtype`'s help shows."""
+    device = torch.device(device) if device is not None else default_device()
+    return str(weight_format(default_weights(device)).dtype).removeprefix("torch.")
+
+
 def default_weights(device: torch.device) -> str:
     """The generator's weight format when none is asked for: bf16 where bfloat16 matmuls are fast (a GPU,
     or a CPU with AVX-512 BF16 or AMX), fp32 elsewhere (bfloat16 is emulated there, and slower).

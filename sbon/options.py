@@ -9,7 +9,7 @@ import argparse
 import dataclasses
 import types
 import typing
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 
 def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: Any, *,
@@ -46,6 +46,32 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defau
             kwargs["help"] = f"{help_text} ({override.pop('help')})"
         kwargs.update(override)
         parser.add_argument("--" + f.name.replace("_", "-"), **kwargs)
+
+
+def resolved(action: argparse.Action, default: Callable[[], Any]) -> argparse.Action:
+    """Mark an option whose default (None to argparse) the code resolves after parsing: ``default()`` is what
+    that code gives on this machine, and ``HelpFormatter`` shows it, so the help cannot drift from the code."""
+    action.resolved_default = default
+    return action
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default shown once: what argparse fills in, or for an option marked ``resolved``, what the
+    code resolves it to here. A help text that describes its own default keeps it (and nothing is added)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        resolve = getattr(action, "resolved_default", None)
+        if resolve is None or "(default" in text:
+            return super()._get_help_string(action) if "(default" not in text else text
+        return f"{text} (default: {_show(resolve())})".replace("%", "%%")
+
+
+def shown_default(parser: argparse.ArgumentParser, action: argparse.Action) -> str | None:
+    """The default the help shows for ``action`` (the text of its "(default: ...)"), or None."""
+    text = parser._get_formatter()._expand_help(action) if action.help else ""
+    start = text.find("(default")
+    return None if start < 0 else text[start:].partition(":")[2].strip().removesuffix(")").strip() or ""
 
 
 def values(args: argparse.Namespace, cls: type) -> dict[str, Any]:

@@ -1,27 +1,18 @@
 """The cut rule (sbon/cut.py): one function decides every decision point, in real runs and in replays.
 
 - pure cases, the issue's finished-candidate-below-the-cut example among them;
-- on 150 random traces (finish times, scores, N, alpha, budgets) driven through the real algorithm with a
-  scripted generator, the memory-budget variant decides at the tokens the official code's rule gives
-  and keeps the candidates a plain re-statement of the rule keeps; decoding in chunks of tokens
-  (``decode_chunk``) changes none of it, nor any event;
+- (the memory-budget variant against the official code's rule, on random traces, is tests/test_official_rule.py);
 - on the real model, a replay on Best-of-N's candidates equals a real ``sbon-tau`` run, a finished
   candidate below the cut included.
 """
 
-import math
-import random
-
 import pytest
-import torch
 
-from sbon.algorithms import DecisionTaken, best_of_n, events, run, speculative_bon_tau
+from sbon.algorithms import best_of_n, run, speculative_bon_tau
 from sbon.analysis.counterfactual import prefix_rewards, simulate_tau
 from sbon.analysis.replay import replay_tau
 from sbon.analysis.signal_matrix import single_cut
-from sbon.config import RunConfig
 from sbon.cut import cut
-from sbon.engine import SamplingConfig
 from sbon.results import Candidate, RunResult
 from sbon.rewards import CallableReward
 
@@ -67,135 +58,6 @@ def test_the_budget_halts_more_than_alpha_and_says_which():
 @pytest.mark.parametrize("n,alpha,expected", [(4, 0.5, 2), (5, 0.5, 3), (3, 0.5, 2), (1, 0.9, 1), (10, 0.0, 10)])
 def test_survivors_round_halves_up_and_never_below_one(n, alpha, expected):
     assert len(cut({k: float(-k) for k in range(n)}, set(), alpha).kept) == expected
-
-
-# -- random traces through the real algorithm --------------------------------------------------------
-
-class ScriptedBatch:
-    def __init__(self, gen, ids):
-        self.gen, self.candidate_ids, self.keep_hidden, self.hidden = gen, list(ids), False, None
-        self.row_ids = torch.tensor(self.candidate_ids)
-        self.logits = gen.logits_for(self.candidate_ids)
-
-    def __len__(self):
-        return len(self.candidate_ids)
-
-    def keep(self, ids):  # as sbon.engine.Batch.keep: ids may name candidates that are not rows
-        rows = [i for i, k in enumerate(self.candidate_ids) if k in set(ids)]
-        self.candidate_ids, self.logits = [self.candidate_ids[i] for i in rows], self.logits[rows]
-        self.row_ids = self.row_ids[rows]
-
-
-class ScriptedGenerator:
-    """Candidate k emits token 2 + k until its scripted length, then EOS (token 1); decode names the
-    candidate and its length, so a reward can score it by a table."""
-    name = "scripted"
-    device = torch.device("cpu")
-
-    def __init__(self, prompt_tokens, finish_at):
-        self.prompt_tokens, self.finish_at = prompt_tokens, finish_at
-        self.count = [0] * len(finish_at)
-        self.vocab = 2 + len(finish_at)
-
-    def encode_prompt(self, prompt):
-        return [0] * self.prompt_tokens
-
-    def check_length(self, ids, max_new_tokens):
-        pass
-
-    def prefill(self, ids):
-        return object()
-
-    def start(self, prefix, ids, keep_hidden=False):
-        return ScriptedBatch(self, ids)
-
-    def logits_for(self, ids):
-        logits = torch.full((len(ids), self.vocab), -1e9)
-        for row, k in enumerate(ids):
-            logits[row, 1 if self.count[k] + 1 == self.finish_at[k] else 2 + k] = 0.0
-        return logits
-
-    def is_stop(self, tokens):
-        return tokens == 1
-
-    def forward(self, batch, tokens):
-        for k in batch.candidate_ids:
-            self.count[k] += 1
-        batch.logits = self.logits_for(batch.candidate_ids)
-
-    def decode(self, ids):
-        return f"{ids[0] - 2}:{len(ids)}" if ids and ids[0] >= 2 else "?:0"
-
-    def synchronize(self):
-        pass
-
-
-def official_rounds(P, finish_at, budget, alpha, max_new, score):
-    """The official code's loop, re-stated: a round of R rows generates until R * (P + t) reaches the
-    budget, whatever finishes meanwhile; then everything finished so far and every live candidate is
-    ranked (live by the score of its partial text, finished by the score of its complete text), the best
-    max(1, round-half-up((1 - alpha) n)) are kept, and live survivors that would not fit one more token
-    are halted too (this project's progress rule). Returns [(tokens, kept live, pruned)]."""
-    live, contenders, t, out = list(range(len(finish_at))), list(range(len(finish_at))), 0, []
-    while live:
-        end = min(budget // len(live) - P, max_new)
-        live = [k for k in live if finish_at[k] > end]
-        if not live or end >= max_new:
-            break
-        t = end
-        length = {k: min(finish_at[k], t) for k in contenders}
-        ranked = sorted(contenders, key=lambda k: (-score(k, length[k]), k))
-        kept = ranked[:max(1, math.floor((1 - alpha) * len(ranked) + 0.5))]
-        kept_live = [k for k in kept if k in live]
-        while kept_live and len(kept_live) * (P + t + 1) > budget:
-            kept.remove(kept_live.pop())
-        out.append((t, sorted(kept_live), sorted(k for k in live if k not in kept)))
-        live, contenders = kept_live, kept
-    return out
-
-
-def scripted_trace(trial: int, decode_chunk: int = 1):
-    """A random trace (finish times, scores, N, alpha, budget) run through the real memory-budget variant with
-    the scripted generator: its events, and the official rule's [(tokens, kept live, pruned)] for it."""
-    rng = random.Random(trial)
-    n, P, max_new = rng.randint(1, 12), rng.randint(1, 8), rng.randint(4, 40)
-    finish_at = [rng.randint(2, max_new + 5) for _ in range(n)]  # > max_new: stops at the length limit
-    alpha = rng.choice([0.0, 0.2, 0.5, 0.75, 0.9])
-    budget = rng.randint(P + max_new, n * (P + max_new) + 5)
-    budget = max(budget, n * (P + 1))
-    table = {(k, t): rng.random() for k in range(n) for t in range(max_new + 6)}
-    score = lambda k, t: table[(k, t)]  # noqa: E731
-    reward = CallableReward(lambda prompt, rs: [score(*map(int, r.split(":"))) for r in rs], name="table")
-    config = RunConfig.build(SamplingConfig(temperature=1.0, top_p=1.0, top_k=0), method="sbon", n=n, alpha=alpha,
-                             kv_budget=budget, max_new_tokens=max_new, seed=trial, decode_chunk=decode_chunk)
-    return list(events(ScriptedGenerator(P, finish_at), reward, "p", config)), \
-        official_rounds(P, finish_at, budget, alpha, max_new, score)
-
-
-def decisions(trace) -> list:
-    """(tokens, kept live, pruned) of each decision point of a scripted run."""
-    points = [e.decision for e in trace if isinstance(e, DecisionTaken)]
-    result = trace[-1].result
-    return [(p.tokens, sorted(k for k in p.survivors if not result.candidates[k].finished or
-                              result.candidates[k].tokens_generated > p.tokens), p.pruned) for p in points]
-
-
-@pytest.mark.parametrize("trial", range(150))
-def test_decision_points_come_where_the_official_rule_puts_them(trial):
-    trace, official = scripted_trace(trial)
-    assert decisions(trace) == official
-
-
-@pytest.mark.parametrize("decode_chunk", [3, 8])
-@pytest.mark.parametrize("trial", range(40))
-def test_a_chunked_decode_decides_at_the_same_tokens(trial, decode_chunk):
-    """Chunks of decode steps stop before a decision point: the same decisions, and the same events, as a
-    decode that checks after every token (the final result differs in its timings only)."""
-    trace, official = scripted_trace(trial, decode_chunk)
-    assert decisions(trace) == official
-    plain, _ = scripted_trace(trial)
-    assert trace[:-1] == plain[:-1]
-    assert trace[-1].result.candidates == plain[-1].result.candidates
 
 
 # -- a replay equals a real run, on the real model ---------------------------------------------------
