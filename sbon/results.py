@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SBoNError
+from .signals import on_reward_scale
 
 PHASES = ("prefill", "decode", "reward", "rejection")
 # What happened to a candidate, in the words every view and the command line use.
@@ -60,6 +61,9 @@ class DecisionPoint:
     scores: list[float] = field(default_factory=list)  # the score each contender was ranked by, in contenders' order
     final: list[int] = field(default_factory=list)  # contenders ranked by their final reward (finished)
     signal: str = "reward"  # the pruning signal that scored the live contenders
+    # Whether finished contenders were ranked with the live ones (the signal is on the final reward's scale, see
+    # sbon.signals.on_reward_scale); None in files saved before it was recorded (RunResult derives it on load).
+    ranks_finished: bool | None = None
 
     def score_of(self) -> dict[int, float]:
         """Contender id -> the score it was ranked by."""
@@ -101,6 +105,13 @@ class RunResult:
     decision_points: list[DecisionPoint] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase, plus "total"
     best_id: int | None = None
+    # What else the machine did while the run ran (sbon.machine_load.LoadMeter); empty when not measured.
+    load: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.decision_points:
+            if p.ranks_finished is None:
+                p.ranks_finished = on_reward_scale(p.signal, self.reward)
 
     @property
     def best(self) -> Candidate | None:
@@ -135,6 +146,21 @@ class RunResult:
         first = budget // n - self.prompt_tokens
         return (f"no decision point: the KV budget ({budget} tokens) holds all {n} candidates up to token {first}, "
                 f"and every candidate had finished by token {longest}")
+
+    @property
+    def batches(self) -> list[list[int]]:
+        """The candidates decoded together, batch after batch: Best-of-N's batches of ``batch_size``
+        (consecutive ids), one batch for Speculative Rejection and for a Best-of-N run without batches."""
+        n = len(self.candidates)
+        size = (self.settings.get("batch_size") or n) if self.method == "bon" else n
+        return [list(range(first, min(n, first + size))) for first in range(0, n, max(1, size))]
+
+    @property
+    def decode_steps(self) -> int:
+        """Sequential decode steps: one step samples one token for every live candidate of a batch (one
+        forward pass), so a batch takes as many steps as its longest candidate has tokens, and batches run
+        one after another. Set by the seed and the settings alone: the same on any machine, under any load."""
+        return sum(max((self.candidates[k].tokens_generated for k in batch), default=0) for batch in self.batches)
 
     @property
     def total_tokens(self) -> int:
