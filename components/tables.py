@@ -11,10 +11,11 @@ import math
 
 import pandas as pd
 
-from sbon.analysis.comparison import Comparison
+from sbon.analysis.comparison import Comparison, headline_text, wall_time_text
 from sbon.analysis.counterfactual import partial_final_stats
 from sbon.metrics import decision_quality
 from sbon.results import RunResult
+from sbon.signals import signal_description, signal_title
 
 from .fates import fate_color
 from .reasons import candidate_reasons, decimals, explanations, explanations_html, fmt, pruning_cost, reward_scale
@@ -166,16 +167,16 @@ def run_description(comp: Comparison, origin: str) -> str:
             f"max {s.get('max_new_tokens')} tokens, seed {s.get('seed')}{batches} · prompt: “{md_escape(prompt)}”")
 
 
+def headline_parts(comp: Comparison) -> tuple[str, str]:
+    """(headline, wall time) in Markdown: the headline holds only what the runs themselves determine (decode
+    steps, tokens, scores, the random-pruning null model), identical for the same seed and settings under any
+    load; the second line is the wall time this machine measured, with a warning when it was busy."""
+    return headline_text(comp, strong=lambda text: f"**{text}**"), wall_time_text(comp)
+
+
 def headline(comp: Comparison) -> str:
-    """One sentence of Markdown: what Speculative Rejection returned and what it saved."""
-    m, sbon, bon = comp.metrics, comp.sbon, comp.bon
-    same = "the same response as Best-of-N" if sbon.best_id == bon.best_id else \
-        f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}"
-    faster = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
-    return (f"**Speculative Rejection returned {same}** (normalized score {m['normalized_score']:.1f}), "
-            f"generating {m['sbon_tokens']} of Best-of-N's {m['bon_tokens']} tokens "
-            f"(token rate {m['token_rate']:.2f}), {faster} in wall time "
-            f"({sbon.wall_time:.1f} s vs {bon.wall_time:.1f} s).")
+    """The headline, then the wall-time line (see :func:`headline_parts`), as two paragraphs of Markdown."""
+    return "\n\n".join(headline_parts(comp))
 
 
 def answers_checked(comp: Comparison, reward: object = None) -> str:
@@ -202,24 +203,26 @@ def prediction_report(comp: Comparison) -> str:
         return (f"{why[0].upper()}{why[1:]}: nothing was pruned, so Speculative Rejection was Best-of-N here and "
                 "there is no prediction to check (a longer answer limit, a smaller first decision or a smaller budget "
                 "brings decision points).")
-    lines = [f"**Did the partial rewards predict the final ones?** Reward: {md_escape(comp.sbon.reward)}. Kendall correlation of the "
+    intro = (f"**Did the partial rewards predict the final ones?** Reward: {md_escape(comp.sbon.reward)}. Kendall correlation of the "
              "live candidates' scores at each decision point against their final rewards (1 = same order, "
              "0 = no relation); Best-of-N's winner is candidate "
-             f"{comp.bon.best_id}."]
+             f"{comp.bon.best_id}.")
+    items = []
     for q in quality:
         kendall = "n/a" if math.isnan(q["kendall"]) else f"{q['kendall']:.2f}"
-        lines.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(q['signal'])}: Kendall {kendall} over "
-                     f"{q['live']} live candidates; Best-of-N's winner {WINNER_WORDS[q['winner']]}")
+        items.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(signal_title(q['signal']))}: Kendall "
+                     f"{kendall} over {q['live']} live candidates; Best-of-N's winner {WINNER_WORDS[q['winner']]}.")
     first = quality[0]["kendall"]
     if math.isnan(first) or first < 0.3:
-        lines.append("At the first decision point the scores barely ranked the candidates as their final rewards "
-                     "do: pruning there is close to a random cut, and any match with Best-of-N is partly luck.")
+        verdict = ("At the first decision point the scores barely ranked the candidates as their final rewards "
+                   "do: pruning there is close to a random cut, and any match with Best-of-N is partly luck.")
     elif first < 0.5:
-        lines.append("The scores ranked the candidates partly as their final rewards do: early pruning risks "
-                     "losing the eventual best.")
+        verdict = ("The scores ranked the candidates partly as their final rewards do: early pruning risks "
+                   "losing the eventual best.")
     else:
-        lines.append("The scores ranked the candidates much as their final rewards do: the paper's assumption held here.")
-    return "\n".join(lines)
+        verdict = "The scores ranked the candidates much as their final rewards do: the paper's assumption held here."
+    # blank lines around the list: without them Markdown runs the last item and the verdict into one sentence
+    return "\n\n".join((intro, "\n".join(items), verdict))
 
 
 WINNER_WORDS = {"kept": "survived", "pruned": "was **pruned** here", "retired": "had finished and fell below the cut (still eligible)",

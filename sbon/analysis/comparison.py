@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Callable, Iterator, Sequence, Union
 
 from ..algorithms import Done, Event, drive, events
 from ..config import PRUNING_METHODS, RunConfig
 from ..engine import Generator
 from ..errors import SBoNError
-from ..machine_load import LoadMeter
+from ..machine_load import LoadMeter, busy_note
 from ..metrics import compare
 from ..results import RunResult, dump_json
 from ..rewards import RewardModel
@@ -149,6 +149,40 @@ class Comparison:
             return cls.from_json(Path(path).read_bytes())
         except OSError as e:
             raise SBoNError(f"cannot read saved comparison '{path}': {e.strerror or e}") from None
+
+
+# -- the headline: one text for the page, the command line and /compare --------------------------------
+
+def headline_text(comp: Comparison, strong: Callable[[str], str] = lambda text: text) -> str:
+    """What Speculative Rejection returned and what it cost, in costs the runs themselves determine: the same
+    for the same seed and settings on any machine, under any load (no time in it). ``strong`` marks the key
+    phrases (Markdown bold on the page, nothing on the command line)."""
+    m, sbon, bon = comp.metrics, comp.sbon, comp.bon
+    same = "the same response as Best-of-N" if sbon.best_id == bon.best_id else \
+        f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}"
+    steps, bon_steps = m["sbon_steps"], m["bon_steps"]
+    if steps == bon_steps:
+        cost = (f"in as many sequential decode steps as Best-of-N ({steps}: Best-of-N held all its candidates in one "
+                "batch, so here only the tokens differ)")
+    else:
+        ratio = m["step_speedup"]
+        times = f"{ratio:.2f}× fewer" if ratio >= 1 else f"{1 / ratio:.2f}× more"
+        cost = "in " + strong(f"{steps} sequential decode steps, {times} than Best-of-N's {bon_steps}")
+    return (f"{strong(f'Speculative Rejection returned {same}')} (normalized score {m['normalized_score']:.1f}; "
+            f"pruning at random with the same survivor counts would have scored "
+            f"{m['random_pruning_normalized_score']:.1f} on average) {cost}, generating {m['sbon_tokens']} of "
+            f"Best-of-N's {m['bon_tokens']} tokens (token rate {m['token_rate']:.2f}).")
+
+
+def wall_time_text(comp: Comparison) -> str:
+    """The wall times this machine measured, secondary to the headline, with a warning when the machine was
+    busy while a run ran (:func:`sbon.machine_load.busy`)."""
+    m = comp.metrics
+    ratio = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
+    line = (f"Wall time on this machine: {comp.sbon.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
+            "it depends on the machine and what else runs on it).")
+    note = busy_note({"Speculative Rejection": comp.sbon.load, "Best-of-N": comp.bon.load})
+    return f"{line} {note}" if note else line
 
 
 def _read_signal_scores(raw: Any) -> Scores:
