@@ -178,6 +178,7 @@ class RunResult:
         d = asdict(self)
         for c, cd in zip(self.candidates, d["candidates"]):
             cd["tokens_generated"] = c.tokens_generated
+        d["decode_steps"] = self.decode_steps  # derived, for readers of the file; recomputed on load
         return d
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -192,6 +193,7 @@ class RunResult:
                 c["partial_rewards"] = [PartialReward(**p) for p in c.get("partial_rewards", [])]
                 candidates.append(Candidate(**c))
             points = [DecisionPoint.from_dict(p, candidates) for p in d.get("decision_points", [])]
+            d = {k: v for k, v in d.items() if k != "decode_steps"}
             return cls(**{**d, "candidates": candidates, "decision_points": points})
         except (KeyError, TypeError, IndexError) as e:
             raise SBoNError(f"not a saved SBoN run: {e}") from None

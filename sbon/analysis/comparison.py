@@ -49,7 +49,9 @@ class Comparison:
     candidates. The reward's own partial scores are in ``partials``. Empty in files saved before it
     existed, or when the run watched no signal.
     ``metrics`` is :func:`sbon.metrics.compare` of the two runs; it is recomputed on load, so a
-    saved file cannot disagree with its own runs.
+    saved file cannot disagree with its own runs. The saved file also carries the headline
+    (:func:`headline_text`) and the wall-time line (:func:`wall_time_text`) as text, for readers without this
+    package; they too are recomputed, never read.
     """
     bon: RunResult
     sbon: RunResult
@@ -92,7 +94,9 @@ class Comparison:
     # -- JSON --------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
+        # The headline and wall-time lines are derived, as the metrics are, and ignored on load (recomputed).
+        return {"format": FORMAT, "headline": headline_text(self), "wall_time": wall_time_text(self),
+                "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
                 "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics),
                 "signal_scores": {name: {str(t): list(v) for t, v in by_t.items()}
                                   for name, by_t in self.signal_scores.items()}}
@@ -207,6 +211,8 @@ def _check_types(run: RunResult) -> None:
         raise SBoNError(f"not a saved comparison: {where} has no prompt or settings")
     if not isinstance(run.timings, dict) or not all(_number(v) for v in run.timings.values()):
         raise SBoNError(f"not a saved comparison: {where} has non-numeric timings")
+    if not isinstance(run.load, dict) or not all(v is None or _number(v) for v in run.load.values()):
+        raise SBoNError(f"not a saved comparison: {where} has a malformed machine load")
     for c in run.candidates:
         if not isinstance(c.id, int) or not isinstance(c.text, str) or not isinstance(c.token_ids, list) \
                 or not all(isinstance(t, int) for t in c.token_ids):
