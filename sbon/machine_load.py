@@ -8,8 +8,8 @@ was enough to make its wall time an upper bound. The run's own costs (decode ste
 The measure: CPU time that *other* processes used on this process's cores during the run, in cores
 (``others_cores``): the busy ticks of those CPUs in ``/proc/stat`` minus this process's own CPU time
 (``getrusage``, every thread: torch's workers included), over the wall time. It reacts at once, unlike the
-1-minute load average, which a 20 s run beside a new busy process moves by about 0.6 (both 1-minute averages,
-at the start and the end, are recorded too). Where ``/proc/stat`` cannot be read (not Linux), the load average
+1-minute load average, a decaying average that a busy process starting with a run of seconds has moved little by
+its end (the 1-minute averages at the start and the end are recorded too). Where ``/proc/stat`` cannot be read (not Linux), the load average
 at the start stands in for it. Another run *in this process* (a second request of the app) counts as its own
 time, not another's.
 """
