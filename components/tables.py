@@ -18,7 +18,7 @@ from sbon.metrics import decision_quality
 from sbon.results import RunResult
 from sbon.signals import signal_description, signal_title
 
-from .fates import fate_color
+from .fates import fate_color, fate_help
 from .reasons import candidate_reasons, decimals, explanations, explanations_html, fmt, pruning_cost, reward_scale
 
 GENERATED_STYLE = "background:#d8f3dc;border-radius:3px"
@@ -203,7 +203,7 @@ def column_help(name: str) -> str:
     if name in HELP:
         return HELP[name]
     start = next((key for key in HELP if name.startswith(key.split(" (")[0] if key == "partial" else key)), None)
-    return HELP[start] if start else signal_description(name)
+    return HELP[start] if start else fate_help(name) or signal_description(name)
 
 
 def _bon_batch_size(bon: RunResult) -> int:

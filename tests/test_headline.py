@@ -181,6 +181,8 @@ def test_every_column_metric_and_signal_has_a_human_name_and_a_line_of_help(comp
              *tables.correlation_table(comparison).columns]
     assert all(tables.column_help(name) for name in names), [n for n in names if not tables.column_help(n)]
     assert not {"tau", "pearson", "kendall", "oracle_cut"} & set(tables.correlation_table(comparison).columns)
+    fates = {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
+    assert all(tables.column_help(fate) for fate in fates), fates
     for name, cls in SIGNALS.items():
         assert signal_title(name) == cls.title and cls.description and signal_description(name).startswith(cls.description)
     assert "cannot rank a finished answer" in signal_description("logprob")
