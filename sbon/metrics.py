@@ -94,11 +94,14 @@ def _best_of_random_subset(values: np.ndarray, keep: int, floor: float) -> float
     if m <= keep:
         return float(max(floor, values.max(initial=-np.inf)))
     ordered = np.sort(values)[::-1]
-    i = np.arange(1, m + 1)
-    weights = np.exp(special.gammaln(m - i + 1) - special.gammaln(keep) - special.gammaln(m - i - keep + 2)
-                     - (special.gammaln(m + 1) - special.gammaln(keep + 1) - special.gammaln(m - keep + 1)))
-    weights[m - i < keep - 1] = 0.0
+    rest = m - np.arange(1, m + 1)  # values below the i-th best
+    weights = np.where(rest >= keep - 1, np.exp(_log_comb(np.maximum(rest, keep - 1), keep - 1) - _log_comb(m, keep)), 0.0)
     return float(np.sum(weights * np.maximum(ordered, floor)))
+
+
+def _log_comb(n, k):
+    """log C(n, k), for counts too large for C itself."""
+    return special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
 
 
 def best_of_m_size(n: int, speedup_: float) -> int:
