@@ -60,6 +60,7 @@ class CutReason:
     finished: bool = field(metadata={"help": "it had finished: its score is its final reward"})
     digits: int = field(default=MIN_DECIMALS, metadata={"help": "decimals that tell this point's scores apart"})
     signal: str = field(default="reward", metadata={"help": "the pruning signal that ranked the live contenders"})
+    forced: bool = field(default=False, metadata={"help": "pruned although at or above the cut: the budget forced it"})
 
     def text(self) -> str:
         """e.g. 'rank 14 of 16, 0.50 < cut 0.67'; a finished answer the signal cannot rank says so."""
@@ -67,7 +68,7 @@ class CutReason:
             return (f"not ranked: it had finished (final reward {fmt(self.score, self.digits)}), and the "
                     f"{signal_title(self.signal)} signal cannot rank a finished answer against live ones, so it "
                     f"stays in contention")
-        forced = self.outcome == "pruned" and self.score > self.cut  # the progress rule (sbon.cut.cut: forced)
+        forced = self.outcome == "pruned" and (self.forced or self.score > self.cut)  # the progress rule (sbon.cut.cut)
         tied = self.score == self.cut
         sign = "=" if tied else "≥" if self.outcome == "kept" or forced else "<"
         digits = separating_digits(self.score, self.cut, self.digits)
@@ -97,7 +98,7 @@ def point_reasons(point: DecisionPoint) -> dict[int, CutReason]:
     pruned, retired, final = set(point.pruned), set(point.retired), set(point.final)
     return {k: CutReason(point.round, point.tokens, rank.get(k), len(ranked), s, point.cut,
                          "pruned" if k in pruned else "retired" if k in retired else "kept", k in final, digits,
-                         point.signal)
+                         point.signal, k in point.forced)
             for k, s in zip(point.contenders, point.scores)}
 
 

@@ -64,6 +64,7 @@ class DecisionPoint:
     # Whether finished contenders were ranked with the live ones (the signal is on the final reward's scale, see
     # sbon.signals.on_reward_scale); None in files saved before it was recorded (RunResult derives it on load).
     ranks_finished: bool | None = None
+    forced: list[int] = field(default_factory=list)  # pruned although at or above the cut: the survivors had to fit the budget
 
     def score_of(self) -> dict[int, float]:
         """Contender id -> the score it was ranked by."""

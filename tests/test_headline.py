@@ -174,6 +174,10 @@ def test_numbers_that_print_alike_show_the_digits_or_the_tie_break_that_separate
     assert reasons[3].text().startswith("rank 3 of 4, 0.00 = cut 0.00 (a tie at the cut: ties go to the lower "
                                         "candidate number)")
     assert reasons[1].text() == "rank 2 of 4, 0.00 = cut 0.00"  # candidate 1 won the tie: it is the cut
+    budget = DecisionPoint(1, 8, [0, 1, 2], [0], [1, 2], 0.5, scores=[0.9, 0.5, 0.5], forced=[1])
+    assert point_reasons(budget)[1].text() == ("rank 2 of 3, 0.50 = cut 0.50, halted all the same: the survivors had "
+                                               "to fit the KV budget")  # the cut itself, halted: no tie to explain
+    assert point_reasons(budget)[2].text().endswith("(a tie at the cut: ties go to the lower candidate number)")
 
 
 def test_every_column_metric_and_signal_has_a_human_name_and_a_line_of_help(comparison):

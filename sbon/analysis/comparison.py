@@ -227,7 +227,7 @@ def _check_types(run: RunResult) -> None:
     for p in run.decision_points:
         if not _number(p.cut) or not all(_number(x) for x in p.scores) or len(p.scores) != len(p.contenders) \
                 or not all(isinstance(k, int) and 0 <= k < len(run.candidates)
-                           for k in p.contenders + p.survivors + p.pruned + p.retired + p.final):
+                           for k in p.contenders + p.survivors + p.pruned + p.retired + p.final + p.forced):
             raise SBoNError(f"not a saved comparison: decision point {p.round} of {where} is malformed")
 
 
