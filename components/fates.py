@@ -18,6 +18,18 @@ def fate_order(fates: set[str]) -> list[str]:
     return [f for f in (SURVIVED, FINISHED_EARLY) if f in fates] + pruned
 
 
+def fate_help(name: str) -> str:
+    """One line saying what a fate means, for a legend or a tooltip."""
+    if name == SURVIVED:
+        return "never pruned: it reached at least one decision point and went on to finish"
+    if name == FINISHED_EARLY:
+        return "finished before the first decision point it could meet: no partial score ranked it, and it stays eligible"
+    if name.startswith("pruned in round "):
+        return (f"halted at decision point {name.rsplit(' ', 1)[1]}: its score fell below the cut (or the survivors had "
+                "to fit the KV budget); its final reward comes from its Best-of-N twin")
+    return ""
+
+
 def fate_color(name: str) -> str:
     if name == SURVIVED:
         return SURVIVED_COLOR

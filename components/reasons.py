@@ -18,10 +18,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from sbon.cut import cut
 from sbon.models import REWARDS, Preset
 from sbon.results import DecisionPoint, RunResult
+from sbon.signals import on_reward_scale, signal_title
 
 MIN_DECIMALS, MAX_DECIMALS = 2, 6
+MAX_SEPARATING_DECIMALS = 12  # two scores closer than this are printed alike (then they differ in float noise only)
 BF16_BYTES_PER_PARAM = 2  # a GPU loads the hub presets in bfloat16 (sbon.models.load_reward / load_generator)
 GPU_FROM_BILLION_PARAMS = 1.0  # models this large are impractical on a CPU
 
@@ -49,31 +52,53 @@ class CutReason:
     """Where one contender stood at one decision point."""
     round: int = field(metadata={"help": "the decision point (1-based)"})
     tokens: int = field(metadata={"help": "tokens each live candidate had generated there"})
-    rank: int = field(metadata={"help": "1 = best score among the contenders"})
+    rank: int | None = field(metadata={"help": "1 = best score among the ranked contenders; None: not ranked"})
     of: int = field(metadata={"help": "how many contenders were ranked"})
-    score: float = field(metadata={"help": "the score it was ranked by"})
+    score: float = field(metadata={"help": "the score it was ranked by (a finished one's: its final reward)"})
     cut: float = field(metadata={"help": "the lowest score that survived"})
     outcome: str = field(metadata={"help": "'kept', 'pruned' or 'retired' (finished, below the cut)"})
-    finished: bool = field(metadata={"help": "ranked by its final reward: it had finished"})
+    finished: bool = field(metadata={"help": "it had finished: its score is its final reward"})
     digits: int = field(default=MIN_DECIMALS, metadata={"help": "decimals that tell this point's scores apart"})
+    signal: str = field(default="reward", metadata={"help": "the pruning signal that ranked the live contenders"})
+    forced: bool = field(default=False, metadata={"help": "pruned although at or above the cut: the budget forced it"})
 
     def text(self) -> str:
-        """e.g. 'rank 14 of 16, 0.50 < cut 0.67'."""
-        forced = self.outcome == "pruned" and self.score >= self.cut  # the progress rule (sbon.cut.cut: forced)
-        sign = "≥" if self.outcome == "kept" or forced else "<"
-        return (f"rank {self.rank} of {self.of}, {fmt(self.score, self.digits)} {sign} cut {fmt(self.cut, self.digits)}"
+        """e.g. 'rank 14 of 16, 0.50 < cut 0.67'; a finished answer the signal cannot rank says so."""
+        if self.rank is None:  # sbon.cut.cut with rank_finished=False: finished answers stay in, unranked
+            return (f"not ranked: it had finished (final reward {fmt(self.score, self.digits)}), and the "
+                    f"{signal_title(self.signal)} signal cannot rank a finished answer against live ones, so it "
+                    f"stays in contention")
+        forced = self.outcome == "pruned" and (self.forced or self.score > self.cut)  # the progress rule (sbon.cut.cut)
+        tied = self.score == self.cut
+        sign = "=" if tied else "≥" if self.outcome == "kept" or forced else "<"
+        digits = separating_digits(self.score, self.cut, self.digits)
+        lost_tie = tied and self.outcome != "kept"
+        return (f"rank {self.rank} of {self.of}, {fmt(self.score, digits)} {sign} cut {fmt(self.cut, digits)}"
+                + (" (a tie at the cut: ties go to the lower candidate number)" if lost_tie and not forced else "")
                 + (", halted all the same: the survivors had to fit the KV budget" if forced else "")
                 + (" (final reward: it had finished)" if self.finished else ""))
 
 
+def separating_digits(a: float, b: float, digits: int) -> int:
+    """At least ``digits``, and as many more (to MAX_SEPARATING_DECIMALS) as it takes for two different numbers
+    not to print the same: '0.00 < cut 0.00' would read as false."""
+    while a != b and fmt(a, digits) == fmt(b, digits) and digits < MAX_SEPARATING_DECIMALS:
+        digits += 1
+    return digits
+
+
 def point_reasons(point: DecisionPoint) -> dict[int, CutReason]:
-    """Every contender of one decision point -> its reason."""
+    """Every contender of one decision point -> its reason, ranked as the cut rule ranks them (sbon.cut.cut:
+    ties go to the lower candidate number; a finished contender only when the signal can rank it)."""
     digits = decimals(point.scores)
-    order = sorted(range(len(point.contenders)), key=lambda i: -point.scores[i])
-    rank = {point.contenders[i]: r + 1 for r, i in enumerate(order)}
+    scores = point.score_of()
+    ranks_finished = point.ranks_finished if point.ranks_finished is not None else on_reward_scale(point.signal, None)
+    ranked = cut(scores, set(point.final), 0.0, rank_finished=ranks_finished).ranked
+    rank = {k: r + 1 for r, k in enumerate(ranked)}
     pruned, retired, final = set(point.pruned), set(point.retired), set(point.final)
-    return {k: CutReason(point.round, point.tokens, rank[k], len(point.contenders), s, point.cut,
-                         "pruned" if k in pruned else "retired" if k in retired else "kept", k in final, digits)
+    return {k: CutReason(point.round, point.tokens, rank.get(k), len(ranked), s, point.cut,
+                         "pruned" if k in pruned else "retired" if k in retired else "kept", k in final, digits,
+                         point.signal, k in point.forced)
             for k, s in zip(point.contenders, point.scores)}
 
 

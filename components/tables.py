@@ -11,12 +11,14 @@ import math
 
 import pandas as pd
 
-from sbon.analysis.comparison import Comparison
+from sbon.analysis.comparison import Comparison, headline_text, wall_time_text
 from sbon.analysis.counterfactual import partial_final_stats
+from sbon.machine_load import busy
 from sbon.metrics import decision_quality
 from sbon.results import RunResult
+from sbon.signals import signal_description, signal_title
 
-from .fates import fate_color
+from .fates import fate_color, fate_help
 from .reasons import candidate_reasons, decimals, explanations, explanations_html, fmt, pruning_cost, reward_scale
 
 GENERATED_STYLE = "background:#d8f3dc;border-radius:3px"
@@ -104,7 +106,7 @@ def candidate_detail_html(comp: Comparison, k: int, reward: object = None) -> st
 
 def _signals(comp: Comparison) -> str:
     """The pruning signals of the run's decision points (live candidates; finished ones by final reward)."""
-    return ", ".join(sorted({p.signal for p in comp.sbon.decision_points})) or "the reward"
+    return ", ".join(sorted({signal_title(p.signal) for p in comp.sbon.decision_points})) or "the reward"
 
 
 def first_pruned(comp: Comparison) -> int:
@@ -115,25 +117,93 @@ def first_pruned(comp: Comparison) -> int:
 # -- savings ------------------------------------------------------------------------------------------
 
 def savings_table(comp: Comparison) -> pd.DataFrame:
-    """Both methods side by side, then the paper's headline metrics."""
+    """Both methods side by side: first what the runs themselves determine (steps, tokens, scores, the null
+    model), then what this machine measured (wall time). Each row's meaning: ``column_help(row name)``."""
     m, bon, sbon = comp.metrics, comp.bon, comp.sbon
     rows = [
         ("candidates", comp.n, comp.n),
+        ("sequential decode steps", bon.decode_steps, sbon.decode_steps),
+        ("decode-step speedup", "", f"{m['step_speedup']:.2f}×"),
         ("tokens generated", bon.total_tokens, sbon.total_tokens),
-        ("wall time (s)", f"{bon.wall_time:.2f}", f"{sbon.wall_time:.2f}"),
-        ("tokens per second", f"{bon.total_tokens / bon.wall_time:.1f}", f"{sbon.total_tokens / sbon.wall_time:.1f}"),
+        ("token rate (SBoN tokens / BoN tokens)", "1.00", f"{m['token_rate']:.2f}"),
         ("decision points", "–", len(sbon.decision_points)),
         ("batches", _batches(bon), 1),
         ("returned candidate", bon.best_id, sbon.best_id),
         ("its final reward", f"{bon.best.final_reward:.3f}", f"{sbon.best.final_reward:.3f}"),
-        ("speedup (T_BoN / T_SBoN)", "", f"{m['speedup']:.2f}×"),
         ("normalized score", "100", f"{m['normalized_score']:.1f}"),
-        ("token rate (SBoN tokens / BoN tokens)", "1.00", f"{m['token_rate']:.2f}"),
+        ("random pruning, same survivor counts: normalized score", "", f"{m['random_pruning_normalized_score']:.1f}"),
+        ("wall time (s)", f"{bon.wall_time:.2f}", f"{sbon.wall_time:.2f}"),
+        ("wall-time speedup (T_BoN / T_SBoN)", "", f"{m['speedup']:.2f}×"),
+        ("tokens per second", f"{bon.total_tokens / bon.wall_time:.1f}", f"{sbon.total_tokens / sbon.wall_time:.1f}"),
+        ("machine busy (other processes' cores)", _busy(bon), _busy(sbon)),
         (f"Best-of-M at the same time (M={m['best_of_m']}): normalized score", "",
          f"{m['best_of_m_normalized_score']:.1f}"),
     ]
     return pd.DataFrame([(a, str(b), str(c)) for a, b, c in rows],
                         columns=["", "Best-of-N", f"Speculative Rejection ({sbon.method})"])
+
+
+def _busy(run: RunResult) -> str:
+    others = run.load.get("others_cores") if run.load else None
+    if not run.load:
+        return "not measured"
+    return ("yes" if busy(run.load) else "no") + (f" ({others:.1f} of {run.load['cores']})" if others is not None else "")
+
+
+# Every column, row and metric the views show, by its name there -> one line saying what it means (for a tooltip
+# or a legend). Pruning signals explain themselves in their registry (sbon.signals: title, description).
+HELP: dict[str, str] = {
+    # the candidates table
+    "candidate": "the candidate's number: with the same seed, candidate k is the same response in both runs",
+    "fate": "what Speculative Rejection did with it: survived, finished early, or pruned in round r",
+    "round pruned": "the decision point at which it was pruned (empty: never pruned)",
+    "tokens": "tokens it generated in Speculative Rejection's run",
+    "tokens in Best-of-N": "tokens its twin generated in Best-of-N's run (the whole response)",
+    "partial": "its score at that decision point (t = tokens generated then) by the run's pruning signal",
+    "final reward": "the reward model's score of the complete response (from Best-of-N when it was pruned)",
+    "last decision": "where it stood at its last decision point: rank, score and the cut it had to reach",
+    "cost of pruning": "what pruning it cost: its Best-of-N twin was the winner, or beat the returned response",
+    "final from": "which run completed the response its final reward scores",
+    "returned": "the method(s) that returned this candidate",
+    "text": "what it generated in Speculative Rejection's run",
+    # the savings table and the headline
+    "candidates": "N: responses each method started",
+    "sequential decode steps": "decode steps run one after another (one token for every live candidate of a batch); "
+                               "set by the seed and settings, the same under any load",
+    "decode-step speedup": "Best-of-N's sequential decode steps / Speculative Rejection's: the speedup where a step "
+                           "costs the same for few or many candidates (memory-bound decoding)",
+    "tokens generated": "tokens generated over all candidates: the compute a compute-bound machine pays",
+    "token rate (SBoN tokens / BoN tokens)": "the share of Best-of-N's tokens Speculative Rejection generated",
+    "decision points": "how many times Speculative Rejection ranked its candidates and pruned",
+    "batches": "how Best-of-N ran: all candidates at once, or batches that fit Speculative Rejection's memory",
+    "returned candidate": "the candidate with the best final reward among the completed ones",
+    "its final reward": "the returned candidate's final reward",
+    "normalized score": "100 = Best-of-N's best response, 0 = its worst (the paper's metric)",
+    "random pruning, same survivor counts: normalized score": "the null model: what pruning at random (same decision "
+                                                              "points, same survivor counts) scores on average, from "
+                                                              "Best-of-N's candidates",
+    "wall time (s)": "seconds this machine took: it depends on the machine and on what else ran on it",
+    "wall-time speedup (T_BoN / T_SBoN)": "Best-of-N's wall time / Speculative Rejection's (the paper's speedup)",
+    "tokens per second": "tokens generated / wall time",
+    "machine busy (other processes' cores)": "whether other processes used more than half a core on average while "
+                                             "the run ran: then its wall time is an upper bound",
+    "Best-of-M at the same time": "Best-of-M with M = N / wall-time speedup: what the same time buys without pruning",
+    # the correlation table
+    "decision token τ": "the decision point's token count in the replay on Best-of-N's candidates",
+    "live candidates": "Best-of-N's candidates still generating at τ: those the correlations are over",
+    "Pearson": "linear correlation of partial and final rewards (1 = perfectly linear)",
+    "Kendall": "rank correlation of partial and final rewards (1 = same order, 0 = no relation)",
+    "oracle cut c*": "the largest fraction that could be pruned there and still keep Best-of-N's winner",
+}
+
+
+def column_help(name: str) -> str:
+    """The one-line explanation of a column, row or metric of these tables ('' for none): by its exact name, or
+    by the name it starts with ('partial r2 (t=51)', 'Best-of-M at the same time (M=6)…'), or a pruning signal's."""
+    if name in HELP:
+        return HELP[name]
+    start = next((key for key in HELP if name.startswith(key.split(" (")[0] if key == "partial" else key)), None)
+    return HELP[start] if start else fate_help(name) or signal_description(name)
 
 
 def _bon_batch_size(bon: RunResult) -> int:
@@ -166,16 +236,16 @@ def run_description(comp: Comparison, origin: str) -> str:
             f"max {s.get('max_new_tokens')} tokens, seed {s.get('seed')}{batches} · prompt: “{md_escape(prompt)}”")
 
 
+def headline_parts(comp: Comparison) -> tuple[str, str]:
+    """(headline, wall time) in Markdown: the headline holds only what the runs themselves determine (decode
+    steps, tokens, scores, the random-pruning null model), identical for the same seed and settings under any
+    load; the second line is the wall time this machine measured, with a warning when it was busy."""
+    return headline_text(comp, strong=lambda text: f"**{text}**"), wall_time_text(comp)
+
+
 def headline(comp: Comparison) -> str:
-    """One sentence of Markdown: what Speculative Rejection returned and what it saved."""
-    m, sbon, bon = comp.metrics, comp.sbon, comp.bon
-    same = "the same response as Best-of-N" if sbon.best_id == bon.best_id else \
-        f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}"
-    faster = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
-    return (f"**Speculative Rejection returned {same}** (normalized score {m['normalized_score']:.1f}), "
-            f"generating {m['sbon_tokens']} of Best-of-N's {m['bon_tokens']} tokens "
-            f"(token rate {m['token_rate']:.2f}), {faster} in wall time "
-            f"({sbon.wall_time:.1f} s vs {bon.wall_time:.1f} s).")
+    """The headline, then the wall-time line (see :func:`headline_parts`), as two paragraphs of Markdown."""
+    return "\n\n".join(headline_parts(comp))
 
 
 def answers_checked(comp: Comparison, reward: object = None) -> str:
@@ -202,24 +272,26 @@ def prediction_report(comp: Comparison) -> str:
         return (f"{why[0].upper()}{why[1:]}: nothing was pruned, so Speculative Rejection was Best-of-N here and "
                 "there is no prediction to check (a longer answer limit, a smaller first decision or a smaller budget "
                 "brings decision points).")
-    lines = [f"**Did the partial rewards predict the final ones?** Reward: {md_escape(comp.sbon.reward)}. Kendall correlation of the "
+    intro = (f"**Did the partial rewards predict the final ones?** Reward: {md_escape(comp.sbon.reward)}. Kendall correlation of the "
              "live candidates' scores at each decision point against their final rewards (1 = same order, "
              "0 = no relation); Best-of-N's winner is candidate "
-             f"{comp.bon.best_id}."]
+             f"{comp.bon.best_id}.")
+    items = []
     for q in quality:
         kendall = "n/a" if math.isnan(q["kendall"]) else f"{q['kendall']:.2f}"
-        lines.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(q['signal'])}: Kendall {kendall} over "
-                     f"{q['live']} live candidates; Best-of-N's winner {WINNER_WORDS[q['winner']]}")
+        items.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(signal_title(q['signal']))}: Kendall "
+                     f"{kendall} over {q['live']} live candidates; Best-of-N's winner {WINNER_WORDS[q['winner']]}.")
     first = quality[0]["kendall"]
     if math.isnan(first) or first < 0.3:
-        lines.append("At the first decision point the scores barely ranked the candidates as their final rewards "
-                     "do: pruning there is close to a random cut, and any match with Best-of-N is partly luck.")
+        verdict = ("At the first decision point the scores barely ranked the candidates as their final rewards "
+                   "do: pruning there is close to a random cut, and any match with Best-of-N is partly luck.")
     elif first < 0.5:
-        lines.append("The scores ranked the candidates partly as their final rewards do: early pruning risks "
-                     "losing the eventual best.")
+        verdict = ("The scores ranked the candidates partly as their final rewards do: early pruning risks "
+                   "losing the eventual best.")
     else:
-        lines.append("The scores ranked the candidates much as their final rewards do: the paper's assumption held here.")
-    return "\n".join(lines)
+        verdict = "The scores ranked the candidates much as their final rewards do: the paper's assumption held here."
+    # blank lines around the list: without them Markdown runs the last item and the verdict into one sentence
+    return "\n\n".join((intro, "\n".join(items), verdict))
 
 
 WINNER_WORDS = {"kept": "survived", "pruned": "was **pruned** here", "retired": "had finished and fell below the cut (still eligible)",
@@ -247,8 +319,12 @@ def returned_texts(comp: Comparison) -> tuple[str, str, str, str]:
     return (*returned_text(comp.bon, "Best-of-N"), *returned_text(comp.sbon, "Speculative Rejection"))
 
 
+CORRELATION_COLUMNS = {"tau": "decision token τ", "candidates": "live candidates", "pearson": "Pearson",
+                       "kendall": "Kendall", "oracle_cut": "oracle cut c*"}  # the analysis' names -> the page's
+
+
 def correlation_table(comp: Comparison) -> pd.DataFrame:
     """Per decision token of the counterfactual replay: Pearson, Kendall and the oracle cut c*."""
     if not comp.partials:
-        return pd.DataFrame(columns=["tau", "candidates", "pearson", "kendall", "oracle_cut"])
-    return partial_final_stats(comp.bon, comp.partials).round(3)
+        return pd.DataFrame(columns=list(CORRELATION_COLUMNS.values()))
+    return partial_final_stats(comp.bon, comp.partials).round(3).rename(columns=CORRELATION_COLUMNS)

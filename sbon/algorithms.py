@@ -338,7 +338,8 @@ def _prune(run: _Run, batch: Batch, contenders: list[int], round: int, t: int,
         batch.keep(decision.kept)
     return DecisionPoint(round, t, contenders, decision.kept, decision.pruned, decision.threshold,
                          retired=decision.retired, scores=[score[k] for k in contenders], final=final,
-                         signal=run.config.prune_by)
+                         signal=run.config.prune_by, ranks_finished=same_scale,
+                         forced=list(decision.forced))
 
 
 def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: int | None,

@@ -10,11 +10,13 @@ import torch
 from tqdm import tqdm
 
 from .algorithms import Done, RoundStarted, TokensGenerated, drive, events
-from .analysis.comparison import Comparison, ComparisonDone, MethodEvent, comparison_events
+from .analysis.comparison import (Comparison, ComparisonDone, MethodEvent, comparison_events, headline_text,
+                                  wall_time_text)
 from .config import METHOD_SPECS, RunConfig
 from .engine import WEIGHT_FORMATS
 from .options import HelpFormatter, add_options, resolved, values
 from .errors import SBoNError, exit_code
+from .machine_load import LoadMeter, busy_note
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, check_reward_prompt,
                      default_device, default_dtype_name, load_generator, load_reward)
 from .results import RunResult
@@ -122,7 +124,9 @@ def summary(result: RunResult) -> str:
              "final reward": c.final_reward} for c in result.candidates]
     table = pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.3f}")
     timings = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
-    return f"{table}\n\n{result.method}: {len(result.candidates)} candidates, {result.total_tokens} tokens generated; {timings}"
+    note = busy_note({result.method: result.load})
+    return (f"{table}\n\n{result.method}: {len(result.candidates)} candidates, {result.total_tokens} tokens generated in "
+            f"{result.decode_steps} sequential decode steps; wall time {timings}" + (f"\n{note}" if note else ""))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -138,13 +142,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         stream = comparison_events(gen, reward, args.prompt, config, bon_same_memory=args.bon_same_memory)
         comparison = drive(with_progress(stream, args.max_new_tokens, args.method), ComparisonDone).comparison
         report(comparison.sbon)
+        print(f"\n{headline_text(comparison)}\n{wall_time_text(comparison)}")
         print("\ncompared with Best-of-N (same seed):")
         for k, v in comparison.metrics.items():
             print(f"  {k:28s} {v:.3f}" if isinstance(v, float) else f"  {k:28s} {v}")
         saved: RunResult | Comparison = comparison
     else:
         stream = events(gen, reward, args.prompt, config)
+        meter = LoadMeter().start()
         saved = drive(with_progress(stream, args.max_new_tokens, args.method), Done).result
+        saved.load = meter.stop()
         report(saved)
     if args.out:
         saved.to_json(args.out)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SBoNError
+from .signals import on_reward_scale
 
 PHASES = ("prefill", "decode", "reward", "rejection")
 # What happened to a candidate, in the words every view and the command line use.
@@ -60,6 +61,10 @@ class DecisionPoint:
     scores: list[float] = field(default_factory=list)  # the score each contender was ranked by, in contenders' order
     final: list[int] = field(default_factory=list)  # contenders ranked by their final reward (finished)
     signal: str = "reward"  # the pruning signal that scored the live contenders
+    # Whether finished contenders were ranked with the live ones (the signal is on the final reward's scale, see
+    # sbon.signals.on_reward_scale); None in files saved before it was recorded (RunResult derives it on load).
+    ranks_finished: bool | None = None
+    forced: list[int] = field(default_factory=list)  # pruned although at or above the cut: the survivors had to fit the budget
 
     def score_of(self) -> dict[int, float]:
         """Contender id -> the score it was ranked by."""
@@ -101,6 +106,13 @@ class RunResult:
     decision_points: list[DecisionPoint] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase, plus "total"
     best_id: int | None = None
+    # What else the machine did while the run ran (sbon.machine_load.LoadMeter); empty when not measured.
+    load: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.decision_points:
+            if p.ranks_finished is None:
+                p.ranks_finished = on_reward_scale(p.signal, self.reward)
 
     @property
     def best(self) -> Candidate | None:
@@ -137,6 +149,21 @@ class RunResult:
                 f"and every candidate had finished by token {longest}")
 
     @property
+    def batches(self) -> list[list[int]]:
+        """The candidates decoded together, batch after batch: Best-of-N's batches of ``batch_size``
+        (consecutive ids), one batch for Speculative Rejection and for a Best-of-N run without batches."""
+        n = len(self.candidates)
+        size = (self.settings.get("batch_size") or n) if self.method == "bon" else n
+        return [list(range(first, min(n, first + size))) for first in range(0, n, max(1, size))]
+
+    @property
+    def decode_steps(self) -> int:
+        """Sequential decode steps: one step samples one token for every live candidate of a batch (one
+        forward pass), so a batch takes as many steps as its longest candidate has tokens, and batches run
+        one after another. Set by the seed and the settings alone: the same on any machine, under any load."""
+        return sum(max((self.candidates[k].tokens_generated for k in batch), default=0) for batch in self.batches)
+
+    @property
     def total_tokens(self) -> int:
         return sum(c.tokens_generated for c in self.candidates)
 
@@ -152,6 +179,7 @@ class RunResult:
         d = asdict(self)
         for c, cd in zip(self.candidates, d["candidates"]):
             cd["tokens_generated"] = c.tokens_generated
+        d["decode_steps"] = self.decode_steps  # derived, for readers of the file; recomputed on load
         return d
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -166,6 +194,7 @@ class RunResult:
                 c["partial_rewards"] = [PartialReward(**p) for p in c.get("partial_rewards", [])]
                 candidates.append(Candidate(**c))
             points = [DecisionPoint.from_dict(p, candidates) for p in d.get("decision_points", [])]
+            d = {k: v for k, v in d.items() if k != "decode_steps"}
             return cls(**{**d, "candidates": candidates, "decision_points": points})
         except (KeyError, TypeError, IndexError) as e:
             raise SBoNError(f"not a saved SBoN run: {e}") from None

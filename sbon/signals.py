@@ -37,6 +37,8 @@ class Step:
 class PruningSignal:
     """Base class: override ``score`` (and ``observe`` if the signal needs each step)."""
     name = "signal"
+    title = "signal"  # its human name, for every page and table (the name stays the option's value)
+    description = ""  # one line: what a higher score means, for a tooltip or a legend
     needs_text = False  # score() receives the candidates' decoded partial responses
     needs_hidden = False  # observe() receives final-layer hidden states (the engine keeps them only then)
     one_batch = False  # scores need every candidate in one batch (they compare candidates, or follow batch rows)
@@ -61,6 +63,8 @@ class PruningSignal:
 class RewardSignal(PruningSignal):
     """The paper's signal: the reward model's score of the partial response's text."""
     name = "reward"
+    title = "partial reward"
+    description = "the reward model's score of the partial response so far (the paper's signal)"
     needs_text = True
     reward_scale = True
 
@@ -80,6 +84,9 @@ class RewardSignal(PruningSignal):
 class MeanLogProb(PruningSignal):
     """Mean log-probability the generator gave its own sampled tokens (temperature 1): reward-free."""
     name = "logprob"
+    title = "mean log-probability"
+    description = ("how likely the generator found its own tokens so far, on average (higher = more sure); "
+                   "reward-free")
 
     def __init__(self):
         self.total: dict[int, float] = {}
@@ -108,6 +115,9 @@ class LowestGroupConfidence(PruningSignal):
     DeepConf's). Cost: the last `window` confidences per candidate, no extra pass.
     """
     name = "deepconf"
+    title = "DeepConf lowest group confidence"
+    description = ("the generator's confidence over its weakest 16-token stretch so far (DeepConf, Fu et al. 2025); "
+                   "reward-free")
 
     def __init__(self, k: int = 20, window: int = 16):
         self.k, self.window = k, window
@@ -138,6 +148,9 @@ class SelfCertainty(PruningSignal):
     over the response's tokens of KL(uniform || p), how far each next-token distribution is from
     uniform: KL = -log V - mean_j log p_j over the vocabulary. Reward-free; temperature 1."""
     name = "self-certainty"
+    title = "self-certainty"
+    description = ("how far the generator's next-token distributions are from uniform, on average (Kang et al. "
+                   "2025); reward-free")
 
     def __init__(self):
         self.total: dict[int, float] = {}
@@ -165,6 +178,9 @@ class HiddenConsistency(PruningSignal):
     the mean cosine similarity of that mean to the other live candidates' means.
     """
     name = "consistency"
+    title = "hidden-state consistency"
+    description = ("how close the candidate's hidden states are to the other candidates' (after ST-BoN, Wang et al. "
+                   "2025); reward-free")
     needs_hidden = True
     one_batch = True
 
@@ -203,6 +219,9 @@ class ValueHeadSignal(PruningSignal):
     The shipped head predicts the likelihood reward, so use it with ``--reward likelihood``, whose final
     rewards are on its scale. It tracks the candidates of one batch (Speculative Rejection has one)."""
     name = "value-head"
+    title = "prefix value head"
+    description = ("a small head on the generator's hidden states predicting the complete response's likelihood "
+                   "reward; use with the likelihood reward")
     needs_hidden = True
     one_batch = True
     reward_scale = json.loads((ASSETS / DEFAULT_HEAD / "config.json").read_text())["reward"]  # distilled from it
@@ -254,6 +273,22 @@ def watched_by_default(gen) -> list[str]:
     config = ASSETS / DEFAULT_HEAD / "config.json"
     head_fits = config.is_file() and json.loads(config.read_text()).get("generator") == getattr(gen, "name", None)
     return list(REWARD_FREE) + (["value-head"] if head_fits else [])
+
+
+def signal_title(name: str) -> str:
+    """A signal's human name (``title``); an unknown name -- a replay's baseline, say -- as it is."""
+    return SIGNALS[name].title if name in SIGNALS else name
+
+
+def signal_description(name: str) -> str:
+    """A signal's one-line explanation, and whether it can rank a finished answer (``reward_scale``)."""
+    if name not in SIGNALS:
+        return ""
+    cls = SIGNALS[name]
+    finished = ("finished answers are ranked with the live ones by their final reward" if cls.reward_scale is True else
+                f"finished answers are ranked by their final reward when the final reward is {cls.reward_scale}" if cls.reward_scale
+                else "it cannot rank a finished answer: those stay in contention, unranked")
+    return f"{cls.description}; {finished}"
 
 
 def check_signal(name: str) -> None:

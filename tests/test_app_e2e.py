@@ -323,9 +323,12 @@ def test_compare_api_refuses_bad_input_in_one_line(client, bad, message):
 def test_compare_api_returns_a_saved_run_and_survives_bad_input(client):
     from sbon.analysis.comparison import Comparison
 
-    comp = Comparison.from_json(client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau",
-                                               tau=3, api_name="/compare"))
+    text = client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau", tau=3, api_name="/compare")
+    comp = Comparison.from_json(text)
     assert comp.n == 2 and comp.sbon.method == "sbon-tau" and comp.sbon.prompt == "Name a colour."
+    saved = json.loads(text)  # the headline, the null model and the machine's load travel with the run
+    assert "pruning at random" in saved["headline"] and "random_pruning_reward" in saved["metrics"]
+    assert "Wall time" in saved["wall_time"] and "others_cores" in saved["sbon"]["load"]
     with pytest.raises(Exception, match="N must be at least 1"):
         client.predict(prompt="hi", n=0, api_name="/compare")
     again = Comparison.from_json(client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau",

@@ -114,6 +114,9 @@ def test_cli_compare_saves_a_comparison_the_app_can_replay(tmp_path, capsys, mon
     assert comp.partials  # the trade-off view's data is there too
     assert comp.bon.settings["batch_size"] < 4  # same memory: Best-of-N ran in batches
     assert f"normalized_score             {comp.metrics['normalized_score']:.3f}" in printed
+    from sbon.analysis.comparison import headline_text
+
+    assert headline_text(comp) in printed and "Wall time on this machine" in printed  # the page's headline, in text
     assert f"best response (candidate {comp.sbon.best_id}," in printed
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Callable, Iterator, Sequence, Union
 
 from ..algorithms import Done, Event, drive, events
 from ..config import PRUNING_METHODS, RunConfig
 from ..engine import Generator
 from ..errors import SBoNError
+from ..machine_load import LoadMeter, busy_note
 from ..metrics import compare
 from ..results import RunResult, dump_json
 from ..rewards import RewardModel
@@ -48,7 +49,9 @@ class Comparison:
     candidates. The reward's own partial scores are in ``partials``. Empty in files saved before it
     existed, or when the run watched no signal.
     ``metrics`` is :func:`sbon.metrics.compare` of the two runs; it is recomputed on load, so a
-    saved file cannot disagree with its own runs.
+    saved file cannot disagree with its own runs. The saved file also carries the headline
+    (:func:`headline_text`) and the wall-time line (:func:`wall_time_text`) as text, for readers without this
+    package; they too are recomputed, never read.
     """
     bon: RunResult
     sbon: RunResult
@@ -91,7 +94,9 @@ class Comparison:
     # -- JSON --------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
+        # The headline and wall-time lines are derived, as the metrics are, and ignored on load (recomputed).
+        return {"format": FORMAT, "headline": headline_text(self), "wall_time": wall_time_text(self),
+                "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
                 "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics),
                 "signal_scores": {name: {str(t): list(v) for t, v in by_t.items()}
                                   for name, by_t in self.signal_scores.items()}}
@@ -150,6 +155,40 @@ class Comparison:
             raise SBoNError(f"cannot read saved comparison '{path}': {e.strerror or e}") from None
 
 
+# -- the headline: one text for the page, the command line and /compare --------------------------------
+
+def headline_text(comp: Comparison, strong: Callable[[str], str] = lambda text: text) -> str:
+    """What Speculative Rejection returned and what it cost, in costs the runs themselves determine: the same
+    for the same seed and settings on any machine, under any load (no time in it). ``strong`` marks the key
+    phrases (Markdown bold on the page, nothing on the command line)."""
+    m, sbon, bon = comp.metrics, comp.sbon, comp.bon
+    same = "the same response as Best-of-N" if sbon.best_id == bon.best_id else \
+        f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}"
+    steps, bon_steps = m["sbon_steps"], m["bon_steps"]
+    if steps == bon_steps:
+        cost = (f"in as many sequential decode steps as Best-of-N ({steps}: Best-of-N held all its candidates in one "
+                "batch, so here only the tokens differ)")
+    else:
+        ratio = m["step_speedup"]
+        times = f"{ratio:.2f}× fewer" if ratio >= 1 else f"{1 / ratio:.2f}× more"
+        cost = "in " + strong(f"{steps} sequential decode steps, {times} than Best-of-N's {bon_steps}")
+    return (f"{strong(f'Speculative Rejection returned {same}')} (normalized score {m['normalized_score']:.1f}; "
+            f"pruning at random with the same survivor counts would have scored "
+            f"{m['random_pruning_normalized_score']:.1f} on average) {cost}, generating {m['sbon_tokens']} of "
+            f"Best-of-N's {m['bon_tokens']} tokens (token rate {m['token_rate']:.2f}).")
+
+
+def wall_time_text(comp: Comparison) -> str:
+    """The wall times this machine measured, secondary to the headline, with a warning when the machine was
+    busy while a run ran (:func:`sbon.machine_load.busy`)."""
+    m = comp.metrics
+    ratio = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
+    line = (f"Wall time on this machine: {comp.sbon.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
+            "it depends on the machine and what else runs on it).")
+    note = busy_note({"Speculative Rejection": comp.sbon.load, "Best-of-N": comp.bon.load})
+    return f"{line} {note}" if note else line
+
+
 def _read_signal_scores(raw: Any) -> Scores:
     if not isinstance(raw, dict) or not all(isinstance(by_t, dict) for by_t in raw.values()):
         raise SBoNError("not a saved comparison: 'signal_scores' is not an object of objects")
@@ -172,6 +211,8 @@ def _check_types(run: RunResult) -> None:
         raise SBoNError(f"not a saved comparison: {where} has no prompt or settings")
     if not isinstance(run.timings, dict) or not all(_number(v) for v in run.timings.values()):
         raise SBoNError(f"not a saved comparison: {where} has non-numeric timings")
+    if not isinstance(run.load, dict) or not all(v is None or _number(v) for v in run.load.values()):
+        raise SBoNError(f"not a saved comparison: {where} has a malformed machine load")
     for c in run.candidates:
         if not isinstance(c.id, int) or not isinstance(c.text, str) or not isinstance(c.token_ids, list) \
                 or not all(isinstance(t, int) for t in c.token_ids):
@@ -186,7 +227,7 @@ def _check_types(run: RunResult) -> None:
     for p in run.decision_points:
         if not _number(p.cut) or not all(_number(x) for x in p.scores) or len(p.scores) != len(p.contenders) \
                 or not all(isinstance(k, int) and 0 <= k < len(run.candidates)
-                           for k in p.contenders + p.survivors + p.pruned + p.retired + p.final):
+                           for k in p.contenders + p.survivors + p.pruned + p.retired + p.final + p.forced):
             raise SBoNError(f"not a saved comparison: decision point {p.round} of {where} is malformed")
 
 
@@ -298,6 +339,9 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     observing time is moved out of Best-of-N's decode time (into ``timings["watched_signals"]``), so
     the speedup is not flattered; keeping hidden states for the signals that need them stays in.
 
+    Each run records what else the machine did while it ran (``RunResult.load``, :mod:`sbon.machine_load`), from its
+    first event to its last, the consumer's time between events included.
+
     Speculative Rejection runs first so that a UI shows its rounds without waiting for Best-of-N.
     All settings are checked before anything is generated (:class:`SBoNError` on bad input).
     """
@@ -310,20 +354,24 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
         check_signal(name)
 
     sbon = None
+    meter = LoadMeter().start()  # what else the machine did while each method ran: its wall time's context
     for event in events(gen, reward, prompt, config):
-        yield MethodEvent(config.method, event)
         if isinstance(event, Done):
             sbon = event.result
+            sbon.load = meter.stop()
+        yield MethodEvent(config.method, event)
     batch_size = same_memory_batch_size(sbon) if bon_same_memory else None
     bon_config = config.replace(method="bon", n=len(sbon.candidates), batch_size=batch_size)
     watch = watch_signals(gen, reward, prompt, bon_config, signals, [p.tokens for p in sbon.decision_points])
     bon = None
+    meter.start()
     for event in events(gen, reward, prompt, bon_config, observers=watch.observers if watch else ()):
         if watch:
             watch.see(event)
-        yield MethodEvent("bon", event)
         if isinstance(event, Done):
             bon = event.result
+            bon.load = meter.stop()
+        yield MethodEvent("bon", event)
     if watch:
         discount_watching(bon, watch.observe_seconds)
     signal_scores = watch.result() if watch else {}

@@ -1,0 +1,200 @@
+"""A headline no load can flip (decode steps, tokens, the random-pruning null model; wall time second, with a
+note when the machine was busy), and explanations that are true as written (issue #28)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from components import tables
+from components.reasons import point_reasons
+from sbon.algorithms import Done, TokensGenerated
+from sbon.analysis.comparison import Comparison, MethodEvent, comparison_events, headline_text
+from sbon.machine_load import BUSY_OTHERS_CORES, busy
+from sbon.metrics import normalized_score, random_pruning_reward
+from sbon.results import Candidate, DecisionPoint, RunResult
+from sbon.signals import SIGNALS, signal_description, signal_title
+
+from conftest import COMPARISON_PROMPT
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "assets" / "recorded_run.json"  # pruned by logprob: a finished candidate sits in round 3, unranked
+BUSY_SECONDS = 300  # the busy loops' bound, should the test die before it stops them
+
+
+# -- the headline under load ------------------------------------------------------------------------------
+
+def busy_loops(count: int) -> list[subprocess.Popen]:
+    """CPU-bound processes, one per core, each ending by itself after BUSY_SECONDS."""
+    code = f"import time\nend = time.time() + {BUSY_SECONDS}\nwhile time.time() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
+
+
+def test_the_same_comparison_beside_a_busy_process_has_the_same_headline_and_says_the_machine_was_busy(
+        gen, likelihood, comparison):
+    prompt_tokens = len(gen.encode_prompt(COMPARISON_PROMPT))
+    loops = busy_loops(2)
+    try:
+        loaded = list(comparison_events(gen, likelihood, COMPARISON_PROMPT, 6, alpha=0.2,
+                                        kv_budget=6 * (prompt_tokens + 8), max_new_tokens=24, seed=1,
+                                        taus=[4, 8, 16]))[-1].comparison
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    quiet_headline, quiet_time = tables.headline_parts(comparison)
+    busy_headline, busy_time = tables.headline_parts(loaded)
+    assert busy_headline == quiet_headline  # steps, tokens, scores, the null model: nothing the load can change
+    assert loaded.sbon.load["others_cores"] > BUSY_OTHERS_CORES and loaded.metrics["machine_busy"] == 1.0
+    assert "⚠ The machine was busy" in busy_time and "upper bounds" in busy_time
+    # the null model in the headline, the saved run and /compare's JSON (compare_api returns Comparison.to_json)
+    m = loaded.metrics
+    assert f"would have scored {m['random_pruning_normalized_score']:.1f} on average" in busy_headline
+    saved = json.loads(loaded.to_json())
+    assert saved["metrics"]["random_pruning_reward"] == m["random_pruning_reward"]
+    assert saved["headline"] == headline_text(loaded) and saved["wall_time"].endswith("do not depend on the load.")
+    assert saved["sbon"]["load"]["others_cores"] == loaded.sbon.load["others_cores"]
+    assert Comparison.from_json(loaded.to_json()).metrics["machine_busy"] == 1.0  # kept on load
+
+
+def test_decode_steps_are_the_steps_the_run_took(comparison_events):
+    """Counted from the events (one TokensGenerated per step of a batch), not from the result's lengths."""
+    steps = {}
+    for e in comparison_events:
+        if isinstance(e, MethodEvent) and isinstance(e.event, TokensGenerated):
+            steps[e.method] = steps.get(e.method, 0) + 1
+    done = {e.method: e.event.result for e in comparison_events if isinstance(e, MethodEvent) and isinstance(e.event, Done)}
+    assert {method: run.decode_steps for method, run in done.items()} == steps
+
+
+def test_files_saved_before_the_load_was_recorded_load_without_a_busy_note():
+    comp = Comparison.load(ROOT / "tests" / "data" / "recorded_run_v1.json")
+    assert comp.sbon.load == {} and comp.metrics["machine_busy"] == 0.0
+    assert "busy" not in tables.headline(comp) and comp.metrics["bon_steps"] > comp.metrics["sbon_steps"]
+
+
+def test_busy_is_other_processes_cores_or_else_the_load_average():
+    assert busy({"cores": 2, "others_cores": 0.6}) and not busy({"cores": 2, "others_cores": 0.4})
+    assert busy({"cores": 2, "others_cores": None, "load_average_start": 2.5})  # no /proc/stat: the load average
+    assert not busy({"cores": 2, "others_cores": None, "load_average_start": 1.5}) and not busy({})
+
+
+# -- the null model ------------------------------------------------------------------------------------------
+
+def runs(lengths: list[int], finals: list[float], points: list[tuple[int, list[int], list[int]]]):
+    """A Best-of-N run and a Speculative Rejection run of these candidates; points: (tokens, survivors, finished)."""
+    bon = RunResult("bon", "p", "g", "r", {"seed": 0}, 1,
+                    [Candidate(k, [1] * n, final_reward=f, stop_reason="eos") for k, (n, f) in enumerate(zip(lengths, finals))],
+                    timings={"total": 1.0}, best_id=max(range(len(finals)), key=finals.__getitem__))
+    decisions = [DecisionPoint(r + 1, t, [], survivors, [], 0.0, final=finished) for r, (t, survivors, finished) in enumerate(points)]
+    sbon = RunResult("sbon", "p", "g", "r", {"seed": 0}, 1, [Candidate(k) for k in range(len(lengths))], decisions)
+    return bon, sbon
+
+
+def simulate(lengths, finals, points, draws: int, seed: int = 1) -> float:
+    """Random pruning played round by round: at each decision point keep as many of the live candidates as the run
+    kept, uniformly at random; the best final reward among those never pruned."""
+    rng, total = random.Random(seed), 0.0
+    for _ in range(draws):
+        pruned = set()
+        for t, survivors, finished in points:
+            live = [k for k, n in enumerate(lengths) if n > t and k not in pruned]
+            keep = max(1, len([k for k in survivors if k not in finished]))
+            if len(live) > keep:
+                pruned |= set(live) - set(rng.sample(live, keep))
+        total += max(f for k, f in enumerate(finals) if k not in pruned)
+    return total / draws
+
+
+def test_random_pruning_at_one_decision_point_is_the_exact_mean_over_every_survivor_set():
+    lengths, finals = [3, 9, 9, 9, 9, 9, 2], [0.1, 0.9, 0.3, 0.5, 0.7, 0.2, 0.4]
+    bon, sbon = runs(lengths, finals, [(4, [1, 2, 6], [0, 6])])  # two live survivors; 0 and 6 had finished
+    subsets = list(itertools.combinations([1, 2, 3, 4, 5], 2))
+    exact = sum(max(finals[0], finals[6], *(finals[k] for k in s)) for s in subsets) / len(subsets)
+    assert random_pruning_reward(bon, sbon) == pytest.approx(exact, abs=1e-12)
+
+
+def test_random_pruning_over_rounds_matches_pruning_at_random_round_by_round():
+    comp = Comparison.load(RECORDED)
+    lengths = [c.tokens_generated for c in comp.bon.candidates]
+    finals = [c.final_reward for c in comp.bon.candidates]
+    points = [(p.tokens, p.survivors, p.final) for p in comp.sbon.decision_points]
+    assert len(points) == 3
+    spread = max(finals) - min(finals)
+    assert random_pruning_reward(comp.bon, comp.sbon) == pytest.approx(simulate(lengths, finals, points, 20_000),
+                                                                       abs=0.01 * spread)
+    assert comp.metrics["random_pruning_normalized_score"] == normalized_score(finals, comp.metrics["random_pruning_reward"])
+
+
+def test_a_candidate_that_finished_before_any_cut_is_always_returned_by_random_pruning():
+    bon, sbon = runs([2, 9, 9, 9], [5.0, 1.0, 2.0, 3.0], [(4, [0, 1], [0]), (6, [1], [])])
+    assert random_pruning_reward(bon, sbon) == 5.0
+
+
+# -- explanations true as written ------------------------------------------------------------------------
+
+def inequality_holds(text: str) -> bool:
+    a, sign, b = re.search(r"(-?[\d.]+) ([<≥=]) cut (-?[\d.]+)", text).groups()
+    return {"<": float(a) < float(b), "≥": float(a) >= float(b), "=": float(a) == float(b)}[sign]
+
+
+@pytest.mark.parametrize("source", ["recorded", "fixture"])
+def test_every_reason_reads_true(source, request):
+    comp = Comparison.load(RECORDED) if source == "recorded" else request.getfixturevalue("comparison")
+    for point in comp.sbon.decision_points:
+        for k, reason in point_reasons(point).items():
+            if reason.rank is None:
+                continue
+            assert inequality_holds(reason.text()), reason.text()
+
+
+def test_a_finished_candidate_the_signal_cannot_rank_says_so():
+    comp = Comparison.load(RECORDED)
+    point = comp.sbon.decision_points[2]
+    assert point.signal == "logprob" and point.final == [1] and not point.ranks_finished
+    text = point_reasons(point)[1].text()
+    assert text.startswith("not ranked: it had finished") and "mean log-probability signal cannot rank" in text
+    assert "cut" not in text and "rank 8" not in text
+    assert all(r.of == len(point.contenders) - 1 for r in point_reasons(point).values())  # the ranked ones
+
+
+def test_numbers_that_print_alike_show_the_digits_or_the_tie_break_that_separates_them():
+    point = DecisionPoint(1, 8, [0, 1, 2, 3], [0, 1], [2, 3], 0.0012, scores=[0.9, 0.0012, 0.0011, 0.0012],
+                          signal="logprob", ranks_finished=False)
+    reasons = point_reasons(point)
+    assert reasons[2].text() == "rank 4 of 4, 0.0011 < cut 0.0012"  # 2 decimals would read "0.00 < cut 0.00"
+    assert reasons[3].text().startswith("rank 3 of 4, 0.00 = cut 0.00 (a tie at the cut: ties go to the lower "
+                                        "candidate number)")
+    assert reasons[1].text() == "rank 2 of 4, 0.00 = cut 0.00"  # candidate 1 won the tie: it is the cut
+    budget = DecisionPoint(1, 8, [0, 1, 2], [0], [1, 2], 0.5, scores=[0.9, 0.5, 0.5], forced=[1])
+    assert point_reasons(budget)[1].text() == ("rank 2 of 3, 0.50 = cut 0.50, halted all the same: the survivors had "
+                                               "to fit the KV budget")  # the cut itself, halted: no tie to explain
+    assert point_reasons(budget)[2].text().endswith("(a tie at the cut: ties go to the lower candidate number)")
+
+
+def test_every_column_metric_and_signal_has_a_human_name_and_a_line_of_help(comparison):
+    names = [*tables.candidates_table(comparison).columns, *tables.savings_table(comparison).iloc[:, 0],
+             *tables.correlation_table(comparison).columns]
+    assert all(tables.column_help(name) for name in names), [n for n in names if not tables.column_help(n)]
+    assert not {"tau", "pearson", "kendall", "oracle_cut"} & set(tables.correlation_table(comparison).columns)
+    fates = {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
+    assert all(tables.column_help(fate) for fate in fates), fates
+    for name, cls in SIGNALS.items():
+        assert signal_title(name) == cls.title and cls.description and signal_description(name).startswith(cls.description)
+    assert "cannot rank a finished answer" in signal_description("logprob")
+    assert "ranked with the live ones" in signal_description("reward")
+
+
+def test_the_kendall_list_does_not_run_into_the_sentence_after_it(comparison):
+    html = MarkdownIt().render(tables.prediction_report(comparison))
+    items = re.findall(r"<li>(.*?)</li>", html, re.S)
+    assert len(items) == len(comparison.sbon.decision_points) and all(item.endswith(".") for item in items)
+    assert re.search(r"</ul>\s*<p>(At the first|The scores ranked)", html)  # the verdict is a paragraph of its own
