@@ -145,6 +145,7 @@ body.presenter #main-row { flex-direction: column; }
 body.presenter #live-column { order: -1; }
 body.presenter #run-bar { flex-wrap: wrap; font-size: 20px; }
 body.presenter #run-bar button { font-size: 18px; }
+body.presenter #status { flex-basis: 100%; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 #present-timed, #presenter { flex: none !important; width: auto !important; min-width: 0 !important; white-space: nowrap; }
 #present-rounds { min-width: fit-content !important; }
 body.presenter #round-caption { font-size: 20px; line-height: 1.3; min-height: 2.7em; }
@@ -368,7 +369,7 @@ CORRELATION_NAMES = {"tau": "decision token τ", "pearson": "Pearson r", "kendal
 CORRELATION_NOTE = ("*decision token τ*: where Best-of-N's prefixes were scored · *candidates*: the unfinished ones "
                     "scored there · *Pearson r*: linear correlation of their partial with their final rewards "
                     "(1 = a line) · *Kendall*: how much the two orders agree (1 = the same order, 0 = unrelated) · "
-                    "*prunable, keeping the best (c\*)*: the largest fraction an oracle cut could have pruned there "
+                    "*prunable, keeping the best (c\\*)*: the largest fraction an oracle cut could have pruned there "
                     "and still kept Best-of-N's winner.")
 SHOWN = (*VIEWS, "status", "live_plot", "present", "present_prev", "present_next")  # what showing a comparison updates
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
@@ -484,7 +485,7 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
                    "model_status": models_status(), "caption": f"Loading the models… · {tracker.elapsed:.1f} s"}
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
-        last_status, last_frame, ready, answer = 0.0, 0.0, None, ""
+        last_status, last_frame, ready, answer = 0.0, None, None, ""  # last_frame: Best-of-N's last progress frame
         for event in on_one_thread(comparison_on_gpu(settings)):
             if tracker.update(event):  # a decision point: one new frame
                 yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
@@ -508,12 +509,13 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
                 # of those alone left Gradio's candidates table blank in the browser
                 shown = Shown(event.comparison, "your run", kind, look=look)
                 yield {**show(shown, f"{ready}; every view ready after {tracker.elapsed:.1f} s"), **IDLE}
-            elif isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S:
+            elif (isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S
+                  or (tracker.phase == "bon" and last_frame is None)):
                 last_status = tracker.elapsed
                 update = {"status": f"{ready} · {tracker.status()}" if ready else tracker.status()}
                 if not ready:
                     update.update(summary=tracker.race(methods) + answer, caption=tracker.caption())
-                if tracker.phase == "bon" and tracker.elapsed - last_frame >= LIVE_FRAME_EVERY_S:
+                if tracker.phase == "bon" and (last_frame is None or tracker.elapsed - last_frame >= LIVE_FRAME_EVERY_S):
                     # No decision point to draw while Best-of-N runs: its candidates' tokens grow instead.
                     last_frame = tracker.elapsed
                     update["live_plot"] = look.apply(progress_figure(tracker, settings.n), live=True)
