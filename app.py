@@ -148,8 +148,9 @@ body.presenter #run-bar button { font-size: 18px; }
 body.presenter #status { flex-basis: 100%; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 #present-timed, #presenter { flex: none !important; width: auto !important; min-width: 0 !important; white-space: nowrap; }
 #present-rounds { min-width: fit-content !important; }
-body.presenter #round-caption { font-size: 20px; line-height: 1.3; min-height: 2.7em; }
-body.presenter #headline, body.presenter #run-source, body.presenter #savings-table { font-size: 20px; }
+body.presenter #round-caption, body.presenter #round-caption * { font-size: 20px !important; line-height: 1.3; }
+body.presenter #round-caption { min-height: 2.7em; }
+body.presenter #headline *, body.presenter #run-source *, body.presenter #savings-table * { font-size: 20px !important; }
 body.presenter .tab-container button, body.presenter .tabs button[role=tab] { font-size: 18px; }
 """
 

@@ -41,6 +41,7 @@ STILL_TARGET_S = 1.5  # the live view should never stand still longer than this 
 
 
 STATUS = "document.querySelector('#status').innerText"
+CAPTION = "document.querySelector('#round-caption').innerText"  # the live chart's title in the presenter view
 ENDED = f"({STATUS}.includes('Done in') || {STATUS}.includes('⚠'))"  # finished, or refused with a warning
 
 
@@ -73,9 +74,10 @@ def click_run(page) -> dict[str, Any]:
     # A run starts by blanking the live plot ("Waiting ..."), so the last run's frame and status are not
     # mistaken for this one's; settings the app refuses change the status to a warning instead.
     page.wait_for_function(f"(before) => document.querySelector('#live-plot').innerText.includes('Waiting') "
+                           f"|| {CAPTION}.startsWith('Starting') || {CAPTION}.startsWith('Loading the models') "
                            f"|| ({STATUS}.includes('⚠') && {STATUS} != before)", arg=before, timeout=TIMEOUT_MS)
-    page.wait_for_function(f"document.querySelector('#live-plot').innerText.includes('Round 1') || {ENDED}",
-                           timeout=TIMEOUT_MS)
+    page.wait_for_function(f"document.querySelector('#live-plot').innerText.includes('Round 1') "
+                           f"|| {CAPTION}.startsWith('Round 1') || {ENDED}", timeout=TIMEOUT_MS)
     first = time.perf_counter() - clicked
     page.wait_for_function(f"document.querySelector('#headline').innerText.includes('Speculative Rejection answered') "
                            f"|| {ENDED}", timeout=TIMEOUT_MS)

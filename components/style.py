@@ -208,11 +208,17 @@ def for_hall(fig: go.Figure, max_height: int | None = None, fill: bool = False) 
         a.font.size = (a.font.size or FONT_SIZE) * s
     if fig.layout.sliders:
         fig.layout.sliders[0].update(font=dict(size=FONT_SIZE * s), currentvalue=dict(font=dict(size=FONT_SIZE * s)))
+    # Long axis titles and tick labels push the margins out rather than being clipped.
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
     fit_margins(fig)
     m = fig.layout.margin
     height = m.t + m.b + plot_px
     if max_height:
         height = max(m.t + m.b + HALL_MIN_PLOT_PX, max_height if fill else min(height, max_height))
+    if not fill:  # the legend beside the data never runs below it, into the x-axis title
+        lines = sum(name.count("<br>") + 1 for name in _legend_names(fig))
+        height = max(height, m.t + m.b + lines * LEGEND_ROW_PX * s)
     fig.update_layout(height=height)
     fit_margins(fig)
     # Tick labels a category or id axis would crowd: at most one per label height.
