@@ -160,7 +160,7 @@ VIEWPORT_JS = """() => { const bar = document.querySelector('#run-bar');
   const cap = document.querySelector('#round-caption');
   const caption = Math.max(cap ? cap.offsetHeight : 0, 2 * 1.3 * 20 + 8);
   const top = bar ? Math.max(bar.offsetHeight, bar.getBoundingClientRect().bottom) : 80;
-  return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - caption - 44)}; }"""
+  return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - caption - 52)}; }"""
 # The view follows the URL (?view=presenter) and the toggle, which keeps the URL in step, so a reload or a
 # shared link opens in the same view.
 PRESENTER_JS = """(on) => { document.body.classList.toggle('presenter', on);
@@ -892,7 +892,8 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.presenter.input(by_name(on_presenter), inputs=el("presenter", "viewport", "comparison", "origin", "tradeoff_kind",
                                                         "running"),
                        outputs=el(*SHOWN, "look"), js=f"(on, _, ...rest) => {{ ({PRESENTER_JS})(on); "
-                                                       f"return [on, ({VIEWPORT_JS})(), ...rest]; }}", **private)
+                                                       f"return [on, ({VIEWPORT_JS})(), ...rest]; }}",
+                       show_progress="hidden", **private)
     ui.model_timer.tick(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden",
                         **private)
     ui.tradeoff_kind.change(on_tradeoff_kind, inputs=el("comparison", "tradeoff_kind", "look"), outputs=ui.tradeoff_plot,
@@ -907,7 +908,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     # figures are drawn, and reports the window's size for them).
     demo.load(by_name(on_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
-                 f"return [kind, ({VIEWPORT_JS})()]; }}", **private)
+                 f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", **private)
     demo.load(None, js=KEYS_JS)
     demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
     # The API shares the Run button's single generation slot: one generation at a time per device.
