@@ -94,10 +94,9 @@ of its Best-of-N twin, whose *final reward* tells what pruning it cost."""
 
 DOCS = Path(__file__).resolve().parent / "docs"
 DOCS_URL = "/gradio_api/file=docs/"  # the docs folder, served beside the page (gr.set_static_paths below)
-REWARD_NOTE = f"""**`likelihood`, the default reward, is the generator's own mean log-probability of an answer: fluency,
-not quality.** It is the default because its early scores predict its final ones, which Speculative Rejection needs;
-pick `minilm-pref` and the pruning signal `reward` to see where that fails. The measurements:
-[what the embedded rewards can judge]({DOCS_URL}usage.md) and [why these defaults]({DOCS_URL}app.md)."""
+REWARD_NOTE = f"""**`likelihood`, the default reward, is the generator's own mean log-probability of an answer: fluency, not quality.**
+It is the default because its early scores predict its final ones, which Speculative Rejection needs; pick `minilm-pref`
+and the pruning signal `reward` to see where that fails ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why these defaults]({DOCS_URL}app.md))."""
 
 CONTENT_NOTE = ("⚠ marks prompts from the Anthropic HH-RLHF red-teaming set: they deliberately ask for harmful or "
                 "offensive things, to show a reward model steering generation away from harmful completions. "
@@ -487,7 +486,8 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
         last_status, last_frame, ready, answer = 0.0, None, None, ""  # last_frame: Best-of-N's last progress frame
-        for event in on_one_thread(comparison_on_gpu(settings)):
+        # A heartbeat (None) while no event comes: the caption's clock moves through a long step.
+        for event in on_one_thread(comparison_on_gpu(settings), heartbeat_s=STATUS_EVERY_S):
             if tracker.update(event):  # a decision point: one new frame
                 yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
                        "caption": round_caption(tracker.views[-1]),

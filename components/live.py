@@ -160,7 +160,7 @@ class LiveTracker:
         """The one line over the live chart while a run goes: the last decision point's caption (or
         where the run is), Speculative Rejection's answer (candidate, seconds) once it has one, and a
         clock, so the line moves with every update."""
-        done = next((r for m, r in self.results.items() if METHOD_SPECS[m].prunes), None)
+        method, done = next(((m, r) for m, r in self.results.items() if METHOD_SPECS[m].prunes), (None, None))
         answered = (f"Speculative Rejection answered: candidate {done.best.id} after {done.wall_time:.1f} s · "
                     if done is not None and done.best is not None else "")
         clock = f"{self.elapsed:.1f} s"
@@ -169,6 +169,8 @@ class LiveTracker:
         if self.phase == "bon":
             return (f"{answered}Best-of-N generating: {self.tokens} of {self.max_new_tokens} tokens · "
                     f"{len(self.live)} candidates at once · {clock}")
+        if self.phase == method:  # answered; Best-of-N starts next
+            return f"{answered}Best-of-N next · {clock}"
         if self.phase in METHOD_SPECS:
             where = round_caption(self.views[-1]) if self.views else "Speculative Rejection: before the first decision point"
             return f"{where} · now {self.tokens} of {self.max_new_tokens} tokens · {clock}"

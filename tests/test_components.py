@@ -548,3 +548,20 @@ def test_captions_tell_each_round_from_the_run_s_data():
                                   f"{len(point.contenders)} contenders · {len(point.survivors)} kept")
         alive = comp.bon.best_id in point.survivors
         assert ("the answer Best-of-N will pick is still alive" in caption) == alive
+
+
+def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
+    """on_one_thread(heartbeat_s=...): None whenever no event came for that long (a reward's pass over every
+    answer), every event still in order; without it, only the events (issue #28: the screen never stands still)."""
+    import time
+
+    from components.model_cache import on_one_thread
+
+    def events():
+        yield "first"
+        time.sleep(0.5)
+        yield "second"
+
+    items = list(on_one_thread(events(), heartbeat_s=0.1))
+    assert [i for i in items if i is not None] == ["first", "second"] and items.count(None) >= 2
+    assert list(on_one_thread(events())) == ["first", "second"]
