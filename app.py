@@ -38,13 +38,16 @@ if __name__ == "__main__":
     convert_in_background(DEFAULT_GENERATOR)
 
 import gradio as gr  # noqa: E402
+import plotly.graph_objects as go  # noqa: E402
 
 from components import figures, signals_view, tables  # noqa: E402
 from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
                                  method_choices, reward_choices, signal_choices)
-from components.live import LiveTracker  # noqa: E402
-from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
-from components.scenarios import SCENARIOS, scenario_choices  # noqa: E402
+from components.live import LiveTracker, progress_figure  # noqa: E402
+from components.rounds import (present_step, present_steps, result_caption, round_caption, round_figure,  # noqa: E402
+                               round_views, rounds_animation)
+from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
+from components.style import Look  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
 from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
                                      CounterfactualScored, MethodEvent, comparison_events)
@@ -58,6 +61,8 @@ MAX_UPLOAD_BYTES = 20_000_000
 MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near this
 DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
+PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
+LIVE_FRAME_EVERY_S = 0.8  # while Best-of-N runs, its growing token counts are redrawn this often
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # The queue: one generation at a time (the Run button and the API share it), up to 8 light events
@@ -87,19 +92,11 @@ and *prunes* the lowest fraction α, so the *survivors* finish with far fewer to
 Both runs below use the same seed, so candidate k is the same text in both: a pruned candidate is a prefix
 of its Best-of-N twin, whose *final reward* tells what pruning it cost."""
 
-REWARD_NOTE = """**The reward in this demo is `likelihood`**: the generator's own mean log-probability of a response, the
-objective of the paper's perplexity experiment, **not a judgement of quality**: Best-of-N here returns the answer
-SmolLM2 itself finds most probable (on AlpacaEval answer pairs it agreed with GPT-4's judgement only 38 % of the time).
-It is the default because it is the embedded reward whose early scores predict its final ones, which is what
-Speculative Rejection needs: on held-out AlpacaEval prompts (N = 32, 128 tokens) its scores at the first decision
-point ranked the candidates as their final scores did with Kendall 0.56 on average (1 = same order, 0 = unrelated),
-against 0.38 for the embedded preference reward `minilm-pref`, which mostly scores length (and at a decision point
-every live candidate has the same length). On longer answers (256 tokens) the trend is weaker: Kendall 0.30 after 32
-tokens, against 0.16 for `minilm-pref`. Candidates are pruned by the mean log-probability the decoding step
-already computed (*Pruning signal* `logprob`): the same score as the reward of the partial response, at no extra
-cost. Under the headline the page says how well this run's partial scores predicted the final ones at each decision
-point and whether Best-of-N's winner survived. Pick `minilm-pref` under *Reward model* (and the pruning signal
-`reward`) to see the method where that assumption mostly fails."""
+DOCS = Path(__file__).resolve().parent / "docs"
+DOCS_URL = "/gradio_api/file=docs/"  # the docs folder, served beside the page (gr.set_static_paths below)
+REWARD_NOTE = f"""**`likelihood`, the default reward, is the generator's own mean log-probability of an answer: fluency, not quality.**
+It is the default because its early scores predict its final ones, which Speculative Rejection needs; pick `minilm-pref`
+and the pruning signal `reward` to see where that fails ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why these defaults]({DOCS_URL}app.md))."""
 
 CONTENT_NOTE = ("⚠ marks prompts from the Anthropic HH-RLHF red-teaming set: they deliberately ask for harmful or "
                 "offensive things, to show a reward model steering generation away from harmful completions. "
@@ -138,7 +135,46 @@ CSS = """
 #status { min-height: 1.5em; }
 #status p { margin: 0; }
 .sbon-candidate p { margin: 0.3em 0; }
+#round-caption { min-height: 1.6em; font-weight: 600; }
+#round-caption p { margin: 0.2em 0; }
+/* The presenter view (the Presenter toggle, or ?view=presenter): one column, the run bar, the round
+   caption and the live chart first, type for a hall. Its figures are drawn for it (components.style.Look). */
+body.presenter #intro, body.presenter #reward-accordion, body.presenter #seed, body.presenter #new-seed { display: none; }
+body.presenter #main-row { flex-direction: column; }
+body.presenter #live-column { order: -1; }
+body.presenter #run-bar { flex-wrap: wrap; font-size: 20px; }
+body.presenter #run-bar button { font-size: 18px; }
+body.presenter #status { flex-basis: 100%; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+#present-timed, #presenter { flex: none !important; width: auto !important; min-width: 0 !important; white-space: nowrap; }
+#present-rounds { min-width: fit-content !important; }
+body.presenter #round-caption, body.presenter #round-caption * { font-size: 20px !important; line-height: 1.3; }
+body.presenter #round-caption { min-height: 2.7em; }
+body.presenter #headline *, body.presenter #run-source *, body.presenter #savings-table * { font-size: 20px !important; }
+body.presenter .tab-container button, body.presenter .tabs button[role=tab] { font-size: 18px; }
 """
+
+# How much of the window the live chart may take: the window less the run bar and a two-line caption.
+# Sent with every request that draws figures for the presenter view (components.style.Look).
+VIEWPORT_JS = """() => { const bar = document.querySelector('#run-bar');
+  const cap = document.querySelector('#round-caption');
+  const caption = Math.max(cap ? cap.offsetHeight : 0, 2 * 1.3 * 20 + 8);
+  const top = bar ? Math.max(bar.offsetHeight, bar.getBoundingClientRect().bottom) : 80;
+  return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - caption - 52)}; }"""
+# The view follows the URL (?view=presenter) and the toggle, which keeps the URL in step, so a reload or a
+# shared link opens in the same view.
+PRESENTER_JS = """(on) => { document.body.classList.toggle('presenter', on);
+  const url = new URL(window.location); if (on) url.searchParams.set('view', 'presenter'); else url.searchParams.delete('view');
+  window.history.replaceState(null, '', url); }"""
+# Run and Present rounds bring the live chart under the run bar in the presenter view: the page's top.
+SCROLL_TO_LIVE_JS = "() => { if (document.body.classList.contains('presenter')) window.scrollTo({top: 0}); }"
+# A clicker or the keyboard steps through the presented rounds (→ / PageDown / space, ← / PageUp), while
+# the step buttons are shown; typing in a field is left alone.
+KEYS_JS = """() => { document.addEventListener('keydown', (e) => {
+  if (e.target.closest('input, textarea, select, [contenteditable]')) return;
+  const forward = ['ArrowRight', 'PageDown', ' '].includes(e.key), back = ['ArrowLeft', 'PageUp'].includes(e.key);
+  if (!forward && !back) return;
+  const button = document.querySelector(forward ? '#present-next' : '#present-prev');
+  if (button && button.offsetParent) { e.preventDefault(); button.click(); } }); }"""
 
 
 # -- handlers: plain data in, values for the page out --------------------------------------------
@@ -159,10 +195,11 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
                                  bon_same_memory=settings.bon_same_memory)
 
 
-def last_round(comp: Comparison):
+def last_round(comp: Comparison, look: Look = Look()):
     """The live figure as it looked at the end of a run: its last decision point."""
     views = round_views(comp.sbon)
-    return round_figure(views[-1] if views else None, comp.n, earlier=views[:-1], comp=comp, reward=comp.sbon.reward)
+    return look.apply(round_figure(views[-1] if views else None, comp.n, earlier=views[:-1], comp=comp,
+                                   reward=comp.sbon.reward), live=True)
 
 
 def save_for_download(comp: Comparison) -> str:
@@ -285,6 +322,7 @@ class Shown:
     origin: str  # "your run", "the recorded run …", "uploaded file …"
     kind: str = "curves"  # how the trade-off view draws
     file: str | Path | None = None  # its JSON, if it already has one
+    look: Look = Look()  # the page's view or the presenter view
 
     @property
     def first_round(self) -> int | None:
@@ -318,34 +356,70 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "sbon_text": lambda s: _returned(s, 1),
     "rounds_plot": lambda s: rounds_animation(s.comp.sbon, comp=s.comp),
     "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
-    "correlations": lambda s: tables.correlation_table(s.comp),
+    "correlations": lambda s: tables.correlation_table(s.comp).rename(columns=CORRELATION_NAMES),
     "signals_summary": lambda s: signals_view.summary_table(s.comp),
     "signals_plot": lambda s: signals_view.cuts_figure(s.comp),
     "signals_candidates": lambda s: signals_view.candidate_table(s.comp),
     "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
+    "caption": lambda s: result_caption(s.comp),
 }
-SHOWN = (*VIEWS, "status", "live_plot")  # what showing a comparison updates
+# The trade-off view's per-τ statistics, by the names the page gives them, each explained under the table.
+CORRELATION_NAMES = {"tau": "decision token τ", "pearson": "Pearson r", "kendall": "Kendall",
+                     "oracle_cut": "prunable, keeping the best (c*)"}
+CORRELATION_NOTE = ("*decision token τ*: where Best-of-N's prefixes were scored · *candidates*: the unfinished ones "
+                    "scored there · *Pearson r*: linear correlation of their partial with their final rewards "
+                    "(1 = a line) · *Kendall*: how much the two orders agree (1 = the same order, 0 = unrelated) · "
+                    "*prunable, keeping the best (c\\*)*: the largest fraction an oracle cut could have pruned there "
+                    "and still kept Best-of-N's winner.")
+SHOWN = (*VIEWS, "status", "live_plot", "present", "present_prev", "present_next")  # what showing a comparison updates
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
 IDLE = {"running": None, "stop_btn": gr.Button(visible=False)}  # what a run leaves when it ends
+NOT_PRESENTING = {"present": None, "present_prev": gr.Button(visible=False), "present_next": gr.Button(visible=False)}
+NO_RUN = "No run to present yet: press ▶ Run, or replay a saved run under Save and replay, then ▶ Present rounds."
 
 
 def show(shown: Shown, status: str = "") -> dict[str, Any]:
-    """Every view of a finished comparison, the status line and the live figure at its last round."""
-    return {**{name: view(shown) for name, view in VIEWS.items()}, "status": status,
-            "live_plot": last_round(shown.comp)}
+    """Every view of a finished comparison (figures in the page's look), the status line, the live
+    figure at its last round and its caption; a presentation of the rounds ends."""
+    views = {name: view(shown) for name, view in VIEWS.items()}
+    return {**{name: shown.look.apply(v) if isinstance(v, go.Figure) else v for name, v in views.items()},
+            "status": status, "live_plot": last_round(shown.comp, shown.look), **NOT_PRESENTING}
 
 
 # -- handlers: plain data in, {page element name: value} out -------------------------------------
 
-def show_recorded(kind: str) -> dict[str, Any]:
+def show_recorded(kind: str, look: Look = Look()) -> dict[str, Any]:
     try:
         comp = Comparison.load(RECORDED_RUN)
     except SBoNError as e:
-        return {"status": f"⚠ the recorded run could not be shown: {e}"}
-    return show(Shown(comp, "the recorded run shipped with the app", kind, RECORDED_RUN))
+        return {"status": f"⚠ the recorded run could not be shown: {e}", "caption": NO_RUN}
+    return show(Shown(comp, "the recorded run shipped with the app", kind, RECORDED_RUN, look))
 
 
-def on_upload(path: str | None, kind: str) -> dict[str, Any]:
+def look_for(presenter: bool, viewport: dict | None) -> Look:
+    """The look the page asked for: the presenter view, sized to the window the browser reported."""
+    viewport = viewport if isinstance(viewport, dict) else {}
+    px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
+    return Look(hall=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
+
+
+def on_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
+    """The page opens on the recorded run, in the presenter view when its URL asks (?view=presenter)."""
+    presenter = request is not None and request.query_params.get("view") == "presenter"
+    look = look_for(presenter, viewport)
+    return {**show_recorded(kind, look), "look": look, "presenter": presenter}
+
+
+def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,
+                 running: float | None) -> dict[str, Any]:
+    """The Presenter toggle: redraw every view in the chosen look (during a run, the next frames)."""
+    look = look_for(presenter, viewport)
+    if comp is None or running:
+        return {"look": look}
+    return {**show(Shown(comp, origin or "the run shown before", kind, look=look)), "look": look}
+
+
+def on_upload(path: str | None, kind: str, look: Look = Look()) -> dict[str, Any]:
     try:
         comp = load_upload(path)
     except SBoNError as e:
@@ -354,7 +428,7 @@ def on_upload(path: str | None, kind: str) -> dict[str, Any]:
     except Exception as e:  # a file no check foresaw: still one line, and the views stay as they were
         log.exception("upload failed")
         return {"status": f"⚠ could not replay that file: {type(e).__name__}: {str(e)[:200]}"}
-    return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path), "Replaying the uploaded run")
+    return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path, look), "Replaying the uploaded run")
 
 
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
@@ -386,7 +460,8 @@ def on_run(*values: Any) -> Iterator[dict[str, Any]]:
 
 
 def _run(*values: Any) -> Iterator[dict[str, Any]]:
-    *setting_values, kind, shown, origin = values
+    *setting_values, kind, shown, origin, look = values
+    look = look if isinstance(look, Look) else Look()
     idle = {**IDLE, **restored(shown, origin)}  # a run that ends without a result puts the headline back
     try:
         settings = settings_from(setting_values)
@@ -397,7 +472,8 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
     clicked = time.perf_counter()
     methods = (settings.method, "bon")
     tracker = LiveTracker(settings.max_new_tokens, started=clicked)
-    yield {"status": "Starting…", "stop_btn": gr.Button(visible=True), "live_plot": round_figure(None, settings.n),
+    yield {"status": "Starting…", "stop_btn": gr.Button(visible=True), **NOT_PRESENTING,
+           "live_plot": look.apply(round_figure(None, settings.n), live=True), "caption": tracker.caption(),
            "sbon_text": gr.Textbox(label="Speculative Rejection returned", value=""),
            "bon_text": gr.Textbox(label="Best-of-N returned", value=""),
            "source": f"**Running:** your settings, seed {settings.seed} — {RUNNING_NOTE}.",
@@ -406,36 +482,45 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
         load = MODELS.load_async(settings.generator, settings.reward)
         while not load.done():  # the first Run after start may find the models still loading
             yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)",
-                   "model_status": models_status()}
+                   "model_status": models_status(), "caption": f"Loading the models… · {tracker.elapsed:.1f} s"}
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
-        last_status, ready, answer = 0.0, None, ""
-        for event in on_one_thread(comparison_on_gpu(settings)):
+        last_status, last_frame, ready, answer = 0.0, None, None, ""  # last_frame: Best-of-N's last progress frame
+        # A heartbeat (None) while no event comes: the caption's clock moves through a long step.
+        for event in on_one_thread(comparison_on_gpu(settings), heartbeat_s=STATUS_EVERY_S):
             if tracker.update(event):  # a decision point: one new frame
                 yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
-                       "live_plot": round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
-                                                 earlier=tracker.views[:-1], reward=settings.reward)}
+                       "caption": round_caption(tracker.views[-1]),
+                       "live_plot": look.apply(round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
+                                                            earlier=tracker.views[:-1], reward=settings.reward), live=True)}
             elif isinstance(event, MethodEvent) and event.method != "bon" and isinstance(event.event, Done):
                 label, text = tables.returned_text(event.event.result, "Speculative Rejection")
                 answer = "\n\n" + tables.early_answer(event.event.result)
                 yield {"sbon_text": gr.Textbox(label=label, value=text), "summary": tracker.race(methods) + answer,
-                       "status": tracker.status()}
+                       "status": tracker.status(), "caption": tracker.caption()}
             elif isinstance(event, ComparisonReady):  # both runs done: every view but the prefix-scored ones
                 first = tracker.first_round_at
                 ready = (f"Done in {tracker.elapsed:.1f} s from the click"
                          + (f"; first decision point drawn after {first:.1f} s" if first else ""))
                 log.info("runs finished: %.1f s from the click, first round %s s, settings %s",
                          tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
-                yield {**show(Shown(event.comparison, "your run", kind), f"{ready} · {tracker.status()}"),
+                yield {**show(Shown(event.comparison, "your run", kind, look=look), f"{ready} · {tracker.status()}"),
                        "model_status": models_status()}
             elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones: an update
                 # of those alone left Gradio's candidates table blank in the browser
-                shown = Shown(event.comparison, "your run", kind)
+                shown = Shown(event.comparison, "your run", kind, look=look)
                 yield {**show(shown, f"{ready}; every view ready after {tracker.elapsed:.1f} s"), **IDLE}
-            elif isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S:
+            elif (isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S
+                  or (tracker.phase == "bon" and last_frame is None)):
                 last_status = tracker.elapsed
                 update = {"status": f"{ready} · {tracker.status()}" if ready else tracker.status()}
-                yield update if ready else {**update, "summary": tracker.race(methods) + answer}
+                if not ready:
+                    update.update(summary=tracker.race(methods) + answer, caption=tracker.caption())
+                if tracker.phase == "bon" and (last_frame is None or tracker.elapsed - last_frame >= LIVE_FRAME_EVERY_S):
+                    # No decision point to draw while Best-of-N runs: its candidates' tokens grow instead.
+                    last_frame = tracker.elapsed
+                    update["live_plot"] = look.apply(progress_figure(tracker, settings.n), live=True)
+                yield update
     except SBoNError as e:
         gr.Warning(str(e))
         yield {"status": f"⚠ {e}", "model_status": models_status(), **idle}
@@ -490,12 +575,18 @@ def reads(method: str, setting: str) -> bool:
 def on_scenario(key: str) -> dict[str, Any]:
     """A scenario sets the reward that can judge its prompts, the pruning signal and the answer length that
     fit it, and offers its example prompts."""
-    scenario = SCENARIOS[key]
-    settings = scenario.settings()
+    if key not in SCENARIOS:
+        return {}
+    settings = SCENARIOS[key].settings()
     return {"reward": settings["reward"], "prune_by": settings["prune_by"],
             "max_new_tokens": settings["max_new_tokens"], "prompt": settings["prompt"],
-            "scenario_prompts": gr.Dropdown(choices=[(p[:90] + ("…" if len(p) > 90 else ""), p) for p in scenario.prompts],
-                                            value=settings["prompt"])}
+            "scenario_prompts": gr.Dropdown(choices=scenario_prompt_choices(key), value=settings["prompt"])}
+
+
+def on_settings_scenario(reward: str, prune_by: str, max_new_tokens: Any) -> dict[str, Any]:
+    """The Scenario dropdown follows the settings: it names the scenario they are, or none."""
+    key = scenario_of(reward, prune_by, max_new_tokens)
+    return {"scenario": key, "scenario_prompts": gr.Dropdown(choices=scenario_prompt_choices(key))}
 
 
 def on_scenario_prompt(prompt: str | None) -> dict[str, Any]:
@@ -522,8 +613,8 @@ def on_use_tuned(tuning: Tuning | None) -> dict[str, Any]:
     return tuned_settings(tuning) if tuning is not None else {}
 
 
-def on_decision_point(comp: Comparison | None, round: int | None):
-    return figures.partial_final_scatter(comp, round or 1) if comp else gr.skip()
+def on_decision_point(comp: Comparison | None, round: int | None, look: Look):
+    return look.apply(figures.partial_final_scatter(comp, round or 1)) if comp else gr.skip()
 
 
 def detail(comp: Comparison, k: int) -> str:
@@ -542,15 +633,49 @@ def on_row_select(comp: Comparison | None, evt: gr.SelectData):
     return (gr.skip(), gr.skip()) if k is None else (k, detail(comp, k))
 
 
-def on_play(comp: Comparison | None) -> Iterator:
+def on_play(comp: Comparison | None, look: Look) -> Iterator:
     # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
     for i in range(len(comp.sbon.decision_points) if comp else 0):
-        yield rounds_animation(comp.sbon, i, comp=comp)
+        yield look.apply(rounds_animation(comp.sbon, i, comp=comp))
         time.sleep(PLAY_STEP_S)
 
 
-def on_tradeoff_kind(comp: Comparison | None, kind: str):
-    return figures.tradeoff_figure(comp, kind) if comp else gr.skip()
+def on_tradeoff_kind(comp: Comparison | None, kind: str, look: Look):
+    return look.apply(figures.tradeoff_figure(comp, kind)) if comp else gr.skip()
+
+
+def on_present(comp: Comparison | None, running: float | None, look: Look, step: int | None = None,
+               move: int = 0, loop: bool = False) -> dict[str, Any]:
+    """"Present rounds": the live chart shows one decision point at a time, with its caption, as the run
+    drew it; each click, key press or timer tick moves one step (the last step is the run's result; timed,
+    it starts over). Without a finished run, one line says what to do."""
+    if running:
+        return {"caption": "A run is going: its rounds can be presented when it ends."}
+    if comp is None:
+        return {"caption": NO_RUN}
+    steps = present_steps(comp)
+    if not steps:
+        return {"caption": result_caption(comp)}
+    step = 0 if step is None else step + move
+    step = step % steps if loop else max(0, min(step, steps - 1))
+    figure, caption = present_step(comp, step)
+    return {"present": step, "live_plot": look.apply(figure, live=True), "caption": caption,
+            "present_prev": gr.Button(visible=True, interactive=step > 0),
+            "present_next": gr.Button(visible=True, interactive=step < steps - 1)}
+
+
+def on_present_tick(comp: Comparison | None, running: float | None, look: Look, step: int | None) -> dict[str, Any]:
+    """The kiosk's timer: the next step, round after round, then from the start again."""
+    return on_present(comp, running, look, step, move=1, loop=True)
+
+
+def _present_move(comp: Comparison | None, running: float | None, look: Look, step: int | None,
+                  move: int) -> dict[str, Any]:
+    return on_present(comp, running, look, step, move=move)
+
+
+def on_timed(timed: bool) -> gr.Timer:
+    return gr.Timer(PRESENT_STEP_S, active=bool(timed))
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -563,7 +688,10 @@ def build_demo() -> gr.Blocks:
         ui.origin = gr.State(None)  # where it came from ("your run", "the recorded run …")
 
         ui.running = gr.State(None)  # when this session's run was requested; None when none is going
-        gr.Markdown(INTRO)
+        ui.look = gr.State(Look())  # the page's view or the presenter view, and the window's size
+        ui.present = gr.State(None)  # the step "Present rounds" shows; None when not presenting
+        ui.viewport = gr.JSON(visible=False)  # the window's size, filled in by the browser (VIEWPORT_JS)
+        gr.Markdown(INTRO, elem_id="intro")
         with gr.Accordion("The default reward is the generator's own likelihood, not a judge of quality: why",
                           open=False, elem_id="reward-accordion"):
             gr.Markdown(REWARD_NOTE, elem_id="reward-note")
@@ -574,13 +702,22 @@ def build_demo() -> gr.Blocks:
             ui.seed = gr.Number(DEFAULTS.seed, label="seed", show_label=False, precision=0, elem_id="seed", scale=0,
                                 min_width=80, container=False)
             ui.new_seed = gr.Button("↻ New seed", elem_id="new-seed", scale=0, min_width=110)
+            ui.present_btn = gr.Button("▶ Present rounds", elem_id="present-rounds", scale=0, min_width=150)
+            ui.present_prev = gr.Button("◀", elem_id="present-prev", scale=0, min_width=50, visible=False)
+            ui.present_next = gr.Button("▶", elem_id="present-next", scale=0, min_width=50, visible=False)
+            ui.timed = gr.Checkbox(False, label="timed", elem_id="present-timed", scale=0, min_width=90, container=False)
+            ui.present_timer = gr.Timer(PRESENT_STEP_S, active=False)
+            ui.presenter = gr.Checkbox(False, label="Presenter view", elem_id="presenter", scale=0, min_width=150,
+                                       container=False)
             ui.status = gr.Markdown("", elem_id="status")
-        with gr.Row():
-            with gr.Column(scale=2, min_width=320):
-                ui.scenario = gr.Dropdown(scenario_choices(), value=None, label="Scenario", elem_id="scenario",
+        with gr.Row(elem_id="main-row"):
+            with gr.Column(scale=2, min_width=320, elem_id="settings-column"):
+                initial = scenario_of(DEFAULTS.reward, DEFAULTS.prune_by, DEFAULTS.max_new_tokens)
+                ui.scenario = gr.Dropdown(scenario_choices(), value=initial, label="Scenario", elem_id="scenario",
                                           info="a task and the reward that can judge it; sets the reward, the pruning "
                                                "signal and the answer length")
-                ui.scenario_prompts = gr.Dropdown([], label="Scenario prompts", elem_id="scenario-prompts")
+                ui.scenario_prompts = gr.Dropdown(scenario_prompt_choices(initial), value=None, label="Scenario prompts",
+                                                  elem_id="scenario-prompts")
                 ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
                                        value=EXAMPLES[0].prompt if EXAMPLES else "What is Atlantis?")
                 gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
@@ -629,11 +766,12 @@ def build_demo() -> gr.Blocks:
                 ui.model_status = gr.Markdown(models_status, elem_id="model-status")
                 ui.model_timer = gr.Timer(MODEL_STATUS_LOADING_S)
             with gr.Column(scale=3, elem_id="live-column"):
+                ui.caption = gr.Markdown(NO_RUN, elem_id="round-caption")
                 ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot", show_label=False)
                 ui.source = gr.Markdown(elem_id="run-source")
                 ui.summary = gr.Markdown(elem_id="headline")
 
-        with gr.Tabs():
+        with gr.Tabs(overflow_behavior="wrap"):  # every tab in sight, on a phone and a projector too
             with gr.Tab("Partial vs final reward", id="scatter-tab", elem_id="scatter-tab"):
                 ui.decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
                 ui.scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter", show_label=False)
@@ -643,7 +781,8 @@ def build_demo() -> gr.Blocks:
                 ui.picker = gr.Dropdown(label="Candidate", choices=[], elem_id="candidate-picker")
                 ui.detail = gr.HTML(elem_id="candidate-detail")
             with gr.Tab("Savings", id="savings-tab", elem_id="savings-tab"):
-                ui.savings = gr.Dataframe(interactive=False, elem_id="savings-table")
+                ui.savings = gr.Dataframe(interactive=False, wrap=True, column_widths=["46%", "27%", "27%"],
+                                          elem_id="savings-table")
                 ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot", show_label=False)
                 ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot", show_label=False)
                 with gr.Row():
@@ -660,9 +799,9 @@ def build_demo() -> gr.Blocks:
                 ui.tradeoff_kind = gr.Radio(["curves", "heatmap"], value="curves", label="Show as",
                                             elem_id="tradeoff-kind")
                 ui.tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot", show_label=False)
-                ui.correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each τ "
-                                                     "(oracle cut c*: the fraction that could be pruned keeping the best)",
-                                               interactive=False, elem_id="correlations")
+                ui.correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each "
+                                                     "decision token τ", interactive=False, elem_id="correlations")
+                gr.Markdown(CORRELATION_NOTE, elem_id="correlations-note")
                 with gr.Accordion("Tuned settings for a model and reward (python -m benchmarks tune)", open=False):
                     ui.tuning = gr.State(None)
                     ui.tune_file = gr.File(label="Load a tuning result (tune.json)", file_types=[".json"],
@@ -716,35 +855,61 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     request = ui.run_btn.click(by_name(on_run_request), inputs=ui.running,
                                outputs=el("running", "status", "stop_btn", "summary"), concurrency_limit=None,
                                show_progress="hidden", **private)
-    run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin"),
+    run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
                                 outputs=el(*RUN_OUTPUTS),
                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
                                 show_progress="hidden", **private)
+    ui.run_btn.click(None, js=SCROLL_TO_LIVE_JS)  # in the presenter view, the live chart comes into sight
     ui.stop_btn.click(by_name(on_stop), inputs=el("comparison", "origin"),
                       outputs=el("status", "running", "stop_btn", "source", "summary"), cancels=[run_event], **private)
     ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **private)
     ui.method.change(by_name(on_method), inputs=ui.method, outputs=el(*METHOD_KNOBS), **private)
     ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)
-    ui.scenario.change(by_name(on_scenario), inputs=ui.scenario,
-                       outputs=el("reward", "prune_by", "max_new_tokens", "prompt", "scenario_prompts"), **private)
+    # .input: the visitor's choice only, so the dropdown following the settings (below) sets nothing back.
+    ui.scenario.input(by_name(on_scenario), inputs=ui.scenario,
+                      outputs=el("reward", "prune_by", "max_new_tokens", "prompt", "scenario_prompts"), **private)
+    for control in el("reward", "prune_by", "max_new_tokens"):
+        control.change(by_name(on_settings_scenario), inputs=el("reward", "prune_by", "max_new_tokens"),
+                       outputs=el("scenario", "scenario_prompts"), **private)
     ui.scenario_prompts.change(by_name(on_scenario_prompt), inputs=ui.scenario_prompts, outputs=ui.prompt, **private)
-    ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point"), outputs=ui.scatter,
+    ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point", "look"), outputs=ui.scatter,
                              **private)
     ui.picker.change(on_pick, inputs=el("comparison", "picker"), outputs=ui.detail, **private)
     for table in (ui.table, ui.signals_candidates):
         table.select(on_row_select, inputs=ui.comparison, outputs=el("picker", "detail"), **private)
-    ui.play_btn.click(on_play, inputs=ui.comparison, outputs=ui.rounds_plot, show_progress="hidden", **private)
+    ui.play_btn.click(on_play, inputs=el("comparison", "look"), outputs=ui.rounds_plot, show_progress="hidden", **private)
+    presenting = el("present", "live_plot", "caption", "present_prev", "present_next")
+    ui.present_btn.click(by_name(on_present), inputs=el("comparison", "running", "look"), outputs=presenting,
+                         show_progress="hidden", **private)
+    ui.present_btn.click(None, js=SCROLL_TO_LIVE_JS)
+    for button, move in ((ui.present_prev, -1), (ui.present_next, 1)):
+        button.click(by_name(functools.partial(_present_move, move=move)),
+                     inputs=el("comparison", "running", "look", "present"), outputs=presenting, show_progress="hidden",
+                     **private)
+    ui.timed.change(on_timed, inputs=ui.timed, outputs=ui.present_timer, **private)
+    ui.present_timer.tick(by_name(on_present_tick), inputs=el("comparison", "running", "look", "present"),
+                          outputs=presenting, show_progress="hidden", **private)
+    ui.presenter.input(by_name(on_presenter), inputs=el("presenter", "viewport", "comparison", "origin", "tradeoff_kind",
+                                                        "running"),
+                       outputs=el(*SHOWN, "look"), js=f"(on, _, ...rest) => {{ ({PRESENTER_JS})(on); "
+                                                       f"return [on, ({VIEWPORT_JS})(), ...rest]; }}",
+                       show_progress="hidden", **private)
     ui.model_timer.tick(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden",
                         **private)
-    ui.tradeoff_kind.change(on_tradeoff_kind, inputs=el("comparison", "tradeoff_kind"), outputs=ui.tradeoff_plot,
+    ui.tradeoff_kind.change(on_tradeoff_kind, inputs=el("comparison", "tradeoff_kind", "look"), outputs=ui.tradeoff_plot,
                             **private)
     ui.tune_file.upload(by_name(on_tune_upload), inputs=ui.tune_file,
                         outputs=el("tuning", "tune_summary", "tune_table", "use_tuned"), **private)
     ui.use_tuned.click(by_name(on_use_tuned), inputs=ui.tuning,
                        outputs=el("method", "alpha", "tau", "prune_by", "n", "max_new_tokens", "first_decision"), **private)
-    ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind"), outputs=el(*SHOWN), **private)
-    ui.replay_btn.click(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
-    demo.load(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
+    ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind", "look"), outputs=el(*SHOWN), **private)
+    ui.replay_btn.click(by_name(show_recorded), inputs=el("tradeoff_kind", "look"), outputs=el(*SHOWN), **private)
+    # The page opens on the recorded run, in the view its URL names (the browser applies it before the
+    # figures are drawn, and reports the window's size for them).
+    demo.load(by_name(on_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
+              js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
+                 f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", **private)
+    demo.load(None, js=KEYS_JS)
     demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
     # The API shares the Run button's single generation slot: one generation at a time per device.
     gr.api(compare_api, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
@@ -772,6 +937,7 @@ def describe_api(demo: gr.Blocks, api_name: str) -> None:
         component._api_info = {**component._api_info, "description": API_RETURNS}
 
 
+gr.set_static_paths(paths=[DOCS])  # the docs the page links to (REWARD_NOTE)
 demo = build_demo()
 demo.queue(default_concurrency_limit=8, max_size=QUEUE_SIZE)
 # ZeroGPU: the default models go to the (patched) GPU now, before launch; elsewhere they load once the page is up.

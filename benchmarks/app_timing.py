@@ -6,7 +6,9 @@ memory). The first click includes loading the models; the later ones find them l
 click it measures, in the browser, when the first decision point is drawn, when Speculative
 Rejection's answer appears under the race, when the final frame (both runs done, every view drawn)
 appears, and when the views drawn from the counterfactual prefix rewards (Trade-off, Pruning
-signals) are filled in after it. ``--screenshots DIR`` then saves a picture of each view of the last
+signals) are filled in after it; and the longest time the live view (the round caption and the live
+chart, what the audience watches) stood still between the click and the final frame, and the live
+chart alone. ``--screenshots DIR`` then saves a picture of each view of the last
 run: the README's screenshots are made this way. Needs `pip install -r requirements-dev.txt` and
 Debian's chromium.
 
@@ -35,30 +37,56 @@ from . import common
 from .browser import chromium, serve_app
 
 TIMEOUT_MS = 900_000
+STILL_TARGET_S = 1.5  # the live view should never stand still longer than this during a run (issue #28)
 
 
 STATUS = "document.querySelector('#status').innerText"
+CAPTION = "document.querySelector('#round-caption').innerText"  # the live chart's title in the presenter view
 ENDED = f"({STATUS}.includes('Done in') || {STATUS}.includes('⚠'))"  # finished, or refused with a warning
 
 
+# Every change the browser makes to the live view, timed: a MutationObserver on the caption and the chart.
+WATCH_JS = """() => { window.__sbonMoves = []; window.__sbonClick = performance.now();
+  window.__sbonObservers = [['#live-plot', 'chart'], ['#round-caption', 'caption']].map(([sel, what]) => {
+    const o = new MutationObserver(() => window.__sbonMoves.push([performance.now(), what]));
+    o.observe(document.querySelector(sel), {subtree: true, childList: true, characterData: true, attributes: true});
+    return o; }); }"""
+MOVES_JS = """() => { window.__sbonObservers.forEach((o) => o.disconnect());
+  return {click: window.__sbonClick, end: performance.now(), moves: window.__sbonMoves}; }"""
+
+
+def longest_still(watched: dict[str, Any], what: tuple[str, ...] = ("chart", "caption")) -> tuple[float, float]:
+    """(the longest time in seconds between two changes of ``what``, from the click to the end of the
+    watch; when that still stretch began, seconds after the click)."""
+    times = [watched["click"], *(t for t, w in watched["moves"] if w in what), watched["end"]]
+    gap, start = max((b - a, a) for a, b in zip(times, times[1:]))
+    return gap / 1000, (start - watched["click"]) / 1000
+
+
 def click_run(page) -> dict[str, Any]:
-    """Press Run; seconds from the click to the first decision point drawn and to the final frame.
-    A run the app refuses or fails raises SBoNError with the app's message."""
+    """Press Run; seconds from the click to the first decision point drawn and to the final frame,
+    and the longest time the live view stood still in between (:func:`longest_still`). A run the app
+    refuses or fails raises SBoNError with the app's message."""
     before = page.locator("#status").inner_text()
+    page.evaluate(WATCH_JS)
     clicked = time.perf_counter()
     page.locator("#run").click()
     # A run starts by blanking the live plot ("Waiting ..."), so the last run's frame and status are not
     # mistaken for this one's; settings the app refuses change the status to a warning instead.
     page.wait_for_function(f"(before) => document.querySelector('#live-plot').innerText.includes('Waiting') "
+                           f"|| {CAPTION}.startsWith('Starting') || {CAPTION}.startsWith('Loading the models') "
                            f"|| ({STATUS}.includes('⚠') && {STATUS} != before)", arg=before, timeout=TIMEOUT_MS)
-    page.wait_for_function(f"document.querySelector('#live-plot').innerText.includes('Round 1') || {ENDED}",
-                           timeout=TIMEOUT_MS)
+    page.wait_for_function(f"document.querySelector('#live-plot').innerText.includes('Round 1') "
+                           f"|| {CAPTION}.startsWith('Round 1') || {ENDED}", timeout=TIMEOUT_MS)
     first = time.perf_counter() - clicked
     page.wait_for_function(f"document.querySelector('#headline').innerText.includes('Speculative Rejection answered') "
                            f"|| {ENDED}", timeout=TIMEOUT_MS)
     answered = time.perf_counter() - clicked
     page.wait_for_function(ENDED, timeout=TIMEOUT_MS)
     final = time.perf_counter() - clicked
+    watched = page.evaluate(MOVES_JS)
+    still, still_at = longest_still(watched)
+    chart_still, _ = longest_still(watched, ("chart",))
     status = page.locator("#status").inner_text()
     if "Done in" not in status:
         raise SBoNError(f"the run did not finish: {status}")
@@ -68,6 +96,7 @@ def click_run(page) -> dict[str, Any]:
     server = re.search(r"Done in ([\d.]+) s", status)
     return {"first_round_s": first if "first decision point" in status else None, "sbon_answer_s": answered,
             "final_frame_s": final, "views_ready_s": views, "server_done_s": float(server.group(1)) if server else None,
+            "longest_still_s": still, "longest_still_from_s": still_at, "chart_longest_still_s": chart_still,
             "status": page.locator("#status").inner_text(), "headline": headline}
 
 
@@ -146,11 +175,14 @@ def main(args: argparse.Namespace) -> int:
         prompt = page.locator("#prompt textarea").input_value()
         for i in range(1 + args.runs):
             first = "loading" + (" (fresh cache)" if args.fresh_cache else "")
-            row = {"click": i + 1, "models": first if i == 0 else "loaded", **click_run(page)}
+            row = {"click": i + 1, "models": first if i == 0 else "loaded", **click_run(page),
+                   "load_average_after": list(os.getloadavg())}  # busy cores make every number here an upper bound
             first = "none" if row["first_round_s"] is None else f"after {row['first_round_s']:.1f} s"
             print(f"click {row['click']} (models {row['models']}): first decision point {first}, Speculative "
                   f"Rejection's answer after {row['sbon_answer_s']:.1f} s, final frame after "
-                  f"{row['final_frame_s']:.1f} s, every view after {row['views_ready_s']:.1f} s", flush=True)
+                  f"{row['final_frame_s']:.1f} s, every view after {row['views_ready_s']:.1f} s; the live view stood "
+                  f"still at most {row['longest_still_s']:.2f} s (from {row['longest_still_from_s']:.1f} s; the chart "
+                  f"alone {row['chart_longest_still_s']:.2f} s)", flush=True)
             rows.append(row)
         shots = screenshots(page, Path(args.screenshots)) if args.screenshots else []
     startup["models_ready_s"] = models_ready_after(log, started)
@@ -165,8 +197,11 @@ def main(args: argparse.Namespace) -> int:
                                                      "fresh_cache": args.fresh_cache},
                        "environment": env, "startup": startup, "clicks": rows}, json_path)
     df = pd.DataFrame(rows)[["click", "models", "first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s",
-                             "server_done_s"]]
+                             "server_done_s", "longest_still_s", "chart_longest_still_s"]]
     common.print_table(f"the app's run in the browser ({prompt[:60]!r}):", df, "{:.1f}")
+    worst = max(r["longest_still_s"] for r in rows)
+    print(f"\nlongest still live view over the clicks: {worst:.2f} s (target ≤ {STILL_TARGET_S} s: "
+          f"{'met' if worst <= STILL_TARGET_S else 'missed'}; load average now {os.getloadavg()[0]:.1f})")
     print(f"\nwrote {json_path}" + "".join(f", {p}" for p in shots))
     return 0
 

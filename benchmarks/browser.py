@@ -104,7 +104,9 @@ def open_tab(page, name: str) -> None:
 
 # The screens the page is checked on: (name, CSS viewport, device pixel ratio). A 1280×720 window at
 # 150 % zoom is an 853×480 CSS viewport at ratio 1.5.
-SCREENS = {"desktop": ((1440, 900), 1), "projector": ((853, 480), 1.5), "phone": ((390, 844), 2)}
+SCREENS = {"desktop": ((1440, 900), 1), "projector": ((853, 480), 1.5), "phone": ((390, 844), 2),
+           "hd": ((1920, 1080), 1)}
+PRESENTER = "?view=presenter"  # the URL that opens the page in the presenter view
 # Every plot of the page: (name, the tab it is on or None, its element).
 PLOTS = (("live", None, "#live-plot"), ("scatter", "Partial vs final reward", "#scatter"),
          ("rounds", "Rounds replay", "#rounds-plot"), ("tokens", "Savings", "#tokens-plot"),
@@ -172,13 +174,71 @@ def run_controls_beside_plot(page) -> dict[str, Any]:
                 run: [run.top, run.bottom], plot_area: [area.top, area.bottom], viewport: h}; }""")
 
 
+# The presenter view's promise, measured in CSS pixels (a 1280×720 projector at 150 % is 853×480 of them):
+# the Run button, the round caption and the whole live chart (its SVG) inside the window, under the run
+# bar, and the smallest text of the live chart.
+_PRESENTER_SCREEN = """() => { const r = (s) => document.querySelector(s).getBoundingClientRect();
+  const h = window.innerHeight, w = window.innerWidth, run = r('#run'), cap = r('#round-caption');
+  const chart = r('#live-plot .main-svg'), bar = r('#run-bar');
+  const inside = (b) => b.top >= 0 && b.bottom <= h + 0.5 && b.left >= 0 && b.right <= w + 0.5;
+  const sizes = [...document.querySelectorAll('#live-plot svg text')].filter((t) => t.textContent.trim()
+      && t.getBoundingClientRect().width).map((t) => parseFloat(getComputedStyle(t).fontSize));
+  return {run: inside(run), caption: inside(cap) && cap.top >= bar.bottom - 1,
+          chart: inside(chart) && chart.top >= bar.bottom - 1, chart_box: [chart.top, chart.bottom],
+          caption_text: document.querySelector('#round-caption').innerText, min_text_px: Math.min(...sizes),
+          viewport: [w, h]}; }"""
+# The savings table: both method columns inside the window and nothing scrolled off to the side.
+_SAVINGS_COLUMNS = """() => { const table = document.querySelector('#savings-table');
+  const heads = [...table.querySelectorAll('th, [role=columnheader]')].map((e) => [e.innerText.trim(), e.getBoundingClientRect()]);
+  const shown = heads.filter(([t, b]) => t && b.left >= 0 && b.right <= window.innerWidth + 0.5).map(([t]) => t);
+  const scrollers = [...table.querySelectorAll('*')].filter((e) => e.scrollWidth > e.clientWidth + 1
+      && ['auto', 'scroll'].includes(getComputedStyle(e).overflowX));
+  return {shown, scrolls_sideways: scrollers.length > 0}; }"""
+
+
+def presenter_screen(page) -> dict[str, Any]:
+    """Bring the live view to the top as Run and Present rounds do, and say what the window shows
+    (:data:`_PRESENTER_SCREEN`)."""
+    page.evaluate("window.scrollTo({top: 0})")
+    time.sleep(0.3)
+    return page.evaluate(_PRESENTER_SCREEN)
+
+
+def savings_columns(page) -> dict[str, Any]:
+    """Open the Savings tab and say which of its column headers lie inside the window, and whether
+    any part of the table scrolls sideways."""
+    open_tab(page, "Savings")
+    page.locator("#savings-table").scroll_into_view_if_needed()
+    time.sleep(0.3)
+    return page.evaluate(_SAVINGS_COLUMNS)
+
+
+def presenter_screenshots(folder: Path, url: str, browser) -> list[Path]:
+    """The README's first pictures: the presenter view on a 1280×720 projector at 150 % and at 1920×1080,
+    stepped to the recorded run's first round."""
+    paths = []
+    for screen, name in (("projector", "presenter-1280x720-150.png"), ("hd", "presenter-1920x1080.png")):
+        (width, height), ratio = SCREENS[screen]
+        page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
+        page.goto(url + PRESENTER)
+        page.wait_for_selector("#scatter .scatterlayer .point", timeout=120_000)
+        page.locator("#present-rounds").click()
+        page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Round 1')")
+        time.sleep(1)
+        paths.append(folder / name)
+        page.screenshot(path=str(paths[-1]))
+        page.context.close()
+    return paths
+
+
 def layout_screenshots(folder: Path, screens: tuple[str, ...] = ("projector", "phone")) -> dict[str, list[str]]:
     """Serve the app, and on each screen save the first view (run bar and live plot) and every plot
     as ``{screen}-{name}.png`` in ``folder``; return the problems check_plots found per screen.
     `python -c "from benchmarks.browser import *; layout_screenshots(Path('assets/screenshots'))"`
-    makes the README's phone and projector pictures."""
+    makes the README's phone and projector pictures, and the presenter view's (presenter_screenshots)."""
     found: dict[str, list[str]] = {}
     with serve_app(folder / ".app.log") as url, chromium() as browser:
+        presenter_screenshots(folder, url, browser)
         for screen in screens:
             (width, height), ratio = SCREENS[screen]
             page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()

@@ -17,7 +17,7 @@ from sbon.results import PHASES
 from .fates import fate_color, fate_order
 from .reasons import decimals, point_reasons, pruning_cost, reward_scale
 from .rounds import COST_NAME
-from .style import BON_COLOR, FINAL_SYMBOL, PARTIAL_SYMBOL, axis_titles, styled
+from .style import BON_COLOR, FINAL_SYMBOL, LEGEND_SIZE, PARTIAL_SYMBOL, axis_titles, styled
 
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
 
@@ -25,7 +25,7 @@ ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rate
 def empty_figure(message: str, height: int = 300) -> go.Figure:
     """A blank figure that says why it is blank."""
     fig = styled(go.Figure(), "", height)
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=16))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -176,10 +176,12 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
         axis_titles(fig, "rejection rate α", "decision token τ")
         return fig
     fig = go.Figure()
+    labels = _free_labels(grid)
     for tau, part in grid.groupby("tau"):
         fig.add_trace(go.Scatter(x=part.token_rate, y=part.normalized_score, mode="lines+markers+text", name=f"τ={tau}",
-                                 customdata=part.alpha, text=[f"α {a:.1f}" for a in part.alpha],
-                                 textposition="top center", textfont=dict(size=11),
+                                 customdata=part.alpha,
+                                 text=[f"α {a:.1f}" if (tau, a) in labels else "" for a in part.alpha],
+                                 textposition="top center", textfont=dict(size=LEGEND_SIZE),
                                  hovertemplate=f"τ={tau}, " + "α=%{customdata:.1f}<br>token rate %{x:.2f}<br>"
                                                "normalized score %{y:.1f}<extra></extra>"))
     m = comp.metrics
@@ -187,10 +189,29 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
                              marker=dict(symbol="star", size=18, color="#e63946", line=dict(width=1, color="black")),
                              hovertemplate="this run<br>token rate %{x:.2f}<br>normalized score %{y:.1f}<extra></extra>"))
     styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate; "
-                "each point is labelled with its rejection rate α", height=480)
+                "points are labelled with their rejection rate α where labels do not overlap (hover: every point)",
+           height=480)
     fig.update_yaxes(range=_fit([*grid.normalized_score, m["normalized_score"]]))
     axis_titles(fig, "token rate (tokens generated / Best-of-N's tokens)", "normalized score (100 = Best-of-N's best)")
     return fig
+
+
+LABEL_CELL = (0.09, 0.06)  # an α label's room, as fractions of the x and y spans: one label per cell
+
+
+def _free_labels(grid: pd.DataFrame) -> set[tuple[int, float]]:
+    """The (τ, α) points whose α label is drawn: in τ then α order, each point whose label would not
+    share a cell (LABEL_CELL) with one already drawn; points that coincide (many reach 100 at once) get one."""
+    x_span = (grid.token_rate.max() - grid.token_rate.min()) or 1.0
+    y_span = (grid.normalized_score.max() - grid.normalized_score.min()) or 1.0
+    taken: list[tuple[float, float]] = []
+    free = set()
+    for row in grid.sort_values(["tau", "alpha"]).itertuples():
+        x, y = row.token_rate / x_span, row.normalized_score / y_span
+        if all(abs(x - tx) >= LABEL_CELL[0] or abs(y - ty) >= LABEL_CELL[1] for tx, ty in taken):
+            taken.append((x, y))
+            free.add((row.tau, row.alpha))
+    return free
 
 
 def _fit(values, pad: float = 0.1) -> list[float]:

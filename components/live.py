@@ -5,7 +5,11 @@ when :meth:`LiveTracker.update` says a decision point was taken, and refreshes t
 and the race board at whatever rate it likes.
 
 The race board is what a lecture audience watches while a run goes: one row per method with its
-own clock, so Speculative Rejection's finish time stands next to Best-of-N's running one.
+own clock, so Speculative Rejection's finish time stands next to Best-of-N's running one. While
+Best-of-N runs (no decision point to draw), :func:`progress_figure` draws every candidate's tokens so
+far, Best-of-N's growing beside Speculative Rejection's final ones, and :meth:`LiveTracker.caption`
+is the one line over the live chart: where the run is, and Speculative Rejection's answer as soon as
+it has one.
 """
 
 from __future__ import annotations
@@ -13,11 +17,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import plotly.graph_objects as go
+
 from sbon.algorithms import CandidateFinished, DecisionTaken, Done, RoundStarted, TokensGenerated
 from sbon.analysis.comparison import (ComparisonDone, ComparisonEvent, ComparisonReady, CounterfactualScored,
                                      MethodEvent)
 from sbon.config import METHOD_SPECS
-from sbon.results import DecisionPoint
+from sbon.results import DecisionPoint, RunResult
+
+from .fates import fate_color
+from .rounds import round_caption
+from .style import BON_COLOR, axis_titles, styled
 
 PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Counterfactual replay"}
 
@@ -55,6 +65,8 @@ class LiveTracker:
         self.views: list[DecisionPoint] = []
         self.counterfactual = (0, 0)
         self.clocks: dict[str, MethodClock] = {}  # one per method, in the order they ran
+        self.tokens_of: dict[str, dict[int, int]] = {}  # method -> candidate -> tokens it has generated so far
+        self.results: dict[str, RunResult] = {}  # the methods that are done, by name
 
     @property
     def elapsed(self) -> float:
@@ -84,10 +96,13 @@ class LiveTracker:
         elif isinstance(e, TokensGenerated):
             self.tokens, self.live = e.tokens, list(e.candidate_ids)
             clock.generated += len(e.candidate_ids)
+            self.tokens_of.setdefault(event.method, {}).update(dict.fromkeys(e.candidate_ids, e.tokens))
         elif isinstance(e, CandidateFinished):
             self.finished += 1
+            self.tokens_of.setdefault(event.method, {})[e.candidate_id] = e.tokens
         elif isinstance(e, Done):
             clock.ended, clock.live = self.clock(), 0
+            self.results[event.method] = e.result
             return False
         elif isinstance(e, DecisionTaken):
             point = e.decision
@@ -140,3 +155,52 @@ class LiveTracker:
             done, total = self.counterfactual
             rows.append(f"\nThen the counterfactual replay: Best-of-N prefixes scored at decision token {done} of {total}.")
         return "\n".join(rows)
+
+    def caption(self) -> str:
+        """The one line over the live chart while a run goes: the last decision point's caption (or
+        where the run is), Speculative Rejection's answer (candidate, seconds) once it has one, and a
+        clock, so the line moves with every update."""
+        method, done = next(((m, r) for m, r in self.results.items() if METHOD_SPECS[m].prunes), (None, None))
+        answered = (f"Speculative Rejection answered: candidate {done.best.id} after {done.wall_time:.1f} s · "
+                    if done is not None and done.best is not None else "")
+        clock = f"{self.elapsed:.1f} s"
+        if self.phase == "starting":
+            return f"Starting… · {clock}"
+        if self.phase == "bon":
+            return (f"{answered}Best-of-N generating: {self.tokens} of {self.max_new_tokens} tokens · "
+                    f"{len(self.live)} candidates at once · {clock}")
+        if self.phase == method:  # answered; Best-of-N starts next
+            return f"{answered}Best-of-N next · {clock}"
+        if self.phase in METHOD_SPECS:
+            where = round_caption(self.views[-1]) if self.views else "Speculative Rejection: before the first decision point"
+            return f"{where} · now {self.tokens} of {self.max_new_tokens} tokens · {clock}"
+        if self.phase == "counterfactual":
+            return f"{answered}both runs done · scoring Best-of-N's prefixes for the Trade-off view · {clock}"
+        return f"{answered}done in {clock}"
+
+
+def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
+    """Every candidate's tokens so far while Best-of-N runs: its bars grow beside the tokens each
+    candidate got under Speculative Rejection (coloured by fate), one row per candidate as in the round
+    frames, so the audience watches the cost Speculative Rejection saved being spent."""
+    fig = go.Figure()
+    sbon = next((r for m, r in tracker.results.items() if METHOD_SPECS[m].prunes), None)
+    if sbon is not None:
+        fates = {c.id: sbon.fate(c.id) for c in sbon.candidates}
+        for fate in dict.fromkeys(fates.values()):
+            ids = [k for k in range(n) if fates.get(k) == fate]
+            fig.add_trace(go.Bar(y=ids, x=[sbon.candidates[k].tokens_generated for k in ids], orientation="h",
+                                 name=f"Speculative Rejection: {fate}", marker_color=fate_color(fate),
+                                 offsetgroup="sbon", hovertemplate="candidate %{y}: %{x} tokens<extra></extra>"))
+    bon = tracker.tokens_of.get("bon", {})
+    fig.add_trace(go.Bar(y=list(bon), x=list(bon.values()), orientation="h", name="Best-of-N so far",
+                         marker_color=BON_COLOR, offsetgroup="bon",
+                         hovertemplate="candidate %{y}: %{x} tokens so far<extra>Best-of-N</extra>"))
+    generated = sum(bon.values())
+    done = sum(c.tokens_generated for c in sbon.candidates) if sbon is not None else 0
+    styled(fig, f"Live · Best-of-N: {generated} tokens so far · Speculative Rejection needed {done} in all")
+    fig.update_layout(barmode="group", bargap=0.2, height=max(360, 15 * n + 200))
+    axis_titles(fig, "tokens generated", "candidate")
+    fig.update_yaxes(range=[n - 0.5, -0.5], dtick=1 if n <= 32 else None)
+    fig.update_xaxes(range=[0, tracker.max_new_tokens * 1.02])
+    return fig

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
@@ -59,10 +59,21 @@ TORCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-torch"
 _END = object()
 
 
-def on_one_thread(events: Iterator[T]) -> Iterator[T]:
-    """The items of ``events``, each computed on TORCH_THREAD; closing this closes ``events`` there."""
+def on_one_thread(events: Iterator[T], heartbeat_s: float | None = None) -> Iterator[T | None]:
+    """The items of ``events``, each computed on TORCH_THREAD; closing this closes ``events`` there. With
+    ``heartbeat_s``, None comes whenever no item has for that long (a long step, e.g. a reward's pass over
+    every answer), so a page can show that it is still working."""
     try:
-        while (item := TORCH_THREAD.submit(next, events, _END).result()) is not _END:
+        while True:
+            pending = TORCH_THREAD.submit(next, events, _END)
+            while True:
+                try:
+                    item = pending.result(timeout=heartbeat_s)
+                    break
+                except FutureTimeout:
+                    yield None
+            if item is _END:
+                return
             yield item
     finally:
         close = getattr(events, "close", None)

@@ -5,6 +5,12 @@ contenders, the score each was ranked by, who survived and the cut, with each co
 ("rank 14 of 16, 0.50 < cut 0.67") in its hover. Candidates pruned at earlier decision points stay
 in later frames, greyed, at the score that cut them, so a frame always shows all N. The live view
 and the replay animation are drawn by the same code from the same objects.
+
+Scores that tie (closer than TIE_FRACTION of the axis; e.g. a signal that gives many candidates the
+same score, separated only by the cut's tie-break) are drawn spread by their rank, the better-ranked to
+the right (the pruned left of the kept, as the cut's tie-break put them), at most TIE_SPREAD of the axis in all, and the cut line between the kept and the pruned of
+the tie; the hover gives each candidate's true score. Each frame also has a one-line caption
+(:func:`round_caption`), the sentence a presenter says over it.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ from sbon.results import DecisionPoint, RunResult, pruned_in
 
 from .fates import fate_color
 from .reasons import point_reasons, pruning_cost, reward_scale
-from .style import (CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
+from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
                     styled, wrap_title)
 
-SLIDER_PX = 80  # room under the plot for the rounds slider and its current value
 ROW_PX = 15  # plot height per candidate
 COST_NAME = "○ pruned at a cost (hover)"
+TIE_FRACTION = 0.004  # scores closer than this fraction of the axis look like one spot: they are spread
+TIE_STEP = 0.012  # the gap between two tied contenders, as a fraction of the axis
+TIE_SPREAD = 0.06  # a whole tie spans at most this fraction of the axis
+OUTCOME_ORDER = {"pruned": 0, "retired": 1, "kept": 2}  # left to right inside a tie
 
 
 def round_views(run: RunResult) -> list[DecisionPoint]:
@@ -49,9 +58,77 @@ def _earlier(views: Sequence[DecisionPoint]) -> dict[int, tuple[float, str]]:
     return out
 
 
+def _spread(view: DecisionPoint, span: float) -> tuple[dict[int, float], float]:
+    """Where each contender of ``view`` is drawn on the score axis, and where the cut line is: its score,
+    except that contenders whose scores tie (closer than TIE_FRACTION of ``span``) are spread by rank
+    (rank 1 rightmost) over at most TIE_SPREAD of ``span``, and a cut inside such a tie is drawn between
+    its lowest kept and its highest pruned contender. Deterministic: the same point draws the same."""
+    reasons = point_reasons(view)
+    by_score = sorted(view.score_of().items(), key=lambda kv: (kv[1], -reasons[kv[0]].rank))
+    shown: dict[int, float] = {}
+    groups: list[list[tuple[int, float]]] = []
+    for k, x in by_score:
+        if groups and x - groups[-1][-1][1] <= TIE_FRACTION * span:
+            groups[-1].append((k, x))
+        else:
+            groups.append([(k, x)])
+    group_of = {}
+    for i, group in enumerate(groups):
+        centre = sum(x for _, x in group) / len(group)
+        step = min(TIE_STEP, TIE_SPREAD / max(1, len(group) - 1)) * span
+        # pruned leftmost, kept rightmost (the cut's tie-break decided between them), then by rank
+        ordered = sorted(group, key=lambda kx: (OUTCOME_ORDER[reasons[kx[0]].outcome], -reasons[kx[0]].rank))
+        for j, (k, _) in enumerate(ordered):
+            shown[k] = centre + (j - (len(ordered) - 1) / 2) * step if len(group) > 1 else group[0][1]
+            group_of[k] = i
+    cut = view.cut
+    kept = [k for k in view.survivors if k in shown]
+    pruned = [k for k in view.pruned if k in shown]
+    if kept and pruned:
+        lowest, highest = min(kept, key=shown.get), max(pruned, key=shown.get)
+        if group_of[lowest] == group_of[highest] and shown[highest] < shown[lowest]:  # the cut falls inside a tie
+            cut = (shown[highest] + shown[lowest]) / 2
+    return shown, cut
+
+
+def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int | None = None,
+                  pruned_before: dict[int, int] | None = None) -> str:
+    """One line for a decision point, from the run's data: e.g. 'Round 2 of 3 · after 51 tokens · 13
+    contenders · 10 kept · 3 pruned · the answer Best-of-N will pick is still alive'. ``rounds``: how many
+    the run has (unknown while it runs); ``bon_best``: Best-of-N's returned candidate (known once it ran);
+    ``pruned_before``: candidate -> the round that pruned it, for the rounds before this one."""
+    parts = [f"Round {view.round}" + (f" of {rounds}" if rounds else ""), f"after {view.tokens} tokens",
+             f"{len(view.contenders)} contenders", f"{len(view.survivors)} kept", f"{len(view.pruned)} pruned"]
+    if view.retired:
+        parts.append(f"{len(view.retired)} finished below the cut (still eligible)")
+    if bon_best is not None:
+        pick = "the answer Best-of-N will pick"
+        if bon_best in view.survivors:
+            parts.append(f"{pick} is still alive")
+        elif bon_best in view.pruned:
+            parts.append(f"{pick} is pruned here")
+        elif bon_best in view.retired:
+            parts.append(f"{pick} has finished below the cut, still eligible")
+        elif (pruned_before or {}).get(bon_best):
+            parts.append(f"{pick} was pruned in round {pruned_before[bon_best]}")
+        else:
+            parts.append(f"{pick} had finished before this decision point")
+    return " · ".join(parts)
+
+
+def run_captions(comp: Any) -> list[str]:
+    """The caption of every decision point of a finished comparison's Speculative Rejection run, in order."""
+    views, before = round_views(comp.sbon), {}
+    captions = []
+    for v in views:
+        captions.append(round_caption(v, len(views), comp.bon.best_id, before))
+        before.update({k: v.round for k in v.pruned})
+    return captions
+
+
 def _marker_key(name: str, symbol: str) -> go.Scatter:
     """A legend-only entry for a marker shape (the fate traces mix shapes)."""
-    return go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+    return go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip", legendgroup=SHAPE_KEYS,
                       marker=dict(color="#6c757d", size=10, symbol=symbol))
 
 
@@ -61,7 +138,9 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
     (a finished Comparison) adds the cost ring; live frames have no Best-of-N yet."""
     view = views[-1]
     traces = []
-    scores, final, reasons = view.score_of(), set(view.final), point_reasons(view)
+    x_range = _x_range(views)
+    final, reasons = set(view.final), point_reasons(view)
+    scores, cut = _spread(view, (x_range[1] - x_range[0]) / (1 + 2 * 0.08) if x_range else 1.0)
     # The pruned take the colour of their fate, "pruned in round r", as in every other view.
     groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
               ("retired (finished, below the cut; still eligible)", view.retired, FINISHED_EARLY_COLOR))
@@ -73,7 +152,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
                         symbol=[FINAL_SYMBOL if k in final else PARTIAL_SYMBOL for k in ids]),
             customdata=[[reasons[k].text()] for k in ids],
             hovertemplate="candidate %{y}: " + name.split(" (")[0] + "<br>%{customdata[0]}<extra></extra>"))
-    traces.insert(2, go.Scatter(x=[view.cut, view.cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
+    traces.insert(2, go.Scatter(x=[cut, cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
                                 line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
     earlier = _earlier(views)
     traces.append(go.Scatter(
@@ -103,23 +182,19 @@ def _title(view: DecisionPoint) -> str:
             f"kept {len(view.survivors)} of {len(view.contenders)} contenders")
 
 
-def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "", slider: bool = False) -> None:
+def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "") -> None:
     # One row per candidate: the plot area grows with N so that the ids stay readable; the
-    # figure adds the margins its title, legend and axis title need (and the slider's room).
+    # figure adds the margins its title, legend, axis title and slider need (style.fit_margins).
     styled(fig)
     unit = f" — {reward}: {reward_scale(reward).unit}" if reward else ""
     axis_titles(fig, "score at the decision point" + unit, "candidate")
-    fit_margins(fig, bottom_extra=SLIDER_PX if slider else 0)
     margin = fig.layout.margin
     plot_px = min(800, max(260, ROW_PX * n + 40))
     fig.update_layout(height=plot_px + margin.t + margin.b)
-    fit_margins(fig, bottom_extra=SLIDER_PX if slider else 0)  # again: the title's place depends on the height
+    fit_margins(fig)  # again: the title's and the legend's places depend on the height
     fig.update_yaxes(range=[n - 0.5, -0.5], dtick=1 if n <= 32 else None, zeroline=False)
     if x_range:
         fig.update_xaxes(range=x_range)
-    if slider:  # under the x-axis title, in the room fit_margins left for it
-        below = margin.b - SLIDER_PX
-        fig.layout.sliders[0].update(y=-below / plot_px, yanchor="top")
 
 
 def round_figure(view: DecisionPoint | None, n: int, x_range: list[float] | None = None,
@@ -179,5 +254,35 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
                                          "showlegend": [s and legend[j] for j, s in enumerate(showing(i))]},
                                         {"title.text": wrap_title(_title(v))}])
                              for i, v in enumerate(views)])])
-    _layout(fig, n, x_range, run.reward, slider=True)
+    _layout(fig, n, x_range, run.reward)
     return fig
+
+
+def result_caption(comp: Any, hint: bool = True) -> str:
+    """One line for a finished comparison: how many decision points, what Speculative Rejection returned
+    against Best-of-N's pick, and (``hint``) how to step through its rounds."""
+    rounds, sbon, bon = len(comp.sbon.decision_points), comp.sbon.best_id, comp.bon.best_id
+    if not rounds:
+        return ("No decision point in this run: Speculative Rejection was Best-of-N here, so there are no rounds "
+                "to present")
+    same = "the answer Best-of-N picks" if sbon == bon else f"Best-of-N picks candidate {bon}"
+    return (f"After {rounds} decision point{'s' if rounds > 1 else ''}: Speculative Rejection returned candidate "
+            f"{sbon}, {same}" + (" · press ▶ Present rounds to step through them" if hint else ""))
+
+
+def present_steps(comp: Any) -> int:
+    """Steps of "Present rounds" on a finished comparison: one per decision point, then its result."""
+    return len(comp.sbon.decision_points) + 1 if comp.sbon.decision_points else 0
+
+
+def present_step(comp: Any, step: int) -> tuple[go.Figure, str]:
+    """(frame, caption) of step ``step`` of "Present rounds": decision point ``step`` (0-based) drawn as the
+    live view drew it, on one x range for all rounds so a move is a move on the page; the last step is the
+    final frame with the run's result."""
+    views = round_views(comp.sbon)
+    step = max(0, min(step, len(views)))
+    if step == len(views):
+        return (round_figure(views[-1], comp.n, _x_range(views), earlier=views[:-1], comp=comp, reward=comp.sbon.reward),
+                f"Result · {result_caption(comp, hint=False)}")
+    fig = round_figure(views[step], comp.n, _x_range(views), earlier=views[:step], comp=comp, reward=comp.sbon.reward)
+    return fig, run_captions(comp)[step]

@@ -61,3 +61,21 @@ SCENARIOS: dict[str, Scenario] = {
 
 def scenario_choices() -> list[tuple[str, str]]:
     return [(s.label, key) for key, s in SCENARIOS.items()]
+
+
+def scenario_of(reward: str, prune_by: str, max_new_tokens: Any) -> str | None:
+    """The scenario whose settings these are (the reward, the pruning signal and the answer length it
+    sets), or None when they are no scenario's: what the Scenario dropdown shows, on load and after any
+    of the three changes."""
+    try:
+        tokens = int(max_new_tokens)
+    except (TypeError, ValueError):
+        return None
+    return next((key for key, s in SCENARIOS.items()
+                 if (s.reward, s.prune_by, s.max_new_tokens) == (reward, prune_by, tokens)), None)
+
+
+def scenario_prompt_choices(key: str | None) -> list[tuple[str, str]]:
+    """The scenario's example prompts as dropdown choices (label shortened, value the whole prompt)."""
+    prompts = SCENARIOS[key].prompts if key in SCENARIOS else ()
+    return [(p[:90] + ("…" if len(p) > 90 else ""), p) for p in prompts]

@@ -3,14 +3,20 @@
 Sized for the worst screens the page is shown on: a phone (390 px wide) and a projector at 150 %
 zoom. Plotly never wraps a title, an axis title or a legend row to the plot's width, and on a
 narrow plot it clips them or lays the legend over the title. So titles and axis titles are wrapped
-into short lines, the legend sits in its own band between the title and the plot, and the margins
-are computed from how many lines each needs on a phone-wide plot.
+into short lines, the legend sits under the data (below the x-axis title: any room its phone-wide
+rows do not need is left at the figure's foot, never between the title and the data), and the
+margins are computed from how many lines each needs on a phone-wide plot.
+
+The presenter view (:class:`Look` with ``hall=True``) redraws any finished figure for a lecture hall:
+every text at least HALL_FONT_PX CSS pixels, the legend beside the data, and the figure no taller
+than the window it is shown in.
 """
 
 from __future__ import annotations
 
 import math
 import textwrap
+from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
@@ -22,22 +28,31 @@ EARLIER_COLOR = "#ced4da"  # candidates pruned at an earlier decision point, sti
 CUT_COLOR = "#264653"
 PARTIAL_SYMBOL, FINAL_SYMBOL = "circle", "diamond"
 
-FONT_SIZE = 14  # tick labels; readable from the back of a lecture room
-TITLE_SIZE = 15
-LEGEND_SIZE = 13
-TITLE_CHARS = 40  # characters per title line that fit a phone-wide plot at TITLE_SIZE
-AXIS_TITLE_CHARS = 30
-LINE_PX = 20  # one line of title or axis title
+FONT_SIZE = 16  # tick labels; readable from the back of a lecture room on a laptop screen
+TITLE_SIZE = 17
+LEGEND_SIZE = 15
+TITLE_CHARS = 36  # characters per title line that fit a phone-wide plot at TITLE_SIZE
+AXIS_TITLE_CHARS = 28
+LINE_PX = 22  # one line of title or axis title
 NARROW_PLOT_PX = 230  # the plot area's width on a phone: legend rows are packed for it
-CHAR_PX = 7.5  # mean character width at LEGEND_SIZE, rounded up
+CHAR_PX = 8.5  # mean character width at LEGEND_SIZE, rounded up
 LEGEND_ITEM_PX = 60  # a legend item's symbol and gaps, rounded up
-TICKS_PX = 34  # tick labels under the plot
+TICKS_PX = 36  # tick labels under the plot
 TITLE_TOP_PX = 8  # the title's distance from the figure's top
-TITLE_ASCENT_PX = 14  # a title line's height above its baseline at TITLE_SIZE
+TITLE_ASCENT_PX = 15  # a title line's height above its baseline at TITLE_SIZE
 LEGEND_ROW_PX = 30  # one row of legend entries
 MIN_PLOT_PX = 220  # the plot area never shrinks below this: the figure grows instead
 TITLE_LEFT_PX = 8  # the title starts this far from the figure's left edge (on a phone)
 NARROW_FIGURE_PX = 326  # a phone-wide figure
+SLIDER_PX = 80  # room under the legend for a rounds slider and its current value
+# The presenter view: text for a hall (a 1280×720 projector at 150 % zoom shows 853×480 CSS pixels).
+HALL_FONT_PX = 20  # the smallest text of a presenter-view figure, in CSS pixels
+HALL_SCALE = HALL_FONT_PX / min(FONT_SIZE, LEGEND_SIZE)  # every size and gap of the style grows by this
+HALL_TITLE_CHARS = 60  # a presenter-view figure spans one column of at least 853 CSS pixels
+HALL_AXIS_CHARS = 44  # an x-axis title is centred on the plot area, narrower than the figure by the legend
+HALL_LEGEND_CHARS = 16  # characters per legend line beside the data
+HALL_MIN_PLOT_PX = 150
+SHAPE_KEYS = "shape keys"  # the legend group of legend-only entries that explain a marker's shape
 
 
 def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
@@ -49,10 +64,14 @@ def _lines(text: str | None) -> int:
     return text.count("<br>") + 1 if text else 0
 
 
+def _legend_names(fig: go.Figure) -> list[str]:
+    return [t.name for t in fig.data if t.showlegend is not False and t.visible is not False and t.name]
+
+
 def legend_rows(fig: go.Figure) -> int:
     """Rows the legend needs on a phone-wide plot. Plotly lines a wrapping horizontal legend up in
     columns as wide as its widest entry, so that width decides how many fit a row."""
-    names = [t.name for t in fig.data if t.showlegend is not False and t.visible is not False and t.name]
+    names = _legend_names(fig)
     if not names:
         return 0
     column = LEGEND_ITEM_PX + CHAR_PX * max(map(len, names))
@@ -60,28 +79,51 @@ def legend_rows(fig: go.Figure) -> int:
     return math.ceil(len(names) / per_row)
 
 
+def scale_of(fig: go.Figure) -> float:
+    """How much larger than the page's style this figure is drawn: 1, or HALL_SCALE in the presenter view."""
+    size = fig.layout.font.size if fig.layout.font and fig.layout.font.size else FONT_SIZE
+    return size / FONT_SIZE
+
+
 def fit_margins(fig: go.Figure, bottom_extra: int = 0) -> go.Figure:
-    """Margins with room for every title line, the legend's rows (between the title and the plot)
-    and the x-axis title's lines; called again whenever one of them changes."""
+    """Margins with room for every title line, the x-axis title's lines, the legend (under them, or
+    beside the data in the presenter view) and a rounds slider (under the legend); called again
+    whenever one of them or the height changes."""
+    s = scale_of(fig)
+    hall = s > 1
     title = fig.layout.title.text if fig.layout.title else None
     x_title = fig.layout.xaxis.title.text if fig.layout.xaxis and fig.layout.xaxis.title else None
-    legend_px = legend_rows(fig) * LEGEND_ROW_PX
-    top = TITLE_TOP_PX + 4 + _lines(title) * LINE_PX + legend_px + (8 if legend_px else 0)
-    bottom = TICKS_PX + _lines(x_title) * LINE_PX + 10 + bottom_extra
-    top = max(top, 30)
-    fig.update_layout(height=max(fig.layout.height or 450, top + bottom + MIN_PLOT_PX),
-                      margin=dict(l=70, r=20, t=top, b=bottom),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1, yanchor="bottom",
-                                  font=dict(size=LEGEND_SIZE)))
+    slider = SLIDER_PX * s if fig.layout.sliders else 0
+    top = max(30, (TITLE_TOP_PX + 4 + _lines(title) * LINE_PX) * s + (4 if title else 0))
+    axis = (TICKS_PX + _lines(x_title) * LINE_PX) * s + 10
+    names = _legend_names(fig)
+    legend_px = 0 if hall else legend_rows(fig) * LEGEND_ROW_PX * s
+    bottom = axis + legend_px + slider + bottom_extra
+    right = 20
+    if hall and names:  # beside the data: as wide as its widest (wrapped) line
+        widest = max(len(line) for name in names for line in name.split("<br>"))
+        right = int((LEGEND_ITEM_PX * 0.7 + CHAR_PX * widest) * s) + 10
+    min_plot = HALL_MIN_PLOT_PX if hall else MIN_PLOT_PX
+    height = max(fig.layout.height or 450, top + bottom + min_plot)
+    fig.update_layout(height=height, margin=dict(l=int(70 * s), r=right, t=int(top), b=int(bottom)))
+    if hall:
+        fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", yref="paper",
+                                      font=dict(size=LEGEND_SIZE * s)))
+    else:
+        # Under the x-axis title, its top a fixed distance from the figure's foot (container units).
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=(legend_px + slider + bottom_extra) / height,
+                                      yref="container", yanchor="top", font=dict(size=LEGEND_SIZE * s)))
+    if slider:  # under the legend
+        plot_px = height - top - bottom
+        fig.layout.sliders[0].update(y=-(axis + legend_px) / plot_px, yanchor="top")
     if title:
         # At the figure's top, in pixels turned into the figure's fraction (plotly ignores a title's pad
-        # with some anchors, and a paper-based y cannot pass 1); the legend band lies under it.
-        height = fig.layout.height or 450
+        # with some anchors, and a paper-based y cannot pass 1).
         # Plotly anchors a multi-line title by its first line's baseline and lets further lines run
         # below it, so the baseline goes one line's ascent under the wanted top.
         fig.update_layout(title=dict(x=TITLE_LEFT_PX / NARROW_FIGURE_PX, xref="container", xanchor="left",
-                                     y=1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / height, yref="container",
-                                     yanchor="bottom", font=dict(size=TITLE_SIZE)))
+                                     y=1 - (TITLE_TOP_PX + TITLE_ASCENT_PX * s) / height, yref="container",
+                                     yanchor="bottom", font=dict(size=TITLE_SIZE * s)))
     return fig
 
 
@@ -107,3 +149,82 @@ def axis_titles(fig: go.Figure, x: str | None = None, y: str | None = None) -> g
 def legend_below(fig: go.Figure) -> go.Figure:
     """Kept for callers: the legend's place is fixed by fit_margins."""
     return fit_margins(fig)
+
+
+def _rewrap(text: str | None, width: int) -> str | None:
+    """Text wrapped for a phone, re-wrapped to ``width`` (explicit breaks at a sentence's end are kept)."""
+    if not text:
+        return text
+    joined = "".join(line + ("" if line.endswith("-") else " ") for line in text.split("<br>")).strip()
+    return wrap_title(joined, width)
+
+
+@dataclass(frozen=True)
+class Look:
+    """How this page draws its figures: the page's style, or the presenter view's."""
+    hall: bool = field(default=False, metadata={"help": "the presenter view: type for a hall, legends beside the data"})
+    screen_px: int | None = field(default=None, metadata={
+        "help": "the window's height in CSS pixels: no presenter-view figure is taller"})
+    live_px: int | None = field(default=None, metadata={
+        "help": "the height left for the live chart under the run bar and the round caption, in CSS pixels"})
+
+    def apply(self, fig: go.Figure, live: bool = False) -> go.Figure:
+        """``fig`` as this look draws it (the presenter view's text, legend and height; else unchanged)."""
+        if not self.hall:
+            return fig
+        if live:  # the round caption over the live chart is its title in the presenter view, and its
+            # legend beside the data keeps to what a frame draws (the shape keys are in each hover)
+            fig.update_layout(title=None)
+            fig.update_traces(showlegend=False, selector=dict(legendgroup=SHAPE_KEYS))
+        return for_hall(fig, (self.live_px if live else self.screen_px) or None, fill=live)
+
+
+def for_hall(fig: go.Figure, max_height: int | None = None, fill: bool = False) -> go.Figure:
+    """Any of the page's finished figures redrawn for a lecture hall: every text HALL_SCALE times its
+    size (so none is below HALL_FONT_PX), titles re-wrapped for one wide column, legend names wrapped
+    beside the data, and the figure at most ``max_height`` pixels tall (its plot area shrinks, never
+    below HALL_MIN_PLOT_PX); ``fill``: exactly ``max_height`` tall (the live chart takes the screen it is
+    given). Applied once, to a figure in the page's style."""
+    if scale_of(fig) > 1:
+        return fig
+    s = HALL_SCALE
+    old = fig.layout.margin
+    plot_px = (fig.layout.height or 450) - (old.t or 0) - (old.b or 0)
+    fig.update_layout(font=dict(size=FONT_SIZE * s))
+    if fig.layout.title and fig.layout.title.text:
+        fig.update_layout(title=dict(text=_rewrap(fig.layout.title.text, HALL_TITLE_CHARS)))
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):
+        if axis and axis.title and axis.title.text:
+            axis.title.text = _rewrap(axis.title.text, HALL_AXIS_CHARS)
+    for t in fig.data:
+        if t.name:
+            t.name = _rewrap(t.name, HALL_LEGEND_CHARS)
+        if getattr(t, "textfont", None) is not None and t.textfont.size:
+            t.textfont.size = t.textfont.size * s
+        if getattr(t, "marker", None) is not None and getattr(t.marker, "size", None) and \
+                isinstance(t.marker.size, (int, float)):
+            t.marker.size = t.marker.size * 1.3
+    for a in fig.layout.annotations or ():
+        a.font.size = (a.font.size or FONT_SIZE) * s
+    if fig.layout.sliders:
+        fig.layout.sliders[0].update(font=dict(size=FONT_SIZE * s), currentvalue=dict(font=dict(size=FONT_SIZE * s)))
+    # Long axis titles and tick labels push the margins out rather than being clipped.
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
+    fit_margins(fig)
+    m = fig.layout.margin
+    height = m.t + m.b + plot_px
+    if max_height:
+        height = max(m.t + m.b + HALL_MIN_PLOT_PX, max_height if fill else min(height, max_height))
+    if not fill:  # the legend beside the data never runs below it, into the x-axis title
+        lines = sum(name.count("<br>") + 1 for name in _legend_names(fig))
+        height = max(height, m.t + m.b + lines * LEGEND_ROW_PX * s)
+    fig.update_layout(height=height)
+    fit_margins(fig)
+    # Tick labels a category or id axis would crowd: at most one per label height.
+    y = fig.layout.yaxis
+    if y and y.dtick == 1 and y.range:
+        rows = abs(y.range[1] - y.range[0])
+        per_label = (FONT_SIZE * s * 1.4) / max(1.0, (height - m.t - m.b) / rows)
+        y.dtick = max(1, math.ceil(per_label))
+    return fig

@@ -15,6 +15,7 @@ import pytest
 from benchmarks.app_timing import ENDED, click_run
 from benchmarks.browser import CHROMIUM, REPO as ROOT, chromium, serve_app
 from components.controls import MAX_N, METHOD_LABELS
+from sbon.analysis.comparison import Comparison
 from sbon.errors import SBoNError
 
 RUN_TIMEOUT_MS = 400_000  # generous: the CPU may be shared; on a quiet 2-core machine the run takes well under a minute
@@ -87,6 +88,7 @@ def test_page_opens_on_the_recorded_run(page):
     first = recorded["sbon"]["decision_points"][0]
     assert page.locator("#scatter .scatterlayer .point").count() == len(first["contenders"])
     assert "Pearson" in _text(page, "#scatter") and "Round" in _text(page, "#live-plot")
+    assert page.locator("#scenario input").input_value().startswith("Fluency")  # the defaults are its settings
 
 
 def test_live_run_fills_every_view_then_the_recording_replays(page):
@@ -441,3 +443,54 @@ def test_a_run_replaces_the_headline_with_its_race_and_refuses_a_second_click(pa
     before = seed.input_value()
     page.locator("#new-seed").click()
     page.wait_for_function("(b) => document.querySelector('#seed input').value != b", arg=before)
+
+
+# -- the presenter view and "Present rounds" (issue #28) --------------------------------------------------------
+
+@pytest.mark.parametrize("screen", ["projector", "hd"])
+def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_type(browser, server, screen):
+    """At 1280×720 with 150 % zoom (an 853×480 viewport at device scale 1.5) and at 1920×1080, opened by its
+    URL: after a Run, the Run button, the round caption and the whole live chart lie inside the window, the
+    chart's smallest text is at least 20 CSS px (30 device px on the projector), and the savings table shows
+    both methods' columns without scrolling sideways. Every px here is a CSS px."""
+    from benchmarks.browser import PRESENTER, SCREENS, presenter_screen, savings_columns
+
+    (width, height), ratio = SCREENS[screen]
+    page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
+    try:
+        page.goto(server + PRESENTER)
+        page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
+        assert page.locator("#presenter input").is_checked() and "presenter" in page.evaluate("document.body.className")
+        _settings(page, "Name a colour.", n=4, tokens=8)
+        click_run(page)
+        seen = presenter_screen(page)
+        assert seen["run"] and seen["caption"] and seen["chart"], seen
+        assert seen["caption_text"].startswith(("After", "No decision point")), seen
+        assert seen["min_text_px"] >= 20, seen
+        columns = savings_columns(page)
+        assert {"Best-of-N", "Speculative Rejection (sbon)"} <= set(columns["shown"]), columns
+        assert not columns["scrolls_sideways"], columns
+    finally:
+        page.context.close()
+
+
+def test_present_rounds_steps_through_the_recorded_run_one_caption_each(page):
+    """"Present rounds" on the recorded run: the button, then → (a key, or a clicker's PageDown) and the ▶ button
+    step one decision point each, every caption generated from the recorded data, then the result; ← goes back."""
+    from components.rounds import run_captions
+
+    recorded = Comparison.from_json(RECORDED)
+    expected = run_captions(recorded)
+    caption = page.locator("#round-caption")
+    assert "Present rounds" in caption.inner_text()  # the page says what its presenter controls do
+    page.locator("#present-rounds").click()
+    read = []
+    for i, want in enumerate(expected):
+        page.wait_for_function("(w) => document.querySelector('#round-caption').innerText.trim() == w", arg=want)
+        read.append(caption.inner_text().strip())
+        page.wait_for_function("(r) => document.querySelector('#live-plot').innerText.includes(r)", arg=f"Round {i + 1}:")
+        page.keyboard.press("ArrowRight") if i % 2 == 0 else page.locator("#present-next").click()
+    page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Result')")
+    assert read == expected and page.locator("#present-next").is_disabled()
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("(w) => document.querySelector('#round-caption').innerText.trim() == w", arg=expected[-1])

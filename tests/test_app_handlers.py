@@ -38,7 +38,7 @@ def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, mon
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", alpha=1.0)
     recorded = app.show_recorded("curves")
-    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"]))
+    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"], app.Look()))
     assert len(updates) == 1
     assert updates[0]["status"].startswith("⚠ alpha") and "\n" not in updates[0]["status"]
     assert updates[0]["running"] is None and updates[0]["stop_btn"].visible is False
@@ -192,7 +192,7 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", n=4, max_new_tokens=12, alpha=0.5, method="sbon-tau", tau=4)
     recorded = app.show_recorded("curves")
-    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"]))
+    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"], app.Look()))
     assert updates[0]["sbon_text"].value == "" and updates[0]["bon_text"].value == ""  # no stale answers
 
     answered = next(i for i, u in enumerate(updates) if u.get("sbon_text") is not None and u["sbon_text"].value)
@@ -201,6 +201,12 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert "Speculative Rejection answered after" in updates[answered]["summary"]
     assert "| Best-of-N | waiting |" in updates[answered]["summary"]  # Best-of-N has not started yet
     assert updates[answered]["sbon_text"].label.startswith("Speculative Rejection returned candidate")
+    # Where the audience looks: the caption over the live chart names the answer, and while Best-of-N runs
+    # the live chart shows its candidates' tokens growing (issue #28).
+    assert "Speculative Rejection answered: candidate" in updates[answered]["caption"]
+    progress = [u["live_plot"] for u in updates[answered:ready] if u.get("live_plot") is not None]
+    assert progress and "Best-of-N" in progress[-1].layout.title.text
+    assert any(t.name == "Best-of-N so far" and len(t.x) for t in progress[-1].data)
 
     shown = updates[ready]
     assert set(app.SHOWN) <= set(shown) and shown["comparison"].partials == {}
@@ -223,3 +229,34 @@ def test_stop_says_what_the_views_show(app):
     ready = dataclasses.replace(recorded, partials={})  # a run stopped after its final frame, before its prefixes
     during = app.on_stop(ready, "your run")
     assert "Trade-off and Pruning-signals views of this run stay empty" in during["status"]
+
+
+def test_presenter_controls_say_what_to_do_and_step_through_the_rounds(app):
+    """"Present rounds" (issue #28): without a run, one line says what to do; on the recorded run each step
+    is one decision point with its caption, then the result; the timer starts over after the result."""
+    from components.rounds import run_captions
+
+    none = app.on_present(None, None, app.Look())
+    assert none["caption"] == app.NO_RUN and "\n" not in none["caption"] and "present" not in none
+    assert "when it ends" in app.on_present(None, 123.0, app.Look())["caption"]
+    comp = app.show_recorded("curves")["comparison"]
+    captions, step = [], None
+    for _ in range(len(comp.sbon.decision_points) + 1):
+        update = app.on_present(comp, None, app.Look(), step, move=0 if step is None else 1)
+        step = update["present"]
+        captions.append(update["caption"])
+    assert captions[:-1] == run_captions(comp) and captions[-1].startswith("Result · ")
+    assert update["present_next"].interactive is False and update["present_prev"].interactive is True
+    assert app.on_present_tick(comp, None, app.Look(), step)["present"] == 0  # timed: from the start again
+
+
+def test_the_page_names_its_scenario_and_types_no_measured_number(app):
+    import re
+
+    assert app.on_settings_scenario("likelihood", "logprob", 128)["scenario"] == "fluency"
+    assert app.on_settings_scenario("likelihood", "logprob", 64)["scenario"] is None
+    assert app.on_settings_scenario("ifeval", "reward", 128)["scenario"] == "instructions"
+    assert re.search(r"\d", app.REWARD_NOTE) is None  # numbers come from result files, never typed
+    assert app.REWARD_NOTE.count("\n") <= 2 and "usage.md" in app.REWARD_NOTE
+    names = set(app.VIEWS["correlations"](app.Shown(app.show_recorded("curves")["comparison"], "x")).columns)
+    assert not names & {"tau", "pearson", "oracle_cut"}

@@ -492,3 +492,78 @@ def test_a_run_s_events_are_computed_on_one_thread_and_closing_closes_the_run():
     next(again)
     TORCH_THREAD.submit(again.close).result(timeout=10)  # closed on the torch thread itself: no deadlock
     assert len(closed) == 2
+
+
+def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
+    """Scores equal to many digits (a signal that ties, separated only by the cut's tie-break) would put kept
+    and pruned candidates on one spot: they are spread, the pruned left of the cut line, the kept right of it,
+    and every hover keeps the true score (issue #28)."""
+    from sbon.results import DecisionPoint
+
+    point = DecisionPoint(round=1, tokens=8, contenders=[0, 1, 2, 3, 4, 5], survivors=[5, 4, 3], pruned=[0, 1, 2],
+                          cut=0.0, scores=[0.0, 0.0, 0.0, 0.0, 1.0, 2.0])
+    fig = round_figure(point, 6)
+    survived, pruned, cut = fig.data[0], fig.data[1], fig.data[2]
+    kept_x = dict(zip(survived.y, survived.x))
+    assert max(pruned.x) < cut.x[0] < kept_x[3] and len(set(pruned.x)) == 3  # apart, and on the right sides
+    assert kept_x[4] == 1.0 and kept_x[5] == 2.0  # untied scores stay where they are
+    assert all("0.00" in why[0] for why in pruned.customdata)  # the hover says the true score
+    assert round_figure(point, 6).data[1].x == pruned.x  # deterministic
+
+
+def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window():
+    """Look(hall=True): every text of every figure at least HALL_FONT_PX (CSS px), the legend beside the
+    data, the decision-point charts no taller than the window (a long legend may make a tab's chart taller),
+    and the live chart exactly the height the window leaves it (issue #28)."""
+    from components.style import HALL_FONT_PX, Look
+
+    def last_round(comp, look=Look()):  # the live chart at the end of a run, as the page draws it
+        views = comp.sbon.decision_points
+        return look.apply(round_figure(views[-1], comp.n, earlier=views[:-1], comp=comp), live=True)
+
+    comp = Comparison.load(RECORDED)
+    look = Look(hall=True, screen_px=480, live_px=300)
+    figs = [figures.partial_final_scatter(comp), figures.tokens_per_candidate(comp), figures.phase_times(comp),
+            figures.tradeoff_figure(comp), rounds_animation(comp.sbon, comp=comp)]
+    for fig in map(look.apply, figs):
+        sizes = [fig.layout.font.size, fig.layout.legend.font.size]
+        sizes += [fig.layout.title.font.size] if fig.layout.title.text else []
+        sizes += [t.textfont.size for t in fig.data if getattr(t, "textfont", None) is not None and t.textfont.size]
+        assert min(sizes) >= HALL_FONT_PX, (fig.layout.title.text, sizes)
+        assert fig.layout.legend.orientation == "v"
+    assert all(look.apply(f).layout.height <= 480 for f in (figures.partial_final_scatter(comp),
+                                                             rounds_animation(comp.sbon, comp=comp)))
+    live = last_round(comp, look)
+    assert live.layout.height == 300 and not live.layout.title.text  # the caption above is its title
+    page = last_round(comp)
+    assert page.layout.legend.orientation == "h" and page.layout.legend.yanchor == "top"  # under the data
+
+
+def test_captions_tell_each_round_from_the_run_s_data():
+    from components.rounds import run_captions
+
+    comp = Comparison.load(RECORDED)
+    captions = run_captions(comp)
+    assert len(captions) == len(comp.sbon.decision_points)
+    for caption, point in zip(captions, comp.sbon.decision_points):
+        assert caption.startswith(f"Round {point.round} of {len(captions)} · after {point.tokens} tokens · "
+                                  f"{len(point.contenders)} contenders · {len(point.survivors)} kept")
+        alive = comp.bon.best_id in point.survivors
+        assert ("the answer Best-of-N will pick is still alive" in caption) == alive
+
+
+def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
+    """on_one_thread(heartbeat_s=...): None whenever no event came for that long (a reward's pass over every
+    answer), every event still in order; without it, only the events (issue #28: the screen never stands still)."""
+    import time
+
+    from components.model_cache import on_one_thread
+
+    def events():
+        yield "first"
+        time.sleep(0.5)
+        yield "second"
+
+    items = list(on_one_thread(events(), heartbeat_s=0.1))
+    assert [i for i in items if i is not None] == ["first", "second"] and items.count(None) >= 2
+    assert list(on_one_thread(events())) == ["first", "second"]

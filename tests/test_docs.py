@@ -130,6 +130,7 @@ NOT_MEASURED = {
     "32×",  # the paper's own "16–32×"
     "2 s", "5 %",  # limits the reliability tests assert
     "20 MB", "50 MB",  # the replay upload limit, and the file tried against it
+    "1280×", "1920×", "853×", "150 %",  # the screens the presenter view is checked on
 }
 MEASURED_LOOKING = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])"  # a decimal
                               r"|(?<![\w.])\d+(?:\.\d+)?\s?(?:%|x\b|×|s\b|ms\b|MB|GB|MiB|min\b)")  # a number with a unit
