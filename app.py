@@ -39,12 +39,14 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402
 
-from components import figures, signals_view, tables  # noqa: E402
+from components import figures, page_export, signals_view, tables  # noqa: E402
 from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
                                  method_choices, reward_choices, signal_choices)
+from components.gallery import GalleryRuns  # noqa: E402
 from components.live import LiveTracker  # noqa: E402
 from components.rounds import round_figure, round_views, rounds_animation  # noqa: E402
 from components.scenarios import SCENARIOS, scenario_choices  # noqa: E402
+from components.share import ShareStore, digest, link  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
 from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
                                      CounterfactualScored, MethodEvent, comparison_events)
@@ -168,14 +170,18 @@ def last_round(comp: Comparison):
 def save_for_download(comp: Comparison) -> str:
     """Write a new run where Gradio may serve it (the system temp dir) and return the path; files
     older than DOWNLOAD_TTL_S go, so a long-lived server does not fill its disk."""
+    return temp_file(comp.to_json(), "sbon-run-", ".json")
+
+
+def temp_file(text: str, prefix: str, suffix: str) -> str:
     folder = Path(tempfile.gettempdir()) / "sbon-explorer"
     folder.mkdir(exist_ok=True)
-    for old in folder.glob("sbon-run-*.json"):
+    for old in folder.glob(f"{prefix}*{suffix}"):
         if time.time() - old.stat().st_mtime > DOWNLOAD_TTL_S:
             old.unlink(missing_ok=True)
-    fd, path = tempfile.mkstemp(prefix="sbon-run-", suffix=".json", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        f.write(comp.to_json())
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
     return path
 
 
@@ -211,6 +217,13 @@ def check_replayable(comp: Comparison) -> None:
         if bad is not None:
             raise SBoNError(f"not a saved comparison: the {run.method} run holds the number {bad:g} "
                             f"(rewards and timings of a real run are finite and far below {MAX_ABS_NUMBER:g})")
+
+
+# The gallery, read and checked once at start (a file that fails stays listed with its reason), and the
+# shared runs' store; a gallery run's link names it instead of copying it.
+GALLERY = GalleryRuns(check=check_replayable)
+GALLERY_DIGESTS = {digest(run.comp.to_json()): key for key, run in GALLERY.runs.items() if run.comp is not None}
+SHARES = ShareStore()
 
 
 def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
@@ -355,6 +368,79 @@ def on_upload(path: str | None, kind: str) -> dict[str, Any]:
         log.exception("upload failed")
         return {"status": f"⚠ could not replay that file: {type(e).__name__}: {str(e)[:200]}"}
     return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path), "Replaying the uploaded run")
+
+
+# -- the gallery, shared links and the page export: a class behind one link --------------------------
+
+def gallery_markdown() -> str:
+    """The gallery's list: each run's title and its caption, written from its data."""
+    return "\n".join(f"- **{tables.md_escape(run.entry.title)}** — {tables.md_escape(run.caption)}"
+                     for run in GALLERY.runs.values())
+
+
+@functools.lru_cache(maxsize=64)
+def gallery_views(key: str, kind: str) -> dict[str, Any]:
+    """Every view of a gallery run, computed once per (run, trade-off kind): a gallery open is a lookup
+    and Gradio's serialization, never a model, a file read or the generation slot."""
+    run = GALLERY.get(key)
+    shown = Shown(run.comp, f"the gallery run “{run.entry.title}”", kind, run.entry.file)
+    return show(shown, f"Gallery: {tables.md_escape(run.caption)}")
+
+
+def on_gallery(key: str | None, kind: str) -> dict[str, Any]:
+    if not key:
+        return {}
+    try:
+        return gallery_views(str(key), kind if kind in ("curves", "heatmap") else "curves")
+    except SBoNError as e:
+        return {"status": f"⚠ {e}"}
+
+
+def open_link(query: str, kind: str) -> dict[str, Any]:
+    """A link's run: `run=<id>` (a shared run) or `gallery=<key>`, given as the page's query string."""
+    params = dict(p.split("=", 1) for p in (query or "").lstrip("?").split("&") if "=" in p)
+    if "gallery" in params:
+        return on_gallery(params["gallery"], kind)
+    try:
+        comp = SHARES.get(params.get("run", ""))
+        check_replayable(comp)
+    except SBoNError as e:
+        return {**show_recorded(kind), "status": f"⚠ {e}; showing the recorded run instead"}
+    return show(Shown(comp, "a shared run", kind), "Showing the run this link was shared with")
+
+
+def on_page_load(kind: str, request: gr.Request) -> dict[str, Any]:
+    """The page's first views: the run its link names (`?run=<id>`, `?gallery=<key>`), else the recorded run."""
+    query = dict(getattr(request, "query_params", None) or {})
+    if "run" in query or "gallery" in query:
+        return open_link("&".join(f"{k}={v}" for k, v in query.items() if k in ("run", "gallery")), kind)
+    return show_recorded(kind)
+
+
+def on_share(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
+    """A link that reopens exactly this run: a gallery run's own name, else the run kept under a new id."""
+    if comp is None:
+        return {"share_link": "", "status": "⚠ there is no run to share yet"}
+    text = comp.to_json()
+    page = (request.headers.get("referer") if request else None) or "http://127.0.0.1:7860/"
+    key = GALLERY_DIGESTS.get(digest(text))
+    try:
+        url = link(page, gallery=key) if key else link(page, run=SHARES.put(text))
+    except SBoNError as e:
+        return {"share_link": "", "status": f"⚠ {e}"}
+    days = "" if key else f" for {SHARES.ttl_s / 86400:g} days"
+    return {"share_link": url, "status": f"Anyone with this link sees this run{days}: {url}"}
+
+
+def on_page_export(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+    """The run as one HTML file that opens in a browser with no server (components/page_export.py)."""
+    if comp is None:
+        return {"page_file": None, "status": "⚠ there is no run to export yet"}
+    key = GALLERY_DIGESTS.get(digest(comp.to_json()))
+    caption = GALLERY.runs[key].caption if key else ""
+    html = page_export.page_html(comp, caption, origin or "", MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator))
+    return {"page_file": temp_file(html, "sbon-page-", ".html"), "status": f"The page is ready ({len(html.encode()) / 1e6:.1f} MB): it opens in any "
+                                          "browser, with no server and no network"}
 
 
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
@@ -681,10 +767,21 @@ def build_demo() -> gr.Blocks:
                 ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
                                                            "point): click a row to open it under Candidates",
                                                      interactive=False, elem_id="signals-candidates")
+            with gr.Tab("Gallery", id="gallery-tab", elem_id="gallery-tab"):
+                gr.Markdown("Recorded runs that open at once, without generating: pick one.")
+                ui.gallery = gr.Radio(GALLERY.choices(), value=None, label="Gallery", elem_id="gallery")
+                ui.gallery_list = gr.Markdown(gallery_markdown(), elem_id="gallery-list")
+                ui.link_run = gr.Textbox(visible=False)  # a link's query; the load benchmark opens links through it
             with gr.Tab("Save and replay", id="replay-tab", elem_id="replay-tab"):
                 with gr.Row():
                     ui.download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
                     ui.replay_btn = gr.Button("Show the recorded run again", elem_id="replay-recorded")
+                with gr.Row():
+                    ui.share_btn = gr.Button("Share this run", elem_id="share")
+                    ui.page_btn = gr.Button("Download as a page (HTML, opens without the app)", elem_id="page-export")
+                ui.share_link = gr.Textbox(label="Link to this run", interactive=False, buttons=["copy"],
+                                           elem_id="share-link")
+                ui.page_file = gr.File(label="This run as a page", interactive=False, elem_id="page-file")
                 ui.upload = gr.File(label="Replay a saved run (JSON): every view, no model needed", file_types=[".json"],
                                     type="filepath", elem_id="upload-run")
                 gr.Markdown(API_DOC)
@@ -744,7 +841,17 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                        outputs=el("method", "alpha", "tau", "prune_by", "n", "max_new_tokens", "first_decision"), **private)
     ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind"), outputs=el(*SHOWN), **private)
     ui.replay_btn.click(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
-    demo.load(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
+    demo.load(by_name(on_page_load), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
+    # Opening a gallery run or a link: light events beside the generation slot, callable by the load
+    # benchmark's clients (undocumented: not part of the API the page documents).
+    light = dict(api_visibility="undocumented", show_progress="minimal")
+    ui.gallery.change(by_name(on_gallery), inputs=el("gallery", "tradeoff_kind"), outputs=el(*SHOWN),
+                      api_name="gallery_open", **light)
+    ui.link_run.submit(by_name(open_link), inputs=el("link_run", "tradeoff_kind"), outputs=el(*SHOWN),
+                       api_name="link_open", **light)
+    ui.share_btn.click(by_name(on_share), inputs=ui.comparison, outputs=el("share_link", "status"), **private)
+    ui.page_btn.click(by_name(on_page_export), inputs=el("comparison", "origin"), outputs=el("page_file", "status"),
+                      **private)
     demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
     # The API shares the Run button's single generation slot: one generation at a time per device.
     gr.api(compare_api, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")

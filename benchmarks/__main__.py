@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import (app_timing, common, counterfactual, defaults, efficiency, engine, gpu_check, ifeval, kvcache, memory,
+from . import (app_timing, common, counterfactual, defaults, efficiency, engine, gpu_check, ifeval, kvcache, load, memory,
                perplexity, report, signals, step, table1, tune)
 
 
@@ -15,7 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Reproduce the Speculative Rejection paper's measurements.")
     sub = parser.add_subparsers(dest="experiment", required=True)
     for module in (table1, counterfactual, memory, efficiency, perplexity, engine, kvcache, app_timing, signals, tune,
-                   step, ifeval, gpu_check, defaults, report):
+                   step, load, ifeval, gpu_check, defaults, report):
         module.add_parser(sub)
     return parser
 
