@@ -16,6 +16,7 @@ import math
 import os
 import random
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
@@ -387,6 +388,14 @@ def gallery_views(key: str, kind: str) -> dict[str, Any]:
     return show(shown, f"Gallery: {tables.md_escape(run.caption)}")
 
 
+def warm_gallery() -> None:
+    """Compute every gallery run's views once, in the background after start, so the first visitor's open is
+    a lookup too."""
+    for key, run in GALLERY.runs.items():
+        if run.comp is not None:
+            gallery_views(key, "curves")
+
+
 def on_gallery(key: str | None, kind: str) -> dict[str, Any]:
     if not key:
         return {}
@@ -453,9 +462,11 @@ def on_run_request(running: float | None) -> dict[str, Any]:
     if running:
         raise gr.Error(f"A run is already going ({time.time() - running:.0f} s so far): wait for it to end or press Stop.",
                        duration=6)
-    busy = GENERATING[0] > 0
-    status = ("⏳ Queued: another session's run holds the one generation slot of this device; yours starts when "
-              "it ends." if busy else "Starting…")
+    ahead = GENERATING[0] + waiting_runs()
+    busy = ahead > 0
+    status = (f"⏳ Queued: {ahead} run{'s' if ahead > 1 else ''} ahead of yours for the one generation slot of this "
+              f"device (place {ahead + 1}), about {ahead * run_seconds():.0f} s to wait; the gallery opens "
+              "at once meanwhile." if busy else "Starting…")
     return {"running": time.time(), "status": status, "stop_btn": gr.Button(visible=True),
             "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}."}
 
@@ -465,10 +476,32 @@ def on_run(*values: Any) -> Iterator[dict[str, Any]]:
     drawing each decision point as it is taken, the race of both methods in place of the headline,
     and every view at the end."""
     GENERATING[0] += 1
+    started = time.perf_counter()
     try:
         yield from _run(*values)
     finally:
         GENERATING[0] -= 1
+        RUN_SECONDS.append(time.perf_counter() - started)
+
+
+RUN_SECONDS: list[float] = []  # how long each run held the generation slot: the waiting estimate
+
+
+def run_seconds() -> float:
+    """What one run in the queue is expected to take: the median of the last runs here, else the recorded
+    run's own times."""
+    last = sorted(RUN_SECONDS[-9:])
+    if last:
+        return last[len(last) // 2]
+    run = GALLERY.runs["default"].comp
+    return run.sbon.wall_time + run.bon.wall_time if run is not None else 30.0
+
+
+def waiting_runs() -> int:
+    """Runs waiting in Gradio's queue for the generation slot (its own count; 0 where it has none)."""
+    queue = getattr(demo, "_queue", None)
+    group = getattr(queue, "event_queue_per_concurrency_id", {}).get("generation")
+    return len(group.queue) if group is not None else 0
 
 
 def _run(*values: Any) -> Iterator[dict[str, Any]]:
@@ -816,7 +849,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin"),
                                 outputs=el(*RUN_OUTPUTS),
                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
-                                show_progress="hidden", **private)
+                                show_progress="minimal", show_progress_on=ui.status, **private)
     ui.stop_btn.click(by_name(on_stop), inputs=el("comparison", "origin"),
                       outputs=el("status", "running", "stop_btn", "source", "summary"), cancels=[run_event], **private)
     ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **private)
@@ -890,4 +923,5 @@ if __name__ == "__main__":
     # Serve first, then load: the page (and its recorded run) is up in seconds while the models load.
     demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True)
     start_loading_models()
+    threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()
     demo.block_thread()

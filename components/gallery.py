@@ -13,6 +13,7 @@ The app loads every gallery run once (``GalleryRuns``), so opening one costs no 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +25,7 @@ from sbon.metrics import decision_quality
 
 from .controls import ASSETS
 
+log = logging.getLogger("sbon.gallery")
 GALLERY_DIR = ASSETS / "gallery"
 INDEX_FILE = GALLERY_DIR / "index.json"
 
@@ -202,7 +204,8 @@ class GalleryRuns:
                     check(comp)
                 self.runs[key] = GalleryRun(entry, comp)
             except (SBoNError, OSError, ValueError, RecursionError) as e:
-                self.runs[key] = GalleryRun(entry, None, f"this recorded run could not be loaded ({first_line(e)})")
+                log.warning("gallery run %s not loaded: %s", key, first_line(e))  # the detail for the operator
+                self.runs[key] = GalleryRun(entry, None, "this recorded run is missing or broken; the others still open")
 
     def choices(self) -> list[tuple[str, str]]:
         return [(run.entry.title, key) for key, run in self.runs.items()]
