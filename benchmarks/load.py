@@ -31,7 +31,12 @@ from sbon.errors import SBoNError
 from . import common
 from .browser import serve_app
 
-GENERATION = dict(prompt="What is Atlantis?", n=16, max_new_tokens=64, seed=0)  # one short run of the page's kind
+PROMPT = "What is Atlantis?"
+
+
+def generation(args: argparse.Namespace) -> dict[str, Any]:
+    """The one generation the visitors run beside: the page's defaults but N and the answer length."""
+    return dict(prompt=PROMPT, n=args.n, max_new_tokens=args.max_new_tokens, seed=0)
 
 
 def rss_mb(pid: int) -> float:
@@ -107,12 +112,12 @@ class Visitors:
         return sum(t.is_alive() for t in self.threads)
 
 
-def generate(url: str) -> float:
+def generate(url: str, settings: dict[str, Any]) -> float:
     from gradio_client import Client
 
     client = Client(url, verbose=False, download_files=False)
     start = time.perf_counter()
-    client.predict(**GENERATION, api_name="/compare")
+    client.predict(**settings, api_name="/compare")
     return time.perf_counter() - start
 
 
@@ -148,7 +153,7 @@ def one_level(url: str, pid: int, n: int, keys: list[str], run_ids: list[str], a
     limit.start()
     gen_error = None
     try:
-        gen_s = generate(url)
+        gen_s = generate(url, generation(args))
     except Exception as e:  # noqa: BLE001
         gen_s, gen_error = None, f"{type(e).__name__}: {str(e)[:200]}"
     visitors.stop.set()
@@ -175,8 +180,8 @@ def main(args: argparse.Namespace) -> int:
     run_ids = shared_ids(8)
     rows, t0 = [], time.perf_counter()
     env_start = common.environment()
-    with serve_app(log) as url:
-        baseline = [generate(url) for _ in range(1 + args.baseline_runs)][1:] or [float("nan")]  # the first loads models
+    with serve_app(log, start_timeout_s=600) as url:  # importing gradio on busy shared cores can take minutes
+        baseline = [generate(url, generation(args)) for _ in range(1 + args.baseline_runs)][1:] or [float("nan")]  # the first loads models
         baseline_s = float(np.median(baseline))
         print(f"generation alone: {baseline_s:.1f} s (median of {len(baseline)}; load {os.getloadavg()[0]:.1f})",
               flush=True)
@@ -194,7 +199,7 @@ def main(args: argparse.Namespace) -> int:
     common.write_json({"experiment": "load", "command": "python -m benchmarks " + " ".join(sys.argv[1:]),
                        "settings": {"visitors": args.visitors, "opens": args.opens,
                                     "think_s": [args.think_min, args.think_max], "max_seconds": args.max_seconds,
-                                    "generation": GENERATION, "baseline_runs": args.baseline_runs,
+                                    "generation": generation(args), "baseline_runs": args.baseline_runs,
                                     "gallery_runs": keys, "SBON_THREADS": os.environ.get("SBON_THREADS")},
                        "environment_at_start": env_start, "environment": env, "baseline_s": baseline,
                        "seconds": time.perf_counter() - t0, "rows": rows}, json_path)
@@ -219,6 +224,8 @@ def add_parser(sub) -> None:
     p.add_argument("--think-min", type=float, default=1.0, help="a visitor's shortest pause between opens (s)")
     p.add_argument("--think-max", type=float, default=4.0, help="a visitor's longest pause between opens (s)")
     p.add_argument("--max-seconds", type=float, default=120, help="a level's time limit: visitors stop by then")
+    p.add_argument("--n", type=int, default=16, help="N of the generation that runs meanwhile")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="its answer length")
     p.add_argument("--baseline-runs", type=int, default=1, help="generations alone (after one that loads the models)")
     p.add_argument("--out-dir", default=str(common.DEFAULT_OUT_DIR / "load"), help="where result files go")
     p.add_argument("--tag", default=None, help="suffix for the result file names")
