@@ -39,6 +39,8 @@ if __name__ == "__main__":
     convert_in_background(DEFAULT_GENERATOR)
 
 import gradio as gr  # noqa: E402
+import plotly.graph_objects as go  # noqa: E402
+from gradio.components.plot import PlotData  # noqa: E402
 
 from components import figures, page_export, signals_view, tables  # noqa: E402
 from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
@@ -351,7 +353,9 @@ def show(shown: Shown, status: str = "") -> dict[str, Any]:
 
 # -- handlers: plain data in, {page element name: value} out -------------------------------------
 
+@functools.lru_cache(maxsize=2)
 def show_recorded(kind: str) -> dict[str, Any]:
+    """The recorded run's views, computed once per trade-off kind: every page load shows them."""
     try:
         comp = Comparison.load(RECORDED_RUN)
     except SBoNError as e:
@@ -385,7 +389,21 @@ def gallery_views(key: str, kind: str) -> dict[str, Any]:
     and Gradio's serialization, never a model, a file read or the generation slot."""
     run = GALLERY.get(key)
     shown = Shown(run.comp, f"the gallery run “{run.entry.title}”", kind, run.entry.file)
-    return show(shown, f"Gallery: {tables.md_escape(run.caption)}")
+    return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)}"))
+
+
+@functools.lru_cache(maxsize=32)
+def shared_views(run_id: str, kind: str) -> dict[str, Any]:
+    """Every view of a shared run, computed once per (run, kind): a class opening the lecture's link costs one."""
+    comp = SHARES.get(run_id)
+    check_replayable(comp)
+    return frozen(show(Shown(comp, "a shared run", kind), "Showing the run this link was shared with"))
+
+
+def frozen(views: dict[str, Any]) -> dict[str, Any]:
+    """Views to keep and send many times: each figure serialized once (what Gradio's Plot would do per open)."""
+    return {name: PlotData(type="plotly", plot=value.to_json()) if isinstance(value, go.Figure) else value
+            for name, value in views.items()}
 
 
 def warm_gallery() -> None:
@@ -410,12 +428,12 @@ def open_link(query: str, kind: str) -> dict[str, Any]:
     params = dict(p.split("=", 1) for p in (query or "").lstrip("?").split("&") if "=" in p)
     if "gallery" in params:
         return on_gallery(params["gallery"], kind)
+    run_id = params.get("run", "").strip()
     try:
-        comp = SHARES.get(params.get("run", ""))
-        check_replayable(comp)
+        SHARES.check(run_id)  # malformed, expired or gone: before the cache, which would still hold it
+        return shared_views(run_id, kind if kind in ("curves", "heatmap") else "curves")
     except SBoNError as e:
         return {**show_recorded(kind), "status": f"⚠ {e}; showing the recorded run instead"}
-    return show(Shown(comp, "a shared run", kind), "Showing the run this link was shared with")
 
 
 def on_page_load(kind: str, request: gr.Request) -> dict[str, Any]:
@@ -874,10 +892,10 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                        outputs=el("method", "alpha", "tau", "prune_by", "n", "max_new_tokens", "first_decision"), **private)
     ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind"), outputs=el(*SHOWN), **private)
     ui.replay_btn.click(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
-    demo.load(by_name(on_page_load), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
-    # Opening a gallery run or a link: light events beside the generation slot, callable by the load
+    # Opening the page, a gallery run or a link: light events beside the generation slot, callable by the load
     # benchmark's clients (undocumented: not part of the API the page documents).
     light = dict(api_visibility="undocumented", show_progress="minimal")
+    demo.load(by_name(on_page_load), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), api_name="page_open", **light)
     ui.gallery.change(by_name(on_gallery), inputs=el("gallery", "tradeoff_kind"), outputs=el(*SHOWN),
                       api_name="gallery_open", **light)
     ui.link_run.submit(by_name(open_link), inputs=el("link_run", "tradeoff_kind"), outputs=el(*SHOWN),

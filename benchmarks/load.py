@@ -2,7 +2,7 @@
 
 Starts `python app.py` on 127.0.0.1 (nothing else is contacted), runs one generation alone through
 `/compare` (the baseline), then for each N: the same generation again while N visitors
-(`gradio_client`, one thread each) open the page, open gallery runs and shared links one after the
+(`gradio_client`, one thread each) open the page (its recorded run), open gallery runs and shared links one after the
 other with a short pause between them, and stop by themselves when the generation ends (or at
 ``--max-seconds``). Each visitor makes at most ``--opens`` opens of each kind. Reported per N: p50/p95
 of a gallery open and of a shared-link open (seconds from the request to every view received),
@@ -71,7 +71,8 @@ class Visitors:
         rng = random.Random(i)
         self.stop.wait(rng.uniform(0, self.think[1]))  # visitors arrive spread over the first seconds
         try:
-            client = self.timed("page", lambda: Client(self.url, verbose=False, download_files=False))
+            client = Client(self.url, verbose=False, download_files=False)
+            self.timed("page", lambda: client.predict("curves", api_name="/page_open"))  # what a page load shows
         except Exception as e:  # noqa: BLE001 - a refused visitor is a result, not a crash
             self.error("page", e)
             return

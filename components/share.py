@@ -55,6 +55,10 @@ class ShareStore:
 
     def get(self, run_id: str) -> Comparison:
         """The run with this id, or an SBoNError of one line: a malformed id, an expired run, an unknown one."""
+        return Comparison.load(self.check(run_id))
+
+    def check(self, run_id: str) -> Path:
+        """The file of the run with this id, after the checks `get` makes (a cached run expires too)."""
         run_id = (run_id or "").strip()
         if not RUN_ID.fullmatch(run_id):
             raise SBoNError("this link does not name a shared run (its run id is malformed)")
@@ -66,7 +70,7 @@ class ShareStore:
                             "ask for a new link or a downloaded file")
         if not path.is_file():
             raise SBoNError("this shared run is not on this server (the link is wrong, or the server was restarted)")
-        return Comparison.load(path)
+        return path
 
     def prune(self) -> None:
         """Drop expired runs, then the oldest while more than max_files are kept."""

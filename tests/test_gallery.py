@@ -62,7 +62,7 @@ def test_a_caption_claim_the_data_contradicts_is_caught():
     comp = Comparison.load(entry.file)
     lying = type(entry)(entry.key, entry.title, winner="pruned", violation_pruned=True)
     errors = facts(comp).story_errors(lying)
-    assert any("winner was kept" in e for e in errors) and any("broken an instruction" in e for e in errors)
+    assert any("winner was kept" in e for e in errors) and any("breaking an instruction" in e for e in errors)
 
 
 def test_a_shared_run_reopens_exactly_and_old_ones_go(tmp_path):
