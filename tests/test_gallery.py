@@ -128,3 +128,55 @@ def test_the_page_draws_every_view_in_chromium_with_the_network_blocked(tmp_path
         assert "<img src=x" in page.locator("#candidates").inner_text()
         assert run.comp.sbon.best.text.strip()[:40] in page.locator("#answers").inner_text()
         context.close()
+
+
+@pytest.mark.slow
+def test_gallery_links_share_and_page_export_work_in_chromium(tmp_path):
+    """The page as a student meets it: a gallery link opens its run, a bad link says why in one line, a gallery
+    choice opens at once, Share gives a link that reopens the run, and the page export downloads."""
+    pytest.importorskip("playwright.sync_api")
+    from benchmarks.browser import CHROMIUM, chromium, serve_app
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed")
+    status = "document.querySelector('#status').innerText"
+    with serve_app(tmp_path / "app.log", start_timeout_s=600) as url, chromium() as browser:
+        page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()
+        page.goto(url + "?gallery=open-instruction")
+        page.wait_for_function(f"{status}.includes('Gallery:')", timeout=120_000)
+        assert "winner pruned in round" in page.locator("#status").inner_text()
+        assert "gallery run" in page.locator("#run-source").inner_text()
+
+        page.goto(url + "?run=not-a-run")
+        page.wait_for_function(f"{status}.includes('malformed')", timeout=120_000)
+        assert "recorded run" in page.locator("#run-source").inner_text()
+
+        page.get_by_role("tab", name="Gallery").click()
+        page.locator("#gallery label", has_text="A high α").click()
+        page.wait_for_function(f"{status}.includes('A high α')", timeout=60_000)
+        page.get_by_role("tab", name="Save and replay").click()
+        page.locator("#share").click()
+        page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?')",
+                               timeout=60_000)
+        shared = page.locator("#share-link textarea, #share-link input").first.input_value()
+        assert shared.endswith("?gallery=high-alpha")
+        page.locator("#page-export").click()
+        page.wait_for_function(f"{status}.includes('The page is ready')", timeout=120_000)
+        with page.expect_download() as download:
+            page.locator("#page-file a").first.click()
+        assert download.value.suggested_filename.endswith(".html")
+
+        # A run that is not in the gallery is kept on the server under a run id, and its link reopens it.
+        page.locator("#upload-run input[type=file]").set_input_files(str(ROOT / "tests" / "data" / "recorded_run_v1.json"))
+        page.wait_for_function(f"{status}.includes('Replaying the uploaded run')", timeout=120_000)
+        page.locator("#share").click()
+        page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?run=')",
+                               timeout=60_000)
+        link = page.locator("#share-link textarea, #share-link input").first.input_value()
+        source = page.locator("#run-source").inner_text()
+        other = browser.new_context().new_page()  # anyone with the link
+        other.goto(link)
+        other.wait_for_function(f"{status}.includes('Showing the run this link was shared with')", timeout=120_000)
+        assert source.split("·", 1)[1] == other.locator("#run-source").inner_text().split("·", 1)[1]
+        other.context.close()
+        page.context.close()
