@@ -139,7 +139,7 @@ def test_gallery_links_share_and_page_export_work_in_chromium(tmp_path):
 
     if not Path(CHROMIUM).exists():
         pytest.skip("chromium is not installed")
-    status = "document.querySelector('#status').innerText"
+    status = "(document.querySelector('#status')?.innerText || '')"
     with serve_app(tmp_path / "app.log", start_timeout_s=600) as url, chromium() as browser:
         page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()
         page.goto(url + "?gallery=open-instruction")
