@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
+from urllib.parse import parse_qsl, urlencode
 
 try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsewhere it may be absent
     import spaces  # noqa: F401
@@ -425,23 +426,21 @@ def on_gallery(key: str | None, kind: str) -> dict[str, Any]:
 
 def open_link(query: str, kind: str) -> dict[str, Any]:
     """A link's run: `run=<id>` (a shared run) or `gallery=<key>`, given as the page's query string."""
-    params = dict(p.split("=", 1) for p in (query or "").lstrip("?").split("&") if "=" in p)
-    if "gallery" in params:
-        return on_gallery(params["gallery"], kind)
-    run_id = params.get("run", "").strip()
+    params = dict(parse_qsl((query or "").lstrip("?"), keep_blank_values=True))
+    kind = kind if kind in ("curves", "heatmap") else "curves"
     try:
-        SHARES.check(run_id)  # malformed, expired or gone: before the cache, which would still hold it
-        return shared_views(run_id, kind if kind in ("curves", "heatmap") else "curves")
+        if "gallery" in params:
+            return gallery_views(params["gallery"], kind)
+        SHARES.check(params.get("run", ""))  # malformed, expired or gone: before the cache, which would still hold it
+        return shared_views(params["run"].strip(), kind)
     except SBoNError as e:
         return {**show_recorded(kind), "status": f"⚠ {e}; showing the recorded run instead"}
 
 
 def on_page_load(kind: str, request: gr.Request) -> dict[str, Any]:
     """The page's first views: the run its link names (`?run=<id>`, `?gallery=<key>`), else the recorded run."""
-    query = dict(getattr(request, "query_params", None) or {})
-    if "run" in query or "gallery" in query:
-        return open_link("&".join(f"{k}={v}" for k, v in query.items() if k in ("run", "gallery")), kind)
-    return show_recorded(kind)
+    query = {k: v for k, v in dict(getattr(request, "query_params", None) or {}).items() if k in ("run", "gallery")}
+    return open_link(urlencode(query), kind) if query else show_recorded(kind)
 
 
 def on_share(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:

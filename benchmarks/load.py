@@ -178,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
     from components.gallery import GALLERY
 
     keys = [k for k, e in GALLERY.items() if e.file.is_file()]
-    run_ids = shared_ids(8)
+    run_ids = shared_ids(args.links)
     rows, t0 = [], time.perf_counter()
     env_start = common.environment()
     with serve_app(log, start_timeout_s=600) as url:  # importing gradio on busy shared cores can take minutes
@@ -198,7 +198,7 @@ def main(args: argparse.Namespace) -> int:
     env = common.environment()
     env.pop("torch_threads")  # this process's; the app's are its own
     common.write_json({"experiment": "load", "command": "python -m benchmarks " + " ".join(sys.argv[1:]),
-                       "settings": {"visitors": args.visitors, "opens": args.opens,
+                       "settings": {"visitors": args.visitors, "opens": args.opens, "links": args.links,
                                     "think_s": [args.think_min, args.think_max], "max_seconds": args.max_seconds,
                                     "generation": generation(args), "baseline_runs": args.baseline_runs,
                                     "gallery_runs": keys, "SBON_THREADS": os.environ.get("SBON_THREADS")},
@@ -225,6 +225,9 @@ def add_parser(sub) -> None:
     p.add_argument("--think-min", type=float, default=1.0, help="a visitor's shortest pause between opens (s)")
     p.add_argument("--think-max", type=float, default=4.0, help="a visitor's longest pause between opens (s)")
     p.add_argument("--max-seconds", type=float, default=120, help="a level's time limit: visitors stop by then")
+    p.add_argument("--links", type=int, default=2,
+                   help="shared runs the visitors' links name (a lecture hands out a few; each one's views are computed "
+                        "on its first open, then kept)")
     p.add_argument("--n", type=int, default=16, help="N of the generation that runs meanwhile")
     p.add_argument("--max-new-tokens", type=int, default=64, help="its answer length")
     p.add_argument("--baseline-runs", type=int, default=1, help="generations alone (after one that loads the models)")
