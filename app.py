@@ -354,7 +354,23 @@ def show(shown: Shown, status: str = "") -> dict[str, Any]:
 
 # -- handlers: plain data in, {page element name: value} out -------------------------------------
 
-@functools.lru_cache(maxsize=2)
+def computed_once(maxsize: int) -> Callable:
+    """lru_cache for views, where a second caller of the same arguments waits for the first one's result
+    instead of computing it again beside it (a class opening one link at once)."""
+    def wrap(fn: Callable) -> Callable:
+        cached, locks, guard = functools.lru_cache(maxsize=maxsize)(fn), {}, threading.Lock()
+
+        @functools.wraps(fn)
+        def once(*args):
+            with guard:
+                lock = locks.setdefault(args, threading.Lock())
+            with lock:
+                return cached(*args)
+        return once
+    return wrap
+
+
+@computed_once(maxsize=2)
 def show_recorded(kind: str) -> dict[str, Any]:
     """The recorded run's views, computed once per trade-off kind: every page load shows them."""
     try:
@@ -384,7 +400,7 @@ def gallery_markdown() -> str:
                      for run in GALLERY.runs.values())
 
 
-@functools.lru_cache(maxsize=64)
+@computed_once(maxsize=64)
 def gallery_views(key: str, kind: str) -> dict[str, Any]:
     """Every view of a gallery run, computed once per (run, trade-off kind): a gallery open is a lookup
     and Gradio's serialization, never a model, a file read or the generation slot."""
@@ -393,7 +409,7 @@ def gallery_views(key: str, kind: str) -> dict[str, Any]:
     return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)}"))
 
 
-@functools.lru_cache(maxsize=32)
+@computed_once(maxsize=32)
 def shared_views(run_id: str, kind: str) -> dict[str, Any]:
     """Every view of a shared run, computed once per (run, kind): a class opening the lecture's link costs one."""
     comp = SHARES.get(run_id)
