@@ -909,7 +909,9 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.replay_btn.click(by_name(show_recorded), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), **private)
     # Opening the page, a gallery run or a link: light events beside the generation slot, callable by the load
     # benchmark's clients (undocumented: not part of the API the page documents).
-    light = dict(api_visibility="undocumented", show_progress="minimal")
+    # They start at once (no concurrency limit): views are computed once and kept, so an open is mostly sending
+    # them, and a class arriving together never fills the queue that generations wait in.
+    light = dict(api_visibility="undocumented", show_progress="minimal", concurrency_limit=None)
     demo.load(by_name(on_page_load), inputs=ui.tradeoff_kind, outputs=el(*SHOWN), api_name="page_open", **light)
     ui.gallery.change(by_name(on_gallery), inputs=el("gallery", "tradeoff_kind"), outputs=el(*SHOWN),
                       api_name="gallery_open", **light)

@@ -23,7 +23,7 @@ from sbon.analysis.comparison import Comparison
 from . import figures, signals_view, tables
 from .rounds import round_figure, round_views, rounds_animation
 
-MAX_PAGE_BYTES = 6_000_000  # Plotly's own script is most of it; a run's data adds a few hundred kB
+MAX_PAGE_BYTES = 5_500_000  # "about 5 MB": Plotly's own script is most of it; a run's data adds a few hundred kB
 _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 
 

@@ -80,11 +80,11 @@ def test_a_shared_run_reopens_exactly_and_old_ones_go(tmp_path):
 
 
 def test_the_page_is_one_file_under_the_size_limit_with_every_view_and_the_caption():
-    from components.page_export import figures_of, page_html
+    from components.page_export import MAX_PAGE_BYTES, figures_of, page_html
 
     run = GalleryRuns({"open-instruction": GALLERY["open-instruction"]}).get("open-instruction")
     page = page_html(run.comp, run.caption)
-    assert len(page.encode()) <= 6_000_000
+    assert len(page.encode()) <= MAX_PAGE_BYTES
     assert "http://" not in page.split("<script>", 1)[0] and "<script src" not in page  # nothing fetched
     assert html.escape(run.caption) in page
     for div_id in figures_of(run.comp):
