@@ -400,6 +400,12 @@ def gallery_markdown() -> str:
                      for run in GALLERY.runs.values())
 
 
+@computed_once(maxsize=2)
+def recorded_page(kind: str) -> dict[str, Any]:
+    """The recorded run as every page load sends it: its figures serialized once."""
+    return frozen(show_recorded(kind))
+
+
 @computed_once(maxsize=64)
 def gallery_views(key: str, kind: str) -> dict[str, Any]:
     """Every view of a gallery run, computed once per (run, trade-off kind): a gallery open is a lookup
@@ -450,13 +456,13 @@ def open_link(query: str, kind: str) -> dict[str, Any]:
         SHARES.check(params.get("run", ""))  # malformed, expired or gone: before the cache, which would still hold it
         return shared_views(params["run"].strip(), kind)
     except SBoNError as e:
-        return {**show_recorded(kind), "status": f"⚠ {e}; showing the recorded run instead"}
+        return {**recorded_page(kind), "status": f"⚠ {e}; showing the recorded run instead"}
 
 
 def on_page_load(kind: str, request: gr.Request) -> dict[str, Any]:
     """The page's first views: the run its link names (`?run=<id>`, `?gallery=<key>`), else the recorded run."""
     query = {k: v for k, v in dict(getattr(request, "query_params", None) or {}).items() if k in ("run", "gallery")}
-    return open_link(urlencode(query), kind) if query else show_recorded(kind)
+    return open_link(urlencode(query), kind) if query else recorded_page(kind if kind in ("curves", "heatmap") else "curves")
 
 
 def on_share(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
