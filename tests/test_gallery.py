@@ -180,3 +180,19 @@ def test_gallery_links_share_and_page_export_work_in_chromium(tmp_path):
         assert source.split("·", 1)[1] == other.locator("#run-source").inner_text().split("·", 1)[1]
         other.context.close()
         page.context.close()
+
+
+def test_a_visitor_waiting_for_the_generation_slot_sees_their_place_and_an_estimated_wait(monkeypatch):
+    import torch
+
+    threads = torch.get_num_threads()
+    import app
+    torch.set_num_threads(threads)
+    monkeypatch.setattr(app, "GENERATING", [1])
+    monkeypatch.setattr(app, "waiting_runs", lambda: 2)
+    monkeypatch.setattr(app, "RUN_SECONDS", [30.0, 40.0, 50.0])
+    status = app.on_run_request(None)["status"]
+    assert "3 runs ahead of yours" in status and "place 4" in status and "about 120 s to wait" in status
+    monkeypatch.setattr(app, "GENERATING", [0])
+    monkeypatch.setattr(app, "waiting_runs", lambda: 0)
+    assert app.on_run_request(None)["status"] == "Starting…"
