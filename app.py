@@ -16,12 +16,14 @@ import math
 import os
 import random
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
+from urllib.parse import parse_qsl, urlencode
 
 try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsewhere it may be absent
     import spaces  # noqa: F401
@@ -39,14 +41,17 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
+from gradio.components.plot import PlotData  # noqa: E402
 
-from components import figures, signals_view, tables  # noqa: E402
+from components import figures, page_export, signals_view, tables  # noqa: E402
 from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
                                  method_choices, reward_choices, signal_choices)
+from components.gallery import GalleryRuns  # noqa: E402
 from components.live import LiveTracker, progress_figure  # noqa: E402
 from components.rounds import (present_step, present_steps, result_caption, round_caption, round_figure,  # noqa: E402
                                round_views, rounds_animation)
 from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
+from components.share import ShareStore, digest, link  # noqa: E402
 from components.style import Look  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
 from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
@@ -205,14 +210,18 @@ def last_round(comp: Comparison, look: Look = Look()):
 def save_for_download(comp: Comparison) -> str:
     """Write a new run where Gradio may serve it (the system temp dir) and return the path; files
     older than DOWNLOAD_TTL_S go, so a long-lived server does not fill its disk."""
+    return temp_file(comp.to_json(), "sbon-run-", ".json")
+
+
+def temp_file(text: str, prefix: str, suffix: str) -> str:
     folder = Path(tempfile.gettempdir()) / "sbon-explorer"
     folder.mkdir(exist_ok=True)
-    for old in folder.glob("sbon-run-*.json"):
+    for old in folder.glob(f"{prefix}*{suffix}"):
         if time.time() - old.stat().st_mtime > DOWNLOAD_TTL_S:
             old.unlink(missing_ok=True)
-    fd, path = tempfile.mkstemp(prefix="sbon-run-", suffix=".json", dir=folder)
-    with os.fdopen(fd, "w") as f:
-        f.write(comp.to_json())
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
     return path
 
 
@@ -248,6 +257,13 @@ def check_replayable(comp: Comparison) -> None:
         if bad is not None:
             raise SBoNError(f"not a saved comparison: the {run.method} run holds the number {bad:g} "
                             f"(rewards and timings of a real run are finite and far below {MAX_ABS_NUMBER:g})")
+
+
+# The gallery, read and checked once at start (a file that fails stays listed with its reason), and the
+# shared runs' store; a gallery run's link names it instead of copying it.
+GALLERY = GalleryRuns(check=check_replayable)
+GALLERY_DIGESTS = {digest(run.comp.to_json()): key for key, run in GALLERY.runs.items() if run.comp is not None}
+SHARES = ShareStore()
 
 
 def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
@@ -388,7 +404,25 @@ def show(shown: Shown, status: str = "") -> dict[str, Any]:
 
 # -- handlers: plain data in, {page element name: value} out -------------------------------------
 
+def computed_once(maxsize: int) -> Callable:
+    """lru_cache for views, where a second caller of the same arguments waits for the first one's result
+    instead of computing it again beside it (a class opening one link at once)."""
+    def wrap(fn: Callable) -> Callable:
+        cached, locks, guard = functools.lru_cache(maxsize=maxsize)(fn), {}, threading.Lock()
+
+        @functools.wraps(fn)
+        def once(*args):
+            with guard:
+                lock = locks.setdefault(args, threading.Lock())
+            with lock:
+                return cached(*args)
+        return once
+    return wrap
+
+
+@computed_once(maxsize=8)
 def show_recorded(kind: str, look: Look = Look()) -> dict[str, Any]:
+    """The recorded run's views, computed once per trade-off kind and look: every page load shows them."""
     try:
         comp = Comparison.load(RECORDED_RUN)
     except SBoNError as e:
@@ -404,10 +438,15 @@ def look_for(presenter: bool, viewport: dict | None) -> Look:
 
 
 def on_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
-    """The page opens on the recorded run, in the presenter view when its URL asks (?view=presenter)."""
-    presenter = request is not None and request.query_params.get("view") == "presenter"
+    """The page opens on the run its link names (`?run=<id>`, `?gallery=<key>`), else the recorded run; in the
+    presenter view when its URL asks (`?view=presenter`)."""
+    params = dict(getattr(request, "query_params", None) or {})
+    presenter = params.get("view") == "presenter"
     look = look_for(presenter, viewport)
-    return {**show_recorded(kind, look), "look": look, "presenter": presenter}
+    kind = kind if kind in ("curves", "heatmap") else "curves"
+    query = {k: v for k, v in params.items() if k in ("run", "gallery")}
+    views = open_link(urlencode(query), kind, look) if query else recorded_page(kind, look)
+    return {**views, "look": look, "presenter": presenter}
 
 
 def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,
@@ -431,6 +470,104 @@ def on_upload(path: str | None, kind: str, look: Look = Look()) -> dict[str, Any
     return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path, look), "Replaying the uploaded run")
 
 
+# -- the gallery, shared links and the page export: a class behind one link --------------------------
+
+def gallery_markdown() -> str:
+    """The gallery's list: each run's title and its caption, written from its data."""
+    return "\n".join(f"- **{tables.md_escape(run.entry.title)}** — {tables.md_escape(run.caption)}"
+                     for run in GALLERY.runs.values())
+
+
+@computed_once(maxsize=2)
+def recorded_page(kind: str, look: Look = Look()) -> dict[str, Any]:
+    """The recorded run as every page load sends it: its figures serialized once."""
+    return frozen(show_recorded(kind, look))
+
+
+@computed_once(maxsize=64)
+def gallery_views(key: str, kind: str, look: Look = Look()) -> dict[str, Any]:
+    """Every view of a gallery run, computed once per (run, trade-off kind): a gallery open is a lookup
+    and Gradio's serialization, never a model, a file read or the generation slot."""
+    run = GALLERY.get(key)
+    shown = Shown(run.comp, f"the gallery run “{run.entry.title}”", kind, run.entry.file, look)
+    return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)}"))
+
+
+@computed_once(maxsize=32)
+def shared_views(run_id: str, kind: str, look: Look = Look()) -> dict[str, Any]:
+    """Every view of a shared run, computed once per (run, kind): a class opening the lecture's link costs one."""
+    comp = SHARES.get(run_id)
+    check_replayable(comp)
+    return frozen(show(Shown(comp, "a shared run", kind, look=look), "Showing the run this link was shared with"))
+
+
+def frozen(views: dict[str, Any]) -> dict[str, Any]:
+    """Views to keep and send many times: each figure serialized once (what Gradio's Plot would do per open)."""
+    return {name: PlotData(type="plotly", plot=value.to_json()) if isinstance(value, go.Figure) else value
+            for name, value in views.items()}
+
+
+def warm_gallery() -> None:
+    """Compute every gallery run's views once, in the background after start, so the first visitor's open is
+    a lookup too."""
+    for key, run in GALLERY.runs.items():
+        if run.comp is not None:
+            gallery_views(key, "curves")
+
+
+def on_gallery(key: str | None, kind: str, look: Look = Look()) -> dict[str, Any]:
+    if not key:
+        return {}
+    try:
+        return gallery_views(str(key), kind if kind in ("curves", "heatmap") else "curves", as_look(look))
+    except SBoNError as e:
+        return {"status": f"⚠ {e}"}
+
+
+def as_look(look: Any) -> Look:
+    """The page's look as the browser sent it back (an API client sends none)."""
+    return look if isinstance(look, Look) else Look()
+
+
+def open_link(query: str, kind: str, look: Look = Look()) -> dict[str, Any]:
+    """A link's run: `run=<id>` (a shared run) or `gallery=<key>`, given as the page's query string."""
+    params = dict(parse_qsl((query or "").lstrip("?"), keep_blank_values=True))
+    kind, look = kind if kind in ("curves", "heatmap") else "curves", as_look(look)
+    try:
+        if "gallery" in params:
+            return gallery_views(params["gallery"], kind, look)
+        SHARES.check(params.get("run", ""))  # malformed, expired or gone: before the cache, which would still hold it
+        return shared_views(params["run"].strip(), kind, look)
+    except SBoNError as e:
+        return {**recorded_page(kind, look), "status": f"⚠ {e}; showing the recorded run instead"}
+
+
+def on_share(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
+    """A link that reopens exactly this run: a gallery run's own name, else the run kept under a new id."""
+    if comp is None:
+        return {"share_link": "", "status": "⚠ there is no run to share yet"}
+    text = comp.to_json()
+    page = (request.headers.get("referer") if request else None) or "http://127.0.0.1:7860/"
+    key = GALLERY_DIGESTS.get(digest(text))
+    try:
+        url = link(page, gallery=key) if key else link(page, run=SHARES.put(text))
+    except SBoNError as e:
+        return {"share_link": "", "status": f"⚠ {e}"}
+    days = "" if key else f" for {SHARES.ttl_s / 86400:g} days"
+    return {"share_link": url, "status": f"Anyone with this link sees this run{days}: {url}"}
+
+
+def on_page_export(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+    """The run as one HTML file that opens in a browser with no server (components/page_export.py)."""
+    if comp is None:
+        return {"page_file": None, "status": "⚠ there is no run to export yet"}
+    key = GALLERY_DIGESTS.get(digest(comp.to_json()))
+    caption = GALLERY.runs[key].caption if key else ""
+    html = page_export.page_html(comp, caption, origin or "", MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator))
+    return {"page_file": temp_file(html, "sbon-page-", ".html"), "status": f"The page is ready ({len(html.encode()) / 1e6:.1f} MB): it opens in any "
+                                          "browser, with no server and no network"}
+
+
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 
 
@@ -441,9 +578,11 @@ def on_run_request(running: float | None) -> dict[str, Any]:
     if running:
         raise gr.Error(f"A run is already going ({time.time() - running:.0f} s so far): wait for it to end or press Stop.",
                        duration=6)
-    busy = GENERATING[0] > 0
-    status = ("⏳ Queued: another session's run holds the one generation slot of this device; yours starts when "
-              "it ends." if busy else "Starting…")
+    ahead = GENERATING[0] + waiting_runs()
+    busy = ahead > 0
+    status = (f"⏳ Queued: {ahead} run{'s' if ahead > 1 else ''} ahead of yours for the one generation slot of this "
+              f"device (place {ahead + 1}), about {ahead * run_seconds():.0f} s to wait; the gallery opens "
+              "at once meanwhile." if busy else "Starting…")
     return {"running": time.time(), "status": status, "stop_btn": gr.Button(visible=True),
             "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}."}
 
@@ -453,15 +592,37 @@ def on_run(*values: Any) -> Iterator[dict[str, Any]]:
     drawing each decision point as it is taken, the race of both methods in place of the headline,
     and every view at the end."""
     GENERATING[0] += 1
+    started = time.perf_counter()
     try:
         yield from _run(*values)
     finally:
         GENERATING[0] -= 1
+        RUN_SECONDS.append(time.perf_counter() - started)
+
+
+RUN_SECONDS: list[float] = []  # how long each run held the generation slot: the waiting estimate
+
+
+def run_seconds() -> float:
+    """What one run in the queue is expected to take: the median of the last runs here, else the recorded
+    run's own times."""
+    last = sorted(RUN_SECONDS[-9:])
+    if last:
+        return last[len(last) // 2]
+    run = GALLERY.runs["default"].comp
+    return run.sbon.wall_time + run.bon.wall_time if run is not None else 30.0
+
+
+def waiting_runs() -> int:
+    """Runs waiting in Gradio's queue for the generation slot (its own count; 0 where it has none)."""
+    queue = getattr(demo, "_queue", None)
+    group = getattr(queue, "event_queue_per_concurrency_id", {}).get("generation")
+    return len(group.queue) if group is not None else 0
 
 
 def _run(*values: Any) -> Iterator[dict[str, Any]]:
     *setting_values, kind, shown, origin, look = values
-    look = look if isinstance(look, Look) else Look()
+    look = as_look(look)
     idle = {**IDLE, **restored(shown, origin)}  # a run that ends without a result puts the headline back
     try:
         settings = settings_from(setting_values)
@@ -820,10 +981,21 @@ def build_demo() -> gr.Blocks:
                 ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
                                                            "point): click a row to open it under Candidates",
                                                      interactive=False, elem_id="signals-candidates")
+            with gr.Tab("Gallery", id="gallery-tab", elem_id="gallery-tab"):
+                gr.Markdown("Recorded runs that open at once, without generating: pick one.")
+                ui.gallery = gr.Radio(GALLERY.choices(), value=None, label="Gallery", elem_id="gallery")
+                ui.gallery_list = gr.Markdown(gallery_markdown(), elem_id="gallery-list")
+                ui.link_run = gr.Textbox(visible=False)  # a link's query; the load benchmark opens links through it
             with gr.Tab("Save and replay", id="replay-tab", elem_id="replay-tab"):
                 with gr.Row():
                     ui.download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
                     ui.replay_btn = gr.Button("Show the recorded run again", elem_id="replay-recorded")
+                with gr.Row():
+                    ui.share_btn = gr.Button("Share this run", elem_id="share")
+                    ui.page_btn = gr.Button("Download as a page (HTML, opens without the app)", elem_id="page-export")
+                ui.share_link = gr.Textbox(label="Link to this run", interactive=False, buttons=["copy"],
+                                           elem_id="share-link")
+                ui.page_file = gr.File(label="This run as a page", interactive=False, elem_id="page-file")
                 ui.upload = gr.File(label="Replay a saved run (JSON): every view, no model needed", file_types=[".json"],
                                     type="filepath", elem_id="upload-run")
                 gr.Markdown(API_DOC)
@@ -858,7 +1030,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
                                 outputs=el(*RUN_OUTPUTS),
                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
-                                show_progress="hidden", **private)
+                                show_progress="minimal", show_progress_on=ui.status, **private)
     ui.run_btn.click(None, js=SCROLL_TO_LIVE_JS)  # in the presenter view, the live chart comes into sight
     ui.stop_btn.click(by_name(on_stop), inputs=el("comparison", "origin"),
                       outputs=el("status", "running", "stop_btn", "source", "summary"), cancels=[run_event], **private)
@@ -904,12 +1076,24 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                        outputs=el("method", "alpha", "tau", "prune_by", "n", "max_new_tokens", "first_decision"), **private)
     ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind", "look"), outputs=el(*SHOWN), **private)
     ui.replay_btn.click(by_name(show_recorded), inputs=el("tradeoff_kind", "look"), outputs=el(*SHOWN), **private)
-    # The page opens on the recorded run, in the view its URL names (the browser applies it before the
+    # Opening the page, a gallery run or a link: light events beside the generation slot, callable by the load
+    # benchmark's clients (undocumented: not part of the API the page documents).
+    # They start at once (no concurrency limit): views are computed once and kept, so an open is mostly sending
+    # them, and a class arriving together never fills the queue that generations wait in.
+    light = dict(api_visibility="undocumented", concurrency_limit=None)
+    # The page opens on the run its link names, in the view its URL names (the browser applies it before the
     # figures are drawn, and reports the window's size for them).
     demo.load(by_name(on_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
-                 f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", **private)
+                 f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **light)
     demo.load(None, js=KEYS_JS)
+    ui.gallery.change(by_name(on_gallery), inputs=el("gallery", "tradeoff_kind", "look"), outputs=el(*SHOWN),
+                      api_name="gallery_open", show_progress="minimal", **light)
+    ui.link_run.submit(by_name(open_link), inputs=el("link_run", "tradeoff_kind", "look"), outputs=el(*SHOWN),
+                       api_name="link_open", show_progress="minimal", **light)
+    ui.share_btn.click(by_name(on_share), inputs=ui.comparison, outputs=el("share_link", "status"), **private)
+    ui.page_btn.click(by_name(on_page_export), inputs=el("comparison", "origin"), outputs=el("page_file", "status"),
+                      **private)
     demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
     # The API shares the Run button's single generation slot: one generation at a time per device.
     gr.api(compare_api, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
@@ -949,4 +1133,5 @@ if __name__ == "__main__":
     # Serve first, then load: the page (and its recorded run) is up in seconds while the models load.
     demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True)
     start_loading_models()
+    threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()
     demo.block_thread()

@@ -574,6 +574,25 @@ def headline(results_dir: Path) -> str:
     return markdown_table(["experiment", "number", "result (a / b: mean / median over prompts)"], rows)
 
 
+def class_load(results_dir: Path) -> str:
+    """`python -m benchmarks load`: N visitors opening gallery runs and shared links while one generation runs."""
+    rows = []
+    for path in sorted((results_dir / MACHINE / "load").glob("*.json")):
+        d = json.loads(path.read_text())
+        gen = d["settings"]["generation"]
+        for r in d["rows"]:
+            g, lk, pg = r["gallery"], r["link"], r["page"]
+            rows.append([link(results_dir, path), str(r["visitors"]), f"N={gen['n']}, {gen['max_new_tokens']} tokens",
+                         f"{num(pg['p50_s'], 2)} / {num(pg['p95_s'], 2)}",
+                         f"{num(g['p50_s'], 2)} / {num(g['p95_s'], 2)} ({g['count']})",
+                         f"{num(lk['p50_s'], 2)} / {num(lk['p95_s'], 2)} ({lk['count']})", str(r["errors"]),
+                         f"{num(r['baseline_s'])} → {num(r['generation_s'])} s ({pct(r['slowdown'])})",
+                         num(r["server_peak_rss_mb"], 0), num(r["load_average_before"][0], 1)])
+    return markdown_table(["file", "visitors", "generation meanwhile", "page open p50 / p95 (s)", "gallery open p50 / p95 (s) (opens)",
+                           "shared-link open p50 / p95 (s) (opens)", "errors", "generation alone → with visitors",
+                           "server peak memory (MiB)", "load average"], rows)
+
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "headline": headline,
     "table1": table1,
@@ -603,6 +622,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "defaults": defaults,
     "ifeval": ifeval,
     "dtype-coupling": dtype_coupling,
+    "class-load": class_load,
 }
 
 

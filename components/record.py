@@ -1,26 +1,97 @@
-"""Record the comparison the app shows on start: `python -m components.record`.
+"""Record the comparison the app shows on start, and the gallery: `python -m components.record`.
 
 The shipped recording (assets/recorded_run.json) was made with the command in RECORDED_WITH below;
 re-run it after changing a default (generator, reward) so the first thing a visitor sees matches
-what Run gives them.
+what Run gives them. `python -m components.record --gallery` records every gallery story
+(components/gallery.py) into assets/gallery/, with the settings, commit and load that made each file
+in assets/gallery/index.json; `--gallery KEY ...` records only those.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 
-from sbon.analysis.comparison import ComparisonDone, MethodEvent, comparison_events
+from sbon.analysis.comparison import Comparison, ComparisonDone, MethodEvent, comparison_events
 from sbon.algorithms import DecisionTaken
 from sbon.config import PRUNING_METHODS
 from sbon.errors import SBoNError
 from sbon.options import add_options, values
 
 from .controls import ASSETS, RunSettings, load_examples
+from .gallery import GALLERY, INDEX_FILE, caption, facts, read_index
 from .model_cache import ModelCache, configure_threads
 
 RECORDED_WITH = "python -m components.record"  # the app's defaults, on its first example prompt
+REPO = ASSETS.parent
+
+
+def record(settings: RunSettings, out: str | Path, models: ModelCache) -> Comparison:
+    """Run one comparison with these settings, say each decision point on stderr, write it to ``out``."""
+    gen, reward = models.get(settings.generator, settings.reward)
+    start = time.perf_counter()
+    for event in comparison_events(gen, reward, settings.prompt, settings.config(),
+                                   bon_same_memory=settings.bon_same_memory):
+        if isinstance(event, MethodEvent) and isinstance(event.event, DecisionTaken):
+            point = event.event.decision
+            print(f"{time.perf_counter() - start:6.1f} s  round {point.round} after {point.tokens} tokens: "
+                  f"pruned {len(point.pruned)} of {len(point.contenders)}", file=sys.stderr)
+        elif isinstance(event, ComparisonDone):
+            event.comparison.to_json(out)
+            m = event.comparison.metrics
+            print(f"{time.perf_counter() - start:6.1f} s  written {out}: speedup {m['speedup']:.2f}, "
+                  f"normalized score {m['normalized_score']:.1f}, token rate {m['token_rate']:.2f}", file=sys.stderr)
+            return event.comparison
+    raise SBoNError("the comparison stopped without a result")
+
+
+def git_commit() -> str | None:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def record_gallery(keys: list[str], base: RunSettings, models: ModelCache) -> int:
+    """Record the named gallery entries (all when none is named); a run that does not tell its entry's
+    story is kept aside (<key>.rejected.json) and the command fails, so a caption never claims what its
+    data does not show."""
+    unknown = [k for k in keys if k not in GALLERY]
+    if unknown:
+        raise SBoNError(f"no gallery entry named {', '.join(unknown)}: use {', '.join(GALLERY)}")
+    INDEX_FILE.parent.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for key in keys or list(GALLERY):
+        entry = GALLERY[key]
+        settings = RunSettings(**{**base.to_dict(), **entry.run_settings()})
+        settings.check()
+        print(f"== {key}: {entry.title}", file=sys.stderr)
+        comp = record(settings, entry.file, models)
+        errors = facts(comp).story_errors(entry)
+        if errors:
+            entry.file.rename(entry.file.with_suffix(".rejected.json"))
+            print(f"   does not tell its story: {'; '.join(errors)} (try another --seed)", file=sys.stderr)
+            failed += 1
+            continue
+        line = write_index_entry(key, comp, settings, git_commit(), datetime.now(timezone.utc), list(os.getloadavg()))
+        print(f"   {line['caption']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def write_index_entry(key: str, comp: Comparison, settings: RunSettings, commit: str | None, when: datetime,
+                      load: list[float] | None) -> dict:
+    """The gallery index's line for one recording: its file, caption, command, settings, commit and load."""
+    entry = GALLERY[key]
+    index = read_index()  # read again: another recording may have written its entries meanwhile
+    index[key] = {"file": str(entry.file.relative_to(ASSETS)), "title": entry.title, "caption": caption(comp, entry),
+                  "command": f"{RECORDED_WITH} --gallery {key}", "settings": settings.to_dict(), "commit": commit,
+                  "recorded": when.isoformat(timespec="seconds"), "load_average": load}
+    INDEX_FILE.write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n")
+    return index[key]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,24 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     # Every setting of the page, with the page's defaults: the recording is what Run gives a visitor.
     add_options(p, defaults, skip=("batch_size",), overrides={"method": dict(choices=list(PRUNING_METHODS))})
     p.add_argument("--out", default=str(ASSETS / "recorded_run.json"))
+    p.add_argument("--gallery", nargs="*", metavar="KEY", default=None,
+                   help=f"record the gallery's stories instead ({', '.join(GALLERY)}; all when none is named), each "
+                        "with its own settings over the ones given here")
     args = p.parse_args(argv)
     configure_threads()
     try:
         settings = RunSettings(**values(args, RunSettings))
+        if args.gallery is not None:
+            return record_gallery(args.gallery, settings, ModelCache())
         settings.check()
-        gen, reward = ModelCache().get(settings.generator, settings.reward)
-        start = time.perf_counter()
-        for event in comparison_events(gen, reward, settings.prompt, settings.config(),
-                                          bon_same_memory=settings.bon_same_memory):
-            if isinstance(event, MethodEvent) and isinstance(event.event, DecisionTaken):
-                point = event.event.decision
-                print(f"{time.perf_counter() - start:6.1f} s  round {point.round} after {point.tokens} tokens: "
-                      f"pruned {len(point.pruned)} of {len(point.contenders)}", file=sys.stderr)
-            elif isinstance(event, ComparisonDone):
-                event.comparison.to_json(args.out)
-                m = event.comparison.metrics
-                print(f"{time.perf_counter() - start:6.1f} s  written {args.out}: speedup {m['speedup']:.2f}, "
-                      f"normalized score {m['normalized_score']:.1f}, token rate {m['token_rate']:.2f}", file=sys.stderr)
+        record(settings, args.out, ModelCache())
     except SBoNError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -84,3 +84,66 @@ def test_deeply_nested_json_is_refused_in_one_line(load_upload, tmp_path):
     with pytest.raises(SBoNError, match="nested too deeply"):
         load_upload(_upload(tmp_path, text="[" * 100_000 + "]" * 100_000))
     assert load_upload(_upload(tmp_path)).n > 0  # the shipped recording still replays
+
+
+# -- a class behind one link: links, gallery files and page exports (components/share.py, gallery.py, page_export.py)
+
+@pytest.fixture(scope="module")
+def app_module():
+    import torch
+
+    threads = torch.get_num_threads()
+    import app
+    torch.set_num_threads(threads)
+    return app
+
+
+@pytest.mark.parametrize("query, message", [
+    ("run=../../etc/passwd", "its run id is malformed"),
+    ("run=", "its run id is malformed"),
+    ("run=ffffffff0123456789abcdef", "is not on this server"),  # made in the future: not expired, just unknown
+    ("run=000000010123456789abcdef", "has expired: links work for 7 days"),
+    ("gallery=no-such-run", "there is no gallery run named 'no-such-run'"),
+])
+def test_a_bad_link_says_why_in_one_line_and_the_page_still_shows_a_run(app_module, query, message):
+    shown = app_module.open_link(query, "curves")
+    assert message in shown["status"] and "\n" not in shown["status"] and shown["status"].startswith("⚠")
+    assert "recorded run" in shown["source"] and shown["comparison"].n > 0  # the page opens on it, not blank
+
+
+def test_a_gallery_file_that_fails_to_load_is_listed_with_one_line_and_the_others_open(tmp_path):
+    from components.gallery import GALLERY, GalleryEntry, GalleryRuns
+
+    broken, cut = tmp_path / "broken.json", tmp_path / "cut.json"
+    broken.write_text('{"format": "sbon-comparison/1", "bon": 1}')
+    cut.write_text(GALLERY["default"].file.read_text()[:5000])
+    runs = GalleryRuns({"default": GALLERY["default"], "broken": GalleryEntry("broken", "A broken one", file_name=str(broken)),
+                        "cut": GalleryEntry("cut", "A cut one", file_name=str(cut))})
+    assert runs.get("default").comp.n > 0
+    for key in ("broken", "cut"):
+        with pytest.raises(SBoNError, match="missing or broken; the others still open") as e:
+            runs.get(key)
+        assert "\n" not in str(e.value) and str(tmp_path) not in str(e.value)  # no internal path shown
+
+
+def test_a_shared_run_over_the_size_cap_is_refused_in_one_line(tmp_path):
+    from components.share import ShareStore
+
+    with pytest.raises(SBoNError, match="more than a shared run may be .* download it instead"):
+        ShareStore(tmp_path, max_bytes=1000).put("x" * 1001)
+    assert list(tmp_path.glob("*")) == []
+
+
+def test_a_page_export_shows_hostile_model_text_as_text():
+    from components.gallery import GALLERY
+    from components.page_export import page_html
+    from sbon.analysis.comparison import Comparison
+
+    comp = Comparison.load(GALLERY["default"].file)
+    hostile = "</script><script>alert(1)</script><img src=x onerror=alert(2)><!-- [x](javascript:alert(3))"
+    for run in (comp.sbon, comp.bon):
+        run.prompt += hostile
+        run.candidates[0].text += hostile
+    page = page_html(comp, "caption " + hostile, "origin " + hostile)
+    assert page.count("<script>") == 2 and page.count("</script>") == 2  # Plotly's, and the page's own
+    assert "<img src=x" not in page and "<!-- [x]" not in page and 'href="javascript' not in page
