@@ -64,7 +64,9 @@ def _spread(view: DecisionPoint, span: float) -> tuple[dict[int, float], float]:
     (rank 1 rightmost) over at most TIE_SPREAD of ``span``, and a cut inside such a tie is drawn between
     its lowest kept and its highest pruned contender. Deterministic: the same point draws the same."""
     reasons = point_reasons(view)
-    by_score = sorted(view.score_of().items(), key=lambda kv: (kv[1], -reasons[kv[0]].rank))
+    # rank 1 first from the right; a finished contender the signal could not rank after every ranked one
+    order = {k: r.rank if r.rank is not None else len(reasons) + 1 + k for k, r in reasons.items()}
+    by_score = sorted(view.score_of().items(), key=lambda kv: (kv[1], -order[kv[0]]))
     shown: dict[int, float] = {}
     groups: list[list[tuple[int, float]]] = []
     for k, x in by_score:
@@ -77,7 +79,7 @@ def _spread(view: DecisionPoint, span: float) -> tuple[dict[int, float], float]:
         centre = sum(x for _, x in group) / len(group)
         step = min(TIE_STEP, TIE_SPREAD / max(1, len(group) - 1)) * span
         # pruned leftmost, kept rightmost (the cut's tie-break decided between them), then by rank
-        ordered = sorted(group, key=lambda kx: (OUTCOME_ORDER[reasons[kx[0]].outcome], -reasons[kx[0]].rank))
+        ordered = sorted(group, key=lambda kx: (OUTCOME_ORDER[reasons[kx[0]].outcome], -order[kx[0]]))
         for j, (k, _) in enumerate(ordered):
             shown[k] = centre + (j - (len(ordered) - 1) / 2) * step if len(group) > 1 else group[0][1]
             group_of[k] = i

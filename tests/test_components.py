@@ -386,8 +386,15 @@ def test_tradeoff_fits_its_data_and_labels_alpha(comparison):
     scores = [y for t in fig.data for y in t.y]
     lo, hi = fig.layout.yaxis.range
     assert lo <= min(scores) and hi >= max(scores) and (hi - lo) < 1.5 * (max(scores) - min(scores)) + 10
-    curve = fig.data[0]
-    assert list(curve.text) == [f"α {a:.1f}" for a in curve.customdata] and "text" in curve.mode
+    curves = [t for t in fig.data if t.name.startswith("τ=")]
+    drawn = [(x, y) for t in curves for x, y, text, a in zip(t.x, t.y, t.text, t.customdata)
+             if text and (text == f"α {a:.1f}" or pytest.fail(f"label {text!r} on the point of α {a}"))]
+    assert drawn and all("text" in t.mode for t in curves)
+    x_span = max(x for t in curves for x in t.x) - min(x for t in curves for x in t.x) or 1.0
+    y_span = max(y for t in curves for y in t.y) - min(y for t in curves for y in t.y) or 1.0
+    for i, (x, y) in enumerate(drawn):  # no two drawn labels overlap (the smear along the 100 line)
+        for x2, y2 in drawn[:i]:
+            assert abs(x - x2) / x_span >= figures.LABEL_CELL[0] or abs(y - y2) / y_span >= figures.LABEL_CELL[1]
 
 
 def test_rewards_state_their_scale_and_hub_presets_what_they_need(comparison):
