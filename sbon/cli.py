@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     })
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
     r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
+    r.add_argument("--instructions", default=None,
+                   help="ifeval reward: the prompt's instructions, JSON text or a JSON file of IFEval ids and "
+                        "arguments, e.g. '[{\"id\": \"punctuation:no_comma\"}, {\"id\": "
+                        "\"change_case:english_lowercase\"}]'")
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                    help="generator weights (default: bfloat16 on a GPU and on a CPU with bfloat16 matmuls, float32 on "
@@ -128,6 +132,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args)
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
+    if args.instructions is not None:
+        from .ifeval.instructions import use_instructions
+
+        use_instructions(args.prompt, args.instructions)
     check_reward_prompt(args.reward, args.prompt)
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
