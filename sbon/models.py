@@ -81,7 +81,9 @@ def _minilm_pref(use_length: bool) -> Callable[..., RewardModel]:
 def _ifeval(generator: Generator | None, device) -> RewardModel:
     from .ifeval.reward import IFEvalReward
 
-    return IFEvalReward()  # pure code: no model, no device
+    # Pure code, no model, no device; the generator's tokenizer, when given, counts a partial text's tokens.
+    count = None if generator is None else (lambda text: len(generator.tokenizer.encode(text, add_special_tokens=False)))
+    return IFEvalReward(count_tokens=count)
 
 
 def _ifeval_prompt(prompt: str) -> None:

@@ -14,7 +14,7 @@ from sbon.ifeval.progress import ProgressModel, TypeModel
 from sbon.ifeval.reward import IFEvalReward
 
 # A fixed model (not the calibration file) so the assertions do not move with a recalibration.
-MODEL = ProgressModel(types={t: TypeModel(rate=0.01, strength=200.0) for t in (
+MODEL = ProgressModel(resolution=0.0, types={t: TypeModel(rate=0.01, strength=200.0) for t in (
     "detectable_format:number_highlighted_sections", "detectable_content:postscript", "punctuation:no_comma",
     "length_constraints:number_words", "detectable_format:number_bullet_lists")},
     open_rates={"detectable_format:json_format": 0.2}, prior=0.3, chars_per_token=4.0, horizon_tokens=128)

@@ -43,8 +43,8 @@ from .reward import PASS_RATES_FILE
 SAMPLES_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cpu-2core-epyc" / "ifeval" / \
     "calibration_samples.jsonl"
 CUTS = (16, 32, 48, 64, 96)  # where responses are cut to make open prefixes (tokens)
-RATE_GRID = np.geomspace(1e-5, 1.0, 41)  # events per character
-STRENGTH_GRID = np.geomspace(10.0, 1e5, 13)  # characters
+RATE_GRID = np.geomspace(1e-4, 3.0, 46)  # events per token
+STRENGTH_GRID = np.geomspace(2.0, 2e4, 13)  # tokens
 CLIP = 1e-4  # probabilities are clipped to [CLIP, 1 - CLIP] in the log-loss
 
 
@@ -139,22 +139,22 @@ def observations(decode, rows: list[dict], prompts: dict) -> tuple[list[dict], d
                 prefix = decode(ids[:cut])
                 for ins, y in zip(instructions, followed):
                     if ins.partial(prefix).status == OPEN:
-                        obs.append({"type": ins.id, "counts": ins.progress(prefix), "chars": len(prefix),
+                        obs.append({"type": ins.id, "counts": ins.progress(prefix), "tokens": cut,
                                     "y": float(y), "cut": cut, "key": row["key"]})
     return obs, checks, passes, chars / max(1, tokens)
 
 
-def count_probabilities(obs: list[dict], model: TypeModel, horizon_chars: float) -> np.ndarray:
+def count_probabilities(obs: list[dict], model: TypeModel, horizon: float) -> np.ndarray:
     """The progress model's value of each open prefix (all counts met, taken as independent)."""
     flat = [(i, c) for i, o in enumerate(obs) for c in o["counts"]]
     out = np.ones(len(obs))
     if not flat:
         return out
     index = np.array([i for i, _ in flat])
-    chars = np.array([obs[i]["chars"] for i, _ in flat], dtype=float)
+    tokens = np.array([obs[i]["tokens"] for i, _ in flat], dtype=float)
     count = np.array([c.count for _, c in flat])
-    scale = model.strength + chars
-    p = scale / (scale + np.maximum(horizon_chars - chars, 0.0))
+    scale = model.strength + tokens
+    p = scale / (scale + np.maximum(horizon - tokens, 0.0))
     probs = meets(count, [c.relation for _, c in flat], [c.n for _, c in flat], model.strength * model.rate + count, p)
     np.multiply.at(out, index, probs)
     return out
@@ -165,10 +165,10 @@ def log_loss(p: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
-def fit_type(obs: list[dict], horizon_chars: float) -> TypeModel:
+def fit_type(obs: list[dict], horizon: float) -> TypeModel:
     """The grid's Gamma prior of least log-loss on these open prefixes of one type."""
     y = np.array([o["y"] for o in obs])
-    best = min(((log_loss(count_probabilities(obs, TypeModel(r, s), horizon_chars), y), r, s)
+    best = min(((log_loss(count_probabilities(obs, TypeModel(r, s), horizon), y), r, s)
                 for r in RATE_GRID for s in STRENGTH_GRID), key=lambda t: t[0])
     return TypeModel(rate=float(f"{best[1]:.4g}"), strength=float(f"{best[2]:.4g}"))
 
@@ -183,7 +183,7 @@ def smoothed_rates(counts: dict, passes: dict, pseudo: float) -> tuple[dict[str,
     return {k: smoothed(passes[k], counts[k], prior, pseudo) for k in sorted(counts)}, round(prior, 4)
 
 
-def fit(obs: list[dict], prior: float, horizon_chars: float, pseudo: float) -> tuple[dict, dict]:
+def fit(obs: list[dict], prior: float, horizon: float, pseudo: float) -> tuple[dict, dict]:
     """(count types' Gamma priors, open rates of the types without a count) from open prefixes."""
     by_type: dict[str, list] = collections.defaultdict(list)
     for o in obs:
@@ -193,18 +193,18 @@ def fit(obs: list[dict], prior: float, horizon_chars: float, pseudo: float) -> t
         if items[0]["counts"] is None:
             open_rates[kind] = smoothed(sum(o["y"] for o in items), len(items), prior, pseudo)
         else:
-            types[kind] = fit_type(items, horizon_chars)
+            types[kind] = fit_type(items, horizon)
     return types, open_rates
 
 
-def predict(obs: list[dict], types: dict, open_rates: dict, prior: float, horizon_chars: float) -> np.ndarray:
+def predict(obs: list[dict], types: dict, open_rates: dict, prior: float, horizon: float) -> np.ndarray:
     out = np.empty(len(obs))
     by_type: dict[str, list[int]] = collections.defaultdict(list)
     for i, o in enumerate(obs):
         by_type[o["type"]].append(i)
     for kind, idx in by_type.items():
         if kind in types and obs[idx[0]]["counts"] is not None:
-            out[idx] = count_probabilities([obs[i] for i in idx], types[kind], horizon_chars)
+            out[idx] = count_probabilities([obs[i] for i in idx], types[kind], horizon)
         else:
             out[idx] = open_rates.get(kind, prior)
     return out
@@ -219,7 +219,7 @@ def calibration_error(p: np.ndarray, y: np.ndarray, bins: int = 10) -> dict[str,
             "brier": round(float(np.mean((p - y) ** 2)), 4), "log_loss": round(log_loss(p, y), 4)}
 
 
-def cross_fitted(obs, checks, passes, prior, horizon_chars, pseudo, decision_tokens) -> dict:
+def cross_fitted(obs, checks, passes, prior, horizon, pseudo, decision_tokens) -> dict:
     """Calibration error at the decision point, each half of the prompts scored with parameters fitted on
     the other half; the former constant value (pass rate on complete responses) alongside."""
     halves = [[o for o in obs if (o["key"] // 2) % 2 == h] for h in (0, 1)]
@@ -229,8 +229,8 @@ def cross_fitted(obs, checks, passes, prior, horizon_chars, pseudo, decision_tok
         train, test = halves[1 - h], [o for o in halves[h] if o["cut"] == decision_tokens]
         if not test:
             continue
-        types, open_rates = fit(train, prior, horizon_chars, pseudo)
-        p_new.append(predict(test, types, open_rates, prior, horizon_chars))
+        types, open_rates = fit(train, prior, horizon, pseudo)
+        p_new.append(predict(test, types, open_rates, prior, horizon))
         p_old.append(np.array([rates.get(o["type"], prior) for o in test]))
         y.append(np.array([o["y"] for o in test]))
     if not y:
@@ -255,9 +255,9 @@ def main(argv=None) -> int:
     start = time.time()
     obs, checks, passes, chars_per_token = observations(gen.decode, rows, {p.key: p for p in prompts})
     prior = sum(passes.values()) / max(1, sum(checks.values()))
-    horizon_chars = args.max_new_tokens * chars_per_token
-    types, open_rates = fit(obs, prior, horizon_chars, args.pseudo_count)
-    error = cross_fitted(obs, checks, passes, prior, horizon_chars, args.pseudo_count, args.decision_tokens)
+    horizon = args.max_new_tokens
+    types, open_rates = fit(obs, prior, horizon, args.pseudo_count)
+    error = cross_fitted(obs, checks, passes, prior, horizon, args.pseudo_count, args.decision_tokens)
     out = {
         "about": "partial values of the ifeval reward's open instructions (sbon/ifeval/progress.py), fitted on the "
                  "embedded generator's responses to the calibration split (odd keys)",
@@ -270,6 +270,8 @@ def main(argv=None) -> int:
         "responses": sum(len(r["samples"]) for r in rows), "open_prefixes": len(obs),
         "seconds": round(time.time() - start, 1), "load_average": [round(x, 2) for x in os.getloadavg()],
         "prior": round(prior, 4), "chars_per_token": round(chars_per_token, 3),
+        # The model cannot tell apart probabilities closer than its calibration error: values are rounded so.
+        "resolution": max(0.05, math.ceil(error.get("progress_model", {}).get("ece", 0.0) * 20) / 20),
         "types": {k: vars(v) for k, v in types.items()}, "open_rates": open_rates,
         "calibration_error_at_decision": error,
         "counts": dict(sorted(checks.items())), "passes": dict(sorted(passes.items())),

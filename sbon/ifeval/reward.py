@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Callable, ClassVar, Sequence
 
 from ..errors import SBoNError
 from .checkers import Instruction, build
@@ -71,11 +71,14 @@ class IFEvalReward:
     _registered: ClassVar[dict[str, tuple[Instruction, ...]]] = {}
 
     def __init__(self, mode: str = "strict", progress: ProgressModel | None = None,
-                 prompts_file: str | Path = SHIPPED_FILE, horizon_tokens: int | None = None):
+                 prompts_file: str | Path = SHIPPED_FILE, horizon_tokens: int | None = None,
+                 count_tokens: Callable[[str], int] | None = None):
         if mode not in MODES:
             raise SBoNError(f"IFEval mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
         self.progress = load_progress_model(horizon_tokens=horizon_tokens) if progress is None else progress
+        if count_tokens is not None:
+            self.progress.count_tokens = count_tokens
         self.prompts_file = Path(prompts_file)
 
     @classmethod
