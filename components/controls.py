@@ -79,8 +79,9 @@ class RunSettings(RunConfig):
         check_reward_prompt(self.reward, self.prompt)
 
     def use_instructions(self) -> None:
-        """Give the prompt its instructions under the ifeval reward (checked: one-line SBoNError)."""
-        if self.instructions.strip():
+        """Give the prompt its instructions under the ifeval reward (checked: one-line SBoNError); other
+        rewards judge no instructions, and the builder may still hold some from an earlier scenario."""
+        if self.reward == "ifeval" and self.instructions.strip():
             from sbon.ifeval.instructions import use_instructions
 
             use_instructions(self.prompt, self.instructions)

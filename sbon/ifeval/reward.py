@@ -38,8 +38,8 @@ PASS_RATES_FILE = Path(__file__).with_name("pass_rates.json")
 # Value of an open instruction when no calibration file is found: IFEval's instruction-level strict
 # accuracy is of this order for small instruction-tuned models (documented, not measured here).
 DEFAULT_PRIOR = 0.5
-NO_INSTRUCTIONS = ("the ifeval reward needs instructions for this prompt: add an instruction under Instructions "
-                   "(--instructions on the command line), or pick an example")
+NO_INSTRUCTIONS = ("the ifeval reward needs instructions for this prompt: add an instruction under Instructions, "
+                   "or pick an example (command line: --instructions)")
 
 
 @functools.lru_cache(maxsize=4)
