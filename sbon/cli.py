@@ -153,6 +153,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         stream = events(gen, reward, args.prompt, config)
         saved = drive(with_progress(stream, args.max_new_tokens, args.method), Done).result
         report(saved)
+    if hasattr(reward, "explain"):  # a reward that can say why (ifeval): each instruction's verdict on the answer
+        best = (saved.sbon if isinstance(saved, Comparison) else saved).best
+        for v in reward.explain(args.prompt, best.text, final=True):
+            print(f"  {v.instruction_id}: {v.status} ({v.reason})")
     if args.out:
         saved.to_json(args.out)
         kind = "the comparison (open it in the app: Save and replay)" if isinstance(saved, Comparison) else "the full result"
