@@ -46,6 +46,7 @@ from gradio.components.plot import PlotData  # noqa: E402
 from components import figures, page_export, signals_view, tables  # noqa: E402
 from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
                                  method_choices, reward_choices, signal_choices)
+from components import instructions as instruction_choices  # noqa: E402
 from components.gallery import GalleryRuns  # noqa: E402
 from components.live import LiveTracker, progress_figure  # noqa: E402
 from components.rounds import (present_step, present_steps, result_caption, round_caption, round_figure,  # noqa: E402
@@ -87,7 +88,7 @@ DEFAULTS = RunSettings()
 # The controls, in the order their values reach the handlers: each is named after the RunSettings
 # field it sets, and the page element of that name holds it.
 SETTING_NAMES = ("prompt", "method", "prune_by", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
-                 "bon_same_memory", "generator", "reward", "temperature", "top_p", "seed")
+                 "bon_same_memory", "generator", "reward", "temperature", "top_p", "seed", "instructions")
 
 INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
 **Best-of-N** samples N complete responses and returns the one the reward model likes best.
@@ -195,6 +196,7 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
     """The comparison's events for these settings (Best-of-N memory-bound or in memory, as asked). On a
     ZeroGPU Space this runs on a lent GPU in a worker process: settings in, plain events out, the models
     from the cache the worker inherits (sbon/zerogpu.py)."""
+    settings.use_instructions()  # a ZeroGPU worker is another process: the prompt's instructions come along
     gen, reward = MODELS.get(settings.generator, settings.reward)
     yield from comparison_events(gen, reward, settings.prompt, settings.config(),
                                  bon_same_memory=settings.bon_same_memory)
@@ -271,7 +273,7 @@ def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method,
             prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
             temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
             generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
-            bon_same_memory: bool = DEFAULTS.bon_same_memory) -> str:
+            bon_same_memory: bool = DEFAULTS.bon_same_memory, instructions: str = "") -> str:
     """Run Speculative Rejection and Best-of-N on one prompt with the same seed; return the
     comparison as JSON (load it with sbon.analysis.comparison.Comparison.from_json)."""
     given = dict(locals())  # every argument, by the RunSettings field it sets
@@ -883,6 +885,13 @@ def build_demo() -> gr.Blocks:
                                        value=EXAMPLES[0].prompt if EXAMPLES else "What is Atlantis?")
                 gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
                             example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
+                with gr.Accordion("Instructions (for the Follow instructions reward)", open=False,
+                                  elem_id="instructions-block"):
+                    ui.instruction_types = gr.Dropdown(instruction_choices.type_choices(), multiselect=True,
+                                                       label="Instruction types", elem_id="instruction-types")
+                    ui.instructions = gr.Textbox(label="Instructions (JSON: IFEval ids and arguments)", lines=3,
+                                                 placeholder=instruction_choices.PLACEHOLDER, elem_id="instructions")
+                    ui.instructions_note = gr.Markdown(elem_id="instructions-note")
                 gr.Markdown(CONTENT_NOTE, elem_id="content-note")
                 ui.prompt_note = gr.Markdown(visible=False, elem_id="prompt-note")
                 ui.method = gr.Radio(method_choices(), value=DEFAULTS.method, label="Method", elem_id="method")
@@ -1044,6 +1053,12 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
         control.change(by_name(on_settings_scenario), inputs=el("reward", "prune_by", "max_new_tokens"),
                        outputs=el("scenario", "scenario_prompts"), **private)
     ui.scenario_prompts.change(by_name(on_scenario_prompt), inputs=ui.scenario_prompts, outputs=ui.prompt, **private)
+    ui.scenario_prompts.change(by_name(instruction_choices.on_example), inputs=ui.scenario_prompts,
+                               outputs=el("instructions", "instruction_types"), **private)
+    ui.instruction_types.input(by_name(instruction_choices.on_types), inputs=el("instruction_types", "instructions"),
+                               outputs=ui.instructions, **private)
+    ui.instructions.change(by_name(instruction_choices.on_text), inputs=ui.instructions,
+                           outputs=el("instructions_note", "instruction_types"), **private)
     ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point", "look"), outputs=ui.scatter,
                              **private)
     ui.picker.change(on_pick, inputs=el("comparison", "picker"), outputs=ui.detail, **private)

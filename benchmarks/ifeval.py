@@ -1,6 +1,7 @@
 """`python -m benchmarks ifeval`: Best-of-N and Speculative Rejection with a reward a person can check.
 
-On IFEval prompts of the evaluation split (even key; odd keys calibrated the reward's open pass rates), with
+On IFEval prompts (the shipped file's evaluation split, even key, odd keys having calibrated the reward's
+partial values; or every row of any IFEval-format file given with ``--prompts-file``), with
 the `ifeval` reward (the fraction of a prompt's verifiable instructions a response follows), per prompt and
 per (N, max new tokens):
 
@@ -10,8 +11,10 @@ per (N, max new tokens):
   time** (M = round(N / wall-time speedup of the rounds run); Best-of-N's first M candidates);
 - prompt-level and instruction-level strict accuracy of each method's answer, tokens, wall time, decision
   points, whether Best-of-N's winner was kept;
-- at the rounds run's first decision point, per instruction type: the partial verdict's value (1 satisfied,
-  0 violated, the type's pass rate while open) against the final verdict of the same candidate's complete
+- at the rounds run's first decision point: Kendall between partial and final rewards (pooled over prompts,
+  and the mean of each prompt's), the share of tied pairs among live candidates (partial rewards closer
+  than the length tie-break), and per instruction type the partial verdict's value (1 satisfied, 0
+  violated, P(followed | prefix) while open) against the final verdict of the same candidate's complete
   response (Best-of-N's twin), pooled over prompts (Kendall), and how often a candidate pruned while an
   instruction was still *open* would have followed it.
 
@@ -21,8 +24,11 @@ Means first, then medians. Result file: benchmarks/results/<machine>/ifeval/ifev
 from __future__ import annotations
 
 import argparse
+import hashlib
+import itertools
 import statistics
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Sequence
 
 from sbon.algorithms import events
@@ -31,6 +37,7 @@ from sbon.engine import Generator, SamplingConfig
 from sbon.errors import SBoNError
 from sbon.ifeval import IFEvalReward, load_prompts
 from sbon.ifeval.data import SHIPPED_FILE, is_calibration
+from sbon.ifeval.reward import TIE_BREAK
 from sbon.metrics import best_of_m_size, correlations, decision_quality
 from sbon.results import RunResult
 from sbon.rewards import CallableReward
@@ -40,10 +47,18 @@ from . import common, runners
 METHODS = ("one sample", "Best-of-N", "SR rounds", "SR tau", "Best-of-M (equal time)")
 
 
-def evaluation_prompts(k: int, offset: int = 0) -> list:
-    """The first k prompts of the evaluation split (even key), after ``offset`` of them."""
-    rows = [p for p in load_prompts(SHIPPED_FILE) if not is_calibration(p.key)]
-    return rows[offset:offset + k]
+def evaluation_prompts(k: int, offset: int = 0, path=None) -> tuple[list, str]:
+    """(the first k prompts after ``offset``, the split they come from): of the shipped file's evaluation
+    split (even key), or of every row of another IFEval-format file (it calibrated nothing)."""
+    shipped = path is None or Path(path).resolve() == SHIPPED_FILE.resolve()
+    rows = load_prompts(SHIPPED_FILE if shipped else path)
+    if shipped:
+        rows = [p for p in rows if not is_calibration(p.key)]
+    return rows[offset:offset + k], "evaluation (even key)" if shipped else "all rows"
+
+
+def checksum(path) -> str:
+    return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def followed(reward: IFEvalReward, prompt: str, text: str) -> tuple[float, bool]:
@@ -134,7 +149,10 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
                 decision_points=_mean_median([r[method]["decision_points"] for r in group]),
                 no_decision_point=sum(r[method]["decision_points"] == 0 for r in group),
                 winner_kept=_mean_median([r[method]["winner_kept"] for r in group]),
-                kendall_first_pooled=_pooled_kendall([pair for r in group for pair in r[method]["scores_first"]]))
+                kendall_first_pooled=_pooled_kendall([pair for r in group for pair in r[method]["scores_first"]]),
+                kendall_first_per_prompt=_mean_median([r[method]["kendall_first"] for r in group
+                                                       if r[method]["kendall_first"] == r[method]["kendall_first"]]),
+                tied_pairs_first=_tied_share([r[method]["scores_first"] for r in group]))
         by_type: dict[str, Any] = {}
         pooled: dict[str, list] = defaultdict(list)
         for r in group:
@@ -154,6 +172,13 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
     return out
 
 
+def _tied_share(groups: Sequence[Sequence[tuple[float, float]]]) -> float | None:
+    """Share of pairs of live candidates (within each prompt's first decision point) whose partial rewards
+    differ by less than the length tie-break: ordered by length alone."""
+    pairs = [abs(a[0] - b[0]) < TIE_BREAK for g in groups for a, b in itertools.combinations(g, 2)]
+    return sum(pairs) / len(pairs) if pairs else None
+
+
 def _pooled_kendall(pairs: Sequence[tuple[float, float]]) -> float | None:
     if len(pairs) < 2:
         return None
@@ -163,34 +188,49 @@ def _pooled_kendall(pairs: Sequence[tuple[float, float]]) -> float | None:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ifeval", help="IFEval prompts with the ifeval reward: one sample, Best-of-N, Speculative "
-                                      "Rejection (rounds and tau), Best-of-M; where partial verdicts predict final ones",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                      "Rejection (rounds and tau), Best-of-M; where partial verdicts predict final ones")
     common.add_common_args(p, k=10, n=16, max_new_tokens=128)
-    p.set_defaults(reward="ifeval")
+    p.set_defaults(reward="ifeval", prompts_file=None)
+    from sbon.models import default_weights
+    import torch
+
+    helps = {"reward": "reward preset (default: ifeval, the only one this experiment takes)",
+             "dtype": f"generator dtype (default: {default_weights(torch.device('cpu'))} on this machine's CPU, "
+                      "bf16 on a GPU: bf16 where bfloat16 matmuls are fast)",
+             "prompts_file": "an IFEval-format JSON lines file (key, prompt, instruction_id_list, kwargs), all of "
+                             "its rows (default: the shipped file's evaluation split, even keys)"}
+    for action in p._actions:
+        action.help = helps.get(action.dest, action.help)
     g = p.add_argument_group("ifeval")
     g.add_argument("--ns", type=int, nargs="+", default=None, help="several N (default: --n)")
     g.add_argument("--lengths", type=int, nargs="+", default=None, help="several max new tokens (default: --max-new-tokens)")
-    g.add_argument("--alpha", type=float, default=RunConfig.alpha, help="rejection rate of both variants")
-    g.add_argument("--tau", type=int, default=RunConfig.tau, help="decision token of sbon-tau")
+    g.add_argument("--alpha", type=float, default=RunConfig.alpha,
+                   help=f"rejection rate of both variants (default: {RunConfig.alpha})")
+    g.add_argument("--tau", type=int, default=RunConfig.tau, help=f"decision token of sbon-tau (default: {RunConfig.tau})")
     p.set_defaults(main=main)
 
 
 def main(args: argparse.Namespace) -> int:
     if args.reward != "ifeval":
         raise SBoNError("python -m benchmarks ifeval needs --reward ifeval (its prompts carry IFEval instructions)")
-    prompts = evaluation_prompts(args.k, args.offset)
+    prompts, split = evaluation_prompts(args.k, args.offset, args.prompts_file)
+    prompts_path = Path(args.prompts_file) if args.prompts_file else SHIPPED_FILE
     gen, reward = runners.setup(args)
     sampling = common.sampling_from(args)
     common.warm_up(gen, CallableReward(lambda prompt, rs: [0.0] * len(rs)), sampling)  # ifeval refuses "Say hello."
     grid = [(n, t) for n in (args.ns or [args.n]) for t in (args.lengths or [args.max_new_tokens])]
     json_path, _ = common.result_paths(args, "ifeval")
-    settings = {**common.base_settings(args, gen, reward), "prompts_file": str(SHIPPED_FILE.name),
-                "split": "evaluation (even key)", "prompt_keys": [p.key for p in prompts], "grid": grid,
+    settings = {**common.base_settings(args, gen, reward), "prompts_file": prompts_path.name,
+                "prompts_checksum": checksum(prompts_path), "split": split,
+                "prompt_keys": [p.key for p in prompts], "grid": grid,
                 "alpha": args.alpha, "tau": args.tau}
     start_env, rows = common.environment(gen), []
     bar = common.progress(len(prompts) * len(grid), "ifeval", disable=args.quiet)
     for n, tokens in grid:
+        reward.progress.horizon_tokens = tokens  # the partial values price the room left in this run
         for p in prompts:
+            if prompts_path != SHIPPED_FILE:
+                IFEvalReward.register(p.prompt, p.instruction_ids, p.kwargs)
             rows.append(prompt_row(gen, reward, p, n=n, max_new_tokens=tokens, alpha=args.alpha, tau=args.tau,
                                    sampling=sampling, seed=args.seed))
             bar.update(1)
@@ -205,13 +245,19 @@ def main(args: argparse.Namespace) -> int:
             print(f"  {method:<24} {_fmt(m['prompt_accuracy'])}  {_fmt(m['instruction_accuracy'])}  "
                   f"{_fmt(m['token_rate'])}" + (f"  decision points {_fmt(m['decision_points'])}, none on "
                                                 f"{m['no_decision_point']}, Kendall (pooled, 1st) "
-                                                f"{_fmt_kendall(m['kendall_first_pooled'])}" if "decision_points" in m else ""))
+                                                f"{_fmt_kendall(m['kendall_first_pooled'])}, per prompt "
+                                                f"{_fmt(m['kendall_first_per_prompt'])}, tied pairs "
+                                                f"{_fmt_share(m['tied_pairs_first'])}" if "decision_points" in m else ""))
     print(f"\nwrote {json_path}")
     return 0
 
 
 def _fmt(mm: dict) -> str:
     return "—" if mm["mean"] is None else f"{mm['mean']:.3f} / {mm['median']:.3f}"
+
+
+def _fmt_share(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0%}"
 
 
 def _fmt_kendall(k: float | None) -> str:

@@ -486,15 +486,18 @@ def ifeval(results_dir: Path) -> str:
         rows = []
         for method, m in s["methods"].items():
             dp = (f"{mean_median(m['decision_points'], 1)} (none on {m['no_decision_point']}); Kendall "
-                  f"{num(m['kendall_first_pooled'], 2)}; winner kept {mean_median(m['winner_kept'], 0, pct)}"
-                  if "decision_points" in m else "")
+                  f"{num(m['kendall_first_pooled'], 2)}"
+                  + (f", per prompt {mean_median(m['kendall_first_per_prompt'], 2)}; tied pairs "
+                     f"{pct(m['tied_pairs_first'])}" if "tied_pairs_first" in m else "")
+                  + f"; winner kept {mean_median(m['winner_kept'], 0, pct)}" if "decision_points" in m else "")
             rows.append([method, mean_median(m["prompt_accuracy"], 2), mean_median(m["instruction_accuracy"], 2),
                          mean_median(m["token_rate"], 2), mean_median(m["seconds"], 0), dp])
         out.append(f"**{name}**, {s['prompts']} prompts of the evaluation split ({link(results_dir, path)}; load "
                    f"average at start {load_avg(d['environment_at_start'])}). Reward scoring took "
                    f"{mean_median(s['reward_share_of_sr_time'], 1, pct)} of Speculative Rejection's time.\n\n"
                    + markdown_table(["method", "prompt-level strict", "instruction-level strict", "token rate",
-                                     "seconds", "decision points; Kendall (pooled, first); Best-of-N's winner kept"],
+                                     "seconds", "decision points; Kendall (pooled, first; per prompt); tied pairs (partial rewards closer "
+                                     "than the tie-break); Best-of-N's winner kept"],
                                     rows))
         types = [[kind.replace("_", "\\_"), str(t["live_candidates"]), pct(t["settled_at_first_decision"]),
                   num(t["kendall"], 2), str(t["pruned_while_open"]), pct(t["pruned_while_open_would_pass"])]

@@ -47,6 +47,9 @@ class RunSettings(RunConfig):
     # the first decision point 0.56 against minilm-pref's 0.38 on 5 held-out AlpacaEval prompts, N=32, 128
     # tokens: benchmarks/results/cpu-2core-epyc/defaults/NOTE.md). The page says what it does and cannot judge.
     reward: str = setting("likelihood", "reward model: a preset, a local folder or a hub id")
+    instructions: str = setting("", "ifeval reward: the prompt's instructions as JSON, IFEval ids and arguments, e.g. "
+                                    '[{"id": "punctuation:no_comma"}, {"id": "length_constraints:number_words", '
+                                    '"num_words": 40, "relation": "less than"}]; empty: the shipped IFEval prompts\' own')
     bon_same_memory: bool = setting(True, "run Best-of-N in batches that fit the KV cache Speculative Rejection "
                                           "peaked at (the paper's memory-bound setting); off: all N at once")
 
@@ -72,7 +75,16 @@ class RunSettings(RunConfig):
         self.config().validate(self.prompt)
         check_name(self.generator, GENERATORS, "generator")
         check_name(self.reward, REWARDS, "reward")
+        self.use_instructions()
         check_reward_prompt(self.reward, self.prompt)
+
+    def use_instructions(self) -> None:
+        """Give the prompt its instructions under the ifeval reward (checked: one-line SBoNError); other
+        rewards judge no instructions, and the builder may still hold some from an earlier scenario."""
+        if self.reward == "ifeval" and self.instructions.strip():
+            from sbon.ifeval.instructions import use_instructions
+
+            use_instructions(self.prompt, self.instructions)
 
     def config(self) -> RunConfig:
         """The run's settings as the library takes them."""

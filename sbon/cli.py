@@ -41,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     })
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
     r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
+    r.add_argument("--instructions", default=None,
+                   help="ifeval reward: the prompt's instructions, JSON text or a JSON file of IFEval ids and "
+                        "arguments, e.g. '[{\"id\": \"punctuation:no_comma\"}, {\"id\": "
+                        "\"change_case:english_lowercase\"}]'")
     resolved(r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (by default cuda where there is one)"),
              default_device)
     resolved(r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
@@ -133,6 +137,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args)
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
+    if args.instructions is not None:
+        from .ifeval.instructions import use_instructions
+
+        use_instructions(args.prompt, args.instructions)
     check_reward_prompt(args.reward, args.prompt)
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
@@ -153,6 +161,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         saved = drive(with_progress(stream, args.max_new_tokens, args.method), Done).result
         saved.load = meter.stop()
         report(saved)
+    if hasattr(reward, "explain"):  # a reward that can say why (ifeval): each instruction's verdict on the answer
+        best = (saved.sbon if isinstance(saved, Comparison) else saved).best
+        for v in reward.explain(args.prompt, best.text, final=True):
+            print(f"  {v.instruction_id}: {v.status} ({v.reason})")
     if args.out:
         saved.to_json(args.out)
         kind = "the comparison (open it in the app: Save and replay)" if isinstance(saved, Comparison) else "the full result"

@@ -81,16 +81,15 @@ def _minilm_pref(use_length: bool) -> Callable[..., RewardModel]:
 def _ifeval(generator: Generator | None, device) -> RewardModel:
     from .ifeval.reward import IFEvalReward
 
-    return IFEvalReward()  # pure code: no model, no device
+    # Pure code, no model, no device; the generator's tokenizer, when given, counts a partial text's tokens.
+    count = None if generator is None else (lambda text: len(generator.tokenizer.encode(text, add_special_tokens=False)))
+    return IFEvalReward(count_tokens=count)
 
 
 def _ifeval_prompt(prompt: str) -> None:
     from .ifeval.reward import IFEvalReward
 
-    try:
-        IFEvalReward().instructions(prompt)
-    except SBoNError as e:
-        raise SBoNError(f"{e} (the app's 'Follow instructions' scenario offers some), or use another reward for this prompt") from None
+    IFEvalReward().instructions(prompt)  # its one-line refusal is written for the user already
 
 
 # Reward presets: one entry each, with its loader where it is not a hub sequence classifier.
@@ -114,8 +113,8 @@ REWARDS: dict[str, Preset] = {
                                  "paper's perplexity experiment (NeurIPS 2024, Table 2)",
                              load=_likelihood("neg-perplexity", "neg-perplexity"), needs_generator=True, offline=True,
                              scale=("minus the perplexity", "≤ −1, higher = more probable")),
-    "ifeval": Preset("", "fraction of the prompt's IFEval instructions followed, checked by program (IFEval prompts "
-                         "only; see sbon/ifeval)", load=_ifeval, offline=True,
+    "ifeval": Preset("", "fraction of the prompt's IFEval instructions followed, checked by program (IFEval prompts, "
+                         "or any prompt given instructions; see sbon/ifeval)", load=_ifeval, offline=True,
                      check_prompt=_ifeval_prompt,
                      scale=("fraction of the prompt's instructions followed", "0 to 1, higher = more followed; "
                             "partial: the expected fraction; shorter wins ties (+ at most 0.001)")),

@@ -179,7 +179,7 @@ def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
     assert update["reward"] == "ifeval" and update["prompt"] in SCENARIOS["instructions"].prompts
     assert len(SCENARIOS["instructions"].prompts) >= 4
     RunSettings(prompt=update["prompt"], reward="ifeval").check()  # an IFEval prompt: accepted
-    with pytest.raises(SBoNError, match="the ifeval reward needs an IFEval prompt") as e:
+    with pytest.raises(SBoNError, match="add an instruction under Instructions, or pick an example") as e:
         RunSettings(prompt="Tell me a joke.", reward="ifeval").check()
     assert "\n" not in str(e.value)
     assert app.on_scenario("fluency")["prune_by"] == "logprob"

@@ -6,6 +6,7 @@ import pytest
 
 from sbon.errors import SBoNError
 from sbon.ifeval.data import SHIPPED_FILE, is_calibration, load_prompts
+from sbon.ifeval.progress import ProgressModel
 from sbon.ifeval.reward import TIE_BREAK, IFEvalReward, tie_break
 from sbon.ifeval.verdicts import Verdict
 
@@ -16,7 +17,10 @@ PROMPT = "Describe the sea in fewer than 6 words, without commas."
 def reward():
     IFEvalReward.register(PROMPT, ["punctuation:no_comma", "length_constraints:number_words"],
                           [{}, {"num_words": 6, "relation": "less than"}])
-    yield IFEvalReward(pass_rates={"punctuation:no_comma": 0.3, "length_constraints:number_words": 0.8}, prior=0.5)
+    # Constant open values (no count model) keep the arithmetic readable; tests/test_ifeval_progress.py
+    # checks the calibrated progress model.
+    yield IFEvalReward(progress=ProgressModel(types={}, prior=0.5, open_rates={
+        "punctuation:no_comma": 0.3, "length_constraints:number_words": 0.8}))
     IFEvalReward.unregister(PROMPT)
 
 
@@ -79,7 +83,7 @@ def test_shipped_prompt_found_by_its_text():
 
 
 def test_prompt_without_instructions_is_refused_in_one_line():
-    with pytest.raises(SBoNError, match="needs an IFEval prompt") as e:
+    with pytest.raises(SBoNError, match="add an instruction under Instructions.*or pick an example") as e:
         IFEvalReward().score("Tell me a joke.", ["ok"])
     assert "\n" not in str(e.value)
     with pytest.raises(SBoNError, match="unknown IFEval instruction"):
@@ -156,12 +160,3 @@ def test_calibration_rates_are_smoothed_toward_the_pooled_prior():
     rows = [IFEvalPrompt(1, "p", ("a",), ({},)), IFEvalPrompt(3, "q", ("b", "c"), ({}, {}))]
     assert next_prompt(rows, __import__("collections").Counter({"a": 0, "b": 4, "c": 0})).key == 1
     assert next_prompt(rows, __import__("collections").Counter({"a": 4, "b": 4, "c": 0})).key == 3
-
-
-def test_shipped_pass_rates_cover_every_type():
-    from sbon.ifeval.checkers import CHECKERS
-    from sbon.ifeval.reward import load_pass_rates
-
-    rates, prior = load_pass_rates()
-    assert set(rates) == set(CHECKERS) and all(0 <= r <= 1 for r in rates.values()) and 0 < prior < 1
-    assert IFEvalReward().pass_rates == rates

@@ -1,20 +1,22 @@
-"""Estimate the open pass rates of the IFEval reward: how often the embedded generator's complete
-responses follow each instruction type.
+"""Calibrate the IFEval reward's partial values on the embedded generator's own responses.
 
-    OMP_NUM_THREADS=1 python -m sbon.ifeval.calibrate --minutes 15
+    OMP_NUM_THREADS=1 python -m sbon.ifeval.calibrate --sample --samples 8 --prompts 160   # resumable
+    python -m sbon.ifeval.calibrate                                                         # fit, write
 
-Samples ``--samples`` complete responses of ``--max-new-tokens`` tokens (Best-of-N's sampler, default
-sampling settings, seed = the prompt's key) for prompts of the calibration split (odd key, see
-``data.is_calibration``; even keys are left for evaluation), next the one carrying the least-checked
-instruction type, until ``--minutes`` have passed,
-checks each response strictly, and writes ``pass_rates.json``: per type the passes and the count, the
-rate used, the prior (the pooled rate of all checks), and for information the pass rate among responses still open at the first decision point
-(``--decision-tokens``), with the command, settings and load average that produced them.
+``--sample`` draws ``--samples`` complete responses of ``--max-new-tokens`` tokens (Best-of-N's sampler,
+default sampling settings, seed = the prompt's key) for prompts of the calibration split (odd key, see
+``data.is_calibration``; even keys are left for evaluation), the prompt carrying the least-sampled
+instruction type first, and appends them to ``--samples-file`` one prompt a line; a run cut short
+resumes where it stopped.
 
-The rate of a type is smoothed toward the prior: (passes + m * prior) / (checks + m), m = ``--pseudo-count``;
-a type never checked gets the prior. A few checks then move its rate only part of the way, instead of a
-type seen once at 0 of 4 being treated as hopeless. ``--rates-only`` recomputes the rates of an existing
-file from its counts (no generation).
+The fit (without ``--sample``) reads that file, cuts every response at ``CUTS`` tokens, and for each
+instruction still open there records how far the prefix has come (``Instruction.progress``) and whether
+the complete response followed it (strict). Per count type it picks the Gamma prior (``rate``,
+``strength``, see ``progress``) of least log-loss on a grid; per type without a count, the smoothed
+fraction followed. It writes ``pass_rates.json`` with the calibration error at the first decision point
+(``--decision-tokens``): expected calibration error, Brier score and log-loss of the progress model,
+cross-fitted (parameters fitted on one half of the prompts, scored on the other), against the former
+value (each type's pass rate on complete responses, whatever the prefix).
 """
 
 from __future__ import annotations
@@ -22,114 +24,263 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from ..algorithms import best_of_n, run
 from ..models import load_generator
 from ..rewards import CallableReward
 from .checkers import OPEN
 from .data import SHIPPED_FILE, is_calibration, load_prompts
+from .progress import TypeModel, meets
 from .reward import PASS_RATES_FILE
+
+SAMPLES_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cpu-2core-epyc" / "ifeval" / \
+    "calibration_samples.jsonl"
+CUTS = (16, 32, 48, 64, 96)  # where responses are cut to make open prefixes (tokens)
+RATE_GRID = np.geomspace(1e-4, 3.0, 46)  # events per token
+STRENGTH_GRID = np.geomspace(2.0, 2e4, 13)  # tokens
+CLIP = 1e-4  # probabilities are clipped to [CLIP, 1 - CLIP] in the log-loss
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m sbon.ifeval.calibrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--samples", type=int, default=4, help="complete responses per prompt")
+    p.add_argument("--sample", action="store_true", help="only sample: append complete responses to --samples-file")
+    p.add_argument("--samples", type=int, default=8, help="--sample: complete responses per prompt")
+    p.add_argument("--prompts", type=int, default=1000, help="--sample: prompts of the calibration split in the file")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--minutes", type=float, default=15.0, help="stop starting new prompts after this long")
-    p.add_argument("--pseudo-count", type=float, default=8.0, help="weight of the prior in each type's rate")
-    p.add_argument("--rates-only", action="store_true", help="recompute the rates of --out from its counts")
-    p.add_argument("--decision-tokens", type=int, default=32, help="where the 'open' pass rate is measured")
+    p.add_argument("--minutes", type=float, default=600.0, help="--sample: stop starting new prompts after this long")
+    p.add_argument("--pseudo-count", type=float, default=8.0,
+                   help="weight of the pooled rate in the open rate of a type without a count")
+    p.add_argument("--decision-tokens", type=int, default=32, help="where the calibration error is measured")
     p.add_argument("--data", type=Path, default=SHIPPED_FILE)
+    p.add_argument("--samples-file", type=Path, default=SAMPLES_FILE,
+                   help="the sampled responses (JSON lines); with --shard K/M, shard K writes NAME.K.jsonl beside it")
+    p.add_argument("--shard", default=None, help="--sample: K/M samples only the prompts with (key // 2) %% M == K, "
+                                                 "so that M processes can share the work")
     p.add_argument("--out", type=Path, default=PASS_RATES_FILE)
     return p.parse_args(argv)
 
 
-def sample_responses(gen, prompt: str, args, seed: int) -> list[tuple[list[int], str]]:
-    """Complete responses of the generator (token ids, text); the reward is unused by Best-of-N's sampling."""
-    zero = CallableReward(lambda p, rs: [0.0] * len(rs), name="none")
-    result = run(best_of_n(gen, zero, prompt, n=args.samples, max_new_tokens=args.max_new_tokens, seed=seed))
-    return [(c.token_ids, c.text) for c in result.candidates]
-
-
 def next_prompt(remaining: list, counts: collections.Counter):
-    """The prompt carrying the least-checked instruction type (file order among equals): a short run
+    """The prompt carrying the least-sampled instruction type (file order among equals): a short run
     then covers every type instead of the first prompts' types only."""
     return min(remaining, key=lambda row: min(counts[i] for i in row.instruction_ids))
 
 
-def tally(gen, prompts, args, deadline: float):
-    """Per type: checks, passes, and (open at the decision point) checks and passes."""
-    counts, passes = collections.Counter(), collections.Counter()
-    open_counts, open_passes = collections.Counter(), collections.Counter()
-    used, remaining = 0, list(prompts)
-    while remaining and time.time() < deadline:
+def sample_files(path: Path) -> list[Path]:
+    """The samples file and its shards' files (NAME.K.jsonl)."""
+    return [path, *sorted(path.parent.glob(path.stem + ".*" + path.suffix))]
+
+
+def read_samples(path: Path) -> list[dict]:
+    """Every sampled prompt of the samples file and its shards, once each, in key order."""
+    rows = {}
+    for f in sample_files(path):
+        if f.exists():
+            for line in f.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    rows.setdefault(row["key"], row)
+    return [rows[k] for k in sorted(rows)]
+
+
+def sample_to_file(gen, prompts, args, path: Path, deadline: float) -> int:
+    """Append one JSON line per prompt (key, each sample's token ids, text and stop reason) to ``path``,
+    skipping prompts already there. Returns the number of prompts written."""
+    rows = read_samples(path)
+    done = {r["key"] for r in rows}
+    if args.shard:
+        k, m = (int(x) for x in args.shard.split("/"))
+        prompts = [p for p in prompts if (p.key // 2) % m == k]
+        path = path.with_suffix(f".{k}{path.suffix}")
+    counts: collections.Counter = collections.Counter()
+    for r in rows:
+        counts.update({i: len(r["samples"]) for i in r["instruction_ids"]})
+    remaining = [p for p in prompts if p.key not in done]
+    written = 0
+    zero = CallableReward(lambda p, rs: [0.0] * len(rs), name="none")  # Best-of-N's sampling ignores it
+    while remaining and len(rows) + written < args.prompts and time.time() < deadline:
         row = next_prompt(remaining, counts)
         remaining.remove(row)
-        instructions = row.instructions()
-        for token_ids, text in sample_responses(gen, row.prompt, args, seed=row.key):
-            early = gen.decode(token_ids[:args.decision_tokens])
-            for ins in instructions:
-                ok = bool(text.strip()) and ins.check(text)
-                counts[ins.id] += 1
-                passes[ins.id] += ok
-                if ins.partial(early).status == OPEN:
-                    open_counts[ins.id] += 1
-                    open_passes[ins.id] += ok
-        used += 1
-    return used, counts, passes, open_counts, open_passes
+        result = run(best_of_n(gen, zero, row.prompt, n=args.samples, max_new_tokens=args.max_new_tokens,
+                               seed=row.key))
+        samples = [{"token_ids": c.token_ids, "text": c.text, "stop": c.stop_reason} for c in result.candidates]
+        with path.open("a") as f:
+            f.write(json.dumps({"key": row.key, "instruction_ids": list(row.instruction_ids), "samples": samples})
+                    + "\n")
+        counts.update({i: len(samples) for i in row.instruction_ids})
+        written += 1
+    return written
+
+
+def observations(decode, rows: list[dict], prompts: dict) -> tuple[list[dict], dict, dict, float]:
+    """Open prefixes at every cut (type, counts, characters, followed at the end, cut, key), the checks and
+    passes of complete responses per type, and the generator's characters per token."""
+    obs, checks, passes = [], collections.Counter(), collections.Counter()
+    chars = tokens = 0
+    for row in rows:
+        instructions = prompts[row["key"]].instructions()
+        for s in row["samples"]:
+            text, ids = s["text"], s["token_ids"]
+            chars, tokens = chars + len(text), tokens + len(ids)
+            followed = [bool(text.strip()) and ins.check(text) for ins in instructions]
+            for ins, y in zip(instructions, followed):
+                checks[ins.id] += 1
+                passes[ins.id] += y
+            for cut in CUTS:
+                if len(ids) <= cut:
+                    continue  # finished before the cut: judged by its final reward there, not a partial one
+                prefix = decode(ids[:cut])
+                for ins, y in zip(instructions, followed):
+                    if ins.partial(prefix).status == OPEN:
+                        obs.append({"type": ins.id, "counts": ins.progress(prefix), "tokens": cut,
+                                    "y": float(y), "cut": cut, "key": row["key"]})
+    return obs, checks, passes, chars / max(1, tokens)
+
+
+def count_probabilities(obs: list[dict], model: TypeModel, horizon: float) -> np.ndarray:
+    """The progress model's value of each open prefix (all counts met, taken as independent)."""
+    flat = [(i, c) for i, o in enumerate(obs) for c in o["counts"]]
+    out = np.ones(len(obs))
+    if not flat:
+        return out
+    index = np.array([i for i, _ in flat])
+    tokens = np.array([obs[i]["tokens"] for i, _ in flat], dtype=float)
+    count = np.array([c.count for _, c in flat])
+    scale = model.strength + tokens
+    p = scale / (scale + np.maximum(horizon - tokens, 0.0))
+    probs = meets(count, [c.relation for _, c in flat], [c.n for _, c in flat], model.strength * model.rate + count, p)
+    np.multiply.at(out, index, probs)
+    return out
+
+
+def log_loss(p: np.ndarray, y: np.ndarray) -> float:
+    p = np.clip(p, CLIP, 1 - CLIP)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def fit_type(obs: list[dict], horizon: float) -> TypeModel:
+    """The grid's Gamma prior of least log-loss on these open prefixes of one type."""
+    y = np.array([o["y"] for o in obs])
+    best = min(((log_loss(count_probabilities(obs, TypeModel(r, s), horizon), y), r, s)
+                for r in RATE_GRID for s in STRENGTH_GRID), key=lambda t: t[0])
+    return TypeModel(rate=float(f"{best[1]:.4g}"), strength=float(f"{best[2]:.4g}"))
+
+
+def smoothed(passes: float, checks: float, prior: float, pseudo: float) -> float:
+    return round((passes + pseudo * prior) / (checks + pseudo), 4)
 
 
 def smoothed_rates(counts: dict, passes: dict, pseudo: float) -> tuple[dict[str, float], float]:
     """(rate per type, prior): each type's pass rate pulled toward the pooled rate by ``pseudo`` checks."""
     prior = sum(passes.values()) / max(1, sum(counts.values()))
-    rates = {k: round((passes[k] + pseudo * prior) / (counts[k] + pseudo), 4) for k in sorted(counts)}
-    return rates, round(prior, 4)
+    return {k: smoothed(passes[k], counts[k], prior, pseudo) for k in sorted(counts)}, round(prior, 4)
 
 
-def rates_only(args) -> int:
-    data = json.loads(args.out.read_text())
-    data["rates"], data["prior"] = smoothed_rates(data["counts"], data["passes"], args.pseudo_count)
-    data["settings"]["pseudo_count"] = args.pseudo_count
-    data["rates_command"] = "python -m sbon.ifeval.calibrate --rates-only --pseudo-count " + str(args.pseudo_count)
-    data.get("settings", {}).pop("min_count", None)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"rates recomputed from the counts of {args.out} (pseudo-count {args.pseudo_count})")
-    return 0
+def fit(obs: list[dict], prior: float, horizon: float, pseudo: float) -> tuple[dict, dict]:
+    """(count types' Gamma priors, open rates of the types without a count) from open prefixes."""
+    by_type: dict[str, list] = collections.defaultdict(list)
+    for o in obs:
+        by_type[o["type"]].append(o)
+    types, open_rates = {}, {}
+    for kind, items in sorted(by_type.items()):
+        if items[0]["counts"] is None:
+            open_rates[kind] = smoothed(sum(o["y"] for o in items), len(items), prior, pseudo)
+        else:
+            types[kind] = fit_type(items, horizon)
+    return types, open_rates
+
+
+def predict(obs: list[dict], types: dict, open_rates: dict, prior: float, horizon: float) -> np.ndarray:
+    out = np.empty(len(obs))
+    by_type: dict[str, list[int]] = collections.defaultdict(list)
+    for i, o in enumerate(obs):
+        by_type[o["type"]].append(i)
+    for kind, idx in by_type.items():
+        if kind in types and obs[idx[0]]["counts"] is not None:
+            out[idx] = count_probabilities([obs[i] for i in idx], types[kind], horizon)
+        else:
+            out[idx] = open_rates.get(kind, prior)
+    return out
+
+
+def calibration_error(p: np.ndarray, y: np.ndarray, bins: int = 10) -> dict[str, float | int]:
+    """Expected calibration error (equal-width bins, weighted by their size), Brier score, log-loss."""
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    ece = sum(abs(p[which == b].mean() - y[which == b].mean()) * (which == b).sum()
+              for b in range(bins) if (which == b).any()) / max(1, len(p))
+    return {"open_prefixes": int(len(p)), "ece": round(float(ece), 4),
+            "brier": round(float(np.mean((p - y) ** 2)), 4), "log_loss": round(log_loss(p, y), 4)}
+
+
+def cross_fitted(obs, checks, passes, prior, horizon, pseudo, decision_tokens) -> dict:
+    """Calibration error at the decision point, each half of the prompts scored with parameters fitted on
+    the other half; the former constant value (pass rate on complete responses) alongside."""
+    halves = [[o for o in obs if (o["key"] // 2) % 2 == h] for h in (0, 1)]
+    p_new, p_old, y = [], [], []
+    rates, _ = smoothed_rates(checks, passes, pseudo)
+    for h in (0, 1):
+        train, test = halves[1 - h], [o for o in halves[h] if o["cut"] == decision_tokens]
+        if not test:
+            continue
+        types, open_rates = fit(train, prior, horizon, pseudo)
+        p_new.append(predict(test, types, open_rates, prior, horizon))
+        p_old.append(np.array([rates.get(o["type"], prior) for o in test]))
+        y.append(np.array([o["y"] for o in test]))
+    if not y:
+        return {}
+    p_new, p_old, y = np.concatenate(p_new), np.concatenate(p_old), np.concatenate(y)
+    return {"progress_model": calibration_error(p_new, y), "constant_pass_rate": calibration_error(p_old, y)}
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.rates_only:
-        return rates_only(args)
     prompts = [p for p in load_prompts(args.data) if is_calibration(p.key)]
-    load_before = os.getloadavg()
     gen = load_generator(device="cpu")
+    command = ("OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "?") + " python -m sbon.ifeval.calibrate "
+               + " ".join(sys.argv[1:] if argv is None else argv))
+    if args.sample:
+        n = sample_to_file(gen, prompts, args, args.samples_file, time.time() + 60 * args.minutes)
+        print(f"{n} prompts sampled into {args.samples_file}")
+        return 0
+    rows = read_samples(args.samples_file)
+    if not rows:
+        raise SystemExit(f"no samples in {args.samples_file}: run with --sample first")
     start = time.time()
-    used, counts, passes, open_counts, open_passes = tally(gen, prompts, args, start + 60 * args.minutes)
-    elapsed = time.time() - start
-    rates, prior = smoothed_rates(counts, passes, args.pseudo_count)
+    obs, checks, passes, chars_per_token = observations(gen.decode, rows, {p.key: p for p in prompts})
+    prior = sum(passes.values()) / max(1, sum(checks.values()))
+    horizon = args.max_new_tokens
+    types, open_rates = fit(obs, prior, horizon, args.pseudo_count)
+    error = cross_fitted(obs, checks, passes, prior, horizon, args.pseudo_count, args.decision_tokens)
     out = {
-        "about": "open pass rates of the ifeval reward: fraction of the embedded generator's complete responses "
-                 "following each instruction type (strict), on the calibration split (odd keys)",
-        "command": "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "?") + " python -m sbon.ifeval.calibrate "
-                   + " ".join(sys.argv[1:] if argv is None else argv),
-        "settings": {"generator": gen.name, "samples_per_prompt": args.samples, "max_new_tokens": args.max_new_tokens,
-                     "sampling": "Best-of-N defaults", "seed": "prompt key", "pseudo_count": args.pseudo_count,
-                     "decision_tokens": args.decision_tokens},
-        "prompts_used": used, "prompts_available": len(prompts), "seconds": round(elapsed, 1),
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "prior": prior,
-        "rates": rates,
-        "counts": dict(sorted(counts.items())), "passes": dict(sorted(passes.items())),
-        "open_at_decision": {k: {"count": open_counts[k], "passes": open_passes[k]} for k in sorted(open_counts)},
+        "about": "partial values of the ifeval reward's open instructions (sbon/ifeval/progress.py), fitted on the "
+                 "embedded generator's responses to the calibration split (odd keys)",
+        "command": command,
+        "settings": {"generator": gen.name, "samples_per_prompt": len(rows[0]["samples"]),
+                     "max_new_tokens": args.max_new_tokens, "sampling": "Best-of-N defaults", "seed": "prompt key",
+                     "cuts": list(CUTS), "pseudo_count": args.pseudo_count, "decision_tokens": args.decision_tokens,
+                     "samples_file": args.samples_file.name},
+        "prompts_used": len(rows), "prompts_available": len(prompts),
+        "responses": sum(len(r["samples"]) for r in rows), "open_prefixes": len(obs),
+        "seconds": round(time.time() - start, 1), "load_average": [round(x, 2) for x in os.getloadavg()],
+        "prior": round(prior, 4), "chars_per_token": round(chars_per_token, 3),
+        # The model cannot tell apart probabilities closer than its calibration error: values are rounded so.
+        "resolution": max(0.05, math.ceil(error.get("progress_model", {}).get("ece", 0.0) * 20) / 20),
+        "types": {k: vars(v) for k, v in types.items()}, "open_rates": open_rates,
+        "calibration_error_at_decision": error,
+        "counts": dict(sorted(checks.items())), "passes": dict(sorted(passes.items())),
     }
     args.out.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"{used} prompts, {sum(counts.values())} checks in {elapsed:.0f} s; prior {prior:.3f}; wrote {args.out}")
+    summary = error.get("progress_model", {})
+    print(f"{len(rows)} prompts, {len(obs)} open prefixes; ECE at {args.decision_tokens} tokens "
+          f"{summary.get('ece', math.nan)} (former {error.get('constant_pass_rate', {}).get('ece', math.nan)}); "
+          f"wrote {args.out}")
     return 0
 
 

@@ -56,6 +56,17 @@ def _compile(pattern: str) -> re.Pattern:
         return re.compile(re.escape(pattern), re.IGNORECASE)
 
 
+EXACTLY = "exactly"
+
+
+@dataclass(frozen=True)
+class Count:
+    """A count an unfinished response has reached, and what its complete response needs."""
+    count: int = field(metadata={"help": "events so far that appending cannot undo (words, commas, bullets ...)"})
+    relation: str = field(metadata={"help": "'at least', 'less than' or 'exactly'"})
+    n: int = field(metadata={"help": "the target of the complete response's count"})
+
+
 def _compare(count: int, relation: str, n: int) -> bool:
     return count < n if relation == RELATIONS[0] else count >= n
 
@@ -99,6 +110,12 @@ class Instruction:
     def partial(self, text: str) -> Outcome:
         return Outcome(OPEN, "decided by the complete response")
 
+    def progress(self, text: str) -> list[Count] | None:
+        """How far an unfinished response has come, as counts that can only grow, each with the target
+        its complete response must meet (all of them); None where no count tells (JSON, language).
+        ``sbon.ifeval.progress`` turns them into the probability of following the instruction."""
+        return None
+
     def check(self, text: str) -> bool:
         """The reference's ``check_following``: True when the complete response follows it."""
         return self.final(text).status == PASS
@@ -117,6 +134,9 @@ class KeywordExistence(Instruction):
 
     def final(self, text):
         return self._outcome(text, PASS, FAIL, "missing")
+
+    def progress(self, text):
+        return [Count(0, RELATIONS[1], 1) for _, m in self._found(text) if m is None]
 
     def partial(self, text):
         return self._outcome(text, SATISFIED, OPEN, "not written yet")
@@ -148,6 +168,9 @@ class KeywordFrequency(Instruction):
         ms = self._matches(text)
         return _count_partial(len(ms), self.relation, self.n, f"‘{self.keyword}’ ×", ms[-1].span() if ms else None)
 
+    def progress(self, text):
+        return [Count(len(self._matches(text)), self.relation, self.n)]
+
 
 class ForbiddenWords(Instruction):
     id = "keywords:forbidden_words"
@@ -175,6 +198,9 @@ class ForbiddenWords(Instruction):
             return Outcome(VIOLATED, f"forbidden ‘{hit[0]}’ at {snippet(text, *hit[1].span())}", hit[1].span())
         return Outcome(OPEN, "no forbidden word so far")
 
+    def progress(self, text):
+        return [Count(0, RELATIONS[0], 1)]
+
 
 class LetterFrequency(Instruction):
     """How often a letter appears (case-insensitive). The reference replaces an argument that is not one
@@ -194,6 +220,9 @@ class LetterFrequency(Instruction):
 
     def partial(self, text):
         return _count_partial(self._count(text), self.relation, self.n, f"letter ‘{self.letter}’ ×")
+
+    def progress(self, text):
+        return [Count(self._count(text), self.relation, self.n)]
 
 
 class ResponseLanguage(Instruction):
@@ -226,9 +255,16 @@ class NumberOfSentences(Instruction):
     def final(self, text):
         return _count_final(T.count_sentences(text), self.relation, self.n, "sentences:")
 
+    @staticmethod
+    def _ended(text):
+        return [e for e in T.sentence_ends(text) if e < len(text)]
+
+    def progress(self, text):
+        return [Count(len(self._ended(text)), self.relation, self.n)]
+
     def partial(self, text):
         # Only sentences already ended and followed by a space are settled: the last one may go on.
-        ends = [e for e in T.sentence_ends(text) if e < len(text)]
+        ends = self._ended(text)
         start = ends[-2] if len(ends) > 1 else 0
         span = (start + len(text[start:]) - len(text[start:].lstrip()), ends[-1]) if ends else None
         return _count_partial(len(ends), self.relation, self.n, "ended sentences:", span)
@@ -262,6 +298,9 @@ class NumberOfParagraphs(Instruction):
             return Outcome(VIOLATED, f"{done} paragraphs already, exactly {self.n} required")
         return Outcome(OPEN, f"{done} paragraphs ended so far, exactly {self.n} required")
 
+    def progress(self, text):  # n paragraphs: n - 1 dividers
+        return [Count(len(self.SEPARATOR.findall(text)), EXACTLY, self.n - 1)]
+
 
 class NumberOfWords(Instruction):
     id = "length_constraints:number_words"
@@ -285,6 +324,9 @@ class NumberOfWords(Instruction):
 
     def partial(self, text):
         return self._outcome(text, _count_partial)
+
+    def progress(self, text):
+        return [Count(T.count_words(text), self.relation, self.n)]
 
 
 class ParagraphFirstWord(Instruction):
@@ -332,6 +374,9 @@ class ParagraphFirstWord(Instruction):
                 return Outcome(VIOLATED, f"paragraph {self.nth} starts with ‘{first}’, ‘{self.word}’ required")
         return Outcome(OPEN, f"{done} paragraphs ended so far, exactly {self.n} required")
 
+    def progress(self, text):  # n paragraphs: n - 1 blank-line breaks
+        return [Count(text.count("\n\n"), EXACTLY, self.n - 1)]
+
 
 class Placeholders(Instruction):
     id = "detectable_content:number_placeholders"
@@ -350,6 +395,9 @@ class Placeholders(Instruction):
     def partial(self, text):
         s = self._spans(text)
         return _count_partial(len(s), RELATIONS[1], self.n, "[placeholders]:", s[-1] if s else None)
+
+    def progress(self, text):
+        return [Count(len(self._spans(text)), RELATIONS[1], self.n)]
 
 
 class Postscript(Instruction):
@@ -375,6 +423,9 @@ class Postscript(Instruction):
         if m:
             return Outcome(SATISFIED, f"postscript {snippet(text, *m.span(), context=0)}", m.span())
         return Outcome(OPEN, f"no postscript ‘{self.marker}’ yet")
+
+    def progress(self, text):
+        return [Count(0, RELATIONS[1], 1)]
 
 
 class BulletLists(Instruction):
@@ -402,6 +453,9 @@ class BulletLists(Instruction):
             return Outcome(VIOLATED, f"{len(b)} bullet points already, exactly {self.n} required", last)
         return Outcome(OPEN, f"{len(b)} bullet points so far, exactly {self.n} required")
 
+    def progress(self, text):
+        return [Count(len(self._bullets(_complete_lines(text))), EXACTLY, self.n)]
+
 
 class ConstrainedResponse(Instruction):
     id = "detectable_format:constrained_response"
@@ -427,6 +481,9 @@ class ConstrainedResponse(Instruction):
             return Outcome(SATISFIED, f"contains ‘{hit[0]}’", hit[1])
         return Outcome(OPEN, "no ‘My answer is yes./no./maybe.’ yet")
 
+    def progress(self, text):
+        return [Count(0, RELATIONS[1], 1)]
+
 
 class Highlights(Instruction):
     id = "detectable_format:number_highlighted_sections"
@@ -450,6 +507,9 @@ class Highlights(Instruction):
         s = self._spans(text)
         return _count_partial(len(s), RELATIONS[1], self.n, "*highlighted* sections:", s[-1] if s else None)
 
+    def progress(self, text):
+        return [Count(len(self._spans(text)), RELATIONS[1], self.n)]
+
 
 class Sections(Instruction):
     id = "detectable_format:multiple_sections"
@@ -471,10 +531,14 @@ class Sections(Instruction):
         s = self._spans(text)
         return _count_partial(len(s), RELATIONS[1], self.n, f"‘{self.splitter} N’ sections:", s[-1] if s else None)
 
+    def progress(self, text):
+        return [Count(len(self._spans(text)), RELATIONS[1], self.n)]
+
 
 class JsonFormat(Instruction):
     id = "detectable_format:json_format"
-    STARTS = set('{["-0123456789tfn`')  # how a JSON value, or a ``` fence, can begin
+    # How a JSON value, or a ``` fence, can begin; Python's parser also takes NaN, Infinity and -Infinity.
+    STARTS = set('{["-0123456789tfnNI`')
 
     @staticmethod
     def _unwrap(text):
@@ -518,6 +582,9 @@ class Title(Instruction):
             return Outcome(SATISFIED, f"title {snippet(text, *m.span(), context=0)}", m.span())
         return Outcome(OPEN, "no <<title>> yet")
 
+    def progress(self, text):
+        return [Count(0, RELATIONS[1], 1)]
+
 
 class TwoResponses(Instruction):
     id = "combination:two_responses"
@@ -545,6 +612,9 @@ class TwoResponses(Instruction):
         if done > 2:
             return Outcome(VIOLATED, f"{done} responses already, 2 required")
         return Outcome(OPEN, f"{done} responses ended so far, 2 required")
+
+    def progress(self, text):  # two responses: one separator
+        return [Count(text.count("******"), EXACTLY, 1)]
 
 
 class RepeatPrompt(Instruction):
@@ -592,6 +662,9 @@ class EndPhrase(Instruction):
     def partial(self, text):
         return Outcome(OPEN, f"must end with ‘{self.phrase}’")
 
+    def progress(self, text):
+        return [Count(0, RELATIONS[1], 1)]
+
 
 class CapitalWordFrequency(Instruction):
     id = "change_case:capital_word_frequency"
@@ -605,12 +678,19 @@ class CapitalWordFrequency(Instruction):
         span = words[-1][1:] if words and words[-1][1] >= 0 else None
         return _count_final(len(words), self.relation, self.n, "CAPITAL words:", span)
 
-    def partial(self, text):
+    @staticmethod
+    def _settled(text):
+        """Capital words before the last word: the last word may still grow into a non-capital one."""
         cut = len(text) if text[-1:].isspace() or not text.strip() else len(text) - len(text.split()[-1])
-        settled = text[:cut]
-        words = T.capital_words(settled)  # the last word may still grow into a non-capital one
+        return T.capital_words(text[:cut])
+
+    def partial(self, text):
+        words = self._settled(text)
         span = words[-1][1:] if words and words[-1][1] >= 0 else None
         return _count_partial(len(words), self.relation, self.n, "CAPITAL words:", span)
+
+    def progress(self, text):
+        return [Count(len(self._settled(text)), self.relation, self.n)]
 
 
 class _CaseChecker(Instruction):
@@ -640,6 +720,9 @@ class _CaseChecker(Instruction):
             return Outcome(VIOLATED, f"not {self.case}: {snippet(text, i, i + 1)}", (i, i + 1))
         return Outcome(OPEN, f"all {self.case} so far")
 
+    def progress(self, text):  # no letter of the wrong case, ever
+        return [Count(0, RELATIONS[0], 1)]
+
 
 class EnglishCapital(_CaseChecker):
     id = "change_case:english_capital"
@@ -663,6 +746,9 @@ class NoComma(Instruction):
     def partial(self, text):
         out = self.final(text)
         return Outcome(VIOLATED if out.status == FAIL else OPEN, out.reason + ("" if out.span else " so far"), out.span)
+
+    def progress(self, text):
+        return [Count(0, RELATIONS[0], 1)]
 
 
 class Quotation(Instruction):

@@ -7,15 +7,17 @@ by default as IFEval's instruction-level strict accuracy, plus a tie-break: ``TI
 response wins*, deterministically (characters, not words: free to count). The tie-break is below any difference
 of one instruction (at most 1/k for k instructions), so it never overturns one.
 
-Partial reward (unfinished response, at a decision point) = the expected final reward: each instruction
-counts 1 once satisfied, 0 once violated, and, while open, the pass rate of its type on complete
-responses of the embedded generator (``pass_rates.json``, made by ``python -m sbon.ifeval.calibrate``),
-plus the same tie-break on the partial text. ``score_partial`` computes it; the pruning signal calls it
+Partial reward (unfinished response, at a decision point) = the expected final reward, i.e. the expected
+fraction of instructions followed: each instruction counts 1 once satisfied, 0 once violated, and, while
+open, the probability that it will be followed given the text so far and the room left (``progress``:
+counts against their targets, calibrated on the embedded generator's responses, ``pass_rates.json``
+made by ``python -m sbon.ifeval.calibrate``), plus the same tie-break on the partial text. ``score_partial`` computes it; the pruning signal calls it
 at decision points when the reward has it (``sbon.signals.RewardSignal``).
 
 Which instructions a prompt carries: a prompt whose text is a row of the shipped IFEval file
-(sbon/assets/ifeval/ifeval_prompts.jsonl) gets that row's; ``IFEvalReward.register`` adds others. A prompt
-with neither raises a one-line SBoNError.
+(sbon/assets/ifeval/ifeval_prompts.jsonl) gets that row's; ``IFEvalReward.register`` adds others (the
+command line's ``--instructions``, the page's Instructions and ``/compare``'s ``instructions`` all go
+through ``sbon.ifeval.instructions.use_instructions``). A prompt with neither raises a one-line SBoNError.
 """
 
 from __future__ import annotations
@@ -23,18 +25,21 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Callable, ClassVar, Sequence
 
 from ..errors import SBoNError
 from .checkers import Instruction, build
 from .data import SHIPPED_FILE, load_prompts, parse_row
-from .verdicts import MODES, Verdict, final_verdicts, partial_verdicts, rates_lookup
+from .progress import ProgressModel
+from .verdicts import MODES, Verdict, final_verdicts, partial_verdicts
 
 TIE_BREAK = 1e-3
 PASS_RATES_FILE = Path(__file__).with_name("pass_rates.json")
-# Pass rate of an open instruction when no calibration file is found: IFEval's instruction-level
-# strict accuracy is of this order for small instruction-tuned models (documented, not measured here).
+# Value of an open instruction when no calibration file is found: IFEval's instruction-level strict
+# accuracy is of this order for small instruction-tuned models (documented, not measured here).
 DEFAULT_PRIOR = 0.5
+NO_INSTRUCTIONS = ("the ifeval reward needs instructions for this prompt: add an instruction under Instructions, "
+                   "or pick an example (command line: --instructions)")
 
 
 @functools.lru_cache(maxsize=4)
@@ -43,13 +48,12 @@ def _shipped(path: Path) -> dict[str, tuple[Instruction, ...]]:
     return {p.prompt: tuple(p.instructions()) for p in load_prompts(path)} if path.exists() else {}
 
 
-def load_pass_rates(path: Path = PASS_RATES_FILE) -> tuple[dict[str, float], float]:
-    """(rate per instruction type, prior for the types not in it) from a calibration file; the
-    documented prior alone when there is none."""
+def load_progress_model(path: Path = PASS_RATES_FILE, horizon_tokens: int | None = None) -> ProgressModel:
+    """The calibrated progress model; without a calibration file, every open instruction is worth the
+    documented prior."""
     if not path.exists():
-        return {}, DEFAULT_PRIOR
-    data = json.loads(path.read_text())
-    return dict(data["rates"]), float(data["prior"])
+        return ProgressModel(types={}, open_rates={}, prior=DEFAULT_PRIOR)
+    return ProgressModel.from_dict(json.loads(path.read_text()), horizon_tokens)
 
 
 def tie_break(text: str) -> float:
@@ -66,16 +70,16 @@ class IFEvalReward:
     name = "ifeval"
     _registered: ClassVar[dict[str, tuple[Instruction, ...]]] = {}
 
-    def __init__(self, mode: str = "strict", pass_rates: dict[str, float] | None = None,
-                 prior: float | None = None, prompts_file: str | Path = SHIPPED_FILE):
+    def __init__(self, mode: str = "strict", progress: ProgressModel | None = None,
+                 prompts_file: str | Path = SHIPPED_FILE, horizon_tokens: int | None = None,
+                 count_tokens: Callable[[str], int] | None = None):
         if mode not in MODES:
             raise SBoNError(f"IFEval mode must be one of {MODES}, got {mode!r}")
-        rates, default_prior = load_pass_rates()
         self.mode = mode
-        self.pass_rates = rates if pass_rates is None else dict(pass_rates)
-        self.prior = default_prior if prior is None else prior
+        self.progress = load_progress_model(horizon_tokens=horizon_tokens) if progress is None else progress
+        if count_tokens is not None:
+            self.progress.count_tokens = count_tokens
         self.prompts_file = Path(prompts_file)
-        self._rate = rates_lookup(self.pass_rates, self.prior)
 
     @classmethod
     def register(cls, prompt: str, instruction_ids: Sequence[str], kwargs: Sequence[dict | None]) -> None:
@@ -96,8 +100,7 @@ class IFEvalReward:
             found = table.get(prompt) or table.get(prompt.strip())
             if found:
                 return found
-        raise SBoNError("the ifeval reward needs an IFEval prompt: pick one of sbon/assets/ifeval/ifeval_prompts.jsonl "
-                        "or register its instructions (IFEvalReward.register)")
+        raise SBoNError(NO_INSTRUCTIONS)
 
     def explain(self, prompt: str, response: str, final: bool = True) -> list[Verdict]:
         """One Verdict per instruction: pass/fail for a complete response, satisfied/violated/open for a
@@ -105,7 +108,7 @@ class IFEvalReward:
         instructions = self.instructions(prompt)
         if final:
             return final_verdicts(instructions, response, self.mode)
-        return partial_verdicts(instructions, response, self._rate, self.mode)
+        return partial_verdicts(instructions, response, self.progress.value, self.mode)
 
     def _reward(self, verdicts: list[Verdict], text: str) -> float:
         return sum(v.value for v in verdicts) / len(verdicts) + tie_break(text)

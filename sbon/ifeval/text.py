@@ -2,9 +2,10 @@
 
 IFEval's reference (google-research ``instruction_following_eval/instructions_util.py``) counts words
 with the regex ``\\w+`` (reproduced exactly here), sentences with NLTK's pre-trained English punkt
-model and capital words with ``nltk.word_tokenize``. NLTK's punkt data cannot be downloaded where this
-project runs offline, so when NLTK and its punkt data are installed they are used as they are, and
-otherwise two small regex stand-ins are used: ``count_sentences`` splits after ``.``/``?``/``!`` (and
+model and capital words with ``nltk.word_tokenize``. Here two small regex stand-ins are used always, even
+where NLTK is installed: a partial verdict and the final verdict must count with the same splitter (punkt
+for one and a regex for the other could contradict each other), and punkt's data cannot be downloaded
+where this project runs offline. ``count_sentences`` splits after ``.``/``?``/``!`` (and
 closing quotes or brackets) followed by white space, except after a known abbreviation or a single
 initial, as punkt's English model does in the common cases; ``word_tokens`` splits off punctuation and
 English contractions (``DON'T`` -> ``DO``, ``N'T``) like NLTK's Treebank tokenizer and keeps hyphenated
@@ -14,7 +15,6 @@ texts (lists numbered ``1.``, ellipses) can count differently from punkt.
 
 from __future__ import annotations
 
-import functools
 import re
 
 _WORD = re.compile(r"\w+")
@@ -39,17 +39,6 @@ def count_words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
-@functools.lru_cache(maxsize=1)
-def _punkt():
-    """NLTK's English punkt model when it is installed with its data, else None (the regex stand-in)."""
-    try:
-        import nltk
-
-        return nltk.data.load("nltk:tokenizers/punkt/english.pickle")
-    except Exception:  # nltk missing or its data not downloaded: both are expected offline
-        return None
-
-
 def sentence_ends(text: str) -> list[int]:
     """Character offsets just after each sentence end (the stand-in for punkt), in order."""
     ends = []
@@ -64,27 +53,19 @@ def sentence_ends(text: str) -> list[int]:
 
 
 def count_sentences(text: str) -> int:
-    """IFEval's sentence count: punkt when available, else the regex stand-in (text after the last
+    """IFEval's sentence count by the one splitter the partial verdicts use too (text after the last
     sentence end counts as one more sentence, as punkt counts it)."""
-    punkt = _punkt()
-    if punkt is not None:
-        return len(punkt.tokenize(text))
     ends = sentence_ends(text)
     tail = text[ends[-1]:] if ends else text
     return len(ends) + (1 if tail.strip() else 0)
 
 
 def word_tokens(text: str) -> list[tuple[str, int, int]]:
-    """(token, start, end) in the manner of ``nltk.word_tokenize``; NLTK's own when installed."""
+    """(token, start, end) in the manner of ``nltk.word_tokenize``."""
     pattern = _TOKEN if "n't" in text.lower() else _TOKEN_PLAIN
     return [(m.group(), m.start(), m.end()) for m in pattern.finditer(text)]
 
 
 def capital_words(text: str) -> list[tuple[str, int, int]]:
     """Tokens written all in capitals (``str.isupper``), as IFEval's capital-word check counts them."""
-    punkt = _punkt()
-    if punkt is not None:
-        import nltk
-
-        return [(t, -1, -1) for t in nltk.word_tokenize(text) if t.isupper()]
     return [t for t in word_tokens(text) if t[0].isupper()]

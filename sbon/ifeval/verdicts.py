@@ -10,7 +10,7 @@ with every ``*`` removed, the variants that forgive a preamble, a sign-off or ma
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from .checkers import FAIL, OPEN, PASS, SATISFIED, VIOLATED, Instruction, Outcome
 
@@ -26,7 +26,7 @@ class Verdict:
     span: tuple[int, int] | None = field(metadata={"help": "(start, end) characters of the response that decided "
                                                            "it; None when no single place did"})
     value: float = field(metadata={"help": "what it adds to the reward before averaging: 1 pass/satisfied, 0 fail/"
-                                           "violated, the type's pass rate when open"})
+                                           "violated, P(followed | text so far) when open"})
     final: bool = field(metadata={"help": "True for a complete response's verdict"})
 
     @property
@@ -68,10 +68,10 @@ def final_verdicts(instructions: Sequence[Instruction], response: str, mode: str
     return out
 
 
-def partial_verdicts(instructions: Sequence[Instruction], text: str, pass_rate: Callable[[str], float],
-                     mode: str = "strict") -> list[Verdict]:
-    """Each instruction's verdict on an unfinished response; an open one is worth the generator's pass rate
-    for its type (the expected final verdict when nothing is known yet). Under ``loose`` a violation is
+def partial_verdicts(instructions: Sequence[Instruction], text: str,
+                     open_value: Callable[[Instruction, str], float], mode: str = "strict") -> list[Verdict]:
+    """Each instruction's verdict on an unfinished response; an open one is worth ``open_value``, the
+    probability that it will be followed given the text so far (``progress.ProgressModel.value``). Under ``loose`` a violation is
     only open: a trimmed variant (first or last line, or ``*``, removed) may still pass; a satisfied
     instruction stays satisfied, since the response itself is the first variant."""
     out = []
@@ -80,9 +80,6 @@ def partial_verdicts(instructions: Sequence[Instruction], text: str, pass_rate: 
         if mode == "loose" and o.status == VIOLATED:
             o = Outcome(OPEN, f"{o.reason} (loose: a trimmed variant may still pass)", o.span)
         value = {SATISFIED: 1.0, VIOLATED: 0.0}.get(o.status)
-        out.append(Verdict(ins.id, o.status, o.reason, o.span, pass_rate(ins.id) if value is None else value, False))
+        out.append(Verdict(ins.id, o.status, o.reason, o.span, open_value(ins, text) if value is None else value,
+                           False))
     return out
-
-
-def rates_lookup(rates: Mapping[str, float], prior: float) -> Callable[[str], float]:
-    return lambda instruction_id: float(rates.get(instruction_id, prior))

@@ -1,0 +1,62 @@
+"""The page's Instructions builder: pick IFEval instruction types, edit their arguments as JSON, read
+one line per instruction. Plain data in, values by page element name out; the checks and the
+registration are sbon.ifeval.instructions' (the command line and /compare use the same)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sbon.errors import SBoNError
+from sbon.ifeval.data import SHIPPED_FILE, load_prompts
+from sbon.ifeval.instructions import DESCRIPTIONS, EXAMPLE_ARGS, by_frequency, parse_instructions, to_json
+
+PLACEHOLDER = '[{"id": "punctuation:no_comma"}, {"id": "change_case:english_lowercase"}]'
+
+
+def type_choices() -> list[tuple[str, str]]:
+    """(label, id) of every instruction type, the most frequent in IFEval first."""
+    return [(f"{i.split(':')[1].replace('_', ' ')} — {DESCRIPTIONS[i]}", i) for i in by_frequency()]
+
+
+def _current(text: str) -> list[tuple[str, dict]]:
+    try:
+        return parse_instructions(text) if text and text.strip() else []
+    except SBoNError:
+        return []  # the box holds something unfinished: start from the picked types
+
+
+def on_types(ids: list[str] | None, text: str) -> dict[str, Any]:
+    """The picked types as JSON, keeping the arguments of those already in the box, example arguments
+    for new ones."""
+    kept = {i: k for i, k in _current(text)}
+    chosen = [(i, kept.get(i, EXAMPLE_ARGS.get(i, {}))) for i in ids or []]
+    return {"instructions": to_json(chosen) if chosen else ""}
+
+
+def on_text(text: str) -> dict[str, Any]:
+    """One line per instruction with what it asks, or the one-line reason the box is refused."""
+    if not text or not text.strip():
+        return {"instructions_note": "No instructions: the *Follow instructions* reward then judges only the "
+                                     "IFEval example prompts."}
+    try:
+        parsed = parse_instructions(text)
+    except SBoNError as e:
+        return {"instructions_note": f"⚠ {e}"}
+    lines = [f"- `{i}` — {DESCRIPTIONS[i]}" + (f" ({', '.join(f'{k}={v!r}' for k, v in kw.items())})" if kw else "")
+             for i, kw in parsed]
+    return {"instructions_note": "\n".join(lines), "instruction_types": [i for i, _ in parsed]}
+
+
+def shipped_instructions(prompt: str) -> list[tuple[str, dict]] | None:
+    """An IFEval example prompt's own instructions (None for any other prompt)."""
+    row = next((p for p in load_prompts(SHIPPED_FILE) if p.prompt == prompt), None)
+    return None if row is None else [(i, {k: v for k, v in kw.items() if v is not None})
+                                     for i, kw in zip(row.instruction_ids, row.kwargs)]
+
+
+def on_example(prompt: str | None) -> dict[str, Any]:
+    """A scenario example fills the builder with its instructions; other examples leave it alone."""
+    found = shipped_instructions(prompt) if prompt else None
+    if found is None:
+        return {}
+    return {"instructions": to_json(found), "instruction_types": [i for i, _ in found]}

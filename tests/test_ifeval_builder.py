@@ -1,0 +1,45 @@
+"""The page's Instructions builder (components/instructions.py): picked types become JSON the reward
+takes, edited arguments survive a new pick, an example fills it, a bad box is refused in one line."""
+
+import json
+
+from components import instructions as builder
+from components.controls import RunSettings
+from components.scenarios import SCENARIOS
+from sbon.errors import SBoNError
+
+SEA = "Write a short poem about the sea in all lowercase letters, without any commas."
+
+
+def test_picked_types_keep_edited_arguments_and_start_new_ones_from_examples():
+    box = builder.on_types(["length_constraints:number_words"], "")["instructions"]
+    edited = box.replace('"num_words": 60', '"num_words": 25')
+    box = builder.on_types(["length_constraints:number_words", "punctuation:no_comma"], edited)["instructions"]
+    assert json.loads(box) == [{"id": "length_constraints:number_words", "num_words": 25, "relation": "less than"},
+                               {"id": "punctuation:no_comma"}]
+    assert builder.on_types([], box) == {"instructions": ""}
+
+
+def test_an_example_fills_the_builder_and_a_typed_prompt_runs_with_it():
+    example = SCENARIOS["instructions"].prompts[0]
+    filled = builder.on_example(example)
+    assert filled["instruction_types"] and json.loads(filled["instructions"])
+    assert builder.on_example("What is Atlantis?") == {}
+    box = '[{"id": "change_case:english_lowercase"}, {"id": "punctuation:no_comma"}]'
+    RunSettings(prompt=SEA, reward="ifeval", instructions=box).check()  # the sea poem is accepted
+
+
+def test_the_note_reads_each_instruction_or_the_one_line_refusal():
+    note = builder.on_text('[{"id": "punctuation:no_comma"}]')["instructions_note"]
+    assert "no commas" in note
+    bad = builder.on_text('[{"id": "punctuation:no_semicolon"}]')["instructions_note"]
+    assert bad.startswith("⚠ instructions[0]: unknown IFEval instruction") and "\n" not in bad
+
+
+def test_a_new_prompt_without_instructions_is_refused_once_in_one_line():
+    try:
+        RunSettings(prompt="A prompt nobody gave instructions", reward="ifeval").check()
+    except SBoNError as e:
+        message = str(e)
+    assert message.count("add an instruction under Instructions") == 1 and "\n" not in message
+    assert "sbon/" not in message and "register" not in message
