@@ -54,7 +54,7 @@ class StepSettings:
         "help": "attention implementations of the eager step, each timed with every format (the divergence check "
                 "uses the first)"})
     compiled: list[str] = field(default_factory=lambda: ["bf16"], metadata={
-        "help": "formats also timed with the compiled step over a static KV slab (sbon.decoders; none: --compiled)"})
+        "help": "formats also timed with the compiled step over a static KV slab (sbon.decoders; none: --compiled with no format)"})
     profile_rows: list[int] = field(default_factory=lambda: [1, 7, 16], metadata={
         "help": "row counts whose compiled step is profiled (torch.profiler): the top operators go in the file"})
     threads: int = field(default=2, metadata={"help": "torch (and llama.cpp) CPU threads"})
@@ -397,7 +397,7 @@ def add_parser(sub) -> None:
     defaults = StepSettings()
     for f in StepSettings.__dataclass_fields__.values():
         value = getattr(defaults, f.name)
-        kind = dict(nargs="+", type=type(value[0])) if isinstance(value, list) else dict(type=type(value))
+        kind = dict(nargs="*", type=type(value[0])) if isinstance(value, list) else dict(type=type(value))
         p.add_argument(f"--{f.name.replace('_', '-')}", default=value, help=f.metadata.get("help"), **kind)
     p.add_argument("--generator", default=DEFAULT_GENERATOR)
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp column even if it imports")

@@ -1,7 +1,7 @@
 """The compiled decode step over a static KV slab (``RunConfig.decode``, sbon.decoders, sbon.static_cache) on the
 real embedded model in bf16: a row's tokens and logits do not depend on its batch, so Speculative Rejection's
 survivor k is Best-of-N's candidate k on the compiled path too; the slab keeps its memory when rows leave; the
-CUDA-graph layout (power-of-two rows, the whole length masked) gives the same tokens, checked here uncompiled;
+CUDA-graph layout (the whole length masked) gives the same tokens, checked here uncompiled;
 where compiling is impossible the run says so in one line and decodes eagerly."""
 
 import logging
@@ -55,8 +55,8 @@ def decode(dec, prefix, candidate_ids, tokens, seed=7, prune_at=None):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_rows_tokens_and_logits_do_not_depend_on_its_batch(gen, compiled, threads):
-    """Candidates 0-5 in one batch, one alone (padded to two rows) and five together, four and two: the same
-    tokens and logits, bit for bit, from one compiled graph whose row count and length are symbolic."""
+    """Candidates 0-5 in one batch (a bucket of eight rows), one alone (two rows) and five together, four and two:
+    the same tokens and logits, bit for bit, from the graphs of three buckets, each for every length."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
