@@ -91,8 +91,9 @@ class CompiledDecoder:
     def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
         cache, live = batch.cache, len(tokens)
         rows = self.rows(live)
-        if rows > live:  # padding rows: copies of the last token, their results dropped
-            tokens = torch.cat([tokens, tokens[-1:].expand(rows - live)])
+        # Padding rows: copies of the last token, their results dropped. Always a new tensor made here, in inference
+        # mode, so that the graph's guards see the same kind of tensor whoever made the tokens.
+        tokens = torch.cat([tokens, tokens[-1:].expand(rows - live)])
         cache.prepare(rows, cache.max_len if self.graphs else None)
         positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1)
         if self.compiled and not self.graphs:  # one graph for every length
