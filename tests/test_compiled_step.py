@@ -114,14 +114,16 @@ def test_chunks_give_the_same_run_on_the_compiled_step(gen):
 
 def test_the_cuda_graph_layout_gives_the_same_tokens(gen, compiled):
     """What a GPU replays: rows in power-of-two buckets, the slab's whole length read and its unwritten end masked
-    (run eagerly here, on the CPU): the tokens of the compiled CPU step, the logits up to rounding."""
+    (run eagerly here, on the CPU): the tokens of the compiled CPU step. (Their logits differ in bf16 rounding: the
+    compiled kernels round differently from eager ones; the layout against the eager step, logits and all, is
+    tests/test_step_formats.py's.)"""
     layout = CompiledDecoder(gen, graphs=True, compile=False)
     assert [layout.rows(n) for n in (1, 2, 3, 5, 16, 17)] == [2, 2, 4, 8, 16, 32]
     prefix = gen.prefill(gen.encode_prompt(PROMPT))
     tokens, logits = decode(compiled, prefix, range(3), 5)
     graph_tokens, graph_logits = decode(layout, prefix, range(3), 5)
     assert torch.equal(graph_tokens, tokens)
-    assert torch.allclose(graph_logits.float(), logits.float(), atol=0.1, rtol=0)
+    assert torch.equal(graph_logits[:, 0], logits[:, 0])  # the prefill's, before any step
 
 
 def test_auto_compiles_bf16_on_the_cpu_only(gen):
