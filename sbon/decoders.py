@@ -111,8 +111,8 @@ def compile_problem(gen: Generator) -> str | None:
     """Why this generator's decode step cannot be compiled here (None: it can)."""
     if gen.device.type == "cpu":
         from torch._inductor import config as inductor
-        compiler = inductor.cpp.cxx[0] if isinstance(inductor.cpp.cxx, tuple) else inductor.cpp.cxx
-        if compiler and not shutil.which(compiler) and not shutil.which("g++") and not shutil.which("clang++"):
+        named = inductor.cpp.cxx if isinstance(inductor.cpp.cxx, tuple) else (inductor.cpp.cxx,)
+        if not any(shutil.which(c) for c in (*(c for c in named if c), "g++", "clang++")):
             return "no C++ compiler for torch.compile's CPU kernels (install g++)"
     elif gen.device.type != "cuda":
         return f"{gen.device} has no compiled decode step"
