@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from sbon.attention import NAME as DECODE_ATTENTION
+from sbon.decoders import CompiledDecoder, EagerDecoder, decoder
 from sbon.engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, _package_dir, load_generator
 
@@ -46,10 +47,16 @@ BASELINE = "fp32 sdpa"  # the engine's step when issue #23 was filed: float32 we
 
 @dataclass
 class StepSettings:
-    rows: list[int] = field(default_factory=lambda: [1, 8, 16, 32], metadata={"help": "rows per step"})
-    formats: list[str] = field(default_factory=lambda: list(WEIGHT_FORMATS), metadata={"help": "weight formats"})
-    attentions: list[str] = field(default_factory=lambda: [DECODE_ATTENTION, "sdpa"], metadata={
-        "help": "attention implementations, each timed with every format (the divergence check uses the first)"})
+    rows: list[int] = field(default_factory=lambda: [1, 4, 7, 16, 32], metadata={"help": "rows per step"})
+    formats: list[str] = field(default_factory=lambda: ["bf16"], metadata={
+        "help": f"weight formats (of {', '.join(WEIGHT_FORMATS)})"})
+    attentions: list[str] = field(default_factory=lambda: [DECODE_ATTENTION], metadata={
+        "help": "attention implementations of the eager step, each timed with every format (the divergence check "
+                "uses the first)"})
+    compiled: list[str] = field(default_factory=lambda: ["bf16"], metadata={
+        "help": "formats also timed with the compiled step over a static KV slab (sbon.decoders; none: --compiled with no format)"})
+    profile_rows: list[int] = field(default_factory=lambda: [1, 7, 16], metadata={
+        "help": "row counts whose compiled step is profiled (torch.profiler): the top operators go in the file"})
     threads: int = field(default=2, metadata={"help": "torch (and llama.cpp) CPU threads"})
     warm_steps: int = field(default=4, metadata={"help": "untimed steps before each timing"})
     steps: int = field(default=16, metadata={"help": "timed steps per timing"})
@@ -105,24 +112,40 @@ def weights(gen: Generator) -> tuple[int, int]:
 
 # -- our engine --------------------------------------------------------------------------------
 
-def engine_step_ms(gen: Generator, prefix: Prefix, rows: int, s: StepSettings, sampling: SamplingConfig) -> float:
-    """Milliseconds per decode step of `rows` candidates: sample, stop check, forward."""
-    batch = gen.start(prefix, list(range(rows)))
+def engine_step_ms(gen: Generator, prefix: Prefix, rows: int, s: StepSettings, sampling: SamplingConfig,
+                   dec=None, profile: bool = False) -> float | list[dict]:
+    """Milliseconds per decode step of `rows` candidates: sample, stop check, forward (through ``dec``, a
+    `sbon.decoders` decoder; default the eager one). With ``profile``, the timed steps' top operators instead."""
+    dec = dec or EagerDecoder(gen)
+    batch = dec.start(prefix, list(range(rows)), False, s.warm_steps + s.steps)
     uniforms = coupled_uniforms(s.seed, range(rows), s.warm_steps + s.steps)
 
     def step(t: int) -> None:
         tokens = sample(batch.logits, uniforms[:, t], sampling)
         gen.is_stop(tokens).tolist()
-        gen.forward(batch, tokens)
+        dec.forward(batch, tokens)
 
     for t in range(s.warm_steps):
         step(t)
     gen.synchronize()
+    if profile:
+        return profile_ops(lambda: [step(t) for t in range(s.warm_steps, s.warm_steps + s.steps)], s.steps)
     start = time.perf_counter()
     for t in range(s.warm_steps, s.warm_steps + s.steps):
         step(t)
     gen.synchronize()
     return 1e3 * (time.perf_counter() - start) / s.steps
+
+
+def profile_ops(fn: Callable[[], Any], steps: int, top: int = 15) -> list[dict]:
+    """The operators that take most of the CPU time of ``fn`` (``steps`` decode steps), ms per step each."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return [{"op": e.key, "self_ms_per_step": e.self_cpu_time_total / 1e3 / steps, "calls_per_step": e.count / steps}
+            for e in ops]
 
 
 @torch.inference_mode()
@@ -213,37 +236,52 @@ def open_llama_cpp(generator: str, s: StepSettings, context: int) -> tuple[Llama
 # -- divergence ------------------------------------------------------------------------------
 
 def decode_tokens(gen: Generator, prefix: Prefix, candidate_ids: Sequence[int], tokens: int, seed: int,
-                  sampling: SamplingConfig) -> dict[int, list[int]]:
-    """Each candidate's tokens, all decoded in one batch (stops ignored: every row runs `tokens`)."""
-    batch = gen.start(prefix, list(candidate_ids))
+                  sampling: SamplingConfig, dec=None) -> dict[int, list[int]]:
+    """Each candidate's tokens, all decoded in one batch (stops ignored: every row runs `tokens`) through
+    ``dec`` (default: the eager decoder)."""
+    dec = dec or EagerDecoder(gen)
+    batch = dec.start(prefix, list(candidate_ids), False, tokens)
     uniforms = coupled_uniforms(seed, candidate_ids, tokens)
     out = {k: [] for k in candidate_ids}
     for t in range(tokens):
         picked = sample(batch.logits, uniforms[:, t], sampling)
         for k, token in zip(candidate_ids, picked.tolist()):
             out[k].append(token)
-        gen.forward(batch, picked)
+        dec.forward(batch, picked)
     return out
 
 
-def divergence_rate(gen: Generator, prompts: Sequence[str], s: StepSettings, sampling: SamplingConfig) -> dict:
+def divergence_rate(gen: Generator, prompts: Sequence[str], s: StepSettings, sampling: SamplingConfig,
+                    dec=None) -> dict:
     """Fraction of candidates whose tokens differ between one batch of all and batches of
     `divergence_split` rows; also the first token position where they differ."""
     differ, total, first = 0, 0, []
     ids = list(range(s.divergence_n))
     for text in prompts:
         prefix = gen.prefill(gen.encode_prompt(text))
-        whole = decode_tokens(gen, prefix, ids, s.divergence_tokens, s.seed, sampling)
+        whole = decode_tokens(gen, prefix, ids, s.divergence_tokens, s.seed, sampling, dec)
         split = {}
         for i in range(0, len(ids), s.divergence_split):
             split.update(decode_tokens(gen, prefix, ids[i:i + s.divergence_split], s.divergence_tokens, s.seed,
-                                       sampling))
+                                       sampling, dec))
         for k in ids:
             total += 1
             if whole[k] != split[k]:
                 differ += 1
                 first.append(next(t for t, (a, b) in enumerate(zip(whole[k], split[k])) if a != b))
     return {"rate": differ / total, "candidates": total, "differ": differ, "first_differing_token": first}
+
+
+def eager_agreement(gen: Generator, prompts: Sequence[str], s: StepSettings, sampling: SamplingConfig, dec) -> dict:
+    """Candidates whose tokens are the same through ``dec`` as through the eager step (one batch each)."""
+    same, total = 0, 0
+    ids = list(range(s.divergence_n))
+    for text in prompts:
+        prefix = gen.prefill(gen.encode_prompt(text))
+        a = decode_tokens(gen, prefix, ids, s.divergence_tokens, s.seed, sampling)
+        b = decode_tokens(gen, prefix, ids, s.divergence_tokens, s.seed, sampling, dec)
+        same, total = same + sum(a[k] == b[k] for k in ids), total + len(ids)
+    return {"same": same, "candidates": total}
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -264,6 +302,14 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
 
     prefixes = {name: g.prefill(prompt_ids) for name, g in gens.items()}
     columns = {column_name(f, a): (f, a) for f in gens for a in s.attentions}
+    compiled, compile_s = {}, {}
+    for fmt in s.compiled:  # the first step traces and compiles (from the disk cache where it holds the kernels)
+        gens[fmt].model.set_attn_implementation(DECODE_ATTENTION)
+        compiled[fmt] = decoder(gens[fmt], "compiled")
+        start = time.perf_counter()
+        engine_step_ms(gens[fmt], prefixes[fmt], 2, StepSettings(warm_steps=1, steps=1), sampling, compiled[fmt])
+        compile_s[fmt] = time.perf_counter() - start
+        columns[f"{fmt} compiled"] = (fmt, DECODE_ATTENTION)
     bar = common.progress(s.repeats, "step", disable=quiet)
     for rep in range(s.repeats):
         add("matmul_fp32_gflops", matmul_gflops(torch.float32, s.matmul_size))
@@ -274,7 +320,8 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
             for name in names:
                 fmt, attention = columns[name]
                 gens[fmt].model.set_attn_implementation(attention)
-                add(f"{name}/{rows}", engine_step_ms(gens[fmt], prefixes[fmt], rows, s, sampling))
+                add(f"{name}/{rows}", engine_step_ms(gens[fmt], prefixes[fmt], rows, s, sampling,
+                                                     compiled[fmt] if name.endswith(" compiled") else None))
                 add(f"{fmt}/{rows}/linear", linear_ms(gens[fmt], rows))
             if llama is not None:
                 add(f"llama.cpp/{rows}", llama.step_ms(prompt_ids, rows, s))
@@ -292,8 +339,34 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
                           "gflops": 2 * count * rows / med[f"{name}/{rows}"] / 1e6})
         if llama is not None:
             table.append({"format": "llama.cpp (GGUF)", "rows": rows, "ms_per_step": med[f"llama.cpp/{rows}"]})
+    profiles = {f"{fmt} compiled/{rows}": engine_step_ms(gens[fmt], prefixes[fmt], rows, s, sampling, dec, profile=True)
+                for fmt, dec in compiled.items() for rows in s.profile_rows}
     return {"probes": {k: med[k] for k in ("matmul_fp32_gflops", "matmul_bf16_gflops", "copy_gbps")},
-            "table": table, "samples": samples}
+            "table": table, "samples": samples, "compile_s": compile_s, "profiles": profiles,
+            "targets": targets(table)}
+
+
+# Issue #32's targets on 2 quiet cores: ms per step of the compiled step at these row counts, and faster than
+# llama.cpp from TARGET_LLAMA_FROM rows up.
+TARGET_MS = {1: 12.0, 7: 20.0, 16: 30.0}
+TARGET_LLAMA_FROM = 4
+
+
+def targets(table: list[dict]) -> list[dict]:
+    """Each compiled column against issue #32's targets, met or missed, with the number."""
+    ms = {(r["format"], r["rows"]): r["ms_per_step"] for r in table}
+    out = []
+    for (name, rows), value in ms.items():
+        if not name.endswith(" compiled"):
+            continue
+        if rows in TARGET_MS:
+            out.append({"column": name, "rows": rows, "target": f"<= {TARGET_MS[rows]:g} ms", "ms": value,
+                        "met": value <= TARGET_MS[rows]})
+        llama = ms.get(("llama.cpp (GGUF)", rows))
+        if llama is not None and rows >= TARGET_LLAMA_FROM:
+            out.append({"column": name, "rows": rows, "target": f"faster than llama.cpp ({llama:.1f} ms)",
+                        "ms": value, "met": value < llama})
+    return out
 
 
 def speedups(table: list[dict], rows: int = 16) -> list[str]:
@@ -310,6 +383,13 @@ def speedups(table: list[dict], rows: int = 16) -> list[str]:
     return lines
 
 
+def inductor_cache() -> str:
+    """Where the compiled step's kernels are cached (a fresh folder, TORCHINDUCTOR_CACHE_DIR=$(mktemp -d), times
+    a cold compile)."""
+    import os
+    return os.environ.get("TORCHINDUCTOR_CACHE_DIR", "(inductor's default)")
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("step", help="decode step time per weight format and row count, next to the machine's "
                        "matmul and bandwidth probes and llama.cpp; divergence rate of each format",
@@ -317,7 +397,7 @@ def add_parser(sub) -> None:
     defaults = StepSettings()
     for f in StepSettings.__dataclass_fields__.values():
         value = getattr(defaults, f.name)
-        kind = dict(nargs="+", type=type(value[0])) if isinstance(value, list) else dict(type=type(value))
+        kind = dict(nargs="*", type=type(value[0])) if isinstance(value, list) else dict(type=type(value))
         p.add_argument(f"--{f.name.replace('_', '-')}", default=value, help=f.metadata.get("help"), **kind)
     p.add_argument("--generator", default=DEFAULT_GENERATOR)
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp column even if it imports")
@@ -347,10 +427,16 @@ def main(args: argparse.Namespace) -> int:
         g.model.set_attn_implementation(s.attentions[0])
     divergence = {} if args.no_divergence else {
         name: divergence_rate(g, prompts[:s.divergence_prompts], s, sampling) for name, g in gens.items()}
+    if divergence:  # the compiled step: candidates in one batch against smaller ones, and against the eager step
+        for fmt in s.compiled:
+            dec = decoder(gens[fmt], "compiled")
+            divergence[f"{fmt} compiled"] = divergence_rate(gens[fmt], prompts[:s.divergence_prompts], s, sampling, dec)
+            divergence[f"{fmt} compiled"]["eager_tokens"] = eager_agreement(
+                gens[fmt], prompts[:s.divergence_prompts], s, sampling, dec)
     json_path, _ = common.result_paths(args, "step")
     payload = {"experiment": "step", "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
                "settings": {**asdict(s), "generator": args.generator, "prompt_tokens": len(prompt_ids),
-                            "sampling": asdict(sampling), "llama_cpp": llama_note,
+                            "sampling": asdict(sampling), "llama_cpp": llama_note, "inductor_cache": inductor_cache(),
                             "batch_invariant": {n: WEIGHT_FORMATS[n].batch_invariant for n in s.formats}},
                "environment_start": start_env, "environment": common.environment(), **result,
                "divergence": divergence}
@@ -361,9 +447,16 @@ def main(args: argparse.Namespace) -> int:
           f"{start_env['load_average']} at the start (a shared machine: times are upper bounds)")
     df = pd.DataFrame(result["table"])
     if divergence:
-        df["divergence"] = df["format"].map({column_name(n, s.attentions[0]): d["rate"] for n, d in divergence.items()})
+        df["divergence"] = df["format"].map({**{column_name(n, s.attentions[0]): d["rate"] for n, d in divergence.items()},
+                                             **{n: d["rate"] for n, d in divergence.items() if n.endswith(" compiled")}})
     common.print_table("decode step, median ms (format x rows):", df, "{:.1f}")
     for line in speedups(result["table"]):
         print(line)
+    for fmt, seconds in result["compile_s"].items():
+        print(f"{fmt} compiled: first step (trace and compile, inductor cache {inductor_cache()}) {seconds:.1f} s")
+    for t in result["targets"]:
+        print(f"target {t['rows']} rows {t['target']}: {t['column']} {t['ms']:.1f} ms, {'met' if t['met'] else 'MISSED'}")
+    for key, ops in result["profiles"].items():
+        print(f"profile {key}: " + "; ".join(f"{o['op']} {o['self_ms_per_step']:.2f} ms" for o in ops[:6]))
     print(f"wrote {json_path}")
     return 0

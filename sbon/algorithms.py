@@ -23,7 +23,7 @@ import torch
 
 from .config import FIRST_DECISION_TOKENS, RunConfig, resolve_first_decision
 from .cut import Cut, cut, survivors_count
-from .cuda_graphs import decode_forward
+from .decoders import decoder
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
@@ -103,7 +103,8 @@ class _Run:
         self.candidates = [Candidate(k) for k in range(n)]
         # (candidates, max_new_tokens) on the generator's device: each step gathers its rows' numbers there.
         self.uniforms = coupled_uniforms(config.seed, range(n), config.max_new_tokens).to(gen.device)
-        self.forward = decode_forward(gen, config.cuda_graphs)
+        self.decoder = decoder(gen, config.decode)
+        self.forward = self.decoder.forward
         self.signal: PruningSignal | None = make_signal(config.prune_by, gen, reward) if config.spec.prunes else None
         # Everything that watches each decode step: the pruning signal, if it does (the reward signal reads
         # only the text), and signals watched for analysis only.
@@ -125,7 +126,7 @@ class _Run:
         with self.timer("prefill"):
             prefix = prefix or self.gen.prefill(self.prompt_ids)
             keep_hidden = any(s.needs_hidden for s in self.observers)
-            return prefix, self.gen.start(prefix, candidate_ids, keep_hidden)
+            return prefix, self.decoder.start(prefix, candidate_ids, keep_hidden, self.max_new_tokens)
 
     def chunk_steps(self, t: int, decides: Callable[[int], bool]) -> int:
         """How many tokens the next chunk decodes from ``t``: up to ``decode_chunk``, never past

@@ -31,7 +31,8 @@ def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                      **kwargs) -> tuple[torch.Tensor, None]:
     """query (rows, heads, 1, d), key/value (rows, kv_heads, length, d) -> (rows, 1, heads, d)."""
     rows, heads, q_len, dim = query.shape
-    if (q_len != 1 or attention_mask is not None or dropout or kwargs.get("output_attentions")
+    slab = attention_mask is not None and attention_mask.dtype == torch.bool and attention_mask.shape[-2] == 1
+    if (q_len != 1 or (attention_mask is not None and not slab) or dropout or kwargs.get("output_attentions")
             or any(kwargs.get(name) is not None for name in _NEEDS_SDPA)):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
@@ -41,6 +42,8 @@ def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     # longer buffer) are read in place, where the other order copies them first
     scores = torch.matmul(key, grouped.transpose(-1, -2)).transpose(-1, -2) * (dim ** -0.5 if scaling is None
                                                                               else scaling)
+    if slab:  # a static KV slab (sbon.static_cache): its rows are read to their full length, the unwritten end masked
+        scores = scores.masked_fill(~attention_mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
     out = torch.matmul(weights, value)  # (rows, kv_heads, group, d)
     return out.reshape(rows, heads, 1, dim).transpose(1, 2), None

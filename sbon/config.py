@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .decoders import DECODE_PATHS, check_decode
 from .engine import SamplingConfig, check_prompt
 from .errors import SBoNError
 
@@ -95,8 +96,10 @@ class RunConfig:
                                    "and finished rows leave the batch once per chunk, which on a GPU saves a "
                                    "device-to-host sync per token; a chunk never crosses a decision point or the "
                                    "max new tokens, so the run is the same (1 = check after every token)")
-    cuda_graphs: bool = setting(False, "decode through CUDA graphs (not implemented yet: the run says so in one "
-                                       "line and decodes eagerly)")
+    decode: str = setting("eager", "how the decode step runs: eager (transformers' forward op by op), compiled (one "
+                                   "torch.compile'd step over a static KV slab; CUDA graphs on a GPU) or auto "
+                                   "(compiled on a CPU in the bf16 format, eager elsewhere); each keeps the coupled "
+                                   "sampling exact", choices=lambda: list(DECODE_PATHS))
 
     @classmethod
     def build(cls, sampling: SamplingConfig | None = None, **settings: Any) -> "RunConfig":
@@ -141,6 +144,7 @@ class RunConfig:
         if self.decode_chunk < 1:
             raise SBoNError(f"decode_chunk must be at least 1 token (1 = check for finished candidates after "
                             f"every token), got {self.decode_chunk}")
+        check_decode(self.decode)
         if self.batch_size is not None and self.batch_size < 1:
             raise SBoNError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.method == "sbon":

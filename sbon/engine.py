@@ -13,6 +13,7 @@ candidates with the same ids.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -180,13 +181,33 @@ def prepack_linears(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+# Prepacked weights by key: `torch.compile` cannot take oneDNN's opaque tensors as graph inputs, so a compiled
+# step calls them through `sbon::packed_linear`, an operator it keeps whole, that finds its weight here.
+_PACKED: dict[int, torch.Tensor] = {}
+
+
+@torch.library.custom_op("sbon::packed_linear", mutates_args=())
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, key: int) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` through the weight prepacked under ``key``: the same call as eagerly."""
+    return torch.ops.mkldnn._linear_pointwise(x, _PACKED[key], bias, "none", [], "")
+
+
+@packed_linear.register_fake
+def _(x, weight, bias, key):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
 def _prepacked(module: torch.nn.Linear, plain: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
-    packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), 16)  # 16: a typical row count
+    key = id(module)
+    _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), 16)  # 16: a typical row count
+    weakref.finalize(module, _PACKED.pop, key, None)  # freed with its layer
 
     def prepacked_forward(x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or (torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad)):
             return plain(x)  # moved off the CPU since, or needs a gradient (the prepacked call has none)
-        return torch.ops.mkldnn._linear_pointwise(x, packed, module.bias, "none", [], "")
+        if torch.compiler.is_compiling():
+            return packed_linear(x, module.weight, module.bias, key)
+        return torch.ops.mkldnn._linear_pointwise(x, _PACKED[key], module.bias, "none", [], "")
     return prepacked_forward
 
 

@@ -1,10 +1,8 @@
 """Decoding in chunks (``RunConfig.decode_chunk``) on the real embedded model: the tokens of a chunk stay on the
 device and finished candidates leave once per chunk, yet every method gives the same candidates, the same
 decision points, the same events and shows its signals the same steps as a decode that checks after every
-token; the uniforms gathered on the device give today's tokens; ``cuda_graphs`` falls back to the eager run.
+token; the uniforms gathered on the device give today's tokens (the compiled step in chunks: tests/test_compiled_step.py).
 (The scripted traces of tests/test_cut.py check the decision tokens against the official rule with chunks.)"""
-
-import logging
 
 import pytest
 import torch
@@ -142,20 +140,10 @@ def test_signals_watching_best_of_n_score_the_same_with_chunks(gen):
     assert any(s is not None for by_t in plain[1].values() for s in by_t[9])
 
 
-def test_cuda_graphs_off_a_cuda_device_decode_eagerly_with_one_line(trace, gen, caplog):
-    config = RunConfig(**METHODS["bon"], n=N, max_new_tokens=TOKENS, seed=SEEDS[0], decode_chunk=4, cuda_graphs=True)
-    with caplog.at_level(logging.WARNING, logger="sbon"):
-        run = list(events(gen, REWARD, PROMPT, config))  # no observers here: the chunk keeps no logits
-    [line] = [r.getMessage() for r in caplog.records if r.name.startswith("sbon")]
-    assert line == "cuda_graphs: cpu is not a CUDA device; decoding eagerly"
-    eager = trace("bon", SEEDS[0], 4)[0]
-    assert run[:-1] == eager[:-1] and run[-1].result.candidates == eager[-1].result.candidates
-
-
 def test_the_settings_reach_the_command_line_and_bad_ones_are_one_line():
-    args = build_parser().parse_args(["run", "--decode-chunk", "8", "--cuda-graphs"])
+    args = build_parser().parse_args(["run", "--decode-chunk", "8", "--decode", "eager"])
     config = run_config(args)
-    assert config.decode_chunk == 8 and config.cuda_graphs
-    assert "decode_chunk" not in config.settings()  # how the run decodes, not what it gives
+    assert config.decode_chunk == 8 and config.decode == "eager"
+    assert not {"decode_chunk", "decode"} & set(config.settings())  # how the run decodes, not what it gives
     with pytest.raises(SBoNError, match=r"^decode_chunk must be at least 1 token .*got 0$"):
         RunConfig(decode_chunk=0).validate()

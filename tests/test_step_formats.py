@@ -208,3 +208,31 @@ def test_a_model_bound_for_a_gpu_is_neither_prepacked_nor_given_the_cpu_attentio
         layer = model.model.layers[0].self_attn.q_proj
         assert ("forward" in vars(layer)) == packed  # the instance's own forward: prepacked and padded
         assert (model.config._attn_implementation == NAME) == packed
+
+
+def test_a_static_kv_slab_gives_the_growable_cache_s_logits(gen_bf16):
+    """The compiled step's cache (sbon.static_cache), run eagerly: rows in a power-of-two bucket (padding rows
+    dropped), a row pruned midway (compacted in place, the slab never reallocated), the view read to the written
+    length: the growable cache's logits bit for bit. Read to the slab's whole length with its end masked (the
+    CUDA-graph layout): the same up to rounding."""
+    from sbon.decoders import CompiledDecoder, EagerDecoder
+
+    prefix = gen_bf16.prefill(gen_bf16.encode_prompt(PROMPT))
+    logits = {}
+    for name, dec in (("eager", EagerDecoder(gen_bf16)), ("slab", CompiledDecoder(gen_bf16, graphs=False, compile=False)),
+                      ("graph", CompiledDecoder(gen_bf16, graphs=True, compile=False))):
+        batch = dec.start(prefix, [0, 1, 2], False, 8)
+        slab = batch.cache.layers[0].slab_keys if name != "eager" else None
+        out, tokens = [], torch.tensor([100, 200, 300])
+        for t in range(5):
+            if t == 2:
+                batch.keep([0, 2])
+                tokens = tokens[[0, 2]]
+            dec.forward(batch, tokens + t)
+            out.append(batch.logits.clone())
+        if slab is not None:
+            layer = batch.cache.layers[0]
+            assert layer.slab_keys is slab and slab.shape[0] == 4 and layer.keys.shape[0] == 2
+        logits[name] = out
+    assert all(torch.equal(a, b) for a, b in zip(logits["eager"], logits["slab"]))
+    assert all(torch.allclose(a.float(), b.float(), atol=0.1, rtol=0) for a, b in zip(logits["eager"], logits["graph"]))

@@ -1,0 +1,153 @@
+"""The ``decode`` setting's one place: how a run's decode loop opens a batch and feeds it one token per row.
+
+- ``eager``: `transformers`' forward over a growable KV cache (``sbon.engine.GrowableLayer``), op by op.
+- ``compiled``: one `torch.compile`d decode step over a static KV slab (``sbon.static_cache``), as gpt-fast
+  does it, for power-of-two row buckets (at least two rows, the bf16 format's kernels' smallest,
+  ``sbon.engine.WEIGHT_FORMATS``), padding rows' results dropped: on a CPU, inductor's C++ kernels with the
+  length symbolic (one graph per bucket for every length); on a CUDA device the same step as CUDA graphs
+  (``mode="reduce-overhead"``) over the slab's whole length (a shape a graph can replay), the unwritten end
+  masked. Each row's numbers depend on that row only, in every bucket (tests/test_compiled_step.py).
+- ``auto`` (the default): ``compiled`` where it is measured faster and keeps the coupled sampling exact (a CPU
+  with the bf16 format and a C++ compiler for inductor), ``eager`` elsewhere.
+
+The compiled artifacts go to a cache on disk (``$SBON_CACHE/inductor``, inductor's FX graph and AOTAutograd
+caches), so a later process traces the step again but does not compile it again. Where compiling is not
+possible, one logged line says why and the run decodes eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Sequence
+
+import torch
+
+from .engine import Batch, Generator, Prefix
+from .errors import SBoNError
+from .static_cache import SlabCache
+
+log = logging.getLogger(__name__)
+
+DECODE_PATHS = ("auto", "eager", "compiled")
+# Tokens the slab's length is rounded up to, so that runs with prompts of nearby lengths share one compiled
+# step on a GPU (whose graphs read the whole length).
+SLAB_LENGTH_STEP = 64
+MIN_ROWS = 2  # a step computes at least this many rows: the bf16 kernels' (WEIGHT_FORMATS["bf16"].min_rows)
+
+
+def check_decode(name: str) -> None:
+    if name not in DECODE_PATHS:
+        raise SBoNError(f"unknown decode '{name}': use one of {', '.join(DECODE_PATHS)}")
+
+
+class EagerDecoder:
+    """`transformers`' forward, op by op, over the growable cache."""
+    name = "eager"
+
+    def __init__(self, gen: Generator):
+        self.gen = gen
+
+    def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
+        return self.gen.start(prefix, candidate_ids, keep_hidden)
+
+    def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
+        self.gen.forward(batch, tokens)
+
+
+def _step(model: torch.nn.Module, tokens: torch.Tensor, positions: torch.Tensor, cache: SlabCache,
+          keep_hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    out = model(input_ids=tokens, position_ids=positions, past_key_values=cache, use_cache=True,
+                output_hidden_states=keep_hidden)
+    return out.logits[:, -1, :], out.hidden_states[-1][:, -1, :] if keep_hidden else None
+
+
+class CompiledDecoder:
+    """One compiled decode step over a static KV slab (see the module's docstring)."""
+    name = "compiled"
+
+    def __init__(self, gen: Generator, graphs: bool | None = None, compile: bool = True):
+        """``graphs``: the CUDA-graph layout (default: on a CUDA device); ``compile=False`` runs the same step
+        eagerly over the same slab (what the tests check the layouts with on a CPU)."""
+        self.gen = gen
+        self.graphs = gen.device.type == "cuda" if graphs is None else graphs
+        self.compiled = compile
+        self.step = _step if not compile else torch.compile(
+            _step, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.graphs else None)
+
+    @staticmethod
+    def rows(live: int) -> int:
+        """Rows a step computes for ``live`` candidates: the next power of two (one graph per bucket: dynamo
+        specialises the step to the slab's row count), at least MIN_ROWS."""
+        return 1 << (max(MIN_ROWS, live) - 1).bit_length()
+
+    def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
+        length = len(prefix.prompt_ids) + max_new_tokens
+        cache = SlabCache(prefix.cache, self.rows(len(candidate_ids)), -(-length // SLAB_LENGTH_STEP) * SLAB_LENGTH_STEP)
+        return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
+
+    @torch.inference_mode()
+    def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
+        cache, live = batch.cache, len(tokens)
+        rows = self.rows(live)
+        # Padding rows: copies of the last token, their results dropped. Always a new tensor made here, in inference
+        # mode, so that the graph's guards see the same kind of tensor whoever made the tokens.
+        tokens = torch.cat([tokens, tokens[-1:].expand(rows - live)])
+        cache.prepare(rows, cache.max_len if self.graphs else None)
+        positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1)
+        if self.compiled and not self.graphs:  # one graph for every length
+            for layer in cache.layers:
+                torch._dynamo.maybe_mark_dynamic(layer.keys, 2)
+                torch._dynamo.maybe_mark_dynamic(layer.values, 2)
+        logits, hidden = self.step(self.gen.model, tokens.view(-1, 1), positions, cache, batch.keep_hidden)
+        cache.advance()
+        batch.logits = logits[:live]
+        if batch.keep_hidden:
+            batch.hidden = hidden[:live]
+
+
+def compile_problem(gen: Generator) -> str | None:
+    """Why this generator's decode step cannot be compiled here (None: it can)."""
+    if gen.device.type == "cpu":
+        from torch._inductor import config as inductor
+        named = inductor.cpp.cxx if isinstance(inductor.cpp.cxx, tuple) else (inductor.cpp.cxx,)
+        if not any(shutil.which(c) for c in (*(c for c in named if c), "g++", "clang++")):
+            return "no C++ compiler for torch.compile's CPU kernels (install g++)"
+    elif gen.device.type != "cuda":
+        return f"{gen.device} has no compiled decode step"
+    if not getattr(gen.model.config, "_attn_implementation", None) in (None, "sdpa", "sbon_decode", "eager"):
+        return f"attention {gen.model.config._attn_implementation} does not read a KV slab"
+    return None
+
+
+def auto_compiles(gen: Generator) -> bool:
+    """``auto``: compiled on a CPU where the generator is in the bf16 format (its kernels keep a row's numbers
+    independent of its batch, compiled or not: tests/test_compiled_step.py) and compiling is possible."""
+    return gen.device.type == "cpu" and gen.weights == "bf16" and compile_problem(gen) is None
+
+
+def decoder(gen: Generator, decode: str = "auto"):
+    """The decoder a run uses: ``decoder.start(prefix, ids, keep_hidden, max_new_tokens) -> Batch`` and
+    ``decoder.forward(batch, tokens)``. Asked for ``compiled`` where it cannot be, one logged line says why."""
+    check_decode(decode)
+    if decode == "eager" or (decode == "auto" and not auto_compiles(gen)):
+        return EagerDecoder(gen)
+    problem = compile_problem(gen)
+    if problem:
+        log.warning("decode compiled: %s; decoding eagerly", problem)
+        return EagerDecoder(gen)
+    return _compiled(gen)
+
+
+def _compiled(gen: Generator) -> CompiledDecoder:
+    """One compiled decoder per generator, reused by every run (its graphs stay compiled)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir()))
+    if getattr(gen, "_compiled_decoder", None) is None:
+        gen._compiled_decoder = CompiledDecoder(gen)
+    return gen._compiled_decoder
+
+
+def _cache_dir():
+    from .models import cache_dir
+    return cache_dir() / "inductor"

@@ -1,0 +1,144 @@
+"""The compiled decode step over a static KV slab (``RunConfig.decode``, sbon.decoders, sbon.static_cache) on the
+real embedded model in bf16: a row's tokens and logits do not depend on its batch, so Speculative Rejection's
+survivor k is Best-of-N's candidate k on the compiled path too; the slab keeps its memory when rows leave; the
+CUDA-graph layout (the whole length masked) gives the same tokens, checked here uncompiled;
+where compiling is impossible the run says so in one line and decodes eagerly."""
+
+import logging
+
+import pytest
+import torch
+
+from sbon.algorithms import RunConfig, events, run
+from sbon.decoders import CompiledDecoder, EagerDecoder, decoder
+from sbon.engine import SamplingConfig, coupled_uniforms, sample
+from sbon.errors import SBoNError
+from sbon.models import load_generator
+from sbon.rewards import CallableReward
+
+# Compiling the step takes minutes on two busy cores with a cold inductor cache ($SBON_CACHE/inductor).
+pytestmark = pytest.mark.slow
+
+PROMPT = "Give three tips for staying healthy."
+REWARD = CallableReward(lambda prompt, responses: [float(sum(map(ord, r)) % 101) for r in responses], name="text-sum")
+
+
+@pytest.fixture(scope="module")
+def gen():
+    return load_generator("smollm2-135m", device="cpu", weights="bf16")
+
+
+@pytest.fixture(scope="module")
+def compiled(gen):
+    dec = decoder(gen, "compiled")
+    assert isinstance(dec, CompiledDecoder) and dec.compiled
+    return dec
+
+
+def decode(dec, prefix, candidate_ids, tokens, seed=7, prune_at=None):
+    """Each candidate's sampled tokens and the logits they were sampled from (one batch; with ``prune_at``,
+    the first row leaves the batch after that many tokens and its later entries are left at zero)."""
+    batch = dec.start(prefix, list(candidate_ids), False, 32)
+    uniforms = coupled_uniforms(seed, candidate_ids, tokens)
+    picked = torch.zeros(len(candidate_ids), tokens, dtype=torch.long)
+    logits = torch.zeros(len(candidate_ids), tokens, batch.logits.shape[-1], dtype=batch.logits.dtype)
+    rows = list(range(len(candidate_ids)))
+    for t in range(tokens):
+        if t == prune_at:
+            rows = rows[1:]
+            batch.keep([candidate_ids[r] for r in rows])
+        logits[rows, t] = batch.logits
+        picked[rows, t] = sample(batch.logits, uniforms[rows, t], SamplingConfig())
+        dec.forward(batch, picked[rows, t])
+    return picked, logits
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_rows_tokens_and_logits_do_not_depend_on_its_batch(gen, compiled, threads):
+    """Candidates 0-5 in one batch (a bucket of eight rows), one alone (two rows) and five together, four and two:
+    the same tokens and logits, bit for bit, from the graphs of three buckets, each for every length."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        prefix = gen.prefill(gen.encode_prompt(PROMPT))
+        tokens, logits = decode(compiled, prefix, range(6), 6)
+        for split in ([[0], [1, 2, 3, 4, 5]], [[0, 1, 2, 3], [4, 5]]):
+            parts = [decode(compiled, prefix, ids, 6) for ids in split]
+            assert torch.equal(torch.cat([p[0] for p in parts]), tokens)
+            assert torch.equal(torch.cat([p[1] for p in parts]), logits)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_rows_leave_the_slab_in_place(gen, compiled):
+    """A row pruned midway: the others go on with the tokens they have in a batch without it, and the slab is
+    the same memory throughout (compacted by index, never reallocated)."""
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    batch = compiled.start(prefix, [0, 1, 2], False, 32)
+    slab = batch.cache.layers[0].slab_keys
+    where, rows = slab.data_ptr(), slab.shape[0]
+    pruned, _ = decode(compiled, prefix, [0, 1, 2], 6, prune_at=2)
+    alone, _ = decode(compiled, prefix, [1, 2], 6)
+    assert torch.equal(pruned[1:], alone)
+    compiled.forward(batch, torch.tensor([100, 200, 300]))
+    batch.keep([0, 2])
+    compiled.forward(batch, torch.tensor([101, 301]))
+    layer = batch.cache.layers[0]
+    assert layer.slab_keys.data_ptr() == where and layer.slab_keys.shape[0] == rows
+    assert layer.keys.shape[0] == 2 and batch.cache.get_seq_length() == len(prefix.prompt_ids) + 2
+
+
+def test_speculative_rejection_s_survivors_are_best_of_n_s_candidates(gen):
+    """The coupling on the compiled path: Best-of-N in batches of 4 and Speculative Rejection from 6 rows down to
+    its survivors; every candidate Speculative Rejection finished has Best-of-N's tokens."""
+    common = dict(n=6, max_new_tokens=16, seed=3, decode="compiled")
+    bon = run(events(gen, REWARD, PROMPT, RunConfig(method="bon", batch_size=4, **common)))
+    sr = run(events(gen, REWARD, PROMPT, RunConfig(method="sbon", alpha=0.5, first_decision=4, **common)))
+    finished = [c for c in sr.candidates if c.pruned_round is None]
+    assert sr.decision_points and len(finished) < 6
+    for c in sr.candidates:
+        assert c.token_ids == bon.candidates[c.id].token_ids[:len(c.token_ids)]
+    assert all(c.token_ids == bon.candidates[c.id].token_ids for c in finished)
+
+
+def test_chunks_give_the_same_run_on_the_compiled_step(gen):
+    """Decoding in chunks (tests/test_decode_chunk.py) on the compiled step: the same events and candidates."""
+    runs = []
+    for chunk in (1, 4):
+        config = RunConfig(method="sbon", alpha=0.2, first_decision=3, n=6, max_new_tokens=12, seed=0,
+                           decode_chunk=chunk, decode="compiled")
+        runs.append(list(events(gen, REWARD, "Answer with one word: what colour is the sky?", config)))
+    assert runs[1][:-1] == runs[0][:-1] and runs[1][-1].result.candidates == runs[0][-1].result.candidates
+    assert runs[0][-1].result.decision_points
+
+
+def test_the_cuda_graph_layout_gives_the_same_tokens(gen, compiled):
+    """What a GPU replays: rows in power-of-two buckets, the slab's whole length read and its unwritten end masked
+    (run eagerly here, on the CPU): the tokens of the compiled CPU step. (Their logits differ in bf16 rounding: the
+    compiled kernels round differently from eager ones; the layout against the eager step, logits and all, is
+    tests/test_step_formats.py's.)"""
+    layout = CompiledDecoder(gen, graphs=True, compile=False)
+    assert [layout.rows(n) for n in (1, 2, 3, 5, 16, 17)] == [2, 2, 4, 8, 16, 32]
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    tokens, logits = decode(compiled, prefix, range(3), 5)
+    graph_tokens, graph_logits = decode(layout, prefix, range(3), 5)
+    assert torch.equal(graph_tokens, tokens)
+    assert torch.equal(graph_logits[:, 0], logits[:, 0])  # the prefill's, before any step
+
+
+def test_auto_compiles_bf16_on_the_cpu_only(gen):
+    fp32 = load_generator("smollm2-135m", device="cpu", weights="fp32")
+    assert isinstance(decoder(fp32, "auto"), EagerDecoder) and isinstance(decoder(gen, "eager"), EagerDecoder)
+    assert isinstance(decoder(gen, "auto"), CompiledDecoder)
+    with pytest.raises(SBoNError, match=r"^unknown decode 'jit': use one of auto, eager, compiled$"):
+        RunConfig(decode="jit").validate()
+
+
+def test_without_a_compiler_the_run_decodes_eagerly_with_one_line(gen, monkeypatch, caplog):
+    import sbon.decoders
+    monkeypatch.setattr(sbon.decoders.shutil, "which", lambda name: None)
+    with caplog.at_level(logging.WARNING, logger="sbon"):
+        dec = decoder(gen, "compiled")
+    assert isinstance(dec, EagerDecoder)
+    [line] = [r.getMessage() for r in caplog.records if r.name.startswith("sbon")]
+    assert line == "decode compiled: no C++ compiler for torch.compile's CPU kernels (install g++); decoding eagerly"
