@@ -48,7 +48,8 @@ HELPFUL_EXAMPLES = tuple(e.prompt for e in load_examples())  # the app's curated
 
 SCENARIOS: dict[str, Scenario] = {
     "instructions": Scenario("Follow instructions", "ifeval",
-                             "instructions checked by program, every verdict readable (IFEval prompts only)",
+                             "instructions checked by program, every verdict readable (an IFEval example, or your "
+                             "prompt with instructions from the Instructions builder)",
                              prompts=_ifeval_examples()),
     "helpful": Scenario("Be helpful / harmless", "minilm-pref",
                         "a small preference head; among samples of one model it mostly rewards length",
