@@ -342,11 +342,15 @@ def app_timing(results_dir: Path, folder: str, only: str | None = None) -> str:
             return " / ".join(span(clicks, k) if k in keys else "–" for k in
                               ("first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s"))
 
+        clicks = d["clicks"]
+        still = (f"{num(max(c['longest_still_s'] for c in clicks))} s / {num(max(c['chart_longest_still_s'] for c in clicks))} s"
+                 if all("longest_still_s" in c and "chart_longest_still_s" in c for c in clicks) else "–")
         rows.append([link(results_dir, path), setting, load_avg(d["environment"]),
-                     num(up.get("page_ready_s")), num(up.get("models_ready_s")), timings(first), timings(warm)])
+                     num(up.get("page_ready_s")), num(up.get("models_ready_s")), timings(first), timings(warm), still])
     columns = "first decision point / Speculative Rejection's answer / final frame / every view"
     return markdown_table(["file", "settings", "load average", "start → page ready (s)", "start → models ready (s)",
-                           f"first Run (models loading): {columns}", f"later Runs: {columns}"], rows)
+                           f"first Run (models loading): {columns}", f"later Runs: {columns}",
+                           "longest the live view stood still during a run / its chart alone (every click)"], rows)
 
 
 def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
@@ -615,8 +619,9 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "signal-cost": signal_cost,
     "app": partial(app_timing, folder="app"),
-    "app-latest": partial(app_timing, folder="app", only="app_page_defaults_bf16.json"),
+    "app-latest": partial(app_timing, folder="app", only="app_presenter_still.json"),
     "step": step,
+    "step-compiled": partial(step, name="step_compiled_threads2.json"),
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
     "cli-runs": cli_runs,
