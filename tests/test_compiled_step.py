@@ -17,7 +17,8 @@ from sbon.models import load_generator
 from sbon.rewards import CallableReward
 
 # Compiling the step takes minutes on two busy cores with a cold inductor cache ($SBON_CACHE/inductor).
-pytestmark = pytest.mark.slow
+# Deselected from the default suite (pyproject's addopts): `python -m pytest -m compile` runs them.
+pytestmark = [pytest.mark.slow, pytest.mark.compile]
 
 PROMPT = "Give three tips for staying healthy."
 REWARD = CallableReward(lambda prompt, responses: [float(sum(map(ord, r)) % 101) for r in responses], name="text-sum")
