@@ -191,14 +191,9 @@ def add_parser(sub) -> None:
                                       "Rejection (rounds and tau), Best-of-M; where partial verdicts predict final ones")
     common.add_common_args(p, k=10, n=16, max_new_tokens=128)
     p.set_defaults(reward="ifeval", prompts_file=None)
-    from sbon.models import default_weights
-    import torch
-
-    helps = {"reward": "reward preset (default: ifeval, the only one this experiment takes)",
-             "dtype": f"generator dtype (default: {default_weights(torch.device('cpu'))} on this machine's CPU, "
-                      "bf16 on a GPU: bf16 where bfloat16 matmuls are fast)",
+    helps = {"reward": "reward preset: ifeval, the only one this experiment takes",
              "prompts_file": "an IFEval-format JSON lines file (key, prompt, instruction_id_list, kwargs), all of "
-                             "its rows (default: the shipped file's evaluation split, even keys)"}
+                             "its rows; None: the shipped file's evaluation split (even keys)"}
     for action in p._actions:
         action.help = helps.get(action.dest, action.help)
     g = p.add_argument_group("ifeval")
