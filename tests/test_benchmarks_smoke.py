@@ -247,7 +247,8 @@ def test_step_times_every_format_with_both_attentions_and_reports_the_ratios(tmp
     fp32 + SDPA baseline, and the divergence check finds the padded formats exact."""
     from benchmarks import step
 
-    assert main(["step", "--rows", "1", "3", "--formats", "fp32", "bf16", "--steps", "1", "--warm-steps", "1",
+    assert main(["step", "--rows", "1", "3", "--formats", "fp32", "bf16", "--attentions", "sbon_decode", "sdpa",
+                 "--compiled", "--steps", "1", "--warm-steps", "1",
                  "--repeats", "1", "--threads", "1", "--no-llama-cpp", "--divergence-n", "4", "--divergence-split", "3",
                  "--divergence-tokens", "6", "--divergence-prompts", "1", "--out-dir", str(tmp_path), "--quiet"]) == 0
     saved = json.loads((tmp_path / "step.json").read_text())
