@@ -28,7 +28,7 @@ RUN_ID = re.compile(r"[0-9a-f]{8}[0-9a-f]{16}")
 
 @dataclass
 class ShareStore:
-    folder: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "sbon-explorer" / "shared",
+    folder: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "sbon-explorer" / "links",
                          metadata={"help": "where shared runs are kept"})
     ttl_s: float = field(default=7 * 24 * 3600, metadata={"help": "how long a link works (seconds)"})
     max_bytes: int = field(default=5_000_000, metadata={"help": "the largest run (saved JSON) that can be shared"})
