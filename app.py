@@ -196,9 +196,9 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
     """The comparison's events for these settings (Best-of-N memory-bound or in memory, as asked). On a
     ZeroGPU Space this runs on a lent GPU in a worker process: settings in, plain events out, the models
     from the cache the worker inherits (sbon/zerogpu.py)."""
-    settings.use_instructions()  # a ZeroGPU worker is another process: the prompt's instructions come along
     gen, reward = MODELS.get(settings.generator, settings.reward)
-    yield from comparison_events(gen, reward, settings.prompt, settings.config(),
+    # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
+    yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, settings.config(),
                                  bon_same_memory=settings.bon_same_memory)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig, setting
 from sbon.errors import SBoNError
 from sbon.options import field_kind
+from sbon.rewards import RewardModel, bind_instructions
 from sbon.signals import SIGNALS
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, check_name, check_reward_prompt
 
@@ -75,16 +76,18 @@ class RunSettings(RunConfig):
         self.config().validate(self.prompt)
         check_name(self.generator, GENERATORS, "generator")
         check_name(self.reward, REWARDS, "reward")
-        self.use_instructions()
-        check_reward_prompt(self.reward, self.prompt)
+        check_reward_prompt(self.reward, self.prompt, self.run_instructions)
 
-    def use_instructions(self) -> None:
-        """Give the prompt its instructions under the ifeval reward (checked: one-line SBoNError); other
-        rewards judge no instructions, and the builder may still hold some from an earlier scenario."""
-        if self.reward == "ifeval" and self.instructions.strip():
-            from sbon.ifeval.instructions import use_instructions
+    @property
+    def run_instructions(self) -> str | None:
+        """The instructions this run brings: the builder's, under the ifeval reward; none for other rewards (they
+        judge no instructions, and the builder may still hold some from an earlier scenario)."""
+        return self.instructions if self.reward == "ifeval" and self.instructions.strip() else None
 
-            use_instructions(self.prompt, self.instructions)
+    def reward_for_run(self, reward: RewardModel) -> RewardModel:
+        """The loaded reward as this run uses it: bound to this run's instructions, seen by no other run (two
+        visitors may run the same prompt text with different instructions at once)."""
+        return bind_instructions(reward, self.prompt, self.run_instructions)
 
     def config(self) -> RunConfig:
         """The run's settings as the library takes them."""

@@ -36,7 +36,7 @@ def record(settings: RunSettings, out: str | Path, models: ModelCache) -> Compar
     """Run one comparison with these settings, say each decision point on stderr, write it to ``out``."""
     gen, reward = models.get(settings.generator, settings.reward)
     start = time.perf_counter()
-    for event in comparison_events(gen, reward, settings.prompt, settings.config(),
+    for event in comparison_events(gen, settings.reward_for_run(reward), settings.prompt, settings.config(),
                                    bon_same_memory=settings.bon_same_memory):
         if isinstance(event, MethodEvent) and isinstance(event.event, DecisionTaken):
             point = event.event.decision

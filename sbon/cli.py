@@ -20,6 +20,7 @@ from .machine_load import LoadMeter, busy_note
 from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, check_reward_prompt,
                      default_device, default_dtype_name, load_generator, load_reward)
 from .results import RunResult
+from .rewards import bind_instructions
 
 DEFAULT_N = 16
 # AlpacaEval's first prompt (the paper's prompt set), for a run without --prompt.
@@ -137,15 +138,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args)
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
-    if args.instructions is not None:
-        from .ifeval.instructions import use_instructions
-
-        use_instructions(args.prompt, args.instructions)
-    check_reward_prompt(args.reward, args.prompt)
+    if args.instructions is not None and args.reward != "ifeval":
+        raise SBoNError(f"--instructions applies to --reward ifeval, not {args.reward}")
+    check_reward_prompt(args.reward, args.prompt, args.instructions)
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
                          weights=args.weights)
-    reward = load_reward(args.reward, generator=gen, device=args.device)
+    reward = bind_instructions(load_reward(args.reward, generator=gen, device=args.device), args.prompt,
+                               args.instructions)
     if args.compare:
         stream = comparison_events(gen, reward, args.prompt, config, bon_same_memory=args.bon_same_memory)
         comparison = drive(with_progress(stream, args.max_new_tokens, args.method), ComparisonDone).comparison

@@ -260,3 +260,37 @@ def test_the_page_names_its_scenario_and_types_no_measured_number(app):
     assert app.REWARD_NOTE.count("\n") <= 2 and "usage.md" in app.REWARD_NOTE
     names = set(app.VIEWS["correlations"](app.Shown(app.show_recorded("curves")["comparison"], "x")).columns)
     assert not names & {"tau", "pearson", "oracle_cut"}
+
+
+def test_two_runs_of_one_prompt_text_with_different_instructions_are_judged_each_by_its_own(app, gen, monkeypatch):
+    """Two visitors, the same prompt text, different instructions, their runs interleaved step by step as
+    the Space's threads interleave them: every candidate of each run is scored by its own instructions
+    (all in capitals: every candidate fails; no "zebra": every candidate passes), never the other's."""
+    from sbon.ifeval.checkers import build
+    from sbon.ifeval.reward import tie_break
+    from sbon.models import load_reward
+
+    shared = load_reward("ifeval", generator=gen)  # one reward object for both, as the model cache serves it
+    monkeypatch.setattr(app.MODELS, "get", lambda generator, reward: (gen, shared))
+
+    prompt = "Describe the sea in one sentence."  # not a shipped IFEval prompt: only the run's instructions judge it
+    given = {"capitals": {"id": "change_case:english_capital"},
+             "no-zebra": {"id": "keywords:forbidden_words", "forbidden_words": ["zebra"]}}
+    base = dict(prompt=prompt, reward="ifeval", prune_by="reward", method="sbon-tau", tau=4, alpha=0.5, n=4,
+                max_new_tokens=12)
+    streams = {key: iter(app.comparison_on_gpu(app.RunSettings(**base, instructions=json.dumps([ins]))))
+               for key, ins in given.items()}
+    done = {}
+    while streams:
+        for key in list(streams):
+            event = next(streams[key], None)
+            if event is None:
+                del streams[key]
+            elif isinstance(event, app.ComparisonDone):
+                done[key] = event.comparison
+    for key, ins in given.items():
+        check = build(ins["id"], {k: v for k, v in ins.items() if k != "id"})
+        for run in (done[key].bon, done[key].sbon):
+            assert [c.final_reward for c in run.candidates if c.final_reward is not None] == pytest.approx(
+                [float(check.check(c.text)) + tie_break(c.text) for c in run.candidates if c.final_reward is not None])
+    assert max(done["capitals"].bon.final_rewards) < 0.5 < min(done["no-zebra"].bon.final_rewards)

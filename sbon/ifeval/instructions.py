@@ -1,7 +1,7 @@
 """Instructions for any prompt: IFEval's instruction ids and arguments, given as JSON by the command line
 (``--instructions``), the page's Instructions builder and ``/compare``'s ``instructions`` argument; all
-three go through ``use_instructions``, which checks them and registers them for the prompt with the
-``ifeval`` reward.
+three check them with ``parse_instructions`` and bind them to their own run's copy of the ``ifeval`` reward
+(``sbon.rewards.bind_instructions``, ``IFEvalReward.with_instructions``): nothing is registered process-wide.
 
 Accepted forms (JSON text, or the path of a JSON file on the command line):
 
@@ -123,15 +123,6 @@ def _one(item: Any, where: str) -> tuple[str, dict]:
     except SBoNError as e:
         raise SBoNError(f"{where}: {e}") from None
     return item["id"], kwargs
-
-
-def use_instructions(prompt: str, value: Any) -> list[tuple[str, dict]]:
-    """Check the instructions and give them to the prompt under the ``ifeval`` reward; returns them."""
-    from .reward import IFEvalReward
-
-    parsed = parse_instructions(value)
-    IFEvalReward.register(prompt, [i for i, _ in parsed], [k for _, k in parsed])
-    return parsed
 
 
 def to_json(instructions: list[tuple[str, dict]]) -> str:
