@@ -60,6 +60,7 @@ from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, Compar
 from sbon.algorithms import Done  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
+from sbon.rewards import bind_instructions  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
@@ -360,7 +361,7 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "source": lambda s: tables.run_description(s.comp, s.origin),
     "summary": lambda s: "\n\n".join(part for part in (
         tables.headline(s.comp),
-        tables.answers_checked(s.comp, MODELS.loaded_reward(s.comp.sbon.reward, s.comp.sbon.generator)),
+        tables.answers_checked(s.comp, explaining_reward(s.comp)),
         tables.prediction_report(s.comp)) if part),
     "decision_point": lambda s: gr.Dropdown(choices=figures.decision_point_choices(s.comp), value=s.first_round),
     "scatter": lambda s: figures.partial_final_scatter(s.comp, s.first_round or 1),
@@ -565,7 +566,7 @@ def on_page_export(comp: Comparison | None, origin: str | None) -> dict[str, Any
         return {"page_file": None, "status": "⚠ there is no run to export yet"}
     key = GALLERY_DIGESTS.get(digest(comp.to_json()))
     caption = GALLERY.runs[key].caption if key else ""
-    html = page_export.page_html(comp, caption, origin or "", MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator))
+    html = page_export.page_html(comp, caption, origin or "", explaining_reward(comp))
     return {"page_file": temp_file(html, "sbon-page-", ".html"), "status": f"The page is ready ({len(html.encode()) / 1e6:.1f} MB): it opens in any "
                                           "browser, with no server and no network"}
 
@@ -782,7 +783,14 @@ def on_decision_point(comp: Comparison | None, round: int | None, look: Look):
 
 def detail(comp: Comparison, k: int) -> str:
     """Candidate k in full; a reward still in memory that can explain itself adds its reasons."""
-    return tables.candidate_detail_html(comp, k, MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator))
+    return tables.candidate_detail_html(comp, k, explaining_reward(comp))
+
+
+def explaining_reward(comp: Comparison) -> Any:
+    """The run's reward if it is in memory now (never loads), judging the prompt by the instructions the run
+    recorded: a run opened from a file, a link or the gallery is explained as it was judged."""
+    return bind_instructions(MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator), comp.sbon.prompt,
+                             comp.sbon.instructions)
 
 
 def on_pick(comp: Comparison | None, k: int | None):

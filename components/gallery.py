@@ -22,6 +22,7 @@ from typing import Any
 from sbon.analysis.comparison import Comparison
 from sbon.errors import SBoNError
 from sbon.metrics import decision_quality
+from sbon.rewards import bind_instructions
 
 from .controls import ASSETS
 
@@ -142,7 +143,7 @@ def _instruction_fates(comp: Comparison) -> tuple[int, int]:
         return 0, 0
     from sbon.ifeval.reward import IFEvalReward  # no model: the checks are programs
 
-    reward, violated, open_ = IFEvalReward(), 0, 0
+    reward, violated, open_ = bind_instructions(IFEvalReward(), comp.sbon.prompt, comp.sbon.instructions), 0, 0
     for c in comp.sbon.candidates:
         if c.pruned_round is None:
             continue

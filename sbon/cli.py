@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import torch
@@ -42,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     })
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
     r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
-    r.add_argument("--instructions", default=None,
+    r.add_argument("--instructions", default=None, type=instructions_arg,
                    help="ifeval reward: the prompt's instructions, JSON text or a JSON file of IFEval ids and "
                         "arguments, e.g. '[{\"id\": \"punctuation:no_comma\"}, {\"id\": "
                         "\"change_case:english_lowercase\"}]'")
@@ -63,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="write the full result as JSON here")
     sub.add_parser("presets", help="list the model presets")
     return parser
+
+
+def instructions_arg(text: str) -> str:
+    """--instructions: JSON text, or the path of a JSON file, read here (the page and /compare take text only)."""
+    path = Path(text)
+    if text.strip()[:1] not in ("[", "{", '"') and path.is_file():
+        return path.read_text(encoding="utf-8")
+    return text
 
 
 def kv_budget_arg(text: str) -> int | str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 from ..errors import SBoNError
@@ -87,10 +86,8 @@ def by_frequency() -> tuple[str, ...]:
 def parse_instructions(value: Any, where: str = "instructions") -> list[tuple[str, dict]]:
     """(id, arguments) of each instruction in one of the accepted forms (module docstring), every one
     checked; a one-line SBoNError naming the field otherwise."""
-    if isinstance(value, (str, Path)):
-        text = str(value).strip()
-        if text and text[0] not in "[{\"" and Path(text).is_file():
-            text = Path(text).read_text(encoding="utf-8")
+    if isinstance(value, str):  # JSON text only: a file is read by the command line (never by the page or the API)
+        text = value.strip()
         try:
             value = json.loads(text)
         except ValueError as e:
