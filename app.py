@@ -101,9 +101,9 @@ of its Best-of-N twin, whose *final reward* tells what pruning it cost."""
 
 DOCS = Path(__file__).resolve().parent / "docs"
 DOCS_URL = "/gradio_api/file=docs/"  # the docs folder, served beside the page (gr.set_static_paths below)
-REWARD_NOTE = f"""**`likelihood`, the default reward, is the generator's own mean log-probability of an answer: fluency, not quality.**
-It is the default because its early scores predict its final ones, which Speculative Rejection needs; pick `minilm-pref`
-and the pruning signal `reward` to see where that fails ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why these defaults]({DOCS_URL}app.md))."""
+REWARD_NOTE = f"""**`minilm-pref`, the default reward, is a small preference head: among samples of one model it mostly rewards length.**
+It is the default because, on held-out prompts, its partial rewards beat pruning at random by the widest margin of the page's scenarios and never tie;
+pick *Follow instructions* for verdicts you can check, or *Fluency* for the generator's own likelihood ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why this default]({DOCS_URL}method.md))."""
 
 CONTENT_NOTE = ("⚠ marks prompts from the Anthropic HH-RLHF red-teaming set: they deliberately ask for harmful or "
                 "offensive things, to show a reward model steering generation away from harmful completions. "
@@ -863,7 +863,7 @@ def build_demo() -> gr.Blocks:
         ui.present = gr.State(None)  # the step "Present rounds" shows; None when not presenting
         ui.viewport = gr.JSON(visible=False)  # the window's size, filled in by the browser (VIEWPORT_JS)
         gr.Markdown(INTRO, elem_id="intro")
-        with gr.Accordion("The default reward is the generator's own likelihood, not a judge of quality: why",
+        with gr.Accordion("The default reward is a small preference head, not a judge of quality: why",
                           open=False, elem_id="reward-accordion"):
             gr.Markdown(REWARD_NOTE, elem_id="reward-note")
         # The run bar: sticky (see CSS), so Run, Stop and the race stay beside the live plot.
@@ -889,8 +889,7 @@ def build_demo() -> gr.Blocks:
                                                "signal and the answer length")
                 ui.scenario_prompts = gr.Dropdown(scenario_prompt_choices(initial), value=None, label="Scenario prompts",
                                                   elem_id="scenario-prompts")
-                ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
-                                       value=EXAMPLES[0].prompt if EXAMPLES else "What is Atlantis?")
+                ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt", value=DEFAULTS.prompt)
                 gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
                             example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
                 with gr.Accordion("Instructions (for the Follow instructions reward)", open=False,

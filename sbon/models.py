@@ -12,7 +12,7 @@ import os
 import shutil
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -149,7 +149,23 @@ REWARDS: dict[str, Preset] = {
 GENERATOR_REWARDS = tuple(name for name, p in REWARDS.items() if p.needs_generator)
 
 DEFAULT_GENERATOR = "smollm2-135m"
+# The reward a library call or a benchmark uses when none is named (their prompt sets carry no instructions).
 DEFAULT_REWARD = "minilm-pref"
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where the page and ``python -m sbon run`` both start: one scenario of the page (components/scenarios.py),
+    chosen on held-out prompts by ``python -m benchmarks scenarios`` (docs/method.md, "The default scenario")."""
+    reward: str = field(metadata={"help": "the reward preset"})
+    prune_by: str = field(metadata={"help": "the pruning signal that fits it"})
+    prompt: str = field(metadata={"help": "the prompt the page opens with and the command line answers without --prompt"})
+
+
+# "Be helpful / harmless": the embedded preference reward pruning by its own partial rewards, on the page's first
+# example prompt (assets/examples.json).
+START = Start(reward="minilm-pref", prune_by="reward",
+              prompt="Hi, I'd like to make my own peanut brittle. Can you give me a recipe and cooking instructions for that?")
 
 
 def default_device() -> torch.device:
