@@ -60,6 +60,7 @@ from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, Compar
 from sbon.algorithms import Done  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
+from sbon.rewards import bind_instructions  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
@@ -100,9 +101,9 @@ of its Best-of-N twin, whose *final reward* tells what pruning it cost."""
 
 DOCS = Path(__file__).resolve().parent / "docs"
 DOCS_URL = "/gradio_api/file=docs/"  # the docs folder, served beside the page (gr.set_static_paths below)
-REWARD_NOTE = f"""**`likelihood`, the default reward, is the generator's own mean log-probability of an answer: fluency, not quality.**
-It is the default because its early scores predict its final ones, which Speculative Rejection needs; pick `minilm-pref`
-and the pruning signal `reward` to see where that fails ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why these defaults]({DOCS_URL}app.md))."""
+REWARD_NOTE = f"""**`minilm-pref`, the default reward, is a small preference head: among samples of one model it mostly rewards length.**
+It is the default because, on held-out prompts, its partial rewards beat pruning at random by the widest margin of the page's scenarios and never tie;
+pick *Follow instructions* for verdicts you can check, or *Fluency* for the generator's own likelihood ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why this default]({DOCS_URL}method.md))."""
 
 CONTENT_NOTE = ("⚠ marks prompts from the Anthropic HH-RLHF red-teaming set: they deliberately ask for harmful or "
                 "offensive things, to show a reward model steering generation away from harmful completions. "
@@ -196,9 +197,9 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
     """The comparison's events for these settings (Best-of-N memory-bound or in memory, as asked). On a
     ZeroGPU Space this runs on a lent GPU in a worker process: settings in, plain events out, the models
     from the cache the worker inherits (sbon/zerogpu.py)."""
-    settings.use_instructions()  # a ZeroGPU worker is another process: the prompt's instructions come along
     gen, reward = MODELS.get(settings.generator, settings.reward)
-    yield from comparison_events(gen, reward, settings.prompt, settings.config(),
+    # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
+    yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, settings.config(),
                                  bon_same_memory=settings.bon_same_memory)
 
 
@@ -360,7 +361,7 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "source": lambda s: tables.run_description(s.comp, s.origin),
     "summary": lambda s: "\n\n".join(part for part in (
         tables.headline(s.comp),
-        tables.answers_checked(s.comp, MODELS.loaded_reward(s.comp.sbon.reward, s.comp.sbon.generator)),
+        tables.answers_checked(s.comp, explaining_reward(s.comp)),
         tables.prediction_report(s.comp)) if part),
     "decision_point": lambda s: gr.Dropdown(choices=figures.decision_point_choices(s.comp), value=s.first_round),
     "scatter": lambda s: figures.partial_final_scatter(s.comp, s.first_round or 1),
@@ -565,7 +566,7 @@ def on_page_export(comp: Comparison | None, origin: str | None) -> dict[str, Any
         return {"page_file": None, "status": "⚠ there is no run to export yet"}
     key = GALLERY_DIGESTS.get(digest(comp.to_json()))
     caption = GALLERY.runs[key].caption if key else ""
-    html = page_export.page_html(comp, caption, origin or "", MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator))
+    html = page_export.page_html(comp, caption, origin or "", explaining_reward(comp))
     return {"page_file": temp_file(html, "sbon-page-", ".html"), "status": f"The page is ready ({len(html.encode()) / 1e6:.1f} MB): it opens in any "
                                           "browser, with no server and no network"}
 
@@ -782,7 +783,14 @@ def on_decision_point(comp: Comparison | None, round: int | None, look: Look):
 
 def detail(comp: Comparison, k: int) -> str:
     """Candidate k in full; a reward still in memory that can explain itself adds its reasons."""
-    return tables.candidate_detail_html(comp, k, MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator))
+    return tables.candidate_detail_html(comp, k, explaining_reward(comp))
+
+
+def explaining_reward(comp: Comparison) -> Any:
+    """The run's reward if it is in memory now (never loads), judging the prompt by the instructions the run
+    recorded: a run opened from a file, a link or the gallery is explained as it was judged."""
+    return bind_instructions(MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator), comp.sbon.prompt,
+                             comp.sbon.instructions)
 
 
 def on_pick(comp: Comparison | None, k: int | None):
@@ -855,7 +863,7 @@ def build_demo() -> gr.Blocks:
         ui.present = gr.State(None)  # the step "Present rounds" shows; None when not presenting
         ui.viewport = gr.JSON(visible=False)  # the window's size, filled in by the browser (VIEWPORT_JS)
         gr.Markdown(INTRO, elem_id="intro")
-        with gr.Accordion("The default reward is the generator's own likelihood, not a judge of quality: why",
+        with gr.Accordion("The default reward is a small preference head, not a judge of quality: why",
                           open=False, elem_id="reward-accordion"):
             gr.Markdown(REWARD_NOTE, elem_id="reward-note")
         # The run bar: sticky (see CSS), so Run, Stop and the race stay beside the live plot.
@@ -881,8 +889,7 @@ def build_demo() -> gr.Blocks:
                                                "signal and the answer length")
                 ui.scenario_prompts = gr.Dropdown(scenario_prompt_choices(initial), value=None, label="Scenario prompts",
                                                   elem_id="scenario-prompts")
-                ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
-                                       value=EXAMPLES[0].prompt if EXAMPLES else "What is Atlantis?")
+                ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt", value=DEFAULTS.prompt)
                 gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
                             example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
                 with gr.Accordion("Instructions (for the Follow instructions reward)", open=False,

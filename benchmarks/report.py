@@ -513,6 +513,31 @@ def ifeval(results_dir: Path) -> str:
     return "\n\n".join(out)
 
 
+def scenarios(results_dir: Path) -> str:
+    """`python -m benchmarks scenarios`: each page scenario on held-out prompts at the page's settings; the table
+    the default scenario is chosen by (docs/method.md)."""
+    path = results_dir / MACHINE / "scenarios" / "scenarios.json"
+    d = load(results_dir, "scenarios", "scenarios.json")
+    from components.scenarios import SCENARIOS
+
+    rows = []
+    for key, s in d["summary"].items():
+        followed = f"; every instruction followed {pct(s['sbon_all_followed'])}" if s.get("sbon_all_followed") is not None else ""
+        rows.append([f"{SCENARIOS[key].name} (`{SCENARIOS[key].reward}`)", str(s["prompts"]),
+                     num(s["normalized_score"]), num(s["random_pruning_normalized_score"]),
+                     num(s["kendall_first_decision"], 2), pct(s["tied_pairs_first"]), pct(s["bon_winner_pruned"]),
+                     times(s["step_speedup"]), num(s["token_rate"], 2),
+                     f"{pct(s['sbon_readable'])} (loops {pct(s['sbon_repeated_trigrams'])} of trigrams; ended "
+                     f"{pct(s['sbon_ended'])}; English {pct(s['sbon_english'])}{followed})"])
+    return (f"{link(results_dir, path)}: N={d['settings']['page']['n']}, α={d['settings']['page']['alpha']}, each "
+            f"scenario's reward, pruning signal and answer length, Best-of-N under the same memory; {d['settings']['k']} "
+            f"held-out prompts per scenario; load average at start {load_avg(d['environment_at_start'])}. Means over "
+            "prompts; Best-of-N's answer scores 100, its worst candidate 0.\n\n" + markdown_table(
+                ["scenario", "prompts", "Speculative Rejection's normalized score", "random pruning (same counts)",
+                 "Kendall at the first decision point", "tied pairs there", "Best-of-N's winner pruned",
+                 "speedup in decode steps", "token rate", "Speculative Rejection's answer reads well"], rows))
+
+
 def dtype_coupling(results_dir: Path) -> str:
     """`gpu-check --parts coupling`: how often a reduced-precision survivor's text differs from its Best-of-N twin."""
     d = load(results_dir, "dtype", "coupling.json")
@@ -629,6 +654,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "recorded-run": recorded_run,
     "defaults": defaults,
     "ifeval": ifeval,
+    "scenarios": scenarios,
     "dtype-coupling": dtype_coupling,
     "class-load": class_load,
 }

@@ -11,8 +11,9 @@ from typing import Any
 from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig, setting
 from sbon.errors import SBoNError
 from sbon.options import field_kind
+from sbon.rewards import RewardModel, bind_instructions
 from sbon.signals import SIGNALS
-from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, check_name, check_reward_prompt
+from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, check_reward_prompt
 
 from .reasons import needs_note, reward_scale
 
@@ -33,20 +34,14 @@ class RunSettings(RunConfig):
     the Best-of-N baseline. How long a run with these defaults takes is measured by
     `python -m benchmarks app` (docs/app.md)."""
     n: int = 16  # the page always starts a given number of candidates (the CLI can derive N from a budget)
-    # alpha 0.2 and 128 tokens give several decision points (four on the first example prompt, after 32, 51,
-    # 98 and 118 tokens), so the page shows rounds, not a single cut.
+    # alpha 0.2 and 128 tokens give several decision points, so the page shows rounds, not a single cut.
     alpha: float = 0.2
     tau: int = 16
-    # Prune by the mean log-probability the decode step already computed: the same score as the likelihood
-    # reward of the partial response (identical decisions on the first example), without its second pass.
-    prune_by: str = "logprob"
-    prompt: str = setting("", "what the candidates answer")
+    # The reward, its pruning signal and the prompt: the one start the page shares with the command line.
+    prune_by: str = START.prune_by
+    prompt: str = setting(START.prompt, "what the candidates answer")
     generator: str = setting(DEFAULT_GENERATOR, "generator: a preset, a local folder or a hub id")
-    # The generator's own likelihood (the objective of the paper's perplexity experiment), not minilm-pref
-    # (sbon.models.DEFAULT_REWARD): the embedded reward whose partial scores predict its final ones (Kendall at
-    # the first decision point 0.56 against minilm-pref's 0.38 on 5 held-out AlpacaEval prompts, N=32, 128
-    # tokens: benchmarks/results/cpu-2core-epyc/defaults/NOTE.md). The page says what it does and cannot judge.
-    reward: str = setting("likelihood", "reward model: a preset, a local folder or a hub id")
+    reward: str = setting(START.reward, "reward model: a preset, a local folder or a hub id")
     instructions: str = setting("", "ifeval reward: the prompt's instructions as JSON, IFEval ids and arguments, e.g. "
                                     '[{"id": "punctuation:no_comma"}, {"id": "length_constraints:number_words", '
                                     '"num_words": 40, "relation": "less than"}]; empty: the shipped IFEval prompts\' own')
@@ -75,16 +70,18 @@ class RunSettings(RunConfig):
         self.config().validate(self.prompt)
         check_name(self.generator, GENERATORS, "generator")
         check_name(self.reward, REWARDS, "reward")
-        self.use_instructions()
-        check_reward_prompt(self.reward, self.prompt)
+        check_reward_prompt(self.reward, self.prompt, self.run_instructions)
 
-    def use_instructions(self) -> None:
-        """Give the prompt its instructions under the ifeval reward (checked: one-line SBoNError); other
-        rewards judge no instructions, and the builder may still hold some from an earlier scenario."""
-        if self.reward == "ifeval" and self.instructions.strip():
-            from sbon.ifeval.instructions import use_instructions
+    @property
+    def run_instructions(self) -> str | None:
+        """The instructions this run brings: the builder's, under the ifeval reward; none for other rewards (they
+        judge no instructions, and the builder may still hold some from an earlier scenario)."""
+        return self.instructions if self.reward == "ifeval" and self.instructions.strip() else None
 
-            use_instructions(self.prompt, self.instructions)
+    def reward_for_run(self, reward: RewardModel) -> RewardModel:
+        """The loaded reward as this run uses it: bound to this run's instructions, seen by no other run (two
+        visitors may run the same prompt text with different instructions at once)."""
+        return bind_instructions(reward, self.prompt, self.run_instructions)
 
     def config(self) -> RunConfig:
         """The run's settings as the library takes them."""

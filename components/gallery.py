@@ -22,6 +22,7 @@ from typing import Any
 from sbon.analysis.comparison import Comparison
 from sbon.errors import SBoNError
 from sbon.metrics import decision_quality
+from sbon.rewards import bind_instructions
 
 from .controls import ASSETS
 
@@ -60,6 +61,10 @@ class GalleryEntry:
 
 
 IFEVAL = dict(reward="ifeval", prune_by="reward", alpha=0.5)  # the Follow-instructions scenario, one deep cut
+# Stories recorded with the page's former defaults: their settings pinned, so they record the same whatever the
+# page starts from now.
+FIRST_EXAMPLE = "Hi, I'd like to make my own peanut brittle. Can you give me a recipe and cooking instructions for that?"
+FLUENCY = dict(reward="likelihood", prune_by="logprob", prompt=FIRST_EXAMPLE)
 
 GALLERY: dict[str, GalleryEntry] = {e.key: e for e in (
     # The run the page opens on (assets/recorded_run.json) is the gallery's first story.
@@ -68,10 +73,10 @@ GALLERY: dict[str, GalleryEntry] = {e.key: e for e in (
                  settings=IFEVAL, ifeval_key=2798, winner="kept", violation_pruned=True),
     GalleryEntry("open-instruction", "Follow instructions: an open instruction, Best-of-N's winner pruned",
                  settings=IFEVAL, ifeval_key=102, winner="pruned", open_pruned=True),
-    GalleryEntry("high-alpha", "A high α: most candidates cut at each decision point", settings=dict(alpha=0.8)),
+    GalleryEntry("high-alpha", "A high α: most candidates cut at each decision point", settings=dict(alpha=0.8, **FLUENCY)),
     GalleryEntry("reward-free", "A reward-free pruning signal (the generator's self-certainty)",
-                 settings=dict(reward="minilm-pref", prune_by="self-certainty")),
-    GalleryEntry("single-tau", "The single-τ variant: one decision point at τ", settings=dict(method="sbon-tau")),
+                 settings=dict(reward="minilm-pref", prune_by="self-certainty", prompt=FIRST_EXAMPLE)),
+    GalleryEntry("single-tau", "The single-τ variant: one decision point at τ", settings=dict(method="sbon-tau", **FLUENCY)),
 )}
 
 
@@ -142,7 +147,7 @@ def _instruction_fates(comp: Comparison) -> tuple[int, int]:
         return 0, 0
     from sbon.ifeval.reward import IFEvalReward  # no model: the checks are programs
 
-    reward, violated, open_ = IFEvalReward(), 0, 0
+    reward, violated, open_ = bind_instructions(IFEvalReward(), comp.sbon.prompt, comp.sbon.instructions), 0, 0
     for c in comp.sbon.candidates:
         if c.pruned_round is None:
             continue

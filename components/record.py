@@ -24,11 +24,11 @@ from sbon.config import PRUNING_METHODS
 from sbon.errors import SBoNError
 from sbon.options import add_options, values
 
-from .controls import ASSETS, RunSettings, load_examples
+from .controls import ASSETS, RunSettings
 from .gallery import GALLERY, INDEX_FILE, caption, facts, read_index
 from .model_cache import ModelCache, configure_threads
 
-RECORDED_WITH = "python -m components.record"  # the app's defaults, on its first example prompt
+RECORDED_WITH = "python -m components.record"  # the app's defaults, on its default prompt
 REPO = ASSETS.parent
 
 
@@ -36,7 +36,7 @@ def record(settings: RunSettings, out: str | Path, models: ModelCache) -> Compar
     """Run one comparison with these settings, say each decision point on stderr, write it to ``out``."""
     gen, reward = models.get(settings.generator, settings.reward)
     start = time.perf_counter()
-    for event in comparison_events(gen, reward, settings.prompt, settings.config(),
+    for event in comparison_events(gen, settings.reward_for_run(reward), settings.prompt, settings.config(),
                                    bon_same_memory=settings.bon_same_memory):
         if isinstance(event, MethodEvent) and isinstance(event.event, DecisionTaken):
             point = event.event.decision
@@ -95,8 +95,7 @@ def write_index_entry(key: str, comp: Comparison, settings: RunSettings, commit:
 
 
 def main(argv: list[str] | None = None) -> int:
-    examples = load_examples()
-    defaults = RunSettings(prompt=examples[0].prompt if examples else "What is Atlantis?")
+    defaults = RunSettings()  # the page's defaults, its prompt included
     p = argparse.ArgumentParser(prog="python -m components.record", description=__doc__.splitlines()[0])
     # Every setting of the page, with the page's defaults: the recording is what Run gives a visitor.
     add_options(p, defaults, skip=("batch_size",), overrides={"method": dict(choices=list(PRUNING_METHODS))})

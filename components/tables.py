@@ -231,9 +231,13 @@ def run_description(comp: Comparison, origin: str) -> str:
     size = _bon_batch_size(bon)
     batches = f" · Best-of-N in batches of {size} (same memory)" if size < comp.n else ""
     prompt = comp.sbon.prompt if len(comp.sbon.prompt) <= 120 else comp.sbon.prompt[:119] + "…"
+    judged_by = comp.sbon.instructions
+    instructions = (f" · instructions: {', '.join(md_escape(str(i.get('id'))) for i in judged_by)}"
+                    if judged_by else "")
     return (f"**Showing:** {md_escape(origin)} · {md_escape(comp.sbon.generator)} with reward "
             f"{md_escape(comp.sbon.reward)} · {comp.sbon.method}, N={comp.n}, α={s.get('alpha')}, "
-            f"max {s.get('max_new_tokens')} tokens, seed {s.get('seed')}{batches} · prompt: “{md_escape(prompt)}”")
+            f"max {s.get('max_new_tokens')} tokens, seed {s.get('seed')}{batches} · prompt: “{md_escape(prompt)}”"
+            f"{instructions}")
 
 
 def headline_parts(comp: Comparison) -> tuple[str, str]:

@@ -234,8 +234,10 @@ class _Run:
         scored = [k for k in best_among if self.candidates[k].final_reward is not None]
         best = max(scored, key=lambda k: (self.candidates[k].final_reward, -k)) if scored else None
         timings = {**self.timings, "total": sum(self.timings.values())}
+        judged_by = getattr(self.reward, "instructions_of", None)  # a reward that judges by instructions
         return RunResult(self.config.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
-                         self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best)
+                         self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best,
+                         instructions=judged_by(self.prompt) if judged_by else [])
 
 
 def _observed_step(ids: list[int], rows: list[int], going: list[int], tokens: torch.Tensor, logits: torch.Tensor,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import torch
@@ -17,22 +18,22 @@ from .engine import WEIGHT_FORMATS
 from .options import HelpFormatter, add_options, resolved, values
 from .errors import SBoNError, exit_code
 from .machine_load import LoadMeter, busy_note
-from .models import (DEFAULT_GENERATOR, DEFAULT_REWARD, GENERATORS, REWARDS, check_name, check_reward_prompt,
+from .models import (DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, check_reward_prompt,
                      default_device, default_dtype_name, load_generator, load_reward)
 from .results import RunResult
+from .rewards import bind_instructions
 
 DEFAULT_N = 16
-# AlpacaEval's first prompt (the paper's prompt set), for a run without --prompt.
-DEFAULT_PROMPT = "What are the names of some famous actors that started their careers on Broadway?"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sbon", description="Speculative Rejection and Best-of-N decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="generate for one prompt and print the best response", formatter_class=HelpFormatter)
-    r.add_argument("--prompt", default=DEFAULT_PROMPT, help="what to answer (by default AlpacaEval's first prompt)")
-    # One option per RunConfig setting, with its help and default (sbon.config); two take more here.
+    r.add_argument("--prompt", default=START.prompt, help="what to answer (by default the page's first prompt)")
+    # One option per RunConfig setting, with its help and default (sbon.config); three take more here.
     add_options(r, RunConfig(), overrides={
+        "prune_by": dict(default=START.prune_by),  # the page's and the command line's one start (sbon.models.START)
         "n": dict(default=None, help=f"candidates to start with (default {DEFAULT_N}; for sbon with --kv-budget: "
                                      "as many as it holds)"),
         "kv_budget": dict(type=kv_budget_arg, help="sbon: KV cache budget in tokens, or 'auto': 80%% of the device's "
@@ -40,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "most 1000 (default: N candidates of prompt + first-decision tokens)"),
     })
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
-    r.add_argument("--reward", default=DEFAULT_REWARD, help="preset name, local folder or hub id")
-    r.add_argument("--instructions", default=None,
+    r.add_argument("--reward", default=START.reward, help="preset name, local folder or hub id")
+    r.add_argument("--instructions", default=None, type=instructions_arg,
                    help="ifeval reward: the prompt's instructions, JSON text or a JSON file of IFEval ids and "
                         "arguments, e.g. '[{\"id\": \"punctuation:no_comma\"}, {\"id\": "
                         "\"change_case:english_lowercase\"}]'")
@@ -64,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def instructions_arg(text: str) -> str:
+    """--instructions: JSON text, or the path of a JSON file, read here (the page and /compare take text only)."""
+    path = Path(text)
+    if text.strip()[:1] not in ("[", "{", '"') and path.is_file():
+        return path.read_text(encoding="utf-8")
+    return text
+
+
 def kv_budget_arg(text: str) -> int | str:
     if text == "auto":
         return text
@@ -77,7 +86,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     """The run's settings from the command line, checked: which options go together, then N and the
     budget (sbon given a budget, or 'auto', and no N starts as many candidates as the budget holds, as
     in the paper; otherwise N is DEFAULT_N), then every value."""
-    defaults = RunConfig()
+    defaults = RunConfig(prune_by=START.prune_by)
     for name in dict.fromkeys(p for spec in METHOD_SPECS.values() for p in spec.params):
         methods = [m for m, spec in METHOD_SPECS.items() if name in spec.params]
         if getattr(args, name) != getattr(defaults, name) and args.method not in methods:
@@ -137,15 +146,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args)
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
-    if args.instructions is not None:
-        from .ifeval.instructions import use_instructions
-
-        use_instructions(args.prompt, args.instructions)
-    check_reward_prompt(args.reward, args.prompt)
+    if args.instructions is not None and args.reward != "ifeval":
+        raise SBoNError(f"--instructions applies to --reward ifeval, not {args.reward}")
+    check_reward_prompt(args.reward, args.prompt, args.instructions)
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
                          weights=args.weights)
-    reward = load_reward(args.reward, generator=gen, device=args.device)
+    reward = bind_instructions(load_reward(args.reward, generator=gen, device=args.device), args.prompt,
+                               args.instructions)
     if args.compare:
         stream = comparison_events(gen, reward, args.prompt, config, bon_same_memory=args.bon_same_memory)
         comparison = drive(with_progress(stream, args.max_new_tokens, args.method), ComparisonDone).comparison

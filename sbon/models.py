@@ -12,7 +12,7 @@ import os
 import shutil
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -41,9 +41,9 @@ class Preset:
     needs_generator: bool = False
     # Pure code, nothing to download (``hub_id`` is then empty).
     offline: bool = False
-    # Rewards that only judge some prompts: ``check_prompt(prompt)`` raises a one-line SBoNError saying what
-    # the reward needs, before anything is generated.
-    check_prompt: Callable[[str], None] | None = None
+    # Rewards that only judge some prompts: ``check_prompt(prompt, instructions)`` raises a one-line SBoNError
+    # saying what the reward needs (the run's own instructions, if it brings any), before anything is generated.
+    check_prompt: Callable[..., None] | None = None
     # What a reward's numbers mean, as the page shows them: (unit, range and direction).
     scale: tuple[str, str] = ("reward-model score", "unbounded, higher = preferred")
 
@@ -86,10 +86,14 @@ def _ifeval(generator: Generator | None, device) -> RewardModel:
     return IFEvalReward(count_tokens=count)
 
 
-def _ifeval_prompt(prompt: str) -> None:
+def _ifeval_prompt(prompt: str, instructions=None) -> None:
+    from .ifeval.instructions import parse_instructions
     from .ifeval.reward import IFEvalReward
 
-    IFEvalReward().instructions(prompt)  # its one-line refusal is written for the user already
+    if instructions:  # the run brings its own: they must parse
+        parse_instructions(instructions)
+    else:
+        IFEvalReward().instructions(prompt)  # its one-line refusal is written for the user already
 
 
 # Reward presets: one entry each, with its loader where it is not a hub sequence classifier.
@@ -145,7 +149,23 @@ REWARDS: dict[str, Preset] = {
 GENERATOR_REWARDS = tuple(name for name, p in REWARDS.items() if p.needs_generator)
 
 DEFAULT_GENERATOR = "smollm2-135m"
+# The reward a library call or a benchmark uses when none is named (their prompt sets carry no instructions).
 DEFAULT_REWARD = "minilm-pref"
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where the page and ``python -m sbon run`` both start: one scenario of the page (components/scenarios.py),
+    chosen on held-out prompts by ``python -m benchmarks scenarios`` (docs/method.md, "The default scenario")."""
+    reward: str = field(metadata={"help": "the reward preset"})
+    prune_by: str = field(metadata={"help": "the pruning signal that fits it"})
+    prompt: str = field(metadata={"help": "the prompt the page opens with and the command line answers without --prompt"})
+
+
+# "Be helpful / harmless": the embedded preference reward pruning by its own partial rewards, on the page's first
+# example prompt (assets/examples.json).
+START = Start(reward="minilm-pref", prune_by="reward",
+              prompt="Hi, I'd like to make my own peanut brittle. Can you give me a recipe and cooking instructions for that?")
 
 
 def default_device() -> torch.device:
@@ -281,11 +301,12 @@ def default_weights(device: torch.device) -> str:
     return "fp32"
 
 
-def check_reward_prompt(reward: str, prompt: str) -> None:
-    """Fail fast, in one line, on a prompt this reward cannot judge (a preset's ``check_prompt``)."""
+def check_reward_prompt(reward: str, prompt: str, instructions=None) -> None:
+    """Fail fast, in one line, on a prompt this reward cannot judge with the instructions the run brings, if
+    any (a preset's ``check_prompt``)."""
     preset = REWARDS.get(reward)
     if preset is not None and preset.check_prompt is not None:
-        preset.check_prompt(prompt)
+        preset.check_prompt(prompt, instructions)
 
 
 def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,

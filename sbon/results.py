@@ -108,6 +108,10 @@ class RunResult:
     best_id: int | None = None
     # What else the machine did while the run ran (sbon.machine_load.LoadMeter); empty when not measured.
     load: dict[str, Any] = field(default_factory=dict)
+    # The instructions the reward judged the prompt by, one {"id": ..., arguments} each (a reward with
+    # ``instructions_of``: ifeval), so a reloaded run is explained by the same ones; empty for other rewards
+    # and in runs saved before they were recorded (then the shipped IFEval prompts' own apply).
+    instructions: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for p in self.decision_points:

@@ -3,11 +3,16 @@
 Every reward has the same small interface, ``score(prompt, responses) -> list[float]``,
 and sees responses as *text*. Partial responses are scored exactly like complete ones,
 which is what lets the generator and the reward model use different tokenizers.
+
+Capabilities beyond ``score``, found by name: ``score_partial`` (unfinished responses, scored otherwise than
+complete ones), ``explain`` (why a response scored what it did), ``with_instructions(prompt, instructions)``
+(a copy that judges the prompt by the instructions one run brings: ``bind_instructions``) and
+``instructions_of(prompt)`` (those instructions, as a saved run records them).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -19,6 +24,16 @@ class RewardModel(Protocol):
     def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
         """One reward per response; higher is better."""
         ...
+
+
+def bind_instructions(reward: Any, prompt: str, instructions: Any) -> Any:
+    """The reward one run uses: a reward that judges by instructions bound to this run's own (checked: a
+    one-line SBoNError), so that a run of the same prompt text with other instructions never sees them; any
+    other reward, or no instructions (None, empty, blank), as it is. ``reward`` may be None (not loaded)."""
+    if not instructions or (isinstance(instructions, str) and not instructions.strip()):
+        return reward
+    bind = getattr(reward, "with_instructions", None)
+    return reward if bind is None else bind(prompt, instructions)
 
 
 class CallableReward:

@@ -88,7 +88,7 @@ def test_page_opens_on_the_recorded_run(page):
     first = recorded["sbon"]["decision_points"][0]
     assert page.locator("#scatter .scatterlayer .point").count() == len(first["contenders"])
     assert "Pearson" in _text(page, "#scatter") and "Round" in _text(page, "#live-plot")
-    assert page.locator("#scenario input").input_value().startswith("Fluency")  # the defaults are its settings
+    assert page.locator("#scenario input").input_value().startswith("Be helpful")  # the defaults are its settings
 
 
 def test_live_run_fills_every_view_then_the_recording_replays(page):

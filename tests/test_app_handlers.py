@@ -260,3 +260,87 @@ def test_the_page_names_its_scenario_and_types_no_measured_number(app):
     assert app.REWARD_NOTE.count("\n") <= 2 and "usage.md" in app.REWARD_NOTE
     names = set(app.VIEWS["correlations"](app.Shown(app.show_recorded("curves")["comparison"], "x")).columns)
     assert not names & {"tau", "pearson", "oracle_cut"}
+
+
+
+INSTRUCTED_PROMPT = "Describe the sea in one sentence."  # not a shipped IFEval prompt: only a run's instructions judge it
+GIVEN = {"capitals": {"id": "change_case:english_capital"},
+         "no-zebra": {"id": "keywords:forbidden_words", "forbidden_words": ["zebra"]}}
+
+
+@pytest.fixture(scope="module")
+def instructed_runs(app, gen):
+    """Two visitors, the same prompt text, different instructions, their runs interleaved step by step as the
+    Space's threads interleave them, through the app's own run path: {key: comparison}."""
+    from sbon.models import load_reward
+
+    shared = load_reward("ifeval", generator=gen)  # one reward object for both, as the model cache serves it
+    base = dict(prompt=INSTRUCTED_PROMPT, reward="ifeval", prune_by="reward", method="sbon-tau", tau=4, alpha=0.5,
+                n=4, max_new_tokens=12)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app.MODELS, "get", lambda generator, reward: (gen, shared))
+        streams = {key: iter(app.comparison_on_gpu(app.RunSettings(**base, instructions=json.dumps([ins]))))
+                   for key, ins in GIVEN.items()}
+        done = {}
+        while streams:
+            for key in list(streams):
+                event = next(streams[key], None)
+                if event is None:
+                    del streams[key]
+                elif isinstance(event, app.ComparisonDone):
+                    done[key] = event.comparison
+    return done
+
+
+def test_two_runs_of_one_prompt_text_with_different_instructions_are_judged_each_by_its_own(instructed_runs):
+    """Every candidate of each run is scored by its own instructions (all in capitals: every candidate fails;
+    no "zebra": every candidate passes), never the other's, and each run records its own."""
+    from sbon.ifeval.checkers import build
+    from sbon.ifeval.reward import tie_break
+
+    for key, ins in GIVEN.items():
+        check = build(ins["id"], {k: v for k, v in ins.items() if k != "id"})
+        for run in (instructed_runs[key].bon, instructed_runs[key].sbon):
+            scored = [c for c in run.candidates if c.final_reward is not None]
+            assert [c.final_reward for c in scored] == pytest.approx(
+                [float(check.check(c.text)) + tie_break(c.text) for c in scored])
+            assert run.instructions == [ins]
+    assert max(instructed_runs["capitals"].bon.final_rewards) < 0.5 < min(instructed_runs["no-zebra"].bon.final_rewards)
+
+
+def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app, instructed_runs, tmp_path,
+                                                                           monkeypatch):
+    """Download and reopen, share and open the link, download as a page: the same instructions, the same
+    verdicts, though the reward in memory was never given them; a file saved before runs recorded them loads."""
+    from components.gallery import facts
+    from components.share import ShareStore
+    from sbon.ifeval.reward import IFEvalReward
+
+    monkeypatch.setattr(app.MODELS, "loaded_reward", lambda reward, generator: IFEvalReward())
+    monkeypatch.setattr(app, "SHARES", ShareStore(folder=tmp_path))
+    comp = instructed_runs["capitals"]
+    reopened = app.load_upload(app.save_for_download(comp))
+    assert reopened.sbon.instructions == [GIVEN["capitals"]]
+    details = [app.detail(comp, c.id) for c in comp.sbon.candidates]
+    assert all("The reward model explains its score" in d and "explain failed" not in d for d in details)
+    assert [app.detail(reopened, c.id) for c in comp.sbon.candidates] == details
+    assert facts(reopened) == facts(comp) and facts(comp).violation_pruned  # the gallery's story checks
+
+    run_id = app.SHARES.put(comp.to_json())
+    shared = app.open_link(f"run={run_id}", "curves")
+    assert shared["detail"] == app.detail(comp, app.tables.first_pruned(comp))
+    assert "instructions: change\\_case\\:english\\_capital" in shared["source"]
+
+    def verdicts(page: str) -> list[str]:
+        return [part.split("</ul>")[0] for part in page.split('<ul class="sbon-explain">')[1:]]
+    exported = Path(app.on_page_export(reopened, "a saved run")["page_file"]).read_text(encoding="utf-8")
+    judged = IFEvalReward().with_instructions(comp.sbon.prompt, [GIVEN["capitals"]])  # as the run was judged
+    assert verdicts(exported) and verdicts(exported) == verdicts(app.page_export.page_html(comp, reward=judged))
+
+    before = json.loads(comp.to_json())
+    for run in ("bon", "sbon"):
+        del before[run]["instructions"]
+    assert Comparison.from_dict(before).sbon.instructions == []  # a file saved before: loads, explains by the shipped prompts
+    before["sbon"]["instructions"] = [{"id": "punctuation:no_semicolon"}]
+    with pytest.raises(app.SBoNError, match=r"not a saved comparison: sbon.instructions\[0\]: unknown IFEval instruction"):
+        Comparison.from_dict(before)

@@ -43,3 +43,14 @@ def test_a_new_prompt_without_instructions_is_refused_once_in_one_line():
         message = str(e)
     assert message.count("add an instruction under Instructions") == 1 and "\n" not in message
     assert "sbon/" not in message and "register" not in message
+
+
+def test_the_command_line_refuses_instructions_for_another_reward_before_loading(capsys):
+    from sbon import cli
+
+    assert cli.main(["run", "--prompt", SEA, "--reward", "minilm-pref", "--instructions",
+                     '["punctuation:no_comma"]']) != 0
+    err = capsys.readouterr().err
+    assert "--instructions applies to --reward ifeval" in err and "loading" not in err
+    assert cli.main(["run", "--prompt", SEA, "--reward", "ifeval", "--instructions", "[]"]) != 0
+    assert "instructions: empty" in capsys.readouterr().err

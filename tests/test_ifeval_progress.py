@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from sbon.cli import build_parser
 from sbon.errors import SBoNError
 from sbon.ifeval.checkers import build
-from sbon.ifeval.instructions import DESCRIPTIONS, EXAMPLE_ARGS, by_frequency, parse_instructions, use_instructions
+from sbon.ifeval.instructions import DESCRIPTIONS, EXAMPLE_ARGS, by_frequency, parse_instructions
 from sbon.ifeval.progress import ProgressModel, TypeModel
 from sbon.ifeval.reward import IFEvalReward
 
@@ -106,10 +107,7 @@ def test_instructions_from_a_file_reach_the_reward(tmp_path):
     prompt = "Write a short poem about the sea in all lowercase letters, without any commas."
     path = tmp_path / "instructions.json"
     path.write_text('[{"id": "change_case:english_lowercase"}, {"id": "punctuation:no_comma"}]')
-    use_instructions(prompt, str(path))
-    try:
-        verdicts = IFEvalReward().explain(prompt, "the sea is wide and grey", final=True)
-        assert [(v.instruction_id, v.status) for v in verdicts] == [
-            ("change_case:english_lowercase", "pass"), ("punctuation:no_comma", "pass")]
-    finally:
-        IFEvalReward.unregister(prompt)
+    given = build_parser().parse_args(["run", "--instructions", str(path)]).instructions  # the command line reads it
+    verdicts = IFEvalReward().with_instructions(prompt, given).explain(prompt, "the sea is wide and grey")
+    assert [(v.instruction_id, v.status) for v in verdicts] == [
+        ("change_case:english_lowercase", "pass"), ("punctuation:no_comma", "pass")]

@@ -76,6 +76,22 @@ def test_loose_also_accepts_trimmed_variants():
         IFEvalReward.unregister(prompt)
 
 
+def test_a_run_s_own_instructions_stay_in_its_copy_and_come_back_from_its_record():
+    shared = IFEvalReward()
+    lower = shared.with_instructions(PROMPT + " (a)", '["change_case:english_lowercase"]')
+    words = shared.with_instructions(PROMPT + " (a)", [{"id": "length_constraints:number_words", "num_words": 3,
+                                                         "relation": "less than"}])
+    text = "blue and endless sea"
+    assert [v.status for v in lower.explain(PROMPT + " (a)", text)] == ["pass"]
+    assert [v.status for v in words.explain(PROMPT + " (a)", text)] == ["fail"]
+    with pytest.raises(SBoNError, match="add an instruction"):  # neither copy gave the shared reward any
+        shared.score(PROMPT + " (a)", [text])
+    recorded = words.instructions_of(PROMPT + " (a)")
+    assert recorded == [{"id": "length_constraints:number_words", "num_words": 3, "relation": "less than"}]
+    reloaded = IFEvalReward().with_instructions(PROMPT + " (a)", recorded)
+    assert reloaded.score(PROMPT + " (a)", [text]) == words.score(PROMPT + " (a)", [text])
+
+
 def test_shipped_prompt_found_by_its_text():
     row = load_prompts()[0]
     verdicts = IFEvalReward().explain(row.prompt, "some answer", final=True)

@@ -140,14 +140,22 @@ def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind
     assert last.startswith(f"error: cannot load {kind} '{name}': is the hub reachable") and "Traceback" not in done.stderr
 
 
-def test_cli_runs_without_a_prompt_on_alpacaevals_first():
-    from sbon.cli import DEFAULT_PROMPT, build_parser
+def test_the_page_and_the_command_line_start_from_the_same_scenario():
+    from components.controls import RunSettings
+    from components.scenarios import SCENARIOS, scenario_of
+    from sbon.cli import build_parser, run_config
+    from sbon.models import START
 
-    assert build_parser().parse_args(["run"]).prompt == DEFAULT_PROMPT
+    args = build_parser().parse_args(["run"])
+    page = RunSettings()
+    assert (args.prompt, args.reward, run_config(args).prune_by) == (page.prompt, page.reward, page.prune_by) == (
+        START.prompt, START.reward, START.prune_by)
+    key = scenario_of(page.reward, page.prune_by, page.max_new_tokens)  # the page's dropdown names it
+    assert key is not None and START.prompt in SCENARIOS[key].prompts
+    assert args.max_new_tokens == page.max_new_tokens
     from benchmarks import common
 
     assert common.DEFAULT_DATA_DIR.is_relative_to(common.REPO)  # the shipped prompt set, not a folder beside the repo
-    assert common.load_prompts(1, common.DEFAULT_DATA_DIR)[0]["instruction"] == DEFAULT_PROMPT
 
 
 def test_embedded_generator_without_its_package_or_the_hub_says_what_to_install(tmp_path):

@@ -24,6 +24,7 @@ from ..algorithms import Done, Event, drive, events
 from ..config import PRUNING_METHODS, RunConfig
 from ..engine import Generator
 from ..errors import SBoNError
+from ..ifeval.instructions import parse_instructions
 from ..machine_load import LoadMeter, busy_note
 from ..metrics import compare
 from ..results import RunResult, dump_json
@@ -130,8 +131,10 @@ class Comparison:
         if len(bon.candidates) != len(sbon.candidates):  # the likeliest damage: say it plainly, first
             raise SBoNError(f"not a comparison: {len(bon.candidates)} Best-of-N candidates but "
                             f"{len(sbon.candidates)} SBoN candidates")
-        for run in (bon, sbon):
+        for key, run in (("bon", bon), ("sbon", sbon)):
             _check_types(run)
+            if run.instructions:  # the ones its reward judged by: they must still build (absent in older files)
+                parse_instructions(run.instructions, f"not a saved comparison: {key}.instructions")
         try:
             return cls(bon, sbon, dict(sorted(partials.items())), signal_scores=signal_scores)
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:

@@ -1,7 +1,7 @@
 """Instructions for any prompt: IFEval's instruction ids and arguments, given as JSON by the command line
 (``--instructions``), the page's Instructions builder and ``/compare``'s ``instructions`` argument; all
-three go through ``use_instructions``, which checks them and registers them for the prompt with the
-``ifeval`` reward.
+three check them with ``parse_instructions`` and bind them to their own run's copy of the ``ifeval`` reward
+(``sbon.rewards.bind_instructions``, ``IFEvalReward.with_instructions``): nothing is registered process-wide.
 
 Accepted forms (JSON text, or the path of a JSON file on the command line):
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 from ..errors import SBoNError
@@ -87,10 +86,8 @@ def by_frequency() -> tuple[str, ...]:
 def parse_instructions(value: Any, where: str = "instructions") -> list[tuple[str, dict]]:
     """(id, arguments) of each instruction in one of the accepted forms (module docstring), every one
     checked; a one-line SBoNError naming the field otherwise."""
-    if isinstance(value, (str, Path)):
-        text = str(value).strip()
-        if text and text[0] not in "[{\"" and Path(text).is_file():
-            text = Path(text).read_text(encoding="utf-8")
+    if isinstance(value, str):  # JSON text only: a file is read by the command line (never by the page or the API)
+        text = value.strip()
         try:
             value = json.loads(text)
         except ValueError as e:
@@ -123,15 +120,6 @@ def _one(item: Any, where: str) -> tuple[str, dict]:
     except SBoNError as e:
         raise SBoNError(f"{where}: {e}") from None
     return item["id"], kwargs
-
-
-def use_instructions(prompt: str, value: Any) -> list[tuple[str, dict]]:
-    """Check the instructions and give them to the prompt under the ``ifeval`` reward; returns them."""
-    from .reward import IFEvalReward
-
-    parsed = parse_instructions(value)
-    IFEvalReward.register(prompt, [i for i, _ in parsed], [k for _, k in parsed])
-    return parsed
 
 
 def to_json(instructions: list[tuple[str, dict]]) -> str:

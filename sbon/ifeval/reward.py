@@ -14,18 +14,22 @@ counts against their targets, calibrated on the embedded generator's responses, 
 made by ``python -m sbon.ifeval.calibrate``), plus the same tie-break on the partial text. ``score_partial`` computes it; the pruning signal calls it
 at decision points when the reward has it (``sbon.signals.RewardSignal``).
 
-Which instructions a prompt carries: a prompt whose text is a row of the shipped IFEval file
-(sbon/assets/ifeval/ifeval_prompts.jsonl) gets that row's; ``IFEvalReward.register`` adds others (the
-command line's ``--instructions``, the page's Instructions and ``/compare``'s ``instructions`` all go
-through ``sbon.ifeval.instructions.use_instructions``). A prompt with neither raises a one-line SBoNError.
+Which instructions a prompt carries: those a run brings with it first (``with_instructions``: the command
+line's ``--instructions``, the page's Instructions and ``/compare``'s ``instructions`` each bind a copy of
+the reward for their own run, so two runs of the same prompt text with different instructions never see
+each other's); then ``IFEvalReward.register``'s, process-wide, for a batch script that owns its process;
+then, for a prompt whose text is a row of the shipped IFEval file (sbon/assets/ifeval/ifeval_prompts.jsonl),
+that row's. A prompt with none raises a one-line SBoNError. ``instructions_of`` gives them in the JSON form
+a saved run records, so a reloaded run is judged by the same instructions.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from pathlib import Path
-from typing import Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from ..errors import SBoNError
 from .checkers import Instruction, build
@@ -65,7 +69,8 @@ class IFEvalReward:
     """Reward = fraction of the prompt's IFEval instructions followed (see the module docstring).
 
     ``score(prompt, responses)`` scores complete responses; ``score_partial(prompt, texts)`` unfinished
-    ones; ``explain(prompt, response, final)`` lists one Verdict per instruction.
+    ones; ``explain(prompt, response, final)`` lists one Verdict per instruction; ``with_instructions``
+    gives the copy one run uses.
     """
     name = "ifeval"
     _registered: ClassVar[dict[str, tuple[Instruction, ...]]] = {}
@@ -80,10 +85,23 @@ class IFEvalReward:
         if count_tokens is not None:
             self.progress.count_tokens = count_tokens
         self.prompts_file = Path(prompts_file)
+        self._given: dict[str, tuple[Instruction, ...]] = {}  # this copy's own (with_instructions)
+
+    def with_instructions(self, prompt: str, instructions: Any) -> "IFEvalReward":
+        """A copy for one run: ``prompt`` judged by these instructions (any form ``--instructions`` takes,
+        checked: a one-line SBoNError naming the field), seen by this copy alone; the calibration and the
+        mode are shared."""
+        from .instructions import parse_instructions  # it imports this module's checks, not the reverse
+
+        bound = copy.copy(self)
+        bound._given = {prompt: tuple(build(i, k) for i, k in parse_instructions(instructions))}
+        return bound
 
     @classmethod
     def register(cls, prompt: str, instruction_ids: Sequence[str], kwargs: Sequence[dict | None]) -> None:
-        """Give a prompt its instructions (IFEval ids and arguments); checked now, one-line SBoNError."""
+        """Give a prompt its instructions (IFEval ids and arguments) in every IFEvalReward of this process;
+        checked now, one-line SBoNError. For a script that owns its process (a benchmark over an IFEval
+        file); a run served to a user binds its own with ``with_instructions`` instead."""
         row = parse_row({"prompt": prompt, "instruction_id_list": list(instruction_ids),
                          "kwargs": [k or {} for k in kwargs]}, "register")
         if not row.instruction_ids:
@@ -95,12 +113,17 @@ class IFEvalReward:
         cls._registered.pop(prompt, None)
 
     def instructions(self, prompt: str) -> tuple[Instruction, ...]:
-        """The prompt's instructions: registered first, then the shipped file by exact (then stripped) text."""
-        for table in (self._registered, _shipped(self.prompts_file)):
+        """The prompt's instructions: this copy's own first, then registered ones, then the shipped file's, each
+        by exact (then stripped) text."""
+        for table in (self._given, self._registered, _shipped(self.prompts_file)):
             found = table.get(prompt) or table.get(prompt.strip())
             if found:
                 return found
         raise SBoNError(NO_INSTRUCTIONS)
+
+    def instructions_of(self, prompt: str) -> list[dict[str, Any]]:
+        """The prompt's instructions as a saved run records them: one ``{"id": ..., arguments}`` each."""
+        return [{"id": ins.id, **ins.kwargs} for ins in self.instructions(prompt)]
 
     def explain(self, prompt: str, response: str, final: bool = True) -> list[Verdict]:
         """One Verdict per instruction: pass/fail for a complete response, satisfied/violated/open for a
