@@ -48,7 +48,7 @@ from components.controls import (ASSETS, RunSettings, api_parameter, generator_c
                                  method_choices, reward_choices, signal_choices)
 from components import instructions as instruction_choices  # noqa: E402
 from components.gallery import GalleryRuns  # noqa: E402
-from components.live import LiveTracker, progress_figure  # noqa: E402
+from components.live import LiveTracker, ProgressChart  # noqa: E402
 from components.rounds import (present_step, present_steps, result_caption, round_caption, round_figure,  # noqa: E402
                                round_views, rounds_animation)
 from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
@@ -649,6 +649,7 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
         last_status, last_frame, ready, answer = 0.0, None, None, ""  # last_frame: Best-of-N's last progress frame
+        progress = ProgressChart(settings.n, look)
         # A heartbeat (None) while no event comes: the caption's clock moves through a long step.
         for event in on_one_thread(comparison_on_gpu(settings), heartbeat_s=STATUS_EVERY_S):
             if tracker.update(event):  # a decision point: one new frame
@@ -682,7 +683,7 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
                 if tracker.phase == "bon" and (last_frame is None or tracker.elapsed - last_frame >= LIVE_FRAME_EVERY_S):
                     # No decision point to draw while Best-of-N runs: its candidates' tokens grow instead.
                     last_frame = tracker.elapsed
-                    update["live_plot"] = look.apply(progress_figure(tracker, settings.n), live=True)
+                    update["live_plot"] = progress.frame(tracker)
                 yield update
     except SBoNError as e:
         gr.Warning(str(e))
