@@ -69,7 +69,8 @@ MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near 
 DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
-LIVE_FRAME_EVERY_S = 0.8  # while Best-of-N runs, its growing token counts are redrawn this often
+LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
+# redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # The queue: one generation at a time (the Run button and the API share it), up to 8 light events
