@@ -48,7 +48,8 @@ from components.controls import (ASSETS, RunSettings, api_parameter, generator_c
                                  method_choices, reward_choices, signal_choices)
 from components import instructions as instruction_choices  # noqa: E402
 from components.gallery import GalleryRuns  # noqa: E402
-from components.live import LiveTracker, progress_figure  # noqa: E402
+from components.live import LiveTracker, ProgressChart  # noqa: E402
+from components.presenter import CSS, KEYS_JS, PRESENTER_JS, SCROLL_TO_LIVE_JS, VIEWPORT_JS  # noqa: E402
 from components.rounds import (present_step, present_steps, result_caption, round_caption, round_figure,  # noqa: E402
                                round_views, rounds_animation)
 from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
@@ -69,7 +70,8 @@ MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near 
 DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
-LIVE_FRAME_EVERY_S = 0.8  # while Best-of-N runs, its growing token counts are redrawn this often
+LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
+# redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # The queue: one generation at a time (the Run button and the API share it), up to 8 light events
@@ -125,64 +127,6 @@ Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal),
 and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`;
 `client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
 `sbon-comparison/1`). Requests wait in the same one-at-a-time queue as the Run button."""
-
-# The run bar sticks to the top of the window, so Run/Stop and the race stay in view beside the
-# live plot at any scroll position and zoom; plot text is sized for a projector.
-CSS = """
-.gradio-container { overflow: clip !important; }  /* hidden would make it a scroll box and unstick the bar */
-#run-bar { position: sticky; top: 0; z-index: 50; background: var(--background-fill-primary);
-           border-bottom: 1px solid var(--border-color-primary); padding: 6px 4px; align-items: center; }
-#run-bar button { min-width: 6em; white-space: nowrap; }
-#run-bar { flex-wrap: nowrap; gap: 8px; }
-.js-plotly-plot, #live-plot, #scatter, #rounds-plot { scroll-margin-top: 90px; }  /* not under the run bar */
-/* Plotly's toolbar lies over the title's first line: shown only while the pointer is on the plot, never on a phone */
-.js-plotly-plot .modebar-container { opacity: 0; transition: opacity 0.2s; }
-.js-plotly-plot:hover .modebar-container { opacity: 1; }
-@media (max-width: 640px) { .js-plotly-plot .modebar-container { display: none; } }
-#status { min-height: 1.5em; }
-#status p { margin: 0; }
-.sbon-candidate p { margin: 0.3em 0; }
-#round-caption { min-height: 1.6em; font-weight: 600; }
-#round-caption p { margin: 0.2em 0; }
-/* The presenter view (the Presenter toggle, or ?view=presenter): one column, the run bar, the round
-   caption and the live chart first, type for a hall. Its figures are drawn for it (components.style.Look). */
-body.presenter #intro, body.presenter #reward-accordion, body.presenter #seed, body.presenter #new-seed { display: none; }
-body.presenter #main-row { flex-direction: column; }
-body.presenter #live-column { order: -1; }
-body.presenter #run-bar { flex-wrap: wrap; font-size: 20px; }
-body.presenter #run-bar button { font-size: 18px; }
-body.presenter #status { flex-basis: 100%; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
-#present-timed, #presenter { flex: none !important; width: auto !important; min-width: 0 !important; white-space: nowrap; }
-#present-rounds { min-width: fit-content !important; }
-body.presenter #round-caption, body.presenter #round-caption * { font-size: 20px !important; line-height: 1.3; }
-body.presenter #round-caption { min-height: 2.7em; }
-body.presenter #headline *, body.presenter #run-source *, body.presenter #savings-table * { font-size: 20px !important; }
-body.presenter .tab-container button, body.presenter .tabs button[role=tab] { font-size: 18px; }
-"""
-
-# How much of the window the live chart may take: the window less the run bar and a two-line caption.
-# Sent with every request that draws figures for the presenter view (components.style.Look).
-VIEWPORT_JS = """() => { const bar = document.querySelector('#run-bar');
-  const cap = document.querySelector('#round-caption');
-  const caption = Math.max(cap ? cap.offsetHeight : 0, 2 * 1.3 * 20 + 8);
-  const top = bar ? Math.max(bar.offsetHeight, bar.getBoundingClientRect().bottom) : 80;
-  return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - caption - 52)}; }"""
-# The view follows the URL (?view=presenter) and the toggle, which keeps the URL in step, so a reload or a
-# shared link opens in the same view.
-PRESENTER_JS = """(on) => { document.body.classList.toggle('presenter', on);
-  const url = new URL(window.location); if (on) url.searchParams.set('view', 'presenter'); else url.searchParams.delete('view');
-  window.history.replaceState(null, '', url); }"""
-# Run and Present rounds bring the live chart under the run bar in the presenter view: the page's top.
-SCROLL_TO_LIVE_JS = "() => { if (document.body.classList.contains('presenter')) window.scrollTo({top: 0}); }"
-# A clicker or the keyboard steps through the presented rounds (→ / PageDown / space, ← / PageUp), while
-# the step buttons are shown; typing in a field is left alone.
-KEYS_JS = """() => { document.addEventListener('keydown', (e) => {
-  if (e.target.closest('input, textarea, select, [contenteditable]')) return;
-  const forward = ['ArrowRight', 'PageDown', ' '].includes(e.key), back = ['ArrowLeft', 'PageUp'].includes(e.key);
-  if (!forward && !back) return;
-  const button = document.querySelector(forward ? '#present-next' : '#present-prev');
-  if (button && button.offsetParent) { e.preventDefault(); button.click(); } }); }"""
-
 
 # -- handlers: plain data in, values for the page out --------------------------------------------
 
@@ -650,6 +594,7 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
             wait([load], timeout=STATUS_EVERY_S)
         load.result()
         last_status, last_frame, ready, answer = 0.0, None, None, ""  # last_frame: Best-of-N's last progress frame
+        progress = ProgressChart(settings.n, look)
         # A heartbeat (None) while no event comes: the caption's clock moves through a long step.
         for event in on_one_thread(comparison_on_gpu(settings), heartbeat_s=STATUS_EVERY_S):
             if tracker.update(event):  # a decision point: one new frame
@@ -683,7 +628,7 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
                 if tracker.phase == "bon" and (last_frame is None or tracker.elapsed - last_frame >= LIVE_FRAME_EVERY_S):
                     # No decision point to draw while Best-of-N runs: its candidates' tokens grow instead.
                     last_frame = tracker.elapsed
-                    update["live_plot"] = look.apply(progress_figure(tracker, settings.n), live=True)
+                    update["live_plot"] = progress.frame(tracker)
                 yield update
     except SBoNError as e:
         gr.Warning(str(e))

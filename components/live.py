@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -27,7 +28,7 @@ from sbon.results import DecisionPoint, RunResult
 
 from .fates import fate_color
 from .rounds import round_caption
-from .style import BON_COLOR, axis_titles, styled
+from .style import BON_COLOR, axis_titles, styled, wrap_title
 
 PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Counterfactual replay"}
 
@@ -179,6 +180,13 @@ class LiveTracker:
         return f"{answered}done in {clock}"
 
 
+def progress_title(tracker: LiveTracker) -> str:
+    bon = sum(tracker.tokens_of.get("bon", {}).values())
+    sbon = next((r for m, r in tracker.results.items() if METHOD_SPECS[m].prunes), None)
+    done = sum(c.tokens_generated for c in sbon.candidates) if sbon is not None else 0
+    return f"Live · Best-of-N: {bon} tokens so far · Speculative Rejection needed {done} in all"
+
+
 def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
     """Every candidate's tokens so far while Best-of-N runs: its bars grow beside the tokens each
     candidate got under Speculative Rejection (coloured by fate), one row per candidate as in the round
@@ -196,11 +204,34 @@ def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
     fig.add_trace(go.Bar(y=list(bon), x=list(bon.values()), orientation="h", name="Best-of-N so far",
                          marker_color=BON_COLOR, offsetgroup="bon",
                          hovertemplate="candidate %{y}: %{x} tokens so far<extra>Best-of-N</extra>"))
-    generated = sum(bon.values())
-    done = sum(c.tokens_generated for c in sbon.candidates) if sbon is not None else 0
-    styled(fig, f"Live · Best-of-N: {generated} tokens so far · Speculative Rejection needed {done} in all")
+    styled(fig, progress_title(tracker))
     fig.update_layout(barmode="group", bargap=0.2, height=max(360, 15 * n + 200))
     axis_titles(fig, "tokens generated", "candidate")
     fig.update_yaxes(range=[n - 0.5, -0.5], dtick=1 if n <= 32 else None)
     fig.update_xaxes(range=[0, tracker.max_new_tokens * 1.02])
     return fig
+
+
+class ProgressChart:
+    """Best-of-N's progress frames of one run (:func:`progress_figure`), cheap enough to send every second: the
+    figure is drawn once, in the page's look, and each later frame changes only Best-of-N's bars and the title,
+    in place. Building a Plotly figure from scratch takes a core for tens of milliseconds, which the run
+    decoding beside it on the same cores would lose at every frame. Each frame is the same figure object:
+    send it before asking for the next."""
+
+    def __init__(self, n: int, look: Any = None):
+        self.n, self.look, self.fig = n, look, None
+
+    def frame(self, tracker: LiveTracker) -> go.Figure:
+        title = wrap_title(progress_title(tracker))
+        shown = self.fig.layout.title.text if self.fig is not None else None
+        if self.fig is None or (shown and shown.count("<br>") != title.count("<br>")):  # margins fit the lines
+            fig = progress_figure(tracker, self.n)
+            self.fig = self.look.apply(fig, live=True) if self.look is not None else fig
+            return self.fig
+        bon = tracker.tokens_of.get("bon", {})
+        with self.fig.batch_update():
+            self.fig.data[-1].update(y=list(bon), x=list(bon.values()))
+            if shown:  # the presenter view's live chart has no title: the round caption over it is one
+                self.fig.layout.title.text = title
+        return self.fig

@@ -62,18 +62,21 @@ _END = object()
 def on_one_thread(events: Iterator[T], heartbeat_s: float | None = None) -> Iterator[T | None]:
     """The items of ``events``, each computed on TORCH_THREAD; closing this closes ``events`` there. With
     ``heartbeat_s``, None comes whenever no item has for that long (a long step, e.g. a reward's pass over
-    every answer), so a page can show that it is still working."""
+    every answer), so a page can show that it is still working.
+
+    The next item is already being computed while the caller handles this one: a page drawing an update
+    (Gradio serializing and sending it) would otherwise hold the run still for that long at every update."""
     try:
+        pending = TORCH_THREAD.submit(next, events, _END)
         while True:
-            pending = TORCH_THREAD.submit(next, events, _END)
-            while True:
-                try:
-                    item = pending.result(timeout=heartbeat_s)
-                    break
-                except FutureTimeout:
-                    yield None
+            try:
+                item = pending.result(timeout=heartbeat_s)
+            except FutureTimeout:
+                yield None
+                continue
             if item is _END:
                 return
+            pending = TORCH_THREAD.submit(next, events, _END)
             yield item
     finally:
         close = getattr(events, "close", None)

@@ -13,10 +13,52 @@ SLOW_MODULES = {"test_app_e2e.py", "test_benchmarks_smoke.py", "test_reliability
                 "test_gpu_ready.py"}
 
 
+def pytest_configure(config):
+    # pytest-xdist's processes (pyproject's addopts) share the cores: torch's threads of one process wait on each
+    # other at every operation when another process holds a core, so each takes its share of the cores, and so do
+    # the app servers and command lines the tests start (torch reads OMP_NUM_THREADS).
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        share = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(share)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+        # pytest-xdist (`--dist loadgroup` in pyproject): a file's tests run in one process, so its module fixtures
+        # are made once, and every test that drives the app server or the browser runs in the same one, so one
+        # server and one browser start (Playwright's sync API allows one browser driver per process).
+        shared = {"server", "browser"} & set(item.fixturenames)
+        item.add_marker(pytest.mark.xdist_group("app-server" if shared else item.path.name))
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """`python app.py` on a free port, shared by every browser and API test (its log and pid on the URL)."""
+    from benchmarks.browser import serve_app
+    from sbon.errors import SBoNError
+
+    try:  # a fresh machine's first start converts the packaged generator once: minutes on two cores
+        with serve_app(tmp_path_factory.mktemp("app") / "app.log", start_timeout_s=600) as url:
+            yield url
+    except SBoNError as e:
+        pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless chromium through Playwright; the browser tests skip only when one of them is missing."""
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -r requirements-dev.txt)")
+    from benchmarks.browser import CHROMIUM, chromium
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (apt-get update && apt-get install -y chromium)")
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture(scope="session")

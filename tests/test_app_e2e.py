@@ -13,32 +13,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks.app_timing import ENDED, click_run
-from benchmarks.browser import CHROMIUM, REPO as ROOT, chromium, serve_app
+from benchmarks.browser import REPO as ROOT
 from components.controls import MAX_N, METHOD_LABELS
 from sbon.analysis.comparison import Comparison
-from sbon.errors import SBoNError
 
 RUN_TIMEOUT_MS = 400_000  # generous: the CPU may be shared; on a quiet 2-core machine the run takes well under a minute
 TINY = dict(n=4, max_new_tokens=8)  # API runs: a second or two each
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    try:
-        with serve_app(tmp_path_factory.mktemp("app") / "app.log") as url:
-            yield url
-    except SBoNError as e:
-        pytest.fail(str(e))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -r requirements-dev.txt)")
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (apt-get update && apt-get install -y chromium)")
-    with chromium() as b:
-        yield b
-
+# `server` (the app, started once for every test that drives it) and `browser` are tests/conftest.py's.
 
 @pytest.fixture(scope="module")
 def client(server):

@@ -574,3 +574,22 @@ def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
     items = list(on_one_thread(events(), heartbeat_s=0.1))
     assert [i for i in items if i is not None] == ["first", "second"] and items.count(None) >= 2
     assert list(on_one_thread(events())) == ["first", "second"]
+
+
+def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_step():
+    """ProgressChart changes only Best-of-N's bars and the title between frames (a figure from scratch costs the
+    run a core's slice at every frame); each frame must still be exactly what progress_figure draws, in the
+    page's look and the presenter view's, including when the title's growing numbers wrap onto another line."""
+    from components.live import ProgressChart, progress_figure
+    from components.style import Look
+
+    comp = Comparison.load(RECORDED)
+    for look in (Look(), Look(hall=True, live_px=600)):
+        tracker, chart = LiveTracker(comp.sbon.settings["max_new_tokens"]), ProgressChart(comp.n, look)
+        tracker.results["sbon"] = comp.sbon
+        frames = []
+        for tokens in (1, 7, 60, 99, 128):
+            tracker.tokens_of["bon"] = {k: tokens for k in range(comp.n) if k % 3 or tokens > 7}
+            frames.append(chart.frame(tracker))
+            assert frames[-1].to_json() == look.apply(progress_figure(tracker, comp.n), live=True).to_json(), tokens
+        assert frames[-1] is frames[1]  # drawn once, then changed in place

@@ -92,94 +92,84 @@ def test_the_page_is_one_file_under_the_size_limit_with_every_view_and_the_capti
 
 
 @pytest.mark.slow
-def test_the_page_draws_every_view_in_chromium_with_the_network_blocked(tmp_path):
-    pytest.importorskip("playwright.sync_api")
-    from benchmarks.browser import CHROMIUM, chromium
+def test_the_page_draws_every_view_in_chromium_with_the_network_blocked(tmp_path, browser):
     from components.page_export import figures_of, page_html
 
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed")
     run = GalleryRuns({"early-violation": GALLERY["early-violation"]}).get("early-violation")
     comp = Comparison.from_json(run.comp.to_json())
     comp.sbon.candidates[0].text += HOSTILE  # model text is shown as text, as in every view of the page
     comp.bon.candidates[0].text += HOSTILE
     path = tmp_path / "run.html"
     path.write_text(page_html(comp, run.caption))
-    with chromium() as browser:
-        context = browser.new_context()
-        asked = []
+    context = browser.new_context()
+    asked = []
 
-        def block(route):
-            asked.append(route.request.url)
-            route.abort()
+    def block(route):
+        asked.append(route.request.url)
+        route.abort()
 
-        context.route(lambda url: not url.startswith("file:"), block)  # no network at all
-        page = context.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))
-        page.goto(path.as_uri())
-        for div_id in figures_of(run.comp):
-            page.wait_for_selector(f"#{div_id} .main-svg", timeout=30_000)
-        assert asked == [] and errors == []
-        assert page.locator("#caption").inner_text() == run.caption
-        assert page.locator("#candidates details").count() == run.comp.n
-        assert page.locator("img[src=x], a[href*='evil']").count() == 0
-        assert "<img src=x" in page.locator("#candidates").inner_text()
-        assert run.comp.sbon.best.text.strip()[:40] in page.locator("#answers").inner_text()
-        context.close()
+    context.route(lambda url: not url.startswith("file:"), block)  # no network at all
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))
+    page.goto(path.as_uri())
+    for div_id in figures_of(run.comp):
+        page.wait_for_selector(f"#{div_id} .main-svg", timeout=30_000)
+    assert asked == [] and errors == []
+    assert page.locator("#caption").inner_text() == run.caption
+    assert page.locator("#candidates details").count() == run.comp.n
+    assert page.locator("img[src=x], a[href*='evil']").count() == 0
+    assert "<img src=x" in page.locator("#candidates").inner_text()
+    assert run.comp.sbon.best.text.strip()[:40] in page.locator("#answers").inner_text()
+    context.close()
 
 
 @pytest.mark.slow
-def test_gallery_links_share_and_page_export_work_in_chromium(tmp_path):
+def test_gallery_links_share_and_page_export_work_in_chromium(server, browser):
     """The page as a student meets it: a gallery link opens its run, a bad link says why in one line, a gallery
-    choice opens at once, Share gives a link that reopens the run, and the page export downloads."""
-    pytest.importorskip("playwright.sync_api")
-    from benchmarks.browser import CHROMIUM, chromium, serve_app
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed")
+    choice opens at once, Share gives a link that reopens the run, and the page export downloads. The app and
+    the browser are the browser tests' (tests/conftest.py)."""
     status = "(document.querySelector('#status')?.innerText || '')"
-    with serve_app(tmp_path / "app.log", start_timeout_s=600) as url, chromium() as browser:
-        page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()
-        page.goto(url + "?gallery=open-instruction")
-        page.wait_for_function(f"{status}.includes('Gallery:')", timeout=120_000)
-        assert "winner pruned in round" in page.locator("#status").inner_text()
-        assert "gallery run" in page.locator("#run-source").inner_text()
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()
+    page.goto(server + "?gallery=open-instruction")
+    page.wait_for_function(f"{status}.includes('Gallery:')", timeout=120_000)
+    assert "winner pruned in round" in page.locator("#status").inner_text()
+    assert "gallery run" in page.locator("#run-source").inner_text()
 
-        page.goto(url + "?run=not-a-run")
-        page.wait_for_function(f"{status}.includes('malformed')", timeout=120_000)
-        assert "recorded run" in page.locator("#run-source").inner_text()
+    page.goto(server + "?run=not-a-run")
+    page.wait_for_function(f"{status}.includes('malformed')", timeout=120_000)
+    assert "recorded run" in page.locator("#run-source").inner_text()
 
-        page.get_by_role("tab", name="Gallery").click()
-        page.locator("#gallery label", has_text="A high α").click()
-        page.wait_for_function(f"{status}.includes('A high α')", timeout=60_000)
-        page.get_by_role("tab", name="Save and replay").click()
-        page.locator("#share").click()
-        page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?')",
-                               timeout=60_000)
-        shared = page.locator("#share-link textarea, #share-link input").first.input_value()
-        assert shared.endswith("?gallery=high-alpha")
-        page.locator("#page-export").click()
-        page.wait_for_function(f"{status}.includes('The page is ready')", timeout=120_000)
-        with page.expect_download() as download:
-            page.locator("#page-file a").first.click()
-        assert download.value.suggested_filename.endswith(".html")
+    page.get_by_role("tab", name="Gallery").click()
+    page.locator("#gallery label", has_text="A high α").click()
+    page.wait_for_function(f"{status}.includes('A high α')", timeout=60_000)
+    page.get_by_role("tab", name="Save and replay").click()
+    page.locator("#share").click()
+    page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?')",
+                           timeout=60_000)
+    shared = page.locator("#share-link textarea, #share-link input").first.input_value()
+    assert shared.endswith("?gallery=high-alpha")
+    page.locator("#page-export").click()
+    page.wait_for_function(f"{status}.includes('The page is ready')", timeout=120_000)
+    with page.expect_download() as download:
+        page.locator("#page-file a").first.click()
+    assert download.value.suggested_filename.endswith(".html")
 
-        # A run that is not in the gallery is kept on the server under a run id, and its link reopens it.
-        page.locator("#upload-run input[type=file]").set_input_files(str(ROOT / "tests" / "data" / "recorded_run_v1.json"))
-        page.wait_for_function(f"{status}.includes('Replaying the uploaded run')", timeout=120_000)
-        page.locator("#share").click()
-        page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?run=')",
-                               timeout=60_000)
-        link = page.locator("#share-link textarea, #share-link input").first.input_value()
-        source = page.locator("#run-source").inner_text()
-        other = browser.new_context().new_page()  # anyone with the link
-        other.goto(link)
-        other.wait_for_function(f"{status}.includes('Showing the run this link was shared with')", timeout=120_000)
-        assert source.split("·", 1)[1] == other.locator("#run-source").inner_text().split("·", 1)[1]
-        other.context.close()
-        page.context.close()
+    # A run that is not in the gallery is kept on the server under a run id, and its link reopens it.
+    page.locator("#upload-run input[type=file]").set_input_files(str(ROOT / "tests" / "data" / "recorded_run_v1.json"))
+    page.wait_for_function(f"{status}.includes('Replaying the uploaded run')", timeout=120_000)
+    page.locator("#share").click()
+    page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?run=')",
+                           timeout=60_000)
+    link = page.locator("#share-link textarea, #share-link input").first.input_value()
+    source = page.locator("#run-source").inner_text()
+    other = browser.new_context().new_page()  # anyone with the link
+    other.goto(link)
+    other.wait_for_function(f"{status}.includes('Showing the run this link was shared with')", timeout=120_000)
+    assert source.split("·", 1)[1] == other.locator("#run-source").inner_text().split("·", 1)[1]
+    other.context.close()
+    page.context.close()
 
 
 def test_a_visitor_waiting_for_the_generation_slot_sees_their_place_and_an_estimated_wait(monkeypatch):
