@@ -10,13 +10,15 @@ instruction type first, and appends them to ``--samples-file`` one prompt a line
 resumes where it stopped.
 
 The fit (without ``--sample``) reads that file, cuts every response at ``CUTS`` tokens, and for each
-instruction still open there records how far the prefix has come (``Instruction.progress``) and whether
-the complete response followed it (strict). Per count type it picks the Gamma prior (``rate``,
-``strength``, see ``progress``) of least log-loss on a grid; per type without a count, the smoothed
-fraction followed. It writes ``pass_rates.json`` with the calibration error at the first decision point
-(``--decision-tokens``): expected calibration error, Brier score and log-loss of the progress model,
-cross-fitted (parameters fitted on one half of the prompts, scored on the other), against the former
-value (each type's pass rate on complete responses, whatever the prefix).
+instruction still open there records how far the prefix has come (``Instruction.progress``, or
+``Instruction.evidence``), what the complete response added to its counts and whether it followed the
+instruction (strict). It measures the generator's stop rate and, per count type, the event rate; picks the
+strength of least log-loss on a grid and the shrinkage weight of least log-loss out of sample (see
+``progress``); per type without a count, the smoothed fraction followed, by evidence where there is some. It
+writes ``pass_rates.json`` with the calibration error at the first decision point (``--decision-tokens``):
+expected calibration error, Brier score and log-loss of the progress model, cross-fitted (parameters fitted
+on one half of the prompts, scored on the other), against the former value (each type's pass rate on
+complete responses, whatever the prefix).
 """
 
 from __future__ import annotations
@@ -179,18 +181,17 @@ def _grid_fit(obs: list[dict], horizon: float, stop_rate: float, base: float) ->
     """(rate, strength, weight): the measured rate, and the strength and weight of the grid with least log-loss
     on these open prefixes."""
     y = np.array([o["y"] for o in obs])
-    best = (math.inf, 0.0, 0.0, 1.0)
-    for r in [event_rate(obs)]:
-        for s in STRENGTH_GRID:
-            p = count_probabilities(obs, TypeModel(r, s), horizon, stop_rate)
-            for w in WEIGHT_GRID:
-                best = min(best, (log_loss(w * p + (1 - w) * base, y), r, s, w))
-    return best[1:]
+    r, best = event_rate(obs), (math.inf, 0.0, 1.0)
+    for s in STRENGTH_GRID:
+        p = count_probabilities(obs, TypeModel(r, s), horizon, stop_rate)
+        for w in WEIGHT_GRID:
+            best = min(best, (log_loss(w * p + (1 - w) * base, y), s, w))
+    return r, best[1], best[2]
 
 
 def fit_type(obs: list[dict], horizon: float, stop_rate: float, base: float) -> TypeModel:
-    """One count type's model: the Gamma prior of least log-loss on the grid, and the trust (weight toward
-    ``base``, the type's smoothed open pass rate) that does best *out of sample*: two folds of the prompts, each
+    """One count type's model: the measured rate, the strength of least log-loss on the grid, and the trust
+    (weight toward ``base``, the type's smoothed open pass rate) that does best *out of sample*: two folds of the prompts, each
     valued with the grid's fit on the other. In-sample, a sharp prior (thousands of tokens of strength) always
     looks best and then fails on other prompts; the held-out weight prices that in."""
     folds = [[o for o in obs if (o["key"] // 4) % 2 == f] for f in (0, 1)]

@@ -12,25 +12,32 @@ wrong-case letter that must never come). The complete response needs its count t
 
 **Progress model.** Events of a type arrive at a rate per token of response, different from one
 response to the next (one answer writes bullets, another none). The rate gets a Gamma prior per
-instruction type, mean ``rate`` with the weight of ``strength`` tokens, updated by what the prefix
-shows: c events in t tokens give the posterior Gamma(strength * rate + c, strength + t). The events
-still to come in the R = horizon - t tokens left are then negative binomial (Gamma-Poisson), and the
+instruction type, mean ``rate`` (measured on the calibration responses) with the weight of ``strength``
+tokens, updated by what the prefix shows: c events in t tokens give the posterior Gamma(strength * rate + c,
+strength + t), the candidate's own pace. The response writes R more tokens: the room left before the
+horizon (the run's max new tokens), or fewer, since the generator ends a response at any token with
+probability ``stop_rate`` (a geometric stop; ``STOP_POINTS`` equally likely values of R are averaged).
+The events still to come in R tokens are then negative binomial (Gamma-Poisson), and the count model's
 value is the probability that count + those events meets the target. Tokens, not characters: the
 candidates ranked at a decision point have all generated the same number of tokens, so they differ only
 by their counts (a longer prefix is not worth more for being longer). The reward sees texts: it counts
 their tokens with the generator's tokenizer when it has one, else by the generator's characters per
-token (from the calibration samples). The horizon is the run's max new tokens (the calibration's unless
-the reward is told). A response may stop before its horizon; ``rate`` and ``strength`` are fitted on
-where open prefixes of the generator's own responses ended up, so that is priced in.
+token (from the calibration samples).
+
+**Shrinkage.** The count model is sharper than the calibration data bear on some types; the value is
+``weight * P + (1 - weight) * base``, ``base`` the fraction of the type's open prefixes that ended up
+following it, ``weight`` chosen out of sample (``calibrate.fit_type``). It keeps the order within a type.
 
 Values are rounded to a multiple of ``resolution``, the calibration error of the fit (at least 0.05):
 the model cannot tell apart probabilities closer than that, so candidates it cannot tell apart are
 ordered by the reward's tie-break (shorter wins), as their final rewards will be, not by noise.
 
 Instructions without a count (JSON, response language, repeating the request, quotation marks) are
-worth the fraction of the calibration's open prefixes of their type that ended up following it.
+worth the fraction of the calibration's open prefixes of their type that ended up following it; of those
+with the same evidence (``Instruction.evidence``: the language the prefix is written in) where the prefix
+carries some.
 
-``python -m sbon.ifeval.calibrate`` fits both on the calibration split and writes them, with their
+``python -m sbon.ifeval.calibrate`` fits them on the calibration split and writes them, with their
 calibration error, to ``pass_rates.json``.
 """
 
