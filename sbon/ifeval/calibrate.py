@@ -268,7 +268,7 @@ def cross_fitted(obs, checks, passes, prior, horizon, stop_rate, pseudo, decisio
     """Calibration error at the decision point, each half of the prompts scored with parameters fitted on
     the other half; the former constant value (pass rate on complete responses) alongside."""
     halves = [[o for o in obs if (o["key"] // 2) % 2 == h] for h in (0, 1)]
-    p_new, p_old, y = [], [], []
+    p_new, p_old, y, kinds = [], [], [], []
     rates, _ = smoothed_rates(checks, passes, pseudo)
     for h in (0, 1):
         train, test = halves[1 - h], [o for o in halves[h] if o["cut"] == decision_tokens]
@@ -278,10 +278,17 @@ def cross_fitted(obs, checks, passes, prior, horizon, stop_rate, pseudo, decisio
         p_new.append(predict(test, types, open_rates, evidence_rates, prior, horizon, stop_rate))
         p_old.append(np.array([rates.get(o["type"], prior) for o in test]))
         y.append(np.array([o["y"] for o in test]))
+        kinds += [o["type"] for o in test]
     if not y:
         return {}
-    p_new, p_old, y = np.concatenate(p_new), np.concatenate(p_old), np.concatenate(y)
-    return {"progress_model": calibration_error(p_new, y), "constant_pass_rate": calibration_error(p_old, y)}
+    p_new, p_old, y, kinds = np.concatenate(p_new), np.concatenate(p_old), np.concatenate(y), np.array(kinds)
+    # Per type, where the prefix tells the model more than the type's pass rate (lower log-loss) and where not.
+    by_type = {kind: {"open_prefixes": int((kinds == kind).sum()), "followed": round(float(y[kinds == kind].mean()), 4),
+                      "log_loss": round(log_loss(p_new[kinds == kind], y[kinds == kind]), 4),
+                      "log_loss_constant": round(log_loss(p_old[kinds == kind], y[kinds == kind]), 4)}
+               for kind in sorted(set(kinds))}
+    return {"progress_model": calibration_error(p_new, y), "constant_pass_rate": calibration_error(p_old, y),
+            "by_type": by_type}
 
 
 def main(argv=None) -> int:
