@@ -28,8 +28,8 @@ token (from the calibration samples).
 ``weight * P + (1 - weight) * base``, ``base`` the fraction of the type's open prefixes that ended up
 following it, ``weight`` chosen out of sample (``calibrate.fit_type``). It keeps the order within a type.
 
-Values are rounded to a multiple of ``resolution``, the calibration error of the fit (at least 0.05):
-the model cannot tell apart probabilities closer than that, so candidates it cannot tell apart are
+The count model's probabilities are rounded to a multiple of ``resolution`` (before the shrinkage), the
+calibration error of the fit (at least 0.05): the model cannot tell apart probabilities closer than that, so candidates it cannot tell apart are
 ordered by the reward's tie-break (shorter wins), as their final rewards will be, not by noise.
 
 Instructions without a count (JSON, response language, repeating the request, quotation marks) are
@@ -141,9 +141,11 @@ class ProgressModel:
                 return float(by_evidence[label])
             return float(self.open_rates.get(instruction.id, self.prior))
         tokens = self.tokens(text)
-        p = float(model.shrink(counts_met(counts, [0] * len(counts), 1, [tokens] * len(counts), self.horizon_tokens,
-                                          model, self.stop_rate)[0]))
-        return round(p / self.resolution) * self.resolution if self.resolution else p
+        p = float(counts_met(counts, [0] * len(counts), 1, [tokens] * len(counts), self.horizon_tokens, model,
+                             self.stop_rate)[0])
+        # Rounded before the shrinkage: the count model is what cannot tell closer probabilities apart; the
+        # shrinkage is a known linear map that keeps apart the levels it can.
+        return float(model.shrink(round(p / self.resolution) * self.resolution if self.resolution else p))
 
     @classmethod
     def from_dict(cls, data: Mapping, horizon_tokens: int | None = None) -> "ProgressModel":
