@@ -39,8 +39,8 @@ from ..models import load_generator
 from ..rewards import CallableReward
 from .checkers import OPEN
 from .data import SHIPPED_FILE, is_calibration, load_prompts
-from .progress import TypeModel, counts_met
-from .reward import PASS_RATES_FILE
+from .progress import ProgressModel, TypeModel, counts_met
+from .reward import PASS_RATES_FILE, TIE_BREAK, IFEvalReward
 
 SAMPLES_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cpu-2core-epyc" / "ifeval" / \
     "calibration_samples.jsonl"
@@ -291,6 +291,36 @@ def cross_fitted(obs, checks, passes, prior, horizon, stop_rate, pseudo, decisio
             "by_type": by_type}
 
 
+def ranking_at_decision(fitted: dict, rows: list[dict], prompts: dict, decode, decision_tokens: int,
+                        resolutions: tuple[float, ...]) -> dict[str, dict]:
+    """How the partial rewards of each prompt's responses still running at the decision point rank them against
+    their final rewards (the benchmark's measures, on the calibration split and in-sample), per resolution: the
+    evidence the resolution is chosen on."""
+    from scipy.stats import kendalltau
+
+    out = {}
+    prefixes = {(r["key"], i): decode(s["token_ids"][:decision_tokens]) for r in rows
+                for i, s in enumerate(r["samples"]) if len(s["token_ids"]) > decision_tokens}
+    for resolution in resolutions:
+        reward = IFEvalReward(progress=ProgressModel.from_dict({**fitted, "resolution": resolution}))
+        pooled, per_prompt, ties = [], [], []
+        for r in rows:
+            live = [(prefixes[r["key"], i], s["text"]) for i, s in enumerate(r["samples"]) if (r["key"], i) in prefixes]
+            if len(live) < 2:
+                continue
+            prompt = prompts[r["key"]].prompt
+            partial = reward.score_partial(prompt, [p for p, _ in live])
+            final = reward.score(prompt, [t for _, t in live])
+            pooled += zip(partial, final)
+            ties += [abs(a - b) < TIE_BREAK for i, a in enumerate(partial) for b in partial[i + 1:]]
+            if np.ptp(partial) > 0 and np.ptp(final) > 0:
+                per_prompt.append(kendalltau(partial, final).statistic)
+        out[str(resolution)] = {"kendall_pooled": round(float(kendalltau(*zip(*pooled)).statistic), 4),
+                                "kendall_per_prompt_mean": round(float(np.mean(per_prompt)), 4),
+                                "tied_pairs": round(float(np.mean(ties)), 4), "prompts": len(per_prompt)}
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     prompts = [p for p in load_prompts(args.data) if is_calibration(p.key)]
@@ -331,6 +361,8 @@ def main(argv=None) -> int:
         "calibration_error_at_decision": error,
         "counts": dict(sorted(checks.items())), "passes": dict(sorted(passes.items())),
     }
+    out["ranking_at_decision_in_sample"] = ranking_at_decision(out, rows, {p.key: p for p in prompts}, gen.decode,
+                                                                args.decision_tokens, (0.0, 0.02, out["resolution"]))
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     summary = error.get("progress_model", {})
     print(f"{len(rows)} prompts, {len(obs)} open prefixes; ECE at {args.decision_tokens} tokens "
