@@ -115,9 +115,42 @@ def prompt_row(gen: Generator, reward: IFEvalReward, p, *, n: int, max_new_token
                            winner_kept=float(run.best_id == bon.best_id or bon.best.text == run.best.text),
                            no_decision=run.why_no_decision_point(),
                            scores_first=_first_scores(bon, run))
+    row["SR rounds"].update(one_cut_token_rate=one_cut_token_rates(bon, rounds),
+                            settled_alike_pairs_first=_settled_alike(reward, gen, p.prompt, bon, rounds))
     row["by_type"] = first_decision_by_type(gen, reward, p.prompt, bon, rounds)
     row["reward_seconds"] = {"SR rounds": rounds.timings.get("reward", 0.0), "SR rounds total": rounds.wall_time}
     return row
+
+
+def one_cut_token_rates(bon: RunResult, run: RunResult) -> dict[str, float] | None:
+    """Token rate of one cut at the run's first decision point (no later rounds), each candidate's length taken
+    from its Best-of-N twin: with the survivors the reward chose, and with the survivors that would make it
+    lowest (the shortest-lived kept) and highest (the longest-lived kept). The spread is all any reward could move
+    the token rate there; where it is narrow, the token rate is set by alpha and by where responses end."""
+    if not run.decision_points:
+        return None
+    point = run.decision_points[0]
+    lengths = {k: bon.candidates[k].tokens_generated for k in range(len(bon.candidates))}
+    live = [k for k in point.contenders if k not in point.final]
+    kept = [k for k in point.survivors if k not in point.final]
+    base = sum(min(n, point.tokens) for n in lengths.values())
+    rest = sorted(lengths[k] - point.tokens for k in live)
+    total = bon.total_tokens
+    return {"reward": (base + sum(lengths[k] - point.tokens for k in kept)) / total,
+            "lowest": (base + sum(rest[:len(kept)])) / total, "highest": (base + sum(rest[len(rest) - len(kept):])) / total}
+
+
+def _settled_alike(reward: IFEvalReward, gen: Generator, prompt: str, bon: RunResult, run: RunResult) -> list[int]:
+    """(pairs of live candidates at the first decision point, of which every instruction of both is settled
+    and alike): such a pair is tied by any partial value, the length tie-break alone can order it."""
+    if not run.decision_points:
+        return [0, 0]
+    point = run.decision_points[0]
+    verdicts = [tuple(v.status for v in reward.explain(prompt, gen.decode(bon.candidates[k].token_ids[:point.tokens]),
+                                                          final=False))
+                for k in point.contenders if k not in point.final]
+    pairs = list(itertools.combinations(verdicts, 2))
+    return [len(pairs), sum(a == b and "open" not in a for a, b in pairs)]
 
 
 def _first_scores(bon: RunResult, run: RunResult) -> list[tuple[float, float]]:
@@ -153,6 +186,12 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
                 kendall_first_per_prompt=_mean_median([r[method]["kendall_first"] for r in group
                                                        if r[method]["kendall_first"] == r[method]["kendall_first"]]),
                 tied_pairs_first=_tied_share([r[method]["scores_first"] for r in group]))
+        alike = [r["SR rounds"]["settled_alike_pairs_first"] for r in group]
+        methods["SR rounds"].update(
+            settled_alike_pairs_first=sum(a for _, a in alike) / max(1, sum(n for n, _ in alike)),
+            one_cut_token_rate={key: _mean_median([r["SR rounds"]["one_cut_token_rate"][key] for r in group
+                                                   if r["SR rounds"]["one_cut_token_rate"]])
+                                for key in ("reward", "lowest", "highest")})
         by_type: dict[str, Any] = {}
         pooled: dict[str, list] = defaultdict(list)
         for r in group:

@@ -503,6 +503,15 @@ def ifeval(results_dir: Path) -> str:
                                      "seconds", "decision points; Kendall (pooled, first; per prompt); tied pairs (partial rewards closer "
                                      "than the tie-break); Best-of-N's winner kept"],
                                     rows))
+        sr = s["methods"]["SR rounds"]
+        if "settled_alike_pairs_first" in sr:
+            cut = sr["one_cut_token_rate"]
+            out.append(f"Of the live pairs at the first decision point, {pct(sr['settled_alike_pairs_first'])} have every "
+                       f"instruction settled alike in both (tied by any partial value). One cut there, each candidate "
+                       f"as long as its Best-of-N twin, would spend a token rate of {mean_median(cut['reward'], 3)} "
+                       f"with the survivors the reward chose, {mean_median(cut['lowest'], 3)} keeping the shortest-"
+                       f"lived and {mean_median(cut['highest'], 3)} keeping the longest-lived: the range any partial "
+                       f"reward could reach at α = {d['settings']['alpha']}.")
         types = [[kind.replace("_", "\\_"), str(t["live_candidates"]), pct(t["settled_at_first_decision"]),
                   num(t["kendall"], 2), str(t["pruned_while_open"]), pct(t["pruned_while_open_would_pass"])]
                  for kind, t in sorted(s["by_instruction_type"].items(),

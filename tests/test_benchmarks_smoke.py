@@ -234,6 +234,11 @@ def test_ifeval_runs_every_method_and_checks_each_answer(tmp_path):
         assert 0 <= row[method]["instruction_accuracy"] <= 1 and 0 < row[method]["token_rate"] <= 1
     assert row["Best-of-N"]["token_rate"] == 1 and row["SR tau"]["decision_tokens"] in ([4], [])
     assert set(row["by_type"]) <= set(row["instructions"])
+    if row["SR rounds"]["decision_points"]:  # the reward's cut lies within what any cut there could spend
+        cut = row["SR rounds"]["one_cut_token_rate"]
+        assert cut["lowest"] - 1e-9 <= cut["reward"] <= cut["highest"] + 1e-9 <= 1 + 2e-9
+        pairs, alike = row["SR rounds"]["settled_alike_pairs_first"]
+        assert 0 <= alike <= pairs
     (summary,) = saved["summary"].values()
     assert summary["prompts"] == 1 and tuple(summary["methods"]) == methods
 

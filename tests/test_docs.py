@@ -175,7 +175,7 @@ def copy_of_a_note(tmp_path: Path, folder: str) -> Path:
 
 @pytest.mark.parametrize("folder,written,planted", [
     # drifts of the kind issue 33 found: a Kendall the file does not hold, a rate after a re-run, a mean
-    ("cpu-2core-epyc/ifeval", "**Kendall pooled `≥ 0.3`: met**, 0.42.", "**Kendall pooled `≥ 0.3`: met**, 0.44."),
+    ("cpu-2core-epyc/ifeval", "**Kendall pooled `≥ 0.3`: met**, 0.38 (", "**Kendall pooled `≥ 0.3`: met**, 0.44 ("),
     ("cpu-2core-epyc/signals", "(0.08 → 0.50)", "(0.08 → 0.56)"),
     ("cpu-2core-epyc/defaults", "with Kendall 0.56 on average", "with Kendall 0.61 on average"),
     ("cpu-2core-epyc", "our Best-of-N 138.9 tok/s", "our Best-of-N 141.2 tok/s"),

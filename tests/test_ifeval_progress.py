@@ -3,6 +3,7 @@
 and with the room left; settled verdicts stay exact; bad instructions are refused in one line naming
 the field."""
 
+import dataclasses
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from sbon.errors import SBoNError
 from sbon.ifeval.checkers import build
 from sbon.ifeval.instructions import DESCRIPTIONS, EXAMPLE_ARGS, by_frequency, parse_instructions
 from sbon.ifeval.progress import ProgressModel, TypeModel
-from sbon.ifeval.reward import IFEvalReward
+from sbon.ifeval.reward import PASS_RATES_FILE, IFEvalReward
 
 # A fixed model (not the calibration file) so the assertions do not move with a recalibration.
 MODEL = ProgressModel(resolution=0.0, types={t: TypeModel(rate=0.01, strength=200.0) for t in (
@@ -50,6 +51,37 @@ def test_exactly_n_is_out_of_reach_when_no_room_is_left():
 def test_a_type_without_counts_is_worth_its_calibrated_open_rate():
     assert value("detectable_format:json_format", {}, '{"a": ') == 0.2
     assert value("startend:quotation", {}, '"Hi') == 0.3  # never calibrated: the prior
+
+
+def test_a_response_that_may_end_early_is_priced_so():
+    # With a chance to stop at every token, many more words are less likely and staying under a cap more likely.
+    ending = dataclasses.replace(MODEL, stop_rate=0.02)
+    at_least = ("length_constraints:number_words", {"num_words": 60, "relation": "at least"})
+    less_than = ("length_constraints:number_words", {"num_words": 50, "relation": "less than"})
+    prefix = "word " * 20
+    assert value(*at_least, prefix, ending) < value(*at_least, prefix)
+    assert value(*less_than, prefix, ending) > value(*less_than, prefix)
+
+
+def test_a_type_the_count_model_overrates_is_pulled_toward_its_open_rate():
+    shrunk = dataclasses.replace(MODEL, types={"punctuation:no_comma": TypeModel(0.01, 200.0, weight=0.5, base=0.4)})
+    comma = ("punctuation:no_comma", {})
+    assert value(*comma, "word " * 100, shrunk) == pytest.approx(0.5 * value(*comma, "word " * 100) + 0.2)
+
+
+def test_the_response_language_is_read_from_the_prefix():
+    model = dataclasses.replace(MODEL, open_rates={"language:response_language": 0.2},
+                                evidence_rates={"language:response_language": {"required": 0.8, "other": 0.01}})
+    english = "The sea is wide and grey, and the waves roll slowly toward the old harbour wall."
+    assert value("language:response_language", {"language": "en"}, english, model) == 0.8
+    assert value("language:response_language", {"language": "de"}, english, model) == 0.01
+    assert value("language:response_language", {"language": "de"}, "", model) == 0.2  # nothing to read yet
+
+
+def test_the_shipped_calibration_beats_a_constant_value_out_of_sample():
+    error = json.loads(PASS_RATES_FILE.read_text())["calibration_error_at_decision"]
+    model, constant = error["progress_model"], error["constant_pass_rate"]
+    assert model["log_loss"] < constant["log_loss"] and model["brier"] < constant["brier"]
 
 
 def test_settled_verdicts_stay_exact_and_the_scale_is_the_expected_fraction():

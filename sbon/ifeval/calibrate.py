@@ -10,13 +10,15 @@ instruction type first, and appends them to ``--samples-file`` one prompt a line
 resumes where it stopped.
 
 The fit (without ``--sample``) reads that file, cuts every response at ``CUTS`` tokens, and for each
-instruction still open there records how far the prefix has come (``Instruction.progress``) and whether
-the complete response followed it (strict). Per count type it picks the Gamma prior (``rate``,
-``strength``, see ``progress``) of least log-loss on a grid; per type without a count, the smoothed
-fraction followed. It writes ``pass_rates.json`` with the calibration error at the first decision point
-(``--decision-tokens``): expected calibration error, Brier score and log-loss of the progress model,
-cross-fitted (parameters fitted on one half of the prompts, scored on the other), against the former
-value (each type's pass rate on complete responses, whatever the prefix).
+instruction still open there records how far the prefix has come (``Instruction.progress``, or
+``Instruction.evidence``), what the complete response added to its counts and whether it followed the
+instruction (strict). It measures the generator's stop rate and, per count type, the event rate; picks the
+strength of least log-loss on a grid and the shrinkage weight of least log-loss out of sample (see
+``progress``); per type without a count, the smoothed fraction followed, by evidence where there is some. It
+writes ``pass_rates.json`` with the calibration error at the first decision point (``--decision-tokens``):
+expected calibration error, Brier score and log-loss of the progress model, cross-fitted (parameters fitted
+on one half of the prompts, scored on the other), against the former value (each type's pass rate on
+complete responses, whatever the prefix).
 """
 
 from __future__ import annotations
@@ -37,14 +39,15 @@ from ..models import load_generator
 from ..rewards import CallableReward
 from .checkers import OPEN
 from .data import SHIPPED_FILE, is_calibration, load_prompts
-from .progress import TypeModel, meets
-from .reward import PASS_RATES_FILE
+from .progress import ProgressModel, TypeModel, counts_met
+from .reward import PASS_RATES_FILE, TIE_BREAK, IFEvalReward
 
 SAMPLES_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cpu-2core-epyc" / "ifeval" / \
     "calibration_samples.jsonl"
 CUTS = (16, 32, 48, 64, 96)  # where responses are cut to make open prefixes (tokens)
-RATE_GRID = np.geomspace(1e-4, 3.0, 46)  # events per token
+RATE_FLOOR = 1e-4  # events per token: a type never seen to happen after the cut still may
 STRENGTH_GRID = np.geomspace(2.0, 2e4, 13)  # tokens
+WEIGHT_GRID = np.linspace(0.0, 1.0, 21)  # trust in the count model against the type's base rate
 CLIP = 1e-4  # probabilities are clipped to [CLIP, 1 - CLIP] in the log-loss
 
 
@@ -139,25 +142,27 @@ def observations(decode, rows: list[dict], prompts: dict) -> tuple[list[dict], d
                 prefix = decode(ids[:cut])
                 for ins, y in zip(instructions, followed):
                     if ins.partial(prefix).status == OPEN:
-                        obs.append({"type": ins.id, "counts": ins.progress(prefix), "tokens": cut,
-                                    "y": float(y), "cut": cut, "key": row["key"]})
+                        counts = ins.progress(prefix)
+                        later = None if counts is None else sum(c.count for c in ins.progress(text)) - \
+                            sum(c.count for c in counts)
+                        obs.append({"type": ins.id, "counts": counts, "tokens": cut, "y": float(y), "cut": cut,
+                                    "key": row["key"], "evidence": ins.evidence(prefix) if counts is None else None,
+                                    "later": (later, len(ids) - cut)})
     return obs, checks, passes, chars / max(1, tokens)
 
 
-def count_probabilities(obs: list[dict], model: TypeModel, horizon: float) -> np.ndarray:
-    """The progress model's value of each open prefix (all counts met, taken as independent)."""
+def count_probabilities(obs: list[dict], model: TypeModel, horizon: float, stop_rate: float) -> np.ndarray:
+    """The count model's probability that each open prefix meets all its counts, before ``TypeModel.shrink``."""
     flat = [(i, c) for i, o in enumerate(obs) for c in o["counts"]]
-    out = np.ones(len(obs))
-    if not flat:
-        return out
-    index = np.array([i for i, _ in flat])
-    tokens = np.array([obs[i]["tokens"] for i, _ in flat], dtype=float)
-    count = np.array([c.count for _, c in flat])
-    scale = model.strength + tokens
-    p = scale / (scale + np.maximum(horizon - tokens, 0.0))
-    probs = meets(count, [c.relation for _, c in flat], [c.n for _, c in flat], model.strength * model.rate + count, p)
-    np.multiply.at(out, index, probs)
-    return out
+    return counts_met([c for _, c in flat], [i for i, _ in flat], len(obs), [obs[i]["tokens"] for i, _ in flat],
+                      horizon, model, stop_rate)
+
+
+def stop_rate_of(rows: list[dict], horizon: int) -> float:
+    """The generator's chance of ending its response at any one token: responses that ended before the limit
+    over the tokens written (a geometric stop)."""
+    ended = sum(len(s["token_ids"]) < horizon for r in rows for s in r["samples"])
+    return ended / max(1, sum(len(s["token_ids"]) for r in rows for s in r["samples"]))
 
 
 def log_loss(p: np.ndarray, y: np.ndarray) -> float:
@@ -165,12 +170,42 @@ def log_loss(p: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
-def fit_type(obs: list[dict], horizon: float) -> TypeModel:
-    """The grid's Gamma prior of least log-loss on these open prefixes of one type."""
+def event_rate(obs: list[dict]) -> float:
+    """The type's events per token after the cut, measured: what the complete responses added to the open
+    prefixes' counts over the tokens they wrote after it (a rate is observed, not fitted)."""
+    events = sum(max(0, o["later"][0]) for o in obs)
+    return max(RATE_FLOOR, events / max(1, sum(o["later"][1] for o in obs)))
+
+
+def _grid_fit(obs: list[dict], horizon: float, stop_rate: float, base: float) -> tuple[float, float, float]:
+    """(rate, strength, weight): the measured rate, and the strength and weight of the grid with least log-loss
+    on these open prefixes."""
     y = np.array([o["y"] for o in obs])
-    best = min(((log_loss(count_probabilities(obs, TypeModel(r, s), horizon), y), r, s)
-                for r in RATE_GRID for s in STRENGTH_GRID), key=lambda t: t[0])
-    return TypeModel(rate=float(f"{best[1]:.4g}"), strength=float(f"{best[2]:.4g}"))
+    r, best = event_rate(obs), (math.inf, 0.0, 1.0)
+    for s in STRENGTH_GRID:
+        p = count_probabilities(obs, TypeModel(r, s), horizon, stop_rate)
+        for w in WEIGHT_GRID:
+            best = min(best, (log_loss(w * p + (1 - w) * base, y), s, w))
+    return r, best[1], best[2]
+
+
+def fit_type(obs: list[dict], horizon: float, stop_rate: float, base: float) -> TypeModel:
+    """One count type's model: the measured rate, the strength of least log-loss on the grid, and the trust
+    (weight toward ``base``, the type's smoothed open pass rate) that does best *out of sample*: two folds of the prompts, each
+    valued with the grid's fit on the other. In-sample, a sharp prior (thousands of tokens of strength) always
+    looks best and then fails on other prompts; the held-out weight prices that in."""
+    folds = [[o for o in obs if (o["key"] // 4) % 2 == f] for f in (0, 1)]
+    held_out = []  # (count model's probability, followed) of each prefix, fitted without its fold
+    for f in (0, 1):
+        if folds[f] and folds[1 - f]:
+            r, s, _ = _grid_fit(folds[1 - f], horizon, stop_rate, base)
+            held_out += zip(count_probabilities(folds[f], TypeModel(r, s), horizon, stop_rate),
+                            (o["y"] for o in folds[f]))
+    r, s, w = _grid_fit(obs, horizon, stop_rate, base)
+    if held_out:
+        p, yy = (np.array(v) for v in zip(*held_out))
+        w = min(WEIGHT_GRID, key=lambda w: log_loss(w * p + (1 - w) * base, yy))
+    return TypeModel(rate=float(f"{r:.4g}"), strength=float(f"{s:.4g}"), weight=round(float(w), 3), base=base)
 
 
 def smoothed(passes: float, checks: float, prior: float, pseudo: float) -> float:
@@ -183,30 +218,40 @@ def smoothed_rates(counts: dict, passes: dict, pseudo: float) -> tuple[dict[str,
     return {k: smoothed(passes[k], counts[k], prior, pseudo) for k in sorted(counts)}, round(prior, 4)
 
 
-def fit(obs: list[dict], prior: float, horizon: float, pseudo: float) -> tuple[dict, dict]:
-    """(count types' Gamma priors, open rates of the types without a count) from open prefixes."""
+def fit(obs: list[dict], prior: float, horizon: float, stop_rate: float, pseudo: float) -> tuple[dict, dict, dict]:
+    """(count types' models, open rates of the types without a count, their rates by evidence label) from
+    open prefixes; every rate is smoothed toward the next coarser one by ``pseudo`` prefixes."""
     by_type: dict[str, list] = collections.defaultdict(list)
     for o in obs:
         by_type[o["type"]].append(o)
-    types, open_rates = {}, {}
+    types, open_rates, evidence_rates = {}, {}, {}
     for kind, items in sorted(by_type.items()):
-        if items[0]["counts"] is None:
-            open_rates[kind] = smoothed(sum(o["y"] for o in items), len(items), prior, pseudo)
-        else:
-            types[kind] = fit_type(items, horizon)
-    return types, open_rates
+        rate = smoothed(sum(o["y"] for o in items), len(items), prior, pseudo)
+        if items[0]["counts"] is not None:
+            types[kind] = fit_type(items, horizon, stop_rate, rate)
+            continue
+        open_rates[kind] = rate
+        labels = sorted({o["evidence"] for o in items if o["evidence"] is not None})
+        if labels:
+            evidence_rates[kind] = {label: smoothed(sum(o["y"] for o in items if o["evidence"] == label),
+                                                    sum(o["evidence"] == label for o in items), rate, pseudo)
+                                    for label in labels}
+    return types, open_rates, evidence_rates
 
 
-def predict(obs: list[dict], types: dict, open_rates: dict, prior: float, horizon: float) -> np.ndarray:
+def predict(obs: list[dict], types: dict, open_rates: dict, evidence_rates: dict, prior: float,
+            horizon: float, stop_rate: float) -> np.ndarray:
     out = np.empty(len(obs))
     by_type: dict[str, list[int]] = collections.defaultdict(list)
     for i, o in enumerate(obs):
         by_type[o["type"]].append(i)
     for kind, idx in by_type.items():
         if kind in types and obs[idx[0]]["counts"] is not None:
-            out[idx] = count_probabilities([obs[i] for i in idx], types[kind], horizon)
+            out[idx] = types[kind].shrink(count_probabilities([obs[i] for i in idx], types[kind], horizon,
+                                                                      stop_rate))
         else:
-            out[idx] = open_rates.get(kind, prior)
+            rates = evidence_rates.get(kind, {})
+            out[idx] = [rates.get(obs[i]["evidence"], open_rates.get(kind, prior)) for i in idx]
     return out
 
 
@@ -219,24 +264,61 @@ def calibration_error(p: np.ndarray, y: np.ndarray, bins: int = 10) -> dict[str,
             "brier": round(float(np.mean((p - y) ** 2)), 4), "log_loss": round(log_loss(p, y), 4)}
 
 
-def cross_fitted(obs, checks, passes, prior, horizon, pseudo, decision_tokens) -> dict:
+def cross_fitted(obs, checks, passes, prior, horizon, stop_rate, pseudo, decision_tokens) -> dict:
     """Calibration error at the decision point, each half of the prompts scored with parameters fitted on
     the other half; the former constant value (pass rate on complete responses) alongside."""
     halves = [[o for o in obs if (o["key"] // 2) % 2 == h] for h in (0, 1)]
-    p_new, p_old, y = [], [], []
+    p_new, p_old, y, kinds = [], [], [], []
     rates, _ = smoothed_rates(checks, passes, pseudo)
     for h in (0, 1):
         train, test = halves[1 - h], [o for o in halves[h] if o["cut"] == decision_tokens]
         if not test:
             continue
-        types, open_rates = fit(train, prior, horizon, pseudo)
-        p_new.append(predict(test, types, open_rates, prior, horizon))
+        types, open_rates, evidence_rates = fit(train, prior, horizon, stop_rate, pseudo)
+        p_new.append(predict(test, types, open_rates, evidence_rates, prior, horizon, stop_rate))
         p_old.append(np.array([rates.get(o["type"], prior) for o in test]))
         y.append(np.array([o["y"] for o in test]))
+        kinds += [o["type"] for o in test]
     if not y:
         return {}
-    p_new, p_old, y = np.concatenate(p_new), np.concatenate(p_old), np.concatenate(y)
-    return {"progress_model": calibration_error(p_new, y), "constant_pass_rate": calibration_error(p_old, y)}
+    p_new, p_old, y, kinds = np.concatenate(p_new), np.concatenate(p_old), np.concatenate(y), np.array(kinds)
+    # Per type, where the prefix tells the model more than the type's pass rate (lower log-loss) and where not.
+    by_type = {kind: {"open_prefixes": int((kinds == kind).sum()), "followed": round(float(y[kinds == kind].mean()), 4),
+                      "log_loss": round(log_loss(p_new[kinds == kind], y[kinds == kind]), 4),
+                      "log_loss_constant": round(log_loss(p_old[kinds == kind], y[kinds == kind]), 4)}
+               for kind in sorted(set(kinds))}
+    return {"progress_model": calibration_error(p_new, y), "constant_pass_rate": calibration_error(p_old, y),
+            "by_type": by_type}
+
+
+def ranking_at_decision(fitted: dict, rows: list[dict], prompts: dict, decode, decision_tokens: int,
+                        resolutions: tuple[float, ...]) -> dict[str, dict]:
+    """How the partial rewards of each prompt's responses still running at the decision point rank them against
+    their final rewards (the benchmark's measures, on the calibration split and in-sample), per resolution: the
+    evidence the resolution is chosen on."""
+    from scipy.stats import kendalltau
+
+    out = {}
+    prefixes = {(r["key"], i): decode(s["token_ids"][:decision_tokens]) for r in rows
+                for i, s in enumerate(r["samples"]) if len(s["token_ids"]) > decision_tokens}
+    for resolution in resolutions:
+        reward = IFEvalReward(progress=ProgressModel.from_dict({**fitted, "resolution": resolution}))
+        pooled, per_prompt, ties = [], [], []
+        for r in rows:
+            live = [(prefixes[r["key"], i], s["text"]) for i, s in enumerate(r["samples"]) if (r["key"], i) in prefixes]
+            if len(live) < 2:
+                continue
+            prompt = prompts[r["key"]].prompt
+            partial = reward.score_partial(prompt, [p for p, _ in live])
+            final = reward.score(prompt, [t for _, t in live])
+            pooled += zip(partial, final)
+            ties += [abs(a - b) < TIE_BREAK for i, a in enumerate(partial) for b in partial[i + 1:]]
+            if np.ptp(partial) > 0 and np.ptp(final) > 0:
+                per_prompt.append(kendalltau(partial, final).statistic)
+        out[str(resolution)] = {"kendall_pooled": round(float(kendalltau(*zip(*pooled)).statistic), 4),
+                                "kendall_per_prompt_mean": round(float(np.mean(per_prompt)), 4),
+                                "tied_pairs": round(float(np.mean(ties)), 4), "prompts": len(per_prompt)}
+    return out
 
 
 def main(argv=None) -> int:
@@ -256,8 +338,9 @@ def main(argv=None) -> int:
     obs, checks, passes, chars_per_token = observations(gen.decode, rows, {p.key: p for p in prompts})
     prior = sum(passes.values()) / max(1, sum(checks.values()))
     horizon = args.max_new_tokens
-    types, open_rates = fit(obs, prior, horizon, args.pseudo_count)
-    error = cross_fitted(obs, checks, passes, prior, horizon, args.pseudo_count, args.decision_tokens)
+    stop_rate = stop_rate_of(rows, horizon)
+    types, open_rates, evidence_rates = fit(obs, prior, horizon, stop_rate, args.pseudo_count)
+    error = cross_fitted(obs, checks, passes, prior, horizon, stop_rate, args.pseudo_count, args.decision_tokens)
     out = {
         "about": "partial values of the ifeval reward's open instructions (sbon/ifeval/progress.py), fitted on the "
                  "embedded generator's responses to the calibration split (odd keys)",
@@ -270,12 +353,16 @@ def main(argv=None) -> int:
         "responses": sum(len(r["samples"]) for r in rows), "open_prefixes": len(obs),
         "seconds": round(time.time() - start, 1), "load_average": [round(x, 2) for x in os.getloadavg()],
         "prior": round(prior, 4), "chars_per_token": round(chars_per_token, 3),
+        "stop_rate": round(stop_rate, 5),
         # The model cannot tell apart probabilities closer than its calibration error: values are rounded so.
         "resolution": max(0.05, math.ceil(error.get("progress_model", {}).get("ece", 0.0) * 20) / 20),
         "types": {k: vars(v) for k, v in types.items()}, "open_rates": open_rates,
+        "evidence_rates": evidence_rates,
         "calibration_error_at_decision": error,
         "counts": dict(sorted(checks.items())), "passes": dict(sorted(passes.items())),
     }
+    out["ranking_at_decision_in_sample"] = ranking_at_decision(out, rows, {p.key: p for p in prompts}, gen.decode,
+                                                                args.decision_tokens, (0.0, 0.02, out["resolution"]))
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     summary = error.get("progress_model", {})
     print(f"{len(rows)} prompts, {len(obs)} open prefixes; ECE at {args.decision_tokens} tokens "

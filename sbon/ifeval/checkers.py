@@ -116,6 +116,12 @@ class Instruction:
         ``sbon.ifeval.progress`` turns them into the probability of following the instruction."""
         return None
 
+    def evidence(self, text: str) -> str | None:
+        """For an instruction without a count: a label of what an unfinished response shows about it (the
+        language it is written in so far, say), or None where it shows nothing. ``sbon.ifeval.progress``
+        values an open instruction by the calibrated pass rate of its type with that label."""
+        return None
+
     def check(self, text: str) -> bool:
         """The reference's ``check_following``: True when the complete response follows it."""
         return self.final(text).status == PASS
@@ -243,6 +249,14 @@ class ResponseLanguage(Instruction):
 
     def partial(self, text):
         return Outcome(OPEN, f"language ‘{self.language}’ is judged on the complete response")
+
+    def evidence(self, text):
+        """'required' when the text so far is detected as the required language, 'other' when it is detected as
+        another, None when nothing is detectable yet."""
+        from .language import detect
+
+        found = detect(text) if text.strip() else None
+        return None if found is None else "required" if found == self.language else "other"
 
 
 class NumberOfSentences(Instruction):
