@@ -15,6 +15,12 @@ hits every column alike:
   2.5x target;
 - llama.cpp on the same GGUF file (4-bit), R sequences one token each, where `llama_cpp` imports
   (`pip install llama-cpp-python`; not a requirement of this project: the column is skipped).
+- the compiled step (`sbon.decoders`, every bucket compiled first; the cold compile's seconds in the file),
+  also with Dynamo's guards checked only where they tell its graphs apart (what the guards cost per step),
+  and its top operators (torch.profiler);
+- a 4-bit probe: the same Linear layers through torch's int4 weight-only CPU kernel on the GGUF file's own
+  Q4_1 blocks (a quarter of bf16's bytes), with its error against float32 and its batch invariance: what a
+  4-bit format would save, before one is built.
 
 Then each format's divergence rate: the fraction of candidates whose tokens differ between one
 batch of N rows and the same candidates decoded in smaller batches. Zero is what coupled
@@ -390,6 +396,25 @@ def column_name(fmt: str, attention: str) -> str:
     return f"{fmt} {'sdpa' if attention == 'sdpa' else 'decode-attn' if attention == DECODE_ATTENTION else attention}"
 
 
+GUARDS_SKIPPED = ", guards skipped"
+
+
+class SkipGuards:
+    """A compiled decoder whose steps check only the guards that tell its graphs apart
+    (``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``; every bucket compiled before): what checking
+    all of them costs per step. Timing only: the decoder the engine uses checks them all."""
+
+    def __init__(self, dec: CompiledDecoder):
+        self.dec = dec
+
+    def start(self, *args) -> Any:
+        return self.dec.start(*args)
+
+    def forward(self, batch: Any, tokens: torch.Tensor) -> None:
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            self.dec.forward(batch, tokens)
+
+
 def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSettings, sampling: SamplingConfig,
              llama: LlamaCpp | None, quiet: bool = False, int4: Int4Linears | None = None) -> dict[str, Any]:
     """Every column (format x attention), round after round; the order of the columns rotates so that none
@@ -402,14 +427,20 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
 
     prefixes = {name: g.prefill(prompt_ids) for name, g in gens.items()}
     columns = {column_name(f, a): (f, a) for f in gens for a in s.attentions}
-    compiled, compile_s = {}, {}
+    compiled, compile_s, decoders = {}, {}, {}
     for fmt in s.compiled:  # the first step traces and compiles (from the disk cache where it holds the kernels)
         gens[fmt].model.set_attn_implementation(DECODE_ATTENTION)
         compiled[fmt] = decoder(gens[fmt], "compiled")
         start = time.perf_counter()
         engine_step_ms(gens[fmt], prefixes[fmt], 2, StepSettings(warm_steps=1, steps=1), sampling, compiled[fmt])
         compile_s[fmt] = time.perf_counter() - start
+        start = time.perf_counter()  # every other bucket the row counts use, before any is timed
+        for rows in s.rows:
+            engine_step_ms(gens[fmt], prefixes[fmt], rows, StepSettings(warm_steps=1, steps=1), sampling, compiled[fmt])
+        compile_s[f"{fmt} other buckets"] = time.perf_counter() - start
         columns[f"{fmt} compiled"] = (fmt, DECODE_ATTENTION)
+        columns[f"{fmt} compiled{GUARDS_SKIPPED}"] = (fmt, DECODE_ATTENTION)
+        decoders[f"{fmt} compiled"], decoders[f"{fmt} compiled{GUARDS_SKIPPED}"] = compiled[fmt], SkipGuards(compiled[fmt])
     bar = common.progress(s.repeats, "step", disable=quiet)
     for rep in range(s.repeats):
         add("matmul_fp32_gflops", matmul_gflops(torch.float32, s.matmul_size))
@@ -420,8 +451,7 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
             for name in names:
                 fmt, attention = columns[name]
                 gens[fmt].model.set_attn_implementation(attention)
-                add(f"{name}/{rows}", engine_step_ms(gens[fmt], prefixes[fmt], rows, s, sampling,
-                                                     compiled[fmt] if name.endswith(" compiled") else None))
+                add(f"{name}/{rows}", engine_step_ms(gens[fmt], prefixes[fmt], rows, s, sampling, decoders.get(name)))
                 add(f"{fmt}/{rows}/linear", linear_ms(gens[fmt], rows))
             if int4 is not None:
                 add(f"int4/{rows}/linear", int4.step_ms(rows, gens["bf16"].model.get_output_embeddings()))
@@ -564,8 +594,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"int4 probe ({int4_check['layers']} layers, {int4_check['mb']:.0f} MB): batch invariant "
               f"{int4_check['batch_invariant']}, max relative error vs float32 {int4_check['max_rel_error_vs_fp32']:.4f} "
               f"(bf16 {int4_check['bf16_max_rel_error_vs_fp32']:.4f}); int4_linear_ms is its Linear time per step")
-    for fmt, seconds in result["compile_s"].items():
-        print(f"{fmt} compiled: first step (trace and compile, inductor cache {inductor_cache()}) {seconds:.1f} s")
+    for key, seconds in result["compile_s"].items():
+        what = "the other buckets' first steps" if key.endswith(" other buckets") else "first step"
+        print(f"{key.split()[0]} compiled: {what} (trace and compile, inductor cache {inductor_cache()}) {seconds:.1f} s")
     for t in result["targets"]:
         print(f"target {t['rows']} rows {t['target']}: {t['column']} {t['ms']:.1f} ms, {'met' if t['met'] else 'MISSED'}")
     for key, ops in result["profiles"].items():
