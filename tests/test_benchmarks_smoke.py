@@ -249,7 +249,7 @@ def test_ifeval_refuses_another_reward():
 
 def test_step_times_every_format_with_both_attentions_and_reports_the_ratios(tmp_path):
     """`python -m benchmarks step`, tiny: every (format, attention) column is timed, the ratios name the
-    fp32 + SDPA baseline, and the divergence check finds the padded formats exact."""
+    fp32 + SDPA baseline, the 4-bit probe is timed, and the divergence check finds the padded formats exact."""
     from benchmarks import step
 
     assert main(["step", "--rows", "1", "3", "--formats", "fp32", "bf16", "--attentions", "sbon_decode", "sdpa",
@@ -262,5 +262,8 @@ def test_step_times_every_format_with_both_attentions_and_reports_the_ratios(tmp
                        for rows in (1, 3)}
     assert all(r["ms_per_step"] > 0 for r in saved["table"])
     assert {name: d["rate"] for name, d in saved["divergence"].items()} == {"fp32": 0.0, "bf16": 0.0}
+    # the 4-bit probe (timed next to the bf16 format): its Linear time on every bf16 row, its checks in the settings
+    assert all(r["int4_linear_ms"] > 0 for r in saved["table"] if r["format"].startswith("bf16"))
+    assert saved["settings"]["int4"]["batch_invariant"] and saved["settings"]["int4"]["layers"] == 210
     lines = step.speedups(saved["table"], rows=3)
     assert len(lines) == 4 and all(step.BASELINE in line for line in lines)

@@ -236,3 +236,21 @@ def test_a_static_kv_slab_gives_the_growable_cache_s_logits(gen_bf16):
         logits[name] = out
     assert all(torch.equal(a, b) for a, b in zip(logits["eager"], logits["slab"]))
     assert all(torch.allclose(a.float(), b.float(), atol=0.1, rtol=0) for a, b in zip(logits["eager"], logits["graph"]))
+
+
+@pytest.mark.slow
+def test_the_4bit_probe_computes_with_the_gguf_files_own_weights(gen, gen_bf16):
+    """The step benchmark's 4-bit probe (torch's int4 weight-only kernel on the file's Q4_1 blocks): its blocks,
+    dequantized, are the float32 copy's weights bit for bit (so the rows are in `transformers`' order); each row's
+    output is the same bits at every batch size; its error against float32 stays near the bf16 layers'."""
+    from benchmarks.step import open_int4
+
+    int4 = open_int4("smollm2-135m", gen_bf16)
+    if int4 is None or gen.device.type != "cpu":
+        pytest.skip("this torch has no int4 weight-only CPU kernel")
+    modules = dict(gen.model.named_modules())
+    assert len(int4.layers) == 7 * gen.model.config.num_hidden_layers
+    assert all(torch.equal(w, modules[name].weight) for name, (_, _, _, w) in int4.layers.items())
+    check = int4.check(gen_bf16, rows=5)
+    assert check["batch_invariant"]
+    assert check["max_rel_error_vs_fp32"] < 2 * check["bf16_max_rel_error_vs_fp32"]
