@@ -540,11 +540,21 @@ def scenarios(results_dir: Path) -> str:
                      f"{pct(s['sbon_ended'])}; English {pct(s['sbon_english'])}{followed})"])
     return (f"{link(results_dir, path)}: N={d['settings']['page']['n']}, α={d['settings']['page']['alpha']}, each "
             f"scenario's reward, pruning signal and answer length, Best-of-N under the same memory; {d['settings']['k']} "
-            f"held-out prompts per scenario; load average at start {load_avg(d['environment_at_start'])}. Means over "
+            f"held-out prompts per scenario; {scenario_runs(d)}. Means over "
             "prompts; Best-of-N's answer scores 100, its worst candidate 0.\n\n" + markdown_table(
                 ["scenario", "prompts", "Speculative Rejection's normalized score", "random pruning (same counts)",
                  "Kendall at the first decision point", "tied pairs there", "Best-of-N's winner pruned",
                  "speedup in decode steps", "token rate", "Speculative Rejection's answer reads well"], rows))
+
+
+def scenario_runs(d: dict) -> str:
+    """The commands that made the rows of scenarios.json (one run, or a re-run of some scenarios) and the load
+    average at the start of each prompt."""
+    runs = {}
+    for r in d["rows"]:
+        runs.setdefault(r.get("command") or d["command"], []).append(r["load"]["sbon"]["load_average_start"])
+    return "; ".join(f"`{command}`: {', '.join(sorted({r['scenario'] for r in d['rows'] if (r.get('command') or d['command']) == command}))}, "
+                     f"load average at a prompt's start {min(loads):.1f}–{max(loads):.1f}" for command, loads in runs.items())
 
 
 def dtype_coupling(results_dir: Path) -> str:

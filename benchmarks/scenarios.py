@@ -169,7 +169,9 @@ def main(args: argparse.Namespace) -> int:
     from transformers.utils import logging as tf_logging
     tf_logging.set_verbosity_error()
     out = Path(args.out)
-    kept = [r for r in json.loads(out.read_text())["rows"] if r["scenario"] not in args.scenario] if out.exists() else []
+    earlier = json.loads(out.read_text()) if out.exists() else {"rows": []}
+    # Rows kept from an earlier run name the command that made them: the file may hold more than one run.
+    kept = [{"command": earlier.get("command"), **r} for r in earlier["rows"] if r["scenario"] not in args.scenario]
     work = [(key, item) for key in args.scenario for item in scenario_prompts(key, args.k, args.prompt_seed)]
     gen = load_generator()  # the page's generator, in the page's weight format
     rewards = {key: load_reward(SCENARIOS[key].reward, generator=gen) for key in args.scenario}
@@ -190,7 +192,7 @@ def main(args: argparse.Namespace) -> int:
     for key, item in work:
         s = settings[key]
         s.prompt = item["prompt"]
-        rows.append(prompt_row(gen, rewards[key], key, item, s))
+        rows.append({"command": record["command"], **prompt_row(gen, rewards[key], key, item, s)})
         bar.update(1)
         every = kept + rows
         common.write_json({**record, "environment": common.environment(gen), "summary": summarize(every),
