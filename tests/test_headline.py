@@ -26,7 +26,8 @@ from sbon.signals import SIGNALS, signal_description, signal_title
 from conftest import COMPARISON_PROMPT
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORDED = ROOT / "assets" / "recorded_run.json"  # pruned by logprob: a finished candidate sits in round 3, unranked
+RECORDED = ROOT / "assets" / "recorded_run.json"
+REWARD_FREE = ROOT / "assets" / "gallery" / "reward-free.json"  # self-certainty: two finished candidates in round 3, unranked
 BUSY_SECONDS = 300  # the busy loops' bound, should the test die before it stops them
 
 
@@ -157,13 +158,14 @@ def test_every_reason_reads_true(source, request):
 
 
 def test_a_finished_candidate_the_signal_cannot_rank_says_so():
-    comp = Comparison.load(RECORDED)
+    comp = Comparison.load(REWARD_FREE)
     point = comp.sbon.decision_points[2]
-    assert point.signal == "logprob" and point.final == [1] and not point.ranks_finished
-    text = point_reasons(point)[1].text()
-    assert text.startswith("not ranked: it had finished") and "mean log-probability signal cannot rank" in text
-    assert "cut" not in text and "rank 8" not in text
-    assert all(r.of == len(point.contenders) - 1 for r in point_reasons(point).values())  # the ranked ones
+    assert point.signal == "self-certainty" and point.final == [1, 14] and not point.ranks_finished
+    for k in point.final:
+        text = point_reasons(point)[k].text()
+        assert text.startswith("not ranked: it had finished") and "self-certainty signal cannot rank" in text
+        assert "cut" not in text and not re.search(r"rank \d", text)
+    assert all(r.of == len(point.contenders) - len(point.final) for r in point_reasons(point).values())  # ranked among live
 
 
 def test_numbers_that_print_alike_show_the_digits_or_the_tie_break_that_separates_them():
