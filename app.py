@@ -13,9 +13,7 @@ import functools
 import inspect
 import logging
 import math
-import os
 import random
-import tempfile
 import threading
 import time
 from concurrent.futures import Future, wait
@@ -53,6 +51,8 @@ from components.presenter import CSS, KEYS_JS, PRESENTER_JS, SCROLL_TO_LIVE_JS, 
 from components.rounds import (present_step, present_steps, result_caption, round_caption, round_figure,  # noqa: E402
                                round_views, rounds_animation)
 from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
+from components.saved_runs import check_replayable, load_upload, save_for_download, temp_file  # noqa: E402
+from components.served import computed_once  # noqa: E402
 from components.share import ShareStore, digest, link  # noqa: E402
 from components.style import Look  # noqa: E402
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
@@ -65,9 +65,6 @@ from sbon.rewards import bind_instructions  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
-MAX_UPLOAD_BYTES = 20_000_000
-MAX_ABS_NUMBER = 1e9  # no reward, threshold or timing of a real run comes near this
-DOWNLOAD_TTL_S = 3600
 PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
 LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
@@ -152,58 +149,6 @@ def last_round(comp: Comparison, look: Look = Look()):
     views = round_views(comp.sbon)
     return look.apply(round_figure(views[-1] if views else None, comp.n, earlier=views[:-1], comp=comp,
                                    reward=comp.sbon.reward), live=True)
-
-
-def save_for_download(comp: Comparison) -> str:
-    """Write a new run where Gradio may serve it (the system temp dir) and return the path; files
-    older than DOWNLOAD_TTL_S go, so a long-lived server does not fill its disk."""
-    return temp_file(comp.to_json(), "sbon-run-", ".json")
-
-
-def temp_file(text: str, prefix: str, suffix: str) -> str:
-    folder = Path(tempfile.gettempdir()) / "sbon-explorer"
-    folder.mkdir(exist_ok=True)
-    for old in folder.glob(f"{prefix}*{suffix}"):
-        if time.time() - old.stat().st_mtime > DOWNLOAD_TTL_S:
-            old.unlink(missing_ok=True)
-    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
-
-
-def load_upload(path: str | None) -> Comparison:
-    if not path:
-        raise SBoNError("no file was uploaded")
-    if Path(path).stat().st_size > MAX_UPLOAD_BYTES:
-        raise SBoNError(f"the file is larger than {MAX_UPLOAD_BYTES // 1_000_000} MB: not a saved run of this app")
-    try:
-        comp = Comparison.load(path)
-    except RecursionError:  # JSON nested thousands deep: the parser gives up before any check runs
-        raise SBoNError("not a saved comparison: the JSON is nested too deeply") from None
-    check_replayable(comp)
-    return comp
-
-
-def check_replayable(comp: Comparison) -> None:
-    """Refuse what Comparison.load accepts but no run makes: rewards, thresholds or timings that are
-    not finite or absurdly large, a candidate pruned at a decision point its run does not have.
-    Such a file would draw empty or broken views instead of a clear refusal."""
-    for run in (comp.bon, comp.sbon):
-        rounds = {p.round for p in run.decision_points}
-        numbers = [*run.timings.values(), *(x for p in run.decision_points for x in (p.cut, *p.scores))]
-        for c in run.candidates:
-            numbers += [r.reward for r in c.partial_rewards] + [c.final_reward or 0.0]
-            if c.pruned_round is not None and c.pruned_round not in rounds:
-                raise SBoNError(f"not a saved comparison: candidate {c.id} of the {run.method} run was pruned in "
-                                f"round {c.pruned_round}, which the run does not have")
-        if run is comp.bon:  # the counterfactual partial rewards and the watched signals score its candidates
-            scored = [*comp.partials.values(), *(row for by_t in comp.signal_scores.values() for row in by_t.values())]
-            numbers += [x for row in scored for x in row if x is not None]
-        bad = next((x for x in numbers if not math.isfinite(x) or abs(x) > MAX_ABS_NUMBER), None)
-        if bad is not None:
-            raise SBoNError(f"not a saved comparison: the {run.method} run holds the number {bad:g} "
-                            f"(rewards and timings of a real run are finite and far below {MAX_ABS_NUMBER:g})")
 
 
 # The gallery, read and checked once at start (a file that fails stays listed with its reason), and the
@@ -350,22 +295,6 @@ def show(shown: Shown, status: str = "") -> dict[str, Any]:
 
 
 # -- handlers: plain data in, {page element name: value} out -------------------------------------
-
-def computed_once(maxsize: int) -> Callable:
-    """lru_cache for views, where a second caller of the same arguments waits for the first one's result
-    instead of computing it again beside it (a class opening one link at once)."""
-    def wrap(fn: Callable) -> Callable:
-        cached, locks, guard = functools.lru_cache(maxsize=maxsize)(fn), {}, threading.Lock()
-
-        @functools.wraps(fn)
-        def once(*args):
-            with guard:
-                lock = locks.setdefault(args, threading.Lock())
-            with lock:
-                return cached(*args)
-        return once
-    return wrap
-
 
 @computed_once(maxsize=8)
 def show_recorded(kind: str, look: Look = Look()) -> dict[str, Any]:
