@@ -34,6 +34,18 @@ def decode(gen, prefix, candidate_ids, tokens, seed=7):
     return torch.stack(picked, 1), torch.stack(logits, 1)
 
 
+def three_rows_pruned_midway(forward, batch, steps: int, prune_at: int) -> list:
+    """The logits of ``steps`` decode steps of three rows (fixed tokens), the middle row pruned at ``prune_at``."""
+    out, tokens = [], torch.tensor([100, 200, 300])
+    for t in range(steps):
+        if t == prune_at:
+            batch.keep([0, 2])
+            tokens = tokens[[0, 2]]
+        forward(batch, tokens + t)
+        out.append(batch.logits.clone())
+    return out
+
+
 def test_bad_weights_are_refused_before_loading():
     with pytest.raises(SBoNError, match="unknown weights 'int4'"):
         load_generator("smollm2-135m", device="cpu", weights="int4")
@@ -132,14 +144,7 @@ def test_decode_attention_matches_sdpa_and_leaves_the_prefill_to_it(gen):
         try:
             prefix = gen.prefill(gen.encode_prompt(PROMPT))
             batch = gen.start(prefix, [0, 1, 2])
-            out, tokens = [prefix.logits], torch.tensor([100, 200, 300])
-            for t in range(6):
-                if t == 3:
-                    batch.keep([0, 2])
-                    tokens = tokens[[0, 2]]
-                gen.forward(batch, tokens + t)
-                out.append(batch.logits.clone())
-            logits[impl] = out
+            logits[impl] = [prefix.logits, *three_rows_pruned_midway(gen.forward, batch, steps=6, prune_at=3)]
         finally:
             gen.model.set_attn_implementation(NAME)
     assert torch.equal(logits[NAME][0], logits["sdpa"][0])
@@ -223,13 +228,7 @@ def test_a_static_kv_slab_gives_the_growable_cache_s_logits(gen_bf16):
                       ("graph", CompiledDecoder(gen_bf16, graphs=True, compile=False))):
         batch = dec.start(prefix, [0, 1, 2], False, 8)
         slab = batch.cache.layers[0].slab_keys if name != "eager" else None
-        out, tokens = [], torch.tensor([100, 200, 300])
-        for t in range(5):
-            if t == 2:
-                batch.keep([0, 2])
-                tokens = tokens[[0, 2]]
-            dec.forward(batch, tokens + t)
-            out.append(batch.logits.clone())
+        out = three_rows_pruned_midway(dec.forward, batch, steps=5, prune_at=2)
         if slab is not None:
             layer = batch.cache.layers[0]
             assert layer.slab_keys is slab and slab.shape[0] == 4 and layer.keys.shape[0] == 2
