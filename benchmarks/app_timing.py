@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from sbon.engine import WEIGHT_FORMATS
 from sbon.errors import SBoNError
 
 from . import common
@@ -160,6 +161,8 @@ def main(args: argparse.Namespace) -> int:
     json_path, _ = common.result_paths(args, "app")
     log = json_path.with_name(json_path.stem + "_server.log")
     env = {"SBON_CACHE": tempfile.mkdtemp(prefix="sbon-fresh-cache-")} if args.fresh_cache else {}
+    if args.weights:
+        env["SBON_WEIGHTS"] = args.weights
     rows, startup = [], {"load_average_at_start": list(os.getloadavg())}
     started, t0 = datetime.now(), time.perf_counter()
     with serve_app(log, env=env) as url, chromium() as browser:
@@ -194,6 +197,7 @@ def main(args: argparse.Namespace) -> int:
                                                      "max_new_tokens": args.max_new_tokens,
                                                      "bon_same_memory": args.bon_same_memory, "others": "app defaults",
                                                      "SBON_THREADS": os.environ.get("SBON_THREADS"),
+                                                     "weights": args.weights or "app default",
                                                      "fresh_cache": args.fresh_cache},
                        "environment": env, "startup": startup, "clicks": rows}, json_path)
     df = pd.DataFrame(rows)[["click", "models", "first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s",
@@ -215,6 +219,8 @@ def add_parser(sub) -> None:
     p.add_argument("--alpha", type=float, default=None, help="alpha (default: the app's)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="max new tokens (default: the app's)")
     p.add_argument("--bon-same-memory", action="store_true", help="tick 'Best-of-N under the same memory'")
+    p.add_argument("--weights", default=None, choices=list(WEIGHT_FORMATS),
+                   help="the generator's weight format in the app (SBON_WEIGHTS; default: the app's)")
     p.add_argument("--fresh-cache", action="store_true",
                    help="an empty model cache, as on a fresh machine (the app converts the generator once)")
     p.add_argument("--screenshots", default=None, help="save a picture of each view of the last run in this folder")

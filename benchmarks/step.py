@@ -18,9 +18,8 @@ hits every column alike:
 - the compiled step (`sbon.decoders`, every bucket compiled first; the cold compile's seconds in the file),
   also with Dynamo's guards checked only where they tell its graphs apart (what the guards cost per step),
   and its top operators (torch.profiler);
-- a 4-bit probe: the same Linear layers through torch's int4 weight-only CPU kernel on the GGUF file's own
-  Q4_1 blocks (a quarter of bf16's bytes), with its error against float32 and its batch invariance: what a
-  4-bit format would save, before one is built.
+- the int4 format (`sbon.int4`: torch's 4-bit weight-only CPU kernel on the GGUF file's own Q4_1 blocks, a
+  quarter of bf16's bytes) beside bf16, eager and compiled.
 
 Then each format's divergence rate: the fraction of candidates whose tokens differ between one
 batch of N rows and the same candidates decoded in smaller batches. Zero is what coupled
@@ -42,6 +41,7 @@ import torch
 from sbon.attention import NAME as DECODE_ATTENTION
 from sbon.decoders import CompiledDecoder, EagerDecoder, decoder
 from sbon.engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
+from sbon.int4 import Int4Linear
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, _package_dir, load_generator
 
 from . import common
@@ -54,12 +54,12 @@ BASELINE = "fp32 sdpa"  # the engine's step when issue #23 was filed: float32 we
 @dataclass
 class StepSettings:
     rows: list[int] = field(default_factory=lambda: [1, 4, 7, 16, 32], metadata={"help": "rows per step"})
-    formats: list[str] = field(default_factory=lambda: ["bf16"], metadata={
+    formats: list[str] = field(default_factory=lambda: ["bf16", "int4"], metadata={
         "help": f"weight formats (of {', '.join(WEIGHT_FORMATS)})"})
     attentions: list[str] = field(default_factory=lambda: [DECODE_ATTENTION], metadata={
         "help": "attention implementations of the eager step, each timed with every format (the divergence check "
                 "uses the first)"})
-    compiled: list[str] = field(default_factory=lambda: ["bf16"], metadata={
+    compiled: list[str] = field(default_factory=lambda: ["bf16", "int4"], metadata={
         "help": "formats also timed with the compiled step over a static KV slab (sbon.decoders; none: --compiled with no format)"})
     profile_rows: list[int] = field(default_factory=lambda: [1, 7, 16], metadata={
         "help": "row counts whose compiled step is profiled (torch.profiler): the top operators go in the file"})
@@ -110,6 +110,9 @@ def weights(gen: Generator) -> tuple[int, int]:
         if isinstance(m, QUANTIZED_LINEAR):  # int8 weights, unpacked afresh by each call: none tied
             w = m.weight()
             count, total = count + w.numel(), total + w.numel() * w.element_size()
+        elif isinstance(m, Int4Linear):  # 4-bit weights and each group's scale and zero
+            count += m.in_features * m.out_features
+            total += sum(b.numel() * b.element_size() for b in (m.packed, m.scales))
         elif isinstance(m, torch.nn.Linear) and m.weight.data_ptr() not in seen:
             seen.add(m.weight.data_ptr())
             count, total = count + m.weight.numel(), total + m.weight.numel() * m.weight.element_size()
@@ -158,10 +161,11 @@ def profile_ops(fn: Callable[[], Any], steps: int, top: int = 15) -> list[dict]:
 def linear_ms(gen: Generator, rows: int, reps: int = 3) -> float | None:
     """Milliseconds for one step's Linear layers alone (the model's own layers, `rows` rows);
     None for formats whose Linear layers are not plain ones."""
-    linears = [m for m in gen.model.modules() if type(m) is torch.nn.Linear]
+    linears = [m for m in gen.model.modules() if type(m) is torch.nn.Linear or isinstance(m, Int4Linear)]
     if not linears or any(isinstance(m, QUANTIZED_LINEAR) for m in gen.model.modules()):
         return None
-    inputs = [torch.randn(rows, m.in_features, dtype=m.weight.dtype, device=m.weight.device) for m in linears]
+    dtype = next(gen.model.parameters()).dtype
+    inputs = [torch.randn(rows, m.in_features, dtype=dtype, device=gen.device) for m in linears]
 
     def all_linears() -> None:  # each layer's own forward: prepacked and padded as the format makes it
         for m, x in zip(linears, inputs):
@@ -169,106 +173,6 @@ def linear_ms(gen: Generator, rows: int, reps: int = 3) -> float | None:
 
     all_linears()
     return median_ms(all_linears, reps)
-
-
-# -- 4-bit weights: a probe of torch's CPU kernel on the GGUF file's own blocks ----------------------
-
-# The GGUF's Q4_1 tensors (blocks of 32 along the input: w = d * q + m, q in 0..15) and the Linear layer each
-# becomes in `transformers` (which also permutes the rows of q and k for its rotary layout).
-GGUF_LINEARS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-                "ffn_down": "mlp.down_proj"}
-Q4_1_GROUP = 32
-
-
-def gguf_q4_1(path: str, config) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """The file's Q4_1 Linear weights as (q int32 (out, in), d, m float32 (out, in / 32)) by module name, rows in
-    `transformers`' order."""
-    import gguf
-    import numpy as np
-
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    out = {}
-    for t in gguf.GGUFReader(path).tensors:
-        parts = t.name.split(".")
-        if t.tensor_type != gguf.GGMLQuantizationType.Q4_1 or len(parts) != 4 or parts[2] not in GGUF_LINEARS:
-            continue
-        rows = t.data.shape[0]
-        blocks = np.ascontiguousarray(t.data).reshape(rows, -1, 20)
-        d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
-        m = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32))
-        qs = torch.from_numpy(blocks[..., 4:].copy()).to(torch.int32)
-        q = torch.cat([qs & 15, qs >> 4], -1).reshape(rows, -1)  # low nibbles are a block's first 16 weights
-        if parts[2] in ("attn_q", "attn_k"):  # transformers' reverse permutation (its GGUF loader), on rows
-            n = heads if parts[2] == "attn_q" else kv_heads
-            order = torch.arange(rows).reshape(n, rows // n // 2, 2).transpose(1, 2).reshape(-1)
-            q, d, m = q[order], d[order], m[order]
-        out[f"model.layers.{parts[1]}.{GGUF_LINEARS[parts[2]]}"] = q, d, m
-    return out
-
-
-class Int4Linears:
-    """The file's 4-bit Linear layers through `torch.ops.aten._weight_int4pack_mm_for_cpu` (weight-only, group 32:
-    it computes (q - 8) * scale + zero, so Q4_1 is scale = d, zero = m + 8 d), bfloat16 activations."""
-
-    def __init__(self, path: str, config, dtype: torch.dtype = torch.bfloat16):
-        self.layers = {}
-        for name, (q, d, m) in gguf_q4_1(path, config).items():
-            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-            scales = torch.stack([d, m + 8 * d], -1).transpose(0, 1).contiguous().to(dtype)  # (in / 32, out, 2)
-            self.layers[name] = (packed, scales, q.shape[1], (q * d.repeat_interleave(Q4_1_GROUP, 1)
-                                                              + m.repeat_interleave(Q4_1_GROUP, 1)))
-        self.dtype = dtype
-
-    def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        packed, scales, _, _ = self.layers[name]
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, Q4_1_GROUP, scales)
-
-    @torch.inference_mode()
-    def step_ms(self, rows: int, head: torch.nn.Module, reps: int = 3) -> float:
-        """Milliseconds for all these layers and ``head`` (the LM head, 8-bit in the file: a 4-bit format keeps
-        it in bf16) at ``rows`` rows: the counterpart of ``linear_ms``."""
-        inputs = {n: torch.randn(rows, k, dtype=self.dtype) for n, (_, _, k, _) in self.layers.items()}
-        head_input = torch.randn(rows, head.in_features, dtype=head.weight.dtype)
-
-        def all_linears() -> None:
-            for n, x in inputs.items():
-                self(n, x)
-            head(head_input)
-
-        all_linears()
-        return median_ms(all_linears, reps)
-
-    @torch.inference_mode()
-    def check(self, gen: Generator, rows: int = 16) -> dict[str, Any]:
-        """Against the file's weights in float32 (the dequantized copy the engine loads): the kernel's dequantized
-        weights and its largest relative error on random inputs next to the bf16 layers' (``gen``); whether a
-        row's output is the same bits at every batch size from 1 to ``rows``."""
-        modules = dict(gen.model.named_modules())
-        worst = {"int4": 0.0, "bf16": 0.0}
-        invariant = True
-        for name, (_, _, k, w) in self.layers.items():
-            x = torch.randn(rows, k)
-            exact = x @ w.t()
-            full = self(name, x.to(self.dtype))
-            invariant &= all(torch.equal(self(name, x[:r].to(self.dtype)), full[:r]) for r in range(1, rows))
-            scale = exact.abs().max().item()
-            worst["int4"] = max(worst["int4"], (full.float() - exact).abs().max().item() / scale)
-            worst["bf16"] = max(worst["bf16"], (modules[name](x.to(gen.model.dtype)).float() - exact).abs().max().item()
-                                / scale)
-        return {"layers": len(self.layers), "batch_invariant": invariant,
-                "max_rel_error_vs_fp32": worst["int4"], "bf16_max_rel_error_vs_fp32": worst["bf16"],
-                "mb": sum(p.numel() * p.element_size() + s.numel() * s.element_size()
-                          for p, s, _, _ in self.layers.values()) / 2 ** 20}
-
-
-def open_int4(generator: str, gen: Generator) -> Int4Linears | None:
-    """The 4-bit probe on the preset's GGUF file (None where it ships none or the kernel is missing)."""
-    preset = GENERATORS.get(generator)
-    folder = _package_dir(preset.package) if preset and preset.package else None
-    if folder is None or not preset.gguf_file or not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
-        return None
-    return Int4Linears(str(folder / preset.gguf_file), gen.model.config)
 
 
 # -- llama.cpp ---------------------------------------------------------------------------------
@@ -416,7 +320,7 @@ class SkipGuards:
 
 
 def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSettings, sampling: SamplingConfig,
-             llama: LlamaCpp | None, quiet: bool = False, int4: Int4Linears | None = None) -> dict[str, Any]:
+             llama: LlamaCpp | None, quiet: bool = False) -> dict[str, Any]:
     """Every column (format x attention), round after round; the order of the columns rotates so that none
     always goes first."""
     samples: dict[str, list[float]] = {}
@@ -453,8 +357,6 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
                 gens[fmt].model.set_attn_implementation(attention)
                 add(f"{name}/{rows}", engine_step_ms(gens[fmt], prefixes[fmt], rows, s, sampling, decoders.get(name)))
                 add(f"{fmt}/{rows}/linear", linear_ms(gens[fmt], rows))
-            if int4 is not None:
-                add(f"int4/{rows}/linear", int4.step_ms(rows, gens["bf16"].model.get_output_embeddings()))
             if llama is not None:
                 add(f"llama.cpp/{rows}", llama.step_ms(prompt_ids, rows, s))
         bar.update()
@@ -467,7 +369,6 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
             count, wb = weights(gens[fmt])
             table.append({"format": name, "rows": rows, "ms_per_step": med[f"{name}/{rows}"],
                           "linear_ms": med.get(f"{fmt}/{rows}/linear"),
-                          **({"int4_linear_ms": med[f"int4/{rows}/linear"]} if int4 is not None and fmt == "bf16" else {}),
                           "weights_mb": wb / 2 ** 20, "weights_stream_ms": 1e3 * wb / (gbps * 1e9),
                           "gflops": 2 * count * rows / med[f"{name}/{rows}"] / 1e6})
         if llama is not None:
@@ -534,8 +435,6 @@ def add_parser(sub) -> None:
         p.add_argument(f"--{f.name.replace('_', '-')}", default=value, help=f.metadata.get("help"), **kind)
     p.add_argument("--generator", default=DEFAULT_GENERATOR)
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp column even if it imports")
-    p.add_argument("--no-int4", action="store_true", help="skip the 4-bit probe (timed with the bf16 format): "
-                   "the Linear layers through torch's 4-bit weight-only CPU kernel on the GGUF file's own Q4_1 blocks")
     p.add_argument("--no-divergence", action="store_true", help="skip the divergence check")
     p.add_argument("--out-dir", default=str(common.DEFAULT_OUT_DIR))
     p.add_argument("--tag", default=None)
@@ -555,9 +454,7 @@ def main(args: argparse.Namespace) -> int:
     llama, llama_note = (None, "skipped (--no-llama-cpp)") if args.no_llama_cpp else open_llama_cpp(
         args.generator, s, len(prompt_ids) + s.warm_steps + s.steps + 8)
     print(f"llama.cpp: {llama_note}", file=sys.stderr)
-    int4 = None if args.no_int4 or "bf16" not in gens else open_int4(args.generator, gens["bf16"])
-    result = run_step(gens, prompt_ids, s, sampling, llama, args.quiet, int4)
-    int4_check = int4.check(gens["bf16"]) if int4 is not None else "skipped"
+    result = run_step(gens, prompt_ids, s, sampling, llama, args.quiet)
     if llama is not None:
         llama.close()
     for g in gens.values():
@@ -574,7 +471,6 @@ def main(args: argparse.Namespace) -> int:
     payload = {"experiment": "step", "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
                "settings": {**asdict(s), "generator": args.generator, "prompt_tokens": len(prompt_ids),
                             "sampling": asdict(sampling), "llama_cpp": llama_note, "inductor_cache": inductor_cache(),
-                            "int4": int4_check,
                             "batch_invariant": {n: WEIGHT_FORMATS[n].batch_invariant for n in s.formats}},
                "environment_start": start_env, "environment": common.environment(), **result,
                "divergence": divergence}
@@ -590,10 +486,6 @@ def main(args: argparse.Namespace) -> int:
     common.print_table("decode step, median ms (format x rows):", df, "{:.1f}")
     for line in speedups(result["table"]):
         print(line)
-    if int4 is not None:
-        print(f"int4 probe ({int4_check['layers']} layers, {int4_check['mb']:.0f} MB): batch invariant "
-              f"{int4_check['batch_invariant']}, max relative error vs float32 {int4_check['max_rel_error_vs_fp32']:.4f} "
-              f"(bf16 {int4_check['bf16_max_rel_error_vs_fp32']:.4f}); int4_linear_ms is its Linear time per step")
     for key, seconds in result["compile_s"].items():
         what = "the other buckets' first steps" if key.endswith(" other buckets") else "first step"
         print(f"{key.split()[0]} compiled: {what} (trace and compile, inductor cache {inductor_cache()}) {seconds:.1f} s")

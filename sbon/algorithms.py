@@ -237,7 +237,8 @@ class _Run:
         judged_by = getattr(self.reward, "instructions_of", None)  # a reward that judges by instructions
         return RunResult(self.config.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
                          self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best,
-                         instructions=judged_by(self.prompt) if judged_by else [])
+                         instructions=judged_by(self.prompt) if judged_by else [],
+                         weights=getattr(self.gen, "weights", None))
 
 
 def _observed_step(ids: list[int], rows: list[int], going: list[int], tokens: torch.Tensor, logits: torch.Tensor,

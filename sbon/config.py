@@ -98,7 +98,7 @@ class RunConfig:
                                    "max new tokens, so the run is the same (1 = check after every token)")
     decode: str = setting("eager", "how the decode step runs: eager (transformers' forward op by op), compiled (one "
                                    "torch.compile'd step over a static KV slab; CUDA graphs on a GPU) or auto "
-                                   "(compiled on a CPU in the bf16 format, eager elsewhere); each keeps the coupled "
+                                   "(compiled on a CPU in the bf16 or int4 format, eager elsewhere); each keeps the coupled "
                                    "sampling exact", choices=lambda: list(DECODE_PATHS))
 
     @classmethod

@@ -7,8 +7,8 @@
   length symbolic (one graph per bucket for every length); on a CUDA device the same step as CUDA graphs
   (``mode="reduce-overhead"``) over the slab's whole length (a shape a graph can replay), the unwritten end
   masked. Each row's numbers depend on that row only, in every bucket (tests/test_compiled_step.py).
-- ``auto`` (the default): ``compiled`` where it is measured faster and keeps the coupled sampling exact (a CPU
-  with the bf16 format and a C++ compiler for inductor), ``eager`` elsewhere.
+- ``auto``: ``compiled`` where it keeps the coupled sampling exact (a CPU with the bf16 or int4 format and a C++
+  compiler for inductor), ``eager`` elsewhere.
 
 The compiled artifacts go to a cache on disk (``$SBON_CACHE/inductor``, inductor's FX graph and AOTAutograd
 caches), so a later process traces the step again but does not compile it again. Where compiling is not
@@ -122,9 +122,9 @@ def compile_problem(gen: Generator) -> str | None:
 
 
 def auto_compiles(gen: Generator) -> bool:
-    """``auto``: compiled on a CPU where the generator is in the bf16 format (its kernels keep a row's numbers
-    independent of its batch, compiled or not: tests/test_compiled_step.py) and compiling is possible."""
-    return gen.device.type == "cpu" and gen.weights == "bf16" and compile_problem(gen) is None
+    """``auto``: compiled on a CPU where the generator is in the bf16 or int4 format (their kernels keep a row's
+    numbers independent of its batch, compiled or not: tests/test_compiled_step.py) and compiling is possible."""
+    return gen.device.type == "cpu" and gen.weights in ("bf16", "int4") and compile_problem(gen) is None
 
 
 def decoder(gen: Generator, decode: str = "auto"):

@@ -151,11 +151,16 @@ def _pick(probs: torch.Tensor, order: torch.Tensor | None, uniforms: torch.Tenso
 
 # -- weight formats ---------------------------------------------------------------------------
 
-def _unchanged(model: torch.nn.Module) -> torch.nn.Module:
+def _unchanged(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.Module:
     return model
 
 
-def _int8_dynamic(model: torch.nn.Module) -> torch.nn.Module:
+def _int4(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.Module:
+    from .int4 import to_int4  # reads GGUF files: imported where the format is asked for
+    return to_int4(model, gguf)
+
+
+def _int8_dynamic(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.Module:
     """int8 weights for every Linear (the tied LM head included), activations quantized per call.
     The activations' scale is taken over the whole batch, so a row's logits depend on its batch."""
     if next(model.parameters()).device.type != "cpu":
@@ -246,18 +251,21 @@ class WeightFormat:
     # `min_rows` padding): only then is Speculative Rejection's survivor k exactly Best-of-N's
     # candidate k. `python -m benchmarks step` measures each format's divergence rate.
     batch_invariant: bool = field(default=False, metadata={"help": "coupled sampling stays exact"})
-    convert: Callable[[torch.nn.Module], torch.nn.Module] = field(
-        default=_unchanged, metadata={"help": "applied to the loaded model (on its device)"})
+    convert: Callable[..., torch.nn.Module] = field(
+        default=_unchanged, metadata={"help": "applied to the loaded model (on its device): convert(model, gguf), "
+                                              "gguf the file the model's weights came from, if any"})
     min_rows: int = field(default=1, metadata={"help": "on the CPU, Linear layers compute at least this many "
                                                        "rows (see pad_linear_rows)"})
     prepack: bool = field(default=False, metadata={"help": "on the CPU, Linear weights are prepacked for oneDNN "
                                                            "once (see prepack_linears)"})
 
-    def prepare(self, model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
+    def prepare(self, model: torch.nn.Module, device: torch.device | None = None,
+                gguf: str | None = None) -> torch.nn.Module:
         """The loaded model in this format for ``device`` (default: where its weights are); GPU models are left
         unpacked and unpadded (their kernels are not these). The device is the one asked for, since on a ZeroGPU
-        Space the weights of a model bound for the GPU stay in CPU memory until a GPU worker takes them."""
-        model = self.convert(model)
+        Space the weights of a model bound for the GPU stay in CPU memory until a GPU worker takes them.
+        ``gguf``: the quantized file the weights were loaded from, if any (a 4-bit format takes its blocks)."""
+        model = self.convert(model, gguf)
         on_cpu = (device or next(model.parameters()).device).type == "cpu"
         if on_cpu and self.prepack:
             model = prepack_linears(model)
@@ -273,6 +281,13 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                          "matmuls, sbon.models.default_weights): half the weight traffic, and on "
                          "the CPU its matmuls give each row the same bits at any batch size of two rows or more",
                          torch.bfloat16, batch_invariant=True, min_rows=2, prepack=True),
+    # The 4-bit kernel gives a row the same bits at any batch size from one row up; the LM head, in bfloat16,
+    # needs bf16's two rows.
+    "int4": WeightFormat("4-bit Linear weights in blocks of 32 (the embedded generator's own GGUF blocks; other "
+                         "models are quantized at load), bfloat16 activations and LM head (CPU only): a quarter of "
+                         "bf16's weight traffic, the default where the generator ships 4-bit weights "
+                         "(sbon.models.default_weights)",
+                         torch.bfloat16, batch_invariant=True, convert=_int4, min_rows=2, prepack=True),
     "int8": WeightFormat("int8 Linear weights, activations quantized per batch (torch dynamic quantization, CPU "
                          "only): a quarter of the weight traffic; a row's tokens depend on its batch",
                          torch.float32, convert=_int8_dynamic),

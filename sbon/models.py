@@ -260,13 +260,14 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
     if weights is not None and dtype is not None and dtype != weight_format(weights).dtype:
         raise SBoNError(f"weights '{weights}' load in {weight_format(weights).dtype}, not {dtype}: "
                         f"give weights or dtype, not both")
-    weights = weights or (DTYPE_FORMATS.get(dtype) if dtype else default_weights(device))  # float16: as it is
+    weights = weights or (DTYPE_FORMATS.get(dtype) if dtype else default_weights(device, name))  # float16: as it is
     fmt = weight_format(weights) if weights else None
     dtype = fmt.dtype if fmt else dtype
     device = check_device(device, dtype)
     preset = GENERATORS.get(name)
-    source, kwargs = (preset.hub_id if preset else name), {}
+    source, kwargs, gguf = (preset.hub_id if preset else name), {}, None
     if preset and preset.package and (folder := _package_dir(preset.package)):
+        gguf = str(folder / preset.gguf_file)
         source = _dequantized_copy(name, folder, preset.gguf_file)
         kwargs = {} if source != folder else {"gguf_file": preset.gguf_file}
     try:
@@ -279,7 +280,7 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
                             f"reachable ({type(e).__name__})") from None
         raise _hub_error(name, e, "generator") from None
     if fmt:
-        model = fmt.prepare(model, device)
+        model = fmt.prepare(model, device, gguf)
     return Generator(use_decode_attention(model, device), tokenizer, name=name, weights=weights)
 
 
@@ -290,15 +291,28 @@ def default_dtype_name(device: str | torch.device | None = None) -> str:
     return str(weight_format(default_weights(device)).dtype).removeprefix("torch.")
 
 
-def default_weights(device: torch.device) -> str:
-    """The generator's weight format when none is asked for: bf16 where bfloat16 matmuls are fast (a GPU,
-    or a CPU with AVX-512 BF16 or AMX), fp32 elsewhere (bfloat16 is emulated there, and slower).
-    Both keep the coupled sampling exact on a CPU (WEIGHT_FORMATS); bf16 halves the weights' traffic."""
+def default_weights(device: torch.device, generator: str | None = None) -> str:
+    """The generator's weight format when none is asked for: SBON_WEIGHTS if set (how a server picks one for
+    its page); else int4 on a CPU with fast bfloat16 matmuls (AVX-512 BF16 or AMX) where the generator ships
+    4-bit weights (its own blocks: the embedded one), bf16 there for other models and on a GPU, fp32 on other
+    CPUs (bfloat16 is emulated there, and slower). Each keeps the coupled sampling exact on a CPU
+    (WEIGHT_FORMATS); `python -m benchmarks step` and `app` time them."""
+    if asked := os.environ.get("SBON_WEIGHTS"):
+        weight_format(asked)  # an unknown name is refused in one line
+        return asked
     if device.type == "cuda":
         return "bf16"
     if device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
-        return "bf16"
+        return "int4" if ships_int4(generator) else "bf16"
     return "fp32"
+
+
+def ships_int4(generator: str | None) -> bool:
+    """Whether this generator preset's package is installed with a 4-bit GGUF file torch's kernel can run."""
+    from .int4 import kernel_problem
+    preset = GENERATORS.get(generator) if generator else None
+    return bool(preset and preset.package and preset.gguf_file and "Q4" in preset.gguf_file
+                and _package_dir(preset.package) and kernel_problem() is None)
 
 
 def check_reward_prompt(reward: str, prompt: str, instructions=None) -> None:

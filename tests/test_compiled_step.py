@@ -1,5 +1,5 @@
 """The compiled decode step over a static KV slab (``RunConfig.decode``, sbon.decoders, sbon.static_cache) on the
-real embedded model in bf16: a row's tokens and logits do not depend on its batch, so Speculative Rejection's
+real embedded model in bf16 and int4 (each test runs with both): a row's tokens and logits do not depend on its batch, so Speculative Rejection's
 survivor k is Best-of-N's candidate k on the compiled path too; the slab keeps its memory when rows leave; the
 CUDA-graph layout (the whole length masked) gives the same tokens, checked here uncompiled;
 where compiling is impossible the run says so in one line and decodes eagerly."""
@@ -24,9 +24,9 @@ PROMPT = "Give three tips for staying healthy."
 REWARD = CallableReward(lambda prompt, responses: [float(sum(map(ord, r)) % 101) for r in responses], name="text-sum")
 
 
-@pytest.fixture(scope="module")
-def gen():
-    return load_generator("smollm2-135m", device="cpu", weights="bf16")
+@pytest.fixture(scope="module", params=["bf16", "int4"])
+def gen(request):
+    return load_generator("smollm2-135m", device="cpu", weights=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_the_cuda_graph_layout_gives_the_same_tokens(gen, compiled):
     assert torch.equal(graph_logits[:, 0], logits[:, 0])  # the prefill's, before any step
 
 
-def test_auto_compiles_bf16_on_the_cpu_only(gen):
+def test_auto_compiles_bf16_and_int4_on_the_cpu_only(gen):
     fp32 = load_generator("smollm2-135m", device="cpu", weights="fp32")
     assert isinstance(decoder(fp32, "auto"), EagerDecoder) and isinstance(decoder(gen, "eager"), EagerDecoder)
     assert isinstance(decoder(gen, "auto"), CompiledDecoder)

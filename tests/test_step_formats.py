@@ -22,6 +22,11 @@ def gen_bf16():
     return load_generator("smollm2-135m", device="cpu", weights="bf16")
 
 
+@pytest.fixture(scope="module")
+def gen_int4():
+    return load_generator("smollm2-135m", device="cpu", weights="int4")
+
+
 def decode(gen, prefix, candidate_ids, tokens, seed=7):
     """Each candidate's sampled tokens and the logits they were sampled from, all in one batch."""
     batch = gen.start(prefix, list(candidate_ids))
@@ -47,8 +52,8 @@ def three_rows_pruned_midway(forward, batch, steps: int, prune_at: int) -> list:
 
 
 def test_bad_weights_are_refused_before_loading():
-    with pytest.raises(SBoNError, match="unknown weights 'int4'"):
-        load_generator("smollm2-135m", device="cpu", weights="int4")
+    with pytest.raises(SBoNError, match="unknown weights 'int2'"):
+        load_generator("smollm2-135m", device="cpu", weights="int2")
     with pytest.raises(SBoNError, match="give weights or dtype, not both"):
         load_generator("smollm2-135m", device="cpu", weights="bf16", dtype=torch.float32)
 
@@ -105,11 +110,11 @@ def test_prefix_stays_reusable_after_a_batch(gen):
     assert prefix.cache.get_seq_length() == length and torch.equal(first, again)
 
 
-@pytest.mark.parametrize("name, threads", [("fp32", 1), ("bf16", 1), ("bf16", 2)])
-def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16):
+@pytest.mark.parametrize("name, threads", [("fp32", 1), ("bf16", 1), ("bf16", 2), ("int4", 2)])
+def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, gen_int4):
     """Candidates 0-5 in one batch, one at a time and four plus two: the same logits, bit for bit.
-    bf16 holds this on any thread count (see WEIGHT_FORMATS); fp32 on one thread."""
-    g = {"fp32": gen, "bf16": gen_bf16}[name]
+    bf16 and int4 hold this on any thread count (see WEIGHT_FORMATS); fp32 on one thread."""
+    g = {"fp32": gen, "bf16": gen_bf16, "int4": gen_int4}[name]
     assert WEIGHT_FORMATS[name].min_rows > 1
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -126,10 +131,56 @@ def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16):
         torch.set_num_threads(before)
 
 
-def test_the_default_weights_follow_the_cpu_s_bfloat16_support():
+def test_the_default_weights_follow_the_cpu_s_bfloat16_support(monkeypatch):
     from sbon.models import default_weights
+    monkeypatch.delenv("SBON_WEIGHTS", raising=False)
     fast_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     assert default_weights(torch.device("cpu")) == ("bf16" if fast_bf16 else "fp32")
+    # the embedded generator ships its 4-bit blocks: on such a CPU they are its default
+    assert default_weights(torch.device("cpu"), "smollm2-135m") == ("int4" if fast_bf16 else "fp32")
+    assert default_weights(torch.device("cpu"), "gpt2") == ("bf16" if fast_bf16 else "fp32")
+    monkeypatch.setenv("SBON_WEIGHTS", "fp32")  # a server's own choice for its page
+    assert default_weights(torch.device("cpu"), "smollm2-135m") == "fp32"
+    monkeypatch.setenv("SBON_WEIGHTS", "int2")
+    with pytest.raises(SBoNError, match="unknown weights 'int2'"):
+        default_weights(torch.device("cpu"))
+
+
+def test_int4_runs_the_file_s_own_blocks_close_to_bf16(gen_int4, gen_bf16):
+    """Every Linear layer but the LM head takes its 4-bit blocks from the GGUF file (each checked against the
+    weights the model loaded), and the model's next-token distributions stay those of bf16 (the same weights,
+    rounded otherwise) along a bf16 greedy answer."""
+    from sbon.int4 import Int4Linear
+    layers = gen_int4.model.config.num_hidden_layers
+    assert gen_int4.model.int4_layers == {"from_file": 7 * layers, "quantized": 0}
+    assert sum(isinstance(m, Int4Linear) for m in gen_int4.model.modules()) == 7 * layers
+    assert type(gen_int4.model.get_output_embeddings()) is torch.nn.Linear
+    ids = gen_bf16.encode_prompt(PROMPT)
+    with torch.inference_mode():
+        seq = gen_bf16.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
+        ref = gen_bf16.model(seq).logits[0].float().log_softmax(-1)
+        got = gen_int4.model(seq).logits[0].float().log_softmax(-1)
+    kl = (ref.exp() * (ref - got)).sum(-1)
+    assert kl.mean() < 0.01 and (ref.argmax(-1) == got.argmax(-1)).float().mean() > 0.95
+
+
+def test_int4_quantizes_a_model_without_blocks_to_nearest():
+    """A weight without a file's blocks: each group of 32 between its minimum and maximum in 15 steps, every
+    weight within half a step of its own; a constant group is exact."""
+    from sbon.int4 import GROUP, Int4Linear, dequantize, quantize
+    torch.manual_seed(0)
+    w = torch.randn(64, 4 * GROUP)
+    w[3, :GROUP] = 0.25
+    q, d, m = quantize(w)
+    err = (dequantize(q, d, m) - w).abs()
+    assert int(q.min()) == 0 and int(q.max()) == 15
+    assert (err <= d.repeat_interleave(GROUP, 1) / 2 + 1e-6).all() and err[3, :GROUP].max() == 0
+    layer = Int4Linear(q, d, m, None, torch.bfloat16)
+    x = torch.randn(40, 4 * GROUP, dtype=torch.bfloat16)
+    full = layer(x)
+    assert torch.allclose(full.float(), x.float() @ dequantize(q, d, m).t(), rtol=0.02, atol=0.05)
+    # the kernel gives a row the same bits at any batch size (what makes the format batch invariant)
+    assert all(torch.equal(layer(x[:rows]), full[:rows]) for rows in range(1, 40))
 
 
 def test_decode_attention_matches_sdpa_and_leaves_the_prefill_to_it(gen):
@@ -237,19 +288,14 @@ def test_a_static_kv_slab_gives_the_growable_cache_s_logits(gen_bf16):
     assert all(torch.allclose(a.float(), b.float(), atol=0.1, rtol=0) for a, b in zip(logits["eager"], logits["graph"]))
 
 
-@pytest.mark.slow
-def test_the_4bit_probe_computes_with_the_gguf_files_own_weights(gen, gen_bf16):
-    """The step benchmark's 4-bit probe (torch's int4 weight-only kernel on the file's Q4_1 blocks): its blocks,
-    dequantized, are the float32 copy's weights bit for bit (so the rows are in `transformers`' order); each row's
-    output is the same bits at every batch size; its error against float32 stays near the bf16 layers'."""
-    from benchmarks.step import open_int4
+def test_int4_blocks_are_the_float32_copy_s_weights(gen):
+    """The GGUF file's Q4_1 blocks as sbon.int4 reads them (rows in `transformers`' order), dequantized: the
+    float32 copy's weights bit for bit, every Linear layer but the LM head."""
+    from sbon.int4 import dequantize, gguf_q4_1
+    from sbon.models import GENERATORS, _package_dir
 
-    int4 = open_int4("smollm2-135m", gen_bf16)
-    if int4 is None or gen.device.type != "cpu":
-        pytest.skip("this torch has no int4 weight-only CPU kernel")
+    preset = GENERATORS["smollm2-135m"]
+    blocks = gguf_q4_1(_package_dir(preset.package) / preset.gguf_file, gen.model.config)
     modules = dict(gen.model.named_modules())
-    assert len(int4.layers) == 7 * gen.model.config.num_hidden_layers
-    assert all(torch.equal(w, modules[name].weight) for name, (_, _, _, w) in int4.layers.items())
-    check = int4.check(gen_bf16, rows=5)
-    assert check["batch_invariant"]
-    assert check["max_rel_error_vs_fp32"] < 2 * check["bf16_max_rel_error_vs_fp32"]
+    assert len(blocks) == 7 * gen.model.config.num_hidden_layers
+    assert all(torch.equal(dequantize(*b), modules[name].weight.cpu()) for name, b in blocks.items())

@@ -1,0 +1,134 @@
+"""4-bit weights on a CPU: the ``int4`` weight format (``sbon.engine.WEIGHT_FORMATS``).
+
+Why: a decode step at a few rows reads every weight once and does little arithmetic with it, so its time follows
+the weights' bytes. The embedded generator ships as a GGUF file of 4-bit blocks (Q4_1: each 32 weights along the
+input share a scale d and a minimum m, w = d q + m with q in 0..15); bfloat16 reads those weights in four times
+their bytes. torch's CPU kernel ``_weight_int4pack_mm_for_cpu`` multiplies by such blocks directly (it computes
+(q - 8) scale + zero per group of 32, so Q4_1 is scale = d, zero = m + 8 d). Each row's result is the same bits at
+any batch size and position in its batch (tests/test_int4.py), so coupled sampling stays exact down to one row.
+
+Where the file's blocks are the loaded layer's own weights (checked layer by layer against the bfloat16 copy the
+model loaded with), they are used as they are; other layers, and models without such a file, are quantized here
+to the same form (each group's minimum and range), which changes their outputs. The LM head stays in bfloat16
+(in most small models it is the input embedding too, which a step only gathers from).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from .errors import SBoNError
+
+log = logging.getLogger(__name__)
+
+GROUP = 32  # weights per block along the input (GGUF's Q4_1, and the kernel's group size)
+
+# The GGUF's Q4_1 Linear tensors by name in a llama-architecture file and the module each becomes in
+# `transformers`, which also permutes the rows of q and k for its rotary layout (its GGUF loader).
+GGUF_LINEARS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+                "ffn_down": "mlp.down_proj"}
+
+
+def kernel_problem() -> str | None:
+    """Why torch's 4-bit CPU kernel cannot run here (None: it can)."""
+    if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
+        return f"torch {torch.__version__} has no 4-bit CPU kernel (_weight_int4pack_mm_for_cpu)"
+    return None
+
+
+def gguf_q4_1(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The file's Q4_1 Linear weights as (q int32 (out, in), d, m float32 (out, in / 32)) by module name, rows in
+    `transformers`' order."""
+    import gguf
+    import numpy as np
+
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    out = {}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        parts = t.name.split(".")
+        if t.tensor_type != gguf.GGMLQuantizationType.Q4_1 or len(parts) != 4 or parts[2] not in GGUF_LINEARS:
+            continue
+        rows = t.data.shape[0]
+        blocks = np.ascontiguousarray(t.data).reshape(rows, -1, 20)  # per block: d, m (float16), 16 bytes of q
+        d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
+        m = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32))
+        qs = torch.from_numpy(blocks[..., 4:].copy()).to(torch.int32)
+        q = torch.cat([qs & 15, qs >> 4], -1).reshape(rows, -1)  # low nibbles are a block's first 16 weights
+        if parts[2] in ("attn_q", "attn_k"):  # transformers' reverse permutation of the rotary rows
+            n = heads if parts[2] == "attn_q" else kv_heads
+            order = torch.arange(rows).reshape(n, rows // n // 2, 2).transpose(1, 2).reshape(-1)
+            q, d, m = q[order], d[order], m[order]
+        out[f"model.layers.{parts[1]}.{GGUF_LINEARS[parts[2]]}"] = q, d, m
+    return out
+
+
+def dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """The float32 weights of blocks (q, d, m): w = d q + m."""
+    return q * d.repeat_interleave(GROUP, 1) + m.repeat_interleave(GROUP, 1)
+
+
+def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Blocks (q, d, m) for a weight (out, in) without a file's: per group of 32, m the minimum and d a 15th of
+    the range (round to nearest)."""
+    w = weight.detach().float().reshape(weight.shape[0], -1, GROUP)
+    m = w.amin(-1)
+    d = (w.amax(-1) - m) / 15
+    d = torch.where(d > 0, d, torch.ones_like(d))  # a constant group: q = 0 everywhere
+    q = ((w - m[..., None]) / d[..., None]).round().clamp(0, 15).to(torch.int32)
+    return q.reshape(weight.shape), d, m
+
+
+class Int4Linear(torch.nn.Module):
+    """A Linear layer with 4-bit weights in torch's CPU layout; activations in ``dtype``."""
+
+    def __init__(self, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, bias: torch.Tensor | None,
+                 dtype: torch.dtype):
+        super().__init__()
+        self.out_features, self.in_features = q.shape
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+        # (in / 32, out, 2): each group's scale and zero, as the kernel takes them
+        self.register_buffer("scales", torch.stack([d, m + 8 * d], -1).transpose(0, 1).contiguous().to(dtype))
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(dtype), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}"
+
+
+def to_int4(model: torch.nn.Module, gguf: str | Path | None = None) -> torch.nn.Module:
+    """Every Linear layer but the LM head as an Int4Linear, from ``gguf``'s blocks where they are the layer's
+    weights, quantized here otherwise. The model stays in bfloat16 elsewhere; CPU only."""
+    if next(model.parameters()).device.type != "cpu":
+        raise SBoNError("int4 weights run on the CPU only (torch's 4-bit CPU kernel): use bf16 on a GPU")
+    if problem := kernel_problem():
+        raise SBoNError(f"int4 weights: {problem}; use bf16")
+    dtype = next(model.parameters()).dtype
+    blocks = gguf_q4_1(gguf, model.config) if gguf else {}
+    head = model.get_output_embeddings()
+    from_file = quantized = 0
+    for name, module in list(model.named_modules()):
+        if type(module) is not torch.nn.Linear or module is head or module.in_features % GROUP:
+            continue
+        q, d, m = blocks.get(name) or (None, None, None)
+        if q is None or q.shape != module.weight.shape or not torch.equal(
+                dequantize(q, d, m).to(module.weight.dtype), module.weight.detach()):
+            q, d, m = quantize(module.weight)
+            quantized += 1
+        else:
+            from_file += 1
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, Int4Linear(q, d, m, module.bias, dtype))
+    if gguf and quantized:
+        log.warning("int4 weights: %d layers quantized here, not from %s", quantized, Path(gguf).name)
+    model.int4_layers = {"from_file": from_file, "quantized": quantized}
+    return model
