@@ -364,11 +364,22 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
     row_counts = sorted({r["rows"] for r in d["table"]})
     ms = {(r["format"], r["rows"]): r["ms_per_step"] for r in d["table"]}
     div = {n: v["rate"] for n, v in d.get("divergence", {}).items()}
-    rows = [[f"`{c}`"] + [num(ms.get((c, n))) for n in row_counts]
-            + [pct(div[c.split()[0]]) if c.split()[0] in div and "sdpa" not in c else "–"] for c in cols]
+
+    def divergence(c: str) -> str:  # a compiled column's own check (its guards-skipped twin shares it), else its format's
+        key = next((k for k in (c, c.split(",")[0], c.split()[0]) if k in div), None)
+        return pct(div[key]) if key and "sdpa" not in c else "–"
+
+    rows = [[f"`{c}`"] + [num(ms.get((c, n))) for n in row_counts] + [divergence(c)] for c in cols]
     p, st = d["probes"], d["settings"]
     table = markdown_table(["column"] + [f"{n} rows (ms)" for n in row_counts] + ["divergence"], rows)
     lines = "\n".join(f"- {line}" for line in speedups(d["table"]))
+    if d.get("targets"):
+        lines += "\n\nIssue #32's targets: " + "; ".join(
+            f"`{t['column']}` {t['rows']} rows {t['target']}: {num(t['ms'])} ms, {'met' if t['met'] else 'missed'}"
+            for t in d["targets"]) + "."
+    if d.get("compile_s"):
+        lines += "\n\nFirst compiled steps (trace and compile): " + "; ".join(
+            f"{k} {num(v, 0)} s" for k, v in d["compile_s"].items()) + f" (inductor cache: `{d['settings'].get('inductor_cache')}`)."
     return (f"{link(results_dir, path)} ({st['threads']} threads, {st['steps']} timed steps, median of "
             f"{st['repeats']} interleaved rounds; load average {load_avg(d['environment_start'])} at the start, "
             f"{load_avg(d['environment'])} at the end; this machine: matmul {num(p['matmul_fp32_gflops'], 0)} GFLOP/s "

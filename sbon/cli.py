@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="generator weights (by default bfloat16 on a GPU and on a CPU with bfloat16 matmuls, "
                                  "float32 on other CPUs: sbon.models.default_weights)"), default_dtype_name)
     r.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
-                   help="generator weight format instead of --dtype: " + "; ".join(
+                   help="generator weight format instead of --dtype (by default int4 for the embedded generator on a "
+                        "CPU with bfloat16 matmuls, else as --dtype; SBON_WEIGHTS sets it): " + "; ".join(
                        f"{name}: {fmt.description}" for name, fmt in WEIGHT_FORMATS.items()))
     r.add_argument("--compare", action="store_true",
                    help="also run Best-of-N with the same seed and print the metrics; --out then saves both runs "

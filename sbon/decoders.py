@@ -140,9 +140,16 @@ def decoder(gen: Generator, decode: str = "auto"):
     return _compiled(gen)
 
 
+# Graphs of the one step function a process may hold: Dynamo counts them per code object, across generators,
+# and each (generator, row bucket, hidden states kept or not) is one; past torch's default limit (8) a
+# fullgraph compile fails instead of running.
+RECOMPILE_LIMIT = 64
+
+
 def _compiled(gen: Generator) -> CompiledDecoder:
     """One compiled decoder per generator, reused by every run (its graphs stay compiled)."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir()))
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     if getattr(gen, "_compiled_decoder", None) is None:
         gen._compiled_decoder = CompiledDecoder(gen)
     return gen._compiled_decoder

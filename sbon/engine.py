@@ -277,8 +277,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     # setting on two cores); on more threads a rare token can differ (measured by benchmarks step).
     "fp32": WeightFormat("float32 weights and activations (the default on CPUs without bfloat16 matmuls)",
                          torch.float32, min_rows=4),
-    "bf16": WeightFormat("bfloat16 weights and activations (the default on a GPU and on a CPU with bfloat16 "
-                         "matmuls, sbon.models.default_weights): half the weight traffic, and on "
+    "bf16": WeightFormat("bfloat16 weights and activations (the default on a GPU, and on a CPU with bfloat16 "
+                         "matmuls for generators without 4-bit weights, sbon.models.default_weights): half the weight traffic, and on "
                          "the CPU its matmuls give each row the same bits at any batch size of two rows or more",
                          torch.bfloat16, batch_invariant=True, min_rows=2, prepack=True),
     # The 4-bit kernel gives a row the same bits at any batch size from one row up; the LM head, in bfloat16,
