@@ -118,6 +118,8 @@ def test_the_cuda_graph_layout_gives_the_same_tokens(gen, compiled):
     (run eagerly here, on the CPU): the tokens of the compiled CPU step. (Their logits differ in bf16 rounding: the
     compiled kernels round differently from eager ones; the layout against the eager step, logits and all, is
     tests/test_step_formats.py's.)"""
+    if gen.weights != "bf16":  # in int4 a rounding difference flipped a rare token once: what agrees here is luck
+        pytest.skip("the layout does not depend on the weight format: checked once, in bf16")
     layout = CompiledDecoder(gen, graphs=True, compile=False)
     assert [layout.rows(n) for n in (1, 2, 3, 5, 16, 17)] == [2, 2, 4, 8, 16, 32]
     prefix = gen.prefill(gen.encode_prompt(PROMPT))
