@@ -148,13 +148,19 @@ RECOMPILE_LIMIT = 64
 
 def _compiled(gen: Generator) -> CompiledDecoder:
     """One compiled decoder per generator, reused by every run (its graphs stay compiled)."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_cache_dir()))
+    _use_our_inductor_cache()
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     if getattr(gen, "_compiled_decoder", None) is None:
         gen._compiled_decoder = CompiledDecoder(gen)
     return gen._compiled_decoder
 
 
-def _cache_dir():
+def _use_our_inductor_cache() -> None:
+    """Inductor's caches under $SBON_CACHE/inductor unless TORCHINDUCTOR_CACHE_DIR names another folder. (Importing
+    torch's compiler already sets that variable to torch's default, a folder under /tmp that a restart may empty:
+    that value is taken as unset.)"""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     from .models import cache_dir
-    return cache_dir() / "inductor"
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")

@@ -13,6 +13,7 @@ candidates with the same ids.
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -203,7 +204,9 @@ def _(x, weight, bias, key):
 
 
 def _prepacked(module: torch.nn.Linear, plain: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
-    key = id(module)
+    # The lowest free key, not id(module): a compiled step's graph holds the key as a constant, and the same model
+    # loaded the same way then gets the same keys in every process, so inductor's disk caches find its graph again.
+    key = next(k for k in itertools.count() if k not in _PACKED)
     _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), 16)  # 16: a typical row count
     weakref.finalize(module, _PACKED.pop, key, None)  # freed with its layer
 
