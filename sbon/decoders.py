@@ -2,11 +2,12 @@
 
 - ``eager``: `transformers`' forward over a growable KV cache (``sbon.engine.GrowableLayer``), op by op.
 - ``compiled``: one `torch.compile`d decode step over a static KV slab (``sbon.static_cache``), as gpt-fast
-  does it, for power-of-two row buckets (at least two rows, the bf16 format's kernels' smallest,
-  ``sbon.engine.WEIGHT_FORMATS``), padding rows' results dropped: on a CPU, inductor's C++ kernels with the
-  length symbolic (one graph per bucket for every length); on a CUDA device the same step as CUDA graphs
-  (``mode="reduce-overhead"``) over the slab's whole length (a shape a graph can replay), the unwritten end
-  masked. Each row's numbers depend on that row only, in every bucket (tests/test_compiled_step.py).
+  does it, over at least two rows (the bf16 format's kernels' smallest, ``sbon.engine.WEIGHT_FORMATS``), padding
+  rows' results dropped: on a CPU, inductor's C++ kernels with the row count and the length symbolic (one graph
+  for every batch, two where a run keeps hidden states); on a CUDA device the same step as CUDA graphs
+  (``mode="reduce-overhead"``) for power-of-two row buckets over the slab's whole length (shapes a graph can
+  replay), the unwritten end masked. Each row's numbers depend on that row only, at any row count
+  (tests/test_compiled_step.py).
 - ``auto``: ``compiled`` where it keeps the coupled sampling exact (a CPU with the bf16 or int4 format and a C++
   compiler for inductor), ``eager`` elsewhere.
 
@@ -76,11 +77,12 @@ class CompiledDecoder:
         self.step = _step if not compile else torch.compile(
             _step, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.graphs else None)
 
-    @staticmethod
-    def rows(live: int) -> int:
-        """Rows a step computes for ``live`` candidates: the next power of two (one graph per bucket: dynamo
-        specialises the step to the slab's row count), at least MIN_ROWS."""
-        return 1 << (max(MIN_ROWS, live) - 1).bit_length()
+    def rows(self, live: int) -> int:
+        """Rows a step computes for ``live`` candidates, at least MIN_ROWS: on a CPU the live ones (the row count is
+        a symbol of the one graph, as the length is), in the CUDA-graph layout the next power of two (a graph
+        replays one shape: one graph per bucket)."""
+        live = max(MIN_ROWS, live)
+        return 1 << (live - 1).bit_length() if self.graphs else live
 
     def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
         length = len(prefix.prompt_ids) + max_new_tokens
@@ -96,11 +98,15 @@ class CompiledDecoder:
         tokens = torch.cat([tokens, tokens[-1:].expand(rows - live)])
         cache.prepare(rows, cache.max_len if self.graphs else None)
         positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1)
-        if self.compiled and not self.graphs:  # one graph for every length
+        tokens = tokens.view(-1, 1)
+        if self.compiled and not self.graphs:  # one graph for every row count and length
+            torch._dynamo.maybe_mark_dynamic(tokens, 0)
+            torch._dynamo.maybe_mark_dynamic(positions, 0)
             for layer in cache.layers:
-                torch._dynamo.maybe_mark_dynamic(layer.keys, 2)
-                torch._dynamo.maybe_mark_dynamic(layer.values, 2)
-        logits, hidden = self.step(self.gen.model, tokens.view(-1, 1), positions, cache, batch.keep_hidden)
+                for kv in (layer.keys, layer.values):
+                    torch._dynamo.maybe_mark_dynamic(kv, 0)
+                    torch._dynamo.maybe_mark_dynamic(kv, 2)
+        logits, hidden = self.step(self.gen.model, tokens, positions, cache, batch.keep_hidden)
         cache.advance()
         batch.logits = logits[:live]
         if batch.keep_hidden:

@@ -5,7 +5,8 @@ the weights' bytes. The embedded generator ships as a GGUF file of 4-bit blocks 
 input share a scale d and a minimum m, w = d q + m with q in 0..15); bfloat16 reads those weights in four times
 their bytes. torch's CPU kernel ``_weight_int4pack_mm_for_cpu`` multiplies by such blocks directly (it computes
 (q - 8) scale + zero per group of 32, so Q4_1 is scale = d, zero = m + 8 d). Each row's result is the same bits at
-any batch size and position in its batch (tests/test_int4.py), so coupled sampling stays exact down to one row.
+any batch size and position in its batch, and the format pads a single row to two for its bfloat16 LM head (as bf16
+does), so coupled sampling stays exact (tests/test_step_formats.py).
 
 Where the file's blocks are the loaded layer's own weights (checked layer by layer against the bfloat16 copy the
 model loaded with), they are used as they are; other layers, and models without such a file, are quantized here

@@ -56,8 +56,8 @@ def decode(dec, prefix, candidate_ids, tokens, seed=7, prune_at=None):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_rows_tokens_and_logits_do_not_depend_on_its_batch(gen, compiled, threads):
-    """Candidates 0-5 in one batch (a bucket of eight rows), one alone (two rows) and five together, four and two:
-    the same tokens and logits, bit for bit, from the graphs of three buckets, each for every length."""
+    """Candidates 0-5 in one batch, one alone (two rows, one of them padding) and five together, four and two:
+    the same tokens and logits, bit for bit, from the one graph for every row count and length."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
