@@ -238,7 +238,7 @@ class _Run:
         return RunResult(self.config.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
                          self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best,
                          instructions=judged_by(self.prompt) if judged_by else [],
-                         weights=getattr(self.gen, "weights", None))
+                         weights=getattr(self.gen, "weights", None), decode=self.decoder.name)
 
 
 def _observed_step(ids: list[int], rows: list[int], going: list[int], tokens: torch.Tensor, logits: torch.Tensor,

@@ -112,9 +112,11 @@ class RunResult:
     # ``instructions_of``: ifeval), so a reloaded run is explained by the same ones; empty for other rewards
     # and in runs saved before they were recorded (then the shipped IFEval prompts' own apply).
     instructions: list[dict[str, Any]] = field(default_factory=list)
-    # The generator's weight format (sbon.engine.WEIGHT_FORMATS): the candidates' texts depend on it. None for a
-    # generator loaded without one, and in runs saved before it was recorded.
+    # The generator's weight format (sbon.engine.WEIGHT_FORMATS) and the decode step that ran (sbon.decoders:
+    # eager or compiled, whose kernels round differently): the candidates' texts depend on both. None for a
+    # generator loaded without a format, and in runs saved before they were recorded.
     weights: str | None = None
+    decode: str | None = None
 
     def __post_init__(self) -> None:
         for p in self.decision_points:

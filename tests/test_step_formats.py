@@ -5,6 +5,7 @@ logits not to depend on how many rows share its batch; these tests check it bit 
 """
 
 import copy
+import json
 
 import pytest
 import torch
@@ -300,3 +301,15 @@ def test_int4_blocks_are_the_float32_copy_s_weights(gen):
     modules = dict(gen.model.named_modules())
     assert len(blocks) == 7 * gen.model.config.num_hidden_layers
     assert all(torch.equal(dequantize(*b), modules[name].weight.cpu()) for name, b in blocks.items())
+
+
+def test_a_run_records_the_weight_format_and_decode_step_its_texts_came_from(gen_int4):
+    from sbon.algorithms import RunConfig, events, run
+    from sbon.results import RunResult
+    from sbon.rewards import CallableReward
+
+    result = run(events(gen_int4, CallableReward(lambda prompt, responses: [0.0] * len(responses)), PROMPT,
+                        RunConfig(method="bon", n=2, max_new_tokens=4)))
+    assert (result.weights, result.decode) == ("int4", "eager")
+    again = RunResult.from_dict(json.loads(result.to_json()))
+    assert (again.weights, again.decode) == ("int4", "eager")
