@@ -677,6 +677,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "app-latest": partial(app_timing, folder="app", only="app_presenter_still.json"),
     "step": step,
     "step-compiled": partial(step, name="step_compiled_threads2.json"),
+    "step-int4": partial(step, name="step_int4_threads2.json"),
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
     "cli-runs": cli_runs,

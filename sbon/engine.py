@@ -13,7 +13,7 @@ candidates with the same ids.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -188,12 +188,16 @@ def prepack_linears(model: torch.nn.Module) -> torch.nn.Module:
 
 
 # Prepacked weights by key: `torch.compile` cannot take oneDNN's opaque tensors as graph inputs, so a compiled
-# step calls them through `sbon::packed_linear`, an operator it keeps whole, that finds its weight here.
-_PACKED: dict[int, torch.Tensor] = {}
+# step calls them through `sbon::packed_linear`, an operator it keeps whole, that finds its weight here. The key
+# is the weight's shape, dtype and a hash of its bytes: a compiled graph holds it as a constant, so the same
+# weights give the same graph in every process (inductor's disk cache finds it; with id(module) it never did), and
+# layers with the same weights (a model loaded twice) share one prepacked copy, counted in _PACKED_USERS.
+_PACKED: dict[str, torch.Tensor] = {}
+_PACKED_USERS: dict[str, int] = {}
 
 
 @torch.library.custom_op("sbon::packed_linear", mutates_args=())
-def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, key: int) -> torch.Tensor:
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, key: str) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` through the weight prepacked under ``key``: the same call as eagerly."""
     return torch.ops.mkldnn._linear_pointwise(x, _PACKED[key], bias, "none", [], "")
 
@@ -203,12 +207,23 @@ def _(x, weight, bias, key):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
+def _weight_key(weight: torch.Tensor) -> str:
+    data = weight.detach().contiguous().view(torch.uint8).numpy()
+    return f"{tuple(weight.shape)}:{weight.dtype}:{hashlib.blake2b(data, digest_size=12).hexdigest()}"
+
+
+def _release(key: str) -> None:
+    _PACKED_USERS[key] -= 1
+    if not _PACKED_USERS[key]:
+        del _PACKED[key], _PACKED_USERS[key]
+
+
 def _prepacked(module: torch.nn.Linear, plain: Callable[[torch.Tensor], torch.Tensor]) -> Callable:
-    # The lowest free key, not id(module): a compiled step's graph holds the key as a constant, and the same model
-    # loaded the same way then gets the same keys in every process, so inductor's disk caches find its graph again.
-    key = next(k for k in itertools.count() if k not in _PACKED)
-    _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), 16)  # 16: a typical row count
-    weakref.finalize(module, _PACKED.pop, key, None)  # freed with its layer
+    key = _weight_key(module.weight)
+    if key not in _PACKED:
+        _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), 16)  # 16: a typical row count
+    _PACKED_USERS[key] = _PACKED_USERS.get(key, 0) + 1
+    weakref.finalize(module, _release, key)  # freed with the last layer that uses it
 
     def prepacked_forward(x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu" or (torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad)):

@@ -222,6 +222,33 @@ def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
                 assert torch.equal(m(x[:rows]), F.linear(x[:rows], m.weight))
 
 
+def test_layers_with_the_same_weights_share_one_prepacked_copy_until_the_last_goes():
+    """Prepacked weights are keyed by their bytes (a compiled graph holds the key, so it must be the same in every
+    process): a model loaded twice shares them, and they are freed with the last layer that uses them."""
+    import gc
+
+    from sbon.engine import _PACKED, prepack_linears
+
+    torch.manual_seed(0)
+    first = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+    second = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+    second.weight.data.copy_(first.weight.data)
+    other = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+    before = len(_PACKED)
+    prepack_linears(first)
+    prepack_linears(second)
+    prepack_linears(other)
+    assert len(_PACKED) == before + 2
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    assert torch.equal(first(x), second(x)) and not torch.equal(first(x), other(x))
+    del first
+    gc.collect()
+    assert len(_PACKED) == before + 2 and torch.equal(second(x), x @ second.weight.t())
+    del second, other
+    gc.collect()
+    assert len(_PACKED) == before
+
+
 def test_the_nucleus_widens_row_by_row_and_matches_a_full_sort():
     """Top-p looks among the 64, then 1024 most likely tokens, then the sorted vocabulary (NUCLEUS_WIDTHS),
     each row on its own: the token is the one a full sort gives, and a flat row next to peaked ones gets
