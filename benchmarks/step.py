@@ -512,9 +512,10 @@ def main(args: argparse.Namespace) -> int:
     for line in speedups(result["table"]):
         print(line)
     for key, seconds in result["compile_s"].items():
-        what = ("the other row counts' first steps" if key.endswith(" other row counts") else "a fresh process's first step"
-                if key.endswith(" warm start") else "first step")
-        print(f"{key.split()[0]} compiled: {what} (trace and compile, inductor cache {inductor_cache()}) {seconds:.1f} s")
+        what = ("the other row counts' first steps" if key.endswith(" other row counts") else
+                "a fresh process's first step (trace, kernels from the disk cache)" if key.endswith(" warm start") else
+                "first step (trace and compile)")
+        print(f"{key.split()[0]} compiled: {what}, inductor cache {inductor_cache()}: {seconds:.1f} s")
     for t in result["targets"]:
         print(f"target {t['rows']} rows {t['target']}: {t['column']} {t['ms']:.1f} ms, {'met' if t['met'] else 'MISSED'}")
     for key, ops in result["profiles"].items():
