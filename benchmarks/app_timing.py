@@ -31,8 +31,11 @@ from typing import Any
 
 import pandas as pd
 
+import torch
+
 from sbon.engine import WEIGHT_FORMATS
 from sbon.errors import SBoNError
+from sbon.models import DEFAULT_GENERATOR, default_weights
 
 from . import common
 from .browser import chromium, serve_app
@@ -197,7 +200,8 @@ def main(args: argparse.Namespace) -> int:
                                                      "max_new_tokens": args.max_new_tokens,
                                                      "bon_same_memory": args.bon_same_memory, "others": "app defaults",
                                                      "SBON_THREADS": os.environ.get("SBON_THREADS"),
-                                                     "weights": args.weights or "app default",
+                                                     "weights": args.weights or default_weights(torch.device("cpu"),
+                                                                                                DEFAULT_GENERATOR),
                                                      "fresh_cache": args.fresh_cache},
                        "environment": env, "startup": startup, "clicks": rows}, json_path)
     df = pd.DataFrame(rows)[["click", "models", "first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s",

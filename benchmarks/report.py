@@ -333,6 +333,8 @@ def app_timing(results_dir: Path, folder: str, only: str | None = None) -> str:
         setting = setting or f"the app's defaults at commit {d['environment'].get('git_commit', '?')}"
         if st.get("SBON_THREADS"):
             setting += f", SBON_THREADS={st['SBON_THREADS']}"
+        if st.get("weights") not in (None, "app default"):
+            setting += f", SBON_WEIGHTS={st['weights']}"
         first = [c for c in d["clicks"] if c["models"] != "loaded"]
         warm = [c for c in d["clicks"] if c["models"] == "loaded"]
 
@@ -681,7 +683,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "signal-cost": signal_cost,
     "app": partial(app_timing, folder="app"),
-    "app-latest": partial(app_timing, folder="app", only="app_presenter_still.json"),
+    "app-latest": partial(app_timing, folder="app", only="app_int4_default.json"),
     "step": step,
     "step-compiled": partial(step, name="step_compiled_threads2.json"),
     "step-int4": partial(step, name="step_int4_threads2.json"),
