@@ -186,9 +186,10 @@ def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
     assert "length" in SCENARIOS["helpful"].label  # the caveat is in the dropdown itself
 
 
-def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app):
+def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app, monkeypatch):
     """The order a lecture watches (issue #23): Speculative Rejection's answer under the race while
     Best-of-N still runs, then every view of both runs, then the views drawn from the prefix rewards."""
+    monkeypatch.setattr(app, "LIVE_FRAME_EVERY_S", 0.0)  # this small Best-of-N can finish within one frame's wait
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", n=4, max_new_tokens=12, alpha=0.5, method="sbon-tau", tau=4)
     recorded = app.show_recorded("curves")

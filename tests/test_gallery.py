@@ -95,10 +95,13 @@ def test_the_page_is_one_file_under_the_size_limit_with_every_view_and_the_capti
 def test_the_page_draws_every_view_in_chromium_with_the_network_blocked(tmp_path, browser):
     from components.page_export import figures_of, page_html
 
+    from components.tables import first_pruned
+
     run = GalleryRuns({"early-violation": GALLERY["early-violation"]}).get("early-violation")
     comp = Comparison.from_json(run.comp.to_json())
-    comp.sbon.candidates[0].text += HOSTILE  # model text is shown as text, as in every view of the page
-    comp.bon.candidates[0].text += HOSTILE
+    shown = first_pruned(comp)  # the candidate the page opens
+    comp.sbon.candidates[shown].text += HOSTILE  # model text is shown as text, as in every view of the page
+    comp.bon.candidates[shown].text += HOSTILE
     path = tmp_path / "run.html"
     path.write_text(page_html(comp, run.caption))
     context = browser.new_context()
