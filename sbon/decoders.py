@@ -165,8 +165,12 @@ def _use_our_inductor_cache() -> None:
     """Inductor's caches under $SBON_CACHE/inductor unless TORCHINDUCTOR_CACHE_DIR names another folder. (Importing
     torch's compiler already sets that variable to torch's default, a folder under /tmp that a restart may empty:
     that value is taken as unset.)"""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        torch_default = default_cache_dir()
+    except ImportError:  # a torch without it: only an unset variable is ours to set
+        torch_default = None
 
     from .models import cache_dir
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, torch_default):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
