@@ -74,6 +74,7 @@ class CompiledDecoder:
         self.gen = gen
         self.graphs = gen.device.type == "cuda" if graphs is None else graphs
         self.compiled = compile
+        self.announced = not compile  # the first compiled step says it is compiling: it takes a while
         self.step = _step if not compile else torch.compile(
             _step, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.graphs else None)
 
@@ -106,6 +107,10 @@ class CompiledDecoder:
                 for kv in (layer.keys, layer.values):
                     torch._dynamo.maybe_mark_dynamic(kv, 0)
                     torch._dynamo.maybe_mark_dynamic(kv, 2)
+        if not self.announced:
+            self.announced = True
+            log.warning("decode compiled: compiling the step once in this process (longest the first time on a "
+                        "machine; later processes find its kernels in %s)", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
         logits, hidden = self.step(self.gen.model, tokens, positions, cache, batch.keep_hidden)
         cache.advance()
         batch.logits = logits[:live]
