@@ -152,8 +152,8 @@ def decoder(gen: Generator, decode: str = "auto"):
 
 
 # Graphs of the one step function a process may hold: Dynamo counts them per code object, across generators,
-# and each (generator, hidden states kept or not; on a GPU also each row bucket) is one; past torch's default limit (8) a
-# fullgraph compile fails instead of running.
+# and each (generator, hidden states kept or not; on a GPU also each row bucket) is one; past torch's default
+# limit (8) a fullgraph compile fails instead of running.
 RECOMPILE_LIMIT = 64
 
 
