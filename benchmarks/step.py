@@ -342,7 +342,7 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
         for rows in s.rows:
             engine_step_ms(gens[fmt], prefixes[fmt], rows, StepSettings(warm_steps=1, steps=1), sampling, compiled[fmt])
         compile_s[f"{fmt} other row counts"] = time.perf_counter() - start
-        compile_s[f"{fmt} warm start"] = warm_start_s(gens[fmt].name, fmt, s.threads)
+        compile_s[f"{fmt} warm start"] = fresh_process_step(gens[fmt].name, fmt, s.threads)["seconds"]
         columns[f"{fmt} compiled"] = (fmt, DECODE_ATTENTION)
         columns[f"{fmt} compiled{GUARDS_SKIPPED}"] = (fmt, DECODE_ATTENTION)
         decoders[f"{fmt} compiled"], decoders[f"{fmt} compiled{GUARDS_SKIPPED}"] = compiled[fmt], SkipGuards(compiled[fmt])
@@ -420,26 +420,32 @@ def speedups(table: list[dict], rows: int = 16) -> list[str]:
 
 
 # A fresh process's first compiled step, with the disk cache this process filled: what a restarted app waits.
-WARM_START = """
-import sys, time, torch
+# Arguments: format, threads, generator, then the formats of models it loads first (whatever else a process holds).
+FRESH_PROCESS = """
+import json, sys, time, torch
+from torch._dynamo.utils import counters
 from sbon.decoders import decoder
 from sbon.models import load_generator
 torch.set_num_threads(int(sys.argv[2]))
+others = [load_generator(sys.argv[3], device="cpu", weights=w) for w in sys.argv[4:]]
 gen = load_generator(sys.argv[3], device="cpu", weights=sys.argv[1])
 dec = decoder(gen, "compiled")
 batch = dec.start(gen.prefill(gen.encode_prompt("Hello")), [0, 1], False, 8)
 start = time.perf_counter()
 dec.forward(batch, torch.tensor([100, 200]))
-print(time.perf_counter() - start)
+print(json.dumps({"seconds": time.perf_counter() - start, "inductor": dict(counters["inductor"])}))
 """
 
 
-def warm_start_s(generator: str, fmt: str, threads: int) -> float:
-    """Seconds of a fresh process's first compiled step (trace, and the kernels from the disk cache) in ``fmt``."""
+def fresh_process_step(generator: str, fmt: str, threads: int, first: Sequence[str] = (),
+                       env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A fresh process's first compiled step in ``fmt`` (after loading models in the ``first`` formats): its seconds
+    (trace, and the kernels from the disk cache where they are) and inductor's counters (cache hits and misses)."""
+    import json
     import subprocess
-    out = subprocess.run([sys.executable, "-c", WARM_START, fmt, str(threads), generator], capture_output=True,
-                         text=True, check=True)
-    return float(out.stdout.split()[-1])
+    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS, fmt, str(threads), generator, *first], env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 def inductor_cache() -> str:

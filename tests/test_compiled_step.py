@@ -147,37 +147,19 @@ def test_without_a_compiler_the_run_decodes_eagerly_with_one_line(gen, monkeypat
     assert line == "decode compiled: no C++ compiler for torch.compile's CPU kernels (install g++); decoding eagerly"
 
 
-# One compiled step in a fresh process: whether inductor compiled it or found it in the disk cache.
-FRESH_PROCESS = """
-import json, sys, torch
-from torch._dynamo.utils import counters
-from sbon.decoders import decoder
-from sbon.models import load_generator
-torch.set_num_threads(1)
-others = [load_generator("smollm2-135m", device="cpu", weights="bf16") for _ in range(int(sys.argv[1]))]
-gen = load_generator("smollm2-135m", device="cpu", weights="int4")
-dec = decoder(gen, "compiled")
-batch = dec.start(gen.prefill(gen.encode_prompt("Hello")), [0, 1], False, 8)
-dec.forward(batch, torch.tensor([100, 200]))
-print(json.dumps(dict(counters["inductor"])))
-"""
-
-
 def test_a_later_process_finds_the_compiled_step_on_disk(gen, tmp_path):
     """The compiled step's graphs go to $SBON_CACHE/inductor, and a second process loading the same model finds
     them there instead of compiling again, also when it loaded another model first (the graph must not hold
     anything that differs between processes)."""
-    import json
     import os
-    import subprocess
-    import sys
+
+    from benchmarks.step import fresh_process_step
 
     if gen.weights != "int4":
         pytest.skip("one format is enough: the cache does not depend on it")
     env = {**os.environ, "SBON_CACHE": str(tmp_path)}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    runs = [json.loads(subprocess.run([sys.executable, "-c", FRESH_PROCESS, str(others)], env=env, capture_output=True,
-                                      text=True, check=True).stdout.splitlines()[-1]) for others in (0, 1)]
+    runs = [fresh_process_step("smollm2-135m", "int4", 1, first, env)["inductor"] for first in ((), ("bf16",))]
     assert runs[0].get("fxgraph_cache_miss") and not runs[0].get("fxgraph_cache_hit")
     assert runs[1].get("fxgraph_cache_hit") and not runs[1].get("fxgraph_cache_miss")
     assert (tmp_path / "inductor").is_dir()
