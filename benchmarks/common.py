@@ -254,6 +254,10 @@ def cpu_model() -> str:
 
 
 def git_commit() -> str | None:
+    """The checkout's commit (with "+dirty sbon/" where the engine has changes), or $SBON_GIT_COMMIT where the
+    code runs from a copy without its .git (a GPU machine's)."""
+    if os.environ.get("SBON_GIT_COMMIT"):
+        return os.environ["SBON_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                              timeout=10)

@@ -19,11 +19,14 @@ and in ``generate``. Its parts (``--parts``):
   survivors whose text differs from Best-of-N's candidate with the same id and seed (0 in float32, which
   tests/test_algorithms.py asserts), and of pruned candidates that are not a prefix of it. On the random
   stand-in's flat next-token distributions a rounding flips a token more easily than on a trained model's;
+- ``compiled``: the decode step of ``--decode compiled`` (a static KV slab; on a GPU CUDA graphs of row buckets)
+  against the eager step on the SmolLM2 stand-in in bfloat16, at a few row counts: the first step's seconds (the
+  compile), milliseconds per step, and how far the first step's logits are from eager's;
 - ``vllm``: Best-of-N on vLLM (benchmarks/vllm_bon.py), where vLLM imports and a real ``--generator`` is named.
 
 Before anything runs it measures the device (memory bandwidth, matmul rates, the fixed cost of a layer in a decode
 step), prints an estimated time per piece of work and leaves out, with a line saying so, what would not fit in
-``--time-limit``; the limit then stops the run cleanly (SIGALRM) with what it has. At most five result files, in
+``--time-limit``; the limit then stops the run cleanly (SIGALRM) with what it has. At most six result files, in
 one folder (``--out-dir``): one per part run and ``summary.json``.
 
 ``--tiny`` runs the same code on tiny random configs and sizes, in a minute or two on a CPU: that is its test
@@ -43,6 +46,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -76,15 +80,16 @@ LLAMA_3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=3
 TINY_ARCH = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16)
 
-# A GPU session of this workplace allows 8 minutes a command; the limit counts from the command's start, after
+# A GPU session of this workplace allows 10 minutes a command; the limit counts from the command's start, after
 # Python's imports (STARTUP_S at most), and RESERVE_S of it is kept for writing the result files.
-SESSION_S = 480
+SESSION_S = 600
 STARTUP_S = 30
-DEFAULT_TIME_LIMIT_S = 420
+DEFAULT_TIME_LIMIT_S = 540
 RESERVE_S = 10
 SETUP_S = 15  # the device measurements and the tokenizer, before the plan is printed
 MODEL_BUILD_S = 5.0  # allowance for building one random model on the device (its modules and initial weights)
 VLLM_S = 120.0  # allowance for loading vLLM and its run
+COMPILE_S = 60.0  # allowance for compiling the decode step for one row bucket (a guess until a GPU measured it)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,10 @@ class Sizes:
     # largest one's caches (rows x step_context tokens of an 8B model) must fit beside its weights on one GPU
     step_context: int = 512  # tokens in each row's cache for that measurement
     step_repeats: int = 20
+    compiled_rows: tuple[int, ...] = (1, 8)  # live rows for the compiled-step part (each a CUDA-graph bucket)
+    compiled_context: int = 256  # prompt tokens in each row's cache for that part
+    compiled_repeats: int = 50
+    compile: bool = True  # False (the tiny mode on a CPU): the compiled-step part runs its step eagerly
     bandwidth_bytes: int = 2 ** 30  # buffer copied to measure memory bandwidth
     arch: dict | None = None  # config overrides of both stand-in architectures (the tiny mode shrinks them)
 
@@ -115,7 +124,8 @@ GPU = Sizes()
 TINY = Sizes(engine_n=(4,), engine_tokens=8, engine_median_length=4, engine_prompts=1, dtypes=("float32", "bfloat16"),
              coupling_dtypes=("float32", "bfloat16"), coupling_n=4, coupling_tokens=12, coupling_prompts=1,
              paper_n=8, paper_tokens=16, paper_median_length=16, step_batches=(1, 4), step_context=16,
-             step_repeats=2, bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
+             step_repeats=2, compiled_rows=(1, 4), compiled_context=16, compiled_repeats=2, compile=False,
+             bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
 
 
 # -- the stand-in models ----------------------------------------------------------------------------
@@ -200,13 +210,14 @@ class ForcedLengthGenerator(Generator):
         return LogitsProcessorList([ForcedLengths()])
 
 
-def stand_in(tokenizer, device: torch.device, dtype: str, arch: dict, name: str = STAND_IN) -> ForcedLengthGenerator:
+def stand_in(tokenizer, device: torch.device, dtype: str, arch: dict, name: str = STAND_IN,
+             cls: type[Generator] = ForcedLengthGenerator) -> Generator:
     """A random model of this architecture, prepared for the device as load_generator prepares a loaded one."""
     weights = DTYPE_FORMATS.get(DTYPES[dtype])  # float16: as it is
     model = random_llama(tokenizer, device, DTYPES[dtype], arch)
     if weights:
         model = weight_format(weights).prepare(model, device)
-    return ForcedLengthGenerator(use_decode_attention(model, device), tokenizer, name=name, weights=weights)
+    return cls(use_decode_attention(model, device), tokenizer, name=name, weights=weights)
 
 
 def forced_lengths(n: int, median: int, limit: int, seed: int) -> dict[int, int]:
@@ -432,6 +443,11 @@ def estimate(sizes: Sizes, f: Figures, parts: Sequence[str], prompt_tokens: int,
             score = forward_s(a, f, dtype, n * (P + max(ls)))
             both = 2 * decode_s(a, f, dtype, alive(ls), P) + 3 * score
             units.append(Unit("coupling", dtype, MODEL_BUILD_S + sizes.coupling_prompts * both, 4))
+    if "compiled" in parts:
+        a = Arch.of({**SMOLLM2_135M, **arch}, "bfloat16")
+        for rows in sizes.compiled_rows:
+            steps = 2 * (sizes.compiled_repeats + 3) * step_s(a, f, "bfloat16", rows, P + sizes.compiled_context)
+            units.append(Unit("compiled", f"rows={rows}", (COMPILE_S if sizes.compile else 0.0) + steps, 1))
     if "vllm" in parts:
         units.append(Unit("vllm", "Best-of-N on vLLM", VLLM_S if vllm_runs(stand_in_generator) is None else 0.0, 5))
     return units
@@ -675,6 +691,63 @@ def part_paper_scale(ctx: Context, record: dict) -> None:
                   f"({ms / floor:.1f}x)")
 
 
+@torch.inference_mode()
+def time_steps(decoder, prefix, rows: int, repeats: int) -> dict[str, Any]:
+    """One decoder's first step (the compile, where it compiles), then the milliseconds per step over ``repeats``
+    steps after two more untimed ones (a CUDA graph records on those), and the first step's logits."""
+    gen = decoder.gen
+    batch = decoder.start(prefix, list(range(rows)), False, repeats + 3)
+    tokens = torch.ones(rows, dtype=torch.long, device=gen.device)
+    sync(gen.device)
+    start = time.perf_counter()
+    decoder.forward(batch, tokens)
+    sync(gen.device)
+    first_s = time.perf_counter() - start
+    logits = batch.logits.float().clone()
+    for _ in range(2):
+        decoder.forward(batch, tokens)
+    sync(gen.device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        decoder.forward(batch, tokens)
+    sync(gen.device)
+    return {"first_step_s": first_s, "ms_per_step": 1000 * (time.perf_counter() - start) / repeats, "logits": logits}
+
+
+def part_compiled(ctx: Context, record: dict) -> None:
+    """The decode step of ``--decode compiled`` (sbon.decoders: a static KV slab; on a GPU CUDA graphs of
+    power-of-two row buckets) against the eager one, on the SmolLM2 stand-in in bfloat16: the compile's seconds,
+    milliseconds per step, how far the first step's logits are from eager's, and how often inductor ran a step
+    without its CUDA graph (``cudagraph_skips``; ``TORCH_LOGS=perf_hints`` prints why)."""
+    from torch._dynamo.utils import counters
+
+    from sbon.decoders import CompiledDecoder, EagerDecoder, _compiled
+
+    s = ctx.sizes
+    gen = stand_in(smollm2_tokenizer(), ctx.device, "bfloat16", {**SMOLLM2_135M, **(s.arch or {})}, cls=Generator)
+    compiled = _compiled(gen) if s.compile else CompiledDecoder(gen, graphs=True, compile=False)
+    eager = EagerDecoder(gen)
+    prefix = gen.prefill(list(range(1, s.compiled_context + 1)))
+    steps: list[dict] = []
+    record.update(generator=f"{STAND_IN} in bfloat16", context=s.compiled_context, repeats=s.compiled_repeats,
+                  compiled=s.compile, graphs=compiled.graphs, steps=steps)
+    for rows in s.compiled_rows:
+        if not ctx.keeps("compiled", f"rows={rows}"):
+            continue
+        e = time_steps(eager, prefix, rows, s.compiled_repeats)
+        skips = counters["inductor"]["cudagraph_skips"]
+        c = time_steps(compiled, prefix, rows, s.compiled_repeats)
+        diff = (c["logits"] - e["logits"]).abs()
+        steps.append({"rows": rows, "computed_rows": compiled.rows(rows), "eager_ms": e["ms_per_step"],
+                      "compiled_ms": c["ms_per_step"], "speedup": e["ms_per_step"] / c["ms_per_step"],
+                      "compile_s": c["first_step_s"], "max_abs_logit_diff": diff.max().item(),
+                      "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - skips,
+                      "top1_agreement": (c["logits"].argmax(-1) == e["logits"].argmax(-1)).float().mean().item()})
+        print(f"compiled step {rows} rows: eager {e['ms_per_step']:.2f} ms, compiled {c['ms_per_step']:.2f} ms "
+              f"({steps[-1]['speedup']:.2f}x), first compiled step {c['first_step_s']:.1f} s, top-1 agreement "
+              f"{steps[-1]['top1_agreement']:.0%}")
+
+
 def vllm_runs(stand_in_generator: bool) -> str | None:
     """Why the vllm part cannot run here, or None."""
     if importlib.util.find_spec("vllm") is None:
@@ -700,13 +773,15 @@ def part_vllm(ctx: Context, record: dict) -> None:
 
 
 PARTS: dict[str, Callable[[Context, dict], None]] = {
-    "engine": part_engine, "paper-scale": part_paper_scale, "coupling": part_coupling, "vllm": part_vllm}
+    "engine": part_engine, "paper-scale": part_paper_scale, "coupling": part_coupling, "compiled": part_compiled,
+    "vllm": part_vllm}
 
 
 def run_parts(ctx: Context, names: Sequence[str], out: Path, stop_at: float, environment: dict) -> dict[str, Any]:
     """Run the parts in order, each part's file written as it ends; at ``stop_at`` (time.monotonic) the
     running part stops where it is, its file says so, and the parts after it are not started."""
     seconds: dict[str, float] = {}
+    failed: list[str] = []
     for name in names:
         record: dict[str, Any] = {"part": name, "environment": environment}
         print(f"== {name}", file=sys.stderr)
@@ -715,12 +790,16 @@ def run_parts(ctx: Context, names: Sequence[str], out: Path, stop_at: float, env
             run_within(stop_at - time.monotonic(), lambda: PARTS[name](ctx, record))
         except TimeUp:
             record["stopped"] = "the time limit passed: what this file holds is what the part had done by then"
+        except Exception as e:  # one GPU session: a part that breaks must not cost the parts after it
+            record["error"] = "".join(traceback.format_exception(e))[-4000:]
+            failed.append(name)
+            print(f"{name}: failed ({type(e).__name__}: {e}); going on with the next part", file=sys.stderr)
         record["seconds"] = seconds[name] = time.perf_counter() - start
         common.write_json(record, out / f"{name}.json")
         if "stopped" in record:
             print(f"{name}: stopped by the time limit; the parts after it did not run", file=sys.stderr)
-            return {"seconds": seconds, "stopped_in": name}
-    return {"seconds": seconds, "stopped_in": None}
+            return {"seconds": seconds, "stopped_in": name, "failed": failed}
+    return {"seconds": seconds, "stopped_in": None, "failed": failed}
 
 
 # -- the command ------------------------------------------------------------------------------------
@@ -798,7 +877,7 @@ def main(args: argparse.Namespace) -> int:
                "time_limit": args.time_limit,
                "plan": {"figures": asdict(figures), "budget_s": budget,
                         "kept": [asdict(u) for u in kept], "left_out": [asdict(u) for u in left]},
-               "parts": ran["seconds"], "stopped_in": ran["stopped_in"],
+               "parts": ran["seconds"], "stopped_in": ran["stopped_in"], "failed": ran["failed"],
                "seconds": time.monotonic() - started}
     common.write_json(summary, out / "summary.json")
     print(f"wrote {out}/ ({', '.join(f'{k} {v:.0f} s' for k, v in ran['seconds'].items())}; "

@@ -39,6 +39,11 @@ class SlabLayer(StaticLayer):
     def view(self, rows: int, length: int) -> None:
         """What the model reads: the first ``rows`` rows, ``length`` tokens (written ones, and the next)."""
         self.keys, self.values = self.slab_keys[:rows, :, :length], self.slab_values[:rows, :, :length]
+        if self.device.type == "cuda":
+            # A CUDA graph may write only into inputs it knows stay where they are; unguarded, so that a new view
+            # of the same slab is no reason to compile again.
+            for t in (self.keys, self.values, self.cumulative_length):
+                torch._dynamo.mark_static_address(t, guard=False)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.keys.shape[-2], 0
