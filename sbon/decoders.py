@@ -98,7 +98,10 @@ class CompiledDecoder:
         # mode, so that the graph's guards see the same kind of tensor whoever made the tokens.
         tokens = torch.cat([tokens, tokens[-1:].expand(rows - live)])
         cache.prepare(rows, cache.max_len if self.graphs else None)
-        positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1)
+        # A copy, not a view: an input that aliases another input the step writes to (the slab's length) makes
+        # AOTAutograd merge the two, and the merged input is no longer static, so CUDA graphs were skipped
+        # (benchmarks/results/gpu-h100/cudagraph-probe).
+        positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1).clone()
         tokens = tokens.view(-1, 1)
         if self.compiled and not self.graphs:  # one graph for every row count and length
             torch._dynamo.maybe_mark_dynamic(tokens, 0)
