@@ -613,6 +613,88 @@ def gpu_engine_row(results_dir: Path) -> list[str]:
             f"{mean_median(s['tok_per_s_ratio'], 2, times)} ({times(s['tok_per_s_ratio_pooled'])} over all tokens)"]
 
 
+GPU_CHECK = ("gpu-h100", "gpu-check")  # the folder of the newest `python -m benchmarks gpu-check` on a GPU
+
+
+def gpu_check_part(results_dir: Path, part: str) -> tuple[dict, str]:
+    """One part's file of the GPU check, and a line saying where it ran."""
+    path = results_dir.joinpath(*GPU_CHECK, f"{part}.json")
+    d = json.loads(path.read_text())
+    env = d["environment"]
+    return d, (f"{link(results_dir, path)}: one {env.get('gpu', env['device'])}, torch {env['torch']}, transformers "
+               f"{env['transformers']}, {env['time'][:10]}, commit {env.get('git_commit') or 'not recorded'}.")
+
+
+def gpu_check_engine(results_dir: Path) -> str:
+    """`gpu-check`'s engine part: our Best-of-N against `generate` on the random SmolLM2 stand-in."""
+    d, where = gpu_check_part(results_dir, "engine")
+    rows = [[f"{o['n']}", "`generate`" if o["engine"] == "generate" else f"ours, decode_chunk {o['decode_chunk']}",
+             num(o["tok_per_s"], 0), num(o["ms_per_step"]), times(o["vs_generate"])] for o in d["summary"]]
+    return (f"{where} {d['generator']}; {d['tokens']} new tokens at most, forced lengths around "
+            f"{d['forced_length_median']}; bfloat16.\n\n"
+            + markdown_table(["N", "engine", "tokens/s", "ms per step", "tokens/s / `generate`'s"], rows))
+
+
+def gpu_check_paper(results_dir: Path) -> str:
+    """`gpu-check`'s paper-scale part: 8B-architecture timing, and decode steps against the bandwidth floor."""
+    d, where = gpu_check_part(results_dir, "paper-scale")
+    steps = [[f"{st['rows']}", f"{st['context']}", num(st["ms_per_step"]), num(st["floor_ms"]),
+              times(st["of_floor"], 1)] for st in d["decode_steps"]]
+    return (f"{where} {d['model']}, N = {d['n']}, {d['max_new_tokens']} new tokens at most.\n\n"
+            + markdown_table(["", "wall time", "tokens"],
+                             [["Speculative Rejection", f"{num(d['sbon']['wall_time'])} s", f"{d['sbon']['tokens']}"],
+                              [f"Best-of-N, batches of {d['bon_batch_size']} (the same KV memory)",
+                               f"{num(d['bon']['wall_time'])} s", f"{d['bon']['tokens']}"]])
+            + f"\n\nSpeedup {times(d['speedup'])}. Eager decode steps (our engine) against the floor the measured "
+              f"bandwidth puts under them:\n\n"
+            + markdown_table(["rows", "tokens in cache", "ms per step", "floor ms", "of the floor"], steps))
+
+
+def gpu_check_compiled(results_dir: Path) -> str:
+    """`gpu-check`'s compiled part: the slab's compiled step against eager on the stand-in."""
+    d, where = gpu_check_part(results_dir, "compiled")
+    rows = [[f"{st['rows']}", f"{st['computed_rows']}", num(st["eager_ms"], 2), num(st["compiled_ms"], 2),
+             times(st["speedup"], 1), num(st["compile_s"]), f"{st.get('cudagraph_skips', '–')}",
+             pct(st["top1_agreement"])] for st in d["steps"]]
+    return (f"{where} {d['generator']}, {d['context']} tokens in each row's cache, {d['repeats']} timed steps.\n\n"
+            + markdown_table(["live rows", "rows computed", "eager ms", "compiled ms", "speedup", "first step s",
+                              "CUDA graph skipped", "top-1 = eager's"], rows))
+
+
+def gpu_check_coupling(results_dir: Path) -> str:
+    """`gpu-check`'s coupling part on the GPU."""
+    d, where = gpu_check_part(results_dir, "coupling")
+    rows = [[dtype, f"{r['survivors']}", pct(r["survivor_divergence_rate"], 1), f"{r['pruned']}",
+             pct(r["pruned_divergence_rate"], 1)] for dtype, r in d["by_dtype"].items()]
+    return (f"{where} {d['generator']}, reward `{d['reward']}`, N = {d['n']}, {d['tokens']} tokens, α = {d['alpha']}."
+            "\n\n" + markdown_table(["dtype", "survivors", "differ from their Best-of-N twin", "pruned",
+                                      "not a prefix of the twin"], rows))
+
+
+PROBE_LINE = re.compile(r"^RESULT (?P<variant>\S+) (?P<arch>\S+): cudagraph_skips=(?P<skips>\d+) "
+                        r"ms/step=(?P<ms>[\d.]+) first=(?P<first>[\d.]+)s$", re.M)
+
+
+def cudagraph_probe(results_dir: Path) -> str:
+    """The probe that found why CUDA graphs were skipped: its RESULT lines."""
+    path = results_dir.joinpath("gpu-h100", "cudagraph-probe", "RESULTS.txt")
+    rows = [[f"`{m['variant']}`", m["arch"], m["skips"], m["ms"], m["first"]] for m in PROBE_LINE.finditer(path.read_text())]
+    return (f"{link(results_dir, path)} (its header has the command):\n\n"
+            + markdown_table(["variant", "model", "steps without a CUDA graph", "ms per step", "first step s"], rows))
+
+
+def gpu_check_engine_row(results_dir: Path) -> list[str]:
+    """The headline's row for the GPU check's engine part: ours / `generate` at each N, per decode_chunk."""
+    d, _ = gpu_check_part(results_dir, "engine")
+    env = d["environment"]
+    ours = [o for o in d["summary"] if o["engine"] == "ours"]
+    cells = "; ".join(f"N = {o['n']}, decode_chunk {o['decode_chunk']}: {times(o['vs_generate'])}" for o in ours)
+    path = results_dir.joinpath(*GPU_CHECK, "engine.json")
+    return [f"[GPU check](space.md#the-gpu-check-one-command-on-a-bare-gpu-machine) on one {env['gpu']}, "
+            f"{env['time'][:10]}, commit {env['git_commit']}, random-weight stand-in ({link(results_dir, path)})",
+            "our Best-of-N tokens/s / `model.generate`'s", cells]
+
+
 def headline(results_dir: Path) -> str:
     """One line per experiment: its main number, with a link to the section of the benchmarks page that has the rest."""
     def summary(*parts):
@@ -640,6 +722,7 @@ def headline(results_dir: Path) -> str:
          f"{mean_median(mem['sbon_score'])}; {mean_median(mem['sbon_time_vs_bo_b'], 2, times)}"],
         ["[engine](benchmarks.md#engine)", "our Best-of-N tokens/s / `model.generate`'s",
          mean_median(eng["tok_per_s_ratio"], 2, times)],
+        gpu_check_engine_row(results_dir),
         gpu_engine_row(results_dir),
     ]
     return markdown_table(["experiment", "number", "result (a / b: mean / median over prompts)"], rows)
@@ -698,6 +781,11 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "scenarios": scenarios,
     "dtype-coupling": dtype_coupling,
     "class-load": class_load,
+    "gpu-check-engine": gpu_check_engine,
+    "gpu-check-paper": gpu_check_paper,
+    "gpu-check-compiled": gpu_check_compiled,
+    "gpu-check-coupling": gpu_check_coupling,
+    "cudagraph-probe": cudagraph_probe,
 }
 
 

@@ -68,8 +68,9 @@ def max_duration() -> int:
 @dataclass(frozen=True)
 class GpuCost:
     """What one comparison costs on a ZeroGPU slice, as a sum of parts. Estimates with margin for the
-    HF eager decode loop (launch-bound for small models, weight-bandwidth-bound for 8B ones); replace
-    them with what `python -m benchmarks gpu-check` measures on the GPU in question."""
+    eager decode loop (launch-bound for small models, weight-bandwidth-bound for 8B ones); a step is never
+    cheaper than `python -m benchmarks gpu-check` measured on an H100 (benchmarks/results/gpu-h100/gpu-check,
+    checked by tests/test_gpu_ready.py), where even the 135M model's eager step was launch-bound."""
     step_s: float  # one decoding step of a batch, whatever its size (kernel launches, weights read once)
     row_step_s: float  # what each live candidate adds to a step (its KV cache read, its sampling)
     score_s: float  # scoring one response with the reward (decision points, final rewards, prefixes)
@@ -78,8 +79,8 @@ class GpuCost:
 
 # Per generator preset; a generator not named here (a folder, a hub id) is costed as the largest.
 GPU_COSTS: dict[str, GpuCost] = {
-    "small": GpuCost(step_s=0.03, row_step_s=0.0002, score_s=0.01, startup_s=10.0),  # up to ~2B parameters
-    "8b": GpuCost(step_s=0.05, row_step_s=0.001, score_s=0.03, startup_s=30.0),  # 7-8B in bfloat16
+    "small": GpuCost(step_s=0.08, row_step_s=0.0002, score_s=0.01, startup_s=10.0),  # up to ~2B parameters
+    "8b": GpuCost(step_s=0.08, row_step_s=0.001, score_s=0.03, startup_s=30.0),  # 7-8B in bfloat16
 }
 GENERATOR_COST = {"smollm2-135m": "small", "gpt2": "small", "llama-3.2-1b-instruct": "small",
                   "gpt-j-6b": "8b", "mistral-7b": "8b", "llama-3-8b": "8b", "llama-3-8b-instruct": "8b"}

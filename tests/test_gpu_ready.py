@@ -4,6 +4,7 @@ real SmolLM2. `python -m benchmarks gpu-check` has its own tests (test_gpu_check
 
 import ast
 import dataclasses
+import json
 import importlib
 import pickle
 import re
@@ -48,6 +49,21 @@ def test_duration_grows_with_n_tokens_and_the_memory_bound_baseline():
     assert zerogpu.gpu_duration(settings(generator="llama-3-8b-instruct")) > base
     assert zerogpu.gpu_duration(settings(generator="some/unknown-model")) == \
         zerogpu.gpu_duration(settings(generator="llama-3-8b-instruct"))  # unknown: costed as the largest
+
+
+def test_the_cost_model_never_prices_a_step_below_what_an_h100_measured():
+    """The per-step costs against the GPU check's eager steps on an H100: the SmolLM2 stand-in's (both engines,
+    every N) for the small preset, the 8B-architecture stand-in's (every row count) for the 8b one. An estimate
+    below them would ask ZeroGPU for too little time and the run would be aborted."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "gpu-h100" / "gpu-check"
+    engine = json.loads((folder / "engine.json").read_text())["summary"]
+    paper = json.loads((folder / "paper-scale.json").read_text())["decode_steps"]
+    measured = [("small", o["n"], o["ms_per_step"]) for o in engine if o.get("decode_chunk") in (None, 1)] + \
+        [("8b", st["rows"], st["ms_per_step"]) for st in paper]
+    assert len(measured) >= 6
+    for preset, rows, ms in measured:
+        cost = zerogpu.GPU_COSTS[preset]
+        assert 1000 * (cost.step_s + rows * cost.row_step_s) >= ms, (preset, rows, ms)
 
 
 def test_memory_bound_best_of_n_batches_follow_the_budget():
