@@ -104,6 +104,7 @@ class _Run:
         # (candidates, max_new_tokens) on the generator's device: each step gathers its rows' numbers there.
         self.uniforms = coupled_uniforms(config.seed, range(n), config.max_new_tokens).to(gen.device)
         self.decoder = decoder(gen, config.decode)
+        self.chunk = config.chunk_on(gen.device)
         self.forward = self.decoder.forward
         self.signal: PruningSignal | None = make_signal(config.prune_by, gen, reward) if config.spec.prunes else None
         # Everything that watches each decode step: the pruning signal, if it does (the reward signal reads
@@ -133,7 +134,7 @@ class _Run:
         max_new_tokens, and never past the first length at which ``decides(length)`` holds (a decision
         point: the caller's own rule, asked at each length), so decisions come at the same lengths."""
         steps = 1
-        while steps < self.config.decode_chunk and t + steps < self.max_new_tokens and not decides(t + steps):
+        while steps < self.chunk and t + steps < self.max_new_tokens and not decides(t + steps):
             steps += 1
         return steps
 

@@ -23,6 +23,7 @@ from .errors import SBoNError
 # both rewards side by side, generated from their result files. `first_decision` / `--first-decision`
 # override it.
 FIRST_DECISION_TOKENS = 32
+GPU_DECODE_CHUNK = 8  # decode_chunk's default on a GPU (RunConfig.chunk_on)
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,11 @@ class RunConfig:
     seed: int = setting(0, "seed of the coupled sampling: candidate k is the same text in every method")
     # How every method decodes, not what it gives (the same candidates, events and decision points): in no
     # method's params, so not among the settings() a result records.
-    decode_chunk: int = setting(1, "tokens decoded per check for finished candidates: the tokens stay on the device "
-                                   "and finished rows leave the batch once per chunk, which on a GPU saves a "
-                                   "device-to-host sync per token; a chunk never crosses a decision point or the "
-                                   "max new tokens, so the run is the same (1 = check after every token)")
+    decode_chunk: int | None = setting(None, "tokens decoded per check for finished candidates: the tokens stay on "
+                                             "the device and finished rows leave the batch once per chunk; a chunk "
+                                             "never crosses a decision point or the max new tokens, so the run is the "
+                                             "same (1 = check after every token; none: 8 on a GPU, where each check "
+                                             "is a device-to-host sync, and 1 elsewhere)")
     decode: str = setting("eager", "how the decode step runs: eager (transformers' forward op by op), compiled (one "
                                    "torch.compile'd step over a static KV slab; CUDA graphs on a GPU) or auto "
                                    "(compiled on a CPU in the bf16 or int4 format, eager elsewhere); each keeps the coupled "
@@ -141,7 +143,7 @@ class RunConfig:
                                 "or no candidate is ever pruned")
         if self.kv_budget is not None and self.kv_budget < 1:
             raise SBoNError(f"kv_budget must be a positive number of tokens, got {self.kv_budget}")
-        if self.decode_chunk < 1:
+        if self.decode_chunk is not None and self.decode_chunk < 1:
             raise SBoNError(f"decode_chunk must be at least 1 token (1 = check for finished candidates after "
                             f"every token), got {self.decode_chunk}")
         check_decode(self.decode)
@@ -154,6 +156,15 @@ class RunConfig:
             check_signal(self.prune_by)
         self.sampling.validate()
         return self
+
+    def chunk_on(self, device: Any) -> int:
+        """The decode chunk on this device (a torch.device): the one set, or by default GPU_DECODE_CHUNK on a GPU,
+        where checking for finished candidates after every token costs a device-to-host sync that stalls the
+        queued kernels (benchmarks/results/gpu-h100: decode_chunk 8 against 1), and 1 elsewhere, where finished
+        rows carried to a chunk's end would only cost compute."""
+        if self.decode_chunk is not None:
+            return self.decode_chunk
+        return GPU_DECODE_CHUNK if device.type == "cuda" else 1
 
     def settings(self) -> dict[str, Any]:
         """The settings this method reads, by name: what a result records."""

@@ -147,3 +147,7 @@ def test_the_settings_reach_the_command_line_and_bad_ones_are_one_line():
     assert not {"decode_chunk", "decode"} & set(config.settings())  # how the run decodes, not what it gives
     with pytest.raises(SBoNError, match=r"^decode_chunk must be at least 1 token .*got 0$"):
         RunConfig(decode_chunk=0).validate()
+    # unset: chunks on a GPU, where each check is a sync; one token per check on a CPU; a set one everywhere
+    default = run_config(build_parser().parse_args(["run"]))
+    assert default.chunk_on(torch.device("cuda")) > 1 and default.chunk_on(torch.device("cpu")) == 1
+    assert config.chunk_on(torch.device("cpu")) == config.chunk_on(torch.device("cuda")) == 8
