@@ -17,7 +17,6 @@ import random
 import threading
 import time
 from concurrent.futures import Future, wait
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
@@ -28,8 +27,7 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import (ModelCache, configure_threads, convert_in_background, hub_fetches, on_one_thread,
-                                    sources)
+from components.model_cache import MODELS, configure_threads, convert_in_background, hub_fetches, on_one_thread, sources
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -41,31 +39,32 @@ import gradio as gr  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
 
-from components import figures, page_export, signals_view, tables  # noqa: E402
+from components import page_export, tables  # noqa: E402
 from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
                                  method_choices, reward_choices, signal_choices)
 from components import instructions as instruction_choices  # noqa: E402
 from components.gallery import GalleryRuns  # noqa: E402
 from components.live import LiveTracker, ProgressChart  # noqa: E402
 from components.presenter import CSS, KEYS_JS, PRESENTER_JS, SCROLL_TO_LIVE_JS, VIEWPORT_JS  # noqa: E402
-from components.rounds import (present_step, present_steps, result_caption, round_caption, round_figure,  # noqa: E402
-                               round_views, rounds_animation)
+from components.rounds import present_step, present_steps, result_caption, round_caption, round_figure  # noqa: E402
 from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
-from components.saved_runs import check_replayable, load_upload, save_for_download, temp_file  # noqa: E402
+from components.saved_runs import check_replayable, load_upload, temp_file  # noqa: E402
 from components.served import computed_once  # noqa: E402
 from components.share import ShareStore, digest, link  # noqa: E402
 from components.style import Look  # noqa: E402
+from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
+from components.views import (CORRELATION_NOTE, NO_RUN, NOT_PRESENTING, SHOWN, Shown, as_kind, as_look, detail,  # noqa: E402
+                              explaining_reward, on_decision_point, on_pick, on_play, on_row_select, on_tradeoff_kind,
+                              restored, show)
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
 from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
                                      CounterfactualScored, MethodEvent, comparison_events)
 from sbon.algorithms import Done  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
-from sbon.rewards import bind_instructions  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
-PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
 PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
 LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
@@ -77,7 +76,6 @@ GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
 MAX_SEED = 2**31 - 1
 GENERATING = [0]  # runs inside the generation slot now (the Run button's and the API's)
-MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
 PRELOAD: list[Future] = []  # the background load of the default models, once started
 THREADS = configure_threads()
 log = logging.getLogger("sbon.app")
@@ -142,13 +140,6 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
     # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
     yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, settings.config(),
                                  bon_same_memory=settings.bon_same_memory)
-
-
-def last_round(comp: Comparison, look: Look = Look()):
-    """The live figure as it looked at the end of a run: its last decision point."""
-    views = round_views(comp.sbon)
-    return look.apply(round_figure(views[-1] if views else None, comp.n, earlier=views[:-1], comp=comp,
-                                   reward=comp.sbon.reward), live=True)
 
 
 # The gallery, read and checked once at start (a file that fails stays listed with its reason), and the
@@ -221,79 +212,6 @@ def _log_load(load: Future) -> None:
         log.info("models ready: %s and %s", DEFAULTS.generator, DEFAULTS.reward)
 
 
-# -- the views of a finished comparison: one table, one line per view -------------------------------
-
-@dataclass
-class Shown:
-    """A finished comparison and where it came from: what every view is drawn from."""
-    comp: Comparison
-    origin: str  # "your run", "the recorded run …", "uploaded file …"
-    kind: str = "curves"  # how the trade-off view draws
-    file: str | Path | None = None  # its JSON, if it already has one
-    look: Look = Look()  # the page's view or the presenter view
-
-    @property
-    def first_round(self) -> int | None:
-        return self.comp.sbon.decision_points[0].round if self.comp.sbon.decision_points else None
-
-
-def _returned(shown: Shown, which: int) -> gr.Textbox:
-    label, text = tables.returned_texts(shown.comp)[2 * which: 2 * which + 2]
-    return gr.Textbox(label=label, value=text)
-
-
-# Page element name -> its value for a finished comparison. A new view is a line here and an
-# element of the same name on the page.
-VIEWS: dict[str, Callable[[Shown], Any]] = {
-    "comparison": lambda s: s.comp,
-    "origin": lambda s: s.origin,
-    "source": lambda s: tables.run_description(s.comp, s.origin),
-    "summary": lambda s: "\n\n".join(part for part in (
-        tables.headline(s.comp),
-        tables.answers_checked(s.comp, explaining_reward(s.comp)),
-        tables.prediction_report(s.comp)) if part),
-    "decision_point": lambda s: gr.Dropdown(choices=figures.decision_point_choices(s.comp), value=s.first_round),
-    "scatter": lambda s: figures.partial_final_scatter(s.comp, s.first_round or 1),
-    "table": lambda s: tables.candidates_table(s.comp),
-    "picker": lambda s: gr.Dropdown(choices=tables.candidate_choices(s.comp), value=tables.first_pruned(s.comp)),
-    "detail": lambda s: detail(s.comp, tables.first_pruned(s.comp)),
-    "savings": lambda s: tables.savings_table(s.comp),
-    "tokens_plot": lambda s: figures.tokens_per_candidate(s.comp),
-    "times_plot": lambda s: figures.phase_times(s.comp),
-    "bon_text": lambda s: _returned(s, 0),
-    "sbon_text": lambda s: _returned(s, 1),
-    "rounds_plot": lambda s: rounds_animation(s.comp.sbon, comp=s.comp),
-    "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
-    "correlations": lambda s: tables.correlation_table(s.comp).rename(columns=CORRELATION_NAMES),
-    "signals_summary": lambda s: signals_view.summary_table(s.comp),
-    "signals_plot": lambda s: signals_view.cuts_figure(s.comp),
-    "signals_candidates": lambda s: signals_view.candidate_table(s.comp),
-    "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
-    "caption": lambda s: result_caption(s.comp),
-}
-# The trade-off view's per-τ statistics, by the names the page gives them, each explained under the table.
-CORRELATION_NAMES = {"tau": "decision token τ", "pearson": "Pearson r", "kendall": "Kendall",
-                     "oracle_cut": "prunable, keeping the best (c*)"}
-CORRELATION_NOTE = ("*decision token τ*: where Best-of-N's prefixes were scored · *candidates*: the unfinished ones "
-                    "scored there · *Pearson r*: linear correlation of their partial with their final rewards "
-                    "(1 = a line) · *Kendall*: how much the two orders agree (1 = the same order, 0 = unrelated) · "
-                    "*prunable, keeping the best (c\\*)*: the largest fraction an oracle cut could have pruned there "
-                    "and still kept Best-of-N's winner.")
-SHOWN = (*VIEWS, "status", "live_plot", "present", "present_prev", "present_next")  # what showing a comparison updates
-RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
-IDLE = {"running": None, "stop_btn": gr.Button(visible=False)}  # what a run leaves when it ends
-NOT_PRESENTING = {"present": None, "present_prev": gr.Button(visible=False), "present_next": gr.Button(visible=False)}
-NO_RUN = "No run to present yet: press ▶ Run, or replay a saved run under Save and replay, then ▶ Present rounds."
-
-
-def show(shown: Shown, status: str = "") -> dict[str, Any]:
-    """Every view of a finished comparison (figures in the page's look), the status line, the live
-    figure at its last round and its caption; a presentation of the rounds ends."""
-    views = {name: view(shown) for name, view in VIEWS.items()}
-    return {**{name: shown.look.apply(v) if isinstance(v, go.Figure) else v for name, v in views.items()},
-            "status": status, "live_plot": last_round(shown.comp, shown.look), **NOT_PRESENTING}
-
-
 # -- handlers: plain data in, {page element name: value} out -------------------------------------
 
 @computed_once(maxsize=8)
@@ -319,7 +237,7 @@ def on_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, 
     params = dict(getattr(request, "query_params", None) or {})
     presenter = params.get("view") == "presenter"
     look = look_for(presenter, viewport)
-    kind = kind if kind in ("curves", "heatmap") else "curves"
+    kind = as_kind(kind)
     query = {k: v for k, v in params.items() if k in ("run", "gallery")}
     views = open_link(urlencode(query), kind, look) if query else recorded_page(kind, look)
     return {**views, "look": look, "presenter": presenter}
@@ -379,7 +297,7 @@ def shared_views(run_id: str, kind: str, look: Look = Look()) -> dict[str, Any]:
 
 def frozen(views: dict[str, Any]) -> dict[str, Any]:
     """Views to keep and send many times: each figure serialized once (what Gradio's Plot would do per open)."""
-    return {name: PlotData(type="plotly", plot=value.to_json()) if isinstance(value, go.Figure) else value
+    return {name: FrozenFigure(value.to_json()) if isinstance(value, go.Figure) else value
             for name, value in views.items()}
 
 
@@ -395,20 +313,15 @@ def on_gallery(key: str | None, kind: str, look: Look = Look()) -> dict[str, Any
     if not key:
         return {}
     try:
-        return gallery_views(str(key), kind if kind in ("curves", "heatmap") else "curves", as_look(look))
+        return gallery_views(str(key), as_kind(kind), as_look(look))
     except SBoNError as e:
         return {"status": f"⚠ {e}"}
-
-
-def as_look(look: Any) -> Look:
-    """The page's look as the browser sent it back (an API client sends none)."""
-    return look if isinstance(look, Look) else Look()
 
 
 def open_link(query: str, kind: str, look: Look = Look()) -> dict[str, Any]:
     """A link's run: `run=<id>` (a shared run) or `gallery=<key>`, given as the page's query string."""
     params = dict(parse_qsl((query or "").lstrip("?"), keep_blank_values=True))
-    kind, look = kind if kind in ("curves", "heatmap") else "curves", as_look(look)
+    kind, look = as_kind(kind), as_look(look)
     try:
         if "gallery" in params:
             return gallery_views(params["gallery"], kind, look)
@@ -445,6 +358,8 @@ def on_page_export(comp: Comparison | None, origin: str | None) -> dict[str, Any
 
 
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
+RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
+IDLE = {"running": None, "stop_btn": Update(visible=False)}  # what a run leaves when it ends
 
 
 def on_run_request(running: float | None) -> dict[str, Any]:
@@ -568,15 +483,6 @@ def _run(*values: Any) -> Iterator[dict[str, Any]]:
         yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", "model_status": models_status(), **idle}
 
 
-def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
-    """The description and headline of the run the views still show (a run replaced them with its
-    progress while it went)."""
-    if comp is None:
-        return {"source": "", "summary": ""}
-    shown = Shown(comp, origin or "the run shown before")
-    return {"source": VIEWS["source"](shown), "summary": VIEWS["summary"](shown)}
-
-
 def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
     scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
     status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
@@ -649,44 +555,6 @@ def on_tune_upload(path: str | None) -> dict[str, Any]:
 def on_use_tuned(tuning: Tuning | None) -> dict[str, Any]:
     """Put the tuned setting in the controls (their change events then show the method's own knobs)."""
     return tuned_settings(tuning) if tuning is not None else {}
-
-
-def on_decision_point(comp: Comparison | None, round: int | None, look: Look):
-    return look.apply(figures.partial_final_scatter(comp, round or 1)) if comp else gr.skip()
-
-
-def detail(comp: Comparison, k: int) -> str:
-    """Candidate k in full; a reward still in memory that can explain itself adds its reasons."""
-    return tables.candidate_detail_html(comp, k, explaining_reward(comp))
-
-
-def explaining_reward(comp: Comparison) -> Any:
-    """The run's reward if it is in memory now (never loads), judging the prompt by the instructions the run
-    recorded: a run opened from a file, a link or the gallery is explained as it was judged."""
-    return bind_instructions(MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator), comp.sbon.prompt,
-                             comp.sbon.instructions)
-
-
-def on_pick(comp: Comparison | None, k: int | None):
-    return detail(comp, int(k)) if comp is not None and k is not None else gr.skip()
-
-
-def on_row_select(comp: Comparison | None, evt: gr.SelectData):
-    """A row of a candidate table opens that candidate in the inspector: the first column is its id,
-    whatever order the user sorted the rows in (a note row, in a file without the data, opens nothing)."""
-    k = signals_view.candidate_for_select(evt.row_value) if comp is not None else None
-    return (gr.skip(), gr.skip()) if k is None else (k, detail(comp, k))
-
-
-def on_play(comp: Comparison | None, look: Look) -> Iterator:
-    # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
-    for i in range(len(comp.sbon.decision_points) if comp else 0):
-        yield look.apply(rounds_animation(comp.sbon, i, comp=comp))
-        time.sleep(PLAY_STEP_S)
-
-
-def on_tradeoff_kind(comp: Comparison | None, kind: str, look: Look):
-    return look.apply(figures.tradeoff_figure(comp, kind)) if comp else gr.skip()
 
 
 def on_present(comp: Comparison | None, running: float | None, look: Look, step: int | None = None,
@@ -894,22 +762,60 @@ def build_demo() -> gr.Blocks:
     return demo
 
 
+# -- the one converter: the handlers' plain records as Gradio takes them ------------------------------
+
+def gradio_value(value: Any) -> Any:
+    """A value for a page element: an Update as Gradio's update, a frozen figure as the plot's own data."""
+    if isinstance(value, Update):
+        return gr.update(**value.given())
+    if isinstance(value, FrozenFigure):
+        return PlotData(type="plotly", plot=value.json)
+    return value
+
+
+def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: name) -> Callable:
+    """`handler` as Gradio calls it: each {name: value} it returns (or yields) keyed by `element(name)`, its
+    values converted (`gradio_value`), its notice shown as a toast, and a refusal as Gradio's error dialog."""
+    def convert(update: dict[str, Any]) -> dict:
+        if WARNING in update:
+            gr.Warning(update[WARNING])
+        return {element(name): gradio_value(value) for name, value in update.items() if name != WARNING}
+
+    def refused(e: Refused) -> gr.Error:
+        return gr.Error(str(e), **({} if e.duration_s is None else {"duration": e.duration_s}))
+
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def stream(*args):
+            try:
+                for update in handler(*args):
+                    yield convert(update)
+            except Refused as e:
+                raise refused(e) from None
+        return stream
+
+    @functools.wraps(handler)
+    def call(*args):
+        try:
+            return convert(handler(*args))
+        except Refused as e:
+            raise refused(e) from None
+    return call
+
+
+def on_row_selected(comp: Comparison | None, evt: gr.SelectData) -> dict[str, Any]:
+    """A table row's selection as the row it holds (components.views.on_row_select)."""
+    return on_row_select(comp, evt.row_value)
+
+
 def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
-    """Connect the page's events to the handlers above. Handlers return {element name: value};
-    `by_name` turns that into what Gradio takes."""
+    """Connect the page's events to the handlers. Handlers return {element name: value} in plain data;
+    `by_name` turns that into what Gradio takes (`for_gradio`)."""
     def el(*names: str) -> list:
         return [getattr(ui, name) for name in names]
 
     def by_name(handler: Callable) -> Callable:
-        def elements(update: dict[str, Any]) -> dict:
-            return {getattr(ui, name): value for name, value in update.items()}
-        if inspect.isgeneratorfunction(handler):
-            @functools.wraps(handler)
-            def stream(*args):
-                for update in handler(*args):
-                    yield elements(update)
-            return stream
-        return functools.wraps(handler)(lambda *args: elements(handler(*args)))
+        return for_gradio(handler, element=lambda name: getattr(ui, name))
 
     private = dict(api_visibility="private")
     # Two steps: the request is answered at once (refused, queued or starting), then the run itself
@@ -940,12 +846,14 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                                outputs=ui.instructions, **private)
     ui.instructions.change(by_name(instruction_choices.on_text), inputs=ui.instructions,
                            outputs=el("instructions_note", "instruction_types"), **private)
-    ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point", "look"), outputs=ui.scatter,
+    ui.decision_point.change(by_name(on_decision_point), inputs=el("comparison", "decision_point", "look"),
+                             outputs=el("scatter"),
                              **private)
-    ui.picker.change(on_pick, inputs=el("comparison", "picker"), outputs=ui.detail, **private)
+    ui.picker.change(by_name(on_pick), inputs=el("comparison", "picker"), outputs=el("detail"), **private)
     for table in (ui.table, ui.signals_candidates):
-        table.select(on_row_select, inputs=ui.comparison, outputs=el("picker", "detail"), **private)
-    ui.play_btn.click(on_play, inputs=el("comparison", "look"), outputs=ui.rounds_plot, show_progress="hidden", **private)
+        table.select(by_name(on_row_selected), inputs=ui.comparison, outputs=el("picker", "detail"), **private)
+    ui.play_btn.click(by_name(on_play), inputs=el("comparison", "look"), outputs=el("rounds_plot"), show_progress="hidden",
+                      **private)
     presenting = el("present", "live_plot", "caption", "present_prev", "present_next")
     ui.present_btn.click(by_name(on_present), inputs=el("comparison", "running", "look"), outputs=presenting,
                          show_progress="hidden", **private)
@@ -964,7 +872,8 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                        show_progress="hidden", **private)
     ui.model_timer.tick(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden",
                         **private)
-    ui.tradeoff_kind.change(on_tradeoff_kind, inputs=el("comparison", "tradeoff_kind", "look"), outputs=ui.tradeoff_plot,
+    ui.tradeoff_kind.change(by_name(on_tradeoff_kind), inputs=el("comparison", "tradeoff_kind", "look"),
+                            outputs=el("tradeoff_plot"),
                             **private)
     ui.tune_file.upload(by_name(on_tune_upload), inputs=ui.tune_file,
                         outputs=el("tuning", "tune_summary", "tune_table", "use_tuned"), **private)

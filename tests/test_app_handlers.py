@@ -33,6 +33,36 @@ def test_showing_the_recorded_run_fills_every_view(app):
     assert shown["tradeoff_plot"].data[0].type == "heatmap"  # the kind the page asked for
 
 
+def test_the_one_converter_gives_gradio_what_the_plain_handlers_mean(app):
+    """Handlers return plain records; app.for_gradio turns a whole page's worth into Gradio's values: updates
+    of the properties given (and only those), frozen figures as the plot's data, a notice as a toast, a
+    refusal as the error dialog."""
+    import gradio as gr
+    from gradio.components.plot import PlotData
+
+    from components.updates import WARNING, FrozenFigure, Refused, Update
+
+    shown = app.show_recorded("curves")
+    comp = shown["comparison"]
+    page = app.for_gradio(lambda: {**shown, "stop_btn": Update(visible=False), "live_plot": FrozenFigure("{}")})()
+    assert set(page) == set(shown) | {"stop_btn"}
+    assert page["decision_point"] == gr.update(choices=shown["decision_point"].choices, value=comp.sbon.decision_points[0].round)
+    assert page["stop_btn"] == {"__type__": "update", "visible": False}  # nothing else changes
+    assert isinstance(page["live_plot"], PlotData) and page["live_plot"].plot == "{}"
+    assert page["comparison"] is comp and page["source"] == shown["source"]  # plain values pass as they are
+    assert not any(isinstance(v, (Update, FrozenFigure)) for v in page.values())
+
+    with pytest.warns(UserWarning, match="a one-line notice"):
+        assert app.for_gradio(lambda: {"status": "⚠ x", WARNING: "a one-line notice"})() == {"status": "⚠ x"}
+
+    def refuse(_):
+        raise Refused("not now", duration_s=6)
+        yield
+    with pytest.raises(gr.Error, match="not now") as e:
+        list(app.for_gradio(refuse)(None))
+    assert e.value.duration == 6
+
+
 def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, monkeypatch):
     monkeypatch.setattr(app.MODELS, "load_async", lambda *a: pytest.fail("no model may load for bad settings"))
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
@@ -254,12 +284,14 @@ def test_presenter_controls_say_what_to_do_and_step_through_the_rounds(app):
 def test_the_page_names_its_scenario_and_types_no_measured_number(app):
     import re
 
+    from components import views
+
     assert app.on_settings_scenario("likelihood", "logprob", 128)["scenario"] == "fluency"
     assert app.on_settings_scenario("likelihood", "logprob", 64)["scenario"] is None
     assert app.on_settings_scenario("ifeval", "reward", 128)["scenario"] == "instructions"
     assert re.search(r"\d", app.REWARD_NOTE) is None  # numbers come from result files, never typed
     assert app.REWARD_NOTE.count("\n") <= 2 and "usage.md" in app.REWARD_NOTE
-    names = set(app.VIEWS["correlations"](app.Shown(app.show_recorded("curves")["comparison"], "x")).columns)
+    names = set(views.VIEWS["correlations"](views.Shown(app.show_recorded("curves")["comparison"], "x")).columns)
     assert not names & {"tau", "pearson", "oracle_cut"}
 
 
@@ -314,22 +346,24 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
     """Download and reopen, share and open the link, download as a page: the same instructions, the same
     verdicts, though the reward in memory was never given them; a file saved before runs recorded them loads."""
     from components.gallery import facts
+    from components.saved_runs import load_upload, save_for_download
     from components.share import ShareStore
+    from components.views import detail
     from sbon.ifeval.reward import IFEvalReward
 
     monkeypatch.setattr(app.MODELS, "loaded_reward", lambda reward, generator: IFEvalReward())
     monkeypatch.setattr(app, "SHARES", ShareStore(folder=tmp_path))
     comp = instructed_runs["capitals"]
-    reopened = app.load_upload(app.save_for_download(comp))
+    reopened = load_upload(save_for_download(comp))
     assert reopened.sbon.instructions == [GIVEN["capitals"]]
-    details = [app.detail(comp, c.id) for c in comp.sbon.candidates]
+    details = [detail(comp, c.id) for c in comp.sbon.candidates]
     assert all("The reward model explains its score" in d and "explain failed" not in d for d in details)
-    assert [app.detail(reopened, c.id) for c in comp.sbon.candidates] == details
+    assert [detail(reopened, c.id) for c in comp.sbon.candidates] == details
     assert facts(reopened) == facts(comp) and facts(comp).violation_pruned  # the gallery's story checks
 
     run_id = app.SHARES.put(comp.to_json())
     shared = app.open_link(f"run={run_id}", "curves")
-    assert shared["detail"] == app.detail(comp, app.tables.first_pruned(comp))
+    assert shared["detail"] == detail(comp, app.tables.first_pruned(comp))
     assert "instructions: change\\_case\\:english\\_capital" in shared["source"]
 
     def verdicts(page: str) -> list[str]:
