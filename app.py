@@ -20,7 +20,6 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
-from urllib.parse import parse_qsl, urlencode
 
 try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsewhere it may be absent
     import spaces  # noqa: F401
@@ -36,26 +35,23 @@ if __name__ == "__main__":
     convert_in_background(DEFAULT_GENERATOR)
 
 import gradio as gr  # noqa: E402
-import plotly.graph_objects as go  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
 
-from components import page_export, tables  # noqa: E402
-from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
+from components import tables  # noqa: E402
+from components.controls import (RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
                                  method_choices, reward_choices, signal_choices)
 from components import instructions as instruction_choices  # noqa: E402
-from components.gallery import GalleryRuns  # noqa: E402
 from components.live import LiveTracker, ProgressChart  # noqa: E402
-from components.presenter import CSS, KEYS_JS, PRESENTER_JS, SCROLL_TO_LIVE_JS, VIEWPORT_JS  # noqa: E402
-from components.rounds import present_step, present_steps, result_caption, round_caption, round_figure  # noqa: E402
+from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
+                                  VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
+from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
+                                on_upload, open_link, show_recorded, warm_gallery)
+from components.rounds import round_caption, round_figure  # noqa: E402
 from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
-from components.saved_runs import check_replayable, load_upload, temp_file  # noqa: E402
-from components.served import computed_once  # noqa: E402
-from components.share import ShareStore, digest, link  # noqa: E402
 from components.style import Look  # noqa: E402
 from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
-from components.views import (CORRELATION_NOTE, NO_RUN, NOT_PRESENTING, SHOWN, Shown, as_kind, as_look, detail,  # noqa: E402
-                              explaining_reward, on_decision_point, on_pick, on_play, on_row_select, on_tradeoff_kind,
-                              restored, show)
+from components.views import (CORRELATION_NOTE, NO_RUN, NOT_PRESENTING, SHOWN, Shown, as_look,  # noqa: E402
+                              on_decision_point, on_pick, on_play, on_row_select, on_tradeoff_kind, restored, show)
 from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
 from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
                                      CounterfactualScored, MethodEvent, comparison_events)
@@ -64,8 +60,6 @@ from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
-RECORDED_RUN = ASSETS / "recorded_run.json"
-PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
 LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
@@ -142,13 +136,6 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
                                  bon_same_memory=settings.bon_same_memory)
 
 
-# The gallery, read and checked once at start (a file that fails stays listed with its reason), and the
-# shared runs' store; a gallery run's link names it instead of copying it.
-GALLERY = GalleryRuns(check=check_replayable)
-GALLERY_DIGESTS = {digest(run.comp.to_json()): key for key, run in GALLERY.runs.items() if run.comp is not None}
-SHARES = ShareStore()
-
-
 def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
             tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
             prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
@@ -213,149 +200,6 @@ def _log_load(load: Future) -> None:
 
 
 # -- handlers: plain data in, {page element name: value} out -------------------------------------
-
-@computed_once(maxsize=8)
-def show_recorded(kind: str, look: Look = Look()) -> dict[str, Any]:
-    """The recorded run's views, computed once per trade-off kind and look: every page load shows them."""
-    try:
-        comp = Comparison.load(RECORDED_RUN)
-    except SBoNError as e:
-        return {"status": f"⚠ the recorded run could not be shown: {e}", "caption": NO_RUN}
-    return show(Shown(comp, "the recorded run shipped with the app", kind, RECORDED_RUN, look))
-
-
-def look_for(presenter: bool, viewport: dict | None) -> Look:
-    """The look the page asked for: the presenter view, sized to the window the browser reported."""
-    viewport = viewport if isinstance(viewport, dict) else {}
-    px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
-    return Look(hall=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
-
-
-def on_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
-    """The page opens on the run its link names (`?run=<id>`, `?gallery=<key>`), else the recorded run; in the
-    presenter view when its URL asks (`?view=presenter`)."""
-    params = dict(getattr(request, "query_params", None) or {})
-    presenter = params.get("view") == "presenter"
-    look = look_for(presenter, viewport)
-    kind = as_kind(kind)
-    query = {k: v for k, v in params.items() if k in ("run", "gallery")}
-    views = open_link(urlencode(query), kind, look) if query else recorded_page(kind, look)
-    return {**views, "look": look, "presenter": presenter}
-
-
-def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,
-                 running: float | None) -> dict[str, Any]:
-    """The Presenter toggle: redraw every view in the chosen look (during a run, the next frames)."""
-    look = look_for(presenter, viewport)
-    if comp is None or running:
-        return {"look": look}
-    return {**show(Shown(comp, origin or "the run shown before", kind, look=look)), "look": look}
-
-
-def on_upload(path: str | None, kind: str, look: Look = Look()) -> dict[str, Any]:
-    try:
-        comp = load_upload(path)
-    except SBoNError as e:
-        gr.Warning(str(e))
-        return {"status": f"⚠ could not replay that file: {e}"}
-    except Exception as e:  # a file no check foresaw: still one line, and the views stay as they were
-        log.exception("upload failed")
-        return {"status": f"⚠ could not replay that file: {type(e).__name__}: {str(e)[:200]}"}
-    return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path, look), "Replaying the uploaded run")
-
-
-# -- the gallery, shared links and the page export: a class behind one link --------------------------
-
-def gallery_markdown() -> str:
-    """The gallery's list: each run's title and its caption, written from its data."""
-    return "\n".join(f"- **{tables.md_escape(run.entry.title)}** — {tables.md_escape(run.caption)}"
-                     for run in GALLERY.runs.values())
-
-
-@computed_once(maxsize=2)
-def recorded_page(kind: str, look: Look = Look()) -> dict[str, Any]:
-    """The recorded run as every page load sends it: its figures serialized once."""
-    return frozen(show_recorded(kind, look))
-
-
-@computed_once(maxsize=64)
-def gallery_views(key: str, kind: str, look: Look = Look()) -> dict[str, Any]:
-    """Every view of a gallery run, computed once per (run, trade-off kind): a gallery open is a lookup
-    and Gradio's serialization, never a model, a file read or the generation slot."""
-    run = GALLERY.get(key)
-    shown = Shown(run.comp, f"the gallery run “{run.entry.title}”", kind, run.entry.file, look)
-    return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)}"))
-
-
-@computed_once(maxsize=32)
-def shared_views(run_id: str, kind: str, look: Look = Look()) -> dict[str, Any]:
-    """Every view of a shared run, computed once per (run, kind): a class opening the lecture's link costs one."""
-    comp = SHARES.get(run_id)
-    check_replayable(comp)
-    return frozen(show(Shown(comp, "a shared run", kind, look=look), "Showing the run this link was shared with"))
-
-
-def frozen(views: dict[str, Any]) -> dict[str, Any]:
-    """Views to keep and send many times: each figure serialized once (what Gradio's Plot would do per open)."""
-    return {name: FrozenFigure(value.to_json()) if isinstance(value, go.Figure) else value
-            for name, value in views.items()}
-
-
-def warm_gallery() -> None:
-    """Compute every gallery run's views once, in the background after start, so the first visitor's open is
-    a lookup too."""
-    for key, run in GALLERY.runs.items():
-        if run.comp is not None:
-            gallery_views(key, "curves")
-
-
-def on_gallery(key: str | None, kind: str, look: Look = Look()) -> dict[str, Any]:
-    if not key:
-        return {}
-    try:
-        return gallery_views(str(key), as_kind(kind), as_look(look))
-    except SBoNError as e:
-        return {"status": f"⚠ {e}"}
-
-
-def open_link(query: str, kind: str, look: Look = Look()) -> dict[str, Any]:
-    """A link's run: `run=<id>` (a shared run) or `gallery=<key>`, given as the page's query string."""
-    params = dict(parse_qsl((query or "").lstrip("?"), keep_blank_values=True))
-    kind, look = as_kind(kind), as_look(look)
-    try:
-        if "gallery" in params:
-            return gallery_views(params["gallery"], kind, look)
-        SHARES.check(params.get("run", ""))  # malformed, expired or gone: before the cache, which would still hold it
-        return shared_views(params["run"].strip(), kind, look)
-    except SBoNError as e:
-        return {**recorded_page(kind, look), "status": f"⚠ {e}; showing the recorded run instead"}
-
-
-def on_share(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
-    """A link that reopens exactly this run: a gallery run's own name, else the run kept under a new id."""
-    if comp is None:
-        return {"share_link": "", "status": "⚠ there is no run to share yet"}
-    text = comp.to_json()
-    page = (request.headers.get("referer") if request else None) or "http://127.0.0.1:7860/"
-    key = GALLERY_DIGESTS.get(digest(text))
-    try:
-        url = link(page, gallery=key) if key else link(page, run=SHARES.put(text))
-    except SBoNError as e:
-        return {"share_link": "", "status": f"⚠ {e}"}
-    days = "" if key else f" for {SHARES.ttl_s / 86400:g} days"
-    return {"share_link": url, "status": f"Anyone with this link sees this run{days}: {url}"}
-
-
-def on_page_export(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
-    """The run as one HTML file that opens in a browser with no server (components/page_export.py)."""
-    if comp is None:
-        return {"page_file": None, "status": "⚠ there is no run to export yet"}
-    key = GALLERY_DIGESTS.get(digest(comp.to_json()))
-    caption = GALLERY.runs[key].caption if key else ""
-    html = page_export.page_html(comp, caption, origin or "", explaining_reward(comp))
-    return {"page_file": temp_file(html, "sbon-page-", ".html"), "status": f"The page is ready ({len(html.encode()) / 1e6:.1f} MB): it opens in any "
-                                          "browser, with no server and no network"}
-
 
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
@@ -555,40 +399,6 @@ def on_tune_upload(path: str | None) -> dict[str, Any]:
 def on_use_tuned(tuning: Tuning | None) -> dict[str, Any]:
     """Put the tuned setting in the controls (their change events then show the method's own knobs)."""
     return tuned_settings(tuning) if tuning is not None else {}
-
-
-def on_present(comp: Comparison | None, running: float | None, look: Look, step: int | None = None,
-               move: int = 0, loop: bool = False) -> dict[str, Any]:
-    """"Present rounds": the live chart shows one decision point at a time, with its caption, as the run
-    drew it; each click, key press or timer tick moves one step (the last step is the run's result; timed,
-    it starts over). Without a finished run, one line says what to do."""
-    if running:
-        return {"caption": "A run is going: its rounds can be presented when it ends."}
-    if comp is None:
-        return {"caption": NO_RUN}
-    steps = present_steps(comp)
-    if not steps:
-        return {"caption": result_caption(comp)}
-    step = 0 if step is None else step + move
-    step = step % steps if loop else max(0, min(step, steps - 1))
-    figure, caption = present_step(comp, step)
-    return {"present": step, "live_plot": look.apply(figure, live=True), "caption": caption,
-            "present_prev": gr.Button(visible=True, interactive=step > 0),
-            "present_next": gr.Button(visible=True, interactive=step < steps - 1)}
-
-
-def on_present_tick(comp: Comparison | None, running: float | None, look: Look, step: int | None) -> dict[str, Any]:
-    """The kiosk's timer: the next step, round after round, then from the start again."""
-    return on_present(comp, running, look, step, move=1, loop=True)
-
-
-def _present_move(comp: Comparison | None, running: float | None, look: Look, step: int | None,
-                  move: int) -> dict[str, Any]:
-    return on_present(comp, running, look, step, move=move)
-
-
-def on_timed(timed: bool) -> gr.Timer:
-    return gr.Timer(PRESENT_STEP_S, active=bool(timed))
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -803,6 +613,16 @@ def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: n
     return call
 
 
+def on_page_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
+    """The page's open, with its query parameters (components.replays.on_open)."""
+    return on_open(kind, viewport, dict(getattr(request, "query_params", None) or {}))
+
+
+def on_share_click(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
+    """Share, with the address of the page that asks (components.replays.on_share)."""
+    return on_share(comp, request.headers.get("referer") if request else None)
+
+
 def on_row_selected(comp: Comparison | None, evt: gr.SelectData) -> dict[str, Any]:
     """A table row's selection as the row it holds (components.views.on_row_select)."""
     return on_row_select(comp, evt.row_value)
@@ -859,10 +679,10 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                          show_progress="hidden", **private)
     ui.present_btn.click(None, js=SCROLL_TO_LIVE_JS)
     for button, move in ((ui.present_prev, -1), (ui.present_next, 1)):
-        button.click(by_name(functools.partial(_present_move, move=move)),
+        button.click(by_name(functools.partial(present_move, move=move)),
                      inputs=el("comparison", "running", "look", "present"), outputs=presenting, show_progress="hidden",
                      **private)
-    ui.timed.change(on_timed, inputs=ui.timed, outputs=ui.present_timer, **private)
+    ui.timed.change(by_name(on_timed), inputs=ui.timed, outputs=el("present_timer"), **private)
     ui.present_timer.tick(by_name(on_present_tick), inputs=el("comparison", "running", "look", "present"),
                           outputs=presenting, show_progress="hidden", **private)
     ui.presenter.input(by_name(on_presenter), inputs=el("presenter", "viewport", "comparison", "origin", "tradeoff_kind",
@@ -888,7 +708,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     light = dict(api_visibility="undocumented", concurrency_limit=None)
     # The page opens on the run its link names, in the view its URL names (the browser applies it before the
     # figures are drawn, and reports the window's size for them).
-    demo.load(by_name(on_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
+    demo.load(by_name(on_page_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
                  f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **light)
     demo.load(None, js=KEYS_JS)
@@ -896,7 +716,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                       api_name="gallery_open", show_progress="minimal", **light)
     ui.link_run.submit(by_name(open_link), inputs=el("link_run", "tradeoff_kind", "look"), outputs=el(*SHOWN),
                        api_name="link_open", show_progress="minimal", **light)
-    ui.share_btn.click(by_name(on_share), inputs=ui.comparison, outputs=el("share_link", "status"), **private)
+    ui.share_btn.click(by_name(on_share_click), inputs=ui.comparison, outputs=el("share_link", "status"), **private)
     ui.page_btn.click(by_name(on_page_export), inputs=el("comparison", "origin"), outputs=el("page_file", "status"),
                       **private)
     demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)

@@ -345,6 +345,7 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
                                                                            monkeypatch):
     """Download and reopen, share and open the link, download as a page: the same instructions, the same
     verdicts, though the reward in memory was never given them; a file saved before runs recorded them loads."""
+    from components import replays
     from components.gallery import facts
     from components.saved_runs import load_upload, save_for_download
     from components.share import ShareStore
@@ -352,7 +353,7 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
     from sbon.ifeval.reward import IFEvalReward
 
     monkeypatch.setattr(app.MODELS, "loaded_reward", lambda reward, generator: IFEvalReward())
-    monkeypatch.setattr(app, "SHARES", ShareStore(folder=tmp_path))
+    monkeypatch.setattr(replays, "SHARES", ShareStore(folder=tmp_path))
     comp = instructed_runs["capitals"]
     reopened = load_upload(save_for_download(comp))
     assert reopened.sbon.instructions == [GIVEN["capitals"]]
@@ -361,16 +362,16 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
     assert [detail(reopened, c.id) for c in comp.sbon.candidates] == details
     assert facts(reopened) == facts(comp) and facts(comp).violation_pruned  # the gallery's story checks
 
-    run_id = app.SHARES.put(comp.to_json())
-    shared = app.open_link(f"run={run_id}", "curves")
+    run_id = replays.SHARES.put(comp.to_json())
+    shared = replays.open_link(f"run={run_id}", "curves")
     assert shared["detail"] == detail(comp, app.tables.first_pruned(comp))
     assert "instructions: change\\_case\\:english\\_capital" in shared["source"]
 
     def verdicts(page: str) -> list[str]:
         return [part.split("</ul>")[0] for part in page.split('<ul class="sbon-explain">')[1:]]
-    exported = Path(app.on_page_export(reopened, "a saved run")["page_file"]).read_text(encoding="utf-8")
+    exported = Path(replays.on_page_export(reopened, "a saved run")["page_file"]).read_text(encoding="utf-8")
     judged = IFEvalReward().with_instructions(comp.sbon.prompt, [GIVEN["capitals"]])  # as the run was judged
-    assert verdicts(exported) and verdicts(exported) == verdicts(app.page_export.page_html(comp, reward=judged))
+    assert verdicts(exported) and verdicts(exported) == verdicts(replays.page_export.page_html(comp, reward=judged))
 
     before = json.loads(comp.to_json())
     for run in ("bon", "sbon"):
