@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
-import random
 import threading
 import time
 from concurrent.futures import Future, wait
@@ -38,8 +36,9 @@ import gradio as gr  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
 
 from components import tables  # noqa: E402
-from components.controls import (RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
-                                 method_choices, reward_choices, signal_choices)
+from components.controls import (EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings, api_parameter,  # noqa: E402
+                                 generator_choices, method_choices, on_method, on_new_seed, on_prompt, reads,
+                                 reward_choices, settings_from, signal_choices)
 from components import instructions as instruction_choices  # noqa: E402
 from components.live import LiveTracker, ProgressChart  # noqa: E402
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
@@ -47,16 +46,17 @@ from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SC
 from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
 from components.rounds import round_caption, round_figure  # noqa: E402
-from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
+from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
+                                  scenario_of, scenario_prompt_choices)
 from components.style import Look  # noqa: E402
 from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
 from components.views import (CORRELATION_NOTE, NO_RUN, NOT_PRESENTING, SHOWN, Shown, as_look,  # noqa: E402
                               on_decision_point, on_pick, on_play, on_row_select, on_tradeoff_kind, restored, show)
-from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
+from components.tuning import on_tune_upload, on_use_tuned  # noqa: E402
 from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
                                      CounterfactualScored, MethodEvent, comparison_events)
 from sbon.algorithms import Done  # noqa: E402
-from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
+from sbon.config import FIRST_DECISION_TOKENS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
@@ -68,19 +68,11 @@ STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this of
 # (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
 GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
-MAX_SEED = 2**31 - 1
 GENERATING = [0]  # runs inside the generation slot now (the Run button's and the API's)
 PRELOAD: list[Future] = []  # the background load of the default models, once started
 THREADS = configure_threads()
 log = logging.getLogger("sbon.app")
-
-EXAMPLES = load_examples()
-CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
 DEFAULTS = RunSettings()
-# The controls, in the order their values reach the handlers: each is named after the RunSettings
-# field it sets, and the page element of that name holds it.
-SETTING_NAMES = ("prompt", "method", "prune_by", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
-                 "bon_same_memory", "generator", "reward", "temperature", "top_p", "seed", "instructions")
 
 INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
 **Best-of-N** samples N complete responses and returns the one the reward model likes best.
@@ -118,12 +110,6 @@ and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator
 `sbon-comparison/1`). Requests wait in the same one-at-a-time queue as the Run button."""
 
 # -- handlers: plain data in, values for the page out --------------------------------------------
-
-def settings_from(values: tuple) -> RunSettings:
-    settings = RunSettings.from_inputs(**dict(zip(SETTING_NAMES, values)))
-    settings.check()
-    return settings
-
 
 @GPU(duration=gpu_duration)
 def comparison_on_gpu(settings: RunSettings) -> Iterator:
@@ -334,71 +320,11 @@ def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
     return {"status": status, **IDLE, **restored(comp, origin)}
 
 
-def on_new_seed(seed: Any) -> int:
-    """A fresh seed for the next run (other candidates, same settings), never the one shown."""
-    current = int(seed) if isinstance(seed, (int, float)) and math.isfinite(seed) else -1
-    fresh = random.randrange(MAX_SEED)
-    return fresh if fresh != current else (fresh + 1) % MAX_SEED
-
-
 def on_model_timer() -> dict[str, Any]:
     """Refresh the model line: each second while something loads, else every few seconds, so a load
     or eviction by another session's run shows here too."""
     line = models_status()
     return {"model_status": line, "model_timer": gr.Timer(MODEL_STATUS_LOADING_S if "⏳" in line else MODEL_STATUS_IDLE_S)}
-
-
-METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
-
-
-def on_method(method: str) -> dict[str, Any]:
-    """Show each method's own knobs: τ for one decision token, the budget and first decision for rounds."""
-    return {knob: gr.Number(visible=reads(method, knob)) for knob in METHOD_KNOBS}
-
-
-def reads(method: str, setting: str) -> bool:
-    return method in METHOD_SPECS and setting in METHOD_SPECS[method].params
-
-
-def on_scenario(key: str) -> dict[str, Any]:
-    """A scenario sets the reward that can judge its prompts, the pruning signal and the answer length that
-    fit it, and offers its example prompts."""
-    if key not in SCENARIOS:
-        return {}
-    settings = SCENARIOS[key].settings()
-    return {"reward": settings["reward"], "prune_by": settings["prune_by"],
-            "max_new_tokens": settings["max_new_tokens"], "prompt": settings["prompt"],
-            "scenario_prompts": gr.Dropdown(choices=scenario_prompt_choices(key), value=settings["prompt"])}
-
-
-def on_settings_scenario(reward: str, prune_by: str, max_new_tokens: Any) -> dict[str, Any]:
-    """The Scenario dropdown follows the settings: it names the scenario they are, or none."""
-    key = scenario_of(reward, prune_by, max_new_tokens)
-    return {"scenario": key, "scenario_prompts": gr.Dropdown(choices=scenario_prompt_choices(key))}
-
-
-def on_scenario_prompt(prompt: str | None) -> dict[str, Any]:
-    return {"prompt": prompt} if prompt else {}
-
-
-def on_prompt(text: str) -> dict[str, Any]:
-    note = CONTENT_NOTES.get(text.strip())
-    return {"prompt_note": gr.Markdown(f"⚠ **Content note:** {note}" if note else "", visible=bool(note))}
-
-
-def on_tune_upload(path: str | None) -> dict[str, Any]:
-    try:
-        tuning = load_tuning(path)
-    except SBoNError as e:
-        gr.Warning(str(e))
-        return {"tune_summary": f"⚠ could not read that file: {e}", "use_tuned": gr.Button(visible=False)}
-    return {"tuning": tuning, "tune_summary": tuning_summary(tuning), "tune_table": tuning_table(tuning),
-            "use_tuned": gr.Button(visible=bool(tuning.run_config))}
-
-
-def on_use_tuned(tuning: Tuning | None) -> dict[str, Any]:
-    """Put the tuned setting in the controls (their change events then show the method's own knobs)."""
-    return tuned_settings(tuning) if tuning is not None else {}
 
 
 # -- the page -------------------------------------------------------------------------------------
