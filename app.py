@@ -13,8 +13,6 @@ import functools
 import inspect
 import logging
 import threading
-import time
-from concurrent.futures import Future, wait
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
@@ -24,7 +22,7 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import MODELS, configure_threads, convert_in_background, hub_fetches, on_one_thread, sources
+from components.model_cache import MODELS, configure_threads, convert_in_background
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -35,44 +33,34 @@ if __name__ == "__main__":
 import gradio as gr  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
 
-from components import tables  # noqa: E402
-from components.controls import (EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings, api_parameter,  # noqa: E402
-                                 generator_choices, method_choices, on_method, on_new_seed, on_prompt, reads,
-                                 reward_choices, settings_from, signal_choices)
 from components import instructions as instruction_choices  # noqa: E402
-from components.live import LiveTracker, ProgressChart  # noqa: E402
+from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
+                                 api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
+                                 reads, reward_choices, signal_choices)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
 from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
-from components.rounds import round_caption, round_figure  # noqa: E402
+from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
+                             on_stop, start_loading_models)
 from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
                                   scenario_of, scenario_prompt_choices)
 from components.style import Look  # noqa: E402
-from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
-from components.views import (CORRELATION_NOTE, NO_RUN, NOT_PRESENTING, SHOWN, Shown, as_look,  # noqa: E402
-                              on_decision_point, on_pick, on_play, on_row_select, on_tradeoff_kind, restored, show)
 from components.tuning import on_tune_upload, on_use_tuned  # noqa: E402
-from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
-                                     CounterfactualScored, MethodEvent, comparison_events)
-from sbon.algorithms import Done  # noqa: E402
+from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
+from components.views import (CORRELATION_NOTE, NO_RUN, SHOWN, on_decision_point, on_pick, on_play,  # noqa: E402
+                              on_row_select, on_tradeoff_kind)
+from sbon.analysis.comparison import FORMAT, Comparison, comparison_events  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
-LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
-# redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
-MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
-STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # The queue: one generation at a time (the Run button and the API share it), up to 8 light events
 # (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
 GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
-GENERATING = [0]  # runs inside the generation slot now (the Run button's and the API's)
-PRELOAD: list[Future] = []  # the background load of the default models, once started
 THREADS = configure_threads()
 log = logging.getLogger("sbon.app")
-DEFAULTS = RunSettings()
 
 INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
 **Best-of-N** samples N complete responses and returns the one the reward model likes best.
@@ -132,106 +120,9 @@ def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method,
     comparison as JSON (load it with sbon.analysis.comparison.Comparison.from_json)."""
     given = dict(locals())  # every argument, by the RunSettings field it sets
     try:
-        settings = RunSettings.from_inputs(**given)
-        settings.check()
-        GENERATING[0] += 1
-        try:
-            MODELS.load_async(settings.generator, settings.reward).result()
-            for event in on_one_thread(comparison_on_gpu(settings)):
-                if isinstance(event, ComparisonDone):
-                    return event.comparison.to_json()
-        finally:
-            GENERATING[0] -= 1
+        return RUNS.compare(RunSettings.from_inputs(**given))
     except SBoNError as e:
         raise gr.Error(str(e)) from None
-    raise gr.Error("the comparison stopped without a result")
-
-
-def models_status() -> str:
-    """One line for the page, true now: what is loading, what is loaded (per generator and reward),
-    and the last failed load. Computed on every page load and timer tick, never at build time."""
-    step = MODELS.loading()
-    gens, rews = MODELS.loaded()
-    parts = []
-    if step:
-        parts.append(f"⏳ {step} — Run waits for it; replays work now.")
-    elif not gens and PRELOAD and not PRELOAD[0].done():
-        parts.append("⏳ Loading the default models…")
-    if gens or rews:
-        parts.append(f"Loaded on {MODELS.device()}: generator{'s' if len(gens) > 1 else ''} "
-                     f"{', '.join(f'`{g}`' for g in gens) or 'none'} · reward{'s' if len(rews) > 1 else ''} "
-                     f"{', '.join(f'`{r}`' for r in rews) or 'none'}.")
-    elif not step:
-        parts.append("No model is loaded: the next Run loads the ones it asks for.")
-    for (g, r), why in MODELS.failures().items():
-        parts.append(f"⚠ loading `{g}` with `{r}` failed: {why}")
-    return " ".join(parts)
-
-
-def start_loading_models() -> None:
-    """Load the default models in the background as soon as the app serves, and say where from."""
-    for source in sources(DEFAULTS.generator, DEFAULTS.reward):
-        log.info("models: %s%s", source.describe(), " (first time only: a one-time conversion)" if source.first_time else "")
-    fetches = hub_fetches(DEFAULTS.generator, DEFAULTS.reward)
-    log.info("will fetch from the hub: %s", ", ".join(fetches) if fetches else "nothing (every model is local)")
-    PRELOAD.append(MODELS.load_async(DEFAULTS.generator, DEFAULTS.reward))
-    PRELOAD[0].add_done_callback(_log_load)
-
-
-def _log_load(load: Future) -> None:
-    if load.exception() is not None:
-        log.warning("the default models did not load: %s", load.exception())
-    else:
-        log.info("models ready: %s and %s", DEFAULTS.generator, DEFAULTS.reward)
-
-
-# -- handlers: plain data in, {page element name: value} out -------------------------------------
-
-RUNNING_NOTE = "the views below still show the previous run until this one ends"
-RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
-IDLE = {"running": None, "stop_btn": Update(visible=False)}  # what a run leaves when it ends
-
-
-def on_run_request(running: float | None) -> dict[str, Any]:
-    """The Run click, answered at once (outside the generation queue): refuse a second Run of this
-    session with a one-line reason, else say whether the run starts now or waits its turn behind
-    another session's run, so no click goes unanswered."""
-    if running:
-        raise gr.Error(f"A run is already going ({time.time() - running:.0f} s so far): wait for it to end or press Stop.",
-                       duration=6)
-    ahead = GENERATING[0] + waiting_runs()
-    busy = ahead > 0
-    status = (f"⏳ Queued: {ahead} run{'s' if ahead > 1 else ''} ahead of yours for the one generation slot of this "
-              f"device (place {ahead + 1}), about {ahead * run_seconds():.0f} s to wait; the gallery opens "
-              "at once meanwhile." if busy else "Starting…")
-    return {"running": time.time(), "status": status, "stop_btn": gr.Button(visible=True),
-            "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}."}
-
-
-def on_run(*values: Any) -> Iterator[dict[str, Any]]:
-    """Check the settings, wait for the models if they are still loading, then run the comparison,
-    drawing each decision point as it is taken, the race of both methods in place of the headline,
-    and every view at the end."""
-    GENERATING[0] += 1
-    started = time.perf_counter()
-    try:
-        yield from _run(*values)
-    finally:
-        GENERATING[0] -= 1
-        RUN_SECONDS.append(time.perf_counter() - started)
-
-
-RUN_SECONDS: list[float] = []  # how long each run held the generation slot: the waiting estimate
-
-
-def run_seconds() -> float:
-    """What one run in the queue is expected to take: the median of the last runs here, else the recorded
-    run's own times."""
-    last = sorted(RUN_SECONDS[-9:])
-    if last:
-        return last[len(last) // 2]
-    run = GALLERY.runs["default"].comp
-    return run.sbon.wall_time + run.bon.wall_time if run is not None else 30.0
 
 
 def waiting_runs() -> int:
@@ -241,90 +132,7 @@ def waiting_runs() -> int:
     return len(group.queue) if group is not None else 0
 
 
-def _run(*values: Any) -> Iterator[dict[str, Any]]:
-    *setting_values, kind, shown, origin, look = values
-    look = as_look(look)
-    idle = {**IDLE, **restored(shown, origin)}  # a run that ends without a result puts the headline back
-    try:
-        settings = settings_from(setting_values)
-    except SBoNError as e:
-        gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", **idle}
-        return
-    clicked = time.perf_counter()
-    methods = (settings.method, "bon")
-    tracker = LiveTracker(settings.max_new_tokens, started=clicked)
-    yield {"status": "Starting…", "stop_btn": gr.Button(visible=True), **NOT_PRESENTING,
-           "live_plot": look.apply(round_figure(None, settings.n), live=True), "caption": tracker.caption(),
-           "sbon_text": gr.Textbox(label="Speculative Rejection returned", value=""),
-           "bon_text": gr.Textbox(label="Best-of-N returned", value=""),
-           "source": f"**Running:** your settings, seed {settings.seed} — {RUNNING_NOTE}.",
-           "summary": tracker.race(methods)}
-    try:
-        load = MODELS.load_async(settings.generator, settings.reward)
-        while not load.done():  # the first Run after start may find the models still loading
-            yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)",
-                   "model_status": models_status(), "caption": f"Loading the models… · {tracker.elapsed:.1f} s"}
-            wait([load], timeout=STATUS_EVERY_S)
-        load.result()
-        last_status, last_frame, ready, answer = 0.0, None, None, ""  # last_frame: Best-of-N's last progress frame
-        progress = ProgressChart(settings.n, look)
-        # A heartbeat (None) while no event comes: the caption's clock moves through a long step.
-        for event in on_one_thread(comparison_on_gpu(settings), heartbeat_s=STATUS_EVERY_S):
-            if tracker.update(event):  # a decision point: one new frame
-                yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
-                       "caption": round_caption(tracker.views[-1]),
-                       "live_plot": look.apply(round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
-                                                            earlier=tracker.views[:-1], reward=settings.reward), live=True)}
-            elif isinstance(event, MethodEvent) and event.method != "bon" and isinstance(event.event, Done):
-                label, text = tables.returned_text(event.event.result, "Speculative Rejection")
-                answer = "\n\n" + tables.early_answer(event.event.result)
-                yield {"sbon_text": gr.Textbox(label=label, value=text), "summary": tracker.race(methods) + answer,
-                       "status": tracker.status(), "caption": tracker.caption()}
-            elif isinstance(event, ComparisonReady):  # both runs done: every view but the prefix-scored ones
-                first = tracker.first_round_at
-                ready = (f"Done in {tracker.elapsed:.1f} s from the click"
-                         + (f"; first decision point drawn after {first:.1f} s" if first else ""))
-                log.info("runs finished: %.1f s from the click, first round %s s, settings %s",
-                         tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
-                yield {**show(Shown(event.comparison, "your run", kind, look=look), f"{ready} · {tracker.status()}"),
-                       "model_status": models_status()}
-            elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones: an update
-                # of those alone left Gradio's candidates table blank in the browser
-                shown = Shown(event.comparison, "your run", kind, look=look)
-                yield {**show(shown, f"{ready}; every view ready after {tracker.elapsed:.1f} s"), **IDLE}
-            elif (isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S
-                  or (tracker.phase == "bon" and last_frame is None)):
-                last_status = tracker.elapsed
-                update = {"status": f"{ready} · {tracker.status()}" if ready else tracker.status()}
-                if not ready:
-                    update.update(summary=tracker.race(methods) + answer, caption=tracker.caption())
-                if tracker.phase == "bon" and (last_frame is None or tracker.elapsed - last_frame >= LIVE_FRAME_EVERY_S):
-                    # No decision point to draw while Best-of-N runs: its candidates' tokens grow instead.
-                    last_frame = tracker.elapsed
-                    update["live_plot"] = progress.frame(tracker)
-                yield update
-    except SBoNError as e:
-        gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", "model_status": models_status(), **idle}
-    except Exception as e:  # keep serving: one failed run must not take the app down
-        log.exception("run failed")
-        gr.Warning(f"the run failed: {type(e).__name__}: {e}")
-        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", "model_status": models_status(), **idle}
-
-
-def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
-    scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
-    status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
-              "stay empty" if scoring else "Stopped: the views still show the previous run")
-    return {"status": status, **IDLE, **restored(comp, origin)}
-
-
-def on_model_timer() -> dict[str, Any]:
-    """Refresh the model line: each second while something loads, else every few seconds, so a load
-    or eviction by another session's run shows here too."""
-    line = models_status()
-    return {"model_status": line, "model_timer": gr.Timer(MODEL_STATUS_LOADING_S if "⏳" in line else MODEL_STATUS_IDLE_S)}
+RUNS = Runs(comparison_on_gpu, waiting=waiting_runs)  # the generation slot's runs: the Run button's and the API's
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -566,10 +374,10 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     private = dict(api_visibility="private")
     # Two steps: the request is answered at once (refused, queued or starting), then the run itself
     # waits for the one generation slot.
-    request = ui.run_btn.click(by_name(on_run_request), inputs=ui.running,
+    request = ui.run_btn.click(by_name(RUNS.request), inputs=ui.running,
                                outputs=el("running", "status", "stop_btn", "summary"), concurrency_limit=None,
                                show_progress="hidden", **private)
-    run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
+    run_event = request.success(by_name(RUNS.run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
                                 outputs=el(*RUN_OUTPUTS),
                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
                                 show_progress="minimal", show_progress_on=ui.status, **private)

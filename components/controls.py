@@ -228,6 +228,7 @@ def load_examples(path: Path = EXAMPLES_FILE) -> list[Example]:
     return [Example(**e) for e in json.loads(path.read_text())["examples"]]
 
 
+DEFAULTS = RunSettings()  # the page's controls start here
 EXAMPLES = load_examples()
 CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
 
