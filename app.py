@@ -97,7 +97,7 @@ and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator
 `client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
 `sbon-comparison/1`). Requests wait in the same one-at-a-time queue as the Run button."""
 
-# -- handlers: plain data in, values for the page out --------------------------------------------
+# -- the run on the device, the /compare API and the generation slot ------------------------------
 
 @GPU(duration=gpu_duration)
 def comparison_on_gpu(settings: RunSettings) -> Iterator:
@@ -133,6 +133,62 @@ def waiting_runs() -> int:
 
 
 RUNS = Runs(comparison_on_gpu, waiting=waiting_runs)  # the generation slot's runs: the Run button's and the API's
+
+
+# -- the one converter: the handlers' plain records as Gradio takes them ------------------------------
+
+def gradio_value(value: Any) -> Any:
+    """A value for a page element: an Update as Gradio's update, a frozen figure as the plot's own data."""
+    if isinstance(value, Update):
+        return gr.update(**value.given())
+    if isinstance(value, FrozenFigure):
+        return PlotData(type="plotly", plot=value.json)
+    return value
+
+
+def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: name) -> Callable:
+    """`handler` as Gradio calls it: each {name: value} it returns (or yields) keyed by `element(name)`, its
+    values converted (`gradio_value`), its notice shown as a toast, and a refusal as Gradio's error dialog."""
+    def convert(update: dict[str, Any]) -> dict:
+        if WARNING in update:
+            gr.Warning(update[WARNING])
+        return {element(name): gradio_value(value) for name, value in update.items() if name != WARNING}
+
+    def refused(e: Refused) -> gr.Error:
+        return gr.Error(str(e), **({} if e.duration_s is None else {"duration": e.duration_s}))
+
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def stream(*args):
+            try:
+                for update in handler(*args):
+                    yield convert(update)
+            except Refused as e:
+                raise refused(e) from None
+        return stream
+
+    @functools.wraps(handler)
+    def call(*args):
+        try:
+            return convert(handler(*args))
+        except Refused as e:
+            raise refused(e) from None
+    return call
+
+
+def on_page_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
+    """The page's open, with its query parameters (components.replays.on_open)."""
+    return on_open(kind, viewport, dict(getattr(request, "query_params", None) or {}))
+
+
+def on_share_click(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
+    """Share, with the address of the page that asks (components.replays.on_share)."""
+    return on_share(comp, request.headers.get("referer") if request else None)
+
+
+def on_row_selected(comp: Comparison | None, evt: gr.SelectData) -> dict[str, Any]:
+    """A table row's selection as the row it holds (components.views.on_row_select)."""
+    return on_row_select(comp, evt.row_value)
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -304,62 +360,6 @@ def build_demo() -> gr.Blocks:
 
         wire(ui, demo)
     return demo
-
-
-# -- the one converter: the handlers' plain records as Gradio takes them ------------------------------
-
-def gradio_value(value: Any) -> Any:
-    """A value for a page element: an Update as Gradio's update, a frozen figure as the plot's own data."""
-    if isinstance(value, Update):
-        return gr.update(**value.given())
-    if isinstance(value, FrozenFigure):
-        return PlotData(type="plotly", plot=value.json)
-    return value
-
-
-def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: name) -> Callable:
-    """`handler` as Gradio calls it: each {name: value} it returns (or yields) keyed by `element(name)`, its
-    values converted (`gradio_value`), its notice shown as a toast, and a refusal as Gradio's error dialog."""
-    def convert(update: dict[str, Any]) -> dict:
-        if WARNING in update:
-            gr.Warning(update[WARNING])
-        return {element(name): gradio_value(value) for name, value in update.items() if name != WARNING}
-
-    def refused(e: Refused) -> gr.Error:
-        return gr.Error(str(e), **({} if e.duration_s is None else {"duration": e.duration_s}))
-
-    if inspect.isgeneratorfunction(handler):
-        @functools.wraps(handler)
-        def stream(*args):
-            try:
-                for update in handler(*args):
-                    yield convert(update)
-            except Refused as e:
-                raise refused(e) from None
-        return stream
-
-    @functools.wraps(handler)
-    def call(*args):
-        try:
-            return convert(handler(*args))
-        except Refused as e:
-            raise refused(e) from None
-    return call
-
-
-def on_page_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
-    """The page's open, with its query parameters (components.replays.on_open)."""
-    return on_open(kind, viewport, dict(getattr(request, "query_params", None) or {}))
-
-
-def on_share_click(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
-    """Share, with the address of the page that asks (components.replays.on_share)."""
-    return on_share(comp, request.headers.get("referer") if request else None)
-
-
-def on_row_selected(comp: Comparison | None, evt: gr.SelectData) -> dict[str, Any]:
-    """A table row's selection as the row it holds (components.views.on_row_select)."""
-    return on_row_select(comp, evt.row_value)
 
 
 def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
