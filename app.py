@@ -401,8 +401,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.instructions.change(by_name(instruction_choices.on_text), inputs=ui.instructions,
                            outputs=el("instructions_note", "instruction_types"), **private)
     ui.decision_point.change(by_name(on_decision_point), inputs=el("comparison", "decision_point", "look"),
-                             outputs=el("scatter"),
-                             **private)
+                             outputs=el("scatter"), **private)
     ui.picker.change(by_name(on_pick), inputs=el("comparison", "picker"), outputs=el("detail"), **private)
     for table in (ui.table, ui.signals_candidates):
         table.select(by_name(on_row_selected), inputs=ui.comparison, outputs=el("picker", "detail"), **private)
@@ -427,8 +426,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.model_timer.tick(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden",
                         **private)
     ui.tradeoff_kind.change(by_name(on_tradeoff_kind), inputs=el("comparison", "tradeoff_kind", "look"),
-                            outputs=el("tradeoff_plot"),
-                            **private)
+                            outputs=el("tradeoff_plot"), **private)
     ui.tune_file.upload(by_name(on_tune_upload), inputs=ui.tune_file,
                         outputs=el("tuning", "tune_summary", "tune_table", "use_tuned"), **private)
     ui.use_tuned.click(by_name(on_use_tuned), inputs=ui.tuning,
