@@ -148,11 +148,13 @@ def gradio_value(value: Any) -> Any:
 
 def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: name) -> Callable:
     """`handler` as Gradio calls it: each {name: value} it returns (or yields) keyed by `element(name)`, its
-    values converted (`gradio_value`), its notice shown as a toast, and a refusal as Gradio's error dialog."""
+    values converted (`gradio_value`), its notice shown as a toast, and a refusal as Gradio's error dialog.
+    An update that names no element changes nothing (Gradio would take an empty dict for a value)."""
     def convert(update: dict[str, Any]) -> dict:
         if WARNING in update:
             gr.Warning(update[WARNING])
-        return {element(name): gradio_value(value) for name, value in update.items() if name != WARNING}
+        values = {element(name): gradio_value(value) for name, value in update.items() if name != WARNING}
+        return values or gr.skip()
 
     def refused(e: Refused) -> gr.Error:
         return gr.Error(str(e), **({} if e.duration_s is None else {"duration": e.duration_s}))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components import controls, presenter, runs, scenarios, tuning, views
+from components import controls, presenter, runs, scenarios, tables, tuning, views
 from components.style import Look
 from sbon.analysis.comparison import Comparison, ComparisonDone
 
@@ -56,6 +56,7 @@ def test_the_one_converter_gives_gradio_what_the_plain_handlers_mean(app):
 
     with pytest.warns(UserWarning, match="a one-line notice"):
         assert app.for_gradio(lambda: {"status": "⚠ x", WARNING: "a one-line notice"})() == {"status": "⚠ x"}
+    assert app.for_gradio(lambda: {})() == gr.skip()  # nothing to change: every output stays as it is
 
     def refuse(_):
         raise Refused("not now", duration_s=6)
@@ -366,7 +367,7 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
 
     run_id = replays.SHARES.put(comp.to_json())
     shared = replays.open_link(f"run={run_id}", "curves")
-    assert shared["detail"] == detail(comp, views.tables.first_pruned(comp))
+    assert shared["detail"] == detail(comp, tables.first_pruned(comp))
     assert "instructions: change\\_case\\:english\\_capital" in shared["source"]
 
     def verdicts(page: str) -> list[str]:
