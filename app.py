@@ -12,24 +12,17 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
-import random
 import threading
-import time
-from concurrent.futures import Future, wait
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterator
-from urllib.parse import parse_qsl, urlencode
 
 try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsewhere it may be absent
     import spaces  # noqa: F401
 except ImportError:
     pass
 
-from components.model_cache import (ModelCache, configure_threads, convert_in_background, hub_fetches, on_one_thread,
-                                    sources)
+from components.model_cache import MODELS, configure_threads, convert_in_background
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -38,57 +31,36 @@ if __name__ == "__main__":
     convert_in_background(DEFAULT_GENERATOR)
 
 import gradio as gr  # noqa: E402
-import plotly.graph_objects as go  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
 
-from components import figures, page_export, signals_view, tables  # noqa: E402
-from components.controls import (ASSETS, RunSettings, api_parameter, generator_choices, load_examples,  # noqa: E402
-                                 method_choices, reward_choices, signal_choices)
 from components import instructions as instruction_choices  # noqa: E402
-from components.gallery import GalleryRuns  # noqa: E402
-from components.live import LiveTracker, ProgressChart  # noqa: E402
-from components.presenter import CSS, KEYS_JS, PRESENTER_JS, SCROLL_TO_LIVE_JS, VIEWPORT_JS  # noqa: E402
-from components.rounds import (present_step, present_steps, result_caption, round_caption, round_figure,  # noqa: E402
-                               round_views, rounds_animation)
-from components.scenarios import SCENARIOS, scenario_choices, scenario_of, scenario_prompt_choices  # noqa: E402
-from components.saved_runs import check_replayable, load_upload, save_for_download, temp_file  # noqa: E402
-from components.served import computed_once  # noqa: E402
-from components.share import ShareStore, digest, link  # noqa: E402
+from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
+                                 api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
+                                 reads, reward_choices, signal_choices)
+from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
+                                  VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
+from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
+                                on_upload, open_link, show_recorded, warm_gallery)
+from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
+                             on_stop, start_loading_models)
+from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
+                                  scenario_of, scenario_prompt_choices)
 from components.style import Look  # noqa: E402
-from components.tuning import Tuning, load_tuning, tuned_settings, tuning_summary, tuning_table  # noqa: E402
-from sbon.analysis.comparison import (FORMAT, Comparison, ComparisonDone, ComparisonReady,  # noqa: E402
-                                     CounterfactualScored, MethodEvent, comparison_events)
-from sbon.algorithms import Done  # noqa: E402
-from sbon.config import FIRST_DECISION_TOKENS, METHOD_SPECS  # noqa: E402
+from components.tuning import on_tune_upload, on_use_tuned  # noqa: E402
+from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
+from components.views import (CORRELATION_NOTE, NO_RUN, SHOWN, on_decision_point, on_pick, on_play,  # noqa: E402
+                              on_row_select, on_tradeoff_kind)
+from sbon.analysis.comparison import FORMAT, Comparison, comparison_events  # noqa: E402
+from sbon.config import FIRST_DECISION_TOKENS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
-from sbon.rewards import bind_instructions  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 
-RECORDED_RUN = ASSETS / "recorded_run.json"
-PLAY_STEP_S = 1.2  # pause between rounds when the rounds replay plays
-PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
-LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
-# redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
-MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
-STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # The queue: one generation at a time (the Run button and the API share it), up to 8 light events
 # (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
 GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
-MAX_SEED = 2**31 - 1
-GENERATING = [0]  # runs inside the generation slot now (the Run button's and the API's)
-MODELS = ModelCache()  # shared by all sessions: models are read-only, results live in gr.State
-PRELOAD: list[Future] = []  # the background load of the default models, once started
 THREADS = configure_threads()
 log = logging.getLogger("sbon.app")
-
-EXAMPLES = load_examples()
-CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
-DEFAULTS = RunSettings()
-# The controls, in the order their values reach the handlers: each is named after the RunSettings
-# field it sets, and the page element of that name holds it.
-SETTING_NAMES = ("prompt", "method", "prune_by", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
-                 "bon_same_memory", "generator", "reward", "temperature", "top_p", "seed", "instructions")
 
 INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
 **Best-of-N** samples N complete responses and returns the one the reward model likes best.
@@ -125,13 +97,7 @@ and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator
 `client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
 `sbon-comparison/1`). Requests wait in the same one-at-a-time queue as the Run button."""
 
-# -- handlers: plain data in, values for the page out --------------------------------------------
-
-def settings_from(values: tuple) -> RunSettings:
-    settings = RunSettings.from_inputs(**dict(zip(SETTING_NAMES, values)))
-    settings.check()
-    return settings
-
+# -- the run on the device, the /compare API and the generation slot ------------------------------
 
 @GPU(duration=gpu_duration)
 def comparison_on_gpu(settings: RunSettings) -> Iterator:
@@ -144,20 +110,6 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
                                  bon_same_memory=settings.bon_same_memory)
 
 
-def last_round(comp: Comparison, look: Look = Look()):
-    """The live figure as it looked at the end of a run: its last decision point."""
-    views = round_views(comp.sbon)
-    return look.apply(round_figure(views[-1] if views else None, comp.n, earlier=views[:-1], comp=comp,
-                                   reward=comp.sbon.reward), live=True)
-
-
-# The gallery, read and checked once at start (a file that fails stays listed with its reason), and the
-# shared runs' store; a gallery run's link names it instead of copying it.
-GALLERY = GalleryRuns(check=check_replayable)
-GALLERY_DIGESTS = {digest(run.comp.to_json()): key for key, run in GALLERY.runs.items() if run.comp is not None}
-SHARES = ShareStore()
-
-
 def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
             tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
             prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
@@ -168,325 +120,9 @@ def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method,
     comparison as JSON (load it with sbon.analysis.comparison.Comparison.from_json)."""
     given = dict(locals())  # every argument, by the RunSettings field it sets
     try:
-        settings = RunSettings.from_inputs(**given)
-        settings.check()
-        GENERATING[0] += 1
-        try:
-            MODELS.load_async(settings.generator, settings.reward).result()
-            for event in on_one_thread(comparison_on_gpu(settings)):
-                if isinstance(event, ComparisonDone):
-                    return event.comparison.to_json()
-        finally:
-            GENERATING[0] -= 1
+        return RUNS.compare(RunSettings.from_inputs(**given))
     except SBoNError as e:
         raise gr.Error(str(e)) from None
-    raise gr.Error("the comparison stopped without a result")
-
-
-def models_status() -> str:
-    """One line for the page, true now: what is loading, what is loaded (per generator and reward),
-    and the last failed load. Computed on every page load and timer tick, never at build time."""
-    step = MODELS.loading()
-    gens, rews = MODELS.loaded()
-    parts = []
-    if step:
-        parts.append(f"⏳ {step} — Run waits for it; replays work now.")
-    elif not gens and PRELOAD and not PRELOAD[0].done():
-        parts.append("⏳ Loading the default models…")
-    if gens or rews:
-        parts.append(f"Loaded on {MODELS.device()}: generator{'s' if len(gens) > 1 else ''} "
-                     f"{', '.join(f'`{g}`' for g in gens) or 'none'} · reward{'s' if len(rews) > 1 else ''} "
-                     f"{', '.join(f'`{r}`' for r in rews) or 'none'}.")
-    elif not step:
-        parts.append("No model is loaded: the next Run loads the ones it asks for.")
-    for (g, r), why in MODELS.failures().items():
-        parts.append(f"⚠ loading `{g}` with `{r}` failed: {why}")
-    return " ".join(parts)
-
-
-def start_loading_models() -> None:
-    """Load the default models in the background as soon as the app serves, and say where from."""
-    for source in sources(DEFAULTS.generator, DEFAULTS.reward):
-        log.info("models: %s%s", source.describe(), " (first time only: a one-time conversion)" if source.first_time else "")
-    fetches = hub_fetches(DEFAULTS.generator, DEFAULTS.reward)
-    log.info("will fetch from the hub: %s", ", ".join(fetches) if fetches else "nothing (every model is local)")
-    PRELOAD.append(MODELS.load_async(DEFAULTS.generator, DEFAULTS.reward))
-    PRELOAD[0].add_done_callback(_log_load)
-
-
-def _log_load(load: Future) -> None:
-    if load.exception() is not None:
-        log.warning("the default models did not load: %s", load.exception())
-    else:
-        log.info("models ready: %s and %s", DEFAULTS.generator, DEFAULTS.reward)
-
-
-# -- the views of a finished comparison: one table, one line per view -------------------------------
-
-@dataclass
-class Shown:
-    """A finished comparison and where it came from: what every view is drawn from."""
-    comp: Comparison
-    origin: str  # "your run", "the recorded run …", "uploaded file …"
-    kind: str = "curves"  # how the trade-off view draws
-    file: str | Path | None = None  # its JSON, if it already has one
-    look: Look = Look()  # the page's view or the presenter view
-
-    @property
-    def first_round(self) -> int | None:
-        return self.comp.sbon.decision_points[0].round if self.comp.sbon.decision_points else None
-
-
-def _returned(shown: Shown, which: int) -> gr.Textbox:
-    label, text = tables.returned_texts(shown.comp)[2 * which: 2 * which + 2]
-    return gr.Textbox(label=label, value=text)
-
-
-# Page element name -> its value for a finished comparison. A new view is a line here and an
-# element of the same name on the page.
-VIEWS: dict[str, Callable[[Shown], Any]] = {
-    "comparison": lambda s: s.comp,
-    "origin": lambda s: s.origin,
-    "source": lambda s: tables.run_description(s.comp, s.origin),
-    "summary": lambda s: "\n\n".join(part for part in (
-        tables.headline(s.comp),
-        tables.answers_checked(s.comp, explaining_reward(s.comp)),
-        tables.prediction_report(s.comp)) if part),
-    "decision_point": lambda s: gr.Dropdown(choices=figures.decision_point_choices(s.comp), value=s.first_round),
-    "scatter": lambda s: figures.partial_final_scatter(s.comp, s.first_round or 1),
-    "table": lambda s: tables.candidates_table(s.comp),
-    "picker": lambda s: gr.Dropdown(choices=tables.candidate_choices(s.comp), value=tables.first_pruned(s.comp)),
-    "detail": lambda s: detail(s.comp, tables.first_pruned(s.comp)),
-    "savings": lambda s: tables.savings_table(s.comp),
-    "tokens_plot": lambda s: figures.tokens_per_candidate(s.comp),
-    "times_plot": lambda s: figures.phase_times(s.comp),
-    "bon_text": lambda s: _returned(s, 0),
-    "sbon_text": lambda s: _returned(s, 1),
-    "rounds_plot": lambda s: rounds_animation(s.comp.sbon, comp=s.comp),
-    "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
-    "correlations": lambda s: tables.correlation_table(s.comp).rename(columns=CORRELATION_NAMES),
-    "signals_summary": lambda s: signals_view.summary_table(s.comp),
-    "signals_plot": lambda s: signals_view.cuts_figure(s.comp),
-    "signals_candidates": lambda s: signals_view.candidate_table(s.comp),
-    "download": lambda s: gr.DownloadButton(value=str(s.file) if s.file else save_for_download(s.comp)),
-    "caption": lambda s: result_caption(s.comp),
-}
-# The trade-off view's per-τ statistics, by the names the page gives them, each explained under the table.
-CORRELATION_NAMES = {"tau": "decision token τ", "pearson": "Pearson r", "kendall": "Kendall",
-                     "oracle_cut": "prunable, keeping the best (c*)"}
-CORRELATION_NOTE = ("*decision token τ*: where Best-of-N's prefixes were scored · *candidates*: the unfinished ones "
-                    "scored there · *Pearson r*: linear correlation of their partial with their final rewards "
-                    "(1 = a line) · *Kendall*: how much the two orders agree (1 = the same order, 0 = unrelated) · "
-                    "*prunable, keeping the best (c\\*)*: the largest fraction an oracle cut could have pruned there "
-                    "and still kept Best-of-N's winner.")
-SHOWN = (*VIEWS, "status", "live_plot", "present", "present_prev", "present_next")  # what showing a comparison updates
-RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
-IDLE = {"running": None, "stop_btn": gr.Button(visible=False)}  # what a run leaves when it ends
-NOT_PRESENTING = {"present": None, "present_prev": gr.Button(visible=False), "present_next": gr.Button(visible=False)}
-NO_RUN = "No run to present yet: press ▶ Run, or replay a saved run under Save and replay, then ▶ Present rounds."
-
-
-def show(shown: Shown, status: str = "") -> dict[str, Any]:
-    """Every view of a finished comparison (figures in the page's look), the status line, the live
-    figure at its last round and its caption; a presentation of the rounds ends."""
-    views = {name: view(shown) for name, view in VIEWS.items()}
-    return {**{name: shown.look.apply(v) if isinstance(v, go.Figure) else v for name, v in views.items()},
-            "status": status, "live_plot": last_round(shown.comp, shown.look), **NOT_PRESENTING}
-
-
-# -- handlers: plain data in, {page element name: value} out -------------------------------------
-
-@computed_once(maxsize=8)
-def show_recorded(kind: str, look: Look = Look()) -> dict[str, Any]:
-    """The recorded run's views, computed once per trade-off kind and look: every page load shows them."""
-    try:
-        comp = Comparison.load(RECORDED_RUN)
-    except SBoNError as e:
-        return {"status": f"⚠ the recorded run could not be shown: {e}", "caption": NO_RUN}
-    return show(Shown(comp, "the recorded run shipped with the app", kind, RECORDED_RUN, look))
-
-
-def look_for(presenter: bool, viewport: dict | None) -> Look:
-    """The look the page asked for: the presenter view, sized to the window the browser reported."""
-    viewport = viewport if isinstance(viewport, dict) else {}
-    px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
-    return Look(hall=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
-
-
-def on_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
-    """The page opens on the run its link names (`?run=<id>`, `?gallery=<key>`), else the recorded run; in the
-    presenter view when its URL asks (`?view=presenter`)."""
-    params = dict(getattr(request, "query_params", None) or {})
-    presenter = params.get("view") == "presenter"
-    look = look_for(presenter, viewport)
-    kind = kind if kind in ("curves", "heatmap") else "curves"
-    query = {k: v for k, v in params.items() if k in ("run", "gallery")}
-    views = open_link(urlencode(query), kind, look) if query else recorded_page(kind, look)
-    return {**views, "look": look, "presenter": presenter}
-
-
-def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,
-                 running: float | None) -> dict[str, Any]:
-    """The Presenter toggle: redraw every view in the chosen look (during a run, the next frames)."""
-    look = look_for(presenter, viewport)
-    if comp is None or running:
-        return {"look": look}
-    return {**show(Shown(comp, origin or "the run shown before", kind, look=look)), "look": look}
-
-
-def on_upload(path: str | None, kind: str, look: Look = Look()) -> dict[str, Any]:
-    try:
-        comp = load_upload(path)
-    except SBoNError as e:
-        gr.Warning(str(e))
-        return {"status": f"⚠ could not replay that file: {e}"}
-    except Exception as e:  # a file no check foresaw: still one line, and the views stay as they were
-        log.exception("upload failed")
-        return {"status": f"⚠ could not replay that file: {type(e).__name__}: {str(e)[:200]}"}
-    return show(Shown(comp, f"uploaded file {Path(path).name}", kind, path, look), "Replaying the uploaded run")
-
-
-# -- the gallery, shared links and the page export: a class behind one link --------------------------
-
-def gallery_markdown() -> str:
-    """The gallery's list: each run's title and its caption, written from its data."""
-    return "\n".join(f"- **{tables.md_escape(run.entry.title)}** — {tables.md_escape(run.caption)}"
-                     for run in GALLERY.runs.values())
-
-
-@computed_once(maxsize=2)
-def recorded_page(kind: str, look: Look = Look()) -> dict[str, Any]:
-    """The recorded run as every page load sends it: its figures serialized once."""
-    return frozen(show_recorded(kind, look))
-
-
-@computed_once(maxsize=64)
-def gallery_views(key: str, kind: str, look: Look = Look()) -> dict[str, Any]:
-    """Every view of a gallery run, computed once per (run, trade-off kind): a gallery open is a lookup
-    and Gradio's serialization, never a model, a file read or the generation slot."""
-    run = GALLERY.get(key)
-    shown = Shown(run.comp, f"the gallery run “{run.entry.title}”", kind, run.entry.file, look)
-    return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)}"))
-
-
-@computed_once(maxsize=32)
-def shared_views(run_id: str, kind: str, look: Look = Look()) -> dict[str, Any]:
-    """Every view of a shared run, computed once per (run, kind): a class opening the lecture's link costs one."""
-    comp = SHARES.get(run_id)
-    check_replayable(comp)
-    return frozen(show(Shown(comp, "a shared run", kind, look=look), "Showing the run this link was shared with"))
-
-
-def frozen(views: dict[str, Any]) -> dict[str, Any]:
-    """Views to keep and send many times: each figure serialized once (what Gradio's Plot would do per open)."""
-    return {name: PlotData(type="plotly", plot=value.to_json()) if isinstance(value, go.Figure) else value
-            for name, value in views.items()}
-
-
-def warm_gallery() -> None:
-    """Compute every gallery run's views once, in the background after start, so the first visitor's open is
-    a lookup too."""
-    for key, run in GALLERY.runs.items():
-        if run.comp is not None:
-            gallery_views(key, "curves")
-
-
-def on_gallery(key: str | None, kind: str, look: Look = Look()) -> dict[str, Any]:
-    if not key:
-        return {}
-    try:
-        return gallery_views(str(key), kind if kind in ("curves", "heatmap") else "curves", as_look(look))
-    except SBoNError as e:
-        return {"status": f"⚠ {e}"}
-
-
-def as_look(look: Any) -> Look:
-    """The page's look as the browser sent it back (an API client sends none)."""
-    return look if isinstance(look, Look) else Look()
-
-
-def open_link(query: str, kind: str, look: Look = Look()) -> dict[str, Any]:
-    """A link's run: `run=<id>` (a shared run) or `gallery=<key>`, given as the page's query string."""
-    params = dict(parse_qsl((query or "").lstrip("?"), keep_blank_values=True))
-    kind, look = kind if kind in ("curves", "heatmap") else "curves", as_look(look)
-    try:
-        if "gallery" in params:
-            return gallery_views(params["gallery"], kind, look)
-        SHARES.check(params.get("run", ""))  # malformed, expired or gone: before the cache, which would still hold it
-        return shared_views(params["run"].strip(), kind, look)
-    except SBoNError as e:
-        return {**recorded_page(kind, look), "status": f"⚠ {e}; showing the recorded run instead"}
-
-
-def on_share(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
-    """A link that reopens exactly this run: a gallery run's own name, else the run kept under a new id."""
-    if comp is None:
-        return {"share_link": "", "status": "⚠ there is no run to share yet"}
-    text = comp.to_json()
-    page = (request.headers.get("referer") if request else None) or "http://127.0.0.1:7860/"
-    key = GALLERY_DIGESTS.get(digest(text))
-    try:
-        url = link(page, gallery=key) if key else link(page, run=SHARES.put(text))
-    except SBoNError as e:
-        return {"share_link": "", "status": f"⚠ {e}"}
-    days = "" if key else f" for {SHARES.ttl_s / 86400:g} days"
-    return {"share_link": url, "status": f"Anyone with this link sees this run{days}: {url}"}
-
-
-def on_page_export(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
-    """The run as one HTML file that opens in a browser with no server (components/page_export.py)."""
-    if comp is None:
-        return {"page_file": None, "status": "⚠ there is no run to export yet"}
-    key = GALLERY_DIGESTS.get(digest(comp.to_json()))
-    caption = GALLERY.runs[key].caption if key else ""
-    html = page_export.page_html(comp, caption, origin or "", explaining_reward(comp))
-    return {"page_file": temp_file(html, "sbon-page-", ".html"), "status": f"The page is ready ({len(html.encode()) / 1e6:.1f} MB): it opens in any "
-                                          "browser, with no server and no network"}
-
-
-RUNNING_NOTE = "the views below still show the previous run until this one ends"
-
-
-def on_run_request(running: float | None) -> dict[str, Any]:
-    """The Run click, answered at once (outside the generation queue): refuse a second Run of this
-    session with a one-line reason, else say whether the run starts now or waits its turn behind
-    another session's run, so no click goes unanswered."""
-    if running:
-        raise gr.Error(f"A run is already going ({time.time() - running:.0f} s so far): wait for it to end or press Stop.",
-                       duration=6)
-    ahead = GENERATING[0] + waiting_runs()
-    busy = ahead > 0
-    status = (f"⏳ Queued: {ahead} run{'s' if ahead > 1 else ''} ahead of yours for the one generation slot of this "
-              f"device (place {ahead + 1}), about {ahead * run_seconds():.0f} s to wait; the gallery opens "
-              "at once meanwhile." if busy else "Starting…")
-    return {"running": time.time(), "status": status, "stop_btn": gr.Button(visible=True),
-            "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}."}
-
-
-def on_run(*values: Any) -> Iterator[dict[str, Any]]:
-    """Check the settings, wait for the models if they are still loading, then run the comparison,
-    drawing each decision point as it is taken, the race of both methods in place of the headline,
-    and every view at the end."""
-    GENERATING[0] += 1
-    started = time.perf_counter()
-    try:
-        yield from _run(*values)
-    finally:
-        GENERATING[0] -= 1
-        RUN_SECONDS.append(time.perf_counter() - started)
-
-
-RUN_SECONDS: list[float] = []  # how long each run held the generation slot: the waiting estimate
-
-
-def run_seconds() -> float:
-    """What one run in the queue is expected to take: the median of the last runs here, else the recorded
-    run's own times."""
-    last = sorted(RUN_SECONDS[-9:])
-    if last:
-        return last[len(last) // 2]
-    run = GALLERY.runs["default"].comp
-    return run.sbon.wall_time + run.bon.wall_time if run is not None else 30.0
 
 
 def waiting_runs() -> int:
@@ -496,231 +132,65 @@ def waiting_runs() -> int:
     return len(group.queue) if group is not None else 0
 
 
-def _run(*values: Any) -> Iterator[dict[str, Any]]:
-    *setting_values, kind, shown, origin, look = values
-    look = as_look(look)
-    idle = {**IDLE, **restored(shown, origin)}  # a run that ends without a result puts the headline back
-    try:
-        settings = settings_from(setting_values)
-    except SBoNError as e:
-        gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", **idle}
-        return
-    clicked = time.perf_counter()
-    methods = (settings.method, "bon")
-    tracker = LiveTracker(settings.max_new_tokens, started=clicked)
-    yield {"status": "Starting…", "stop_btn": gr.Button(visible=True), **NOT_PRESENTING,
-           "live_plot": look.apply(round_figure(None, settings.n), live=True), "caption": tracker.caption(),
-           "sbon_text": gr.Textbox(label="Speculative Rejection returned", value=""),
-           "bon_text": gr.Textbox(label="Best-of-N returned", value=""),
-           "source": f"**Running:** your settings, seed {settings.seed} — {RUNNING_NOTE}.",
-           "summary": tracker.race(methods)}
-    try:
-        load = MODELS.load_async(settings.generator, settings.reward)
-        while not load.done():  # the first Run after start may find the models still loading
-            yield {"status": f"{MODELS.loading() or 'Waiting for the models'} (then the run starts)",
-                   "model_status": models_status(), "caption": f"Loading the models… · {tracker.elapsed:.1f} s"}
-            wait([load], timeout=STATUS_EVERY_S)
-        load.result()
-        last_status, last_frame, ready, answer = 0.0, None, None, ""  # last_frame: Best-of-N's last progress frame
-        progress = ProgressChart(settings.n, look)
-        # A heartbeat (None) while no event comes: the caption's clock moves through a long step.
-        for event in on_one_thread(comparison_on_gpu(settings), heartbeat_s=STATUS_EVERY_S):
-            if tracker.update(event):  # a decision point: one new frame
-                yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
-                       "caption": round_caption(tracker.views[-1]),
-                       "live_plot": look.apply(round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
-                                                            earlier=tracker.views[:-1], reward=settings.reward), live=True)}
-            elif isinstance(event, MethodEvent) and event.method != "bon" and isinstance(event.event, Done):
-                label, text = tables.returned_text(event.event.result, "Speculative Rejection")
-                answer = "\n\n" + tables.early_answer(event.event.result)
-                yield {"sbon_text": gr.Textbox(label=label, value=text), "summary": tracker.race(methods) + answer,
-                       "status": tracker.status(), "caption": tracker.caption()}
-            elif isinstance(event, ComparisonReady):  # both runs done: every view but the prefix-scored ones
-                first = tracker.first_round_at
-                ready = (f"Done in {tracker.elapsed:.1f} s from the click"
-                         + (f"; first decision point drawn after {first:.1f} s" if first else ""))
-                log.info("runs finished: %.1f s from the click, first round %s s, settings %s",
-                         tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
-                yield {**show(Shown(event.comparison, "your run", kind, look=look), f"{ready} · {tracker.status()}"),
-                       "model_status": models_status()}
-            elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones: an update
-                # of those alone left Gradio's candidates table blank in the browser
-                shown = Shown(event.comparison, "your run", kind, look=look)
-                yield {**show(shown, f"{ready}; every view ready after {tracker.elapsed:.1f} s"), **IDLE}
-            elif (isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S
-                  or (tracker.phase == "bon" and last_frame is None)):
-                last_status = tracker.elapsed
-                update = {"status": f"{ready} · {tracker.status()}" if ready else tracker.status()}
-                if not ready:
-                    update.update(summary=tracker.race(methods) + answer, caption=tracker.caption())
-                if tracker.phase == "bon" and (last_frame is None or tracker.elapsed - last_frame >= LIVE_FRAME_EVERY_S):
-                    # No decision point to draw while Best-of-N runs: its candidates' tokens grow instead.
-                    last_frame = tracker.elapsed
-                    update["live_plot"] = progress.frame(tracker)
-                yield update
-    except SBoNError as e:
-        gr.Warning(str(e))
-        yield {"status": f"⚠ {e}", "model_status": models_status(), **idle}
-    except Exception as e:  # keep serving: one failed run must not take the app down
-        log.exception("run failed")
-        gr.Warning(f"the run failed: {type(e).__name__}: {e}")
-        yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", "model_status": models_status(), **idle}
+RUNS = Runs(comparison_on_gpu, waiting=waiting_runs)  # the generation slot's runs: the Run button's and the API's
 
 
-def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
-    """The description and headline of the run the views still show (a run replaced them with its
-    progress while it went)."""
-    if comp is None:
-        return {"source": "", "summary": ""}
-    shown = Shown(comp, origin or "the run shown before")
-    return {"source": VIEWS["source"](shown), "summary": VIEWS["summary"](shown)}
+# -- the one converter: the handlers' plain records as Gradio takes them ------------------------------
+
+def gradio_value(value: Any) -> Any:
+    """A value for a page element: an Update as Gradio's update, a frozen figure as the plot's own data."""
+    if isinstance(value, Update):
+        return gr.update(**value.given())
+    if isinstance(value, FrozenFigure):
+        return PlotData(type="plotly", plot=value.json)
+    return value
 
 
-def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
-    scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
-    status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
-              "stay empty" if scoring else "Stopped: the views still show the previous run")
-    return {"status": status, **IDLE, **restored(comp, origin)}
+def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: name) -> Callable:
+    """`handler` as Gradio calls it: each {name: value} it returns (or yields) keyed by `element(name)`, its
+    values converted (`gradio_value`), its notice shown as a toast, and a refusal as Gradio's error dialog.
+    An update that names no element changes nothing (Gradio would take an empty dict for a value)."""
+    def convert(update: dict[str, Any]) -> dict:
+        if WARNING in update:
+            gr.Warning(update[WARNING])
+        values = {element(name): gradio_value(value) for name, value in update.items() if name != WARNING}
+        return values or gr.skip()
+
+    def refused(e: Refused) -> gr.Error:
+        return gr.Error(str(e), **({} if e.duration_s is None else {"duration": e.duration_s}))
+
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def stream(*args):
+            try:
+                for update in handler(*args):
+                    yield convert(update)
+            except Refused as e:
+                raise refused(e) from None
+        return stream
+
+    @functools.wraps(handler)
+    def call(*args):
+        try:
+            return convert(handler(*args))
+        except Refused as e:
+            raise refused(e) from None
+    return call
 
 
-def on_new_seed(seed: Any) -> int:
-    """A fresh seed for the next run (other candidates, same settings), never the one shown."""
-    current = int(seed) if isinstance(seed, (int, float)) and math.isfinite(seed) else -1
-    fresh = random.randrange(MAX_SEED)
-    return fresh if fresh != current else (fresh + 1) % MAX_SEED
+def on_page_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
+    """The page's open, with its query parameters (components.replays.on_open)."""
+    return on_open(kind, viewport, dict(getattr(request, "query_params", None) or {}))
 
 
-def on_model_timer() -> dict[str, Any]:
-    """Refresh the model line: each second while something loads, else every few seconds, so a load
-    or eviction by another session's run shows here too."""
-    line = models_status()
-    return {"model_status": line, "model_timer": gr.Timer(MODEL_STATUS_LOADING_S if "⏳" in line else MODEL_STATUS_IDLE_S)}
+def on_share_click(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
+    """Share, with the address of the page that asks (components.replays.on_share)."""
+    return on_share(comp, request.headers.get("referer") if request else None)
 
 
-METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
-
-
-def on_method(method: str) -> dict[str, Any]:
-    """Show each method's own knobs: τ for one decision token, the budget and first decision for rounds."""
-    return {knob: gr.Number(visible=reads(method, knob)) for knob in METHOD_KNOBS}
-
-
-def reads(method: str, setting: str) -> bool:
-    return method in METHOD_SPECS and setting in METHOD_SPECS[method].params
-
-
-def on_scenario(key: str) -> dict[str, Any]:
-    """A scenario sets the reward that can judge its prompts, the pruning signal and the answer length that
-    fit it, and offers its example prompts."""
-    if key not in SCENARIOS:
-        return {}
-    settings = SCENARIOS[key].settings()
-    return {"reward": settings["reward"], "prune_by": settings["prune_by"],
-            "max_new_tokens": settings["max_new_tokens"], "prompt": settings["prompt"],
-            "scenario_prompts": gr.Dropdown(choices=scenario_prompt_choices(key), value=settings["prompt"])}
-
-
-def on_settings_scenario(reward: str, prune_by: str, max_new_tokens: Any) -> dict[str, Any]:
-    """The Scenario dropdown follows the settings: it names the scenario they are, or none."""
-    key = scenario_of(reward, prune_by, max_new_tokens)
-    return {"scenario": key, "scenario_prompts": gr.Dropdown(choices=scenario_prompt_choices(key))}
-
-
-def on_scenario_prompt(prompt: str | None) -> dict[str, Any]:
-    return {"prompt": prompt} if prompt else {}
-
-
-def on_prompt(text: str) -> dict[str, Any]:
-    note = CONTENT_NOTES.get(text.strip())
-    return {"prompt_note": gr.Markdown(f"⚠ **Content note:** {note}" if note else "", visible=bool(note))}
-
-
-def on_tune_upload(path: str | None) -> dict[str, Any]:
-    try:
-        tuning = load_tuning(path)
-    except SBoNError as e:
-        gr.Warning(str(e))
-        return {"tune_summary": f"⚠ could not read that file: {e}", "use_tuned": gr.Button(visible=False)}
-    return {"tuning": tuning, "tune_summary": tuning_summary(tuning), "tune_table": tuning_table(tuning),
-            "use_tuned": gr.Button(visible=bool(tuning.run_config))}
-
-
-def on_use_tuned(tuning: Tuning | None) -> dict[str, Any]:
-    """Put the tuned setting in the controls (their change events then show the method's own knobs)."""
-    return tuned_settings(tuning) if tuning is not None else {}
-
-
-def on_decision_point(comp: Comparison | None, round: int | None, look: Look):
-    return look.apply(figures.partial_final_scatter(comp, round or 1)) if comp else gr.skip()
-
-
-def detail(comp: Comparison, k: int) -> str:
-    """Candidate k in full; a reward still in memory that can explain itself adds its reasons."""
-    return tables.candidate_detail_html(comp, k, explaining_reward(comp))
-
-
-def explaining_reward(comp: Comparison) -> Any:
-    """The run's reward if it is in memory now (never loads), judging the prompt by the instructions the run
-    recorded: a run opened from a file, a link or the gallery is explained as it was judged."""
-    return bind_instructions(MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator), comp.sbon.prompt,
-                             comp.sbon.instructions)
-
-
-def on_pick(comp: Comparison | None, k: int | None):
-    return detail(comp, int(k)) if comp is not None and k is not None else gr.skip()
-
-
-def on_row_select(comp: Comparison | None, evt: gr.SelectData):
-    """A row of a candidate table opens that candidate in the inspector: the first column is its id,
-    whatever order the user sorted the rows in (a note row, in a file without the data, opens nothing)."""
-    k = signals_view.candidate_for_select(evt.row_value) if comp is not None else None
-    return (gr.skip(), gr.skip()) if k is None else (k, detail(comp, k))
-
-
-def on_play(comp: Comparison | None, look: Look) -> Iterator:
-    # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
-    for i in range(len(comp.sbon.decision_points) if comp else 0):
-        yield look.apply(rounds_animation(comp.sbon, i, comp=comp))
-        time.sleep(PLAY_STEP_S)
-
-
-def on_tradeoff_kind(comp: Comparison | None, kind: str, look: Look):
-    return look.apply(figures.tradeoff_figure(comp, kind)) if comp else gr.skip()
-
-
-def on_present(comp: Comparison | None, running: float | None, look: Look, step: int | None = None,
-               move: int = 0, loop: bool = False) -> dict[str, Any]:
-    """"Present rounds": the live chart shows one decision point at a time, with its caption, as the run
-    drew it; each click, key press or timer tick moves one step (the last step is the run's result; timed,
-    it starts over). Without a finished run, one line says what to do."""
-    if running:
-        return {"caption": "A run is going: its rounds can be presented when it ends."}
-    if comp is None:
-        return {"caption": NO_RUN}
-    steps = present_steps(comp)
-    if not steps:
-        return {"caption": result_caption(comp)}
-    step = 0 if step is None else step + move
-    step = step % steps if loop else max(0, min(step, steps - 1))
-    figure, caption = present_step(comp, step)
-    return {"present": step, "live_plot": look.apply(figure, live=True), "caption": caption,
-            "present_prev": gr.Button(visible=True, interactive=step > 0),
-            "present_next": gr.Button(visible=True, interactive=step < steps - 1)}
-
-
-def on_present_tick(comp: Comparison | None, running: float | None, look: Look, step: int | None) -> dict[str, Any]:
-    """The kiosk's timer: the next step, round after round, then from the start again."""
-    return on_present(comp, running, look, step, move=1, loop=True)
-
-
-def _present_move(comp: Comparison | None, running: float | None, look: Look, step: int | None,
-                  move: int) -> dict[str, Any]:
-    return on_present(comp, running, look, step, move=move)
-
-
-def on_timed(timed: bool) -> gr.Timer:
-    return gr.Timer(PRESENT_STEP_S, active=bool(timed))
+def on_row_selected(comp: Comparison | None, evt: gr.SelectData) -> dict[str, Any]:
+    """A table row's selection as the row it holds (components.views.on_row_select)."""
+    return on_row_select(comp, evt.row_value)
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -895,29 +365,21 @@ def build_demo() -> gr.Blocks:
 
 
 def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
-    """Connect the page's events to the handlers above. Handlers return {element name: value};
-    `by_name` turns that into what Gradio takes."""
+    """Connect the page's events to the handlers. Handlers return {element name: value} in plain data;
+    `by_name` turns that into what Gradio takes (`for_gradio`)."""
     def el(*names: str) -> list:
         return [getattr(ui, name) for name in names]
 
     def by_name(handler: Callable) -> Callable:
-        def elements(update: dict[str, Any]) -> dict:
-            return {getattr(ui, name): value for name, value in update.items()}
-        if inspect.isgeneratorfunction(handler):
-            @functools.wraps(handler)
-            def stream(*args):
-                for update in handler(*args):
-                    yield elements(update)
-            return stream
-        return functools.wraps(handler)(lambda *args: elements(handler(*args)))
+        return for_gradio(handler, element=lambda name: getattr(ui, name))
 
     private = dict(api_visibility="private")
     # Two steps: the request is answered at once (refused, queued or starting), then the run itself
     # waits for the one generation slot.
-    request = ui.run_btn.click(by_name(on_run_request), inputs=ui.running,
+    request = ui.run_btn.click(by_name(RUNS.request), inputs=ui.running,
                                outputs=el("running", "status", "stop_btn", "summary"), concurrency_limit=None,
                                show_progress="hidden", **private)
-    run_event = request.success(by_name(on_run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
+    run_event = request.success(by_name(RUNS.run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
                                 outputs=el(*RUN_OUTPUTS),
                                 concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
                                 show_progress="minimal", show_progress_on=ui.status, **private)
@@ -940,21 +402,22 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                                outputs=ui.instructions, **private)
     ui.instructions.change(by_name(instruction_choices.on_text), inputs=ui.instructions,
                            outputs=el("instructions_note", "instruction_types"), **private)
-    ui.decision_point.change(on_decision_point, inputs=el("comparison", "decision_point", "look"), outputs=ui.scatter,
-                             **private)
-    ui.picker.change(on_pick, inputs=el("comparison", "picker"), outputs=ui.detail, **private)
+    ui.decision_point.change(by_name(on_decision_point), inputs=el("comparison", "decision_point", "look"),
+                             outputs=el("scatter"), **private)
+    ui.picker.change(by_name(on_pick), inputs=el("comparison", "picker"), outputs=el("detail"), **private)
     for table in (ui.table, ui.signals_candidates):
-        table.select(on_row_select, inputs=ui.comparison, outputs=el("picker", "detail"), **private)
-    ui.play_btn.click(on_play, inputs=el("comparison", "look"), outputs=ui.rounds_plot, show_progress="hidden", **private)
+        table.select(by_name(on_row_selected), inputs=ui.comparison, outputs=el("picker", "detail"), **private)
+    ui.play_btn.click(by_name(on_play), inputs=el("comparison", "look"), outputs=el("rounds_plot"), show_progress="hidden",
+                      **private)
     presenting = el("present", "live_plot", "caption", "present_prev", "present_next")
     ui.present_btn.click(by_name(on_present), inputs=el("comparison", "running", "look"), outputs=presenting,
                          show_progress="hidden", **private)
     ui.present_btn.click(None, js=SCROLL_TO_LIVE_JS)
     for button, move in ((ui.present_prev, -1), (ui.present_next, 1)):
-        button.click(by_name(functools.partial(_present_move, move=move)),
+        button.click(by_name(functools.partial(present_move, move=move)),
                      inputs=el("comparison", "running", "look", "present"), outputs=presenting, show_progress="hidden",
                      **private)
-    ui.timed.change(on_timed, inputs=ui.timed, outputs=ui.present_timer, **private)
+    ui.timed.change(by_name(on_timed), inputs=ui.timed, outputs=el("present_timer"), **private)
     ui.present_timer.tick(by_name(on_present_tick), inputs=el("comparison", "running", "look", "present"),
                           outputs=presenting, show_progress="hidden", **private)
     ui.presenter.input(by_name(on_presenter), inputs=el("presenter", "viewport", "comparison", "origin", "tradeoff_kind",
@@ -964,8 +427,8 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                        show_progress="hidden", **private)
     ui.model_timer.tick(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden",
                         **private)
-    ui.tradeoff_kind.change(on_tradeoff_kind, inputs=el("comparison", "tradeoff_kind", "look"), outputs=ui.tradeoff_plot,
-                            **private)
+    ui.tradeoff_kind.change(by_name(on_tradeoff_kind), inputs=el("comparison", "tradeoff_kind", "look"),
+                            outputs=el("tradeoff_plot"), **private)
     ui.tune_file.upload(by_name(on_tune_upload), inputs=ui.tune_file,
                         outputs=el("tuning", "tune_summary", "tune_table", "use_tuned"), **private)
     ui.use_tuned.click(by_name(on_use_tuned), inputs=ui.tuning,
@@ -979,7 +442,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     light = dict(api_visibility="undocumented", concurrency_limit=None)
     # The page opens on the run its link names, in the view its URL names (the browser applies it before the
     # figures are drawn, and reports the window's size for them).
-    demo.load(by_name(on_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
+    demo.load(by_name(on_page_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
                  f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **light)
     demo.load(None, js=KEYS_JS)
@@ -987,7 +450,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
                       api_name="gallery_open", show_progress="minimal", **light)
     ui.link_run.submit(by_name(open_link), inputs=el("link_run", "tradeoff_kind", "look"), outputs=el(*SHOWN),
                        api_name="link_open", show_progress="minimal", **light)
-    ui.share_btn.click(by_name(on_share), inputs=ui.comparison, outputs=el("share_link", "status"), **private)
+    ui.share_btn.click(by_name(on_share_click), inputs=ui.comparison, outputs=el("share_link", "status"), **private)
     ui.page_btn.click(by_name(on_page_export), inputs=el("comparison", "origin"), outputs=el("page_file", "status"),
                       **private)
     demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)

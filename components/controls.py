@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import random
 import typing
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -16,6 +18,7 @@ from sbon.signals import SIGNALS
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, check_reward_prompt
 
 from .reasons import needs_note, reward_scale
+from .updates import Update
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 EXAMPLES_FILE = ASSETS / "examples.json"
@@ -223,3 +226,47 @@ def load_examples(path: Path = EXAMPLES_FILE) -> list[Example]:
     if not path.exists():
         return []
     return [Example(**e) for e in json.loads(path.read_text())["examples"]]
+
+
+DEFAULTS = RunSettings()  # the page's controls start here
+EXAMPLES = load_examples()
+CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
+
+
+# -- the page's controls: plain data in, {page element name: value} out ------------------------------
+
+# The controls, in the order their values reach the handlers: each is named after the RunSettings
+# field it sets, and the page element of that name holds it.
+SETTING_NAMES = ("prompt", "method", "prune_by", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
+                 "bon_same_memory", "generator", "reward", "temperature", "top_p", "seed", "instructions")
+METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
+MAX_SEED = 2**31 - 1
+
+
+def settings_from(values: tuple) -> RunSettings:
+    """The settings the controls hold (their values in SETTING_NAMES' order), checked."""
+    settings = RunSettings.from_inputs(**dict(zip(SETTING_NAMES, values)))
+    settings.check()
+    return settings
+
+
+def reads(method: str, setting: str) -> bool:
+    return method in METHOD_SPECS and setting in METHOD_SPECS[method].params
+
+
+def on_method(method: str) -> dict[str, Any]:
+    """Show each method's own knobs: τ for one decision token, the budget and first decision for rounds."""
+    return {knob: Update(visible=reads(method, knob)) for knob in METHOD_KNOBS}
+
+
+def on_new_seed(seed: Any) -> int:
+    """A fresh seed for the next run (other candidates, same settings), never the one shown."""
+    current = int(seed) if isinstance(seed, (int, float)) and math.isfinite(seed) else -1
+    fresh = random.randrange(MAX_SEED)
+    return fresh if fresh != current else (fresh + 1) % MAX_SEED
+
+
+def on_prompt(text: str) -> dict[str, Any]:
+    """A deliberately harmful example prompt shows its content note."""
+    note = CONTENT_NOTES.get(text.strip())
+    return {"prompt_note": Update(value=f"⚠ **Content note:** {note}" if note else "", visible=bool(note))}

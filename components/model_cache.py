@@ -296,3 +296,8 @@ def _warm_up(gen: Generator) -> None:
     batch = gen.start(prefix, [0, 1])
     gen.forward(batch, prefix.logits.argmax(-1).expand(2))
     gen.synchronize()
+
+
+# The page's one cache, shared by all its sessions (models are read-only; results live in each session's state),
+# by its handlers and by a ZeroGPU worker, which inherits it.
+MODELS = ModelCache()

@@ -1,7 +1,22 @@
-"""What the page runs in the browser: its CSS (the sticky run bar, the presenter view's one column and hall
-type) and the presenter view's scripts (the view follows the URL and the toggle, the window's size for the
-live chart, Run bringing the chart into sight, a clicker's keys stepping through Present rounds). app.py
-wires them to the page's events; the figures for each view are drawn by components.style.Look."""
+"""The presenter view and "Present rounds": what the page runs in the browser (its CSS: the sticky run bar, the
+presenter view's one column and hall type; its scripts: the view follows the URL and the toggle, the window's
+size for the live chart, Run bringing the chart into sight, a clicker's keys stepping through Present rounds)
+and their handlers, plain data in, {page element name: value} out. app.py wires them to the page's events; the
+figures for each view are drawn by components.style.Look."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sbon.analysis.comparison import Comparison
+
+from .rounds import present_step, present_steps, result_caption
+from .style import Look
+from .updates import Update
+from .views import NO_RUN, Shown, show
+
+PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
 
 # The run bar sticks to the top of the window, so Run/Stop and the race stay in view beside the
 # live plot at any scroll position and zoom; plot text is sized for a projector.
@@ -59,3 +74,55 @@ KEYS_JS = """() => { document.addEventListener('keydown', (e) => {
   if (!forward && !back) return;
   const button = document.querySelector(forward ? '#present-next' : '#present-prev');
   if (button && button.offsetParent) { e.preventDefault(); button.click(); } }); }"""
+
+
+def look_for(presenter: bool, viewport: dict | None) -> Look:
+    """The look the page asked for: the presenter view, sized to the window the browser reported."""
+    viewport = viewport if isinstance(viewport, dict) else {}
+    px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
+    return Look(hall=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
+
+
+def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,
+                 running: float | None) -> dict[str, Any]:
+    """The Presenter toggle: redraw every view in the chosen look (during a run, the next frames)."""
+    look = look_for(presenter, viewport)
+    if comp is None or running:
+        return {"look": look}
+    return {**show(Shown(comp, origin or "the run shown before", kind, look=look)), "look": look}
+
+
+def on_present(comp: Comparison | None, running: float | None, look: Look, step: int | None = None,
+               move: int = 0, loop: bool = False) -> dict[str, Any]:
+    """"Present rounds": the live chart shows one decision point at a time, with its caption, as the run
+    drew it; each click, key press or timer tick moves one step (the last step is the run's result; timed,
+    it starts over). Without a finished run, one line says what to do."""
+    if running:
+        return {"caption": "A run is going: its rounds can be presented when it ends."}
+    if comp is None:
+        return {"caption": NO_RUN}
+    steps = present_steps(comp)
+    if not steps:
+        return {"caption": result_caption(comp)}
+    step = 0 if step is None else step + move
+    step = step % steps if loop else max(0, min(step, steps - 1))
+    figure, caption = present_step(comp, step)
+    return {"present": step, "live_plot": look.apply(figure, live=True), "caption": caption,
+            "present_prev": Update(visible=True, interactive=step > 0),
+            "present_next": Update(visible=True, interactive=step < steps - 1)}
+
+
+def on_present_tick(comp: Comparison | None, running: float | None, look: Look, step: int | None) -> dict[str, Any]:
+    """The kiosk's timer: the next step, round after round, then from the start again."""
+    return on_present(comp, running, look, step, move=1, loop=True)
+
+
+def present_move(comp: Comparison | None, running: float | None, look: Look, step: int | None,
+                 move: int) -> dict[str, Any]:
+    """◀ and ▶ (and a clicker's keys): one step back or on."""
+    return on_present(comp, running, look, step, move=move)
+
+
+def on_timed(timed: bool) -> dict[str, Any]:
+    """The "timed" box starts and stops the kiosk's timer."""
+    return {"present_timer": Update(value=PRESENT_STEP_S, active=bool(timed))}

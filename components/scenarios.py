@@ -11,7 +11,8 @@ from typing import Any
 from sbon.ifeval import load_prompts
 from sbon.ifeval.data import SHIPPED_FILE
 
-from .controls import load_examples
+from .controls import EXAMPLES
+from .updates import Update
 
 # IFEval prompts of the evaluation split (even key) with one instruction each: some are decided early
 # ("no commas", "all lowercase", a forbidden word: a violation is final at once), one stays open to the end
@@ -43,7 +44,7 @@ def _ifeval_examples() -> tuple[str, ...]:
     return tuple(by_key[k] for k in IFEVAL_EXAMPLE_KEYS if k in by_key)
 
 
-HELPFUL_EXAMPLES = tuple(e.prompt for e in load_examples())  # the app's curated AlpacaEval / HH prompts
+HELPFUL_EXAMPLES = tuple(e.prompt for e in EXAMPLES)  # the app's curated AlpacaEval / HH prompts
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -80,3 +81,24 @@ def scenario_prompt_choices(key: str | None) -> list[tuple[str, str]]:
     """The scenario's example prompts as dropdown choices (label shortened, value the whole prompt)."""
     prompts = SCENARIOS[key].prompts if key in SCENARIOS else ()
     return [(p[:90] + ("…" if len(p) > 90 else ""), p) for p in prompts]
+
+
+def on_scenario(key: str) -> dict[str, Any]:
+    """A scenario sets the reward that can judge its prompts, the pruning signal and the answer length that
+    fit it, and offers its example prompts."""
+    if key not in SCENARIOS:
+        return {}
+    settings = SCENARIOS[key].settings()
+    return {"reward": settings["reward"], "prune_by": settings["prune_by"],
+            "max_new_tokens": settings["max_new_tokens"], "prompt": settings["prompt"],
+            "scenario_prompts": Update(choices=scenario_prompt_choices(key), value=settings["prompt"])}
+
+
+def on_settings_scenario(reward: str, prune_by: str, max_new_tokens: Any) -> dict[str, Any]:
+    """The Scenario dropdown follows the settings: it names the scenario they are, or none."""
+    key = scenario_of(reward, prune_by, max_new_tokens)
+    return {"scenario": key, "scenario_prompts": Update(choices=scenario_prompt_choices(key))}
+
+
+def on_scenario_prompt(prompt: str | None) -> dict[str, Any]:
+    return {"prompt": prompt} if prompt else {}

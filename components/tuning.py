@@ -15,6 +15,8 @@ import pandas as pd
 from sbon.errors import SBoNError
 from sbon.results import decision_token
 
+from .updates import WARNING, Update
+
 MAX_TUNE_BYTES = 5_000_000
 COLUMNS = ["signal", "decision point (tokens)", "α", "normalized score", "token speedup", "winner kept", "Kendall"]
 
@@ -91,3 +93,17 @@ def _round(x: Any, digits: int) -> float | None:
 
 def _percent(x: Any) -> str | None:
     return None if x is None else f"{100 * float(x):.0f} %"
+
+
+def on_tune_upload(path: str | None) -> dict[str, Any]:
+    try:
+        tuning = load_tuning(path)
+    except SBoNError as e:
+        return {"tune_summary": f"⚠ could not read that file: {e}", "use_tuned": Update(visible=False), WARNING: str(e)}
+    return {"tuning": tuning, "tune_summary": tuning_summary(tuning), "tune_table": tuning_table(tuning),
+            "use_tuned": Update(visible=bool(tuning.run_config))}
+
+
+def on_use_tuned(tuning: Tuning | None) -> dict[str, Any]:
+    """Put the tuned setting in the controls (their change events then show the method's own knobs)."""
+    return tuned_settings(tuning) if tuning is not None else {}

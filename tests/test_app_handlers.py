@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sbon.analysis.comparison import Comparison
+from components import controls, presenter, runs, scenarios, tables, tuning, views
+from components.style import Look
+from sbon.analysis.comparison import Comparison, ComparisonDone
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,12 +35,43 @@ def test_showing_the_recorded_run_fills_every_view(app):
     assert shown["tradeoff_plot"].data[0].type == "heatmap"  # the kind the page asked for
 
 
+def test_the_one_converter_gives_gradio_what_the_plain_handlers_mean(app):
+    """Handlers return plain records; app.for_gradio turns a whole page's worth into Gradio's values: updates
+    of the properties given (and only those), frozen figures as the plot's data, a notice as a toast, a
+    refusal as the error dialog."""
+    import gradio as gr
+    from gradio.components.plot import PlotData
+
+    from components.updates import WARNING, FrozenFigure, Refused, Update
+
+    shown = app.show_recorded("curves")
+    comp = shown["comparison"]
+    page = app.for_gradio(lambda: {**shown, "stop_btn": Update(visible=False), "live_plot": FrozenFigure("{}")})()
+    assert set(page) == set(shown) | {"stop_btn"}
+    assert page["decision_point"] == gr.update(choices=shown["decision_point"].choices, value=comp.sbon.decision_points[0].round)
+    assert page["stop_btn"] == {"__type__": "update", "visible": False}  # nothing else changes
+    assert isinstance(page["live_plot"], PlotData) and page["live_plot"].plot == "{}"
+    assert page["comparison"] is comp and page["source"] == shown["source"]  # plain values pass as they are
+    assert not any(isinstance(v, (Update, FrozenFigure)) for v in page.values())
+
+    with pytest.warns(UserWarning, match="a one-line notice"):
+        assert app.for_gradio(lambda: {"status": "⚠ x", WARNING: "a one-line notice"})() == {"status": "⚠ x"}
+    assert app.for_gradio(lambda: {})() == gr.skip()  # nothing to change: every output stays as it is
+
+    def refuse(_):
+        raise Refused("not now", duration_s=6)
+        yield
+    with pytest.raises(gr.Error, match="not now") as e:
+        list(app.for_gradio(refuse)(None))
+    assert e.value.duration == 6
+
+
 def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, monkeypatch):
     monkeypatch.setattr(app.MODELS, "load_async", lambda *a: pytest.fail("no model may load for bad settings"))
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", alpha=1.0)
     recorded = app.show_recorded("curves")
-    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"], app.Look()))
+    updates = list(app.RUNS.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look()))
     assert len(updates) == 1
     assert updates[0]["status"].startswith("⚠ alpha") and "\n" not in updates[0]["status"]
     assert updates[0]["running"] is None and updates[0]["stop_btn"].visible is False
@@ -46,7 +79,7 @@ def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, mon
 
 
 def test_each_method_shows_its_own_knobs(app):
-    rounds, tau = app.on_method("sbon"), app.on_method("sbon-tau")
+    rounds, tau = controls.on_method("sbon"), controls.on_method("sbon-tau")
     assert rounds["kv_budget"].visible and rounds["first_decision"].visible and not rounds["tau"].visible
     assert tau["tau"].visible and not tau["kv_budget"].visible and not tau["first_decision"].visible
 
@@ -54,7 +87,7 @@ def test_each_method_shows_its_own_knobs(app):
 def test_every_control_sets_a_run_setting_and_defaults_pass_the_checks(app):
     fields = app.DEFAULTS.to_dict()
     assert set(app.SETTING_NAMES) <= set(fields)
-    settings = app.settings_from([fields[name] or ("Hi" if name == "prompt" else 0) for name in app.SETTING_NAMES])
+    settings = controls.settings_from([fields[name] or ("Hi" if name == "prompt" else 0) for name in app.SETTING_NAMES])
     assert settings.config() == app.DEFAULTS.config()
 
 
@@ -66,17 +99,17 @@ def test_a_tuning_result_loads_and_puts_its_setting_in_the_controls(app, tmp_pat
                        "prune_by": "reward", "max_new_tokens": 128},
         "per_signal": {"reward": {"t": 16, "alpha": 0.8, "normalized_score": 98.4, "token_speedup": 3.39,
                                   "winner_kept": 0.6, "kendall": 0.25}, "deepconf": None}}))
-    shown = app.on_tune_upload(str(tune))
+    shown = tuning.on_tune_upload(str(tune))
     assert "α = 0.8" in shown["tune_summary"] and shown["use_tuned"].visible
     table = shown["tune_table"].set_index("signal")
     assert table.loc["reward", "token speedup"] == 3.39 and table.loc["deepconf", "winner kept"] == "never reached the floor"
-    settings = app.on_use_tuned(shown["tuning"])
+    settings = tuning.on_use_tuned(shown["tuning"])
     assert settings == {"method": "sbon-tau", "alpha": 0.8, "tau": 16, "prune_by": "reward", "n": 32,
                         "max_new_tokens": 128, "first_decision": 16}
-    app.settings_from([{**app.DEFAULTS.to_dict(), "prompt": "Hi", **settings}[name] or 0
+    controls.settings_from([{**app.DEFAULTS.to_dict(), "prompt": "Hi", **settings}[name] or 0
                        for name in app.SETTING_NAMES])  # the tuned setting passes the page's checks
 
-    recorded = app.on_tune_upload(str(ROOT / "assets" / "recorded_run.json"))
+    recorded = tuning.on_tune_upload(str(ROOT / "assets" / "recorded_run.json"))
     assert recorded["tune_summary"].startswith("⚠ could not read that file: not a tuning result")
     assert recorded["use_tuned"].visible is False
 
@@ -95,25 +128,25 @@ def test_model_status_says_what_is_loaded_now_after_runs_failures_and_reloads(ap
         return f"R:{name}"
 
     cache = mc.ModelCache(size=2, load_gen=lambda name, device: f"G:{name}", load_rew=load_rew)
-    monkeypatch.setattr(app, "MODELS", cache)
-    monkeypatch.setattr(app, "PRELOAD", [])
-    assert app.models_status().startswith("No model is loaded")
+    monkeypatch.setattr(runs, "MODELS", cache)
+    monkeypatch.setattr(runs, "PRELOAD", [])
+    assert runs.models_status().startswith("No model is loaded")
 
-    app.PRELOAD.append(cache.load_async("smollm2-135m", "likelihood"))  # the app's start-up load
-    app.PRELOAD[0].result()
-    status = app.models_status()
+    runs.PRELOAD.append(cache.load_async("smollm2-135m", "likelihood"))  # the app's start-up load
+    runs.PRELOAD[0].result()
+    status = runs.models_status()
     assert "generator `smollm2-135m`" in status and "`likelihood (smollm2-135m)`" in status and "⏳" not in status
 
     for reward in ("minilm-pref", "minilm-pref-nolength"):  # two runs with other rewards evict the default reward
         cache.load_async("smollm2-135m", reward).result()
-    status = app.models_status()
+    status = runs.models_status()
     assert "`minilm-pref`" in status and "`minilm-pref-nolength`" in status and "likelihood" not in status
     assert "⏳" not in status  # the old bug: "Loading the models…" forever once the defaults were evicted
 
     failed = cache.load_async("smollm2-135m", "broken")
     with pytest.raises(SBoNError):
         failed.result()
-    status = app.models_status()
+    status = runs.models_status()
     assert "⚠ loading `smollm2-135m` with `broken` failed: cannot load reward model 'broken'" in status
     assert "`minilm-pref-nolength`" in status  # a failed load leaves what is loaded as it was
 
@@ -121,31 +154,33 @@ def test_model_status_says_what_is_loaded_now_after_runs_failures_and_reloads(ap
     page = app.build_demo()
     model_status = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "model-status")
     assert callable(model_status.value) or model_status.value == status
-    reload = app.on_model_timer()
-    assert reload["model_status"] == status and reload["model_timer"].value == app.MODEL_STATUS_IDLE_S
+    reload = runs.on_model_timer()
+    assert reload["model_status"] == status and reload["model_timer"].value == runs.MODEL_STATUS_IDLE_S
 
     cache.load_async("smollm2-135m", "likelihood").result()  # the default again: the failure stays listed
-    assert "likelihood (smollm2-135m)" in app.models_status() and "minilm-pref`" not in app.models_status()
+    assert "likelihood (smollm2-135m)" in runs.models_status() and "minilm-pref`" not in runs.models_status()
 
 
 def test_a_second_run_is_refused_or_queued_with_a_reason(app, monkeypatch):
     import gradio as gr
 
     with pytest.raises(gr.Error, match="A run is already going"):
-        app.on_run_request(1.0)  # this session's run started at t=1
-    monkeypatch.setattr(app, "GENERATING", [0])
-    start = app.on_run_request(None)
+        app.for_gradio(app.RUNS.request)(1.0)  # this session's run started at t=1: the page's error dialog
+    monkeypatch.setattr(app.RUNS, "generating", 0)
+    start = app.RUNS.request(None)
     assert start["status"] == "Starting…" and start["running"] and start["stop_btn"].visible
     assert "New run starting" in start["summary"]  # the old headline goes at once
-    monkeypatch.setattr(app, "GENERATING", [1])  # another session's run holds the slot
-    queued = app.on_run_request(None)
+    monkeypatch.setattr(app.RUNS, "generating", 1)  # another session's run holds the slot
+    queued = app.RUNS.request(None)
     assert queued["status"].startswith("⏳ Queued") and "New run queued" in queued["summary"]
 
 
 def test_new_seed_is_a_different_valid_seed(app):
-    seeds = {app.on_new_seed(7) for _ in range(50)}
-    assert 7 not in seeds and len(seeds) > 40 and all(0 <= s < app.MAX_SEED for s in seeds)
-    app.settings_from([{**app.DEFAULTS.to_dict(), "prompt": "Hi", "seed": seeds.pop()}[name] or 0
+    from components.controls import MAX_SEED
+
+    seeds = {controls.on_new_seed(7) for _ in range(50)}
+    assert 7 not in seeds and len(seeds) > 40 and all(0 <= s < MAX_SEED for s in seeds)
+    controls.settings_from([{**app.DEFAULTS.to_dict(), "prompt": "Hi", "seed": seeds.pop()}[name] or 0
                        for name in app.SETTING_NAMES])
 
 
@@ -175,25 +210,25 @@ def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
     from components.scenarios import SCENARIOS
     from sbon.errors import SBoNError
 
-    update = app.on_scenario("instructions")
+    update = scenarios.on_scenario("instructions")
     assert update["reward"] == "ifeval" and update["prompt"] in SCENARIOS["instructions"].prompts
     assert len(SCENARIOS["instructions"].prompts) >= 4
     RunSettings(prompt=update["prompt"], reward="ifeval").check()  # an IFEval prompt: accepted
     with pytest.raises(SBoNError, match="add an instruction under Instructions, or pick an example") as e:
         RunSettings(prompt="Tell me a joke.", reward="ifeval").check()
     assert "\n" not in str(e.value)
-    assert app.on_scenario("fluency")["prune_by"] == "logprob"
+    assert scenarios.on_scenario("fluency")["prune_by"] == "logprob"
     assert "length" in SCENARIOS["helpful"].label  # the caveat is in the dropdown itself
 
 
 def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app, monkeypatch):
     """The order a lecture watches (issue #23): Speculative Rejection's answer under the race while
     Best-of-N still runs, then every view of both runs, then the views drawn from the prefix rewards."""
-    monkeypatch.setattr(app, "LIVE_FRAME_EVERY_S", 0.0)  # this small Best-of-N can finish within one frame's wait
+    monkeypatch.setattr(runs, "LIVE_FRAME_EVERY_S", 0.0)  # this small Best-of-N can finish within one frame's wait
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", n=4, max_new_tokens=12, alpha=0.5, method="sbon-tau", tau=4)
     recorded = app.show_recorded("curves")
-    updates = list(app.on_run(*values.values(), "curves", recorded["comparison"], recorded["origin"], app.Look()))
+    updates = list(app.RUNS.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look()))
     assert updates[0]["sbon_text"].value == "" and updates[0]["bon_text"].value == ""  # no stale answers
 
     answered = next(i for i, u in enumerate(updates) if u.get("sbon_text") is not None and u["sbon_text"].value)
@@ -225,10 +260,10 @@ def test_stop_says_what_the_views_show(app):
     import dataclasses
 
     recorded = app.show_recorded("curves")["comparison"]
-    before = app.on_stop(recorded, "the recorded run")
+    before = runs.on_stop(recorded, "the recorded run")
     assert before["status"] == "Stopped: the views still show the previous run" and before["running"] is None
     ready = dataclasses.replace(recorded, partials={})  # a run stopped after its final frame, before its prefixes
-    during = app.on_stop(ready, "your run")
+    during = runs.on_stop(ready, "your run")
     assert "Trade-off and Pruning-signals views of this run stay empty" in during["status"]
 
 
@@ -237,29 +272,29 @@ def test_presenter_controls_say_what_to_do_and_step_through_the_rounds(app):
     is one decision point with its caption, then the result; the timer starts over after the result."""
     from components.rounds import run_captions
 
-    none = app.on_present(None, None, app.Look())
-    assert none["caption"] == app.NO_RUN and "\n" not in none["caption"] and "present" not in none
-    assert "when it ends" in app.on_present(None, 123.0, app.Look())["caption"]
+    none = presenter.on_present(None, None, Look())
+    assert none["caption"] == views.NO_RUN and "\n" not in none["caption"] and "present" not in none
+    assert "when it ends" in presenter.on_present(None, 123.0, Look())["caption"]
     comp = app.show_recorded("curves")["comparison"]
     captions, step = [], None
     for _ in range(len(comp.sbon.decision_points) + 1):
-        update = app.on_present(comp, None, app.Look(), step, move=0 if step is None else 1)
+        update = presenter.on_present(comp, None, Look(), step, move=0 if step is None else 1)
         step = update["present"]
         captions.append(update["caption"])
     assert captions[:-1] == run_captions(comp) and captions[-1].startswith("Result · ")
     assert update["present_next"].interactive is False and update["present_prev"].interactive is True
-    assert app.on_present_tick(comp, None, app.Look(), step)["present"] == 0  # timed: from the start again
+    assert presenter.on_present_tick(comp, None, Look(), step)["present"] == 0  # timed: from the start again
 
 
 def test_the_page_names_its_scenario_and_types_no_measured_number(app):
     import re
 
-    assert app.on_settings_scenario("likelihood", "logprob", 128)["scenario"] == "fluency"
-    assert app.on_settings_scenario("likelihood", "logprob", 64)["scenario"] is None
-    assert app.on_settings_scenario("ifeval", "reward", 128)["scenario"] == "instructions"
+    assert scenarios.on_settings_scenario("likelihood", "logprob", 128)["scenario"] == "fluency"
+    assert scenarios.on_settings_scenario("likelihood", "logprob", 64)["scenario"] is None
+    assert scenarios.on_settings_scenario("ifeval", "reward", 128)["scenario"] == "instructions"
     assert re.search(r"\d", app.REWARD_NOTE) is None  # numbers come from result files, never typed
     assert app.REWARD_NOTE.count("\n") <= 2 and "usage.md" in app.REWARD_NOTE
-    names = set(app.VIEWS["correlations"](app.Shown(app.show_recorded("curves")["comparison"], "x")).columns)
+    names = set(views.VIEWS["correlations"](views.Shown(app.show_recorded("curves")["comparison"], "x")).columns)
     assert not names & {"tau", "pearson", "oracle_cut"}
 
 
@@ -288,7 +323,7 @@ def instructed_runs(app, gen):
                 event = next(streams[key], None)
                 if event is None:
                     del streams[key]
-                elif isinstance(event, app.ComparisonDone):
+                elif isinstance(event, ComparisonDone):
                     done[key] = event.comparison
     return done
 
@@ -313,30 +348,33 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
                                                                            monkeypatch):
     """Download and reopen, share and open the link, download as a page: the same instructions, the same
     verdicts, though the reward in memory was never given them; a file saved before runs recorded them loads."""
+    from components import replays
     from components.gallery import facts
+    from components.saved_runs import load_upload, save_for_download
     from components.share import ShareStore
+    from components.views import detail
     from sbon.ifeval.reward import IFEvalReward
 
     monkeypatch.setattr(app.MODELS, "loaded_reward", lambda reward, generator: IFEvalReward())
-    monkeypatch.setattr(app, "SHARES", ShareStore(folder=tmp_path))
+    monkeypatch.setattr(replays, "SHARES", ShareStore(folder=tmp_path))
     comp = instructed_runs["capitals"]
-    reopened = app.load_upload(app.save_for_download(comp))
+    reopened = load_upload(save_for_download(comp))
     assert reopened.sbon.instructions == [GIVEN["capitals"]]
-    details = [app.detail(comp, c.id) for c in comp.sbon.candidates]
+    details = [detail(comp, c.id) for c in comp.sbon.candidates]
     assert all("The reward model explains its score" in d and "explain failed" not in d for d in details)
-    assert [app.detail(reopened, c.id) for c in comp.sbon.candidates] == details
+    assert [detail(reopened, c.id) for c in comp.sbon.candidates] == details
     assert facts(reopened) == facts(comp) and facts(comp).violation_pruned  # the gallery's story checks
 
-    run_id = app.SHARES.put(comp.to_json())
-    shared = app.open_link(f"run={run_id}", "curves")
-    assert shared["detail"] == app.detail(comp, app.tables.first_pruned(comp))
+    run_id = replays.SHARES.put(comp.to_json())
+    shared = replays.open_link(f"run={run_id}", "curves")
+    assert shared["detail"] == detail(comp, tables.first_pruned(comp))
     assert "instructions: change\\_case\\:english\\_capital" in shared["source"]
 
     def verdicts(page: str) -> list[str]:
         return [part.split("</ul>")[0] for part in page.split('<ul class="sbon-explain">')[1:]]
-    exported = Path(app.on_page_export(reopened, "a saved run")["page_file"]).read_text(encoding="utf-8")
+    exported = Path(replays.on_page_export(reopened, "a saved run")["page_file"]).read_text(encoding="utf-8")
     judged = IFEvalReward().with_instructions(comp.sbon.prompt, [GIVEN["capitals"]])  # as the run was judged
-    assert verdicts(exported) and verdicts(exported) == verdicts(app.page_export.page_html(comp, reward=judged))
+    assert verdicts(exported) and verdicts(exported) == verdicts(replays.page_export.page_html(comp, reward=judged))
 
     before = json.loads(comp.to_json())
     for run in ("bon", "sbon"):

@@ -1,7 +1,8 @@
 """The layers, checked on the source: data flows engine -> events/results (sbon core) -> analysis
 (sbon.analysis) -> figures (components) -> app; benchmarks and training sit on top. No import circles
-(imports inside functions count), no core module that knows the analysis, pandas or the UI, and result
-folders that hold data and notes only."""
+(imports inside functions count), no core module that knows the analysis, pandas or the UI, no component
+that knows Gradio (app.py alone turns their plain data into Gradio's values), and result folders that hold
+data and notes only."""
 
 import ast
 from pathlib import Path
@@ -93,6 +94,14 @@ def test_the_analysis_knows_nothing_of_figures_or_the_app():
     for name, path in project_files().items():
         if name.startswith("sbon.analysis"):
             bad = {m for m in imports(name, path) if m.split(".")[0] in ("components", "benchmarks", "app", "gradio")}
+            assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_the_components_know_nothing_of_gradio_or_the_app():
+    """Views and handlers return plain data; only app.py knows which Gradio element shows what."""
+    for name, path in project_files().items():
+        if name.startswith("components"):
+            bad = {m for m in imports(name, path) if m.split(".")[0] in ("gradio", "gradio_client", "app")}
             assert not bad, f"{name} imports {sorted(bad)}"
 
 

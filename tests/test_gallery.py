@@ -181,11 +181,11 @@ def test_a_visitor_waiting_for_the_generation_slot_sees_their_place_and_an_estim
     threads = torch.get_num_threads()
     import app
     torch.set_num_threads(threads)
-    monkeypatch.setattr(app, "GENERATING", [1])
-    monkeypatch.setattr(app, "waiting_runs", lambda: 2)
-    monkeypatch.setattr(app, "RUN_SECONDS", [30.0, 40.0, 50.0])
-    status = app.on_run_request(None)["status"]
+    monkeypatch.setattr(app.RUNS, "generating", 1)
+    monkeypatch.setattr(app.RUNS, "waiting", lambda: 2)
+    monkeypatch.setattr(app.RUNS, "seconds", [30.0, 40.0, 50.0])
+    status = app.RUNS.request(None)["status"]
     assert "3 runs ahead of yours" in status and "place 4" in status and "about 120 s to wait" in status
-    monkeypatch.setattr(app, "GENERATING", [0])
-    monkeypatch.setattr(app, "waiting_runs", lambda: 0)
-    assert app.on_run_request(None)["status"] == "Starting…"
+    monkeypatch.setattr(app.RUNS, "generating", 0)
+    monkeypatch.setattr(app.RUNS, "waiting", lambda: 0)
+    assert app.RUNS.request(None)["status"] == "Starting…"

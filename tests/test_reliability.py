@@ -50,12 +50,8 @@ def test_prompt_length_is_capped_before_tokenizing():
 
 @pytest.fixture(scope="module")
 def load_upload():
-    """app.load_upload; importing the app sets torch's thread count for a server, so put it back."""
-    import torch
-
-    threads = torch.get_num_threads()
-    from app import load_upload
-    torch.set_num_threads(threads)
+    """What the page's upload reads a file with (components.replays.on_upload)."""
+    from components.saved_runs import load_upload
     return load_upload
 
 
