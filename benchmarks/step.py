@@ -436,7 +436,7 @@ batch = dec.start(gen.prefill(gen.encode_prompt("Hello")), [0, 1], False, 8)
 start = time.perf_counter()
 dec.forward(batch, torch.tensor([100, 200]))
 seconds = time.perf_counter() - start
-saved = getattr(dec, "loaded", {}).get(False)
+saved = dec.saved_step() if hasattr(dec, "saved_step") else None
 print(json.dumps({"seconds": seconds, "inductor": dict(counters["inductor"]),
                   "step": "traced" if saved is None else "built" if saved.built else "loaded"}))
 """

@@ -11,7 +11,8 @@ saved, so they are left out (``_serializable``). What they checked is in the fil
 everything that changes the step's graph or its numbers (``step_key``): the model's weights, configuration and
 attention, the weight format, whether hidden states are kept, the torch, transformers and Python versions, this
 package's decode code, the CPU's vector instructions and the thread count inductor generated its kernels for.
-Guards that can be saved (every tensor's dtype, shape rules and strides) are checked at every call.
+Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked at every
+call; a process that changes its thread count loads, or compiles and saves, the step for the new one.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# This package's files whose code runs inside the step (a change in any of them changes the saved step).
-STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py")
+# This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).
+STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py", "aot_step.py")
 
 
 def step_key(gen, keep_hidden: bool) -> str:
@@ -38,6 +39,7 @@ def step_key(gen, keep_hidden: bool) -> str:
     here = Path(__file__).parent
     for part in (torch.__version__, transformers.__version__, sys.version, cpu_features(),
                  torch.get_num_threads(), gen.weights, keep_hidden, gen.model.config.to_json_string(),
+                 getattr(gen.model.config, "_attn_implementation", None),
                  weights_hash(gen.model), *((here / name).read_bytes() for name in STEP_SOURCES)):
         h.update(part if isinstance(part, bytes) else repr(part).encode())
         h.update(b"\0")

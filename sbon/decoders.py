@@ -79,7 +79,9 @@ class CompiledDecoder:
         self.graphs = gen.device.type == "cuda" if graphs is None else graphs
         self.compiled = compile
         self.saved = compile and not self.graphs if saved is None else saved
-        self.loaded: dict[bool, aot_step.SavedStep | None] = {}  # by keep_hidden; None: traced in this process
+        # By (hidden states kept, threads): Dynamo's guards hold the thread count its kernels were generated for.
+        # None: traced in this process.
+        self.loaded: dict[tuple[bool, int], aot_step.SavedStep | None] = {}
         self.announced = not compile  # the first compiled step says it is compiling: it takes a while
         self.step = _step if not compile else torch.compile(
             _step, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.graphs else None)
@@ -123,16 +125,16 @@ class CompiledDecoder:
 
     @torch.inference_mode()
     def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
-        live = len(tokens)
-        if self.saved and batch.keep_hidden not in self.loaded:
-            self.loaded[batch.keep_hidden] = self.load_or_build(self.inputs(batch, tokens))
+        live, which = len(tokens), (batch.keep_hidden, torch.get_num_threads())
+        if self.saved and which not in self.loaded:
+            self.loaded[which] = self.load_or_build(self.inputs(batch, tokens))
         # The saved step's guards reject inputs marked dynamic, as the ones it was compiled from are: fresh ones.
         args = self.inputs(batch, tokens)
-        step = self.loaded.get(batch.keep_hidden)
+        step = self.loaded.get(which)
         if step is not None and not step.fits(*args):
             log.warning("decode compiled: the saved step %s does not fit this batch; tracing it in this process",
                         step.path)
-            self.loaded[batch.keep_hidden] = step = None
+            self.loaded[which] = step = None
             self.announced = True
         if step is None:
             step = self.step
@@ -147,6 +149,10 @@ class CompiledDecoder:
         batch.logits = logits[:live]
         if batch.keep_hidden:
             batch.hidden = hidden[:live]
+
+    def saved_step(self, keep_hidden: bool = False) -> aot_step.SavedStep | None:
+        """The saved step this process uses now (None: none yet, or traced here)."""
+        return self.loaded.get((keep_hidden, torch.get_num_threads()))
 
     def load_or_build(self, args: tuple) -> aot_step.SavedStep | None:
         """The saved step for these arguments: loaded from the disk, or compiled and saved first; None (and one
@@ -198,7 +204,8 @@ def compile_problem(gen: Generator) -> str | None:
 
 def auto_compiles(gen: Generator) -> bool:
     """``auto``: compiled on a CPU where the generator is in the bf16 or int4 format (their kernels keep a row's
-    numbers independent of its batch, compiled or not: tests/test_compiled_step.py) and compiling is possible."""
+    numbers independent of its batch, compiled or not: tests/test_compiled_step.py) and compiling is possible: the
+    step is loaded where a process on this machine saved it, compiled and saved by the first process otherwise."""
     return gen.device.type == "cpu" and gen.weights in ("bf16", "int4") and compile_problem(gen) is None
 
 

@@ -69,6 +69,7 @@ def test_a_rows_tokens_and_logits_do_not_depend_on_its_batch(gen, compiled, thre
             parts = [decode(compiled, prefix, ids, 6) for ids in split]
             assert torch.equal(torch.cat([p[0] for p in parts]), tokens)
             assert torch.equal(torch.cat([p[1] for p in parts]), logits)
+        assert compiled.saved_step() is not None  # the step saved for this thread count, loaded, not traced
     finally:
         torch.set_num_threads(before)
 
@@ -163,7 +164,8 @@ def test_a_later_process_loads_the_saved_step(gen, tmp_path):
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     runs = [fresh_process_step("smollm2-135m", "int4", 1, first, env) for first in ((), ("bf16",))]
     assert [r["step"] for r in runs] == ["built", "loaded"]
-    assert runs[0]["inductor"].get("fxgraph_cache_miss") and not runs[1]["inductor"].get("fxgraph_cache_miss")
+    # the first lowered the graph to kernels, the second did not: it loaded them
+    assert runs[0]["inductor"].get("pattern_matcher_count") and "pattern_matcher_count" not in runs[1]["inductor"]
     assert len(list((tmp_path / "inductor" / "sbon-step").glob("*.pt"))) == 1
 
 
@@ -180,13 +182,13 @@ def test_where_the_step_cannot_be_saved_it_is_traced_with_the_same_numbers(gen, 
 
     prefix = gen.prefill(gen.encode_prompt(PROMPT))
     saved_tokens, saved_logits = decode(compiled, prefix, range(3), 6)
-    assert compiled.loaded[False] is not None
+    assert compiled.saved_step() is not None
     monkeypatch.setattr(aot_step, "step_path", lambda gen, keep_hidden: tmp_path / "step.pt")
     monkeypatch.setattr(aot_step, "build", full_disk)
     traced = CompiledDecoder(gen)
     with caplog.at_level(logging.WARNING, logger="sbon"):
         tokens, logits = decode(traced, prefix, range(3), 6)
-    assert traced.loaded[False] is None
+    assert traced.saved_step() is None
     assert sbon_lines(caplog)[-1] == ("decode compiled: the step cannot be saved (OSError: No space left on device); "
                                       "tracing it in this process")
     assert torch.equal(tokens, saved_tokens) and torch.equal(logits, saved_logits)
@@ -208,5 +210,5 @@ def test_a_damaged_saved_step_is_compiled_again(gen, compiled, monkeypatch, capl
     [line] = sbon_lines(caplog)
     assert line.startswith(f"decode compiled: the saved step {path} does not load (") and line.endswith(
         "; compiling it again")
-    assert again.loaded[False].built and path.stat().st_size > 1000
+    assert again.saved_step().built and path.stat().st_size > 1000
     assert torch.equal(tokens, loaded[0]) and torch.equal(logits, loaded[1])
