@@ -143,7 +143,8 @@ class CompiledDecoder:
             if not self.announced:
                 self.announced = True
                 log.warning("decode compiled: compiling the step once in this process (longest the first time on a "
-                            "machine; later processes find its kernels in %s)", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+                            "machine; later processes find its kernels in %s)",
+                            os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
         logits, hidden = step(*args)
         batch.cache.advance()
         batch.logits = logits[:live]
