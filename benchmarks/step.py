@@ -331,8 +331,8 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
 
     prefixes = {name: g.prefill(prompt_ids) for name, g in gens.items()}
     columns = {column_name(f, a): (f, a) for f in gens for a in s.attentions}
-    compiled, compile_s, decoders = {}, {}, {}
-    for fmt in s.compiled:  # the first step traces and compiles (from the disk cache where it holds the kernels)
+    compiled, compile_s, decoders, warm_start = {}, {}, {}, {}
+    for fmt in s.compiled:  # the first step compiles and saves the step (loads it where it is saved already)
         gens[fmt].model.set_attn_implementation(DECODE_ATTENTION)
         compiled[fmt] = decoder(gens[fmt], "compiled")
         start = time.perf_counter()
@@ -342,7 +342,8 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
         for rows in s.rows:
             engine_step_ms(gens[fmt], prefixes[fmt], rows, StepSettings(warm_steps=1, steps=1), sampling, compiled[fmt])
         compile_s[f"{fmt} other row counts"] = time.perf_counter() - start
-        compile_s[f"{fmt} warm start"] = fresh_process_step(gens[fmt].name, fmt, s.threads)["seconds"]
+        fresh = fresh_process_step(gens[fmt].name, fmt, s.threads)
+        compile_s[f"{fmt} warm start"], warm_start[fmt] = fresh["seconds"], fresh["step"]
         columns[f"{fmt} compiled"] = (fmt, DECODE_ATTENTION)
         columns[f"{fmt} compiled{GUARDS_SKIPPED}"] = (fmt, DECODE_ATTENTION)
         decoders[f"{fmt} compiled"], decoders[f"{fmt} compiled{GUARDS_SKIPPED}"] = compiled[fmt], SkipGuards(compiled[fmt])
@@ -377,7 +378,8 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
     profiles = {f"{fmt} compiled/{rows}": engine_step_ms(gens[fmt], prefixes[fmt], rows, s, sampling, dec, profile=True)
                 for fmt, dec in compiled.items() for rows in s.profile_rows}
     return {"probes": {k: med[k] for k in ("matmul_fp32_gflops", "matmul_bf16_gflops", "copy_gbps")},
-            "table": table, "samples": samples, "compile_s": compile_s, "profiles": profiles,
+            "table": table, "samples": samples, "compile_s": compile_s, "warm_start_step": warm_start,
+            "profiles": profiles,
             "targets": targets(table)}
 
 
@@ -433,14 +435,18 @@ dec = decoder(gen, "compiled")
 batch = dec.start(gen.prefill(gen.encode_prompt("Hello")), [0, 1], False, 8)
 start = time.perf_counter()
 dec.forward(batch, torch.tensor([100, 200]))
-print(json.dumps({"seconds": time.perf_counter() - start, "inductor": dict(counters["inductor"])}))
+seconds = time.perf_counter() - start
+saved = dec.saved_step() if hasattr(dec, "saved_step") else None
+print(json.dumps({"seconds": seconds, "inductor": dict(counters["inductor"]),
+                  "step": "traced" if saved is None else "built" if saved.built else "loaded"}))
 """
 
 
 def fresh_process_step(generator: str, fmt: str, threads: int, first: Sequence[str] = (),
                        env: dict[str, str] | None = None) -> dict[str, Any]:
-    """A fresh process's first compiled step in ``fmt`` (after loading models in the ``first`` formats): its seconds
-    (trace, and the kernels from the disk cache where they are) and inductor's counters (cache hits and misses)."""
+    """A fresh process's first compiled step in ``fmt`` (after loading models in the ``first`` formats): its seconds,
+    how it got the step (``step``: ``loaded`` from the disk, ``built``: compiled and saved there, ``traced`` in the
+    process where it could not be saved) and inductor's counters (cache hits and misses)."""
     import json
     import subprocess
     out = subprocess.run([sys.executable, "-c", FRESH_PROCESS, fmt, str(threads), generator, *first], env=env,
@@ -519,8 +525,8 @@ def main(args: argparse.Namespace) -> int:
         print(line)
     for key, seconds in result["compile_s"].items():
         what = ("the other row counts' first steps" if key.endswith(" other row counts") else
-                "a fresh process's first step (trace, kernels from the disk cache)" if key.endswith(" warm start") else
-                "first step (trace and compile)")
+                "a fresh process's first step (the saved step loaded)" if key.endswith(" warm start") else
+                "first step (compile and save, or load where saved)")
         print(f"{key.split()[0]} compiled: {what}, inductor cache {inductor_cache()}: {seconds:.1f} s")
     for t in result["targets"]:
         print(f"target {t['rows']} rows {t['target']}: {t['column']} {t['ms']:.1f} ms, {'met' if t['met'] else 'MISSED'}")

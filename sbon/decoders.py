@@ -11,9 +11,10 @@
 - ``auto``: ``compiled`` where it keeps the coupled sampling exact (a CPU with the bf16 or int4 format and a C++
   compiler for inductor), ``eager`` elsewhere.
 
-The compiled artifacts go to a cache on disk (``$SBON_CACHE/inductor``, inductor's FX graph and AOTAutograd
-caches), so a later process traces the step again but does not compile it again. Where compiling is not
-possible, one logged line says why and the run decodes eagerly.
+On a CPU the compiled step is saved whole beside inductor's caches (``$SBON_CACHE/inductor``, sbon.aot_step): the
+first process on a machine compiles and saves it, later ones load it in seconds instead of tracing it again. Where
+it cannot be saved, the process traces it (its kernels from inductor's disk cache); where compiling is not
+possible, the run decodes eagerly; each with one logged line saying why.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Sequence
 
 import torch
 
+from . import aot_step
 from .engine import Batch, Generator, Prefix
 from .errors import SBoNError
 from .static_cache import SlabCache
@@ -68,12 +70,18 @@ class CompiledDecoder:
     """One compiled decode step over a static KV slab (see the module's docstring)."""
     name = "compiled"
 
-    def __init__(self, gen: Generator, graphs: bool | None = None, compile: bool = True):
+    def __init__(self, gen: Generator, graphs: bool | None = None, compile: bool = True, saved: bool | None = None):
         """``graphs``: the CUDA-graph layout (default: on a CUDA device); ``compile=False`` runs the same step
-        eagerly over the same slab (what the tests check the layouts with on a CPU)."""
+        eagerly over the same slab (what the tests check the layouts with on a CPU); ``saved``: the step is loaded
+        from the disk, compiled and saved there first where it is not yet (sbon.aot_step), instead of traced in
+        this process (default: where it compiles without the CUDA-graph layout)."""
         self.gen = gen
         self.graphs = gen.device.type == "cuda" if graphs is None else graphs
         self.compiled = compile
+        self.saved = compile and not self.graphs if saved is None else saved
+        # By (hidden states kept, threads): Dynamo's guards hold the thread count its kernels were generated for.
+        # None: traced in this process.
+        self.loaded: dict[tuple[bool, int], aot_step.SavedStep | None] = {}
         self.announced = not compile  # the first compiled step says it is compiling: it takes a while
         self.step = _step if not compile else torch.compile(
             _step, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.graphs else None)
@@ -90,8 +98,8 @@ class CompiledDecoder:
         cache = SlabCache(prefix.cache, self.rows(len(candidate_ids)), -(-length // SLAB_LENGTH_STEP) * SLAB_LENGTH_STEP)
         return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
 
-    @torch.inference_mode()
-    def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
+    def inputs(self, batch: Batch, tokens: torch.Tensor) -> tuple:
+        """The step's arguments for these tokens (the slab made ready for them; calling it again gives the same)."""
         cache, live = batch.cache, len(tokens)
         rows = self.rows(live)
         # Padding rows: copies of the last token, their results dropped. Always a new tensor made here, in inference
@@ -102,23 +110,83 @@ class CompiledDecoder:
         # AOTAutograd merge the two, and the merged input is no longer static, so CUDA graphs were skipped
         # (benchmarks/results/gpu-h100/cudagraph-probe).
         positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1).clone()
-        tokens = tokens.view(-1, 1)
-        if self.compiled and not self.graphs:  # one graph for every row count and length
-            torch._dynamo.maybe_mark_dynamic(tokens, 0)
-            torch._dynamo.maybe_mark_dynamic(positions, 0)
-            for layer in cache.layers:
-                for kv in (layer.keys, layer.values):
-                    torch._dynamo.maybe_mark_dynamic(kv, 0)
-                    torch._dynamo.maybe_mark_dynamic(kv, 2)
-        if not self.announced:
+        return self.gen.model, tokens.view(-1, 1), positions, cache, batch.keep_hidden
+
+    @staticmethod
+    def mark_dynamic(args: tuple) -> None:
+        """One graph for every row count and length: those dimensions are symbols when the step is compiled."""
+        _, tokens, positions, cache, _ = args
+        torch._dynamo.maybe_mark_dynamic(tokens, 0)
+        torch._dynamo.maybe_mark_dynamic(positions, 0)
+        for layer in cache.layers:
+            for kv in (layer.keys, layer.values):
+                torch._dynamo.maybe_mark_dynamic(kv, 0)
+                torch._dynamo.maybe_mark_dynamic(kv, 2)
+
+    @torch.inference_mode()
+    def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
+        live, which = len(tokens), (batch.keep_hidden, torch.get_num_threads())
+        if self.saved and which not in self.loaded:
+            self.loaded[which] = self.load_or_build(self.inputs(batch, tokens))
+        # The saved step's guards reject inputs marked dynamic, as the ones it was compiled from are: fresh ones.
+        args = self.inputs(batch, tokens)
+        step = self.loaded.get(which)
+        if step is not None and not step.fits(*args):
+            log.warning("decode compiled: the saved step %s does not fit this batch; tracing it in this process",
+                        step.path)
+            self.loaded[which] = step = None
             self.announced = True
-            log.warning("decode compiled: compiling the step once in this process (longest the first time on a "
-                        "machine; later processes find its kernels in %s)", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-        logits, hidden = self.step(self.gen.model, tokens, positions, cache, batch.keep_hidden)
-        cache.advance()
+        if step is None:
+            step = self.step
+            if self.compiled and not self.graphs:
+                self.mark_dynamic(args)
+            if not self.announced:
+                self.announced = True
+                log.warning("decode compiled: compiling the step once in this process (longest the first time on a "
+                            "machine; later processes find its kernels in %s)",
+                            os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+        logits, hidden = step(*args)
+        batch.cache.advance()
         batch.logits = logits[:live]
         if batch.keep_hidden:
             batch.hidden = hidden[:live]
+
+    def saved_step(self, keep_hidden: bool = False) -> aot_step.SavedStep | None:
+        """The saved step this process uses now (None: none yet, or traced here)."""
+        return self.loaded.get((keep_hidden, torch.get_num_threads()))
+
+    def load_or_build(self, args: tuple) -> aot_step.SavedStep | None:
+        """The saved step for these arguments: loaded from the disk, or compiled and saved first; None (and one
+        logged line saying why) where neither works, and this process traces the step itself."""
+        try:
+            path = aot_step.step_path(self.gen, args[-1])
+        except Exception as e:  # noqa: BLE001 - any reason the step cannot be named: the traced step still runs
+            return self._not_saved(f"the step cannot be named ({_reason(e)})")
+        if path.exists():
+            try:
+                return aot_step.load(_step, path)
+            except Exception as e:  # noqa: BLE001 - a stale or damaged file: compiled again below
+                log.warning("decode compiled: the saved step %s does not load (%s); compiling it again", path,
+                            _reason(e))
+        else:
+            log.warning("decode compiled: compiling the step once on this machine (a minute or more) and saving it "
+                        "to %s", path)
+        try:
+            self.mark_dynamic(args)
+            aot_step.build(_step, args, path)
+            return aot_step.load(_step, path, built=True)
+        except Exception as e:  # noqa: BLE001 - whatever failed, the traced step still runs
+            return self._not_saved(f"the step cannot be saved ({_reason(e)})")
+
+    def _not_saved(self, why: str) -> None:
+        log.warning("decode compiled: %s; tracing it in this process", why)
+        self.announced = True
+
+
+def _reason(e: BaseException) -> str:
+    """An exception in one line for a log."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:200]}"
 
 
 def compile_problem(gen: Generator) -> str | None:
@@ -137,7 +205,8 @@ def compile_problem(gen: Generator) -> str | None:
 
 def auto_compiles(gen: Generator) -> bool:
     """``auto``: compiled on a CPU where the generator is in the bf16 or int4 format (their kernels keep a row's
-    numbers independent of its batch, compiled or not: tests/test_compiled_step.py) and compiling is possible."""
+    numbers independent of its batch, compiled or not: tests/test_compiled_step.py) and compiling is possible: the
+    step is loaded where a process on this machine saved it, compiled and saved by the first process otherwise."""
     return gen.device.type == "cpu" and gen.weights in ("bf16", "int4") and compile_problem(gen) is None
 
 

@@ -9,6 +9,7 @@ import logging
 import pytest
 import torch
 
+from sbon import aot_step
 from sbon.algorithms import RunConfig, events, run
 from sbon.decoders import CompiledDecoder, EagerDecoder, decoder
 from sbon.engine import SamplingConfig, coupled_uniforms, sample
@@ -31,8 +32,9 @@ def gen(request):
 
 @pytest.fixture(scope="module")
 def compiled(gen):
+    """The decoder runs use: its step loaded from the disk (compiled and saved there first on a new machine)."""
     dec = decoder(gen, "compiled")
-    assert isinstance(dec, CompiledDecoder) and dec.compiled
+    assert isinstance(dec, CompiledDecoder) and dec.compiled and dec.saved
     return dec
 
 
@@ -67,6 +69,7 @@ def test_a_rows_tokens_and_logits_do_not_depend_on_its_batch(gen, compiled, thre
             parts = [decode(compiled, prefix, ids, 6) for ids in split]
             assert torch.equal(torch.cat([p[0] for p in parts]), tokens)
             assert torch.equal(torch.cat([p[1] for p in parts]), logits)
+        assert compiled.saved_step() is not None  # the step saved for this thread count, loaded, not traced
     finally:
         torch.set_num_threads(before)
 
@@ -147,20 +150,65 @@ def test_without_a_compiler_the_run_decodes_eagerly_with_one_line(gen, monkeypat
     assert line == "decode compiled: no C++ compiler for torch.compile's CPU kernels (install g++); decoding eagerly"
 
 
-def test_a_later_process_finds_the_compiled_step_on_disk(gen, tmp_path):
-    """The compiled step's graphs go to $SBON_CACHE/inductor, and a second process loading the same model finds
-    them there instead of compiling again, also when it loaded another model first (the graph must not hold
-    anything that differs between processes)."""
+def test_a_later_process_loads_the_saved_step(gen, tmp_path):
+    """The first process on a machine compiles the step and saves it beside inductor's caches
+    ($SBON_CACHE/inductor); a later one loads it instead of tracing it, also when it loaded another model first
+    (the saved step must not hold anything that differs between processes)."""
     import os
 
     from benchmarks.step import fresh_process_step
 
     if gen.weights != "int4":
-        pytest.skip("one format is enough: the cache does not depend on it")
+        pytest.skip("one format is enough: saving does not depend on it")
     env = {**os.environ, "SBON_CACHE": str(tmp_path)}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    runs = [fresh_process_step("smollm2-135m", "int4", 1, first, env)["inductor"] for first in ((), ("bf16",))]
-    assert runs[0].get("fxgraph_cache_miss") and not runs[0].get("fxgraph_cache_hit")
-    assert runs[1].get("fxgraph_cache_hit") and not runs[1].get("fxgraph_cache_miss")
-    assert (tmp_path / "inductor").is_dir()
+    runs = [fresh_process_step("smollm2-135m", "int4", 1, first, env) for first in ((), ("bf16",))]
+    assert [r["step"] for r in runs] == ["built", "loaded"]
+    # the first lowered the graph to kernels, the second did not: it loaded them
+    assert runs[0]["inductor"].get("pattern_matcher_count") and "pattern_matcher_count" not in runs[1]["inductor"]
+    assert len(list((tmp_path / "inductor" / "sbon-step").glob("*.pt"))) == 1
 
+
+def sbon_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("sbon")]
+
+
+def test_where_the_step_cannot_be_saved_it_is_traced_with_the_same_numbers(gen, compiled, monkeypatch, caplog,
+                                                                         tmp_path):
+    """A step that cannot be saved (here: a full disk) is traced in the process, as before saving existed, with
+    one line saying why; the saved step and the traced one give the same tokens and logits, bit for bit."""
+    def full_disk(*args):
+        raise OSError("No space left on device")
+
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    saved_tokens, saved_logits = decode(compiled, prefix, range(3), 6)
+    assert compiled.saved_step() is not None
+    monkeypatch.setattr(aot_step, "step_path", lambda gen, keep_hidden: tmp_path / "step.pt")
+    monkeypatch.setattr(aot_step, "build", full_disk)
+    traced = CompiledDecoder(gen)
+    with caplog.at_level(logging.WARNING, logger="sbon"):
+        tokens, logits = decode(traced, prefix, range(3), 6)
+    assert traced.saved_step() is None
+    assert sbon_lines(caplog)[-1] == ("decode compiled: the step cannot be saved (OSError: No space left on device); "
+                                      "tracing it in this process")
+    assert torch.equal(tokens, saved_tokens) and torch.equal(logits, saved_logits)
+
+
+def test_a_damaged_saved_step_is_compiled_again(gen, compiled, monkeypatch, caplog, tmp_path):
+    """A saved step that does not load (a damaged or foreign file under its name) is compiled and saved again,
+    with one line saying why, and gives the numbers of the step every run loads."""
+    if gen.weights != "int4":
+        pytest.skip("one format is enough: loading does not depend on it")
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    loaded = decode(compiled, prefix, range(3), 4)
+    path = tmp_path / "step.pt"
+    path.write_bytes(b"not a saved step")
+    monkeypatch.setattr(aot_step, "step_path", lambda gen, keep_hidden: path)
+    again = CompiledDecoder(gen)
+    with caplog.at_level(logging.WARNING, logger="sbon"):
+        tokens, logits = decode(again, prefix, range(3), 4)
+    [line] = sbon_lines(caplog)
+    assert line.startswith(f"decode compiled: the saved step {path} does not load (") and line.endswith(
+        "; compiling it again")
+    assert again.saved_step().built and path.stat().st_size > 1000
+    assert torch.equal(tokens, loaded[0]) and torch.equal(logits, loaded[1])

@@ -1,0 +1,109 @@
+"""The compiled decode step saved to disk and loaded by later processes (``decode compiled`` on a CPU).
+
+Why: a process that compiles the step with `torch.compile` traces `transformers`' forward with Dynamo first, and
+that tracing alone takes longer than the app's warm start allows, even where inductor's disk cache already holds
+the kernels (benchmarks/results/*/step). `torch.compile`'s ahead-of-time mode (``aot_compile``) keeps what tracing
+made (Dynamo's bytecode, its guards and inductor's kernels) in one file, which a later process loads in seconds
+instead of tracing again. The first process on a machine compiles and saves it.
+
+The step takes the model and the KV slab as Python objects, which Dynamo guards by identity; such guards cannot be
+saved, so they are left out (``_serializable``). What they checked is in the file's name instead: a hash of
+everything that changes the step's graph or its numbers (``step_key``): the model's weights, configuration and
+attention, the weight format, whether hidden states are kept, the torch, transformers and Python versions, this
+package's decode code, the CPU's vector instructions and the thread count inductor generated its kernels for.
+Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked at every
+call; a process that changes its thread count loads, or compiles and saves, the step for the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).
+STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py", "aot_step.py")
+
+
+def step_key(gen, keep_hidden: bool) -> str:
+    """The saved step's name: a hash of everything its graph and numbers depend on (see the module's docstring)."""
+    import transformers
+
+    h = hashlib.blake2b(digest_size=16)
+    here = Path(__file__).parent
+    for part in (torch.__version__, transformers.__version__, sys.version, cpu_features(),
+                 torch.get_num_threads(), gen.weights, keep_hidden, gen.model.config.to_json_string(),
+                 getattr(gen.model.config, "_attn_implementation", None),
+                 weights_hash(gen.model), *((here / name).read_bytes() for name in STEP_SOURCES)):
+        h.update(part if isinstance(part, bytes) else repr(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def cpu_features() -> tuple:
+    """The CPU's vector instructions inductor may compile for (a step compiled with them crashes a CPU without)."""
+    return tuple(sorted((name, getattr(torch.cpu, name)()) for name in dir(torch.cpu)
+                        if name.startswith("_is_") and name.endswith("_supported")))
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """A hash of every parameter's and buffer's name, shape, dtype and bytes (kept on the model: computed once)."""
+    if getattr(model, "_sbon_weights_hash", None) is None:
+        h = hashlib.blake2b(digest_size=16)
+        for name, t in (*model.named_parameters(), *model.named_buffers()):
+            h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+            h.update(t.detach().contiguous().view(torch.uint8).numpy() if t.numel() else b"")
+        model._sbon_weights_hash = h.hexdigest()
+    return model._sbon_weights_hash
+
+
+def step_path(gen, keep_hidden: bool) -> Path:
+    """Beside inductor's own caches ($SBON_CACHE/inductor, or TORCHINDUCTOR_CACHE_DIR): one folder to empty, or
+    to point elsewhere, for a cold compile."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    return Path(cache_dir()) / "sbon-step" / f"{step_key(gen, keep_hidden)}.pt"
+
+
+def _serializable(guards: Sequence[Any]) -> list[bool]:
+    """Dynamo's guards a file can hold: none by identity (the model, the slab, functions) nor on globals."""
+    from torch._dynamo.guards import CheckFunctionManager
+    unsaved = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
+    return [not (g.is_global or g.guard_type in unsaved or unsaved & set(g.derived_guard_types)) for g in guards]
+
+
+class SavedStep:
+    """A step loaded from its file: ``fits(*args)`` checks the saved guards, ``step(*args)`` runs it."""
+
+    def __init__(self, fn: Callable, path: Path, built: bool = False):
+        self.fn, self.path, self.built = fn, path, built  # built: compiled and saved by this process
+        fn.disable_guard_check()  # checked once per call by fits(), which says so instead of raising
+
+    def fits(self, *args: Any) -> bool:
+        """The saved guards hold for these arguments (not checked under
+        ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, as a traced step's are not)."""
+        from torch._dynamo.eval_frame import _is_skip_guard_eval_unsafe_stance
+        return _is_skip_guard_eval_unsafe_stance() or self.fn.guard_check(*args)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def load(step: Callable, path: Path, built: bool = False) -> SavedStep:
+    """The step saved at ``path`` (``step``: the function it was compiled from, whose module's globals it reads)."""
+    with open(path, "rb") as f:
+        return SavedStep(torch.compiler.load_compiled_function(f, f_globals=step.__globals__), path, built)
+
+
+def build(step: Callable, args: tuple, path: Path) -> None:
+    """Compile ``step`` for ``args`` (their dimensions marked dynamic where the graph must not specialise) and save
+    it at ``path`` (written whole or not at all: other processes may read the folder)."""
+    compiled = torch.compile(step, fullgraph=True, dynamic=False, options={"guard_filter_fn": _serializable})
+    fn = compiled.aot_compile((args, {}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fn.save_compiled_function(str(path))  # serialised whole, then written to a temporary file and renamed
