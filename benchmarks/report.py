@@ -388,9 +388,12 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
             ["column"] + [f"{rows} rows {goal}" for rows, goal in goals],
             [[f"`{c}`"] + [cells.get((c, rows, goal), "–") for rows, goal in goals] for c in columns])]
     if d.get("compile_s"):
-        parts.append("First compiled steps (`first`: trace and compile; `warm start`: a fresh process's, the kernels "
-                     "from the disk cache): " + "; ".join(f"{k if ' ' in k else k + ' first'} {num(v, 0)} s"
-                                                          for k, v in d["compile_s"].items())
+        how = d.get("warm_start_step")  # files from before the saved step have none: their warm start traced
+        warm = ("a fresh process's, the saved step " + " / ".join(f"{f} {v}" for f, v in how.items()) if how else
+                "a fresh process's, the kernels from the disk cache")
+        parts.append(f"First compiled steps (`first`: trace and compile; `warm start`: {warm}): "
+                     + "; ".join(f"{k if ' ' in k else k + ' first'} {num(v, 0 if v >= 10 else 1)} s"
+                                 for k, v in d["compile_s"].items())
                      + f" (inductor cache: `{st.get('inductor_cache')}`).")
     return "\n\n".join(part for part in parts if part)
 
