@@ -1,5 +1,5 @@
 """What a handler asks of a page element besides a plain value, in plain data: the handlers in components/
-return {page element name: value} and know nothing of Gradio; app.py's one converter (`gradio_values`) turns
+return {page element name: value} and know nothing of Gradio; app.py's one converter (`for_gradio`) turns
 these records into Gradio's updates, figures and notices."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ class Update:
 
     def given(self) -> dict[str, Any]:
         """The properties this update sets, by name."""
-        unset = {"value": KEEP}
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not unset.get(f.name)}
+        return {f.name: v for f in fields(self)
+                if (v := getattr(self, f.name)) is not (KEEP if f.name == "value" else None)}
 
 
 @dataclass(frozen=True)
