@@ -619,9 +619,13 @@ def gpu_engine_row(results_dir: Path) -> list[str]:
 GPU_CHECK = ("gpu-h100", "gpu-check")  # the folder of the newest `python -m benchmarks gpu-check` on a GPU
 
 
+def gpu_check_file(results_dir: Path, part: str) -> Path:
+    return results_dir.joinpath(*GPU_CHECK, f"{part}.json")
+
+
 def gpu_check_part(results_dir: Path, part: str) -> tuple[dict, str]:
     """One part's file of the GPU check, and a line saying where it ran."""
-    path = results_dir.joinpath(*GPU_CHECK, f"{part}.json")
+    path = gpu_check_file(results_dir, part)
     d = json.loads(path.read_text())
     env = d["environment"]
     return d, (f"{link(results_dir, path)}: one {env.get('gpu', env['device'])}, torch {env['torch']}, transformers "
@@ -692,7 +696,7 @@ def gpu_check_engine_row(results_dir: Path) -> list[str]:
     env = d["environment"]
     ours = [o for o in d["summary"] if o["engine"] == "ours"]
     cells = "; ".join(f"N = {o['n']}, decode_chunk {o['decode_chunk']}: {times(o['vs_generate'])}" for o in ours)
-    path = results_dir.joinpath(*GPU_CHECK, "engine.json")
+    path = gpu_check_file(results_dir, "engine")
     return [f"[GPU check](space.md#the-gpu-check-one-command-on-a-bare-gpu-machine) on one {env['gpu']}, "
             f"{env['time'][:10]}, commit {env['git_commit']}, random-weight stand-in ({link(results_dir, path)})",
             "our Best-of-N tokens/s / `model.generate`'s", cells]

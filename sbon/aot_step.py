@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .engine import tensor_bytes
+
 log = logging.getLogger(__name__)
 
 # This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).
@@ -58,7 +60,7 @@ def weights_hash(model: torch.nn.Module) -> str:
         h = hashlib.blake2b(digest_size=16)
         for name, t in (*model.named_parameters(), *model.named_buffers()):
             h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-            h.update(t.detach().contiguous().view(torch.uint8).numpy() if t.numel() else b"")
+            h.update(tensor_bytes(t) if t.numel() else b"")
         model._sbon_weights_hash = h.hexdigest()
     return model._sbon_weights_hash
 

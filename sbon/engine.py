@@ -207,9 +207,14 @@ def _(x, weight, bias, key):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
+def tensor_bytes(t: torch.Tensor):
+    """A CPU tensor's bytes, as a buffer a hash can read (what a key of its values is made from)."""
+    return t.detach().contiguous().view(torch.uint8).numpy()
+
+
 def _weight_key(weight: torch.Tensor) -> str:
-    data = weight.detach().contiguous().view(torch.uint8).numpy()
-    return f"{tuple(weight.shape)}:{weight.dtype}:{hashlib.blake2b(data, digest_size=12).hexdigest()}"
+    digest = hashlib.blake2b(tensor_bytes(weight), digest_size=12).hexdigest()
+    return f"{tuple(weight.shape)}:{weight.dtype}:{digest}"
 
 
 def _release(key: str) -> None:

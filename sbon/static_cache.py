@@ -32,6 +32,8 @@ class SlabLayer(StaticLayer):
         self.slab_keys[:, :, :length] = keys  # a prefix of one row broadcasts to every row
         self.slab_values[:, :, :length] = values
         self.cumulative_length = torch.tensor(length, device=keys.device)
+        if self.device.type == "cuda":  # one tensor for the slab's life: marked once (see view)
+            torch._dynamo.mark_static_address(self.cumulative_length, guard=False)
         self.length, self.rows = length, capacity
         self.is_initialized = True
         self.view(capacity, length)
@@ -42,7 +44,7 @@ class SlabLayer(StaticLayer):
         if self.device.type == "cuda":
             # A CUDA graph may write only into inputs it knows stay where they are; unguarded, so that a new view
             # of the same slab is no reason to compile again.
-            for t in (self.keys, self.values, self.cumulative_length):
+            for t in (self.keys, self.values):
                 torch._dynamo.mark_static_address(t, guard=False)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
