@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +23,7 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import MODELS, configure_threads, convert_in_background
+from components.model_cache import MODELS, app_decode, configure_threads, convert_in_background
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -60,6 +61,10 @@ from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
 GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
 THREADS = configure_threads()
+try:
+    app_decode()  # a mistyped SBON_DECODE stops the app at once, in one line, not at the first Run
+except SBoNError as e:
+    sys.exit(f"SBON_DECODE: {e}")
 log = logging.getLogger("sbon.app")
 
 INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
@@ -105,8 +110,9 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
     ZeroGPU Space this runs on a lent GPU in a worker process: settings in, plain events out, the models
     from the cache the worker inherits (sbon/zerogpu.py)."""
     gen, reward = MODELS.get(settings.generator, settings.reward)
+    config = settings.config().replace(decode=MODELS.decode(settings.generator, gen))
     # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
-    yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, settings.config(),
+    yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
                                  bon_same_memory=settings.bon_same_memory)
 
 

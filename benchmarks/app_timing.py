@@ -101,6 +101,7 @@ def click_run(page) -> dict[str, Any]:
     return {"first_round_s": first if "first decision point" in status else None, "sbon_answer_s": answered,
             "final_frame_s": final, "views_ready_s": views, "server_done_s": float(server.group(1)) if server else None,
             "longest_still_s": still, "longest_still_from_s": still_at, "chart_longest_still_s": chart_still,
+            "decode": "compiled" if "decoded with the compiled step" in status else "eager",
             "status": page.locator("#status").inner_text(), "headline": headline}
 
 

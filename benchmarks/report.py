@@ -335,6 +335,9 @@ def app_timing(results_dir: Path, folder: str, only: str | None = None) -> str:
             setting += f", SBON_THREADS={st['SBON_THREADS']}"
         if st.get("weights") not in (None, "app default"):
             setting += f", SBON_WEIGHTS={st['weights']}"
+        decoded = list(dict.fromkeys(c["decode"] for c in d["clicks"] if "decode" in c))  # none: before #32, eager
+        if decoded:
+            setting += f", decode step {' then '.join(decoded) if len(decoded) > 1 else decoded[0]}"
         first = [c for c in d["clicks"] if c["models"] != "loaded"]
         warm = [c for c in d["clicks"] if c["models"] == "loaded"]
 

@@ -9,6 +9,7 @@ packages, the local copy, or the hub) before anything is loaded.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from typing import Callable, Iterator, TypeVar
 
 import torch
 
+from sbon.decoders import auto_compiles, check_decode, compiled_state, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, default_weights, load_generator,
@@ -30,6 +32,7 @@ from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def configure_threads() -> int:
@@ -154,7 +157,9 @@ class ModelCache:
     (``load_async``), the thread runs use, so the page can say what is loading while it waits."""
 
     def __init__(self, size: int = 2, load_gen: Callable[..., Generator] = load_generator,
-                 load_rew: Callable[..., RewardModel] = load_reward):
+                 load_rew: Callable[..., RewardModel] = load_reward, steps: "CompiledSteps | None" = None):
+        """``steps``: the app's compiled decode steps, built in the background (None: runs decode as SBON_DECODE
+        says, in their own process)."""
         self.size = size
         self._load_gen, self._load_rew = load_gen, load_rew
         self._generators: OrderedDict[tuple, Generator] = OrderedDict()
@@ -165,6 +170,7 @@ class ModelCache:
         self._step = ""  # what the running load is doing, for the status line
         self._step_started = 0.0
         self._failures: dict[tuple[str, str], str] = {}  # (generator, reward) -> why its last load failed
+        self.steps = steps
 
     def loaded(self) -> tuple[list[str], list[str]]:
         """What is in memory now, on this device: generator names, and reward names (a reward that
@@ -211,6 +217,8 @@ class ModelCache:
                 self._set_step("2/3 warming up the generator")
                 if not on_zerogpu():  # ZeroGPU's main process has no real GPU: its workers warm up in the run
                     _warm_up(gen)
+                    if self.steps:  # loads its compiled step if saved, or starts building it
+                        self.steps.decode(generator, gen)
                 self._generators[gkey] = gen
             self._generators.move_to_end(gkey)
             gen = self._generators[gkey]
@@ -225,6 +233,14 @@ class ModelCache:
                 while len(cache) > self.size:
                     cache.popitem(last=False)
             return gen, self._rewards[rkey]
+
+    def decode(self, generator: str, gen: Generator) -> str:
+        """The decode path (sbon.decoders) of a run of this generator that starts now: see CompiledSteps."""
+        return self.steps.decode(generator, gen) if self.steps else app_decode()
+
+    def decode_status(self, generator: str) -> str:
+        """One line for the page about this generator's compiled decode step ('' where there is nothing to say)."""
+        return self.steps.status(generator) if self.steps else ""
 
     def load_async(self, generator: str, reward: str) -> Future:
         """Start loading in the background thread (or join the load already under way) and return
@@ -289,6 +305,90 @@ def convert_in_background(generator: str) -> subprocess.Popen | None:
 _CONVERSIONS: dict[str, subprocess.Popen] = {}
 
 
+# -- the compiled decode step ----------------------------------------------------------------------
+
+def app_decode() -> str:
+    """How the app's runs decode, SBON_DECODE: ``auto`` (the default) with the compiled step where it keeps the
+    coupling exact (sbon.decoders.auto_compiles) once it is built on this machine, eagerly until then; ``eager`` or
+    ``compiled`` for every run (``compiled`` compiles in the first run that needs it, where it is not saved yet)."""
+    asked = os.environ.get("SBON_DECODE") or "auto"
+    check_decode(asked)
+    return asked
+
+
+class CompiledSteps:
+    """``auto``'s compiled decode step per generator: built once per machine by a child process, loaded here by the
+    next load or run, used by every run after. Each run records the path it decoded with (RunResult.decode).
+
+    A child, not this process: compiling and saving the step takes a minute or more per kind of run (hidden states
+    kept or not) on two cores, and here it would hold TORCH_THREAD, so that no run could start meanwhile. The child
+    runs only on cores the app leaves idle (Linux's SCHED_IDLE; else the lowest priority) and ends with the app; runs
+    decode eagerly until its files are on the disk."""
+
+    def __init__(self) -> None:
+        self._children: dict[str, subprocess.Popen] = {}
+        self._started: dict[str, float] = {}
+        self._failed: dict[str, str] = {}  # generator -> why its runs decode eagerly
+
+    def decode(self, name: str, gen: Generator) -> str:
+        """The decode path of a run of ``gen`` (the preset ``name``) that starts now. Called on TORCH_THREAD: it may
+        load the saved step (seconds)."""
+        asked = app_decode()
+        if asked != "auto":
+            return asked
+        if not auto_compiles(gen) or name in self._failed:
+            return "eager"
+        state = compiled_state(gen)
+        if state == "loaded":
+            return "compiled"
+        if state == "saved":
+            if prepare(gen):
+                return "compiled"
+            self._failed[name] = "its compiled decode step did not load (the app's log says why)"
+            return "eager"
+        child = self._children.get(name)
+        if child is None:
+            self._children[name], self._started[name] = _build_in_child(name), time.perf_counter()
+        elif child.poll() is not None:  # ended without saving both steps
+            self._failed[name] = f"its compiled decode step could not be built here (exit status {child.returncode}; " \
+                                 "the app's log says why)"
+        return "eager"
+
+    def status(self, name: str) -> str:
+        """One line for the page about this generator's decode step ('' where it has nothing to say)."""
+        if name in self._failed:
+            return f"`{name}` decodes op by op: {self._failed[name]}."
+        child = self._children.get(name)
+        if child is not None and child.poll() is None:
+            return (f"⚙ Compiling `{name}`'s decode step in the background "
+                    f"({time.perf_counter() - self._started[name]:.0f} s; once per machine, a minute or two): runs "
+                    "decode op by op until the next one after it.")
+        return ""
+
+
+def _build_in_child(name: str) -> subprocess.Popen:
+    """A child process that compiles and saves the generator's decode step for both kinds of run on idle cores,
+    ending with this process (its log lines go to this process's stderr)."""
+    code = ("import ctypes, logging, os, signal, sys\n"
+            "try:\n"
+            "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with the app\n"
+            "except (AttributeError, OSError):\n"
+            "    pass\n"
+            "try:  # it runs only on cores the app leaves idle: a run's threads wait on each other behind any other\n"
+            "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+            "except (AttributeError, OSError):\n"
+            "    os.nice(19)\n"
+            "logging.basicConfig(level=logging.WARNING, format='%(asctime)s compiled step: %(message)s')\n"
+            "from components.model_cache import configure_threads\n"
+            "configure_threads()  # the app's thread count: the saved step is for one\n"
+            "from sbon.decoders import prepare\n"
+            "from sbon.models import load_generator\n"
+            f"sys.exit(0 if prepare(load_generator({name!r}, device='cpu')) else 1)\n")
+    log.info("compiling %s's decode step in a child process (runs decode eagerly until it is saved)", name)
+    return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                            stdout=subprocess.DEVNULL)
+
+
 def _warm_up(gen: Generator) -> None:
     """One tiny prefill and decode step, so the first timed run does not pay for lazy initialisation
     (kernel selection, allocator growth) and the speedup compares like with like."""
@@ -300,4 +400,4 @@ def _warm_up(gen: Generator) -> None:
 
 # The page's one cache, shared by all its sessions (models are read-only; results live in each session's state),
 # by its handlers and by a ZeroGPU worker, which inherits it.
-MODELS = ModelCache()
+MODELS = ModelCache(steps=CompiledSteps())

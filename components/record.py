@@ -26,7 +26,7 @@ from sbon.options import add_options, values
 
 from .controls import ASSETS, RunSettings
 from .gallery import GALLERY, INDEX_FILE, caption, facts, read_index
-from .model_cache import ModelCache, configure_threads
+from .model_cache import ModelCache, app_decode, configure_threads
 
 RECORDED_WITH = "python -m components.record"  # the app's defaults, on its default prompt
 REPO = ASSETS.parent
@@ -36,7 +36,9 @@ def record(settings: RunSettings, out: str | Path, models: ModelCache) -> Compar
     """Run one comparison with these settings, say each decision point on stderr, write it to ``out``."""
     gen, reward = models.get(settings.generator, settings.reward)
     start = time.perf_counter()
-    for event in comparison_events(gen, settings.reward_for_run(reward), settings.prompt, settings.config(),
+    # As the app decodes once its compiled step is built (SBON_DECODE; compiled here, in this process, where needed).
+    config = settings.config().replace(decode=app_decode())
+    for event in comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
                                    bon_same_memory=settings.bon_same_memory):
         if isinstance(event, MethodEvent) and isinstance(event.event, DecisionTaken):
             point = event.event.decision

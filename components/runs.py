@@ -29,6 +29,8 @@ LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are r
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
+# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.CompiledSteps)
+DECODED = {"compiled": "decoded with the compiled step", "eager": "decoded op by op"}
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
 IDLE = {"running": None, "stop_btn": Update(visible=False)}  # what a run leaves when it ends
@@ -143,7 +145,8 @@ class Runs:
                 elif isinstance(event, ComparisonReady):  # both runs done: every view but the prefix-scored ones
                     first = tracker.first_round_at
                     ready = (f"Done in {tracker.elapsed:.1f} s from the click"
-                             + (f"; first decision point drawn after {first:.1f} s" if first else ""))
+                             + (f"; first decision point drawn after {first:.1f} s" if first else "")
+                             + f"; {DECODED[event.comparison.sbon.decode or 'eager']}")
                     log.info("runs finished: %.1f s from the click, first round %s s, settings %s",
                              tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
                     shown = Shown(event.comparison, "your run", kind, look=look)
@@ -197,6 +200,7 @@ def models_status() -> str:
                      f"{', '.join(f'`{r}`' for r in rews) or 'none'}.")
     elif not step:
         parts.append("No model is loaded: the next Run loads the ones it asks for.")
+    parts += [line for g in gens if (line := MODELS.decode_status(g))]
     for (g, r), why in MODELS.failures().items():
         parts.append(f"⚠ loading `{g}` with `{r}` failed: {why}")
     return " ".join(parts)

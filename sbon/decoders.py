@@ -85,6 +85,12 @@ class CompiledDecoder:
         self.announced = not compile  # the first compiled step says it is compiling: it takes a while
         self.step = _step if not compile else torch.compile(
             _step, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.graphs else None)
+        if compile:
+            # transformers installs its hidden-state hooks at a model's first forward that asks for hidden states,
+            # under a lock Dynamo cannot trace: one eager forward installs them before a step is compiled.
+            with torch.inference_mode():
+                gen.model(input_ids=torch.zeros(MIN_ROWS, 1, dtype=torch.long, device=gen.device),
+                          output_hidden_states=True)
 
     def rows(self, live: int) -> int:
         """Rows a step computes for ``live`` candidates, at least MIN_ROWS: on a CPU the live ones (the row count is
@@ -251,3 +257,33 @@ def _use_our_inductor_cache() -> None:
     from .models import cache_dir
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, torch_default):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
+
+
+# A run keeps the last hidden states or not (its pruning signals' needs): one saved step each.
+HIDDEN_KINDS = (False, True)
+
+
+def compiled_state(gen: Generator) -> str | None:
+    """How far this generator's compiled step is on this machine, for both kinds of run: "loaded" (in this process),
+    "saved" (on the disk, for this thread count: ``prepare`` loads it in seconds) or None (neither)."""
+    _use_our_inductor_cache()  # where the saved steps are
+    dec = getattr(gen, "_compiled_decoder", None)
+    if dec is not None and all(dec.saved_step(hidden) is not None for hidden in HIDDEN_KINDS):
+        return "loaded"
+    try:
+        return "saved" if all(aot_step.step_path(gen, hidden).exists() for hidden in HIDDEN_KINDS) else None
+    except Exception:  # noqa: BLE001 - a step that cannot be named is never saved
+        return None
+
+
+def prepare(gen: Generator) -> bool:
+    """Load the compiled step for both kinds of run into this process: from the disk, or compiled and saved there
+    first where it is not yet (a minute or more each on two cores). True where both are saved steps, loaded."""
+    dec = decoder(gen, "compiled")
+    if not isinstance(dec, CompiledDecoder):
+        return False
+    prefix = gen.prefill(gen.encode_prompt("Hi"))
+    for hidden in HIDDEN_KINDS:
+        batch = dec.start(prefix, [0, 1], hidden, 2)
+        dec.forward(batch, prefix.logits.argmax(-1).expand(2))
+    return compiled_state(gen) == "loaded"

@@ -17,6 +17,9 @@ def pytest_configure(config):
     # pytest-xdist's processes (pyproject's addopts) share the cores: torch's threads of one process wait on each
     # other at every operation when another process holds a core, so each takes its share of the cores, and so do
     # the app servers and command lines the tests start (torch reads OMP_NUM_THREADS).
+    # The app decodes eagerly in the tests (and in the servers they start): its default, the compiled step once
+    # built, would start a minute-long build in a child process beside them (tests/test_app_decode.py checks it).
+    os.environ.setdefault("SBON_DECODE", "eager")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         share = max(1, (os.cpu_count() or 1) // workers)
