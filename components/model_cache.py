@@ -360,9 +360,9 @@ class CompiledSteps:
             return f"`{name}` decodes op by op: {self._failed[name]}."
         child = self._children.get(name)
         if child is not None and child.poll() is None:
-            return (f"⚙ Compiling `{name}`'s decode step in the background "
-                    f"({time.perf_counter() - self._started[name]:.0f} s; once per machine, a minute or two): runs "
-                    "decode op by op until the next one after it.")
+            return (f"⚙ Compiling `{name}`'s decode step in the background, once on this machine (for "
+                    f"{time.perf_counter() - self._started[name]:.0f} s; minutes on two cores): until it is ready, "
+                    "runs decode op by op.")
         return ""
 
 
