@@ -721,11 +721,14 @@ def part_compiled(ctx: Context, record: dict) -> None:
     without its CUDA graph (``cudagraph_skips``; ``TORCH_LOGS=perf_hints`` prints why)."""
     from torch._dynamo.utils import counters
 
-    from sbon.decoders import CompiledDecoder, EagerDecoder, _compiled
+    from sbon.decoders import CompiledDecoder, EagerDecoder, compile_problem, decoder
 
     s = ctx.sizes
     gen = stand_in(smollm2_tokenizer(), ctx.device, "bfloat16", {**SMOLLM2_135M, **(s.arch or {})}, cls=Generator)
-    compiled = _compiled(gen) if s.compile else CompiledDecoder(gen, graphs=True, compile=False)
+    if s.compile and (why := compile_problem(gen)):
+        record["skipped"] = why
+        return
+    compiled = decoder(gen, "compiled") if s.compile else CompiledDecoder(gen, graphs=True, compile=False)
     eager = EagerDecoder(gen)
     prefix = gen.prefill(list(range(1, s.compiled_context + 1)))
     steps: list[dict] = []
