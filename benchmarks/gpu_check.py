@@ -58,6 +58,7 @@ from sbon.algorithms import best_of_n, speculative_rejection
 from sbon.analysis.comparison import peak_kv_tokens, same_memory_batch_size
 from sbon.attention import use_decode_attention
 from sbon.config import resolve_first_decision
+from sbon.decoders import CompiledDecoder, EagerDecoder, compile_problem, decoder
 from sbon.engine import DTYPE_FORMATS, DTYPES, Generator, SamplingConfig, weight_format
 from sbon.models import default_device, load_generator, load_reward
 from sbon.options import resolved
@@ -269,21 +270,6 @@ def measure_matmul(device: torch.device, dtype: str, size: int) -> float:
     """FLOP/s of a square matrix product in this dtype, best of a few."""
     a = torch.randn(size, size, device=device).to(DTYPES[dtype])
     return 2 * size ** 3 / best_seconds(device, lambda: a @ a, repeats=3)
-
-
-@torch.inference_mode()
-def decode_ms_per_step(gen: Generator, rows: int, context: int, repeats: int) -> float:
-    """Milliseconds of one decoding step of ``rows`` candidates whose caches hold ``context`` tokens."""
-    prefix = gen.prefill(list(range(1, context + 1)))
-    batch = gen.start(prefix, list(range(rows)))
-    tokens = torch.ones(rows, dtype=torch.long, device=gen.device)
-    gen.forward(batch, tokens)  # the first step allocates
-    sync(gen.device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        gen.forward(batch, tokens)
-    sync(gen.device)
-    return 1000 * (time.perf_counter() - start) / repeats
 
 
 def weight_bytes(model) -> int:
@@ -682,7 +668,8 @@ def part_paper_scale(ctx: Context, record: dict) -> None:
         steps: list[dict] = []
         record.update(bandwidth_bytes_per_s=bandwidth, weight_bytes=weights, decode_steps=steps)
         for rows in s.step_batches:
-            ms = decode_ms_per_step(gen, rows, s.step_context, s.step_repeats)
+            ms = time_steps(EagerDecoder(gen), gen.prefill(list(range(1, s.step_context + 1))), rows,
+                            s.step_repeats)["ms_per_step"]
             kv = rows * (s.step_context + 1) * gen.kv_bytes_per_token()
             floor = 1000 * (weights + kv) / bandwidth
             steps.append({"rows": rows, "context": s.step_context, "ms_per_step": ms, "floor_ms": floor,
@@ -692,24 +679,24 @@ def part_paper_scale(ctx: Context, record: dict) -> None:
 
 
 @torch.inference_mode()
-def time_steps(decoder, prefix, rows: int, repeats: int) -> dict[str, Any]:
-    """One decoder's first step (the compile, where it compiles), then the milliseconds per step over ``repeats``
+def time_steps(dec, prefix, rows: int, repeats: int) -> dict[str, Any]:
+    """One decoder's (``dec``) first step (the compile, where it compiles), then the milliseconds per step over ``repeats``
     steps after two more untimed ones (a CUDA graph records on those), and the first step's logits."""
-    gen = decoder.gen
-    batch = decoder.start(prefix, list(range(rows)), False, repeats + 3)
+    gen = dec.gen
+    batch = dec.start(prefix, list(range(rows)), False, repeats + 3)
     tokens = torch.ones(rows, dtype=torch.long, device=gen.device)
     sync(gen.device)
     start = time.perf_counter()
-    decoder.forward(batch, tokens)
+    dec.forward(batch, tokens)
     sync(gen.device)
     first_s = time.perf_counter() - start
     logits = batch.logits.float().clone()
     for _ in range(2):
-        decoder.forward(batch, tokens)
+        dec.forward(batch, tokens)
     sync(gen.device)
     start = time.perf_counter()
     for _ in range(repeats):
-        decoder.forward(batch, tokens)
+        dec.forward(batch, tokens)
     sync(gen.device)
     return {"first_step_s": first_s, "ms_per_step": 1000 * (time.perf_counter() - start) / repeats, "logits": logits}
 
@@ -720,8 +707,6 @@ def part_compiled(ctx: Context, record: dict) -> None:
     milliseconds per step, how far the first step's logits are from eager's, and how often inductor ran a step
     without its CUDA graph (``cudagraph_skips``; ``TORCH_LOGS=perf_hints`` prints why)."""
     from torch._dynamo.utils import counters
-
-    from sbon.decoders import CompiledDecoder, EagerDecoder, compile_problem, decoder
 
     s = ctx.sizes
     gen = stand_in(smollm2_tokenizer(), ctx.device, "bfloat16", {**SMOLLM2_135M, **(s.arch or {})}, cls=Generator)
