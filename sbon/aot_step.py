@@ -11,8 +11,10 @@ saved, so they are left out (``_serializable``). What they checked is in the fil
 everything that changes the step's graph or its numbers (``step_key``): the model's weights, configuration and
 attention, the weight format, whether hidden states are kept, the torch, transformers and Python versions, this
 package's decode code, the CPU's vector instructions and the thread count inductor generated its kernels for.
-Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked at every
-call; a process that changes its thread count loads, or compiles and saves, the step for the new one.
+Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked before each
+call: all of them where the caller says something but a dynamic dimension's size may have changed since they last
+held, only those a size can change (the shape rules) and those on global state otherwise (``SavedStep.fits``); a
+process that changes its thread count loads, or compiles and saves, the step for the new one.
 """
 
 from __future__ import annotations
@@ -80,17 +82,33 @@ def _serializable(guards: Sequence[Any]) -> list[bool]:
 
 
 class SavedStep:
-    """A step loaded from its file: ``fits(*args)`` checks the saved guards, ``step(*args)`` runs it."""
+    """A step loaded from its file: ``fits(*args, like=...)`` checks the saved guards, ``step(*args)`` runs it."""
 
     def __init__(self, fn: Callable, path: Path, built: bool = False):
         self.fn, self.path, self.built = fn, path, built  # built: compiled and saved by this process
         fn.disable_guard_check()  # checked once per call by fits(), which says so instead of raising
+        root = fn._artifacts.guard_manager.root
+        # Checking the whole tree (every tensor of the model and the slab) costs a noticeable part of a step. Of its
+        # guards, the only ones a dynamic dimension's size can change are the shape rules between symbols (sizes and
+        # strides: Dynamo's epilogue guards); the root's own leaf guards check global state (threads, grad mode...),
+        # which no argument carries.
+        self.size_guards = (*root.get_leaf_guards(), *root.get_epilogue_lambda_guards())
+        self.checked: Any = None  # the ``like`` of the last whole check that held
 
-    def fits(self, *args: Any) -> bool:
-        """The saved guards hold for these arguments (not checked under
-        ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, as a traced step's are not)."""
+    def fits(self, *args: Any, like: Any = None) -> bool:
+        """The saved guards hold for these arguments. ``like``: a value equal for arguments that differ only in the
+        sizes of dimensions compiled dynamic (None: unknown); after a whole check held for an equal one, only the
+        guards those sizes (or global state) can change are checked. Nothing is checked under
+        ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, as a traced step's guards are not."""
         from torch._dynamo.eval_frame import _is_skip_guard_eval_unsafe_stance
-        return _is_skip_guard_eval_unsafe_stance() or self.fn.guard_check(*args)
+        if _is_skip_guard_eval_unsafe_stance():
+            return True
+        if like is not None and like == self.checked:
+            f_locals = self.fn.prepare_f_locals(*args)
+            return all(guard(f_locals) for guard in self.size_guards)
+        fits = self.fn.guard_check(*args)
+        self.checked = like if fits else None
+        return fits
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import weakref
 from typing import Sequence
 
 import torch
@@ -94,7 +95,9 @@ class CompiledDecoder:
         return 1 << (live - 1).bit_length() if self.graphs else live
 
     def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
-        length = len(prefix.prompt_ids) + max_new_tokens
+        # One token more than a step ever reads on a CPU: a view of the slab's whole length is contiguous, which the
+        # compiled graph is not made for (its guards refuse such a view).
+        length = len(prefix.prompt_ids) + max_new_tokens + 1
         cache = SlabCache(prefix.cache, self.rows(len(candidate_ids)), -(-length // SLAB_LENGTH_STEP) * SLAB_LENGTH_STEP)
         return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
 
@@ -111,6 +114,14 @@ class CompiledDecoder:
         # (benchmarks/results/gpu-h100/cudagraph-probe).
         positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1).clone()
         return self.gen.model, tokens.view(-1, 1), positions, cache, batch.keep_hidden
+
+    @staticmethod
+    def likeness(args: tuple) -> tuple:
+        """Equal for a batch's steps while its row count stays (``SavedStep.fits``' ``like``): between them only
+        the slab's length grows, a dynamic dimension; everything else the step reads is the same objects, or made
+        afresh the same way by inputs()."""
+        _, tokens, _, cache, _ = args
+        return weakref.ref(cache), tokens.shape[0], tokens.dtype
 
     @staticmethod
     def mark_dynamic(args: tuple) -> None:
@@ -131,7 +142,7 @@ class CompiledDecoder:
         # The saved step's guards reject inputs marked dynamic, as the ones it was compiled from are: fresh ones.
         args = self.inputs(batch, tokens)
         step = self.loaded.get(which)
-        if step is not None and not step.fits(*args):
+        if step is not None and not step.fits(*args, like=self.likeness(args)):
             log.warning("decode compiled: the saved step %s does not fit this batch; tracing it in this process",
                         step.path)
             self.loaded[which] = step = None
