@@ -31,11 +31,17 @@ from .engine import tensor_bytes
 
 log = logging.getLogger(__name__)
 
+# Inductor's settings the step is compiled with unless a decoder names others (part of the saved step's name).
+# The C++ wrapper calls the step's kernels from C++ instead of from generated Python, which spent a noticeable part of
+# a step calling them; built apart from the kernels at a low optimisation level, it adds little to the first compile
+# (optimised together with them, it made the first compile several times longer). The same kernels: the same numbers.
+INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True}
+
 # This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).
 STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py", "aot_step.py")
 
 
-def step_key(gen, keep_hidden: bool) -> str:
+def step_key(gen, keep_hidden: bool, options: dict[str, Any]) -> str:
     """The saved step's name: a hash of everything its graph and numbers depend on (see the module's docstring)."""
     import transformers
 
@@ -44,7 +50,8 @@ def step_key(gen, keep_hidden: bool) -> str:
     for part in (torch.__version__, transformers.__version__, sys.version, cpu_features(),
                  torch.get_num_threads(), gen.weights, keep_hidden, gen.model.config.to_json_string(),
                  getattr(gen.model.config, "_attn_implementation", None),
-                 weights_hash(gen.model), *((here / name).read_bytes() for name in STEP_SOURCES)):
+                 weights_hash(gen.model), sorted(options.items()),
+                 *((here / name).read_bytes() for name in STEP_SOURCES)):
         h.update(part if isinstance(part, bytes) else repr(part).encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -67,11 +74,11 @@ def weights_hash(model: torch.nn.Module) -> str:
     return model._sbon_weights_hash
 
 
-def step_path(gen, keep_hidden: bool) -> Path:
+def step_path(gen, keep_hidden: bool, options: dict[str, Any]) -> Path:
     """Beside inductor's own caches ($SBON_CACHE/inductor, or TORCHINDUCTOR_CACHE_DIR): one folder to empty, or
     to point elsewhere, for a cold compile."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
-    return Path(cache_dir()) / "sbon-step" / f"{step_key(gen, keep_hidden)}.pt"
+    return Path(cache_dir()) / "sbon-step" / f"{step_key(gen, keep_hidden, options)}.pt"
 
 
 def _serializable(guards: Sequence[Any]) -> list[bool]:
@@ -120,10 +127,12 @@ def load(step: Callable, path: Path, built: bool = False) -> SavedStep:
         return SavedStep(torch.compiler.load_compiled_function(f, f_globals=step.__globals__), path, built)
 
 
-def build(step: Callable, args: tuple, path: Path) -> None:
-    """Compile ``step`` for ``args`` (their dimensions marked dynamic where the graph must not specialise) and save
-    it at ``path`` (written whole or not at all: other processes may read the folder)."""
-    compiled = torch.compile(step, fullgraph=True, dynamic=False, options={"guard_filter_fn": _serializable})
+def build(step: Callable, args: tuple, path: Path, options: dict[str, Any]) -> None:
+    """Compile ``step`` for ``args`` (their dimensions marked dynamic where the graph must not specialise) with
+    inductor's ``options`` and save it at ``path`` (written whole or not at all: other processes may read the
+    folder)."""
+    compiled = torch.compile(step, fullgraph=True, dynamic=False,
+                             options={"guard_filter_fn": _serializable, **options})
     fn = compiled.aot_compile((args, {}))
     path.parent.mkdir(parents=True, exist_ok=True)
     fn.save_compiled_function(str(path))  # serialised whole, then written to a temporary file and renamed

@@ -71,12 +71,15 @@ class CompiledDecoder:
     """One compiled decode step over a static KV slab (see the module's docstring)."""
     name = "compiled"
 
-    def __init__(self, gen: Generator, graphs: bool | None = None, compile: bool = True, saved: bool | None = None):
+    def __init__(self, gen: Generator, graphs: bool | None = None, compile: bool = True, saved: bool | None = None,
+                 inductor: dict | None = None):
         """``graphs``: the CUDA-graph layout (default: on a CUDA device); ``compile=False`` runs the same step
         eagerly over the same slab (what the tests check the layouts with on a CPU); ``saved``: the step is loaded
         from the disk, compiled and saved there first where it is not yet (sbon.aot_step), instead of traced in
-        this process (default: where it compiles without the CUDA-graph layout)."""
+        this process (default: where it compiles without the CUDA-graph layout); ``inductor``: inductor's settings
+        the saved step is compiled with (default: sbon.aot_step.INDUCTOR_OPTIONS)."""
         self.gen = gen
+        self.inductor = aot_step.INDUCTOR_OPTIONS if inductor is None else inductor
         self.graphs = gen.device.type == "cuda" if graphs is None else graphs
         self.compiled = compile
         self.saved = compile and not self.graphs if saved is None else saved
@@ -170,7 +173,7 @@ class CompiledDecoder:
         """The saved step for these arguments: loaded from the disk, or compiled and saved first; None (and one
         logged line saying why) where neither works, and this process traces the step itself."""
         try:
-            path = aot_step.step_path(self.gen, args[-1])
+            path = aot_step.step_path(self.gen, args[-1], self.inductor)
         except Exception as e:  # noqa: BLE001 - any reason the step cannot be named: the traced step still runs
             return self._not_saved(f"the step cannot be named ({_reason(e)})")
         if path.exists():
@@ -184,7 +187,7 @@ class CompiledDecoder:
                         "to %s", path)
         try:
             self.mark_dynamic(args)
-            aot_step.build(_step, args, path)
+            aot_step.build(_step, args, path, self.inductor)
             return aot_step.load(_step, path, built=True)
         except Exception as e:  # noqa: BLE001 - whatever failed, the traced step still runs
             return self._not_saved(f"the step cannot be saved ({_reason(e)})")

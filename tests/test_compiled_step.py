@@ -203,7 +203,7 @@ def test_where_the_step_cannot_be_saved_it_is_traced_with_the_same_numbers(gen, 
     prefix = gen.prefill(gen.encode_prompt(PROMPT))
     saved_tokens, saved_logits = decode(compiled, prefix, range(3), 6)
     assert compiled.saved_step() is not None
-    monkeypatch.setattr(aot_step, "step_path", lambda gen, keep_hidden: tmp_path / "step.pt")
+    monkeypatch.setattr(aot_step, "step_path", lambda *named: tmp_path / "step.pt")
     monkeypatch.setattr(aot_step, "build", full_disk)
     traced = CompiledDecoder(gen)
     with caplog.at_level(logging.WARNING, logger="sbon"):
@@ -223,7 +223,7 @@ def test_a_damaged_saved_step_is_compiled_again(gen, compiled, monkeypatch, capl
     loaded = decode(compiled, prefix, range(3), 4)
     path = tmp_path / "step.pt"
     path.write_bytes(b"not a saved step")
-    monkeypatch.setattr(aot_step, "step_path", lambda gen, keep_hidden: path)
+    monkeypatch.setattr(aot_step, "step_path", lambda *named: path)
     again = CompiledDecoder(gen)
     with caplog.at_level(logging.WARNING, logger="sbon"):
         tokens, logits = decode(again, prefix, range(3), 4)
