@@ -17,7 +17,7 @@ hits every column alike:
   (`pip install llama-cpp-python`; not a requirement of this project: the column is skipped).
 - the compiled step (`sbon.decoders`, every bucket compiled first; the cold compile's seconds in the file),
   also with Dynamo's guards checked only where they tell its graphs apart (what the guards cost per step),
-  and its top operators (torch.profiler);
+  and its top operators (torch.profiler); with ``--inductor-variants``, also compiled with other inductor settings;
 - the int4 format (`sbon.int4`: torch's 4-bit weight-only CPU kernel on the GGUF file's own Q4_1 blocks, a
   quarter of bf16's bytes) beside bf16, eager and compiled.
 
