@@ -496,7 +496,7 @@ def add_parser(sub) -> None:
     defaults = StepSettings()
     for f in StepSettings.__dataclass_fields__.values():
         value = getattr(defaults, f.name)
-        kind = dict(nargs="*", type=type(value[0])) if isinstance(value, list) else dict(type=type(value))
+        kind = dict(nargs="*", type=type(value[0]) if value else str) if isinstance(value, list) else dict(type=type(value))
         p.add_argument(f"--{f.name.replace('_', '-')}", default=value, help=f.metadata.get("help"), **kind)
     p.add_argument("--generator", default=DEFAULT_GENERATOR)
     p.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp column even if it imports")
