@@ -11,8 +11,10 @@ saved, so they are left out (``_serializable``). What they checked is in the fil
 everything that changes the step's graph or its numbers (``step_key``): the model's weights, configuration and
 attention, the weight format, whether hidden states are kept, the torch, transformers and Python versions, this
 package's decode code, the CPU's vector instructions and the thread count inductor generated its kernels for.
-Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked at every
-call; a process that changes its thread count loads, or compiles and saves, the step for the new one.
+Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked before each
+call: all of them where the caller says something but a dynamic dimension's size may have changed since they last
+held, only those a size can change (the shape rules) and those on global state otherwise (``SavedStep.fits``); a
+process that changes its thread count loads, or compiles and saves, the step for the new one.
 """
 
 from __future__ import annotations
@@ -29,11 +31,17 @@ from .engine import tensor_bytes
 
 log = logging.getLogger(__name__)
 
+# Inductor's settings the step is compiled with unless a decoder names others (part of the saved step's name).
+# The C++ wrapper calls the step's kernels from C++ instead of from generated Python, which spent a noticeable part of
+# a step calling them; built apart from the kernels at a low optimisation level, it adds little to the first compile
+# (optimised together with them, it made the first compile several times longer). The same kernels: the same numbers.
+INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True}
+
 # This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).
 STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py", "aot_step.py")
 
 
-def step_key(gen, keep_hidden: bool) -> str:
+def step_key(gen, keep_hidden: bool, options: dict[str, Any]) -> str:
     """The saved step's name: a hash of everything its graph and numbers depend on (see the module's docstring)."""
     import transformers
 
@@ -42,7 +50,8 @@ def step_key(gen, keep_hidden: bool) -> str:
     for part in (torch.__version__, transformers.__version__, sys.version, cpu_features(),
                  torch.get_num_threads(), gen.weights, keep_hidden, gen.model.config.to_json_string(),
                  getattr(gen.model.config, "_attn_implementation", None),
-                 weights_hash(gen.model), *((here / name).read_bytes() for name in STEP_SOURCES)):
+                 weights_hash(gen.model), sorted(options.items()),
+                 *((here / name).read_bytes() for name in STEP_SOURCES)):
         h.update(part if isinstance(part, bytes) else repr(part).encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -65,11 +74,11 @@ def weights_hash(model: torch.nn.Module) -> str:
     return model._sbon_weights_hash
 
 
-def step_path(gen, keep_hidden: bool) -> Path:
+def step_path(gen, keep_hidden: bool, options: dict[str, Any]) -> Path:
     """Beside inductor's own caches ($SBON_CACHE/inductor, or TORCHINDUCTOR_CACHE_DIR): one folder to empty, or
     to point elsewhere, for a cold compile."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
-    return Path(cache_dir()) / "sbon-step" / f"{step_key(gen, keep_hidden)}.pt"
+    return Path(cache_dir()) / "sbon-step" / f"{step_key(gen, keep_hidden, options)}.pt"
 
 
 def _serializable(guards: Sequence[Any]) -> list[bool]:
@@ -80,17 +89,33 @@ def _serializable(guards: Sequence[Any]) -> list[bool]:
 
 
 class SavedStep:
-    """A step loaded from its file: ``fits(*args)`` checks the saved guards, ``step(*args)`` runs it."""
+    """A step loaded from its file: ``fits(*args, like=...)`` checks the saved guards, ``step(*args)`` runs it."""
 
     def __init__(self, fn: Callable, path: Path, built: bool = False):
         self.fn, self.path, self.built = fn, path, built  # built: compiled and saved by this process
         fn.disable_guard_check()  # checked once per call by fits(), which says so instead of raising
+        root = fn._artifacts.guard_manager.root
+        # Checking the whole tree (every tensor of the model and the slab) costs a noticeable part of a step. Of its
+        # guards, the only ones a dynamic dimension's size can change are the shape rules between symbols (sizes and
+        # strides: Dynamo's epilogue guards); the root's own leaf guards check global state (threads, grad mode...),
+        # which no argument carries.
+        self.size_guards = (*root.get_leaf_guards(), *root.get_epilogue_lambda_guards())
+        self.checked: Any = None  # the ``like`` of the last whole check that held
 
-    def fits(self, *args: Any) -> bool:
-        """The saved guards hold for these arguments (not checked under
-        ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, as a traced step's are not)."""
+    def fits(self, *args: Any, like: Any = None) -> bool:
+        """The saved guards hold for these arguments. ``like``: a value equal for arguments that differ only in the
+        sizes of dimensions compiled dynamic (None: unknown); after a whole check held for an equal one, only the
+        guards those sizes (or global state) can change are checked. Nothing is checked under
+        ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``, as a traced step's guards are not."""
         from torch._dynamo.eval_frame import _is_skip_guard_eval_unsafe_stance
-        return _is_skip_guard_eval_unsafe_stance() or self.fn.guard_check(*args)
+        if _is_skip_guard_eval_unsafe_stance():
+            return True
+        if like is not None and like == self.checked:
+            f_locals = self.fn.prepare_f_locals(*args)
+            return all(guard(f_locals) for guard in self.size_guards)
+        fits = self.fn.guard_check(*args)
+        self.checked = like if fits else None
+        return fits
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args)
@@ -102,10 +127,12 @@ def load(step: Callable, path: Path, built: bool = False) -> SavedStep:
         return SavedStep(torch.compiler.load_compiled_function(f, f_globals=step.__globals__), path, built)
 
 
-def build(step: Callable, args: tuple, path: Path) -> None:
-    """Compile ``step`` for ``args`` (their dimensions marked dynamic where the graph must not specialise) and save
-    it at ``path`` (written whole or not at all: other processes may read the folder)."""
-    compiled = torch.compile(step, fullgraph=True, dynamic=False, options={"guard_filter_fn": _serializable})
+def build(step: Callable, args: tuple, path: Path, options: dict[str, Any]) -> None:
+    """Compile ``step`` for ``args`` (their dimensions marked dynamic where the graph must not specialise) with
+    inductor's ``options`` and save it at ``path`` (written whole or not at all: other processes may read the
+    folder)."""
+    compiled = torch.compile(step, fullgraph=True, dynamic=False,
+                             options={"guard_filter_fn": _serializable, **options})
     fn = compiled.aot_compile((args, {}))
     path.parent.mkdir(parents=True, exist_ok=True)
     fn.save_compiled_function(str(path))  # serialised whole, then written to a temporary file and renamed

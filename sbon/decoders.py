@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import weakref
 from typing import Sequence
 
 import torch
@@ -70,12 +71,15 @@ class CompiledDecoder:
     """One compiled decode step over a static KV slab (see the module's docstring)."""
     name = "compiled"
 
-    def __init__(self, gen: Generator, graphs: bool | None = None, compile: bool = True, saved: bool | None = None):
+    def __init__(self, gen: Generator, graphs: bool | None = None, compile: bool = True, saved: bool | None = None,
+                 inductor: dict | None = None):
         """``graphs``: the CUDA-graph layout (default: on a CUDA device); ``compile=False`` runs the same step
         eagerly over the same slab (what the tests check the layouts with on a CPU); ``saved``: the step is loaded
         from the disk, compiled and saved there first where it is not yet (sbon.aot_step), instead of traced in
-        this process (default: where it compiles without the CUDA-graph layout)."""
+        this process (default: where it compiles without the CUDA-graph layout); ``inductor``: inductor's settings
+        the saved step is compiled with (default: sbon.aot_step.INDUCTOR_OPTIONS)."""
         self.gen = gen
+        self.inductor = aot_step.INDUCTOR_OPTIONS if inductor is None else inductor
         self.graphs = gen.device.type == "cuda" if graphs is None else graphs
         self.compiled = compile
         self.saved = compile and not self.graphs if saved is None else saved
@@ -100,7 +104,9 @@ class CompiledDecoder:
         return 1 << (live - 1).bit_length() if self.graphs else live
 
     def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
-        length = len(prefix.prompt_ids) + max_new_tokens
+        # One token more than a step ever reads on a CPU: a view of the slab's whole length is contiguous, which the
+        # compiled graph is not made for (its guards refuse such a view).
+        length = len(prefix.prompt_ids) + max_new_tokens + 1
         cache = SlabCache(prefix.cache, self.rows(len(candidate_ids)), -(-length // SLAB_LENGTH_STEP) * SLAB_LENGTH_STEP)
         return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
 
@@ -117,6 +123,14 @@ class CompiledDecoder:
         # (benchmarks/results/gpu-h100/cudagraph-probe).
         positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1).clone()
         return self.gen.model, tokens.view(-1, 1), positions, cache, batch.keep_hidden
+
+    @staticmethod
+    def likeness(args: tuple) -> tuple:
+        """Equal for a batch's steps while its row count stays (``SavedStep.fits``' ``like``): between them only
+        the slab's length grows, a dynamic dimension; everything else the step reads is the same objects, or made
+        afresh the same way by inputs()."""
+        _, tokens, _, cache, _ = args
+        return weakref.ref(cache), tokens.shape[0], tokens.dtype
 
     @staticmethod
     def mark_dynamic(args: tuple) -> None:
@@ -137,7 +151,7 @@ class CompiledDecoder:
         # The saved step's guards reject inputs marked dynamic, as the ones it was compiled from are: fresh ones.
         args = self.inputs(batch, tokens)
         step = self.loaded.get(which)
-        if step is not None and not step.fits(*args):
+        if step is not None and not step.fits(*args, like=self.likeness(args)):
             log.warning("decode compiled: the saved step %s does not fit this batch; tracing it in this process",
                         step.path)
             self.loaded[which] = step = None
@@ -165,7 +179,7 @@ class CompiledDecoder:
         """The saved step for these arguments: loaded from the disk, or compiled and saved first; None (and one
         logged line saying why) where neither works, and this process traces the step itself."""
         try:
-            path = aot_step.step_path(self.gen, args[-1])
+            path = aot_step.step_path(self.gen, args[-1], self.inductor)
         except Exception as e:  # noqa: BLE001 - any reason the step cannot be named: the traced step still runs
             return self._not_saved(f"the step cannot be named ({_reason(e)})")
         if path.exists():
@@ -179,7 +193,7 @@ class CompiledDecoder:
                         "to %s", path)
         try:
             self.mark_dynamic(args)
-            aot_step.build(_step, args, path)
+            aot_step.build(_step, args, path, self.inductor)
             return aot_step.load(_step, path, built=True)
         except Exception as e:  # noqa: BLE001 - whatever failed, the traced step still runs
             return self._not_saved(f"the step cannot be saved ({_reason(e)})")

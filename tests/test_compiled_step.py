@@ -74,6 +74,26 @@ def test_a_rows_tokens_and_logits_do_not_depend_on_its_batch(gen, compiled, thre
         torch.set_num_threads(before)
 
 
+def test_the_saved_step_checks_the_length_at_every_step(gen, compiled):
+    """Its guards are checked whole at a batch's first step and when its row count changes, and in between only
+    those a length can change: a view it was not compiled for (the slab's whole length, contiguous) is refused
+    midway as at a batch's start; a batch decoded to its last token never reads one."""
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    new_tokens = 64 - len(prefix.prompt_ids) % 64  # the prompt and the new tokens fill whole blocks of the slab
+    batch = compiled.start(prefix, [0, 1], False, new_tokens)
+    for t in range(new_tokens):
+        compiled.forward(batch, torch.tensor([100 + t, 200 + t]))
+    step = compiled.saved_step()
+    assert step is not None and batch.cache.get_seq_length() < batch.cache.max_len
+    with torch.inference_mode():  # as the decoder makes a step's arguments
+        args = compiled.inputs(batch, torch.tensor([1, 2]))
+        like = compiled.likeness(args)
+        assert step.fits(*args, like=like) and step.checked == like
+        batch.cache.prepare(2, batch.cache.max_len)  # the same arguments, read to the slab's whole length
+        assert not step.fits(*args, like=like)
+        assert not step.fits(*args, like=None)
+
+
 def test_rows_leave_the_slab_in_place(gen, compiled):
     """A row pruned midway: the others go on with the tokens they have in a batch without it, and the slab is
     the same memory throughout (compacted by index, never reallocated)."""
@@ -183,7 +203,7 @@ def test_where_the_step_cannot_be_saved_it_is_traced_with_the_same_numbers(gen, 
     prefix = gen.prefill(gen.encode_prompt(PROMPT))
     saved_tokens, saved_logits = decode(compiled, prefix, range(3), 6)
     assert compiled.saved_step() is not None
-    monkeypatch.setattr(aot_step, "step_path", lambda gen, keep_hidden: tmp_path / "step.pt")
+    monkeypatch.setattr(aot_step, "step_path", lambda *named: tmp_path / "step.pt")
     monkeypatch.setattr(aot_step, "build", full_disk)
     traced = CompiledDecoder(gen)
     with caplog.at_level(logging.WARNING, logger="sbon"):
@@ -203,7 +223,7 @@ def test_a_damaged_saved_step_is_compiled_again(gen, compiled, monkeypatch, capl
     loaded = decode(compiled, prefix, range(3), 4)
     path = tmp_path / "step.pt"
     path.write_bytes(b"not a saved step")
-    monkeypatch.setattr(aot_step, "step_path", lambda gen, keep_hidden: path)
+    monkeypatch.setattr(aot_step, "step_path", lambda *named: path)
     again = CompiledDecoder(gen)
     with caplog.at_level(logging.WARNING, logger="sbon"):
         tokens, logits = decode(again, prefix, range(3), 4)
