@@ -284,9 +284,11 @@ def compiled_state(gen: Generator) -> str | None:
     dec = getattr(gen, "_compiled_decoder", None)
     if dec is not None and all(dec.saved_step(hidden) is not None for hidden in HIDDEN_KINDS):
         return "loaded"
+    options = dec.inductor if dec is not None else aot_step.INDUCTOR_OPTIONS
     try:
-        return "saved" if all(aot_step.step_path(gen, hidden).exists() for hidden in HIDDEN_KINDS) else None
-    except Exception:  # noqa: BLE001 - a step that cannot be named is never saved
+        return "saved" if all(aot_step.step_path(gen, hidden, options).exists() for hidden in HIDDEN_KINDS) else None
+    except Exception as e:  # noqa: BLE001 - a step that cannot be named is never saved (load_or_build says so too)
+        log.warning("decode compiled: the saved step cannot be named (%s)", _reason(e))
         return None
 
 
