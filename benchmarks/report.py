@@ -322,11 +322,11 @@ def span(clicks: Sequence[dict], key: str) -> str:
     return f"{low} s" if low == high else f"{low}–{high} s"
 
 
-def app_timing(results_dir: Path, folder: str, only: str | None = None) -> str:
+def app_timing(results_dir: Path, folder: str, only: Sequence[str] = ("*.json",)) -> str:
     """`python -m benchmarks app`: seconds from a click on Run to the first decision point drawn and to the final
-    frame, one row per result file (and, with `--fresh-cache`, the start-up)."""
+    frame, one row per result file (those ``only`` names, in its order; and, with `--fresh-cache`, the start-up)."""
     rows = []
-    for path in sorted((results_dir / MACHINE / folder).glob(only or "*.json")):
+    for path in (p for name in only for p in sorted((results_dir / MACHINE / folder).glob(name))):
         d = json.loads(path.read_text())
         st, up = d["settings"], d.get("startup", {})
         setting = ", ".join(f"{k}={st[k]}" for k in ("n", "alpha", "max_new_tokens") if st.get(k) is not None)
@@ -776,11 +776,12 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "signal-cost": signal_cost,
     "app": partial(app_timing, folder="app"),
-    "app-latest": partial(app_timing, folder="app", only="app_int4_default.json"),
+    "app-latest": partial(app_timing, folder="app", only=("app_compiled_default.json", "app_eager_same_session.json")),
     "step": step,
     "step-compiled": partial(step, name="step_compiled_threads2.json"),
     "step-int4": partial(step, name="step_int4_threads2.json"),
     "step-warm-start": partial(step, name="step_warm_start_threads2.json"),
+    "step-cpp-wrapper": partial(step, name="step_cpp_wrapper_threads2.json"),
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
     "cli-runs": cli_runs,
