@@ -441,9 +441,8 @@ from sbon.models import load_generator
 torch.set_num_threads(int(sys.argv[2]))
 others = [load_generator(sys.argv[3], device="cpu", weights=w) for w in sys.argv[5:]]
 gen = load_generator(sys.argv[3], device="cpu", weights=sys.argv[1])
-dec = decoder(gen, "compiled")
-if json.loads(sys.argv[4]) is not None:
-    dec = CompiledDecoder(gen, inductor=json.loads(sys.argv[4]))
+options = json.loads(sys.argv[4])
+dec = decoder(gen, "compiled") if options is None else CompiledDecoder(gen, inductor=options)
 batch = dec.start(gen.prefill(gen.encode_prompt("Hello")), [0, 1], False, 8)
 start = time.perf_counter()
 dec.forward(batch, torch.tensor([100, 200]))

@@ -21,7 +21,7 @@ from pathlib import Path
 from sbon.analysis.comparison import Comparison, ComparisonDone, MethodEvent, comparison_events
 from sbon.algorithms import DecisionTaken
 from sbon.config import PRUNING_METHODS
-from sbon.decoders import auto_compiles, prepare
+from sbon.decoders import prepare
 from sbon.errors import SBoNError
 from sbon.options import add_options, values
 
@@ -40,8 +40,7 @@ def record(settings: RunSettings, out: str | Path, models: ModelCache) -> Compar
     # As the app decodes once its compiled step is built (SBON_DECODE; compiled here, in this process, where needed),
     # the step loaded before the clock starts, as the app loads it while it warms up.
     config = settings.config().replace(decode=app_decode())
-    if config.decode == "compiled" or (config.decode == "auto" and auto_compiles(gen)):
-        prepare(gen)
+    prepare(gen, config.decode)
     for event in comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
                                    bon_same_memory=settings.bon_same_memory):
         if isinstance(event, MethodEvent) and isinstance(event.event, DecisionTaken):

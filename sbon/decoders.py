@@ -292,10 +292,11 @@ def compiled_state(gen: Generator) -> str | None:
         return None
 
 
-def prepare(gen: Generator) -> bool:
-    """Load the compiled step for both kinds of run into this process: from the disk, or compiled and saved there
-    first where it is not yet (a minute or more each on two cores). True where both are saved steps, loaded."""
-    dec = decoder(gen, "compiled")
+def prepare(gen: Generator, decode: str = "compiled") -> bool:
+    """Load the compiled step for both kinds of run into this process, where ``decode`` compiles (as ``decoder``
+    decides): from the disk, or compiled and saved there first where it is not yet (a minute or more each on two
+    cores). True where both are saved steps, loaded; False where ``decode`` decodes eagerly."""
+    dec = decoder(gen, decode)
     if not isinstance(dec, CompiledDecoder):
         return False
     prefix = gen.prefill(gen.encode_prompt("Hi"))
