@@ -37,13 +37,13 @@ from gradio.components.plot import PlotData  # noqa: E402
 from components import instructions as instruction_choices  # noqa: E402
 from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
                                  api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
-                                 reads, reward_choices, signal_choices)
+                                 reads, reward_choices, signal_labels)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
 from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
-from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
-                             on_stop, start_loading_models)
+from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, device_words, models_status,  # noqa: E402
+                             on_model_timer, on_stop, start_loading_models)
 from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
                                   scenario_of, scenario_prompt_choices)
 from components.style import Look  # noqa: E402
@@ -245,8 +245,8 @@ def build_demo() -> gr.Blocks:
                 with gr.Accordion("Instructions (for the Follow instructions reward)", open=False,
                                   elem_id="instructions-block"):
                     ui.instruction_types = gr.Dropdown(instruction_choices.type_choices(), multiselect=True,
-                                                       label="Instruction types", elem_id="instruction-types")
-                    ui.instructions = gr.Textbox(label="Instructions (JSON: IFEval ids and arguments)", lines=3,
+                                                       label="Add an instruction", elem_id="instruction-types")
+                    ui.instructions = gr.Textbox(label="The instructions the reward checks (editable)", lines=3,
                                                  placeholder=instruction_choices.PLACEHOLDER, elem_id="instructions")
                     ui.instructions_note = gr.Markdown(elem_id="instructions-note")
                 gr.Markdown(CONTENT_NOTE, elem_id="content-note")
@@ -268,7 +268,7 @@ def build_demo() -> gr.Blocks:
                                        visible=reads(DEFAULTS.method, "tau"), elem_id="tau")
                     ui.max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
                                                   elem_id="max-new-tokens")
-                ui.prune_by = gr.Dropdown(signal_choices(), value=DEFAULTS.prune_by, label="Pruning signal",
+                ui.prune_by = gr.Dropdown(signal_labels(), value=DEFAULTS.prune_by, label="Pruning signal",
                                           elem_id="prune-by",
                                           info="what ranks the candidates at a decision point; the final choice "
                                                "is always by the reward model")
@@ -284,7 +284,7 @@ def build_demo() -> gr.Blocks:
                     with gr.Row():
                         ui.temperature = gr.Number(DEFAULTS.temperature, label="temperature")
                         ui.top_p = gr.Number(DEFAULTS.top_p, label="top-p")
-                    gr.Markdown(f"Models run on **{MODELS.device()}**"
+                    gr.Markdown(f"Models run on **{device_words(MODELS.device())}**"
                                 + (f" ({THREADS} CPU threads)" if MODELS.device().type == "cpu" else "")
                                 + "; the defaults load when the app starts, others on the Run that asks for them, "
                                   "and they stay loaded.")
@@ -395,6 +395,8 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **private)
     ui.method.change(by_name(on_method), inputs=ui.method, outputs=el(*METHOD_KNOBS), **private)
     ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)
+    ui.prompt.change(by_name(instruction_choices.on_prompt), inputs=el("prompt", "instructions"),
+                     outputs=ui.instructions, **private)
     # .input: the visitor's choice only, so the dropdown following the settings (below) sets nothing back.
     ui.scenario.input(by_name(on_scenario), inputs=ui.scenario,
                       outputs=el("reward", "prune_by", "max_new_tokens", "prompt", "scenario_prompts"), **private)
@@ -405,7 +407,7 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     ui.scenario_prompts.change(by_name(instruction_choices.on_example), inputs=ui.scenario_prompts,
                                outputs=el("instructions", "instruction_types"), **private)
     ui.instruction_types.input(by_name(instruction_choices.on_types), inputs=el("instruction_types", "instructions"),
-                               outputs=ui.instructions, **private)
+                               outputs=el("instructions", "instruction_types"), **private)
     ui.instructions.change(by_name(instruction_choices.on_text), inputs=ui.instructions,
                            outputs=el("instructions_note", "instruction_types"), **private)
     ui.decision_point.change(by_name(on_decision_point), inputs=el("comparison", "decision_point", "look"),

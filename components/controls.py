@@ -188,12 +188,12 @@ def _needs(preset, name: str) -> str:
 def generator_choices() -> list[tuple[str, str]]:
     """(label, preset name) pairs; the embedded default first. Hub presets say what they need
     (network, GPU memory), derived from their Preset fields."""
-    return [(f"{name} · {p.description}{_needs(p, name)}", name) for name, p in GENERATORS.items()]
+    return [(f"{p.description}{_needs(p, name)}", name) for name, p in GENERATORS.items()]
 
 
 def reward_choices() -> list[tuple[str, str]]:
     """(label, preset name) pairs: each says its scale and meaning, and what it needs to load."""
-    return [(f"{name} · {p.description} · scale: {reward_scale(name).short()}{_needs(p, name)}", name)
+    return [(f"{p.title or p.description} · scale: {reward_scale(name).short()}{_needs(p, name)}", name)
             for name, p in REWARDS.items()]
 
 
@@ -202,8 +202,13 @@ def method_choices() -> list[tuple[str, str]]:
 
 
 def signal_choices() -> list[str]:
-    """The pruning signals (sbon.signals.SIGNALS: a new one appears here by itself)."""
+    """The pruning signals' names (sbon.signals.SIGNALS: a new one appears here by itself)."""
     return list(SIGNALS)
+
+
+def signal_labels() -> list[tuple[str, str]]:
+    """(human name, name) of every pruning signal, for the page's selector."""
+    return [(cls.title, name) for name, cls in SIGNALS.items()]
 
 
 # -- examples -------------------------------------------------------------------------------------

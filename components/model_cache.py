@@ -26,7 +26,8 @@ import torch
 from sbon.decoders import auto_compiles, check_decode, compiled_state, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError
-from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, default_weights, load_generator,
+from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, default_weights, generator_title,
+                         load_generator,
                          load_reward)
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
@@ -357,12 +358,12 @@ class CompiledSteps:
     def status(self, name: str) -> str:
         """One line for the page about this generator's decode step ('' where it has nothing to say)."""
         if name in self._failed:
-            return f"`{name}` decodes op by op: {self._failed[name]}."
+            return f"{generator_title(name)} runs on the plain (slower) path: {self._failed[name]}."
         child = self._children.get(name)
         if child is not None and child.poll() is None:
-            return (f"⚙ Compiling `{name}`'s decode step in the background, once on this machine (for "
-                    f"{time.perf_counter() - self._started[name]:.0f} s; minutes on two cores): until it is ready, "
-                    "runs decode op by op.")
+            return (f"⚙ Preparing a faster path for {generator_title(name)} in the background, once on this machine "
+                    f"(for {time.perf_counter() - self._started[name]:.0f} s; minutes on two cores): until it is "
+                    "ready, runs take the plain, slower path.")
         return ""
 
 

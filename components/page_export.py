@@ -84,14 +84,16 @@ def page_html(comp: Comparison, caption: str = "", origin: str = "", reward: obj
         ("Every candidate", tables.candidates_table(comp)), ("Savings", tables.savings_table(comp)),
         ("Partial vs final reward of Best-of-N's candidates at each τ", tables.correlation_table(comp)),
         ("Pruning signals per decision point", signals_view.summary_table(comp))))
-    title = caption or tables.headline(comp)
+    # The gallery's caption (plain text) when the run is a gallery story; the headline, Markdown, is rendered once
+    # in the explanations below it.
+    title = f'<p class="caption" id="caption">{html.escape(caption)}</p>' if caption else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:; font-src data:">
 <title>SBoN Explorer: a saved run</title><style>{CSS}</style>
 <script>{_plotly_js()}</script></head><body>
 <h1>SBoN Explorer: Speculative Rejection vs Best-of-N</h1>
-<p class="caption" id="caption">{html.escape(title)}</p>
+{title}
 <section id="explanations">{_MD.render(md)}</section>
 <section id="answers">{text_blocks}</section>
 {"".join(fig_divs)}

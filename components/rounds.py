@@ -27,7 +27,8 @@ from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COL
                     styled, wrap_title)
 
 ROW_PX = 15  # plot height per candidate
-COST_NAME = "○ pruned at a cost (hover)"
+COST_NAME = "○ pruning it cost reward (hover)"
+RETIRED_NAME = "finished, still eligible"  # short: one phone-wide legend column
 TIE_FRACTION = 0.004  # scores closer than this fraction of the axis look like one spot: they are spread
 TIE_STEP = 0.012  # the gap between two tied contenders, as a fraction of the axis
 TIE_SPREAD = 0.06  # a whole tie spans at most this fraction of the axis
@@ -121,9 +122,11 @@ def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int 
 def run_captions(comp: Any) -> list[str]:
     """The caption of every decision point of a finished comparison's Speculative Rejection run, in order."""
     views, before = round_views(comp.sbon), {}
+    # Best-of-N's winner is in this run only if its candidate came out the same here (coupling held for it)
+    winner = comp.bon.best_id if comp.twin(comp.bon.best_id) else None
     captions = []
     for v in views:
-        captions.append(round_caption(v, len(views), comp.bon.best_id, before))
+        captions.append(round_caption(v, len(views), winner, before))
         before.update({k: v.round for k in v.pruned})
     return captions
 
@@ -145,7 +148,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
     scores, cut = _spread(view, (x_range[1] - x_range[0]) / (1 + 2 * 0.08) if x_range else 1.0)
     # The pruned take the colour of their fate, "pruned in round r", as in every other view.
     groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
-              ("retired (finished, eligible)", view.retired, FINISHED_EARLY_COLOR))  # short: one phone-wide legend column
+              (RETIRED_NAME, view.retired, FINISHED_EARLY_COLOR))
     for name, ids, color in groups:
         ids = [k for k in ids if k in scores]
         traces.append(go.Scatter(
@@ -153,7 +156,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
             marker=dict(color=color, size=11, line=dict(width=1, color="white"),
                         symbol=[FINAL_SYMBOL if k in final else PARTIAL_SYMBOL for k in ids]),
             customdata=[[reasons[k].text()] for k in ids],
-            hovertemplate="candidate %{y}: " + name.split(" (")[0] + "<br>%{customdata[0]}<extra></extra>"))
+            hovertemplate="candidate %{y}: " + name + "<br>%{customdata[0]}<extra></extra>"))
     traces.insert(2, go.Scatter(x=[cut, cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
                                 line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
     earlier = _earlier(views)
@@ -188,7 +191,7 @@ def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "
     # One row per candidate: the plot area grows with N so that the ids stay readable; the
     # figure adds the margins its title, legend, axis title and slider need (style.fit_margins).
     styled(fig)
-    unit = f" — {reward}: {reward_scale(reward).unit}" if reward else ""
+    unit = f" ({reward_scale(reward).unit})" if reward else ""
     axis_titles(fig, "score at the decision point" + unit, "candidate")
     margin = fig.layout.margin
     plot_px = min(800, max(260, ROW_PX * n + 40))
@@ -267,7 +270,8 @@ def result_caption(comp: Any, hint: bool = True) -> str:
     if not rounds:
         return ("No decision point in this run: Speculative Rejection was Best-of-N here, so there are no rounds "
                 "to present")
-    same = "the answer Best-of-N picks" if sbon == bon else f"Best-of-N picks candidate {bon}"
+    same = ("the answer Best-of-N picks" if comp.sbon.best.text == comp.bon.best.text else
+            f"Best-of-N picks candidate {bon}" if sbon != bon else f"Best-of-N picks its own, different version of it")
     return (f"After {rounds} decision point{'s' if rounds > 1 else ''}: Speculative Rejection returned candidate "
             f"{sbon}, {same}" + (" · press ▶ Present rounds to step through them" if hint else ""))
 

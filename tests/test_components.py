@@ -107,7 +107,7 @@ def test_live_status_names_the_phase(comparison_events):
     for e in comparison_events:
         tracker.update(e)
         seen.add(tracker.status().split("**")[1] if "**" in tracker.status() else tracker.status().split()[0])
-    assert {"Speculative Rejection (memory-budget rounds)", "Best-of-N", "Counterfactual replay", "Done"} <= seen
+    assert {"Speculative Rejection (memory-budget rounds)", "Best-of-N", "Preparing the what-if views", "Done"} <= seen
 
 
 def test_round_figure_and_animation(comparison):
