@@ -450,13 +450,14 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     light = dict(api_visibility="undocumented", concurrency_limit=None)
     # The page opens on the run its link names, in the view its URL names (the browser applies it before the
     # figures are drawn, and reports the window's size for them).
-    demo.load(by_name(on_page_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
+    demo.load(by_name(on_page_open), inputs=el("tradeoff_kind", "viewport"),
+              outputs=el(*SHOWN, "look", "presenter", *SETTING_NAMES),
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
                  f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **light)
     demo.load(None, js=KEYS_JS)
-    ui.gallery.change(by_name(on_gallery), inputs=el("gallery", "tradeoff_kind", "look"), outputs=el(*SHOWN),
+    ui.gallery.change(by_name(on_gallery), inputs=el("gallery", "tradeoff_kind", "look"), outputs=el(*SHOWN, *SETTING_NAMES),
                       api_name="gallery_open", show_progress="minimal", **light)
-    ui.link_run.submit(by_name(open_link), inputs=el("link_run", "tradeoff_kind", "look"), outputs=el(*SHOWN),
+    ui.link_run.submit(by_name(open_link), inputs=el("link_run", "tradeoff_kind", "look"), outputs=el(*SHOWN, *SETTING_NAMES),
                        api_name="link_open", show_progress="minimal", **light)
     ui.share_btn.click(by_name(on_share_click), inputs=ui.comparison, outputs=el("share_link", "status"), **private)
     ui.page_btn.click(by_name(on_page_export), inputs=el("comparison", "origin"), outputs=el("page_file", "status"),

@@ -248,6 +248,20 @@ METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some
 MAX_SEED = 2**31 - 1
 
 
+def controls_for(comp: Any, automatic: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every control (SETTING_NAMES) set to what a recorded comparison ran with, so that Run reproduces its
+    configuration: its method, prompt, models, instructions and settings; a setting the run did not record (another
+    method's) keeps the page's default, and the ``automatic`` ones read 0, the page's "automatic" (a gallery story
+    never fixed them: its recorded values are what automatic gave for its prompt)."""
+    run = comp.sbon
+    recorded = {**{name: getattr(DEFAULTS, name) for name in SETTING_NAMES},
+                **{k: v for k, v in run.settings.items() if k in SETTING_NAMES and v is not None},
+                "method": run.method, "prompt": run.prompt, "generator": run.generator, "reward": run.reward,
+                "instructions": json.dumps(run.instructions) if run.instructions else "",
+                "bon_same_memory": comp.bon.settings.get("batch_size") is not None}
+    return {name: 0 if name in automatic else recorded[name] for name in SETTING_NAMES}
+
+
 def settings_from(values: tuple) -> RunSettings:
     """The settings the controls hold (their values in SETTING_NAMES' order), checked."""
     settings = RunSettings.from_inputs(**dict(zip(SETTING_NAMES, values)))

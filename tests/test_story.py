@@ -13,6 +13,7 @@ from components.controls import ASSETS
 from components.gallery import caption
 from components.views import VIEWS, Shown
 from sbon.analysis.comparison import Comparison, coupling_note, headline_text
+from sbon.ifeval.instructions import parse_instructions
 from sbon.metrics import decision_quality
 
 RECORDED = ASSETS / "recorded_run.json"
@@ -137,3 +138,29 @@ def test_the_downloaded_page_tells_the_same_story_once(parted):
     told = page[page.index("<h1>"):page.index('<section id="answers">')]  # the caption, headline and reports
     assert "**" not in told and "<strong>" in told  # Markdown rendered, not printed with its marks
     assert told.count("Speculative Rejection returned") == 1  # the headline once
+
+
+def test_a_gallery_story_sets_every_control_so_run_reruns_its_configuration():
+    from components.controls import SETTING_NAMES, settings_from
+    from components.replays import GALLERY, on_gallery, open_link
+
+    checked = 0
+    for key, run in GALLERY.runs.items():
+        for opened in (on_gallery(key, "curves"), open_link(f"gallery={key}", "curves")):
+            assert set(SETTING_NAMES) <= set(opened), key
+            settings = settings_from(tuple(opened[name] for name in SETTING_NAMES))  # what Run would run
+            comp = run.comp
+            assert (settings.method, settings.prompt, settings.generator, settings.reward) == \
+                (comp.sbon.method, comp.sbon.prompt, comp.sbon.generator, comp.sbon.reward), key
+            config = settings.config().settings()
+            for name, value in comp.sbon.settings.items():
+                if name in ("kv_budget", "first_decision"):  # automatic in every story: what automatic gave
+                    assert opened[name] == 0
+                else:
+                    assert config[name] == value, (key, name)
+            assert settings.bon_same_memory == (comp.bon.settings.get("batch_size") is not None)
+            judged = [i for i, _ in parse_instructions(settings.instructions)] if settings.instructions else []
+            assert judged == [i["id"] for i in comp.sbon.instructions], key
+            checked += 1
+    assert checked == 2 * len(GALLERY.runs) >= 6
+    assert GALLERY.runs["high-alpha"].comp.sbon.settings["alpha"] == 0.8 and on_gallery("high-alpha", "curves")["alpha"] == 0.8
