@@ -147,7 +147,8 @@ def phase_times(comp: Comparison) -> go.Figure:
         fig.add_trace(go.Bar(y=[label for label, _ in runs], x=[r.timings.get(phase, 0.0) for _, r in runs],
                              name=phase, orientation="h", marker_color=colors[phase],
                              hovertemplate="%{y}: %{x:.2f} s<extra>" + phase + "</extra>"))
-    styled(fig, f"Wall time: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
+    where = f" on {comp.sbon.machine}" if comp.sbon.machine else " (machine not recorded)"
+    styled(fig, f"Wall time{where}: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
                f"{comp.sbon.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
     fig.update_layout(barmode="stack", legend_traceorder="normal")
     axis_titles(fig, "seconds")

@@ -239,6 +239,19 @@ class ModelCache:
         """The decode path (sbon.decoders) of a run of this generator that starts now: see CompiledSteps."""
         return self.steps.decode(generator, gen) if self.steps else app_decode()
 
+    def planned_decode(self, generator: str) -> str | None:
+        """The decode path a run of this generator starting now would take, where that is known without loading
+        or building anything (None: the generator is not loaded yet)."""
+        asked = app_decode()
+        if asked != "auto":
+            return asked
+        gen = self._generators.get((generator, str(self.device())))
+        if gen is None:
+            return None
+        if not auto_compiles(gen) or (self.steps is not None and generator in self.steps._failed):
+            return "eager"
+        return "compiled" if compiled_state(gen) in ("loaded", "saved") else "eager"
+
     def decode_status(self, generator: str) -> str:
         """One line for the page about this generator's compiled decode step ('' where there is nothing to say)."""
         return self.steps.status(generator) if self.steps else ""

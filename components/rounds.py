@@ -15,6 +15,9 @@ the tie; the hover gives each candidate's true score. Each frame also has a one-
 
 from __future__ import annotations
 
+import html
+import re
+import textwrap
 from typing import Any, Sequence
 
 import plotly.graph_objects as go
@@ -281,14 +284,46 @@ def present_steps(comp: Any) -> int:
     return len(comp.sbon.decision_points) + 1 if comp.sbon.decision_points else 0
 
 
+ANSWER_CHARS, ANSWER_LINES = 72, 3  # an answer's excerpt on the result step: lines that fit a projector's width
+
+
+def answers_figure(comp: Any) -> go.Figure:
+    """The end of a run on the projector: the answer each method returned (label, then its first lines), Best-of-N's
+    first, as text on a figure in the live chart's place."""
+    from .tables import returned_texts  # the same labels and texts as the Savings tab's boxes
+
+    bon_label, bon_text, sbon_label, sbon_text = returned_texts(comp)
+    fig = go.Figure()
+    for i, (label, text) in enumerate(((bon_label, bon_text), (sbon_label, sbon_text))):
+        lines = textwrap.wrap(" ".join(text.split()), ANSWER_CHARS) or ["(empty)"]
+        excerpt = "<br>".join(html.escape(line) for line in lines[:ANSWER_LINES]) + (" …" if len(lines) > ANSWER_LINES else "")
+        fig.add_annotation(text=f"<b>{html.escape(label)}</b><br>{excerpt}", x=0, xref="paper", xanchor="left",
+                           y=1 - 0.52 * i, yref="paper", yanchor="top", showarrow=False, align="left",
+                           font=dict(size=16))
+    styled(fig, "", height=320, top=10)
+    fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def result_lines(comp: Any) -> str:
+    """The result step's caption: the headline's first two statements (a broken coupling first), from the headline
+    itself (sbon.analysis.comparison.headline_text's key phrases), so the projector says what the page says."""
+    from sbon.analysis.comparison import coupling_note, headline_text
+
+    marked = re.findall(r"\x00(.*?)\x01", headline_text(comp, strong=lambda text: f"\x00{text}\x01"))
+    lines = [coupling_note(comp)] if coupling_note(comp) else []
+    return " · ".join((lines + marked)[:2])
+
+
 def present_step(comp: Any, step: int) -> tuple[go.Figure, str]:
     """(frame, caption) of step ``step`` of "Present rounds": decision point ``step`` (0-based) drawn as the
     live view drew it, on one x range for all rounds so a move is a move on the page; the last step is the
-    final frame with the run's result."""
+    run's result: the answer each method returned, under the headline's first two statements."""
     views = round_views(comp.sbon)
     step = max(0, min(step, len(views)))
     if step == len(views):
-        return (round_figure(views[-1], comp.n, _x_range(views), earlier=views[:-1], comp=comp, reward=comp.sbon.reward),
-                f"Result · {result_caption(comp, hint=False)}")
+        return answers_figure(comp), f"Result · {result_lines(comp)}"
     fig = round_figure(views[step], comp.n, _x_range(views), earlier=views[:step], comp=comp, reward=comp.sbon.reward)
     return fig, run_captions(comp)[step]

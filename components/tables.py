@@ -144,7 +144,8 @@ def savings_table(comp: Comparison) -> pd.DataFrame:
         ("its final reward", f"{bon.best.final_reward:.3f}", f"{sbon.best.final_reward:.3f}"),
         ("normalized score", "100", f"{m['normalized_score']:.1f}"),
         ("random pruning, same survivor counts: normalized score", "", f"{m['random_pruning_normalized_score']:.1f}"),
-        ("wall time (s)", f"{bon.wall_time:.2f}", f"{sbon.wall_time:.2f}"),
+        ("wall time (s)" + (f" on {sbon.machine}" if sbon.machine else ", machine not recorded"), f"{bon.wall_time:.2f}",
+         f"{sbon.wall_time:.2f}"),
         ("wall-time speedup (T_BoN / T_SBoN)", "", f"{m['speedup']:.2f}×"),
         ("tokens per second", f"{bon.total_tokens / bon.wall_time:.1f}", f"{sbon.total_tokens / sbon.wall_time:.1f}"),
         ("machine busy (other processes' cores)", _busy(bon), _busy(sbon)),
@@ -253,6 +254,33 @@ def run_description(comp: Comparison, origin: str) -> str:
             f"α={s.get('alpha')}, "
             f"max {s.get('max_new_tokens')} tokens, seed {s.get('seed')}{batches} · prompt: “{md_escape(prompt)}”"
             f"{instructions}")
+
+
+PATH_WORDS = {"compiled": "the fast path prepared for its machine", "eager": "the plain path"}  # RunResult.decode
+
+
+def reproduction_note(comp: Comparison, machine: str, weights: str | None, decode: str | None) -> str:
+    """One line for a run recorded elsewhere or earlier: "Press ▶ Run to reproduce it" only where a Run here (this
+    ``machine`` class, ``weights`` format and ``decode`` path; None: not known yet) gives the same candidates, else
+    what differs and what that means."""
+    run = comp.sbon
+    if run.machine is None:
+        return ("It was saved without the machine it ran on: a Run here with its settings may give other candidates.")
+    differ = []
+    if run.machine != machine:
+        differ.append(f"it ran on {run.machine}, this machine is {machine}")
+    if run.weights and weights and run.weights != weights:
+        differ.append(f"its weights were {run.weights}, here they are {weights}")
+    if run.decode and decode and run.decode != decode:
+        differ.append(f"it ran on {PATH_WORDS.get(run.decode, run.decode)}, a Run here takes "
+                      f"{PATH_WORDS.get(decode, decode)}")
+    if differ:
+        return (f"A Run here with its settings may give other candidates than this recording: {'; '.join(differ)}, "
+                "and they round differently.")
+    if decode is None and run.decode:
+        return (f"It ran on this class of machine, on {PATH_WORDS.get(run.decode, run.decode)}: a Run here "
+                "reproduces it once the models are loaded on the same path.")
+    return "Press ▶ Run to reproduce it: this machine and its decode path give the same candidates."
 
 
 def headline_parts(comp: Comparison) -> tuple[str, str]:

@@ -206,7 +206,7 @@ def test_tradeoff(comparison):
     expected = tradeoff_grid(comparison.bon, comparison.partials, figures.ALPHAS)
     assert grid.equals(expected)
     curves = figures.tradeoff_figure(comparison, "curves")
-    assert [t.name for t in curves.data] == ["τ=4", "τ=8", "τ=16", "this run (sbon)"]
+    assert [t.name for t in curves.data] == ["τ=4", "τ=8", "τ=16", "this run"]
     heat = figures.tradeoff_figure(comparison, "heatmap")
     assert len(heat.data[0].z) == 3 and len(heat.data[0].z[0]) == len(figures.ALPHAS)
     stats = tables.correlation_table(comparison)

@@ -12,7 +12,7 @@ from components import figures, page_export, rounds, signals_view, tables
 from components.controls import ASSETS
 from components.gallery import caption
 from components.views import VIEWS, Shown
-from sbon.analysis.comparison import Comparison, coupling_note, headline_text
+from sbon.analysis.comparison import Comparison, coupling_note, headline_text, wall_time_text
 from sbon.ifeval.instructions import parse_instructions
 from sbon.metrics import decision_quality
 
@@ -164,3 +164,25 @@ def test_a_gallery_story_sets_every_control_so_run_reruns_its_configuration():
             checked += 1
     assert checked == 2 * len(GALLERY.runs) >= 6
     assert GALLERY.runs["high-alpha"].comp.sbon.settings["alpha"] == 0.8 and on_gallery("high-alpha", "curves")["alpha"] == 0.8
+
+
+def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(comparison, recorded):
+    from sbon.machine import machine_class
+
+    here = machine_class("cpu")
+    assert comparison.sbon.machine == comparison.bon.machine == here  # recorded at run time, in the core result
+    assert Comparison.from_json(comparison.to_json()).sbon.machine == here  # and saved with it
+    assert f"Wall time on {here}:" in wall_time_text(comparison)
+    path = comparison.sbon.decode
+    assert tables.reproduction_note(comparison, here, comparison.sbon.weights, path).startswith("Press ▶ Run")
+    elsewhere = tables.reproduction_note(comparison, "Intel Xeon (AVX2)", comparison.sbon.weights, path)
+    assert "Press" not in elsewhere and "Intel Xeon (AVX2)" in elsewhere and here in elsewhere
+    other_path = tables.reproduction_note(comparison, here, comparison.sbon.weights,
+                                          "compiled" if path == "eager" else "eager")
+    assert "Press" not in other_path and "path" in other_path
+    unnamed = copy.deepcopy(comparison)
+    unnamed.sbon.machine = None
+    assert "Press" not in tables.reproduction_note(unnamed, here, comparison.sbon.weights, path)
+    # a recorded run's wall times name the machine they were measured on, never "this machine"
+    for comp in (recorded, comparison):
+        assert "this machine" not in wall_time_text(comp) and "Wall time on" in wall_time_text(comp)

@@ -207,7 +207,9 @@ def wall_time_text(comp: Comparison) -> str:
     busy while a run ran (:func:`sbon.machine_load.busy`)."""
     m = comp.metrics
     ratio = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
-    line = (f"Wall time on this machine: {comp.sbon.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
+    machine = comp.sbon.machine
+    where = f"on {machine}" if machine else "on the machine that ran it (not recorded)"
+    line = (f"Wall time {where}: {comp.sbon.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
             "it depends on the machine and what else runs on it).")
     note = busy_note({"Speculative Rejection": comp.sbon.load, "Best-of-N": comp.bon.load})
     return f"{line} {note}" if note else line
@@ -235,6 +237,8 @@ def _check_types(run: RunResult) -> None:
         raise SBoNError(f"not a saved comparison: {where} has no prompt or settings")
     if not isinstance(run.timings, dict) or not all(_number(v) for v in run.timings.values()):
         raise SBoNError(f"not a saved comparison: {where} has non-numeric timings")
+    if not all(v is None or isinstance(v, str) for v in (run.machine, run.decode, run.weights)):
+        raise SBoNError(f"not a saved comparison: {where} has a malformed machine, weights or decode path")
     if not isinstance(run.load, dict) or not all(v is None or _number(v) for v in run.load.values()):
         raise SBoNError(f"not a saved comparison: {where} has a malformed machine load")
     for c in run.candidates:
