@@ -171,6 +171,8 @@ class LiveTracker:
         clock = f"{self.elapsed:.1f} s"
         if self.phase == "starting":
             return f"Starting… · {clock}"
+        if self.phase == "bon" and not self.tokens_of.get("bon"):  # its first batch's size is known at its first token
+            return f"{answered}Best-of-N starting · {clock}"
         if self.phase == "bon":
             live = len(self.live)
             return (f"{answered}Best-of-N generating: {self.tokens} of {self.max_new_tokens} tokens · "

@@ -27,7 +27,7 @@ from sbon.decoders import auto_compiles, check_decode, compiled_state, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, default_weights, generator_title,
-                         load_generator,
+                         load_generator, reward_title,
                          load_reward)
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
@@ -210,7 +210,8 @@ class ModelCache:
             gkey = (generator, str(dev))
             if gkey not in self._generators:
                 source = generator_source(generator)
-                self._set_step(f"1/3 loading {source.describe()}"
+                # the page's words; where from is the log's (components.runs.start_loading_models)
+                self._set_step(f"1/3 loading the generator, {generator_title(generator)}"
                                + (" (first time only: about 20 s on 2 CPU cores)" if source.first_time else ""))
                 if source.first_time and self._load_gen is load_generator and (child := convert_in_background(generator)):
                     child.wait()
@@ -225,8 +226,8 @@ class ModelCache:
             gen = self._generators[gkey]
             rkey = self._reward_key(reward, generator, str(dev))
             if rkey not in self._rewards:
-                self._set_step(f"3/3 loading the reward {reward}"
-                               + "".join(f", {s.describe()}" for s in reward_sources(reward, generator)))
+                self._set_step(f"3/3 loading the reward, {reward_title(reward)}"
+                               + (", from the hub" if any(s.hub for s in reward_sources(reward, generator)) else ""))
                 self._rewards[rkey] = self._load_rew(reward, generator=gen, device=dev)
             self._rewards.move_to_end(rkey)
             self._set_step("")

@@ -14,7 +14,7 @@ from components.controls import RunSettings, load_examples
 from components.fates import FINISHED_EARLY, SURVIVED, fate_color
 from components.live import LiveTracker
 from components.model_cache import ModelCache
-from components.rounds import COST_NAME, round_figure, round_views, rounds_animation
+from components.rounds import COST_NAME, RETIRED_NAME, round_figure, round_views, rounds_animation
 from sbon.analysis.comparison import Comparison
 from sbon.config import RunConfig
 from sbon.analysis.counterfactual import partial_final_stats, tradeoff_grid
@@ -113,7 +113,7 @@ def test_live_status_names_the_phase(comparison_events):
 def test_round_figure_and_animation(comparison):
     views = round_views(comparison.sbon)
     fig = round_figure(views[0], comparison.n)
-    assert [t.name for t in fig.data][:3] == ["survived", "pruned", "cut"] and fig.data[3].name.startswith("retired")
+    assert [t.name for t in fig.data][:3] == ["survived", "pruned", "cut"] and fig.data[3].name == RETIRED_NAME
     assert list(fig.data[2].x) == [views[0].cut] * 2
     assert "Waiting" in round_figure(None, 6).layout.title.text
     anim = rounds_animation(comparison.sbon)

@@ -25,20 +25,18 @@ IDENTIFIERS = (r"\bsbon\b", r"\bbon\b", r"\blogprob\b", r"\bdeepconf\b", r"\bsel
                r"Counterfactual replay", r"\b1 candidates\b", r"op by op")
 # The page's visible text: what the body shows (code blocks of the API's how-to left out) and the visible inputs'
 # values (a dropdown shows its choice there).
-VISIBLE_TEXT_JS = """() => { const body = document.body.cloneNode(true);
-  body.querySelectorAll('pre, code, script, style').forEach((e) => e.remove());
-  const shown = [...document.querySelectorAll('input')].filter((i) => i.offsetParent && i.type != 'hidden')
-    .map((i) => i.value);
-  return document.body.innerText.replace(/```[\\s\\S]*?```/g, '') + '\\n' + shown.join('\\n')
+VISIBLE_TEXT_JS = """() => { let text = document.body.innerText;
+  for (const code of document.querySelectorAll('pre, code')) { const c = code.innerText; if (c) text = text.split(c).join(''); }
+  const shown = [...document.querySelectorAll('input')]
+    .filter((i) => i.offsetParent && ['text', 'number', 'search', ''].includes(i.type)).map((i) => i.value);
+  return text + '\\n' + shown.join('\\n')
     + '\\n' + [...document.querySelectorAll('svg text')].map((t) => t.textContent).join('\\n'); }"""
 TABS = ("Partial vs final reward", "Candidates", "Savings", "Rounds replay", "Trade-off", "Pruning signals", "Gallery",
         "Save and replay")
 
 
 def _identifiers(page, where: str) -> list[str]:
-    text = page.evaluate(VISIBLE_TEXT_JS)
-    for code in page.locator("pre, code").all_inner_texts():  # the API's how-to shows code on purpose
-        text = text.replace(code, "")
+    text = page.evaluate(VISIBLE_TEXT_JS)  # the API's how-to shows code on purpose: code blocks are left out
     return [f"{where}: {pattern!r} in …{text[max(0, m.start() - 60):m.end() + 60]!r}…"
             for pattern in IDENTIFIERS for m in [re.search(pattern, text)] if m]
 

@@ -186,3 +186,18 @@ def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(co
     # a recorded run's wall times name the machine they were measured on, never "this machine"
     for comp in (recorded, comparison):
         assert "this machine" not in wall_time_text(comp) and "Wall time on" in wall_time_text(comp)
+
+
+def test_live_lines_count_in_words_and_say_what_a_person_waits_for(comparison_events, comparison):
+    from components.live import LiveTracker
+
+    tracker, lines = LiveTracker(24), []
+    for event in comparison_events:
+        tracker.update(event)
+        lines += [tracker.caption(), tracker.status()]
+    at_once = [int(m) for line in lines for m in re.findall(r"(\d+) candidates? at once", line)]
+    batch = comparison.bon.settings.get("batch_size") or comparison.n
+    assert at_once and max(at_once) <= batch  # never all N before Best-of-N's first batch has a token
+    assert not any(re.search(r"\b1 candidates\b", line) for line in lines)
+    assert any(re.search(r"Preparing the what-if views\*\*: \d+ of \d+", line) for line in lines)
+    assert not any("Counterfactual" in line or "prefixes" in line for line in lines)
