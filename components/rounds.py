@@ -104,7 +104,8 @@ def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int 
     the run has (unknown while it runs); ``bon_best``: Best-of-N's returned candidate (known once it ran);
     ``pruned_before``: candidate -> the round that pruned it, for the rounds before this one."""
     parts = [f"Round {view.round}" + (f" of {rounds}" if rounds else ""), f"after {view.tokens} tokens",
-             f"{len(view.contenders)} contenders", f"{len(view.survivors)} kept", f"{len(view.pruned)} pruned"]
+             f"{len(view.contenders)} contender{'' if len(view.contenders) == 1 else 's'}", f"{len(view.survivors)} kept",
+             f"{len(view.pruned)} pruned"]
     if view.retired:
         parts.append(f"{len(view.retired)} finished below the cut (still eligible)")
     if bon_best is not None:

@@ -330,7 +330,7 @@ def prediction_report(comp: Comparison) -> str:
         kendall = "n/a" if math.isnan(q["kendall"]) else f"{q['kendall']:.2f}"
         fate = "" if q["winner"] == "diverged" else f"; Best-of-N's winner {WINNER_WORDS[q['winner']]}"
         items.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(signal_title(q['signal']))}: Kendall "
-                     f"{kendall} over {q['live']} live candidates{fate}.")
+                     f"{kendall} over {q['live']} live candidate{'' if q['live'] == 1 else 's'}{fate}.")
     first = quality[0]["kendall"]
     if math.isnan(first) or first < 0.3:
         verdict = ("At the first decision point the scores barely ranked the candidates as their final rewards "
