@@ -5,6 +5,7 @@ that knows Gradio (app.py alone turns their plain data into Gradio's values), an
 data and notes only."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,23 @@ def test_result_folders_hold_data_and_notes_only():
     scripts = [p.relative_to(REPO) for p in (REPO / "benchmarks" / "results").rglob("*")
                if p.suffix in (".py", ".sh")]
     assert scripts == [], "a script that produced a result belongs in python -m benchmarks <experiment>"
+
+
+def test_every_module_is_in_the_map():
+    """docs/architecture.md names every module of the project (its Files tables, one line each): a module added
+    without a line there fails here."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`([\w/]+\.py)`", doc))
+    modules = sorted(str(path.relative_to(REPO)) for path in project_files().values())
+    assert len(modules) > 50  # the walk found the project
+    missing = [m for m in modules if m not in named]
+    assert not missing, f"add a line for each to docs/architecture.md's Files tables: {missing}"
+    gone = sorted(p for p in named if "/" in p and not (REPO / p).exists())  # paths; bare names are prose
+    assert not gone, f"the map names modules that do not exist: {gone}"
+
+
+def test_the_maps_exemption_is_the_tests():
+    """The one exemption from the layers, stated in the map, is the one this file allows."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    assert "**Exemption from the layers:**" in doc
+    assert all(f"`{name.replace('.', '/')}.py`" in doc for name in ENTRY_POINTS)
