@@ -23,7 +23,7 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import MODELS, app_decode, configure_threads, convert_in_background
+from components.model_cache import MODELS, check_forced_paths, configure_threads, convert_in_background
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -62,9 +62,9 @@ GENERATION_SLOTS = 1
 QUEUE_SIZE = 64
 THREADS = configure_threads()
 try:
-    app_decode()  # a mistyped SBON_DECODE stops the app at once, in one line, not at the first Run
+    check_forced_paths()  # a mistyped or impossible SBON_DECODE/SBON_WEIGHTS stops the app at once, in one line
 except SBoNError as e:
-    sys.exit(f"SBON_DECODE: {e}")
+    sys.exit(str(e))
 log = logging.getLogger("sbon.app")
 
 INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
