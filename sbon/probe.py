@@ -84,7 +84,8 @@ def step_times(gen: Generator, dec, rows: Sequence[int] = ROWS,
     return out
 
 
-def measure(gen: Generator, decode: str, timer: Callable[[], float] = time.perf_counter) -> Measured:
+def measure(gen: Generator, decode: str, rows: Sequence[int] = ROWS,
+            timer: Callable[[], float] = time.perf_counter) -> Measured:
     """One path of a loaded generator: its times and exactness, or why it cannot run (``compiled`` on a CPU is
     timed only where its step is saved: None then means pending)."""
     path = Measured(gen.weights, decode)
@@ -103,24 +104,25 @@ def measure(gen: Generator, decode: str, timer: Callable[[], float] = time.perf_
                     return path
             dec = _compiled(gen)
         path.exact, path.divergence = exactness(gen, dec)
-        path.ms = step_times(gen, dec, timer=timer)
+        path.ms = step_times(gen, dec, rows, timer=timer)
     except Exception as e:  # noqa: BLE001 - any path that fails is one line, and the probe goes on
         path.problem, path.ms = _one_line(e), {}
     return path
 
 
 def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu", build: bool = False,
-          measure: Callable[[Generator, str], Measured] = measure,
-          load: Callable[..., Generator] = load_generator, save: bool = True,
-          progress: Callable[[str], None] = log.warning) -> Choice:
+          formats: Sequence[str] | None = None, rows: Sequence[int] = ROWS,
+          measure: Callable[..., Measured] = measure, load: Callable[..., Generator] = load_generator,
+          save: bool = True, progress: Callable[[str], None] = log.warning) -> Choice:
     """Measure every path (every weight format × eager and compiled) of ``generator`` on ``device``, at the thread
     count in use, choose, and save the choice (``sbon.machine.cached_choice`` finds it). ``build``: on a CPU, then
     build the compiled step of the BUILD_TOP fastest exact formats whose step is not saved yet, measure it and save the
-    choice again. ``measure``/``load``: what times a path and loads a format (the tests give stand-ins)."""
+    choice again. ``formats``: the weight formats to measure (default: all); ``rows``: the row counts timed;
+    ``measure``/``load``: what times a path and loads a format (the tests give stand-ins)."""
     device = torch.device(device)
     print_ = fingerprint(device)
     paths: list[Measured] = []
-    for weights in WEIGHT_FORMATS:
+    for weights in formats or WEIGHT_FORMATS:
         try:
             gen = load(generator, device=device, weights=weights)
         except Exception as e:  # noqa: BLE001 - a format that does not load here: one line, the next one
@@ -128,7 +130,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
             paths += [Measured(weights, d, problem=f"does not load here: {_one_line(e)}") for d in DECODES]
             continue
         for decode in DECODES:
-            paths.append(path := measure(gen, decode))
+            paths.append(path := measure(gen, decode, rows))
             progress(_line(path))
         del gen
         gc.collect()
@@ -147,7 +149,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
             except Exception as e:  # noqa: BLE001
                 progress(f"{eager.weights} compiled: not built ({_one_line(e)})")
             i = next(i for i, p in enumerate(paths) if (p.weights, p.decode) == (eager.weights, "compiled"))
-            paths[i] = measure(gen, "compiled")
+            paths[i] = measure(gen, "compiled", rows)
             progress(_line(paths[i]))
             del gen
             gc.collect()
