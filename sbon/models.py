@@ -299,14 +299,6 @@ def default_weights(device: torch.device, generator: str | None = None) -> str:
     return chosen_weights(generator, device) or safe_path(device)[0]
 
 
-def ships_int4(generator: str | None) -> bool:
-    """Whether this generator preset's package is installed with a 4-bit GGUF file torch's kernel can run."""
-    from .int4 import kernel_problem
-    preset = GENERATORS.get(generator) if generator else None
-    return bool(preset and preset.package and preset.gguf_file and "Q4" in preset.gguf_file
-                and _package_dir(preset.package) and kernel_problem() is None)
-
-
 def check_reward_prompt(reward: str, prompt: str, instructions=None) -> None:
     """Fail fast, in one line, on a prompt this reward cannot judge with the instructions the run brings, if
     any (a preset's ``check_prompt``)."""
