@@ -422,6 +422,8 @@ class DecodePaths:
         thread that replays them)."""
         if name in self._gpu_ready:
             return "compiled"
+        if on_zerogpu():  # a lent GPU worker lives for one run: nothing built there outlasts it
+            return "eager"
         if name not in self._started and compile_problem(gen) is None:
             self._started[name] = time.perf_counter()
             TORCH_THREAD.submit(self._build_gpu, name, gen)
