@@ -72,10 +72,14 @@ def device_name(device: torch.device) -> str:
     return device.type
 
 
+# torch's own thread count in this process before anyone set it (one per core, or OMP_NUM_THREADS)
+TORCH_THREADS = torch.get_num_threads()
+
+
 def decode_threads() -> int:
     """The CPU threads a measured path decodes with: SBON_THREADS if set, else torch's default (one per core)."""
     threads = os.environ.get("SBON_THREADS")
-    return max(1, int(threads)) if threads else max(1, os.cpu_count() or 1)
+    return max(1, int(threads)) if threads else TORCH_THREADS
 
 
 def fingerprint(device: str | torch.device = "cpu", threads: int | None = None) -> dict:
