@@ -24,7 +24,7 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import MODELS, ModelCache, app_decode, configure_threads, convert_in_background
+from components.model_cache import MODELS, ModelCache, check_forced_paths, configure_threads, convert_in_background
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -535,9 +535,9 @@ def main() -> None:
     (and its recorded run) is up in seconds while the models load."""
     threads = configure_threads()
     try:
-        app_decode()  # a mistyped SBON_DECODE stops the app at once, in one line, not at the first Run
+        check_forced_paths()  # a mistyped or impossible SBON_DECODE/SBON_WEIGHTS stops the app at once, in one line
     except SBoNError as e:
-        sys.exit(f"SBON_DECODE: {e}")
+        sys.exit(str(e))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     log.info("models will run on %s with %d CPU threads", MODELS.device(), threads)
     demo = create_app(MODELS, threads)
