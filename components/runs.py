@@ -19,6 +19,7 @@ from sbon.models import generator_title, reward_title
 
 from . import tables
 from .controls import DEFAULTS, RunSettings, settings_from
+from .page_text import device_words
 from .live import LiveTracker, ProgressChart
 from .model_cache import MODELS, hub_fetches, on_one_thread, sources
 from .replays import GALLERY
@@ -30,7 +31,7 @@ LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are r
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
-# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.CompiledSteps)
+# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.DecodePaths)
 DECODED = {"compiled": "on the fast path prepared for this machine", "eager": "on the plain path"}
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
@@ -204,12 +205,6 @@ def models_status() -> str:
     for (g, r), why in MODELS.failures().items():
         parts.append(f"⚠ loading {generator_title(g)} with {reward_title(r)} failed: {why}")
     return " ".join(parts)
-
-
-def device_words(device: Any) -> str:
-    """Where the models run, as the page says it: 'this machine's processor (CPU)', 'the GPU'."""
-    kind = getattr(device, "type", str(device))
-    return {"cpu": "this machine's processor (CPU)", "cuda": "the GPU", "mps": "the Mac's GPU"}.get(kind, str(device))
 
 
 def on_model_timer() -> dict[str, Any]:
