@@ -20,7 +20,8 @@ RUN_TIMEOUT_MS = 400_000
 # Identifiers that must never reach the page's visible text: lowercase method, signal and preset names (whole words),
 # and the developer phrases a lecturer's walk found.
 IDENTIFIERS = (r"\bsbon\b", r"\bbon\b", r"\blogprob\b", r"\bdeepconf\b", r"\bself-certainty\b", r"\bminilm-pref\b",
-               r"\bsmollm2-135m\b", r"punctuation:no_comma", r"retired \(finished, eligible\)", r"compiled step",
+               r"\bsmollm2-135m\b", r"punctuation:no_comma", r"retired \(finished, eligible\)",
+               r"decoded with the compiled step",
                r"Loaded on cpu", r"SBoN tokens / BoN tokens", r"IFEval ids and arguments", r"expected fraction",
                r"Counterfactual replay", r"\b1 candidates\b")
 # The page's visible text: what the body shows (code blocks of the API's how-to left out) and the visible inputs'
