@@ -33,6 +33,7 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
+from starlette.routing import Mount  # noqa: E402
 
 from components import instructions as instruction_choices  # noqa: E402
 from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
@@ -40,10 +41,12 @@ from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES
                                  reads, reward_choices, signal_choices)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
-from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
+from components.priority import serve_below_generation  # noqa: E402
+from components.replays import (GALLERY, PAGES, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
 from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
                              on_stop, start_loading_models)
+from components.static_pages import PREFIX as PAGES_PREFIX  # noqa: E402
 from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
                                   scenario_of, scenario_prompt_choices)
 from components.style import Look  # noqa: E402
@@ -495,8 +498,12 @@ load_at_import(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     log.info("models will run on %s with %d CPU threads", MODELS.device(), THREADS)
-    # Serve first, then load: the page (and its recorded run) is up in seconds while the models load.
-    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True)
+    serve_below_generation()  # every thread started from here on (the server's, the handlers') runs below the torch thread
+    # Serve first, then load: the page (and its recorded run) is up in seconds while the models load. What a visitor
+    # only reads is served as files beside the page (components/static_pages.py), never through the queue.
+    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True,
+                app_kwargs={"routes": [Mount(PAGES_PREFIX, app=PAGES.routes())]})
     start_loading_models()
     threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()
+    threading.Thread(target=PAGES.warm, daemon=True, name="static-pages").start()
     demo.block_thread()
