@@ -64,15 +64,20 @@ def rss_mb(pid: int) -> float:
         return float("nan")
 
 
-def cpu_s(pid: int) -> float:
-    """User and system CPU seconds of a process and its children so far."""
+def cpu_s(pid: int, children: bool = True) -> float:
+    """User and system CPU seconds of a process (and its children: the app's compile worker) so far."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
-        return sum(sum(p.cpu_times()[:2]) for p in (proc, *proc.children(recursive=True)))
+        return sum(sum(p.cpu_times()[:2]) for p in (proc, *(proc.children(recursive=True) if children else ())))
     except psutil.Error:
         return float("nan")
+
+
+def clients_cpu_s() -> float:
+    """This process's CPU seconds: the simulated visitors' (its child, the app, is not counted)."""
+    return cpu_s(os.getpid(), children=False)
 
 
 def percentile(xs: list[float], q: float) -> float | None:
@@ -318,7 +323,7 @@ def one_level(url: str, mode: str, n: int, keys: list[str], run_ids: list[str], 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     load_before = list(os.getloadavg())
-    server_cpu, client_cpu = cpu_s(pid), cpu_s(os.getpid())
+    server_cpu, client_cpu = cpu_s(pid), clients_cpu_s()
     started = time.perf_counter()
     visitors.start()
     limit = threading.Timer(args.max_seconds, visitors.stop.set)  # bounded in time, whatever the generation does
@@ -338,7 +343,7 @@ def one_level(url: str, mode: str, n: int, keys: list[str], run_ids: list[str], 
     row = {"mode": mode, "visitors": n, "generation_s": gen_s, "baseline_s": baseline_s,
            "slowdown": gen_s / baseline_s - 1 if gen_s and baseline_s else None, "generation_error": gen_error,
            "errors": len(visitors.errors), "error_samples": visitors.errors[:5], "visitors_not_stopped": left,
-           "seconds": wall, "server_cpu_s": cpu_s(pid) - server_cpu, "clients_cpu_s": cpu_s(os.getpid()) - client_cpu,
+           "seconds": wall, "server_cpu_s": cpu_s(pid) - server_cpu, "clients_cpu_s": clients_cpu_s() - client_cpu,
            "server_peak_rss_mb": max(peak), "server_rss_end_mb": rss_mb(pid),
            "load_average_before": load_before, "load_average_after": list(os.getloadavg())}
     for kind, xs in visitors.times.items():
@@ -358,7 +363,10 @@ def main(args: argparse.Namespace) -> int:
     rows, t0 = [], time.perf_counter()
     env_start = common.environment()
     with serve_app(log, start_timeout_s=600) as url:  # importing gradio on busy shared cores can take minutes
-        baseline = [generate(url, generation(args)) for _ in range(1 + args.baseline_runs)][1:] or [float("nan")]  # the first loads models
+        generate(url, generation(args))  # the first loads the models
+        cpu_before = cpu_s(url.pid)
+        baseline = [generate(url, generation(args)) for _ in range(args.baseline_runs)] or [float("nan")]
+        baseline_cpu_s = (cpu_s(url.pid) - cpu_before) / max(1, args.baseline_runs)  # the server's CPU for one alone
         baseline_s = float(np.median(baseline))
         print(f"generation alone: {baseline_s:.1f} s (median of {len(baseline)}; load {os.getloadavg()[0]:.1f})",
               flush=True)
@@ -389,7 +397,7 @@ def main(args: argparse.Namespace) -> int:
                                     "timer_s": MODEL_STATUS_IDLE_S, "SBON_THREADS": os.environ.get("SBON_THREADS"),
                                     "clients": "this process: one thread and one httpx connection per visitor"},
                        "browser_open": recorded, "environment_at_start": env_start, "environment": env,
-                       "baseline_s": baseline, "seconds": time.perf_counter() - t0, "rows": rows}, json_path)
+                       "baseline_s": baseline, "baseline_server_cpu_s": baseline_cpu_s, "seconds": time.perf_counter() - t0, "rows": rows}, json_path)
     df = pd.DataFrame([{"mode": r["mode"], "visitors": r["visitors"], "page p95": r["page"]["p95_s"],
                         "gallery p95": r["gallery"]["p95_s"], "link p95": r["link"]["p95_s"], "errors": r["errors"],
                         "slowdown %": None if r["slowdown"] is None else 100 * r["slowdown"],
