@@ -96,7 +96,8 @@ def remove_page(path: Path) -> None:
 def file_response(request: Request, path: Path, etag: str, cache: str, media_type: str) -> Response:
     """The file, or 304 when the browser already has this ETag; compressed as the browser accepts it."""
     headers = {"ETag": f'"{etag}"', "Cache-Control": cache, "Vary": "Accept-Encoding"}
-    if etag in request.headers.get("if-none-match", "").replace('"', "").replace("W/", "").split(", "):
+    known = {t.strip().removeprefix("W/").strip('"') for t in request.headers.get("if-none-match", "").split(",")}
+    if etag in known or "*" in known:
         return Response(status_code=304, headers=headers)
     accepted = request.headers.get("accept-encoding", "")
     for encoding, suffix in ENCODINGS:
