@@ -92,7 +92,7 @@ def gallery_views(key: str, kind: str, look: Look = Look()) -> dict[str, Any]:
     and Gradio's serialization, never a model, a file read or the generation slot."""
     run = GALLERY.get(key)
     shown = Shown(run.comp, f"the gallery run “{run.entry.title}”", kind, run.entry.file, look)
-    return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)}"))
+    return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)} · [open as a page]({gallery_path(key)})"))
 
 
 @computed_once(maxsize=32)
