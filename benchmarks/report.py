@@ -764,15 +764,21 @@ def class_load(results_dir: Path) -> str:
 
 LOAD_MODES = {None: "the page (gradio_client, before the static pages)", "app": "the page, as a browser",
               "static": "the static pages"}
-CLASS_TARGETS = {"page open p95 ≤ 1.5 s": lambda r: (r["page"]["p95_s"] or 0) <= 1.5,
-                 "gallery and link open p95 ≤ 1 s": lambda r: max(r["gallery"]["p95_s"] or 0, r["link"]["p95_s"] or 0) <= 1,
-                 "no error": lambda r: r["errors"] == 0 and not r["generation_error"],
-                 "generation ≤ 1.25× alone": lambda r: r["slowdown"] is not None and r["slowdown"] <= 0.25}
+# The class's targets on 2 cores: (the most visitors they apply to, what is asked); more visitors ask for the next set.
+CLASS_TARGETS = (
+    (50, {"page open p95 ≤ 1.5 s": lambda r: (r["page"]["p95_s"] or 0) <= 1.5,
+          "gallery and link open p95 ≤ 1 s": lambda r: max(r["gallery"]["p95_s"] or 0, r["link"]["p95_s"] or 0) <= 1,
+          "no error": lambda r: r["errors"] == 0 and not r["generation_error"],
+          "generation ≤ 1.25× alone": lambda r: r["slowdown"] is not None and r["slowdown"] <= 0.25}),
+    (200, {"no error": lambda r: r["errors"] == 0 and not r["generation_error"],
+           "gallery open p95 ≤ 2 s": lambda r: (r["gallery"]["p95_s"] or 0) <= 2}),
+)
+MEMORY_FLAT = 0.10  # the server's peak memory may grow this much from the fewest visitors to the most
 
 
 def class_holds(results_dir: Path) -> str:
     """What one 2-core Space holds, from the newest load file with both ways of reading (a quiet one first): per way
-    of reading and N, which of the class targets it met, and the server's memory against the fewest visitors."""
+    of reading and N, the class targets it met, and the server's memory against the fewest visitors."""
     files = [p for p in (results_dir / MACHINE / "load").glob("*.json")
              if "modes" in json.loads(p.read_text())["settings"]]
     if not files:
@@ -784,13 +790,17 @@ def class_holds(results_dir: Path) -> str:
         mine = [r for r in d["rows"] if r["mode"] == mode]
         least = min(mine, key=lambda r: r["visitors"])["server_peak_rss_mb"]
         for r in mine:
-            missed = [name for name, met in CLASS_TARGETS.items() if not met(r)]
+            targets = next((t for most, t in CLASS_TARGETS if r["visitors"] <= most), CLASS_TARGETS[-1][1])
+            missed = [name for name, met in targets.items() if not met(r)]
+            grew = r["server_peak_rss_mb"] / least - 1
             rows.append([link(results_dir, path), LOAD_MODES[mode], str(r["visitors"]),
-                         "all met" if not missed else "missed: " + ", ".join(missed),
-                         f"{num(r['server_peak_rss_mb'], 0)} ({pct(r['server_peak_rss_mb'] / least - 1)})",
+                         ("met: " if not missed else "missed: ") + ", ".join(missed or targets),
+                         f"{num(r['server_peak_rss_mb'], 0)} ({pct(grew)}{'' if grew <= MEMORY_FLAT else ': missed'})",
                          num(r["load_average_before"][0], 1)])
-    return markdown_table(["file", "visitors read", "visitors", "the class targets (at 50 visitors)",
-                           "server peak memory, MiB (against the fewest visitors)", "load average"], rows)
+    asked = "; ".join(f"up to {most} visitors: " + ", ".join(t) for most, t in CLASS_TARGETS)
+    return (f"Targets on 2 cores ({asked}; server memory within {pct(MEMORY_FLAT)} of the fewest visitors'):\n\n"
+            + markdown_table(["file", "visitors read", "visitors", "the targets for this many visitors",
+                              "server peak memory, MiB (against the fewest visitors)", "load average"], rows))
 
 
 TABLES: dict[str, Callable[[Path], str]] = {
