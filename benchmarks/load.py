@@ -54,12 +54,14 @@ def generation(args: argparse.Namespace) -> dict[str, Any]:
     return dict(prompt=PROMPT, n=args.n, max_new_tokens=args.max_new_tokens, seed=0)
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, children: bool = False) -> float:
+    """The server's resident memory; with ``children``, its child processes' too (the decode step's background
+    compile, which comes and goes and says nothing about the visitors)."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
-        return sum(p.memory_info().rss for p in (proc, *proc.children(recursive=True))) / 2**20
+        return sum(p.memory_info().rss for p in (proc, *(proc.children(recursive=True) if children else ()))) / 2**20
     except psutil.Error:
         return float("nan")
 
@@ -313,12 +315,13 @@ def one_level(url: str, mode: str, n: int, keys: list[str], run_ids: list[str], 
               baseline_s: float, recorded: dict[str, Any], gallery_fn: int, timer_s: float) -> dict[str, Any]:
     pid = url.pid
     visitors = Visitors(url, mode, n, keys, run_ids, args, recorded, gallery_fn, timer_s)
-    peak = [rss_mb(pid)]
+    peak, peak_all = [rss_mb(pid)], [rss_mb(pid, children=True)]
     done = threading.Event()
 
     def sample():
         while not done.wait(0.5):
             peak.append(rss_mb(pid))
+            peak_all.append(rss_mb(pid, children=True))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -345,6 +348,7 @@ def one_level(url: str, mode: str, n: int, keys: list[str], run_ids: list[str], 
            "errors": len(visitors.errors), "error_samples": visitors.errors[:5], "visitors_not_stopped": left,
            "seconds": wall, "server_cpu_s": cpu_s(pid) - server_cpu, "clients_cpu_s": clients_cpu_s() - client_cpu,
            "server_peak_rss_mb": max(peak), "server_rss_end_mb": rss_mb(pid),
+           "server_and_children_peak_rss_mb": max(peak_all),
            "load_average_before": load_before, "load_average_after": list(os.getloadavg())}
     for kind, xs in visitors.times.items():
         row[kind] = {"count": len(xs), "p50_s": percentile(xs, 50), "p95_s": percentile(xs, 95),
