@@ -159,7 +159,7 @@ def setting_help(name: str) -> str:
 def api_parameter(name: str) -> dict[str, Any]:
     """The JSON-schema additions that describe one setting in the API: its help, its range and its
     choices (when the setting has a fixed list), all from the one settings path."""
-    info: dict[str, Any] = {"additional_description": setting_help(name)}
+    info: dict[str, Any] = {"description": setting_help(name)}
     lo, hi, note = RANGES.get(name, (None, None, ""))
     if lo is not None:
         info["minimum"] = lo
@@ -167,14 +167,14 @@ def api_parameter(name: str) -> dict[str, Any]:
         info["maximum"] = hi
     bounds = f"{lo} to {hi}" if lo is not None and hi is not None else f"≥ {lo}" if lo is not None else ""
     if bounds or note:
-        info["additional_description"] += f" (range: {bounds}{'; ' + note if note else ''})"
+        info["description"] += f" (range: {bounds}{'; ' + note if note else ''})"
     choices = {"method": list(PRUNING_METHODS), "prune_by": signal_choices()}.get(name)
     if choices:
         info["enum"] = choices
-        info["additional_description"] += f" (one of: {', '.join(choices)})"
+        info["description"] += f" (one of: {', '.join(choices)})"
     if name in ("generator", "reward"):
         presets = GENERATORS if name == "generator" else REWARDS
-        info["additional_description"] += f" (presets: {', '.join(presets)})"
+        info["description"] += f" (presets: {', '.join(presets)})"
     return info
 
 

@@ -29,7 +29,7 @@ LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are r
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
-# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.CompiledSteps)
+# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.DecodePaths)
 DECODED = {"compiled": "decoded with the compiled step", "eager": "decoded op by op"}
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")

@@ -21,6 +21,7 @@ import torch
 from .attention import use_decode_attention
 from .engine import DTYPE_FORMATS, Generator, check_device, weight_format
 from .errors import SBoNError
+from .machine import cache_dir, chosen_weights, safe_path
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
 
@@ -189,10 +190,6 @@ def _hub_error(name: str, error: Exception, kind: str) -> SBoNError:
     return SBoNError(f"cannot load {kind} '{name}': {hint} ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("SBON_CACHE") or Path.home() / ".cache" / "sbon")
-
-
 @contextmanager
 def _gguf_parsed_once() -> Iterator[None]:
     """Parse a GGUF file once while transformers loads it. transformers reads the file's header
@@ -292,27 +289,14 @@ def default_dtype_name(device: str | torch.device | None = None) -> str:
 
 
 def default_weights(device: torch.device, generator: str | None = None) -> str:
-    """The generator's weight format when none is asked for: SBON_WEIGHTS if set (how a server picks one for
-    its page); else int4 on a CPU with fast bfloat16 matmuls (AVX-512 BF16 or AMX) where the generator ships
-    4-bit weights (its own blocks: the embedded one), bf16 there for other models and on a GPU, fp32 on other
-    CPUs (bfloat16 is emulated there, and slower). Each keeps the coupled sampling exact on a CPU
-    (WEIGHT_FORMATS); `python -m benchmarks step` and `app` time them."""
+    """The generator's weight format when none is asked for: SBON_WEIGHTS if set (how a server forces one for its
+    page); else the format measured fastest on this machine for this generator at the thread count in use, among
+    those whose coupling was measured exact on a CPU (``python -m sbon machine``, sbon.machine); else the path that is
+    exact without measuring: float32 on a CPU, bfloat16 on a GPU (sbon.machine.safe_path)."""
     if asked := os.environ.get("SBON_WEIGHTS"):
         weight_format(asked)  # an unknown name is refused in one line
         return asked
-    if device.type == "cuda":
-        return "bf16"
-    if device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
-        return "int4" if ships_int4(generator) else "bf16"
-    return "fp32"
-
-
-def ships_int4(generator: str | None) -> bool:
-    """Whether this generator preset's package is installed with a 4-bit GGUF file torch's kernel can run."""
-    from .int4 import kernel_problem
-    preset = GENERATORS.get(generator) if generator else None
-    return bool(preset and preset.package and preset.gguf_file and "Q4" in preset.gguf_file
-                and _package_dir(preset.package) and kernel_problem() is None)
+    return chosen_weights(generator, device) or safe_path(device)[0]
 
 
 def check_reward_prompt(reward: str, prompt: str, instructions=None) -> None:

@@ -86,11 +86,7 @@ def test_deeply_nested_json_is_refused_in_one_line(load_upload, tmp_path):
 
 @pytest.fixture(scope="module")
 def app_module():
-    import torch
-
-    threads = torch.get_num_threads()
     import app
-    torch.set_num_threads(threads)
     return app
 
 
