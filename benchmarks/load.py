@@ -193,7 +193,8 @@ class Visitors:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.times: dict[str, list[float]] = {"page": [], "gallery": [], "link": []}
-        self.requests = 0
+        self.browsers: list[Browser] = []
+        self.abandoned = False  # set when the level ended with opens still going (counted once, in join)
         self.errors: list[str] = []
         self.threads = [threading.Thread(target=self.visit, args=(i,), daemon=True) for i in range(n)]
 
@@ -235,6 +236,8 @@ class Visitors:
         rng = random.Random(i)
         self.stop.wait(rng.uniform(0, self.think[1]))  # visitors arrive spread over the first seconds
         b = Browser(self.url, self.args.max_seconds)
+        with self.lock:
+            self.browsers.append(b)
         try:
             try:
                 self.timed("page", lambda: self.open_page(b))
@@ -273,6 +276,8 @@ class Visitors:
 
     def error(self, kind: str, e: Exception) -> None:
         with self.lock:
+            if self.abandoned:
+                return
             self.errors.append(f"{kind}: {type(e).__name__}: {str(e)[:200]}")
 
     def start(self) -> None:
@@ -280,11 +285,22 @@ class Visitors:
             t.start()
 
     def join(self, timeout: float) -> int:
-        """Wait for every visitor; the number still going after ``timeout``."""
+        """Wait for every visitor; those still in an open after ``timeout`` are errors (their open never ended in
+        the level), and their connections are closed so they do not spill into the next level. Returns how many."""
         deadline = time.time() + timeout
         for t in self.threads:
             t.join(max(0.0, deadline - time.time()))
-        return sum(t.is_alive() for t in self.threads)
+        left = sum(t.is_alive() for t in self.threads)
+        if left:
+            with self.lock:
+                self.abandoned = True
+                self.errors += [f"an open still going when the level ended ({left} visitors)"] + [""] * (left - 1)
+                browsers = list(self.browsers)
+            for b in browsers:
+                b.close()
+            for t in self.threads:
+                t.join(10)
+        return left
 
 
 def generate(url: str, settings: dict[str, Any]) -> float:
@@ -345,7 +361,7 @@ def one_level(url: str, mode: str, n: int, keys: list[str], run_ids: list[str], 
     wall = time.perf_counter() - started
     row = {"mode": mode, "visitors": n, "generation_s": gen_s, "baseline_s": baseline_s,
            "slowdown": gen_s / baseline_s - 1 if gen_s and baseline_s else None, "generation_error": gen_error,
-           "errors": len(visitors.errors), "error_samples": visitors.errors[:5], "visitors_not_stopped": left,
+           "errors": len(visitors.errors), "error_samples": [e for e in visitors.errors if e][:5], "visitors_not_stopped": left,
            "seconds": wall, "server_cpu_s": cpu_s(pid) - server_cpu, "clients_cpu_s": clients_cpu_s() - client_cpu,
            "server_peak_rss_mb": max(peak), "server_rss_end_mb": rss_mb(pid),
            "server_and_children_peak_rss_mb": max(peak_all),
