@@ -1,8 +1,10 @@
 """`python -m benchmarks undecided`: what a decision point should do with the candidates its pruning signal
 cannot tell apart from the cut (the ``undecided`` setting, ``sbon.cut.UNDECIDED``), measured where it can fail.
 
-Per prompt, one Best-of-N run and one Speculative Rejection run (memory-budget rounds, its default budget) per
-rule, all with the same seed (coupled sampling: candidate k is the same text in every run); per rule:
+Per prompt, one Best-of-N run; then, per rule, the Speculative Rejection run (memory-budget rounds, its default
+budget, the same seed) replayed on Best-of-N's candidates (``sbon.analysis.replay.replay_rounds``: with coupled
+sampling the run samples exactly these candidates, and the replay goes through the run's own cut, scores and
+budget; ``--check`` runs the first prompts for real too and records whether each rule's run agrees). Per rule:
 
 - the answer's quality: with the ``ifeval`` reward, whether it follows every instruction (prompt-level strict);
   with another reward, its normalized score (Best-of-N's winner = 100, its worst candidate = 0);
@@ -25,18 +27,21 @@ import copy
 import os
 import sys
 import time
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from sbon.algorithms import events, run
+from sbon.algorithms import events, plan_budget, run
+from sbon.analysis.replay import replay_rounds
 from sbon.config import RunConfig
 from sbon.cut import UNDECIDED
 from sbon.metrics import normalized_score, random_pruning_reward
 from sbon.models import load_generator, load_reward
 from sbon.results import RunResult
 from sbon.rewards import bind_instructions
+from sbon.signals import RewardSignal
 
 from . import common
 
@@ -60,14 +65,14 @@ def followed(reward, prompt: str, text: str) -> float:
     return float(all(v.followed for v in reward.explain(prompt, text, final=True)))
 
 
-def quality(reward, bon: RunResult, result: RunResult) -> float:
-    """The answer a run returned: followed every instruction (ifeval), else its normalized score on Best-of-N's."""
+def quality(reward, bon: RunResult, k: int) -> float:
+    """Candidate k as the answer: followed every instruction (ifeval), else its normalized score on Best-of-N's."""
     if hasattr(reward, "explain"):
-        return followed(reward, bon.prompt, result.best.text)
-    return normalized_score(bon.final_rewards, result.best.final_reward)
+        return followed(reward, bon.prompt, bon.candidates[k].text)
+    return normalized_score(bon.final_rewards, bon.candidates[k].final_reward)
 
 
-def random_quality(reward, bon: RunResult, sr: RunResult) -> float:
+def random_quality(reward, bon: RunResult, sr: Any) -> float:
     """Random pruning at sr's decision points and counts, on Best-of-N's candidates."""
     if hasattr(reward, "explain"):
         indicator = copy.deepcopy(bon)
@@ -78,26 +83,45 @@ def random_quality(reward, bon: RunResult, sr: RunResult) -> float:
 
 
 def prompt_row(gen, reward, item: dict, rules: Sequence[str], n: int, max_new_tokens: int, alpha: float,
-               seed: int) -> dict[str, Any]:
+               seed: int, check: bool) -> dict[str, Any]:
+    """Best-of-N once, then each rule's memory-budget run replayed on its candidates (``replay_rounds``: the
+    run's own cut, scores and budget; ``check`` also runs each rule for real and records whether they agree)."""
     reward = bind_instructions(reward, item["prompt"], item.get("instructions"))
     config = RunConfig(n=n, max_new_tokens=max_new_tokens, alpha=alpha, seed=seed)
     start = time.perf_counter()
     bon = run(events(gen, reward, item["prompt"], config.replace(method="bon")))
-    row: dict[str, Any] = {"id": item["id"], "bon": {"quality": quality(reward, bon, bon),
-                                                      "winner": bon.best_id, "tokens": bon.total_tokens}}
+    generated = time.perf_counter() - start
+    signal = RewardSignal(reward)
+    prompt_tokens = len(gen.encode_prompt(item["prompt"]))
+    _, budget = plan_budget(gen, prompt_tokens, n, None, max_new_tokens)
+    seen: dict[int, tuple] = {}
+
+    def score_at(t: int, ids: list[int]):
+        texts = [gen.decode(bon.candidates[k].token_ids[:t]) for k in ids]
+        margins = signal.uncertainty(item["prompt"], ids, texts) if signal.knows_uncertainty else None
+        return signal.score(item["prompt"], ids, texts), margins
+
+    row: dict[str, Any] = {"id": item["id"], "prompt_tokens": prompt_tokens, "kv_budget": budget,
+                           "bon": {"quality": quality(reward, bon, bon.best_id), "winner": bon.best_id,
+                                   "tokens": bon.total_tokens}}
     for rule in rules:
-        sr = run(events(gen, reward, item["prompt"], config.replace(undecided=rule)))
-        points = sr.decision_points
-        winner = bon.best_id
-        row[rule] = {"quality": quality(reward, bon, sr),
-                     "random": random_quality(reward, bon, sr), "token_rate": sr.total_tokens / bon.total_tokens,
-                     "winner": sr.best_id, "decision_points": len(points),
-                     "undecided": [len(p.undecided) for p in points], "applied": [p.undecided_rule for p in points],
-                     "tied": [p.tied for p in points],
+        replay = replay_rounds(bon, prompt_tokens, budget, alpha, score_at, rule, seed, signal.tie)
+        points, winner = replay.points, bon.best_id
+        row[rule] = {"quality": quality(reward, bon, replay.best_id),
+                     "random": random_quality(reward, bon, SimpleNamespace(decision_points=points)),
+                     "token_rate": replay.tokens / bon.total_tokens, "winner": replay.best_id,
+                     "decision_points": len(points), "decision_tokens": [p.tokens for p in points],
+                     "undecided": [len([k for k in p.undecided if k not in p.final]) for p in points],
+                     "applied": [p.undecided_rule for p in points], "tied": [p.tied for p in points],
                      "bon_winner_pruned": float(any(winner in p.pruned for p in points)),
                      "bon_winner_pruned_undecided": float(any(winner in p.pruned and winner in p.undecided
                                                               for p in points))}
-    row["seconds"] = time.perf_counter() - start
+        if check:
+            real = run(events(gen, reward, item["prompt"], config.replace(undecided=rule)))
+            row[rule]["real_run_agrees"] = (real.best_id == replay.best_id and real.total_tokens == replay.tokens and
+                                            [(p.tokens, p.survivors) for p in real.decision_points] ==
+                                            [(p.tokens, p.survivors) for p in points])
+    row["seconds"] = {"best_of_n": generated, "total": time.perf_counter() - start}
     return row
 
 
@@ -113,6 +137,9 @@ def summarize(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Any]:
                       "bon_winner_pruned_undecided")}
         out[rule]["undecided_per_point"] = mean(u for r in rows for u in r[rule]["undecided"])
         out[rule]["points_with_undecided"] = mean(float(u > 0) for r in rows for u in r[rule]["undecided"])
+        out[rule]["points_tied"] = mean(float(x) for r in rows for x in r[rule]["tied"])
+        checked = [r[rule]["real_run_agrees"] for r in rows if "real_run_agrees" in r[rule]]
+        out[rule]["real_runs_checked"], out[rule]["real_runs_agree"] = len(checked), sum(checked)
     return out
 
 
@@ -127,6 +154,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--check", type=int, default=2, help="on the first this many prompts, also run each rule for "
+                                                      "real and record whether it agrees with the replay")
     p.add_argument("--minutes", type=float, default=30.0, help="start no new prompt after this long")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", default=None, help="result file (default: results/cpu-2core-epyc/undecided/<set>.json)")
@@ -145,7 +174,8 @@ def main(args: argparse.Namespace) -> int:
     record = {"experiment": "undecided", "command": "OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks " + " ".join(sys.argv[1:]),
               "settings": {"set": args.set, "reward": SETS[args.set], "rules": list(args.rules), "n": args.n,
                            "max_new_tokens": args.max_new_tokens, "alpha": args.alpha, "seed": args.seed,
-                           "method": "sbon", "offset": args.offset, "minutes": args.minutes,
+                           "method": "sbon (memory-budget rounds, default budget), replayed on Best-of-N's candidates",
+                           "check": args.check, "offset": args.offset, "minutes": args.minutes,
                            "prompts_available": len(work),
                            "prompts": "ifeval: the shipped IFEval file's evaluation split (even key), in file order; "
                                       "helpful: benchmarks.scenarios' held-out AlpacaEval prompts (prompt seed 30)"},
@@ -156,7 +186,8 @@ def main(args: argparse.Namespace) -> int:
     for item in work:
         if time.perf_counter() > deadline:
             break
-        rows.append(prompt_row(gen, reward, item, args.rules, args.n, args.max_new_tokens, args.alpha, args.seed))
+        rows.append(prompt_row(gen, reward, item, args.rules, args.n, args.max_new_tokens, args.alpha, args.seed,
+                               len(rows) < args.check))
         bar.update(1)
         common.write_json({**record, "load_average": os.getloadavg(), "environment": common.environment(gen),
                            "summary": summarize(rows, args.rules), "rows": rows}, out)
