@@ -35,7 +35,7 @@ import gradio as gr  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
 
 from components import instructions as instruction_choices  # noqa: E402
-from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
+from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, UNDECIDED_CHOICES, RunSettings,  # noqa: E402
                                  api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
                                  reads, reward_choices, signal_choices)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
@@ -97,7 +97,8 @@ text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_na
 comparison = Comparison.from_json(text)
 print(comparison.metrics["speedup"], comparison.sbon.best.text)
 ```
-Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `alpha`, `tau`, `kv_budget`
+Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `undecided` (what a decision point
+does with candidates its signal cannot tell apart from the cut: "paper", "prune", "defer" or "random"), `alpha`, `tau`, `kv_budget`
 and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`;
 `client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
 `sbon-comparison/1`). Requests wait in the same one-at-a-time queue as the Run button."""
@@ -118,7 +119,8 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
 
 def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
             tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
-            prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
+            prune_by: str = DEFAULTS.prune_by, undecided: str = DEFAULTS.undecided,
+            max_new_tokens: int = DEFAULTS.max_new_tokens,
             temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
             generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
             bon_same_memory: bool = DEFAULTS.bon_same_memory, instructions: str = "") -> str:
@@ -272,6 +274,10 @@ def build_demo() -> gr.Blocks:
                                           elem_id="prune-by",
                                           info="what ranks the candidates at a decision point; the final choice "
                                                "is always by the reward model")
+                ui.undecided = gr.Dropdown(UNDECIDED_CHOICES, value=DEFAULTS.undecided, elem_id="undecided",
+                                           label="Candidates the score cannot tell apart from the cut",
+                                           info="when the pruning signal's own uncertainty says a candidate could be "
+                                                "on either side of the cut")
                 ui.bon_same_memory = gr.Checkbox(
                     DEFAULTS.bon_same_memory, label="Best-of-N under the same memory", elem_id="bon-same-memory",
                     info="run Best-of-N in batches that fit the KV cache Speculative Rejection peaked at, as in the "
