@@ -595,8 +595,7 @@ def undecided(results_dir: Path) -> str:
                          num(r["quality"], digits), num(r["random"], digits), num(s["bon"], digits),
                          num(r["quality"] - r["random"], digits), num(r["token_rate"], 2), num(r["decision_points"], 1),
                          pct(r["points_with_undecided"]), num(r["undecided_per_point"], 1), pct(r["bon_winner_pruned"]),
-                         pct(r["bon_winner_pruned_undecided"]),
-                         f"{r['real_runs_agree']} of {r['real_runs_checked']}"])
+                         pct(r["bon_winner_pruned_undecided"])])
         loads = [la for d in found for la in (d["load_average_at_start"][0], d["load_average"][0])]
         notes.append(f"{name}: {unit[name]}; " + "; ".join(f"{link(results_dir, folder / f.name)}" for f in files
                                                          if json.loads(f.read_text())["settings"]["set"] == name)
@@ -605,12 +604,11 @@ def undecided(results_dir: Path) -> str:
     cpu = first["environment_at_start"].get("cpu_model", "")
     return (f"N={first['settings']['n']}, {first['settings']['max_new_tokens']} tokens, α={first['settings']['alpha']}, "
             f"memory-budget rounds with their default budget, seed {first['settings']['seed']}; {cpu}; commands in the files "
-            "(each rule replayed on Best-of-N's candidates; *real runs agree* counts the prompts also run for real). "
+            "(each rule replayed on Best-of-N's candidates). "
             + "; ".join(notes) + ".\n\n" + markdown_table(
                 ["prompts", "rule", "prompts run", "Speculative Rejection", "random pruning (same counts)", "Best-of-N",
                  "Speculative Rejection − random", "token rate", "decision points", "decision points with undecided",
-                 "undecided per decision point", "Best-of-N's winner pruned", "… while undecided",
-                 "real runs agree"], rows))
+                 "undecided per decision point", "Best-of-N's winner pruned", "… while undecided"], rows))
 
 
 def scenario_runs(d: dict) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import sys
 import time
@@ -83,25 +84,35 @@ def random_quality(reward, bon: RunResult, sr: Any) -> float:
 
 
 def prompt_row(gen, reward, item: dict, rules: Sequence[str], n: int, max_new_tokens: int, alpha: float,
-               seed: int, check: bool) -> dict[str, Any]:
-    """Best-of-N once, then each rule's memory-budget run replayed on its candidates (``replay_rounds``: the
-    run's own cut, scores and budget; ``check`` also runs each rule for real and records whether they agree)."""
+               seed: int, check: bool, bon: RunResult | None = None, generated: float | None = None) -> dict[str, Any]:
+    """Best-of-N once (or the one given, saved by an earlier run), then each rule's memory-budget run replayed on
+    its candidates (``replay_rounds``: the run's own cut, scores and budget; ``check`` also runs each rule for real
+    and records whether they agree). The row keeps Best-of-N's run, so ``--from`` replays the rules again."""
     reward = bind_instructions(reward, item["prompt"], item.get("instructions"))
     config = RunConfig(n=n, max_new_tokens=max_new_tokens, alpha=alpha, seed=seed)
-    start = time.perf_counter()
-    bon = run(events(gen, reward, item["prompt"], config.replace(method="bon")))
-    generated = time.perf_counter() - start
+    if bon is None:
+        start = time.perf_counter()
+        bon = run(events(gen, reward, item["prompt"], config.replace(method="bon")))
+        generated = time.perf_counter() - start
+    replayed = time.perf_counter()
     signal = RewardSignal(reward)
     prompt_tokens = len(gen.encode_prompt(item["prompt"]))
     _, budget = plan_budget(gen, prompt_tokens, n, None, max_new_tokens)
-    seen: dict[int, tuple] = {}
+    seen: dict[tuple[int, int], tuple[float, float | None]] = {}
 
     def score_at(t: int, ids: list[int]):
-        texts = [gen.decode(bon.candidates[k].token_ids[:t]) for k in ids]
-        margins = signal.uncertainty(item["prompt"], ids, texts) if signal.knows_uncertainty else None
-        return signal.score(item["prompt"], ids, texts), margins
+        # A candidate's score after t tokens depends on its own text alone: scored once for every rule.
+        fresh = [k for k in ids if (t, k) not in seen]
+        if fresh:
+            texts = [gen.decode(bon.candidates[k].token_ids[:t]) for k in fresh]
+            margins = signal.uncertainty(item["prompt"], fresh, texts) if signal.knows_uncertainty else None
+            seen.update({(t, k): (score, None if margins is None else margins[j])
+                         for j, (k, score) in enumerate(zip(fresh, signal.score(item["prompt"], fresh, texts)))})
+        margins = [seen[(t, k)][1] for k in ids]
+        return [seen[(t, k)][0] for k in ids], None if any(m is None for m in margins) else margins
 
-    row: dict[str, Any] = {"id": item["id"], "prompt_tokens": prompt_tokens, "kv_budget": budget,
+    row: dict[str, Any] = {"id": item["id"], "item": item, "bon_run": bon.to_dict(), "prompt_tokens": prompt_tokens,
+                           "kv_budget": budget,
                            "bon": {"quality": quality(reward, bon, bon.best_id), "winner": bon.best_id,
                                    "tokens": bon.total_tokens}}
     for rule in rules:
@@ -121,7 +132,7 @@ def prompt_row(gen, reward, item: dict, rules: Sequence[str], n: int, max_new_to
             row[rule]["real_run_agrees"] = (real.best_id == replay.best_id and real.total_tokens == replay.tokens and
                                             [(p.tokens, p.survivors) for p in real.decision_points] ==
                                             [(p.tokens, p.survivors) for p in points])
-    row["seconds"] = {"best_of_n": generated, "total": time.perf_counter() - start}
+    row["seconds"] = {"best_of_n": generated, "replays": time.perf_counter() - replayed}
     return row
 
 
@@ -159,14 +170,36 @@ def add_parser(sub) -> None:
     p.add_argument("--minutes", type=float, default=30.0, help="start no new prompt after this long")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", default=None, help="result file (default: results/cpu-2core-epyc/undecided/<set>.json)")
+    p.add_argument("--from", dest="from_file", default=None,
+                   help="replay the rules again on the Best-of-N runs saved in this result file (no generation) and "
+                        "rewrite it")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(main=main)
+
+
+def replay_again(path: Path, rules: Sequence[str]) -> int:
+    """Every row of a result file replayed again from its saved Best-of-N run, under the current cut rule."""
+    d = json.loads(path.read_text())
+    s = d["settings"]
+    gen = load_generator()
+    reward = load_reward(s["reward"], generator=gen)
+    rows = [prompt_row(gen, reward, r["item"], rules, s["n"], s["max_new_tokens"], s["alpha"], s["seed"], False,
+                       RunResult.from_dict(r["bon_run"]), r["seconds"]["best_of_n"]) for r in d["rows"]]
+    d.update(rules=list(rules), rows=rows, summary=summarize(rows, rules),
+             replayed_again={"command": "python -m benchmarks " + " ".join(sys.argv[1:]),
+                             "commit": common.git_commit(), "load_average": os.getloadavg()})
+    d["settings"]["rules"] = list(rules)
+    common.write_json(d, path)
+    print(summarize(rows, rules))
+    return 0
 
 
 def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as tf_logging
     tf_logging.set_verbosity_error()
+    if args.from_file:
+        return replay_again(Path(args.from_file), args.rules)
     out = Path(args.out) if args.out else OUT_DIR / f"{args.set}.json"
     work = prompts_of(args.set, args.k, args.offset)
     gen = load_generator()

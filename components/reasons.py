@@ -103,14 +103,14 @@ def separating_digits(a: float, b: float, digits: int) -> int:
 # (sbon.cut.UNDECIDED): the end of its reason, and the round caption's words for all of them.
 UNDECIDED_KEPT = {"paper": "kept by the order of the scores all the same (the paper's rule)",
                   "prune": "kept, since only candidates clearly below the cut are pruned",
-                  "defer": "kept until the next decision point",
+                  "defer": "kept to wait for the next decision point",
                   "random": "kept by a random draw"}
 UNDECIDED_PRUNED = {"paper": "pruned by the order of the scores all the same (the paper's rule)",
                     "random": "pruned by a random draw",
-                    "prune": "pruned", "defer": "pruned"}
+                    "prune": "pruned", "defer": "pruned by a random draw after waiting a decision point"}
 UNDECIDED_DONE = {"paper": "ranked by their scores all the same (the paper's rule)",
                   "prune": "all kept: only candidates clearly below the cut were pruned",
-                  "defer": "all kept until the next decision point",
+                  "defer": "kept to wait for the next decision point, or drawn at random if they had waited",
                   "random": "kept or pruned by a random draw"}
 INSTRUCTION_REWARD = "ifeval"  # the reward whose ties are broken by length, and whose scores are instructions followed
 

@@ -113,8 +113,9 @@ class _Run:
         self.forward = self.decoder.forward
         self.signal: PruningSignal | None = make_signal(config.prune_by, gen, reward) if config.spec.prunes else None
         # The undecided rule this run applies: the one asked for, or the paper's when the signal has no uncertainty
-        # (said in one line); what an earlier `defer` still owes; each live candidate's latest half-width.
-        self.undecided, self.owed, self.uncertainty = config.undecided, 0, {}
+        # (said in one line); what an earlier `defer` still owes and whom it deferred; each live candidate's latest
+        # half-width.
+        self.undecided, self.owed, self.deferred, self.uncertainty = config.undecided, 0, set(), {}
         fallback = without_uncertainty(self.signal, config.undecided) if self.signal is not None else None
         if fallback:
             warnings.warn(fallback, UndecidedFallback, stacklevel=2)
@@ -356,9 +357,9 @@ def _prune(run: _Run, batch: Batch, contenders: list[int], round: int, t: int,
         uncertainty = ({k: run.uncertainty[k] for k in contenders if k in run.uncertainty and k not in final}
                        if run.signal.knows_uncertainty else None)
         decision = cut(score, set(final), run.config.alpha, lambda live: fits(live, t), same_scale,
-                       uncertainty=uncertainty, undecided=run.undecided, owed=run.owed,
+                       uncertainty=uncertainty, undecided=run.undecided, owed=run.owed, deferred=run.deferred,
                        seed=(run.config.seed, round), tie=run.signal.tie)
-        run.owed = decision.owed
+        run.owed, run.deferred = decision.owed, set(decision.deferred)
         for k in decision.pruned:
             cands[k].pruned_round = round
         batch.keep(decision.kept)

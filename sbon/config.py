@@ -91,7 +91,8 @@ class RunConfig:
     undecided: str = setting("paper", "sbon, sbon-tau: what a decision point does with the candidates its pruning "
                                       "signal cannot tell apart from the cut (by the signal's own uncertainty): paper "
                                       "(rank them anyway, the paper's rule), prune (halt only the decided ones below "
-                                      "the cut), defer (keep them; the next decision point catches up on the pruning) "
+                                      "the cut), defer (keep them for one more decision point, which catches up on the "
+                                      "pruning and draws among those still undecided) "
                                       "or random (fill the survivors' places by a seeded draw); a signal without an "
                                       "uncertainty keeps the paper's rule", choices=lambda: list(UNDECIDED))
     max_new_tokens: int = setting(128, "tokens each candidate may generate")

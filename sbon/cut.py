@@ -8,8 +8,8 @@ told apart. When the lowest survivor and the best candidate below it are that cl
 undecided, and so is every contender that cannot be told apart from either of them. What is done with them
 is the run setting ``undecided`` (``UNDECIDED``): the paper's rule ranks them anyway (by score, then the
 lower id), ``prune`` halts only the decided ones below the cut and keeps every undecided one, ``defer`` keeps
-them too but owes the paper's count to the next decision point (which keeps as many as the paper would have
-kept there), and ``random`` fills the survivors' places left after the decided ones with undecided ones drawn
+them too, once: the next decision point keeps as many as the paper's rule would have kept there, and a candidate
+still undecided after its wait is drawn at random for the places left; and ``random`` fills the survivors' places left after the decided ones with undecided ones drawn
 at random (seeded by the run's seed and the round: a run is reproducible). No rule orders undecided ones by a
 key without evidence behind it, such as a length tie term.
 """
@@ -30,7 +30,7 @@ __all__ = ["Cut", "cut", "survivors_count", "UNDECIDED", "check_undecided"]
 UNDECIDED = {
     "paper": "ranked anyway, by the order of their scores (the paper's rule)",
     "prune": "kept: only the candidates clearly below the cut were pruned",
-    "defer": "kept until the next decision point, which catches up on the pruning",
+    "defer": "kept for one more decision point, which catches up on the pruning; still undecided there, drawn at random",
     "random": "kept or pruned at random, to fill the survivors' places",
 }
 
@@ -57,6 +57,7 @@ class Cut:
     undecided: tuple[int, ...] | list[int] = ()  # contenders the signal could not tell apart from the cut, sorted
     owed: int = 0  # survivors kept beyond the paper's count (``defer``): the next decision point keeps that many fewer
     tied: bool = False  # every live contender's score was equal up to the signal's tie term
+    deferred: tuple[int, ...] | list[int] = ()  # undecided survivors kept to wait for the next decision point (``defer``)
 
     def rank(self, k: int) -> int | None:
         """1-based rank of candidate k among the ranked ones (None: not ranked)."""
@@ -80,7 +81,7 @@ def undecided_group(ranked: list[int], scores: Mapping[int, float], keep: int,
 def cut(scores: Mapping[int, float], finished: Collection[int], alpha: float,
         fits: Callable[[int], bool] | None = None, rank_finished: bool = True, *,
         uncertainty: Mapping[int, float] | None = None, undecided: str = "paper", owed: int = 0,
-        seed: object = 0, tie: float = 0.0) -> Cut:
+        deferred: Collection[int] = (), seed: object = 0, tie: float = 0.0) -> Cut:
     """The cut rule: the one place that decides who survives a decision point. The real run
     (`sbon.algorithms._prune`) and every replay (trade-off, counterfactual, signal matrix) call it.
 
@@ -98,7 +99,9 @@ def cut(scores: Mapping[int, float], finished: Collection[int], alpha: float,
     - ``uncertainty``: each live contender's half-width (see the module docstring); None: the signal has
       none, and every cut is decided. ``undecided`` (a key of ``UNDECIDED``) says what is done with the
       undecided ones; ``owed`` is what an earlier ``defer`` left to this decision point (survivors kept beyond
-      the paper's count); ``seed`` seeds ``random`` (the run's seed and the round).
+      the paper's count) and ``deferred`` the candidates it deferred (``Cut.deferred``); ``seed`` seeds every draw
+      (the run's seed and the round). Under a rule other than the paper's, the budget's halts (``fits``) take
+      undecided survivors first, in a random order.
     - ``tie``: the signal's tie term (scores closer than it differ by a tie-break only): ``Cut.tied`` says
       whether every live contender is within it of the others.
     """
@@ -107,17 +110,28 @@ def cut(scores: Mapping[int, float], finished: Collection[int], alpha: float,
     ranked = sorted((k for k in scores if rank_finished or k not in finished), key=lambda k: (-scores[k], k))
     keep = survivors_count(max(1, len(ranked) - owed), alpha) if ranked else 0
     group = undecided_group(ranked, scores, keep, uncertainty) if uncertainty is not None else []
-    kept = ranked[:keep]
-    if group and undecided != "paper":
+    kept, held = ranked[:keep], []
+    draw = random.Random(repr(seed))  # str seeds hash the same in every process: a run is reproducible
+    deciding = bool(group) and undecided != "paper"
+    if deciding:
         clear = [k for k in ranked[:keep] if k not in group]  # decided survivors
+        places = keep - len(clear)  # what the undecided fill under the paper's count (at least one)
         if undecided == "random":
-            drawn = set(random.Random(repr(seed)).sample(group, keep - len(clear)))
-            kept = [k for k in ranked if k in clear or k in drawn]
-        else:  # prune, defer: every undecided one stays
-            kept = [k for k in ranked if k in clear or k in group]
+            chosen = draw.sample(group, places)
+        elif undecided == "prune":
+            chosen = group
+        else:  # defer: each undecided candidate waits once; one still undecided after its wait is drawn for what is left
+            held = [k for k in group if k not in deferred]
+            waited = [k for k in group if k in deferred]
+            chosen = held + draw.sample(waited, max(0, min(len(waited), places - len(held))))
+        kept = [k for k in ranked if k in clear or k in chosen]
     owed_now = len(kept) - keep if undecided == "defer" else 0
     threshold = scores[kept[-1]] if kept else None
     kept_live = [k for k in kept if k not in finished]
+    if deciding:  # the budget halts undecided survivors first, in a random order: no key without evidence orders them
+        unsure = [k for k in kept_live if k in group]
+        draw.shuffle(unsure)
+        kept_live = [k for k in kept_live if k not in group] + unsure
     forced = []
     while fits is not None and kept_live and not fits(len(kept_live)):
         forced.append(kept_live.pop())
@@ -129,4 +143,4 @@ def cut(scores: Mapping[int, float], finished: Collection[int], alpha: float,
     tied = len(live_scores) > 1 and max(live_scores) - min(live_scores) <= tie
     return Cut(ranked, sorted(kept), sorted(k for k in dropped if k not in finished),
                sorted(k for k in dropped if k in finished), threshold, sorted(forced), sorted(group),
-               max(0, owed_now - len(forced)), tied)
+               max(0, owed_now - len(forced)), tied, sorted(k for k in held if k in kept))

@@ -46,10 +46,24 @@ def test_defer_keeps_them_and_the_next_decision_point_catches_up():
     assert later.kept == [0, 1] and later.pruned == [2, 3] and later.owed == 0 and later.undecided == []
 
 
-def test_defer_under_a_full_budget_still_halts_one():
-    """The progress rule holds: a deferred candidate keeps memory, so the budget may halt it."""
-    c = cut(SCORES, set(), 0.5, fits=lambda live: live <= 3, uncertainty=HALF, undecided="defer")
-    assert c.kept == [0, 1, 2] and c.pruned == [3, 4] and c.forced == [3] and c.owed == 0
+def test_defer_waits_once_then_draws_among_those_still_undecided():
+    first = cut(SCORES, set(), 0.5, uncertainty=HALF, undecided="defer")
+    assert first.deferred == [1, 2, 3]
+    # still undecided at the next decision point: the paper's count is kept, the waited ones drawn at random
+    again = [cut(SCORES, set(), 0.5, uncertainty=HALF, undecided="defer", deferred=first.deferred, seed=(s, 2))
+             for s in range(30)]
+    assert all(len(c.kept) == 3 and 0 in c.kept and c.deferred == [] and c.owed == 0 for c in again)
+    assert {next(k for k in (1, 2, 3) if k in c.pruned) for c in again} == {1, 2, 3}
+
+
+@pytest.mark.parametrize("rule", ["prune", "defer", "random"])
+def test_under_a_full_budget_the_undecided_are_halted_first_at_random_never_by_score_order(rule):
+    """The progress rule holds: a kept undecided candidate holds memory, so the budget may halt it; which one is
+    a seeded draw, not the tie-break's order."""
+    cuts = [cut(SCORES, set(), 0.5, fits=lambda live: live <= 2, uncertainty=HALF, undecided=rule, seed=(s, 1))
+            for s in range(30)]
+    assert all(len(c.kept) == 2 and 0 in c.kept and 4 in c.pruned and set(c.forced) <= {1, 2, 3} for c in cuts)
+    assert {k for c in cuts for k in c.kept if k != 0} == {1, 2, 3}
 
 
 def test_random_draws_among_the_undecided_only_reproducibly_and_not_by_score_order():

@@ -80,7 +80,7 @@ def replay_rounds(bon: RunResult, prompt_tokens: int, kv_budget: int, alpha: flo
     length = [c.tokens_generated for c in cands]
     fits = lambda live, t: live * (prompt_tokens + t + 1) <= kv_budget  # noqa: E731 (the run's own rule)
     batch, contenders = list(range(len(cands))), list(range(len(cands)))
-    rows, t, round, owed, points, pruned_at = len(batch), 0, 1, 0, [], {}
+    rows, t, round, owed, deferred, points, pruned_at = len(batch), 0, 1, 0, set(), [], {}
     while batch:
         if fits(rows, t):  # no decision: one more token, and those that end here leave the batch
             t += 1
@@ -91,8 +91,9 @@ def replay_rounds(bon: RunResult, prompt_tokens: int, kv_budget: int, alpha: flo
         score = {**{k: cands[k].final_reward for k in final}, **dict(zip(batch, partial))}
         decision = cut(score, set(final), alpha, lambda live: fits(live, t), True,
                        uncertainty=None if margins is None else dict(zip(batch, margins)),
-                       undecided=undecided if margins is not None else "paper", owed=owed, seed=(seed, round), tie=tie)
-        owed = decision.owed
+                       undecided=undecided if margins is not None else "paper", owed=owed, deferred=deferred,
+                       seed=(seed, round), tie=tie)
+        owed, deferred = decision.owed, set(decision.deferred)
         pruned_at.update(dict.fromkeys(decision.pruned, t))
         points.append(DecisionPoint(round, t, contenders, decision.kept, decision.pruned, decision.threshold,
                                     retired=decision.retired, scores=[score[k] for k in contenders], final=final,
