@@ -40,7 +40,7 @@ import gradio_adapter  # noqa: E402
 
 from components import instructions as instruction_choices  # noqa: E402
 from components import page_text  # noqa: E402
-from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
+from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, UNDECIDED_CHOICES, RunSettings,  # noqa: E402
                                  api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
                                  reads, reward_choices, signal_choices)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
@@ -97,7 +97,8 @@ def compare_endpoint(runs: Runs) -> Callable[..., str]:
     """The `/compare` API: a typed signature (gr.api reads it) over `runs`, the generation slot it shares."""
     def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
                 tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
-                prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                prune_by: str = DEFAULTS.prune_by, undecided: str = DEFAULTS.undecided,
+                max_new_tokens: int = DEFAULTS.max_new_tokens,
                 temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
                 generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
                 bon_same_memory: bool = DEFAULTS.bon_same_memory, instructions: str = "") -> str:
@@ -273,6 +274,10 @@ def build_method_knobs(ui: SimpleNamespace) -> None:
     ui.prune_by = gr.Dropdown(signal_choices(), value=DEFAULTS.prune_by, label="Pruning signal", elem_id="prune-by",
                               info="what ranks the candidates at a decision point; the final choice "
                                    "is always by the reward model")
+    ui.undecided = gr.Dropdown(UNDECIDED_CHOICES, value=DEFAULTS.undecided, elem_id="undecided",
+                               label="Candidates the score cannot tell apart from the cut",
+                               info="when the pruning signal's own uncertainty says a candidate could be "
+                                    "on either side of the cut")
     ui.bon_same_memory = gr.Checkbox(
         DEFAULTS.bon_same_memory, label="Best-of-N under the same memory", elem_id="bon-same-memory",
         info="run Best-of-N in batches that fit the KV cache Speculative Rejection peaked at, as in the "
