@@ -34,20 +34,23 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
+from starlette.routing import Mount  # noqa: E402
 
 import gradio_adapter  # noqa: E402
 
 from components import instructions as instruction_choices  # noqa: E402
 from components import page_text  # noqa: E402
-from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
+from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, UNDECIDED_CHOICES, RunSettings,  # noqa: E402
                                  api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
                                  reads, reward_choices, signal_labels)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
-from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
+from components.priority import serve_below_generation  # noqa: E402
+from components.replays import (GALLERY, PAGES, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
 from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
                              on_stop, start_loading_models)
+from components.static_pages import PREFIX as PAGES_PREFIX  # noqa: E402
 from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
                                   scenario_of, scenario_prompt_choices)
 from components.style import Look  # noqa: E402
@@ -94,7 +97,8 @@ def compare_endpoint(runs: Runs) -> Callable[..., str]:
     """The `/compare` API: a typed signature (gr.api reads it) over `runs`, the generation slot it shares."""
     def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
                 tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
-                prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                prune_by: str = DEFAULTS.prune_by, undecided: str = DEFAULTS.undecided,
+                max_new_tokens: int = DEFAULTS.max_new_tokens,
                 temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
                 generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
                 bon_same_memory: bool = DEFAULTS.bon_same_memory, instructions: str = "") -> str:
@@ -270,6 +274,10 @@ def build_method_knobs(ui: SimpleNamespace) -> None:
     ui.prune_by = gr.Dropdown(signal_labels(), value=DEFAULTS.prune_by, label="Pruning signal", elem_id="prune-by",
                               info="what ranks the candidates at a decision point; the final choice "
                                    "is always by the reward model")
+    ui.undecided = gr.Dropdown(UNDECIDED_CHOICES, value=DEFAULTS.undecided, elem_id="undecided",
+                               label="Candidates the score cannot tell apart from the cut",
+                               info="when the pruning signal's own uncertainty says a candidate could be "
+                                    "on either side of the cut")
     ui.bon_same_memory = gr.Checkbox(
         DEFAULTS.bon_same_memory, label="Best-of-N under the same memory", elem_id="bon-same-memory",
         info="run Best-of-N in batches that fit the KV cache Speculative Rejection peaked at, as in the "
@@ -548,9 +556,13 @@ def main() -> None:
     # ZeroGPU: the default models go to the (patched) GPU now, in this process, before launch; elsewhere they
     # load once the page is up.
     load_before_launch(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
-    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True)
+    serve_below_generation()  # every thread started from here on (the server's, the handlers') runs below the torch thread
+    # What a visitor only reads is served as files beside the page (components/static_pages.py), never through the queue.
+    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True,
+                app_kwargs={"routes": [Mount(PAGES_PREFIX, app=PAGES.routes())]})
     start_loading_models()
     threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()
+    threading.Thread(target=PAGES.warm, daemon=True, name="static-pages").start()
     demo.block_thread()
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig, setting
+from sbon.cut import UNDECIDED
 from sbon.errors import SBoNError
 from sbon.options import field_kind
 from sbon.rewards import RewardModel, bind_instructions
@@ -168,7 +169,7 @@ def api_parameter(name: str) -> dict[str, Any]:
     bounds = f"{lo} to {hi}" if lo is not None and hi is not None else f"≥ {lo}" if lo is not None else ""
     if bounds or note:
         info["description"] += f" (range: {bounds}{'; ' + note if note else ''})"
-    choices = {"method": list(PRUNING_METHODS), "prune_by": signal_choices()}.get(name)
+    choices = {"method": list(PRUNING_METHODS), "prune_by": signal_choices(), "undecided": list(UNDECIDED)}.get(name)
     if choices:
         info["enum"] = choices
         info["description"] += f" (one of: {', '.join(choices)})"
@@ -242,8 +243,13 @@ CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
 
 # The controls, in the order their values reach the handlers: each is named after the RunSettings
 # field it sets, and the page element of that name holds it.
-SETTING_NAMES = ("prompt", "method", "prune_by", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
+SETTING_NAMES = ("prompt", "method", "prune_by", "undecided", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
                  "bon_same_memory", "generator", "reward", "temperature", "top_p", "seed", "instructions")
+# The undecided setting's choices as the page names them (the value stays the setting's).
+UNDECIDED_CHOICES = [("rank them anyway (the paper's rule)", "paper"),
+                     ("keep them, prune only the clear ones", "prune"),
+                     ("keep them until the next decision point", "defer"),
+                     ("decide by a fair random draw", "random")]
 METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
 MAX_SEED = 2**31 - 1
 

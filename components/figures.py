@@ -59,7 +59,7 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
         return empty_figure("No decision point in this run: every candidate finished before the first one.")
     point = points[round]
     cands = comp.sbon.candidates
-    reasons = point_reasons(point)
+    reasons = point_reasons(point, comp.sbon.reward)
     rows = []
     for k, score in zip(point.contenders, point.scores):
         rows.append(dict(id=k, fate=comp.sbon.fate(k), finished=k in point.final, x=score, y=comp.final_reward(k),
@@ -162,7 +162,7 @@ def tradeoff_table(comp: Comparison, alphas: tuple[float, ...] = ALPHAS) -> pd.D
     candidates, for every (tau, alpha): no new generation."""
     if not comp.partials:
         return pd.DataFrame(columns=["tau", "alpha", "normalized_score", "token_rate"])
-    return tradeoff_grid(comp.bon, comp.partials, alphas)
+    return tradeoff_grid(comp.bon, comp.partials, alphas, comp.uncertainties, comp.sbon.settings.get("undecided", "paper"))
 
 
 def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float, ...] = ALPHAS) -> go.Figure:

@@ -25,13 +25,15 @@ import plotly.graph_objects as go
 from sbon.results import DecisionPoint, RunResult, pruned_in
 
 from .fates import fate_color
-from .reasons import point_reasons, pruning_cost, reward_scale
+from .reasons import UNDECIDED_DONE, point_reasons, pruning_cost, reward_scale, tie_text
 from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
                     styled, wrap_title)
 
 ROW_PX = 15  # plot height per candidate
 COST_NAME = "○ pruning it cost reward (hover)"
 RETIRED_NAME = "finished, still eligible"  # short: one phone-wide legend column
+UNDECIDED_NAME = "□ could not be told apart from the cut"
+UNDECIDED_COLOR = "#e8a317"  # amber: neither the survivors' nor the pruned's colour
 TIE_FRACTION = 0.004  # scores closer than this fraction of the axis look like one spot: they are spread
 TIE_STEP = 0.012  # the gap between two tied contenders, as a fraction of the axis
 TIE_SPREAD = 0.06  # a whole tie spans at most this fraction of the axis
@@ -52,11 +54,11 @@ def _x_range(views: Sequence[DecisionPoint]) -> list[float] | None:
     return [lo - pad, hi + pad]
 
 
-def _earlier(views: Sequence[DecisionPoint]) -> dict[int, tuple[float, str]]:
+def _earlier(views: Sequence[DecisionPoint], reward: str = "") -> dict[int, tuple[float, str]]:
     """Candidates pruned before the last of ``views``: id -> (the score that cut it, its reason)."""
     out: dict[int, tuple[float, str]] = {}
     for v in views[:-1]:
-        reasons = point_reasons(v)
+        reasons = point_reasons(v, reward)
         for k in v.pruned:
             out[k] = (v.score_of()[k], f"pruned in round {v.round}: {reasons[k].text()}")
     return out
@@ -98,14 +100,20 @@ def _spread(view: DecisionPoint, span: float) -> tuple[dict[int, float], float]:
 
 
 def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int | None = None,
-                  pruned_before: dict[int, int] | None = None) -> str:
+                  pruned_before: dict[int, int] | None = None, reward: str = "") -> str:
     """One line for a decision point, from the run's data: e.g. 'Round 2 of 3 · after 51 tokens · 13
     contenders · 10 kept · 3 pruned · the answer Best-of-N will pick is still alive'. ``rounds``: how many
     the run has (unknown while it runs); ``bon_best``: Best-of-N's returned candidate (known once it ran);
-    ``pruned_before``: candidate -> the round that pruned it, for the rounds before this one."""
+    ``pruned_before``: candidate -> the round that pruned it, for the rounds before this one; ``reward``: the run's
+    reward, for the words of a cut among scores that were all alike."""
     parts = [f"Round {view.round}" + (f" of {rounds}" if rounds else ""), f"after {view.tokens} tokens",
              f"{len(view.contenders)} contender{'' if len(view.contenders) == 1 else 's'}", f"{len(view.survivors)} kept",
              f"{len(view.pruned)} pruned"]
+    undecided = [k for k in view.undecided if k not in view.final]
+    if view.tied:
+        parts.append(tie_text(view, reward))
+    elif undecided:
+        parts.append(f"{len(undecided)} could not be told apart from the cut: {UNDECIDED_DONE[view.undecided_rule]}")
     if view.retired:
         parts.append(f"{len(view.retired)} finished below the cut (still eligible)")
     if bon_best is not None:
@@ -130,7 +138,7 @@ def run_captions(comp: Any) -> list[str]:
     winner = comp.bon.best_id if comp.twin(comp.bon.best_id) else None
     captions = []
     for v in views:
-        captions.append(round_caption(v, len(views), winner, before))
+        captions.append(round_caption(v, len(views), winner, before, comp.sbon.reward))
         before.update({k: v.round for k in v.pruned})
     return captions
 
@@ -141,14 +149,14 @@ def _marker_key(name: str, symbol: str) -> go.Scatter:
                       marker=dict(color="#6c757d", size=10, symbol=symbol))
 
 
-def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go.Scatter]:
+def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: str = "") -> list[go.Scatter]:
     """The frame of the last of ``views``: survived, pruned, cut, retired, pruned earlier, the cost
-    ring and the two shape keys, always these eight traces, so animation frames line up. ``comp``
-    (a finished Comparison) adds the cost ring; live frames have no Best-of-N yet."""
+    ring, the undecided mark and the two shape keys, always these nine traces, so animation frames line up.
+    ``comp`` (a finished Comparison) adds the cost ring; live frames have no Best-of-N yet."""
     view = views[-1]
     traces = []
     x_range = _x_range(views)
-    final, reasons = set(view.final), point_reasons(view)
+    final, reasons = set(view.final), point_reasons(view, reward)
     scores, cut = _spread(view, (x_range[1] - x_range[0]) / (1 + 2 * 0.08) if x_range else 1.0)
     # The pruned take the colour of their fate, "pruned in round r", as in every other view.
     groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
@@ -163,7 +171,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
             hovertemplate="candidate %{y}: " + name + "<br>%{customdata[0]}<extra></extra>"))
     traces.insert(2, go.Scatter(x=[cut, cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
                                 line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
-    earlier = _earlier(views)
+    earlier = _earlier(views, reward)
     traces.append(go.Scatter(
         x=[s for s, _ in earlier.values()], y=list(earlier), mode="markers", name="pruned earlier",
         marker=dict(color=EARLIER_COLOR, size=9, symbol=PARTIAL_SYMBOL, opacity=0.6),
@@ -173,6 +181,12 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
         x=[scores[k] for k in costly], y=costly, mode="markers", name=COST_NAME,
         marker=dict(color="rgba(0,0,0,0)", size=20, symbol="circle-open", line=dict(width=2.5, color="#000000")),
         customdata=[[pruning_cost(comp, k)] for k in costly],
+        hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
+    undecided = [k for k in view.undecided if k in scores and k not in final]
+    traces.append(go.Scatter(
+        x=[scores[k] for k in undecided], y=undecided, mode="markers", name=UNDECIDED_NAME,
+        marker=dict(color="rgba(0,0,0,0)", size=17, symbol="square-open", line=dict(width=2, color=UNDECIDED_COLOR)),
+        customdata=[[reasons[k].text()] for k in undecided],
         hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
     # The shape keys only when both shapes are drawn: a lone shape needs no key.
     both = any(k in final for k in view.contenders) and any(k not in final for k in view.contenders)
@@ -186,9 +200,11 @@ def _shown_in_legend(trace: go.Scatter) -> bool:
     return trace.visible is not False and (trace.x is None or len(trace.x) > 0)
 
 
-def _title(view: DecisionPoint) -> str:
+def _title(view: DecisionPoint, reward: str = "") -> str:
+    """The frame's title; a cut among scores that were all alike says so on its second line."""
+    tied = tie_text(view, reward)
     return (f"Round {view.round}: decision point after {view.tokens} tokens<br>"
-            f"kept {len(view.survivors)} of {len(view.contenders)} contenders")
+            + (tied[0].upper() + tied[1:] if tied else f"kept {len(view.survivors)} of {len(view.contenders)} contenders"))
 
 
 def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "") -> None:
@@ -218,9 +234,9 @@ def round_figure(view: DecisionPoint | None, n: int, x_range: list[float] | None
         _layout(fig, n, x_range, reward)
         return fig
     views = [*earlier, view]
-    for t in _traces(views, n, comp):
+    for t in _traces(views, n, comp, reward):
         fig.add_trace(t.update(showlegend=_shown_in_legend(t)))
-    fig.update_layout(title=title_prefix + _title(view))
+    fig.update_layout(title=title_prefix + _title(view, reward))
     _layout(fig, n, x_range or _x_range(views), reward)
     return fig
 
@@ -243,7 +259,7 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
     fig = go.Figure()
     legend: list[bool] = []
     for i in range(len(views)):
-        for t in _traces(views[:i + 1], n, comp):
+        for t in _traces(views[:i + 1], n, comp, run.reward):
             legend.append(_shown_in_legend(t))
             fig.add_trace(t.update(visible=(i == active) and t.visible is not False,
                                    legendgroup=t.name, showlegend=(i == active) and legend[-1]))
@@ -253,7 +269,7 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
         return [j // per_round == i for j in range(len(fig.data))]
 
     x_range = _x_range(views)
-    fig.update_layout(title=_title(views[active]))
+    fig.update_layout(title=_title(views[active], run.reward))
     fig.update_layout(
         sliders=[dict(active=active, x=0, len=1, pad=dict(t=0, b=0),
                       currentvalue=dict(prefix="round "),
@@ -261,7 +277,7 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
                                   args=[{"visible": [s and legend[j]
                                                      for j, s in enumerate(showing(i))],
                                          "showlegend": [s and legend[j] for j, s in enumerate(showing(i))]},
-                                        {"title.text": wrap_title(_title(v))}])
+                                        {"title.text": wrap_title(_title(v, run.reward))}])
                              for i, v in enumerate(views)])])
     _layout(fig, n, x_range, run.reward)
     return fig

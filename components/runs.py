@@ -135,7 +135,7 @@ class Runs:
             for event in on_one_thread(self.events(settings), heartbeat_s=STATUS_EVERY_S):
                 if tracker.update(event):  # a decision point: one new frame
                     yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
-                           "caption": round_caption(tracker.views[-1]),
+                           "caption": round_caption(tracker.views[-1], reward=settings.reward),
                            "live_plot": look.apply(round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
                                                                 earlier=tracker.views[:-1], reward=settings.reward),
                                                    live=True)}

@@ -85,7 +85,9 @@ def cuts(comp: Comparison) -> list[Cut]:
             if score is None:
                 continue
             live = sorted((k for k, s in enumerate(score) if s is not None), key=lambda k: (-score[k], k))
-            replay = replay_tau(comp.bon, score, t, alpha, on_reward_scale(name, comp.bon.reward))  # the run's own cut rule
+            replay = replay_tau(comp.bon, score, t, alpha, on_reward_scale(name, comp.bon.reward),  # the run's own cut rule
+                                comp.uncertainties.get(t) if name == "reward" else None,
+                                comp.sbon.settings.get("undecided", "paper"), comp.sbon.settings.get("seed", 0), round)
             kept = set(replay.cut.kept)
             finished = [k for k, s in enumerate(score) if s is None]
             out.append(Cut(name, round, t, live, [k for k in live if k in kept], [k for k in live if k not in kept],

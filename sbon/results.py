@@ -65,6 +65,9 @@ class DecisionPoint:
     # sbon.signals.on_reward_scale); None in files saved before it was recorded (RunResult derives it on load).
     ranks_finished: bool | None = None
     forced: list[int] = field(default_factory=list)  # pruned although at or above the cut: the survivors had to fit the budget
+    undecided: list[int] = field(default_factory=list)  # contenders the signal could not tell apart from the cut
+    undecided_rule: str = "paper"  # what was done with them (a key of sbon.cut.UNDECIDED)
+    tied: bool = False  # every live contender's score was equal up to the signal's tie term
 
     def score_of(self) -> dict[int, float]:
         """Contender id -> the score it was ranked by."""

@@ -30,7 +30,7 @@ from ..metrics import compare, diverged_ids, final_of, twin_diverged
 from ..results import RunResult, dump_json
 from ..rewards import RewardModel
 from ..signals import check_signal, watched_by_default
-from .counterfactual import prefix_rewards
+from .counterfactual import prefix_rewards, prefix_uncertainties
 from .signal_matrix import Scores, SignalWatch
 
 FORMAT = "sbon-comparison/1"
@@ -59,6 +59,9 @@ class Comparison:
     partials: dict[int, list[float | None]] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     signal_scores: Scores = field(default_factory=dict)
+    # uncertainties[tau][k]: the half-width of partials[tau][k] (sbon.cut's undecided candidates), where the reward
+    # knows it; empty otherwise and in files saved before it existed.
+    uncertainties: dict[int, list[float | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_pair(self.bon, self.sbon, self.partials)
@@ -108,7 +111,8 @@ class Comparison:
                 "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
                 "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics),
                 "signal_scores": {name: {str(t): list(v) for t, v in by_t.items()}
-                                  for name, by_t in self.signal_scores.items()}}
+                                  for name, by_t in self.signal_scores.items()},
+                "uncertainties": {str(tau): list(u) for tau, u in self.uncertainties.items()}}
 
     def to_json(self, path: str | Path | None = None) -> str:
         return dump_json(self.to_dict(), path)
@@ -133,7 +137,9 @@ class Comparison:
             raise SBoNError("not a saved comparison: 'partials' is not an object")
         try:
             partials = {int(tau): [None if r is None else float(r) for r in p] for tau, p in raw.items()}
-        except (TypeError, ValueError) as e:
+            uncertainties = {int(tau): [None if r is None else float(r) for r in u]
+                             for tau, u in (d.get("uncertainties") or {}).items()}
+        except (TypeError, ValueError, AttributeError) as e:
             raise SBoNError(f"not a saved comparison: bad partial rewards ({e})") from None
         signal_scores = _read_signal_scores(d.get("signal_scores", {}))  # absent in files saved before it
         if len(bon.candidates) != len(sbon.candidates):  # the likeliest damage: say it plainly, first
@@ -144,7 +150,8 @@ class Comparison:
             if run.instructions:  # the ones its reward judged by: they must still build (absent in older files)
                 parse_instructions(run.instructions, f"not a saved comparison: {key}.instructions")
         try:
-            return cls(bon, sbon, dict(sorted(partials.items())), signal_scores=signal_scores)
+            return cls(bon, sbon, dict(sorted(partials.items())), signal_scores=signal_scores,
+                       uncertainties={tau: u for tau, u in sorted(uncertainties.items()) if len(u) == len(bon.candidates)})
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
             if isinstance(e, SBoNError):
                 raise
@@ -408,6 +415,7 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     if taus is None:
         taus = default_taus(config.max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
     partials: dict[int, list[float | None]] = {}
+    uncertainties = prefix_uncertainties(bon, reward, gen.decode, taus)  # no model: the reward's own half-widths
     # One tau at a time shows progress; a reward that scores all prefixes in one pass does them at once.
     chunks = [taus] if hasattr(reward, "score_prefixes") else [[t] for t in taus]
     scored = 0
@@ -416,7 +424,7 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
         for t in chunk:
             scored += 1
             yield CounterfactualScored(t, scored, len(taus))
-    yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=signal_scores))
+    yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=signal_scores, uncertainties=uncertainties))
 
 
 def watch_signals(gen: Generator, reward: RewardModel, prompt: str, bon_config: RunConfig, signals: Sequence[str],
