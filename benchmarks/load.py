@@ -309,7 +309,8 @@ class Visitors:
 def generate(url: str, settings: dict[str, Any]) -> float:
     from gradio_client import Client
 
-    client = Client(url, verbose=False, download_files=False)
+    # A long read timeout: on shared cores a run's event stream may stay quiet for minutes, which is slow, not failed.
+    client = Client(url, verbose=False, download_files=False, httpx_kwargs={"timeout": 900})
     start = time.perf_counter()
     client.predict(**settings, api_name="/compare")
     return time.perf_counter() - start
