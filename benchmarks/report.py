@@ -573,6 +573,44 @@ def scenarios(results_dir: Path) -> str:
                  "speedup in decode steps", "token rate", "Speculative Rejection's answer reads well"], rows))
 
 
+def undecided(results_dir: Path) -> str:
+    """`python -m benchmarks undecided`: each rule for candidates the signal cannot tell apart from the cut, against
+    Best-of-N and random pruning at the same counts, pooled over every file of a prompt set (docs/method.md)."""
+    from benchmarks.undecided import summarize
+
+    folder = results_dir / MACHINE / "undecided"
+    files = sorted(folder.glob("*.json"))
+    sets: dict[str, list[dict]] = {}
+    for f in files:
+        sets.setdefault(json.loads(f.read_text())["settings"]["set"], []).append(json.loads(f.read_text()))
+    unit = {"ifeval": "prompts that follow every instruction", "helpful": "normalized score (Best-of-N's answer = 100)"}
+    rows, notes = [], []
+    for name, found in sets.items():
+        rules = found[0]["settings"]["rules"]
+        s = summarize([r for d in found for r in d["rows"]], rules)
+        digits = 2 if name == "ifeval" else 1
+        for rule in rules:
+            r = s[rule]
+            rows.append([f"{name} (`{found[0]['settings']['reward']}`)", f"`{rule}`", str(s["prompts"]),
+                         num(r["quality"], digits), num(r["random"], digits), num(s["bon"], digits),
+                         num(r["quality"] - r["random"], digits), num(r["token_rate"], 2), num(r["decision_points"], 1),
+                         pct(r["points_with_undecided"]), num(r["undecided_per_point"], 1), pct(r["bon_winner_pruned"]),
+                         pct(r["bon_winner_pruned_undecided"])])
+        loads = [la for d in found for la in (d["load_average_at_start"][0], d["load_average"][0])]
+        notes.append(f"{name}: {unit[name]}; " + "; ".join(f"{link(results_dir, folder / f.name)}" for f in files
+                                                         if json.loads(f.read_text())["settings"]["set"] == name)
+                     + f", load average {min(loads):.1f}–{max(loads):.1f}")
+    first = json.loads(files[0].read_text())
+    cpu = first["environment_at_start"].get("cpu_model", "")
+    return (f"N={first['settings']['n']}, {first['settings']['max_new_tokens']} tokens, α={first['settings']['alpha']}, "
+            f"memory-budget rounds with their default budget, seed {first['settings']['seed']}; {cpu}; commands in the files "
+            "(each rule replayed on Best-of-N's candidates). "
+            + "; ".join(notes) + ".\n\n" + markdown_table(
+                ["prompts", "rule", "prompts run", "Speculative Rejection", "random pruning (same counts)", "Best-of-N",
+                 "Speculative Rejection − random", "token rate", "decision points", "decision points with undecided",
+                 "undecided per decision point", "Best-of-N's winner pruned", "… while undecided"], rows))
+
+
 def scenario_runs(d: dict) -> str:
     """The commands that made the rows of scenarios.json (one run, or a re-run of some scenarios) and the load
     average at the start of each prompt."""
@@ -836,6 +874,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "defaults": defaults,
     "ifeval": ifeval,
     "scenarios": scenarios,
+    "undecided": undecided,
     "dtype-coupling": dtype_coupling,
     "class-load": class_load,
     "class-holds": class_holds,

@@ -86,7 +86,9 @@ def page_html(comp: Comparison, caption: str = "", origin: str = "", reward: obj
         ("Every candidate", tables.candidates_table(comp)), ("Savings", tables.savings_table(comp)),
         ("Partial vs final reward of Best-of-N's candidates at each τ", tables.correlation_table(comp)),
         ("Pruning signals per decision point", signals_view.summary_table(comp))))
-    title = caption or tables.headline(comp)
+    # The gallery's caption (plain text) when the run is a gallery story; the headline, Markdown, is rendered once
+    # in the explanations below it.
+    title = f'<p class="caption" id="caption">{html.escape(caption)}</p>' if caption else ""
     # Inlined, the page forbids every request; served, it may fetch only its own server's Plotly.
     script_src = "'self' 'unsafe-inline' 'unsafe-eval'" if plotly_src else "'unsafe-inline' 'unsafe-eval'"
     plotly = f'<script src="{html.escape(plotly_src)}"></script>' if plotly_src else f"<script>{_plotly_js()}</script>"
@@ -97,7 +99,7 @@ def page_html(comp: Comparison, caption: str = "", origin: str = "", reward: obj
 <title>SBoN Explorer: a saved run</title><style>{CSS}</style>
 {plotly}</head><body>
 <h1>SBoN Explorer: Speculative Rejection vs Best-of-N</h1>
-<p class="caption" id="caption">{html.escape(title)}</p>
+{title}
 {f'<p id="links">{nav}</p>' if nav else ""}
 <section id="explanations">{_MD.render(md)}</section>
 <section id="answers">{text_blocks}</section>

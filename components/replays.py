@@ -15,7 +15,7 @@ from sbon.analysis.comparison import Comparison
 from sbon.errors import SBoNError
 
 from . import page_export, tables
-from .controls import ASSETS
+from .controls import ASSETS, controls_for
 from .gallery import GalleryRuns
 from .presenter import look_for
 from .saved_runs import check_replayable, load_upload, temp_file
@@ -92,7 +92,10 @@ def gallery_views(key: str, kind: str, look: Look = Look()) -> dict[str, Any]:
     and Gradio's serialization, never a model, a file read or the generation slot."""
     run = GALLERY.get(key)
     shown = Shown(run.comp, f"the gallery run “{run.entry.title}”", kind, run.entry.file, look)
-    return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)} · [open as a page]({gallery_path(key)})"))
+    # the story is a starting point: every control takes its settings, so Run reruns the story's configuration
+    automatic = tuple(name for name in ("kv_budget", "first_decision") if name not in run.entry.settings)
+    source = f"Gallery: {tables.md_escape(run.caption)} · [open as a page]({gallery_path(key)})"
+    return {**frozen(show(shown, source)), **controls_for(run.comp, automatic)}
 
 
 @computed_once(maxsize=32)
@@ -100,7 +103,8 @@ def shared_views(run_id: str, kind: str, look: Look = Look()) -> dict[str, Any]:
     """Every view of a shared run, computed once per (run, kind): a class opening the lecture's link costs one."""
     comp = SHARES.get(run_id)
     check_replayable(comp)
-    return frozen(show(Shown(comp, "a shared run", kind, look=look), "Showing the run this link was shared with"))
+    return {**frozen(show(Shown(comp, "a shared run", kind, look=look), "Showing the run this link was shared with")),
+            **controls_for(comp)}
 
 
 def frozen(views: dict[str, Any]) -> dict[str, Any]:
