@@ -28,7 +28,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.machine import SAFE_THREADS, Choice, cached_choice, decode_threads, eligible, safe_path, title
 from sbon.models import (DEFAULT_GENERATOR, GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device,
-                         load_generator, load_reward)
+                         generator_title, load_generator, load_reward, reward_title)
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
 
@@ -215,7 +215,8 @@ class ModelCache:
                 self._drop(generator, str(dev))  # this machine's measured choice came since: load it in that format
             if gkey not in self._generators:
                 source = generator_source(generator)
-                self._set_step(f"1/3 loading {source.describe()}"
+                # the page's words; where from is the log's (components.runs.start_loading_models)
+                self._set_step(f"1/3 loading the generator, {generator_title(generator)}"
                                + (" (first time only: about 20 s on 2 CPU cores)" if source.first_time else ""))
                 if source.first_time and self._load_gen is load_generator and (child := convert_in_background(generator)):
                     child.wait()
@@ -232,8 +233,8 @@ class ModelCache:
             gen = self._generators[gkey]
             rkey = self._reward_key(reward, generator, str(dev))
             if rkey not in self._rewards:
-                self._set_step(f"3/3 loading the reward {reward}"
-                               + "".join(f", {s.describe()}" for s in reward_sources(reward, generator)))
+                self._set_step(f"3/3 loading the reward, {reward_title(reward)}"
+                               + (", from the hub" if any(s.hub for s in reward_sources(reward, generator)) else ""))
                 self._rewards[rkey] = self._load_rew(reward, generator=gen, device=dev)
             self._rewards.move_to_end(rkey)
             self._set_step("")
@@ -258,6 +259,25 @@ class ModelCache:
     def decode(self, generator: str, gen: Generator) -> str:
         """The decode path (sbon.decoders) of a run of this generator that starts now: see DecodePaths."""
         return self.steps.decode(generator, gen) if self.steps else app_decode()
+
+    def planned_decode(self, generator: str) -> str | None:
+        """The decode path a run of this generator starting now would take, where that is known without loading,
+        measuring or building anything (None: the generator is not loaded yet); as DecodePaths.decode decides."""
+        asked = app_decode()
+        if asked != "auto":
+            return asked
+        gen = self._generators.get((generator, str(self.device())))
+        if gen is None:
+            return None
+        steps = self.steps
+        if steps is None or generator in steps._failed:
+            return "eager"
+        if gen.device.type == "cuda":
+            return "compiled" if generator in steps._gpu_ready else "eager"
+        choice = steps.choice(generator)
+        if choice is None or (choice.weights, choice.decode) != (gen.weights, "compiled"):
+            return "eager"
+        return "compiled" if compiled_state(gen) in ("loaded", "saved") else "eager"
 
     def decode_status(self, generator: str) -> str:
         """One line for the page about this generator's compiled decode step ('' where there is nothing to say)."""
@@ -446,7 +466,7 @@ class DecodePaths:
     def status(self, name: str) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say)."""
         if name in self._failed:
-            return f"`{name}` decodes op by op: {self._failed[name]}."
+            return f"{generator_title(name)} runs on the plain (slower) path: {self._failed[name]}."
         child = self._children.get(name)
         running = child is not None and child.poll() is None
         choice = self.choice(name)
@@ -455,19 +475,19 @@ class DecodePaths:
                 safe_path(default_device())
             doing = ("building the compiled step of the fastest exact path" if choice else
                      "measuring every decode path of this machine")
-            return (f"⚙ `{name}`: {doing} in the background, once on this machine (for "
+            return (f"⚙ {generator_title(name)}: {doing} in the background, once on this machine (for "
                     f"{time.perf_counter() - self._started[name]:.0f} s; runs go first): meanwhile runs use "
                     f"{title(weights, decode, str(default_device()))}"
                     + ("" if choice else ", exact without measuring") + ".")
         if child is not None and child.returncode and choice is None:
-            return (f"`{name}` decodes op by op with float32 weights: measuring this machine's decode paths failed "
+            return (f"{generator_title(name)} decodes op by op with float32 weights: measuring this machine's decode paths failed "
                     f"(exit status {child.returncode}; the app's log says why).")
         if name in self._gpu_ready:
-            return f"`{name}` decodes with its compiled step with CUDA graphs."
+            return f"{generator_title(name)} decodes with its compiled step with CUDA graphs."
         if name in self._started and default_device().type == "cuda":
-            return f"⚙ `{name}`: building its compiled step with CUDA graphs (runs decode op by op until then)."
+            return f"⚙ {generator_title(name)}: building its compiled step with CUDA graphs (runs decode op by op until then)."
         if choice is not None:
-            return f"`{name}` decodes with {choice.words}." if choice.weights else f"`{name}`: {choice.words}."
+            return f"{generator_title(name)} decodes with {choice.words}." if choice.weights else f"{generator_title(name)}: {choice.words}."
         return ""
 
 

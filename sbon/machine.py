@@ -244,3 +244,31 @@ def chosen_weights(generator: str | None, device: torch.device) -> str | None:
         return None
     choice = cached_choice(generator, device)
     return choice.weights if choice else None
+
+
+# -- the class of machine a run names ----------------------------------------------------------------------------
+
+def cpu_isa() -> str:
+    """The instruction set torch's CPU kernels run with here (ATEN_CPU_CAPABILITY may lower it, as it emulates
+    another class of CPU), and whether bfloat16 is native (AVX-512 BF16 or AMX, unless ONEDNN_MAX_CPU_ISA rules it
+    out)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    words = {"AVX512": "AVX-512", "AVX2": "AVX2", "DEFAULT": "no vector extensions"}.get(capability, capability)
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    native_bf16 = bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags())) and capability == "AVX512" \
+        and (not limit or "BF16" in limit or "AMX" in limit or limit == "ALL")
+    return words + (" with BF16" if native_bf16 else "")
+
+
+def machine_class(device: str | torch.device = "cpu") -> str:
+    """One line naming the class of machine a run on ``device`` runs on, as each result records it
+    (``RunResult.machine``): 'NVIDIA H100 80GB HBM3 (GPU)', 'AMD EPYC 9B14 (AVX-512 with BF16)'. Two runs with the
+    same seed, settings, weight format and decode path give the same candidates on the same class; another class
+    may round differently (bfloat16 emulated or native, AVX2 or AVX-512 kernels), so a page says whether Run here
+    reproduces a recorded run, and whose wall times it shows."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{device_name(device)} (GPU)"
+    if device.type == "mps":
+        return "an Apple GPU (MPS)"
+    return f"{cpu_model()} ({cpu_isa()})"

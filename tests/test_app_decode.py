@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from components.model_cache import DecodePaths, ModelCache, app_decode
+from sbon.models import generator_title
 from sbon.decoders import compiled_state
 from sbon.errors import SBoNError
 from sbon.models import cache_dir, load_generator
@@ -73,8 +74,8 @@ def test_auto_measures_in_one_child_on_idle_cores_and_runs_the_safe_path_meanwhi
         child = steps._children[NAME]
         assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child  # one child, not two
         assert _idle_soon(child)  # a run on the same cores goes first
-        assert steps.status(NAME).startswith(f"⚙ `{NAME}`: measuring every decode path of this machine in the "
-                                             "background") and "float32 weights and activations, op by op" in \
+        assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: measuring every decode path of this machine "
+                                             "in the background") and "float32 weights and activations, op by op" in \
             steps.status(NAME)
     finally:
         child.kill()
