@@ -15,6 +15,9 @@ the tie; the hover gives each candidate's true score. Each frame also has a one-
 
 from __future__ import annotations
 
+import html
+import re
+import textwrap
 from typing import Any, Sequence
 
 import plotly.graph_objects as go
@@ -27,7 +30,8 @@ from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COL
                     styled, wrap_title)
 
 ROW_PX = 15  # plot height per candidate
-COST_NAME = "○ pruned at a cost (hover)"
+COST_NAME = "○ pruning it cost reward (hover)"
+RETIRED_NAME = "finished, still eligible"  # short: one phone-wide legend column
 UNDECIDED_NAME = "□ could not be told apart from the cut"
 UNDECIDED_COLOR = "#e8a317"  # amber: neither the survivors' nor the pruned's colour
 TIE_FRACTION = 0.004  # scores closer than this fraction of the axis look like one spot: they are spread
@@ -103,7 +107,8 @@ def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int 
     ``pruned_before``: candidate -> the round that pruned it, for the rounds before this one; ``reward``: the run's
     reward, for the words of a cut among scores that were all alike."""
     parts = [f"Round {view.round}" + (f" of {rounds}" if rounds else ""), f"after {view.tokens} tokens",
-             f"{len(view.contenders)} contenders", f"{len(view.survivors)} kept", f"{len(view.pruned)} pruned"]
+             f"{len(view.contenders)} contender{'' if len(view.contenders) == 1 else 's'}", f"{len(view.survivors)} kept",
+             f"{len(view.pruned)} pruned"]
     undecided = [k for k in view.undecided if k not in view.final]
     if view.tied:
         parts.append(tie_text(view, reward))
@@ -129,9 +134,11 @@ def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int 
 def run_captions(comp: Any) -> list[str]:
     """The caption of every decision point of a finished comparison's Speculative Rejection run, in order."""
     views, before = round_views(comp.sbon), {}
+    # Best-of-N's winner is in this run only if its candidate came out the same here (coupling held for it)
+    winner = comp.bon.best_id if comp.twin(comp.bon.best_id) else None
     captions = []
     for v in views:
-        captions.append(round_caption(v, len(views), comp.bon.best_id, before, comp.sbon.reward))
+        captions.append(round_caption(v, len(views), winner, before, comp.sbon.reward))
         before.update({k: v.round for k in v.pruned})
     return captions
 
@@ -153,7 +160,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
     scores, cut = _spread(view, (x_range[1] - x_range[0]) / (1 + 2 * 0.08) if x_range else 1.0)
     # The pruned take the colour of their fate, "pruned in round r", as in every other view.
     groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
-              ("retired (finished, eligible)", view.retired, FINISHED_EARLY_COLOR))  # short: one phone-wide legend column
+              (RETIRED_NAME, view.retired, FINISHED_EARLY_COLOR))
     for name, ids, color in groups:
         ids = [k for k in ids if k in scores]
         traces.append(go.Scatter(
@@ -161,7 +168,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
             marker=dict(color=color, size=11, line=dict(width=1, color="white"),
                         symbol=[FINAL_SYMBOL if k in final else PARTIAL_SYMBOL for k in ids]),
             customdata=[[reasons[k].text()] for k in ids],
-            hovertemplate="candidate %{y}: " + name.split(" (")[0] + "<br>%{customdata[0]}<extra></extra>"))
+            hovertemplate="candidate %{y}: " + name + "<br>%{customdata[0]}<extra></extra>"))
     traces.insert(2, go.Scatter(x=[cut, cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
                                 line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
     earlier = _earlier(views, reward)
@@ -204,7 +211,7 @@ def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "
     # One row per candidate: the plot area grows with N so that the ids stay readable; the
     # figure adds the margins its title, legend, axis title and slider need (style.fit_margins).
     styled(fig)
-    unit = f" — {reward}: {reward_scale(reward).unit}" if reward else ""
+    unit = f" ({reward_scale(reward).unit})" if reward else ""
     axis_titles(fig, "score at the decision point" + unit, "candidate")
     margin = fig.layout.margin
     plot_px = min(800, max(260, ROW_PX * n + 40))
@@ -283,7 +290,8 @@ def result_caption(comp: Any, hint: bool = True) -> str:
     if not rounds:
         return ("No decision point in this run: Speculative Rejection was Best-of-N here, so there are no rounds "
                 "to present")
-    same = "the answer Best-of-N picks" if sbon == bon else f"Best-of-N picks candidate {bon}"
+    same = ("the answer Best-of-N picks" if comp.sbon.best.text == comp.bon.best.text else
+            f"Best-of-N picks candidate {bon}" if sbon != bon else f"Best-of-N picks its own, different version of it")
     return (f"After {rounds} decision point{'s' if rounds > 1 else ''}: Speculative Rejection returned candidate "
             f"{sbon}, {same}" + (" · press ▶ Present rounds to step through them" if hint else ""))
 
@@ -293,14 +301,46 @@ def present_steps(comp: Any) -> int:
     return len(comp.sbon.decision_points) + 1 if comp.sbon.decision_points else 0
 
 
+ANSWER_CHARS, ANSWER_LINES = 72, 3  # an answer's excerpt on the result step: lines that fit a projector's width
+
+
+def answers_figure(comp: Any) -> go.Figure:
+    """The end of a run on the projector: the answer each method returned (label, then its first lines), Best-of-N's
+    first, as text on a figure in the live chart's place."""
+    from .tables import returned_texts  # the same labels and texts as the Savings tab's boxes
+
+    bon_label, bon_text, sbon_label, sbon_text = returned_texts(comp)
+    fig = go.Figure()
+    for i, (label, text) in enumerate(((bon_label, bon_text), (sbon_label, sbon_text))):
+        lines = textwrap.wrap(" ".join(text.split()), ANSWER_CHARS) or ["(empty)"]
+        excerpt = "<br>".join(html.escape(line) for line in lines[:ANSWER_LINES]) + (" …" if len(lines) > ANSWER_LINES else "")
+        fig.add_annotation(text=f"<b>{html.escape(label)}</b><br>{excerpt}", x=0, xref="paper", xanchor="left",
+                           y=1 - 0.52 * i, yref="paper", yanchor="top", showarrow=False, align="left",
+                           font=dict(size=16))
+    styled(fig, "", height=320, top=10)
+    fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def result_lines(comp: Any) -> str:
+    """The result step's caption: the headline's first two statements (a broken coupling first), from the headline
+    itself (sbon.analysis.comparison.headline_text's key phrases), so the projector says what the page says."""
+    from sbon.analysis.comparison import coupling_note, headline_text
+
+    marked = re.findall(r"\x00(.*?)\x01", headline_text(comp, strong=lambda text: f"\x00{text}\x01"))
+    lines = [coupling_note(comp)] if coupling_note(comp) else []
+    return " · ".join((lines + marked)[:2])
+
+
 def present_step(comp: Any, step: int) -> tuple[go.Figure, str]:
     """(frame, caption) of step ``step`` of "Present rounds": decision point ``step`` (0-based) drawn as the
     live view drew it, on one x range for all rounds so a move is a move on the page; the last step is the
-    final frame with the run's result."""
+    run's result: the answer each method returned, under the headline's first two statements."""
     views = round_views(comp.sbon)
     step = max(0, min(step, len(views)))
     if step == len(views):
-        return (round_figure(views[-1], comp.n, _x_range(views), earlier=views[:-1], comp=comp, reward=comp.sbon.reward),
-                f"Result · {result_caption(comp, hint=False)}")
+        return answers_figure(comp), f"Result · {result_lines(comp)}"
     fig = round_figure(views[step], comp.n, _x_range(views), earlier=views[:step], comp=comp, reward=comp.sbon.reward)
     return fig, run_captions(comp)[step]

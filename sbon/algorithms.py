@@ -27,6 +27,7 @@ from .cut import Cut, cut, survivors_count
 from .decoders import decoder
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
+from .machine import machine_class
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
 from .rewards import RewardModel
 from .signals import PruningSignal, Step, make_signal, on_reward_scale, without_uncertainty
@@ -256,7 +257,8 @@ class _Run:
         return RunResult(self.config.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
                          self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best,
                          instructions=judged_by(self.prompt) if judged_by else [],
-                         weights=getattr(self.gen, "weights", None), decode=self.decoder.name)
+                         weights=getattr(self.gen, "weights", None), decode=self.decoder.name,
+                         machine=machine_class(getattr(self.gen, "device", "cpu")))
 
 
 def _observed_step(ids: list[int], rows: list[int], going: list[int], tokens: torch.Tensor, logits: torch.Tensor,

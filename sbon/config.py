@@ -109,8 +109,8 @@ class RunConfig:
                                              "is a device-to-host sync, and 1 elsewhere)")
     decode: str = setting("eager", "how the decode step runs: eager (transformers' forward op by op), compiled (one "
                                    "torch.compile'd step over a static KV slab; CUDA graphs on a GPU) or auto "
-                                   "(compiled on a CPU in the bf16 or int4 format, eager elsewhere); each keeps the coupled "
-                                   "sampling exact", choices=lambda: list(DECODE_PATHS))
+                                   "(the path python -m sbon machine measured fastest here, exact on a CPU; eager before "
+                                   "anything is measured)", choices=lambda: list(DECODE_PATHS))
 
     @classmethod
     def build(cls, sampling: SamplingConfig | None = None, **settings: Any) -> "RunConfig":

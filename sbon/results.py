@@ -120,6 +120,10 @@ class RunResult:
     # generator loaded without a format, and in runs saved before they were recorded.
     weights: str | None = None
     decode: str | None = None
+    # The class of machine it ran on (sbon.machine.machine_class: a GPU's name, a CPU's model and instruction set):
+    # the same seed gives the same candidates on the same class with the same weights and decode path, and its wall
+    # times are that machine's. None in runs saved before it was recorded.
+    machine: str | None = None
 
     def __post_init__(self) -> None:
         for p in self.decision_points:
