@@ -27,7 +27,7 @@ from sbon.config import METHOD_SPECS
 from sbon.results import DecisionPoint, RunResult
 
 from .fates import fate_color
-from .rounds import round_caption
+from .rounds import UNDECIDED_COLOR, UNDECIDED_NAME, round_caption
 from .style import BON_COLOR, axis_titles, styled, wrap_title
 
 PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Preparing the what-if views"}
@@ -207,6 +207,14 @@ def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
             fig.add_trace(go.Bar(y=ids, x=[sbon.candidates[k].tokens_generated for k in ids], orientation="h",
                                  name=f"Speculative Rejection: {fate}", marker_color=fate_color(fate),
                                  offsetgroup="sbon", hovertemplate="candidate %{y}: %{x} tokens<extra></extra>"))
+        # Candidates some decision point could not tell apart from its cut, marked at their bar's end.
+        unsure = sorted({k for p in sbon.decision_points for k in p.undecided if k not in p.final})
+        fig.add_trace(go.Scatter(x=[sbon.candidates[k].tokens_generated for k in unsure], y=unsure, mode="markers",
+                                 name=UNDECIDED_NAME, showlegend=bool(unsure),
+                                 marker=dict(color="rgba(0,0,0,0)", size=13, symbol="square-open",
+                                             line=dict(width=2, color=UNDECIDED_COLOR)),
+                                 hovertemplate="candidate %{y}: could not be told apart from the cut at a decision "
+                                               "point<extra></extra>"))
     bon = tracker.tokens_of.get("bon", {})
     fig.add_trace(go.Bar(y=list(bon), x=list(bon.values()), orientation="h", name="Best-of-N so far",
                          marker_color=BON_COLOR, offsetgroup="bon",

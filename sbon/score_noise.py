@@ -8,18 +8,17 @@ The change, less its mean over the prompt's responses (what every candidate gain
 is how much a candidate moves against its peers over ``step`` more tokens; its standard deviation over
 sqrt(2) is the noise of one score: an order finer than that is as likely undone a few tokens later as kept.
 
-    python -m sbon.score_noise --reward minilm-pref
+    python -m sbon.ifeval.score_noise --reward minilm-pref
 
-writes it to ``sbon/assets/score_noise.json``, read by the reward pruning signal (``noise_of``).
+writes it to ``sbon/assets/score_noise.json``, read by the reward pruning signal (``noise_of``). This module imports
+nothing of the package: the pruning signals read it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
-import time
 from pathlib import Path
 
 NOISE_FILE = Path(__file__).with_name("assets") / "score_noise.json"
@@ -48,35 +47,3 @@ def measure(gen, reward, rows: list[dict], prompts: dict, tokens: int, step: int
     # each move is demeaned over its prompt's m responses: its variance is (m - 1) / m of the raw one; small
     # against the sample here (m is up to 8), and it errs toward a smaller noise, i.e. toward the paper's rule
     return {"noise": statistics.pstdev(moves) / math.sqrt(2), "responses": len(moves)}
-
-
-def main(argv=None) -> int:
-    from .ifeval.calibrate import SAMPLES_FILE, read_samples
-    from .ifeval.data import SHIPPED_FILE, is_calibration, load_prompts
-    from .models import load_generator, load_reward
-
-    p = argparse.ArgumentParser(prog="python -m sbon.score_noise", description=__doc__.split("\n\n")[0])
-    p.add_argument("--reward", required=True, help="a reward preset")
-    p.add_argument("--tokens", type=int, default=32, help="the decision point: tokens of the first prefix")
-    p.add_argument("--step", type=int, default=8, help="tokens more in the second prefix")
-    p.add_argument("--samples-file", type=Path, default=SAMPLES_FILE)
-    args = p.parse_args(argv)
-    import os
-
-    start, load = time.perf_counter(), os.getloadavg()
-    gen = load_generator()
-    reward = load_reward(args.reward, generator=gen)
-    prompts = {q.key: q for q in load_prompts(SHIPPED_FILE) if is_calibration(q.key)}
-    rows = [r for r in read_samples(args.samples_file) if r["key"] in prompts]
-    found = measure(gen, reward, rows, prompts, args.tokens, args.step)
-    data = json.loads(NOISE_FILE.read_text()) if NOISE_FILE.exists() else {"rewards": {}}
-    data["rewards"][args.reward] = {**found, "tokens": args.tokens, "step": args.step, "split": "IFEval calibration (odd key)",
-                                    "command": f"python -m sbon.score_noise --reward {args.reward}",
-                                    "seconds": round(time.perf_counter() - start, 1), "load_average": load}
-    NOISE_FILE.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"{args.reward}: score noise {found['noise']:.4g} over {found['responses']} responses; wrote {NOISE_FILE}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

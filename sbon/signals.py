@@ -91,7 +91,7 @@ class RewardSignal(PruningSignal):
     @property
     def knows_uncertainty(self) -> bool:
         # A reward that knows each partial score's uncertainty (IFEvalReward: its progress model's resolution), or
-        # a preset whose score noise was measured on the calibration split (sbon.score_noise).
+        # a preset whose score noise was measured on the calibration split (sbon.ifeval.score_noise).
         return hasattr(self.reward, "score_uncertainty") or self.noise is not None
 
     @property

@@ -118,7 +118,7 @@ def test_round_figure_and_animation(comparison):
     assert "Waiting" in round_figure(None, 6).layout.title.text
     anim = rounds_animation(comparison.sbon)
     per = len(anim.data) // 2
-    assert per == 8 and not any(t.visible for t in anim.data[per:])
+    assert per == 9 and not any(t.visible for t in anim.data[per:])
     steps = anim.layout.sliders[0].steps
     assert [s.label for s in steps] == ["1", "2"]
     assert not any(steps[1].args[0]["visible"][:per]) and "Round 2" in steps[1].args[1]["title.text"]

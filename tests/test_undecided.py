@@ -182,6 +182,13 @@ def test_the_page_marks_undecided_candidates_and_says_what_was_done(open_instruc
         elif point.undecided:
             assert "could not be told apart from the cut" in caption and "next decision point" in caption
     assert present_step(comp, 0)[1] == captions[0]
+    from components.live import LiveTracker, progress_figure
+
+    tracker = LiveTracker(24)
+    tracker.results["sbon"] = comp.sbon  # Best-of-N's phase of the live chart: Speculative Rejection has answered
+    bars = [t for t in progress_figure(tracker, comp.n).data if t.name == UNDECIDED_NAME]
+    assert len(bars) == 1 and bars[0].showlegend and set(bars[0].y) == {k for p in points for k in p.undecided
+                                                                         if k not in p.final}
     table = shown["table"]
     assert table["last decision"].str.contains("could not be told apart from the cut|no candidate can still").any()
 
