@@ -26,7 +26,8 @@ from .updates import WARNING, Refused, Update
 from .views import NOT_PRESENTING, SHOWN, Shown, as_look, restored, show
 
 LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
-# redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
+# redraws the chart on the cores the run decodes on, and the caption's clock moves between frames, so the screen
+# never stands still for long (benchmarks/app_timing.py's STILL_TARGET_S)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.CompiledSteps)

@@ -370,7 +370,7 @@ def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
     assert page.locator("#kv-budget").is_hidden()
 
 
-# -- one screen, legible plots on a phone and a projector (issue #23) -----------------------------------
+# -- one screen, legible plots on a phone and a projector ---------------------------------------------------
 
 def _open_on(browser, server, screen: str):
     from benchmarks.browser import SCREENS
@@ -428,7 +428,7 @@ def test_a_run_replaces_the_headline_with_its_race_and_refuses_a_second_click(pa
     page.wait_for_function("(b) => document.querySelector('#seed input').value != b", arg=before)
 
 
-# -- the presenter view and "Present rounds" (issue #28) --------------------------------------------------------
+# -- the presenter view and "Present rounds" ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("screen", ["projector", "hd"])
 def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_type(browser, server, screen):

@@ -295,7 +295,7 @@ def test_candidate_detail_of_a_diverged_twin(comparison):
     assert "twin diverged" in page and 'class="sbon-never"' not in page
 
 
-# -- a reason for every cut, legible views (issue #23) ------------------------------------------------
+# -- a reason for every cut, legible views -----------------------------------------------------------
 
 def test_every_contender_gets_its_rank_score_and_the_cut(comparison):
     from components.reasons import point_reasons
@@ -504,7 +504,7 @@ def test_a_run_s_events_are_computed_on_one_thread_and_closing_closes_the_run():
 def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
     """Scores equal to many digits (a signal that ties, separated only by the cut's tie-break) would put kept
     and pruned candidates on one spot: they are spread, the pruned left of the cut line, the kept right of it,
-    and every hover keeps the true score (issue #28)."""
+    and every hover keeps the true score."""
     from sbon.results import DecisionPoint
 
     point = DecisionPoint(round=1, tokens=8, contenders=[0, 1, 2, 3, 4, 5], survivors=[5, 4, 3], pruned=[0, 1, 2],
@@ -521,7 +521,7 @@ def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
 def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window():
     """Look(hall=True): every text of every figure at least HALL_FONT_PX (CSS px), the legend beside the
     data, the decision-point charts no taller than the window (a long legend may make a tab's chart taller),
-    and the live chart exactly the height the window leaves it (issue #28)."""
+    and the live chart exactly the height the window leaves it."""
     from components.style import HALL_FONT_PX, Look
 
     def last_round(comp, look=Look()):  # the live chart at the end of a run, as the page draws it
@@ -561,7 +561,7 @@ def test_captions_tell_each_round_from_the_run_s_data():
 
 def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
     """on_one_thread(heartbeat_s=...): None whenever no event came for that long (a reward's pass over every
-    answer), every event still in order; without it, only the events (issue #28: the screen never stands still)."""
+    answer), every event still in order; without it, only the events (the screen never stands still)."""
     import time
 
     from components.model_cache import on_one_thread

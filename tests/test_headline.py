@@ -1,5 +1,5 @@
 """A headline no load can flip (decode steps, tokens, the random-pruning null model; wall time second, with a
-note when the machine was busy), and explanations that are true as written (issue #28)."""
+note when the machine was busy), and explanations that are true as written."""
 
 from __future__ import annotations
 
