@@ -90,8 +90,9 @@ class Runs:
         try:
             with self._holding():
                 yield from self._run(*values)
-        finally:
+        finally:  # also when Stop cancels it: nothing of this run reaches the page after this line is logged
             self.seconds.append(time.perf_counter() - started)
+            log.info("run ended: it held the generation slot %.1f s", self.seconds[-1])
 
     def compare(self, settings: RunSettings) -> str:
         """The `/compare` API's run: the comparison as JSON, in the same slot as the Run button's."""

@@ -418,10 +418,10 @@ def test_every_legend_entry_has_marks_of_its_own(comparison):
     views = round_views(comparison.sbon)
     figs = [figures.partial_final_scatter(comparison, 1), figures.tokens_per_candidate(comparison),
             round_figure(views[-1], comparison.n, earlier=views[:-1], comp=comparison)]
-    for fig in figs:
-        for t in fig.data:
-            if t.showlegend is not False and t.visible is not False:
-                assert t.x is not None and len(t.x) > 0 and any(x is not None for x in t.x), t.name
+    entries = [t for fig in figs for t in fig.data if t.showlegend is not False and t.visible is not False]
+    assert len(entries) >= len(figs)  # every figure has a legend to check
+    for t in entries:
+        assert t.x is not None and len(t.x) > 0 and any(x is not None for x in t.x), t.name
 
 
 def test_live_race_has_a_clock_per_method(comparison_events):
@@ -562,18 +562,25 @@ def test_captions_tell_each_round_from_the_run_s_data():
 def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
     """on_one_thread(heartbeat_s=...): None whenever no event came for that long (a reward's pass over every
     answer), every event still in order; without it, only the events (the screen never stands still)."""
-    import time
+    import threading
 
     from components.model_cache import on_one_thread
 
+    beats = threading.Event()
+
     def events():
         yield "first"
-        time.sleep(0.5)
+        assert beats.wait(timeout=30), "no heartbeat came while the step ran"  # a long step: until two heartbeats
         yield "second"
 
-    items = list(on_one_thread(events(), heartbeat_s=0.1))
-    assert [i for i in items if i is not None] == ["first", "second"] and items.count(None) >= 2
-    assert list(on_one_thread(events())) == ["first", "second"]
+    items = []
+    for item in on_one_thread(events(), heartbeat_s=0.05):
+        items.append(item)
+        if items.count(None) == 2:
+            beats.set()
+    assert items[0] == "first" and items[-1] == "second" and items.count(None) >= 2
+    assert [i for i in items if i is not None] == ["first", "second"]
+    assert list(on_one_thread(events())) == ["first", "second"]  # no heartbeat_s: only the events
 
 
 def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_step():
