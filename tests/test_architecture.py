@@ -134,3 +134,17 @@ def test_the_maps_exemption_is_the_tests():
     doc = (REPO / "docs" / "architecture.md").read_text()
     assert "**Exemption from the layers:**" in doc
     assert all(f"`{name.replace('.', '/')}.py`" in doc for name in ENTRY_POINTS)
+
+
+MAX_FUNCTION_LINES = 80  # a function a reader takes in at once; benchmarks' experiment mains may run longer
+
+
+def test_no_function_outside_the_benchmarks_runs_past_80_lines():
+    files = {name: path for name, path in project_files().items() if not name.startswith("benchmarks")}
+    files |= {f"tests.{p.stem}": p for p in (REPO / "tests").glob("*.py")}
+    assert "app" in files and "sbon.engine" in files
+    long = [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines" for name, path in files.items()
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"split these by what they do: {long}"
