@@ -24,7 +24,7 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import MODELS, ModelCache, app_decode, configure_threads, convert_in_background
+from components.model_cache import MODELS, ModelCache, check_forced_paths, configure_threads, convert_in_background
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -34,20 +34,23 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
+from starlette.routing import Mount  # noqa: E402
 
 import gradio_adapter  # noqa: E402
 
 from components import instructions as instruction_choices  # noqa: E402
 from components import page_text  # noqa: E402
-from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
+from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, UNDECIDED_CHOICES, RunSettings,  # noqa: E402
                                  api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
-                                 reads, reward_choices, signal_choices)
+                                 reads, reward_choices, signal_labels)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
-from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
+from components.priority import serve_below_generation  # noqa: E402
+from components.replays import (GALLERY, PAGES, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
 from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
                              on_stop, start_loading_models)
+from components.static_pages import PREFIX as PAGES_PREFIX  # noqa: E402
 from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
                                   scenario_of, scenario_prompt_choices)
 from components.style import Look  # noqa: E402
@@ -94,7 +97,8 @@ def compare_endpoint(runs: Runs) -> Callable[..., str]:
     """The `/compare` API: a typed signature (gr.api reads it) over `runs`, the generation slot it shares."""
     def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
                 tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
-                prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
+                prune_by: str = DEFAULTS.prune_by, undecided: str = DEFAULTS.undecided,
+                max_new_tokens: int = DEFAULTS.max_new_tokens,
                 temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
                 generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
                 bon_same_memory: bool = DEFAULTS.bon_same_memory, instructions: str = "") -> str:
@@ -241,8 +245,8 @@ def build_prompt_inputs(ui: SimpleNamespace) -> None:
                 example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
     with gr.Accordion("Instructions (for the Follow instructions reward)", open=False, elem_id="instructions-block"):
         ui.instruction_types = gr.Dropdown(instruction_choices.type_choices(), multiselect=True,
-                                           label="Instruction types", elem_id="instruction-types")
-        ui.instructions = gr.Textbox(label="Instructions (JSON: IFEval ids and arguments)", lines=3,
+                                           label="Add an instruction", elem_id="instruction-types")
+        ui.instructions = gr.Textbox(label="The instructions the reward checks (editable)", lines=3,
                                      placeholder=instruction_choices.PLACEHOLDER, elem_id="instructions")
         ui.instructions_note = gr.Markdown(elem_id="instructions-note")
     gr.Markdown(page_text.CONTENT_NOTE, elem_id="content-note")
@@ -267,9 +271,13 @@ def build_method_knobs(ui: SimpleNamespace) -> None:
                            visible=reads(DEFAULTS.method, "tau"), elem_id="tau")
         ui.max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
                                       elem_id="max-new-tokens")
-    ui.prune_by = gr.Dropdown(signal_choices(), value=DEFAULTS.prune_by, label="Pruning signal", elem_id="prune-by",
+    ui.prune_by = gr.Dropdown(signal_labels(), value=DEFAULTS.prune_by, label="Pruning signal", elem_id="prune-by",
                               info="what ranks the candidates at a decision point; the final choice "
                                    "is always by the reward model")
+    ui.undecided = gr.Dropdown(UNDECIDED_CHOICES, value=DEFAULTS.undecided, elem_id="undecided",
+                               label="Candidates the score cannot tell apart from the cut",
+                               info="when the pruning signal's own uncertainty says a candidate could be "
+                                    "on either side of the cut")
     ui.bon_same_memory = gr.Checkbox(
         DEFAULTS.bon_same_memory, label="Best-of-N under the same memory", elem_id="bon-same-memory",
         info="run Best-of-N in batches that fit the KV cache Speculative Rejection peaked at, as in the "
@@ -308,7 +316,7 @@ def build_scatter_tab(ui: SimpleNamespace) -> None:
 
 def build_candidates_tab(ui: SimpleNamespace) -> None:
     with gr.Tab("Candidates", id="candidates-tab", elem_id="candidates-tab"):
-        ui.table = gr.Dataframe(label="Every candidate (SBoN run; final rewards of pruned ones from Best-of-N)",
+        ui.table = gr.Dataframe(label="Every candidate (Speculative Rejection's run; final rewards of pruned ones from Best-of-N)",
                                 interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
         ui.picker = gr.Dropdown(label="Candidate", choices=[], elem_id="candidate-picker")
         ui.detail = gr.HTML(elem_id="candidate-detail")
@@ -445,6 +453,8 @@ def wire_settings(ui: SimpleNamespace) -> None:
     ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **PRIVATE)
     ui.method.change(by_name(ui, on_method), inputs=ui.method, outputs=el(ui, *METHOD_KNOBS), **PRIVATE)
     ui.prompt.change(by_name(ui, on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **PRIVATE)
+    ui.prompt.change(by_name(ui, instruction_choices.on_prompt), inputs=el(ui, "prompt", "instructions"),
+                     outputs=ui.instructions, **PRIVATE)
     # .input: the visitor's choice only, so the dropdown following the settings (below) sets nothing back.
     ui.scenario.input(by_name(ui, on_scenario), inputs=ui.scenario,
                       outputs=el(ui, "reward", "prune_by", "max_new_tokens", "prompt", "scenario_prompts"), **PRIVATE)
@@ -456,7 +466,8 @@ def wire_settings(ui: SimpleNamespace) -> None:
     ui.scenario_prompts.change(by_name(ui, instruction_choices.on_example), inputs=ui.scenario_prompts,
                                outputs=el(ui, "instructions", "instruction_types"), **PRIVATE)
     ui.instruction_types.input(by_name(ui, instruction_choices.on_types),
-                               inputs=el(ui, "instruction_types", "instructions"), outputs=ui.instructions, **PRIVATE)
+                               inputs=el(ui, "instruction_types", "instructions"),
+                               outputs=el(ui, "instructions", "instruction_types"), **PRIVATE)
     ui.instructions.change(by_name(ui, instruction_choices.on_text), inputs=ui.instructions,
                            outputs=el(ui, "instructions_note", "instruction_types"), **PRIVATE)
     ui.model_timer.tick(by_name(ui, on_model_timer), outputs=el(ui, "model_status", "model_timer"),
@@ -512,14 +523,14 @@ def wire_replays(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     # The page opens on the run its link names, in the view its URL names (the browser applies it before the
     # figures are drawn, and reports the window's size for them).
     demo.load(by_name(ui, on_page_open), inputs=el(ui, "tradeoff_kind", "viewport"),
-              outputs=el(ui, *SHOWN, "look", "presenter"),
+              outputs=el(ui, *SHOWN, "look", "presenter", *SETTING_NAMES),
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
                  f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **LIGHT)
     demo.load(None, js=KEYS_JS)
     ui.gallery.change(by_name(ui, on_gallery), inputs=el(ui, "gallery", "tradeoff_kind", "look"),
-                      outputs=el(ui, *SHOWN), api_name="gallery_open", show_progress="minimal", **LIGHT)
+                      outputs=el(ui, *SHOWN, *SETTING_NAMES), api_name="gallery_open", show_progress="minimal", **LIGHT)
     ui.link_run.submit(by_name(ui, open_link), inputs=el(ui, "link_run", "tradeoff_kind", "look"),
-                       outputs=el(ui, *SHOWN), api_name="link_open", show_progress="minimal", **LIGHT)
+                       outputs=el(ui, *SHOWN, *SETTING_NAMES), api_name="link_open", show_progress="minimal", **LIGHT)
     ui.share_btn.click(by_name(ui, on_share_click), inputs=ui.comparison, outputs=el(ui, "share_link", "status"),
                        **PRIVATE)
     ui.page_btn.click(by_name(ui, on_page_export), inputs=el(ui, "comparison", "origin"),
@@ -535,9 +546,9 @@ def main() -> None:
     (and its recorded run) is up in seconds while the models load."""
     threads = configure_threads()
     try:
-        app_decode()  # a mistyped SBON_DECODE stops the app at once, in one line, not at the first Run
+        check_forced_paths()  # a mistyped or impossible SBON_DECODE/SBON_WEIGHTS stops the app at once, in one line
     except SBoNError as e:
-        sys.exit(f"SBON_DECODE: {e}")
+        sys.exit(str(e))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     log.info("models will run on %s with %d CPU threads", MODELS.device(), threads)
     demo = create_app(MODELS, threads)
@@ -545,9 +556,13 @@ def main() -> None:
     # ZeroGPU: the default models go to the (patched) GPU now, in this process, before launch; elsewhere they
     # load once the page is up.
     load_before_launch(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
-    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True)
+    serve_below_generation()  # every thread started from here on (the server's, the handlers') runs below the torch thread
+    # What a visitor only reads is served as files beside the page (components/static_pages.py), never through the queue.
+    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True,
+                app_kwargs={"routes": [Mount(PAGES_PREFIX, app=PAGES.routes())]})
     start_loading_models()
     threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()
+    threading.Thread(target=PAGES.warm, daemon=True, name="static-pages").start()
     demo.block_thread()
 
 

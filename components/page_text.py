@@ -40,9 +40,15 @@ SIGNALS_NOTE = ("Every pruning signal on the **same Best-of-N candidates**, at e
 GALLERY_NOTE = "Recorded runs that open at once, without generating: pick one."
 
 
+def device_words(device: object) -> str:
+    """Where the models run, as the page says it: 'this machine's processor (CPU)', 'the GPU'."""
+    kind = getattr(device, "type", str(device))
+    return {"cpu": "this machine's processor (CPU)", "cuda": "the GPU", "mps": "the Mac's GPU"}.get(kind, str(device))
+
+
 def models_note(device: str, threads: int | None) -> str:
     """Where the models run, under Models and sampling (the CPU threads only on a CPU)."""
-    on = f"**{device}**" + (f" ({threads} CPU threads)" if device == "cpu" and threads else "")
+    on = f"**{device_words(device)}**" + (f" ({threads} CPU threads)" if device == "cpu" and threads else "")
     return (f"Models run on {on}; the defaults load when the app starts, others on the Run that asks for them, "
             "and they stay loaded.")
 
@@ -59,7 +65,8 @@ text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_na
 comparison = Comparison.from_json(text)
 print(comparison.metrics["speedup"], comparison.sbon.best.text)
 ```
-Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `alpha`, `tau`, `kv_budget`
+Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `undecided` (what a decision point
+does with candidates its signal cannot tell apart from the cut: "paper", "prune", "defer" or "random"), `alpha`, `tau`, `kv_budget`
 and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`;
 `client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
 `{FORMAT}`). Requests wait in the same one-at-a-time queue as the Run button."""
