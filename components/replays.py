@@ -19,7 +19,7 @@ from .controls import ASSETS, controls_for
 from .gallery import GalleryRuns
 from .presenter import look_for
 from .saved_runs import check_replayable, load_upload, temp_file
-from .served import computed_once
+from .view_cache import computed_once
 from .share import ShareStore, digest, link
 from .static_pages import StaticPages, gallery_path, run_path
 from .style import Look
