@@ -5,6 +5,10 @@ re-run it after changing a default (generator, reward) so the first thing a visi
 what Run gives them. `python -m components.record --gallery` records every gallery story
 (components/gallery.py) into assets/gallery/, with the settings, commit and load that made each file
 in assets/gallery/index.json; `--gallery KEY ...` records only those.
+
+The four run modules: `runs` generates a run on the page (live); `replays` shows a finished run without
+generating (opened, uploaded, linked, from the gallery); `saved_runs` reads and writes a run as a file (no page
+state); `record` is the command that makes the shipped recordings the replays open.
 """
 
 from __future__ import annotations

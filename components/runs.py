@@ -1,7 +1,11 @@
 """A run from the page: the Run click answered at once (refused, queued or starting), the run itself drawn as it
 goes (each decision point, Speculative Rejection's answer, every view at the end), Stop, the `/compare` API's
 run, and the line that says which models are loaded. Plain data in, {page element name: value} out
-(components/updates.py); the run's events come from the function app.py gives (on a ZeroGPU Space, a lent GPU)."""
+(components/updates.py); the run's events come from the function app.py gives (on a ZeroGPU Space, a lent GPU).
+
+The four run modules: `runs` generates a run on the page (live); `replays` shows a finished run without
+generating (opened, uploaded, linked, from the gallery); `saved_runs` reads and writes a run as a file (no page
+state); `record` is the command that makes the shipped recordings the replays open."""
 
 from __future__ import annotations
 
