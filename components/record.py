@@ -31,7 +31,9 @@ from sbon.options import add_options, values
 
 from .controls import ASSETS, RunSettings
 from .gallery import GALLERY, INDEX_FILE, caption, facts, read_index
-from .model_cache import ModelCache, app_decode, configure_threads
+from .decode_paths import app_decode
+from .model_cache import ModelCache
+from .torch_thread import configure_threads
 
 RECORDED_WITH = "python -m components.record"  # the app's defaults, on its default prompt
 REPO = ASSETS.parent

@@ -25,7 +25,8 @@ from . import tables
 from .controls import DEFAULTS, RunSettings, settings_from
 from .page_text import device_words
 from .live import LiveTracker, ProgressChart
-from .model_cache import MODELS, hub_fetches, on_one_thread, sources
+from .model_cache import MODELS, hub_fetches, sources
+from .torch_thread import on_one_thread
 from .replays import GALLERY
 from .rounds import round_caption, round_figure
 from .updates import WARNING, Refused, Update
@@ -36,7 +37,7 @@ LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are r
 # never stands still for long (benchmarks/app_timing.py's STILL_TARGET_S)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
-# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.DecodePaths)
+# How the run decoded (RunResult.decode), for the status line (the app's default: components.decode_paths.DecodePaths)
 DECODED = {"compiled": "on the fast path prepared for this machine", "eager": "on the plain path"}
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")

@@ -470,11 +470,11 @@ def test_a_reward_that_explains_itself_counts_what_each_answer_passes(comparison
 
 def test_a_run_s_events_are_computed_on_one_thread_and_closing_closes_the_run():
     """Gradio advances a generator from any thread of its pool; torch's CPU thread team belongs to the thread
-    that calls torch, so every run's events are computed on the one torch thread (components.model_cache)."""
+    that calls torch, so every run's events are computed on the one torch thread (components.torch_thread)."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from components.model_cache import on_one_thread
+    from components.torch_thread import on_one_thread
 
     seen, closed = [], []
 
@@ -494,7 +494,7 @@ def test_a_run_s_events_are_computed_on_one_thread_and_closing_closes_the_run():
     assert closed == seen[:1]  # the run was closed, on its own thread
     assert list(on_one_thread(iter([1, 2]))) == [1, 2]
 
-    from components.model_cache import TORCH_THREAD
+    from components.torch_thread import TORCH_THREAD
     again = on_one_thread(run())
     next(again)
     TORCH_THREAD.submit(again.close).result(timeout=10)  # closed on the torch thread itself: no deadlock
@@ -564,7 +564,7 @@ def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
     answer), every event still in order; without it, only the events (the screen never stands still)."""
     import threading
 
-    from components.model_cache import on_one_thread
+    from components.torch_thread import on_one_thread
 
     beats = threading.Event()
 
