@@ -85,6 +85,7 @@ COMPARISON_KEYS = {
     "partials": "Best-of-N's partial rewards by decision token",
     "metrics": "speedup, normalized_score ≤ 100, token_rate, ...",
     "signal_scores": "each pruning signal's scores of Best-of-N's candidates by token count",
+    "uncertainties": "the half-width of each partial reward, for undecided cuts",
 }
 # Keys a run, a candidate carries beyond its dataclass fields: derived for readers of the file, recomputed on load.
 RUN_DERIVED = ("decode_steps",)
