@@ -24,7 +24,9 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import MODELS, ModelCache, check_forced_paths, configure_threads, convert_in_background
+from components.decode_paths import check_forced_paths
+from components.model_cache import MODELS, ModelCache, convert_in_background
+from components.torch_thread import configure_threads
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":

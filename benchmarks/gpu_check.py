@@ -1,5 +1,5 @@
-"""`python -m benchmarks gpu-check`: everything this project claims about GPUs, in one command that fits one
-GPU session.
+"""`python -m benchmarks gpu-check`: everything this project claims about GPUs, in one command of at most
+ten minutes on one GPU (SESSION_S).
 
 It runs on a bare, offline GPU machine: it needs torch, transformers and this repository, nothing else (no
 embedded model package, no hub, no gradio or plotly). Its models are stand-ins with random weights and the real
@@ -81,8 +81,9 @@ LLAMA_3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=3
 TINY_ARCH = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16)
 
-# A GPU session of this workplace allows 10 minutes a command; the limit counts from the command's start, after
-# Python's imports (STARTUP_S at most), and RESERVE_S of it is kept for writing the result files.
+# The check fits one command of SESSION_S on a lent GPU machine (rented and shared GPUs often cap a command or a
+# job at ten minutes, and a check that stops early leaves every later part unmeasured). The limit counts from the
+# command's start, after Python's imports (STARTUP_S at most), and RESERVE_S of it is kept for writing the result files.
 SESSION_S = 600
 STARTUP_S = 30
 DEFAULT_TIME_LIMIT_S = 540
@@ -293,8 +294,8 @@ H100_ENGINE_FILE = common.DEFAULT_OUT_DIR / "gpu-h100" / "engine.json"
 
 
 def h100_figures() -> Figures:
-    """An H100's figures for the budget test: its nominal bandwidth and bfloat16 rate (what an H100 of this
-    workplace was seen to reach), and the fixed cost per layer and step of the slower engine in the H100 engine
+    """An H100's figures for the budget test: its nominal bandwidth and the bfloat16 rate its large matmuls reach
+    in practice (below the data sheet's), and the fixed cost per layer and step of the slower engine in the H100 engine
     run committed here (SmolLM2-135M, both engines eager)."""
     d = json.loads(H100_ENGINE_FILE.read_text())
     per_step = max(sum(r[f"{who}_time"] for r in d["rows"]) / sum(r[f"{who}_steps"] for r in d["rows"])
@@ -778,7 +779,7 @@ def run_parts(ctx: Context, names: Sequence[str], out: Path, stop_at: float, env
             run_within(stop_at - time.monotonic(), lambda: PARTS[name](ctx, record))
         except TimeUp:
             record["stopped"] = "the time limit passed: what this file holds is what the part had done by then"
-        except Exception as e:  # one GPU session: a part that breaks must not cost the parts after it
+        except Exception as e:  # one command: a part that breaks must not cost the parts after it
             record["error"] = "".join(traceback.format_exception(e))[-4000:]
             failed.append(name)
             print(f"{name}: failed ({type(e).__name__}: {e}); going on with the next part", file=sys.stderr)

@@ -217,7 +217,7 @@ def memory(results_dir: Path) -> str:
 def engine(results_dir: Path) -> str:
     """Our Best-of-N against `model.generate(num_return_sequences=N)`, and reward scoring's share of SR's time."""
     rows = []
-    for name in ("engine.json", "engine_bf16_default.json"):  # float32 with SDPA; the CPU default since issue #23
+    for name in ("engine.json", "engine_bf16_default.json"):  # float32 with SDPA; the CPU default (bf16)
         path = results_dir / MACHINE / "engine" / name
         d = json.loads(path.read_text())
         s, st = d["summary"], d["settings"]
@@ -335,7 +335,7 @@ def app_timing(results_dir: Path, folder: str, only: Sequence[str] = ("*.json",)
             setting += f", SBON_THREADS={st['SBON_THREADS']}"
         if st.get("weights") not in (None, "app default"):
             setting += f", SBON_WEIGHTS={st['weights']}"
-        decoded = list(dict.fromkeys(c["decode"] for c in d["clicks"] if "decode" in c))  # none: before #32, eager
+        decoded = list(dict.fromkeys(c["decode"] for c in d["clicks"] if "decode" in c))  # none: files from before the compiled step, eager
         if decoded:
             setting += f", decode step {' then '.join(decoded) if len(decoded) > 1 else decoded[0]}"
         first = [c for c in d["clicks"] if c["models"] != "loaded"]
@@ -387,7 +387,7 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
         cells = {(t["column"], t["rows"], t["target"].split(" (")[0]): f"{num(t['ms'])} ms, {'met' if t['met'] else 'missed'}"
                  for t in d["targets"]}
         columns = list(dict.fromkeys(t["column"] for t in d["targets"]))
-        parts += ["Issue #32's targets:", markdown_table(
+        parts += ["The compiled step's targets:", markdown_table(
             ["column"] + [f"{rows} rows {goal}" for rows, goal in goals],
             [[f"`{c}`"] + [cells.get((c, rows, goal), "–") for rows, goal in goals] for c in columns])]
     if d.get("compile_s"):

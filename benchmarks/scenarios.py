@@ -19,7 +19,7 @@ follows every instruction. The texts are in the file, for a reader to judge.
 
 Prompts are held out from every choice this project made: the IFEval evaluation split (even key; the
 calibration uses odd keys) without the page's examples; AlpacaEval's held-out fold (as
-``benchmarks.defaults``) without the app's examples and without every prompt the ``defaults`` benchmark chose
+``benchmarks.default_reward``) without the app's examples and without every prompt the ``defaults`` benchmark chose
 the former page default on, shuffled with ``--prompt-seed``. The helpful and fluency scenarios share their
 prompts, so the two rewards are compared on the same candidates.
 """
@@ -42,7 +42,7 @@ from sbon.models import load_generator, load_reward
 from sbon.rewards import bind_instructions
 
 from . import common
-from .defaults import held_out_prompts
+from .default_reward import held_out_prompts
 
 OUT_DIR = common.DEFAULT_OUT_DIR / "cpu-2core-epyc" / "scenarios"
 DEFAULTS_RESULTS = common.DEFAULT_OUT_DIR / "cpu-2core-epyc" / "defaults"  # the prompts the former default was chosen on

@@ -1,4 +1,4 @@
-"""Pruning signals side by side (issue 14): which signal, at which decision point, keeps the response
+"""Pruning signals side by side: which signal, at which decision point, keeps the response
 Best-of-N would have picked?
 
 Per prompt, Best-of-N runs once with every signal watching (sbon.analysis.signal_matrix); each signal scores

@@ -1,4 +1,4 @@
-"""One decode step of our engine, next to this machine's limits and llama.cpp (issue #23 item 1).
+"""One decode step of our engine, next to this machine's limits and llama.cpp.
 
 A decode step feeds one token to each of R rows: sample from each row's logits with its coupled
 uniform number (`sbon.engine.sample`), check stops, one forward pass of the generator
@@ -11,8 +11,7 @@ hits every column alike:
 - the step's own Linear layers alone (`F.linear` on the model's weights at R rows): what is
   outside them is the cost of attention, the KV cache, sampling and Python;
 - each format with the decode-step attention (`sbon.attention`, the CPU default) and with torch's SDPA
-  (what the engine used before, and `transformers`' default): `fp32 sdpa` is the baseline of issue #23's
-  2.5x target;
+  (`transformers`' default): `fp32 sdpa` is the baseline of TARGET_SPEEDUP;
 - llama.cpp on the same GGUF file (4-bit), R sequences one token each, where `llama_cpp` imports
   (`pip install llama-cpp-python`; not a requirement of this project: the column is skipped).
 - the compiled step (`sbon.decoders`, every bucket compiled first; the cold compile's seconds in the file),
@@ -47,8 +46,8 @@ from sbon.models import DEFAULT_GENERATOR, GENERATORS, _package_dir, load_genera
 from . import common
 
 QUANTIZED_LINEAR = torch.ao.nn.quantized.dynamic.Linear  # what the int8 format's Linear layers become
-TARGET_SPEEDUP = 2.5  # issue #23: the 16-row step this many times faster than float32 was
-BASELINE = "fp32 sdpa"  # the engine's step when issue #23 was filed: float32 weights, torch's SDPA attention
+TARGET_SPEEDUP = 2.5  # a 16-row step of the CPU default this many times faster than BASELINE's
+BASELINE = "fp32 sdpa"  # float32 weights with torch's SDPA attention: transformers' own step on a CPU
 
 
 @dataclass
@@ -392,15 +391,15 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
             "targets": targets(table)}
 
 
-# Issue #32's targets on 2 quiet cores: ms per step of the compiled step at these row counts, and faster than
-# llama.cpp from TARGET_LLAMA_FROM rows up.
+# The compiled step's targets on 2 quiet cores: ms per step at these row counts, and faster than llama.cpp from
+# TARGET_LLAMA_FROM rows up.
 TARGET_MS = {1: 12.0, 7: 20.0, 16: 30.0}
 TARGET_LLAMA_FROM = 4
 
 
 def targets(table: list[dict]) -> list[dict]:
-    """Each column of the engine's step (eager with its own attention, or compiled) against issue #32's targets,
-    met or missed, with the number."""
+    """Each column of the engine's step (eager with its own attention, or compiled) against the compiled step's
+    targets (TARGET_MS, TARGET_LLAMA_FROM), met or missed, with the number."""
     ms = {(r["format"], r["rows"]): r["ms_per_step"] for r in table}
     out = []
     for (name, rows), value in ms.items():
@@ -422,7 +421,7 @@ def speedups(table: list[dict], rows: int = 16) -> list[str]:
     base, llama = ms.get(BASELINE), ms.get("llama.cpp (GGUF)")
     lines = []
     for name, value in ms.items():
-        parts = [f"{base / value:.2f}x {BASELINE}'s step (issue #23's target: {TARGET_SPEEDUP}x)"] if base else []
+        parts = [f"{base / value:.2f}x {BASELINE}'s step (target: {TARGET_SPEEDUP}x)"] if base else []
         if llama and name != "llama.cpp (GGUF)":
             parts.append(f"{llama / value:.2f}x llama.cpp's")
         if parts:

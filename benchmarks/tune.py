@@ -1,4 +1,4 @@
-"""Per generator + reward tuning (issue 14): the rejection rate alpha and first decision point that
+"""Per generator + reward tuning: the rejection rate alpha and first decision point that
 cost the fewest tokens while keeping a mean normalized score >= 98, from counterfactual data.
 
 Reads a saved raw file -- `signals_raw*.json` (python -m benchmarks signals: every pruning signal) or

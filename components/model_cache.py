@@ -1,4 +1,5 @@
-"""Models loaded once and kept per (name, device), in a background thread, with a status line.
+"""Models loaded once and kept per (name, device), on the torch thread (components/torch_thread.py), with a status
+line; each run's decode path comes from components/decode_paths.py.
 
 The app starts loading its default models as soon as it serves (a first load on a fresh machine
 converts the packaged GGUF generator to a float32 copy: about 20 s), so a first Run mostly finds
@@ -16,77 +17,26 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable
 
 import torch
 
-from sbon.decoders import check_decode, compile_problem, compiled_state, prepare
+from sbon.decoders import compiled_state
 from sbon.engine import Generator
 from sbon.errors import SBoNError
-from sbon.machine import SAFE_THREADS, Choice, cached_choice, decode_threads, eligible, safe_path, title
-from sbon.models import (DEFAULT_GENERATOR, GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device,
-                         generator_title, load_generator, load_reward, reward_title)
+from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, generator_title,
+                         load_generator, load_reward, reward_title)
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
 
-T = TypeVar("T")
+from .decode_paths import DecodePaths, app_decode
+from .torch_thread import TORCH_THREAD
+
 log = logging.getLogger(__name__)
 
-
-def configure_threads() -> int:
-    """Set torch's CPU threads and return how many are in use: SBON_THREADS if set; else, on a machine with at most
-    two cores and no GPU where no decode path is measured yet, one thread (the float32 path that runs meanwhile is
-    exact on one thread only, and on shared cores its threads wait on each other at every operation); else torch's
-    default (one per core), the thread count the measured choice was measured at (sbon.machine.decode_threads).
-
-    Why: a path measured exact on two threads (bf16 and int4 are, where the CPU computes bfloat16 natively) decodes
-    a step of 16 candidates in about 0.6 of one thread's time on idle cores (benchmarks/results/*/step)."""
-    threads = os.environ.get("SBON_THREADS")
-    if threads:
-        torch.set_num_threads(max(1, int(threads)))
-    elif (not torch.cuda.is_available() and (os.cpu_count() or 1) <= 2
-          and cached_choice(DEFAULT_GENERATOR, "cpu", decode_threads()) is None):
-        torch.set_num_threads(SAFE_THREADS)
-    return torch.get_num_threads()
-
-
-# The one thread that calls torch: it loads the models and computes every run's events. torch's CPU threads
-# (an OpenMP team) belong to the thread that calls into torch, and once a second thread has called it, the
-# one that decodes runs markedly slower on two cores (the idle team's threads still take their share). Gradio
-# advances a run's generator from whichever thread of its pool is free, and loads ran on a thread of their
-# own: so both go here.
-TORCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-torch")
-_END = object()
-
-
-def on_one_thread(events: Iterator[T], heartbeat_s: float | None = None) -> Iterator[T | None]:
-    """The items of ``events``, each computed on TORCH_THREAD; closing this closes ``events`` there. With
-    ``heartbeat_s``, None comes whenever no item has for that long (a long step, e.g. a reward's pass over
-    every answer), so a page can show that it is still working.
-
-    The next item is already being computed while the caller handles this one: a page drawing an update
-    (Gradio serializing and sending it) would otherwise hold the run still for that long at every update."""
-    try:
-        pending = TORCH_THREAD.submit(next, events, _END)
-        while True:
-            try:
-                item = pending.result(timeout=heartbeat_s)
-            except FutureTimeout:
-                yield None
-                continue
-            if item is _END:
-                return
-            pending = TORCH_THREAD.submit(next, events, _END)
-            yield item
-    finally:
-        close = getattr(events, "close", None)
-        if close is not None and threading.current_thread().name.startswith("sbon-torch"):
-            close()  # finalized on the torch thread itself (a garbage collection there): waiting would deadlock
-        elif close is not None:
-            TORCH_THREAD.submit(close).result()
 
 
 # -- where the models come from ---------------------------------------------------------------------
@@ -349,173 +299,6 @@ def convert_in_background(generator: str) -> subprocess.Popen | None:
 
 
 _CONVERSIONS: dict[str, subprocess.Popen] = {}
-
-
-# -- the compiled decode step ----------------------------------------------------------------------
-
-def app_decode() -> str:
-    """How the app's runs decode, SBON_DECODE: ``auto`` (the default) on the path measured fastest on this machine
-    (exact, on a CPU: sbon.machine) once measured, its compiled step once built, on the path that is exact without
-    measuring until then; ``eager`` or ``compiled`` for every run (``compiled`` compiles in the first run that needs
-    it, where it is not saved yet)."""
-    asked = os.environ.get("SBON_DECODE") or "auto"
-    check_decode(asked)
-    return asked
-
-
-def check_forced_paths(generator: str = DEFAULT_GENERATOR) -> None:
-    """At start: a mistyped SBON_DECODE, or a path SBON_WEIGHTS/SBON_DECODE forces that was measured not to run on
-    this machine, stops the app in one line naming the paths that can (sbon.probe.check_forced)."""
-    from sbon.probe import check_forced
-    try:
-        app_decode()
-    except SBoNError as e:
-        raise SBoNError(f"SBON_DECODE: {e}") from None
-    check_forced(generator, default_device())
-
-
-class DecodePaths:
-    """``auto``'s decode path per generator, chosen by measurement (sbon.probe) once per machine by a child process:
-    it times every path this machine can run (seconds each), chooses the fastest exact one and saves the choice, then
-    builds that format's compiled step if it is not saved yet (minutes) and measures it too. Meanwhile runs take the
-    path that is safe now (sbon.machine.safe_path), then the chosen one: the model cache loads the generator in the
-    chosen format at the start of the next run (``ModelCache.get``). Each run records the path it decoded with
-    (RunResult.decode). On a GPU the compiled step is CUDA graphs, built in this process between runs.
-
-    A child, not this process: measuring loads every weight format, and building a compiled step takes a minute or
-    more on two cores; here it would hold TORCH_THREAD, so that no run could start meanwhile. The child runs only on
-    cores the app leaves idle (Linux's SCHED_IDLE; else the lowest priority) and ends with the app."""
-
-    def __init__(self) -> None:
-        self._children: dict[str, subprocess.Popen] = {}
-        self._started: dict[str, float] = {}
-        self._failed: dict[str, str] = {}  # generator -> why its runs stay on the safe path
-        self._gpu_ready: set[str] = set()
-
-    def choice(self, name: str) -> Choice | None:
-        """This machine's measured choice for the generator (at the thread count it was measured at)."""
-        device = default_device()
-        return cached_choice(name, device, decode_threads() if device.type == "cpu" else None)
-
-    def wanted(self, name: str) -> tuple[str, int] | None:
-        """The weight format and CPU threads the generator loads with, where this machine's choice names them and
-        SBON_WEIGHTS forces none (None: as loading decides)."""
-        if os.environ.get("SBON_WEIGHTS") or app_decode() != "auto":
-            return None
-        choice = self.choice(name)
-        return (choice.weights, choice.fingerprint["threads"]) if choice and choice.weights else None
-
-    def _measure(self, name: str) -> None:
-        """Start the child that measures (and builds) where this machine has no choice yet, or where its choice
-        waits for the compiled step of its fastest exact format; once per process."""
-        if name in self._children or on_zerogpu():
-            return
-        choice = self.choice(name)
-        if choice is not None and not _build_pending(choice):
-            return
-        self._children[name], self._started[name] = _measure_in_child(name), time.perf_counter()
-
-    def decode(self, name: str, gen: Generator) -> str:
-        """The decode path of a run of ``gen`` (the preset ``name``) that starts now. Called on TORCH_THREAD: it may
-        load the saved step (seconds)."""
-        asked = app_decode()
-        if asked != "auto":
-            return asked
-        if gen.device.type == "cuda":
-            return self._gpu_decode(name, gen)
-        self._measure(name)
-        choice = self.choice(name)
-        if name in self._failed or choice is None or (choice.weights, choice.decode) != (gen.weights, "compiled"):
-            return "eager"
-        state = compiled_state(gen)
-        if state == "loaded":
-            return "compiled"
-        if state == "saved":
-            if prepare(gen):
-                return "compiled"
-            self._failed[name] = "its compiled decode step did not load (the app's log says why)"
-        return "eager"
-
-    def _gpu_decode(self, name: str, gen: Generator) -> str:
-        """On a GPU: the compiled step with CUDA graphs once built, eagerly until then. It is built on TORCH_THREAD
-        after the run that asks first (a run that starts meanwhile waits for it: CUDA graphs are captured on the
-        thread that replays them)."""
-        if name in self._gpu_ready:
-            return "compiled"
-        if on_zerogpu():  # a lent GPU worker lives for one run: nothing built there outlasts it
-            return "eager"
-        if name not in self._started and compile_problem(gen) is None:
-            self._started[name] = time.perf_counter()
-            TORCH_THREAD.submit(self._build_gpu, name, gen)
-        return "eager"
-
-    def _build_gpu(self, name: str, gen: Generator) -> None:
-        try:
-            from sbon.decoders import _compiled
-            dec, prefix = _compiled(gen), gen.prefill(gen.encode_prompt("Hi"))
-            for rows in (16, 8, 4, 2):  # the row buckets of a page-default run (N=16), each one graph
-                for hidden in (False, True):
-                    batch = dec.start(prefix, list(range(rows)), hidden, 2)
-                    dec.forward(batch, prefix.logits.argmax(-1).expand(rows))
-            gen.synchronize()
-            self._gpu_ready.add(name)
-        except Exception as e:  # noqa: BLE001 - runs stay eager and the page says why
-            log.warning("the compiled step of %s was not built: %s: %s", name, type(e).__name__, e)
-            self._failed[name] = f"its compiled step with CUDA graphs could not be built ({type(e).__name__})"
-
-    def status(self, name: str) -> str:
-        """One line for the page about this generator's decode path ('' where it has nothing to say)."""
-        if name in self._failed:
-            return f"{generator_title(name)} runs on the plain (slower) path: {self._failed[name]}."
-        child = self._children.get(name)
-        running = child is not None and child.poll() is None
-        choice = self.choice(name)
-        if running:
-            weights, decode = (choice.weights, choice.decode) if choice and choice.weights else \
-                safe_path(default_device())
-            doing = ("building the compiled step of the fastest exact path" if choice else
-                     "measuring every decode path of this machine")
-            return (f"⚙ {generator_title(name)}: {doing} in the background, once on this machine (for "
-                    f"{time.perf_counter() - self._started[name]:.0f} s; runs go first): meanwhile runs use "
-                    f"{title(weights, decode, str(default_device()))}"
-                    + ("" if choice else ", exact without measuring") + ".")
-        if child is not None and child.returncode and choice is None:
-            return (f"{generator_title(name)} decodes op by op with float32 weights: measuring this machine's decode paths failed "
-                    f"(exit status {child.returncode}; the app's log says why).")
-        if name in self._gpu_ready:
-            return f"{generator_title(name)} decodes with its compiled step with CUDA graphs."
-        if name in self._started and default_device().type == "cuda":
-            return f"⚙ {generator_title(name)}: building its compiled step with CUDA graphs (runs decode op by op until then)."
-        if choice is not None:
-            return f"{generator_title(name)} decodes with {choice.words}." if choice.weights else f"{generator_title(name)}: {choice.words}."
-        return ""
-
-
-def _build_pending(choice: Choice) -> bool:
-    """The choice waits for the compiled step of its fastest exact eager format (sbon.probe's ``build``)."""
-    exact = sorted((p for p in choice.paths if p.decode == "eager" and eligible(p, choice.device)),
-                   key=lambda p: p.per_step())
-    return bool(exact) and f"{exact[0].weights} compiled" in choice.pending
-
-
-def _measure_in_child(name: str) -> subprocess.Popen:
-    """A child process that measures the generator's decode paths and builds the chosen format's compiled step
-    (``python -m sbon machine --build``) on idle cores, ending with this process (its lines go to this process's
-    stderr)."""
-    code = ("import ctypes, os, signal, sys\n"
-            "try:\n"
-            "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with the app\n"
-            "except (AttributeError, OSError):\n"
-            "    pass\n"
-            "try:  # it runs only on cores the app leaves idle: a run's threads wait on each other behind any other\n"
-            "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
-            "except (AttributeError, OSError):\n"
-            "    os.nice(19)\n"
-            "from sbon.cli import main\n"
-            f"sys.exit(main(['machine', '--build', '--generator', {name!r}, '--device', 'cpu']))\n")
-    log.info("measuring %s's decode paths in a child process (runs use the safe path until it has chosen)", name)
-    return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
-                            stdout=subprocess.DEVNULL)
 
 
 def _warm_up(gen: Generator) -> None:

@@ -1,7 +1,7 @@
 """The generation first: everything a visitor triggers runs at a lower CPU priority than the torch thread.
 
 Linux gives each thread its own nice value, and a thread starts with its creator's. So the app starts the
-torch thread (components.model_cache.TORCH_THREAD, which makes torch's own worker threads when it first
+torch thread (components.torch_thread.TORCH_THREAD, which makes torch's own worker threads when it first
 computes) at the priority it was started with, then lowers its main thread: the web server, Gradio's worker
 threads and every handler they run (page configs, queue polls, page and gallery opens, the model line's
 timer, the static pages' first build) start from it and inherit the lower priority. A class reading along
@@ -43,7 +43,7 @@ def lower_this_thread(nice: int = VISITOR_NICE) -> bool:
 def serve_below_generation(nice: int = VISITOR_NICE) -> bool:
     """Call once from the main thread before the server starts: start the torch thread at today's priority,
     then lower this thread so the server's threads, started after, run below it."""
-    from .model_cache import TORCH_THREAD
+    from .torch_thread import TORCH_THREAD
 
     torch_nice = TORCH_THREAD.submit(nice_of_this_thread).result()  # the torch thread exists from here on
     lowered = lower_this_thread(nice)

@@ -5,6 +5,10 @@ re-run it after changing a default (generator, reward) so the first thing a visi
 what Run gives them. `python -m components.record --gallery` records every gallery story
 (components/gallery.py) into assets/gallery/, with the settings, commit and load that made each file
 in assets/gallery/index.json; `--gallery KEY ...` records only those.
+
+The four run modules: `runs` generates a run on the page (live); `replays` shows a finished run without
+generating (opened, uploaded, linked, from the gallery); `saved_runs` reads and writes a run as a file (no page
+state); `record` is the command that makes the shipped recordings the replays open.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from sbon.options import add_options, values
 
 from .controls import ASSETS, RunSettings
 from .gallery import GALLERY, INDEX_FILE, caption, facts, read_index
-from .model_cache import ModelCache, app_decode, configure_threads
+from .decode_paths import app_decode
+from .model_cache import ModelCache
+from .torch_thread import configure_threads
 
 RECORDED_WITH = "python -m components.record"  # the app's defaults, on its default prompt
 REPO = ASSETS.parent

@@ -1,6 +1,10 @@
 """Every way a finished run reaches the page without generating: the recorded run, an uploaded file, the
 gallery, a link (`?run=<id>`, `?gallery=<key>`), and what Share and Download as a page make of the run shown.
-Plain data in, {page element name: value} out (components/updates.py); app.py wires them."""
+Plain data in, {page element name: value} out (components/updates.py); app.py wires them.
+
+The four run modules: `runs` generates a run on the page (live); `replays` shows a finished run without
+generating (opened, uploaded, linked, from the gallery); `saved_runs` reads and writes a run as a file (no page
+state); `record` is the command that makes the shipped recordings the replays open."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from .controls import ASSETS, controls_for
 from .gallery import GalleryRuns
 from .presenter import look_for
 from .saved_runs import check_replayable, load_upload, temp_file
-from .served import computed_once
+from .view_cache import computed_once
 from .share import ShareStore, digest, link
 from .static_pages import StaticPages, gallery_path, run_path
 from .style import Look

@@ -1,7 +1,11 @@
 """A run from the page: the Run click answered at once (refused, queued or starting), the run itself drawn as it
 goes (each decision point, Speculative Rejection's answer, every view at the end), Stop, the `/compare` API's
 run, and the line that says which models are loaded. Plain data in, {page element name: value} out
-(components/updates.py); the run's events come from the function app.py gives (on a ZeroGPU Space, a lent GPU)."""
+(components/updates.py); the run's events come from the function app.py gives (on a ZeroGPU Space, a lent GPU).
+
+The four run modules: `runs` generates a run on the page (live); `replays` shows a finished run without
+generating (opened, uploaded, linked, from the gallery); `saved_runs` reads and writes a run as a file (no page
+state); `record` is the command that makes the shipped recordings the replays open."""
 
 from __future__ import annotations
 
@@ -21,17 +25,19 @@ from . import tables
 from .controls import DEFAULTS, RunSettings, settings_from
 from .page_text import device_words
 from .live import LiveTracker, ProgressChart
-from .model_cache import MODELS, hub_fetches, on_one_thread, sources
+from .model_cache import MODELS, hub_fetches, sources
+from .torch_thread import on_one_thread
 from .replays import GALLERY
 from .rounds import round_caption, round_figure
 from .updates import WARNING, Refused, Update
 from .views import NOT_PRESENTING, SHOWN, Shown, as_look, restored, show
 
 LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
-# redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
+# redraws the chart on the cores the run decodes on, and the caption's clock moves between frames, so the screen
+# never stands still for long (benchmarks/app_timing.py's STILL_TARGET_S)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
-# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.DecodePaths)
+# How the run decoded (RunResult.decode), for the status line (the app's default: components.decode_paths.DecodePaths)
 DECODED = {"compiled": "on the fast path prepared for this machine", "eager": "on the plain path"}
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
@@ -91,8 +97,9 @@ class Runs:
         try:
             with self._holding():
                 yield from self._run(*values)
-        finally:
+        finally:  # also when Stop cancels it: nothing of this run reaches the page after this line is logged
             self.seconds.append(time.perf_counter() - started)
+            log.info("run ended: it held the generation slot %.1f s", self.seconds[-1])
 
     def compare(self, settings: RunSettings) -> str:
         """The `/compare` API's run: the comparison as JSON, in the same slot as the Run button's."""

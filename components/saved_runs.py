@@ -1,5 +1,9 @@
 """Saved runs as files: a run written for download, a page written for download, an uploaded file read and
-checked before any view draws it. Plain data and files only: the page (app.py) shows what these return."""
+checked before any view draws it. Plain data and files only: the page (app.py) shows what these return.
+
+The four run modules: `runs` generates a run on the page (live); `replays` shows a finished run without
+generating (opened, uploaded, linked, from the gallery); `saved_runs` reads and writes a run as a file (no page
+state); `record` is the command that makes the shipped recordings the replays open."""
 
 from __future__ import annotations
 

@@ -19,10 +19,8 @@ from .errors import SBoNError
 # Tokens each candidate generates before the first decision point when the budget is derived
 # from N (or N from the budget): the budget then holds N candidates of this length. Chosen as the
 # smallest decision token at which one cut keeps a mean normalized score >= 98 in the `minilm-pref`
-# counterfactual data (python -m benchmarks counterfactual). With the likelihood reward, the page's
-# default, the same cut keeps less and only a much later one reaches 98: docs/method.md shows
-# both rewards side by side, generated from their result files. `first_decision` / `--first-decision`
-# override it.
+# (the default reward) counterfactual data (python -m benchmarks counterfactual); docs/method.md
+# shows it beside the other rewards, from their result files. `first_decision` overrides it.
 FIRST_DECISION_TOKENS = 32
 GPU_DECODE_CHUNK = 8  # decode_chunk's default on a GPU (RunConfig.chunk_on)
 

@@ -1,4 +1,4 @@
-"""How the app's runs decode (SBON_DECODE, components.model_cache.DecodePaths): by default on the path a child process
+"""How the app's runs decode (SBON_DECODE, components.decode_paths.DecodePaths): by default on the path a child process
 measured fastest (and exact) on this machine, with its compiled step once the child has built it, on the safe path
 until then; a run records the path it took.
 
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from components.model_cache import DecodePaths, ModelCache, app_decode
+from components.decode_paths import DecodePaths, app_decode
+from components.model_cache import ModelCache
 from sbon.models import generator_title
 from sbon.decoders import compiled_state
 from sbon.errors import SBoNError

@@ -266,7 +266,7 @@ def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
 
 
 def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app, slot, monkeypatch):
-    """The order a lecture watches (issue #23): Speculative Rejection's answer under the race while
+    """The order a lecture watches: Speculative Rejection's answer under the race while
     Best-of-N still runs, then every view of both runs, then the views drawn from the prefix rewards."""
     monkeypatch.setattr(runs, "LIVE_FRAME_EVERY_S", 0.0)  # this small Best-of-N can finish within one frame's wait
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
@@ -282,7 +282,7 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert "| Best-of-N | waiting |" in updates[answered]["summary"]  # Best-of-N has not started yet
     assert updates[answered]["sbon_text"].label.startswith("Speculative Rejection returned candidate")
     # Where the audience looks: the caption over the live chart names the answer, and while Best-of-N runs
-    # the live chart shows its candidates' tokens growing (issue #28).
+    # the live chart shows its candidates' tokens growing.
     assert "Speculative Rejection answered: candidate" in updates[answered]["caption"]
     progress = [u["live_plot"] for u in updates[answered:ready] if u.get("live_plot") is not None]
     assert progress and "Best-of-N" in progress[-1].layout.title.text
@@ -312,7 +312,7 @@ def test_stop_says_what_the_views_show(app):
 
 
 def test_presenter_controls_say_what_to_do_and_step_through_the_rounds(app):
-    """"Present rounds" (issue #28): without a run, one line says what to do; on the recorded run each step
+    """"Present rounds": without a run, one line says what to do; on the recorded run each step
     is one decision point with its caption, then the result; the timer starts over after the result."""
     from components.rounds import run_captions
 

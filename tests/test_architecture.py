@@ -85,26 +85,29 @@ def test_no_import_circles(graph):
 
 
 def test_the_core_knows_nothing_of_analysis_figures_or_the_app():
-    for name, path in project_files().items():
-        if not name.startswith("sbon") or name.startswith("sbon.analysis") or name in ENTRY_POINTS:
-            continue
+    core = {name: path for name, path in project_files().items()
+            if name.startswith("sbon") and not name.startswith("sbon.analysis") and name not in ENTRY_POINTS}
+    assert "sbon.engine" in core and "sbon.algorithms" in core
+    for name, path in core.items():
         bad = {m for m in imports(name, path) if m.split(".")[0] in CORE_MUST_NOT_IMPORT or m.startswith("sbon.analysis")}
         assert not bad, f"{name} imports {sorted(bad)}"
 
 
 def test_the_analysis_knows_nothing_of_figures_or_the_app():
-    for name, path in project_files().items():
-        if name.startswith("sbon.analysis"):
-            bad = {m for m in imports(name, path) if m.split(".")[0] in ("components", "benchmarks", "app", "gradio", "gradio_adapter")}
-            assert not bad, f"{name} imports {sorted(bad)}"
+    analysis = {name: path for name, path in project_files().items() if name.startswith("sbon.analysis")}
+    assert "sbon.analysis.comparison" in analysis
+    for name, path in analysis.items():
+        bad = {m for m in imports(name, path) if m.split(".")[0] in ("components", "benchmarks", "app", "gradio", "gradio_adapter")}
+        assert not bad, f"{name} imports {sorted(bad)}"
 
 
 def test_the_components_know_nothing_of_gradio_or_the_app():
     """Views and handlers return plain data; only app.py knows which Gradio element shows what."""
-    for name, path in project_files().items():
-        if name.startswith("components"):
-            bad = {m for m in imports(name, path) if m.split(".")[0] in ("gradio", "gradio_client", "app", "gradio_adapter")}
-            assert not bad, f"{name} imports {sorted(bad)}"
+    parts = {name: path for name, path in project_files().items() if name.startswith("components")}
+    assert "components.views" in parts and "components.runs" in parts
+    for name, path in parts.items():
+        bad = {m for m in imports(name, path) if m.split(".")[0] in ("gradio", "gradio_client", "app", "gradio_adapter")}
+        assert not bad, f"{name} imports {sorted(bad)}"
 
 
 def test_result_folders_hold_data_and_notes_only():
@@ -131,3 +134,17 @@ def test_the_maps_exemption_is_the_tests():
     doc = (REPO / "docs" / "architecture.md").read_text()
     assert "**Exemption from the layers:**" in doc
     assert all(f"`{name.replace('.', '/')}.py`" in doc for name in ENTRY_POINTS)
+
+
+MAX_FUNCTION_LINES = 80  # a function a reader takes in at once; benchmarks' experiment mains may run longer
+
+
+def test_no_function_outside_the_benchmarks_runs_past_80_lines():
+    files = {name: path for name, path in project_files().items() if not name.startswith("benchmarks")}
+    files |= {f"tests.{p.stem}": p for p in (REPO / "tests").glob("*.py")}
+    assert "app" in files and "sbon.engine" in files
+    long = [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines" for name, path in files.items()
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"split these by what they do: {long}"

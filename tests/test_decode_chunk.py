@@ -93,6 +93,7 @@ def test_chunks_give_the_same_run(trace, method, seed):
 def test_candidates_finish_inside_chunks(trace):
     """The comparison above covers candidates that stop in the middle of a chunk (their row is fed on,
     its extra tokens dropped), and decision points that cut a chunk short."""
+    assert CHUNKS[1:]  # chunked decoding is traced
     for chunk in CHUNKS[1:]:
         finishes = [e.tokens for seed in SEEDS for e in trace("bon", seed, chunk)[0] if isinstance(e, CandidateFinished)]
         assert any(tokens % chunk and tokens < TOKENS for tokens in finishes)

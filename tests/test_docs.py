@@ -174,7 +174,7 @@ def copy_of_a_note(tmp_path: Path, folder: str) -> Path:
 
 
 @pytest.mark.parametrize("folder,written,planted", [
-    # drifts of the kind issue 33 found: a Kendall the file does not hold, a rate after a re-run, a mean
+    # drifts such as a Kendall the file does not hold, a rate after a re-run, a mean
     ("cpu-2core-epyc/ifeval", "**Kendall pooled `≥ 0.3`: met**, 0.38 (", "**Kendall pooled `≥ 0.3`: met**, 0.44 ("),
     ("cpu-2core-epyc/signals", "(0.08 → 0.50)", "(0.08 → 0.56)"),
     ("cpu-2core-epyc/defaults", "with Kendall 0.56 on average", "with Kendall 0.61 on average"),
@@ -224,3 +224,41 @@ def test_every_command_a_note_names_for_its_numbers_parses():
     assert [c for c in commands_named(NOTES) if not parses(c)] == []
     assert parses("python -m benchmarks engine --k 2 --n 32")
     assert not parses("python -m benchmarks engine --no-such-option 2")
+
+
+# -- the code and docs speak of the code, not of a tracker a reader of the repository does not have ----------
+
+TRACKER = re.compile(r"\b(?:issues?|PR|pull request)\b\s*#?\d+|(?<![\w#&/])#\d{1,4}\b(?![;\w-])", re.IGNORECASE)
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".yml", ".yaml", ".cfg", ".sh"}
+DATA = ("benchmarks/results/", "benchmarks/data/", "tests/data/")  # measured or shipped data: not prose
+
+
+def prose_files() -> list[Path]:
+    """Every text file of code and docs: source, docs, NOTEs, model cards, requirements, CI; not data files."""
+    out = []
+    for path in ROOT.rglob("*"):
+        rel = path.relative_to(ROOT).as_posix()
+        if any(part.startswith(".") and part not in (".ci",) for part in path.relative_to(ROOT).parts):
+            continue  # .git, caches
+        if not path.is_file() or path.suffix not in TEXT_SUFFIXES or "__pycache__" in rel:
+            continue
+        if rel.startswith(DATA) and path.suffix != ".md" and path.name != "NOTE.md":
+            continue
+        out.append(path)
+    return [path for path in out if path != Path(__file__).resolve()]  # this file spells out what it looks for
+
+
+def test_tracker_references_are_found_where_they_are_written():
+    """The pattern below catches the ways a tracker is named, and not a colour or a list's item."""
+    for text in ("see issue #23", "(issue 13)", "Issue #32's targets", "fixed in #41", "PR #7"):
+        assert TRACKER.search(text), text
+    for text in ("border:1px solid #999;", "color: #1f77b4", "a #1-ranked answer", "[link](page.md#section-2)"):
+        assert not TRACKER.search(text), text
+
+
+def test_no_code_or_doc_names_an_issue_number():
+    files = prose_files()
+    assert len(files) > 100 and ROOT / "app.py" in files and ROOT / "docs" / "architecture.md" in files
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in files
+             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if TRACKER.search(line)]
+    assert not found, "say what the reference means (the target, the reason) instead:\n" + "\n".join(found)

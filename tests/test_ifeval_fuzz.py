@@ -35,6 +35,10 @@ VARIANTS = [(i, ARGS.get(i, {})) for i in CHECKERS] + [
     ("keywords:letter_frequency", {"letter": "s", "let_frequency": 3, "let_relation": "less than"}),
     ("combination:repeat_prompt", {"prompt_to_repeat": "the sea"}),
     ("startend:end_checker", {"end_phrase": "sea"})]
+# Variants (by index in VARIANTS) whose partial verdict stays open on every prefix of these random texts: the fuzz
+# compares nothing for them (their settled prefixes are checked on the reference cases, tests/test_ifeval_partial.py).
+# Checked both ways: one of them that starts settling must leave this set, and one outside it must settle.
+OPEN_ON_RANDOM_TEXT = {4, 5, 11, 17, 19, 27, 31}
 
 
 def random_texts(seed: int, count: int):
@@ -48,12 +52,15 @@ def random_texts(seed: int, count: int):
 @pytest.mark.parametrize("instruction_id,kwargs", VARIANTS, ids=[f"{v[0].split(':')[1]}-{n}"
                                                                  for n, v in enumerate(VARIANTS)])
 def test_no_settled_prefix_contradicts_the_final_verdict(instruction_id, kwargs):
-    ins = build(instruction_id, kwargs)
+    ins, index = build(instruction_id, kwargs), VARIANTS.index((instruction_id, kwargs))
+    compared = 0
     for text in random_texts(zlib.crc32(instruction_id.encode()) + len(kwargs), 120):
         settled = {ins.partial(text[:end]).status for end in range(1, len(text) + 1)} - {OPEN}
         if settled:  # the final check only where a prefix settled (the language check is slow)
             final = bool(text.strip()) and ins.check(text)
             assert settled == {SATISFIED if final else VIOLATED}, (text, settled)
+            compared += 1
+    assert (compared == 0) == (index in OPEN_ON_RANDOM_TEXT), compared  # verdicts compared, where any settles
 
 
 def test_json_nan_is_not_refused_early():
@@ -63,8 +70,11 @@ def test_json_nan_is_not_refused_early():
 
 def test_open_values_are_probabilities():
     model = load_progress_model()
+    valued = 0
     for instruction_id, kwargs in VARIANTS:
         ins = build(instruction_id, kwargs)
         for text in random_texts(7, 30):
             if ins.partial(text).status == OPEN:
                 assert 0.0 <= model.value(ins, text) <= 1.0, (instruction_id, text)
+                valued += 1
+    assert valued > 0  # some texts left an instruction open

@@ -18,6 +18,7 @@ def test_a_settled_prefix_agrees_with_the_final_check(instruction_id, kwargs, re
     """Soundness on every prefix of every reference case: 'satisfied' only where the full response passes,
     'violated' only where it fails."""
     ins = build(instruction_id, kwargs)
+    assert response  # every prefix, from the empty one to the whole response
     for end in range(len(response) + 1):
         status = ins.partial(response[:end]).status
         assert status in (SATISFIED, VIOLATED, OPEN)

@@ -102,6 +102,7 @@ def test_the_shipped_calibration_loads_and_values_every_type():
     from sbon.ifeval.reward import load_progress_model
 
     model = load_progress_model()
+    assert len(by_frequency()) == 25  # every instruction type
     for instruction_id in by_frequency():
         assert 0.0 <= model.value(build(instruction_id, EXAMPLE_ARGS.get(instruction_id, {})), "The ") <= 1.0
 

@@ -10,6 +10,7 @@ CURVE = ([1, 2, 4, 8], [100.0, 110.0, 115.0, 118.0])  # relative compute, score 
 
 
 def test_a_curve_point_reads_back_its_own_compute():
+    assert len(CURVE[0]) == len(CURVE[1]) > 1
     for x, y in zip(*CURVE):
         assert compute_at_score(*CURVE, y) == (pytest.approx(x), False)
 

@@ -13,6 +13,7 @@ def test_every_scenario_s_prompts_are_held_out_from_every_choice():
     used = {i for f in scenarios.DEFAULTS_RESULTS.glob("*.json")
             for i in json.loads(f.read_text()).get("settings", {}).get("prompt_ids") or []}
     examples = {e.prompt for e in load_examples()}
+    assert len(SCENARIOS) > 1 and examples
     for key in SCENARIOS:
         prompts = scenarios.scenario_prompts(key, 6, 30)
         assert len(prompts) == 6 and not {p["prompt"] for p in prompts} & (examples | set(SCENARIOS[key].prompts))

@@ -1,4 +1,4 @@
-"""Views served many times: computed once per arguments, however many visitors ask for them at once."""
+"""The views' cache: a view computed once per arguments, however many visitors ask for it at once."""
 
 from __future__ import annotations
 

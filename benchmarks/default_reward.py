@@ -1,5 +1,6 @@
-"""Which embedded reward should the app's defaults use? Issue 13's "demo tells the truth" targets on held-out
-prompts, with the app's run settings.
+"""Which embedded reward should the app's defaults use? "The demo tells the truth" on held-out prompts, with the
+app's run settings: Kendall partial/final >= 0.5 at the first decision point, >= 3 decision points, Speculative
+Rejection's normalized score above Best-of-M's at equal cost, median speedup >= 3x over memory-bound Best-of-N.
 
     OMP_NUM_THREADS=1 python -m benchmarks defaults --threads 1 --k 8 \
         --settings likelihood:reward:0.2 minilm-pref:reward:0.2 ... --out FILE.json
@@ -130,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
     for r in rewards.values():
         common.warm_up(gen, r, RunConfig().sampling)
     out = Path(args.out)
-    record = {"experiment": "defaults (issue 13: the demo tells the truth)",
+    record = {"experiment": "defaults (the demo tells the truth)",
               "command": "OMP_NUM_THREADS=1 python -m benchmarks " + " ".join(sys.argv[1:]),
               "settings": {"n": args.n, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                            "temperature": RunConfig.temperature, "top_p": RunConfig.top_p, "top_k": RunConfig.top_k,
