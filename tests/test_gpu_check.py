@@ -103,7 +103,8 @@ def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path):
     assert "torch" in imports["direct"]  # the noting works: the repository imports torch itself
 
     files = {p.name for p in out.iterdir()}
-    assert files == {"engine.json", "paper-scale.json", "coupling.json", "compiled.json", "vllm.json", "summary.json"}
+    assert files == {"engine.json", "paper-scale.json", "coupling.json", "compiled.json", "vllm.json", "app.json",
+                     "summary.json"}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["plan"]["left_out"] == [] and summary["stopped_in"] is None
     assert "left out" not in proc.stdout and "gpu-check budget on" in proc.stdout
@@ -126,12 +127,43 @@ def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path):
     assert set(coupling) == {"float32"}
     assert coupling["float32"]["survivor_divergence_rate"] == 0 and coupling["float32"]["pruned"] > 0
     assert "skipped" in json.loads((out / "vllm.json").read_text())
+    assert "pip install -r requirements.txt" in json.loads((out / "app.json").read_text())["skipped"]
 
     compiled = json.loads((out / "compiled.json").read_text())  # the slab's step, run eagerly in the tiny mode
     assert [st["rows"] for st in compiled["steps"]] == list(s.compiled_rows)
     for st in compiled["steps"]:  # the slab step computes a power-of-two bucket of rows, and the same logits
         assert st["computed_rows"] == max(2, 1 << (st["rows"] - 1).bit_length()) and st["eager_ms"] > 0
         assert st["top1_agreement"] == 1.0 and st["max_abs_logit_diff"] < 0.1, st
+
+
+def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_path(monkeypatch, capsys):
+    """The app part on this CPU, tiny: the app's own run slot (`Runs.compare`, what /compare calls) with the page's
+    models, warm; each timed run with its wall time, weights, decode path and divergence from Best-of-N."""
+    import argparse
+
+    from sbon.engine import WEIGHT_FORMATS
+
+    monkeypatch.setenv("SBON_DECODE", "eager")  # compiling the step takes minutes here; its choice is tested elsewhere
+    assert gpu_check.app_problem() is None  # this machine has the app's packages
+    ctx = gpu_check.Context(argparse.Namespace(generator=gpu_check.STAND_IN), gpu_check.TINY, torch.device("cpu"),
+                            [], SamplingConfig())
+    record: dict = {}
+    gpu_check.part_app(ctx, record)
+    assert record["app_path"]["decode"] == "eager" and record["app_path"]["weights"] in WEIGHT_FORMATS
+    assert record["settings"]["n"] == gpu_check.TINY.app_n and len(record["runs"]) == gpu_check.TINY.app_runs == 1
+    for run in record["runs"]:
+        assert run["seconds"] > 0 and run["decode"] == "eager" and run["n"] == 2
+        assert run["weights"] == record["app_path"]["weights"]
+        assert run["diverged"] == 0  # the app's formats keep the coupling exact on a CPU
+    assert "app: page-default comparison, warm" in capsys.readouterr().out
+
+
+def test_the_app_part_says_in_one_line_why_it_cannot_run_on_a_bare_machine(monkeypatch):
+    real = gpu_check.importlib.util.find_spec
+    monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
+    record: dict = {}
+    gpu_check.part_app(None, record)
+    assert record == {"skipped": "the app's run path needs plotly: pip install -r requirements.txt"}
 
 
 # -- the budget ---------------------------------------------------------------------------------------
