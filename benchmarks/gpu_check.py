@@ -806,6 +806,9 @@ def part_app(ctx: Context, record: dict) -> None:
 PARTS: dict[str, Callable[[Context, dict], None]] = {
     "engine": part_engine, "paper-scale": part_paper_scale, "coupling": part_coupling, "compiled": part_compiled,
     "vllm": part_vllm, "app": part_app}
+# What runs without --parts: the app part needs the app's packages and its own models, so it is asked for by name
+# (`--parts app`, docs/space.md).
+DEFAULT_PARTS = [name for name in PARTS if name != "app"]
 
 
 def run_parts(ctx: Context, names: Sequence[str], out: Path, stop_at: float, environment: dict) -> dict[str, Any]:
@@ -860,7 +863,8 @@ def add_parser(sub) -> None:
                                          "generate, 8B-architecture paper-scale timing, bfloat16 coupling, vLLM; "
                                          "--tiny on a CPU",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="which parts to run")
+    p.add_argument("--parts", nargs="+", choices=list(PARTS), default=DEFAULT_PARTS,
+                   help="which parts to run (app: only when named)")
     p.add_argument("--tiny", action="store_true", help="tiny random configs and sizes: a CPU test of a minute or two")
     p.add_argument("--size", nargs="+", default=[], metavar="FIELD=VALUE",
                    help="override a size, e.g. coupling_n=16 coupling_dtypes=bfloat16,float16 (fields of Sizes)")

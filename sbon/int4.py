@@ -1,4 +1,4 @@
-"""4-bit weights on a CPU: the ``int4`` weight format (``sbon.engine.WEIGHT_FORMATS``).
+"""4-bit weights on a CPU: the ``int4`` and ``int4-fp32`` weight formats (``sbon.engine.WEIGHT_FORMATS``).
 
 Why: a decode step at a few rows reads every weight once and does little arithmetic with it, so its time follows
 the weights' bytes. The embedded generator ships as a GGUF file of 4-bit blocks (Q4_1: each 32 weights along the
@@ -10,8 +10,10 @@ does), so coupled sampling stays exact (tests/test_step_formats.py).
 
 Where the file's blocks are the loaded layer's own weights (checked layer by layer against the bfloat16 copy the
 model loaded with), they are used as they are; other layers, and models without such a file, are quantized here
-to the same form (each group's minimum and range), which changes their outputs. The LM head stays in bfloat16
-(in most small models it is the input embedding too, which a step only gathers from).
+to the same form (each group's minimum and range), which changes their outputs. The LM head stays in the model's
+dtype (in most small models it is the input embedding too, which a step only gathers from): bfloat16 for ``int4``,
+float32 for ``int4-fp32``, the format for CPUs without bfloat16 matmuls, where everything but the 4-bit kernel
+runs in float32 (see Int4Linear).
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class Int4Linear(torch.nn.Module):
 
 def to_int4(model: torch.nn.Module, gguf: str | Path | None = None) -> torch.nn.Module:
     """Every Linear layer but the LM head as an Int4Linear, from ``gguf``'s blocks where they are the layer's
-    weights, quantized here otherwise. The model stays in bfloat16 elsewhere; CPU only."""
+    weights, quantized here otherwise. The model stays in its dtype elsewhere; CPU only."""
     if next(model.parameters()).device.type != "cpu":
         raise SBoNError("int4 weights run on the CPU only (torch's 4-bit CPU kernel): use bf16 on a GPU")
     if problem := kernel_problem():
