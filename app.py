@@ -4,7 +4,8 @@
 that). The page shows a recorded run at once; the default models start loading in the background
 as soon as the app serves (the page says what is loading), so a replay never waits for one. The
 pieces live in components/ and the algorithms in sbon/; this file lays out the page and wires the
-events.
+events: `create_app()` builds the page, `main()` serves it. Importing this module does nothing else (no
+thread, no model, no torch setting), so tests and tools build the page with their own stand-ins.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ try:  # ZeroGPU Spaces: `spaces` must come before torch (sbon/zerogpu.py); elsew
 except ImportError:
     pass
 
-from components.model_cache import MODELS, app_decode, configure_threads, convert_in_background
+from components.model_cache import MODELS, ModelCache, check_forced_paths, configure_threads, convert_in_background
 from sbon.models import DEFAULT_GENERATOR
 
 if __name__ == "__main__":
@@ -33,17 +34,23 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
+from starlette.routing import Mount  # noqa: E402
+
+import gradio_adapter  # noqa: E402
 
 from components import instructions as instruction_choices  # noqa: E402
-from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, RunSettings,  # noqa: E402
+from components import page_text  # noqa: E402
+from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, UNDECIDED_CHOICES, RunSettings,  # noqa: E402
                                  api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
-                                 reads, reward_choices, signal_choices)
+                                 reads, reward_choices, signal_labels)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
-from components.replays import (GALLERY, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
+from components.priority import serve_below_generation  # noqa: E402
+from components.replays import (GALLERY, PAGES, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
 from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
                              on_stop, start_loading_models)
+from components.static_pages import PREFIX as PAGES_PREFIX  # noqa: E402
 from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
                                   scenario_of, scenario_prompt_choices)
 from components.style import Look  # noqa: E402
@@ -51,94 +58,59 @@ from components.tuning import on_tune_upload, on_use_tuned  # noqa: E402
 from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
 from components.views import (CORRELATION_NOTE, NO_RUN, SHOWN, on_decision_point, on_pick, on_play,  # noqa: E402
                               on_row_select, on_tradeoff_kind)
-from sbon.analysis.comparison import FORMAT, Comparison, comparison_events  # noqa: E402
+from sbon.analysis.comparison import Comparison, comparison_events  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
-from sbon.zerogpu import GPU, gpu_duration, load_at_import  # noqa: E402
+from sbon.zerogpu import GPU, gpu_duration, load_before_launch  # noqa: E402
+
+log = logging.getLogger("sbon.app")
 
 # The queue: one generation at a time (the Run button and the API share it), up to 8 light events
 # (replays, uploads, selections) at once beside it, at most QUEUE_SIZE waiting before new ones are refused.
+GENERATION = "generation"  # the concurrency group of the generation slot
 GENERATION_SLOTS = 1
+LIGHT_EVENTS = 8
 QUEUE_SIZE = 64
-THREADS = configure_threads()
-try:
-    app_decode()  # a mistyped SBON_DECODE stops the app at once, in one line, not at the first Run
-except SBoNError as e:
-    sys.exit(f"SBON_DECODE: {e}")
-log = logging.getLogger("sbon.app")
+DOCS = Path(__file__).resolve().parent / "docs"  # served beside the page: the notes link to it (page_text.DOCS_URL)
 
-INTRO = """# SBoN Explorer: Speculative Rejection vs Best-of-N
-**Best-of-N** samples N complete responses and returns the one the reward model likes best.
-**Speculative Rejection** ([Sun et al., NeurIPS 2024](https://arxiv.org/abs/2410.20290)) starts the same N
-*candidates* but, at each *decision point*, scores the unfinished ones with the reward model (their *partial reward*)
-and *prunes* the lowest fraction α, so the *survivors* finish with far fewer tokens generated.
-Both runs below use the same seed, so candidate k is the same text in both: a pruned candidate is a prefix
-of its Best-of-N twin, whose *final reward* tells what pruning it cost."""
 
-DOCS = Path(__file__).resolve().parent / "docs"
-DOCS_URL = "/gradio_api/file=docs/"  # the docs folder, served beside the page (gr.set_static_paths below)
-REWARD_NOTE = f"""**`minilm-pref`, the default reward, is a small preference head: among samples of one model it mostly rewards length.**
-It is the default because, on held-out prompts, its partial rewards beat pruning at random by the widest margin of the page's scenarios and never tie;
-pick *Follow instructions* for verdicts you can check, or *Fluency* for the generator's own likelihood ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why this default]({DOCS_URL}method.md))."""
-
-CONTENT_NOTE = ("⚠ marks prompts from the Anthropic HH-RLHF red-teaming set: they deliberately ask for harmful or "
-                "offensive things, to show a reward model steering generation away from harmful completions. "
-                "The small model may still write something offensive.")
-
-API_DOC = """### Call it from Python
-Every comparison the Run button makes is also an API endpoint, `/compare`, returning the run as JSON
-(the same file as the download above):
-```python
-from gradio_client import Client
-from sbon.analysis.comparison import Comparison
-
-client = Client("http://127.0.0.1:7860/")   # or the Space id
-text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_name="/compare")
-comparison = Comparison.from_json(text)
-print(comparison.metrics["speedup"], comparison.sbon.best.text)
-```
-Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `alpha`, `tau`, `kv_budget`
-and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`;
-`client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
-`sbon-comparison/1`). Requests wait in the same one-at-a-time queue as the Run button."""
-
-# -- the run on the device, the /compare API and the generation slot ------------------------------
+# -- the run on the device and the /compare API ----------------------------------------------------
 
 @GPU(duration=gpu_duration)
 def comparison_on_gpu(settings: RunSettings) -> Iterator:
     """The comparison's events for these settings (Best-of-N memory-bound or in memory, as asked). On a
     ZeroGPU Space this runs on a lent GPU in a worker process: settings in, plain events out, the models
     from the cache the worker inherits (sbon/zerogpu.py)."""
-    gen, reward = MODELS.get(settings.generator, settings.reward)
-    config = settings.config().replace(decode=MODELS.decode(settings.generator, gen))
+    yield from comparison_with(MODELS, settings)
+
+
+def comparison_with(models: ModelCache, settings: RunSettings) -> Iterator:
+    """The comparison's events for these settings, with the models from `models`."""
+    gen, reward = models.get(settings.generator, settings.reward)
+    config = settings.config().replace(decode=models.decode(settings.generator, gen))
     # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
     yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
                                  bon_same_memory=settings.bon_same_memory)
 
 
-def compare_api(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
-            tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
-            prune_by: str = DEFAULTS.prune_by, max_new_tokens: int = DEFAULTS.max_new_tokens,
-            temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
-            generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
-            bon_same_memory: bool = DEFAULTS.bon_same_memory, instructions: str = "") -> str:
-    """Run Speculative Rejection and Best-of-N on one prompt with the same seed; return the
-    comparison as JSON (load it with sbon.analysis.comparison.Comparison.from_json)."""
-    given = dict(locals())  # every argument, by the RunSettings field it sets
-    try:
-        return RUNS.compare(RunSettings.from_inputs(**given))
-    except SBoNError as e:
-        raise gr.Error(str(e)) from None
-
-
-def waiting_runs() -> int:
-    """Runs waiting in Gradio's queue for the generation slot (its own count; 0 where it has none)."""
-    queue = getattr(demo, "_queue", None)
-    group = getattr(queue, "event_queue_per_concurrency_id", {}).get("generation")
-    return len(group.queue) if group is not None else 0
-
-
-RUNS = Runs(comparison_on_gpu, waiting=waiting_runs)  # the generation slot's runs: the Run button's and the API's
+def compare_endpoint(runs: Runs) -> Callable[..., str]:
+    """The `/compare` API: a typed signature (gr.api reads it) over `runs`, the generation slot it shares."""
+    def compare(prompt: str, n: int = DEFAULTS.n, method: str = DEFAULTS.method, alpha: float = DEFAULTS.alpha,
+                tau: int = DEFAULTS.tau, kv_budget: int = 0, first_decision: int = 0,
+                prune_by: str = DEFAULTS.prune_by, undecided: str = DEFAULTS.undecided,
+                max_new_tokens: int = DEFAULTS.max_new_tokens,
+                temperature: float = DEFAULTS.temperature, top_p: float = DEFAULTS.top_p, seed: int = DEFAULTS.seed,
+                generator: str = DEFAULTS.generator, reward: str = DEFAULTS.reward,
+                bon_same_memory: bool = DEFAULTS.bon_same_memory, instructions: str = "") -> str:
+        """Run Speculative Rejection and Best-of-N on one prompt with the same seed; return the
+        comparison as JSON (load it with sbon.analysis.comparison.Comparison.from_json)."""
+        # every argument, by the RunSettings field it sets (locals() also holds the enclosing `runs`)
+        given = {name: value for name, value in locals().items() if name != "runs"}
+        try:
+            return runs.compare(RunSettings.from_inputs(**given))
+        except SBoNError as e:
+            raise gr.Error(str(e)) from None
+    return compare
 
 
 # -- the one converter: the handlers' plain records as Gradio takes them ------------------------------
@@ -199,304 +171,400 @@ def on_row_selected(comp: Comparison | None, evt: gr.SelectData) -> dict[str, An
     return on_row_select(comp, evt.row_value)
 
 
-# -- the page -------------------------------------------------------------------------------------
 
-def build_demo() -> gr.Blocks:
-    ui = SimpleNamespace()  # the page's elements, by the names the handlers use
+# -- the page: one builder per section, each adding its elements to `ui` by the names the handlers use ---
+
+def create_app(models: ModelCache = MODELS, threads: int | None = None, runs: Runs | None = None) -> gr.Blocks:
+    """The page, wired: `models` the cache its runs and its model line use, `threads` torch's CPU threads (shown
+    beside the device), `runs` the generation slot (a fresh one over `models` by default; tests pass their own).
+    Builds only: nothing loads, no thread starts, no torch setting changes (main() does those)."""
+    if runs is None:
+        runs = Runs(comparison_on_gpu if models is MODELS else functools.partial(comparison_with, models))
+    gr.set_static_paths(paths=[DOCS])  # the docs the page links to (page_text.REWARD_NOTE)
+    ui = SimpleNamespace()
     # delete_cache: Gradio's copies of downloads and uploads go after a day.
     with gr.Blocks(title="SBoN Explorer", analytics_enabled=False, delete_cache=(3600, 86400)) as demo:
-        ui.comparison = gr.State(None)  # this session's Comparison: never shared between sessions
-        ui.origin = gr.State(None)  # where it came from ("your run", "the recorded run …")
-
-        ui.running = gr.State(None)  # when this session's run was requested; None when none is going
-        ui.look = gr.State(Look())  # the page's view or the presenter view, and the window's size
-        ui.present = gr.State(None)  # the step "Present rounds" shows; None when not presenting
-        ui.viewport = gr.JSON(visible=False)  # the window's size, filled in by the browser (VIEWPORT_JS)
-        gr.Markdown(INTRO, elem_id="intro")
-        with gr.Accordion("The default reward is a small preference head, not a judge of quality: why",
-                          open=False, elem_id="reward-accordion"):
-            gr.Markdown(REWARD_NOTE, elem_id="reward-note")
-        # The run bar: sticky (see CSS), so Run, Stop and the race stay beside the live plot.
-        with gr.Row(elem_id="run-bar", equal_height=True):
-            ui.run_btn = gr.Button("▶ Run", variant="primary", elem_id="run", scale=0, min_width=90)
-            ui.stop_btn = gr.Button("■ Stop", variant="stop", visible=False, elem_id="stop", scale=0, min_width=80)
-            ui.seed = gr.Number(DEFAULTS.seed, label="seed", show_label=False, precision=0, elem_id="seed", scale=0,
-                                min_width=80, container=False)
-            ui.new_seed = gr.Button("↻ New seed", elem_id="new-seed", scale=0, min_width=110)
-            ui.present_btn = gr.Button("▶ Present rounds", elem_id="present-rounds", scale=0, min_width=150)
-            ui.present_prev = gr.Button("◀", elem_id="present-prev", scale=0, min_width=50, visible=False)
-            ui.present_next = gr.Button("▶", elem_id="present-next", scale=0, min_width=50, visible=False)
-            ui.timed = gr.Checkbox(False, label="timed", elem_id="present-timed", scale=0, min_width=90, container=False)
-            ui.present_timer = gr.Timer(PRESENT_STEP_S, active=False)
-            ui.presenter = gr.Checkbox(False, label="Presenter view", elem_id="presenter", scale=0, min_width=150,
-                                       container=False)
-            ui.status = gr.Markdown("", elem_id="status")
+        build_header(ui)
+        build_run_bar(ui)
         with gr.Row(elem_id="main-row"):
             with gr.Column(scale=2, min_width=320, elem_id="settings-column"):
-                initial = scenario_of(DEFAULTS.reward, DEFAULTS.prune_by, DEFAULTS.max_new_tokens)
-                ui.scenario = gr.Dropdown(scenario_choices(), value=initial, label="Scenario", elem_id="scenario",
-                                          info="a task and the reward that can judge it; sets the reward, the pruning "
-                                               "signal and the answer length")
-                ui.scenario_prompts = gr.Dropdown(scenario_prompt_choices(initial), value=None, label="Scenario prompts",
-                                                  elem_id="scenario-prompts")
-                ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt", value=DEFAULTS.prompt)
-                gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
-                            example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
-                with gr.Accordion("Instructions (for the Follow instructions reward)", open=False,
-                                  elem_id="instructions-block"):
-                    ui.instruction_types = gr.Dropdown(instruction_choices.type_choices(), multiselect=True,
-                                                       label="Instruction types", elem_id="instruction-types")
-                    ui.instructions = gr.Textbox(label="Instructions (JSON: IFEval ids and arguments)", lines=3,
-                                                 placeholder=instruction_choices.PLACEHOLDER, elem_id="instructions")
-                    ui.instructions_note = gr.Markdown(elem_id="instructions-note")
-                gr.Markdown(CONTENT_NOTE, elem_id="content-note")
-                ui.prompt_note = gr.Markdown(visible=False, elem_id="prompt-note")
-                ui.method = gr.Radio(method_choices(), value=DEFAULTS.method, label="Method", elem_id="method")
-                # Numbers carry no minimum/maximum: RunSettings checks them, so a bad value gets our
-                # one-line message instead of Gradio's generic preprocessing error.
-                with gr.Row():
-                    ui.n = gr.Number(DEFAULTS.n, label="N (candidates)", precision=0, elem_id="n")
-                    ui.alpha = gr.Slider(0.0, 0.95, DEFAULTS.alpha, step=0.05, label="α (rejection rate)",
-                                         elem_id="alpha")
-                with gr.Row():
-                    ui.kv_budget = gr.Number(0, label="KV budget (tokens; 0 = N × (prompt + first decision))",
-                                             precision=0, elem_id="kv-budget", visible=reads(DEFAULTS.method, "kv_budget"))
-                    ui.first_decision = gr.Number(0, label=f"first decision point (tokens; 0 = {FIRST_DECISION_TOKENS})",
-                                                  precision=0, elem_id="first-decision",
-                                                  visible=reads(DEFAULTS.method, "first_decision"))
-                    ui.tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0,
-                                       visible=reads(DEFAULTS.method, "tau"), elem_id="tau")
-                    ui.max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
-                                                  elem_id="max-new-tokens")
-                ui.prune_by = gr.Dropdown(signal_choices(), value=DEFAULTS.prune_by, label="Pruning signal",
-                                          elem_id="prune-by",
-                                          info="what ranks the candidates at a decision point; the final choice "
-                                               "is always by the reward model")
-                ui.bon_same_memory = gr.Checkbox(
-                    DEFAULTS.bon_same_memory, label="Best-of-N under the same memory", elem_id="bon-same-memory",
-                    info="run Best-of-N in batches that fit the KV cache Speculative Rejection peaked at, as in the "
-                         "paper; off: all N at once, with memory to spare (then only tokens, not time, are saved on a CPU)")
-                with gr.Accordion("Models and sampling", open=False):
-                    ui.generator = gr.Dropdown(generator_choices(), value=DEFAULTS.generator, label="Generator",
-                                               allow_custom_value=True, info="a preset, a local folder or a hub id")
-                    ui.reward = gr.Dropdown(reward_choices(), value=DEFAULTS.reward, label="Reward model",
-                                            allow_custom_value=True)
-                    with gr.Row():
-                        ui.temperature = gr.Number(DEFAULTS.temperature, label="temperature")
-                        ui.top_p = gr.Number(DEFAULTS.top_p, label="top-p")
-                    gr.Markdown(f"Models run on **{MODELS.device()}**"
-                                + (f" ({THREADS} CPU threads)" if MODELS.device().type == "cpu" else "")
-                                + "; the defaults load when the app starts, others on the Run that asks for them, "
-                                  "and they stay loaded.")
-                # What is loaded and loading, computed on every page load (a callable value) and
-                # refreshed each second while something loads.
-                ui.model_status = gr.Markdown(models_status, elem_id="model-status")
-                ui.model_timer = gr.Timer(MODEL_STATUS_LOADING_S)
+                build_prompt_inputs(ui)
+                build_method_knobs(ui)
+                build_models_block(ui, models, threads)
             with gr.Column(scale=3, elem_id="live-column"):
-                ui.caption = gr.Markdown(NO_RUN, elem_id="round-caption")
-                ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot", show_label=False)
-                ui.source = gr.Markdown(elem_id="run-source")
-                ui.summary = gr.Markdown(elem_id="headline")
-
+                build_live_column(ui)
         with gr.Tabs(overflow_behavior="wrap"):  # every tab in sight, on a phone and a projector too
-            with gr.Tab("Partial vs final reward", id="scatter-tab", elem_id="scatter-tab"):
-                ui.decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
-                ui.scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter", show_label=False)
-            with gr.Tab("Candidates", id="candidates-tab", elem_id="candidates-tab"):
-                ui.table = gr.Dataframe(label="Every candidate (SBoN run; final rewards of pruned ones from Best-of-N)",
-                                        interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
-                ui.picker = gr.Dropdown(label="Candidate", choices=[], elem_id="candidate-picker")
-                ui.detail = gr.HTML(elem_id="candidate-detail")
-            with gr.Tab("Savings", id="savings-tab", elem_id="savings-tab"):
-                ui.savings = gr.Dataframe(interactive=False, wrap=True, column_widths=["46%", "27%", "27%"],
-                                          elem_id="savings-table")
-                ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot", show_label=False)
-                ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot", show_label=False)
-                with gr.Row():
-                    ui.bon_text = gr.Textbox(label="Best-of-N returned", lines=8, interactive=False, elem_id="bon-text")
-                    ui.sbon_text = gr.Textbox(label="Speculative Rejection returned", lines=8, interactive=False,
-                                              elem_id="sbon-text")
-            with gr.Tab("Rounds replay", id="rounds-tab", elem_id="rounds-tab"):
-                ui.play_btn = gr.Button("▶ Play the rounds", size="sm", elem_id="play-rounds")
-                ui.rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot", show_label=False)
-            with gr.Tab("Trade-off", id="tradeoff-tab", elem_id="tradeoff-tab"):
-                gr.Markdown("Speculative Best-of-N with decision token τ and rejection rate α, **replayed on the "
-                            "Best-of-N candidates** (no new generation): what each setting would have returned "
-                            "and how many tokens it would have generated.")
-                ui.tradeoff_kind = gr.Radio(["curves", "heatmap"], value="curves", label="Show as",
-                                            elem_id="tradeoff-kind")
-                ui.tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot", show_label=False)
-                ui.correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each "
-                                                     "decision token τ", interactive=False, elem_id="correlations")
-                gr.Markdown(CORRELATION_NOTE, elem_id="correlations-note")
-                with gr.Accordion("Tuned settings for a model and reward (python -m benchmarks tune)", open=False):
-                    ui.tuning = gr.State(None)
-                    ui.tune_file = gr.File(label="Load a tuning result (tune.json)", file_types=[".json"],
-                                           type="filepath", elem_id="tune-file")
-                    ui.tune_summary = gr.Markdown(elem_id="tune-summary")
-                    ui.tune_table = gr.Dataframe(interactive=False, elem_id="tune-table")
-                    ui.use_tuned = gr.Button("Use these settings", visible=False, size="sm", elem_id="use-tuned")
-            with gr.Tab("Pruning signals", id="signals-tab", elem_id="signals-tab"):
-                gr.Markdown("Every pruning signal on the **same Best-of-N candidates**, at each decision point of the "
-                            "Speculative Rejection run, with its α: which candidates each would have cut, and whether "
-                            "Best-of-N's winner survives. Signals other than the reward were watched while Best-of-N "
-                            "generated (no extra forward pass); the reward's scores are its partial rewards.")
-                ui.signals_summary = gr.Dataframe(label="Per signal and decision point (one cut at the run's α)",
-                                                  interactive=False, elem_id="signals-summary")
-                ui.signals_plot = gr.Plot(elem_id="signals-plot", show_label=False)
-                ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
-                                                           "point): click a row to open it under Candidates",
-                                                     interactive=False, elem_id="signals-candidates")
-            with gr.Tab("Gallery", id="gallery-tab", elem_id="gallery-tab"):
-                gr.Markdown("Recorded runs that open at once, without generating: pick one.")
-                ui.gallery = gr.Radio(GALLERY.choices(), value=None, label="Gallery", elem_id="gallery")
-                ui.gallery_list = gr.Markdown(gallery_markdown(), elem_id="gallery-list")
-                ui.link_run = gr.Textbox(visible=False)  # a link's query; the load benchmark opens links through it
-            with gr.Tab("Save and replay", id="replay-tab", elem_id="replay-tab"):
-                with gr.Row():
-                    ui.download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
-                    ui.replay_btn = gr.Button("Show the recorded run again", elem_id="replay-recorded")
-                with gr.Row():
-                    ui.share_btn = gr.Button("Share this run", elem_id="share")
-                    ui.page_btn = gr.Button("Download as a page (HTML, opens without the app)", elem_id="page-export")
-                ui.share_link = gr.Textbox(label="Link to this run", interactive=False, buttons=["copy"],
-                                           elem_id="share-link")
-                ui.page_file = gr.File(label="This run as a page", interactive=False, elem_id="page-file")
-                ui.upload = gr.File(label="Replay a saved run (JSON): every view, no model needed", file_types=[".json"],
-                                    type="filepath", elem_id="upload-run")
-                gr.Markdown(API_DOC)
-
-        wire(ui, demo)
+            for build_tab in TABS:
+                build_tab(ui)
+        runs.waiting = functools.partial(gradio_adapter.waiting_in, demo, GENERATION)
+        wire(ui, demo, runs)
     return demo
 
 
-def wire(ui: SimpleNamespace, demo: gr.Blocks) -> None:
+def build_header(ui: SimpleNamespace) -> None:
+    """The session's state (never shared between sessions), the introduction and the note on the default reward."""
+    ui.comparison = gr.State(None)  # this session's Comparison
+    ui.origin = gr.State(None)  # where it came from ("your run", "the recorded run …")
+    ui.running = gr.State(None)  # when this session's run was requested; None when none is going
+    ui.look = gr.State(Look())  # the page's view or the presenter view, and the window's size
+    ui.present = gr.State(None)  # the step "Present rounds" shows; None when not presenting
+    ui.viewport = gr.JSON(visible=False)  # the window's size, filled in by the browser (VIEWPORT_JS)
+    gr.Markdown(page_text.INTRO, elem_id="intro")
+    with gr.Accordion(page_text.REWARD_TITLE, open=False, elem_id="reward-accordion"):
+        gr.Markdown(page_text.REWARD_NOTE, elem_id="reward-note")
+
+
+def build_run_bar(ui: SimpleNamespace) -> None:
+    """The run bar: sticky (see CSS), so Run, Stop and the race stay beside the live plot."""
+    with gr.Row(elem_id="run-bar", equal_height=True):
+        ui.run_btn = gr.Button("▶ Run", variant="primary", elem_id="run", scale=0, min_width=90)
+        ui.stop_btn = gr.Button("■ Stop", variant="stop", visible=False, elem_id="stop", scale=0, min_width=80)
+        ui.seed = gr.Number(DEFAULTS.seed, label="seed", show_label=False, precision=0, elem_id="seed", scale=0,
+                            min_width=80, container=False)
+        ui.new_seed = gr.Button("↻ New seed", elem_id="new-seed", scale=0, min_width=110)
+        ui.present_btn = gr.Button("▶ Present rounds", elem_id="present-rounds", scale=0, min_width=150)
+        ui.present_prev = gr.Button("◀", elem_id="present-prev", scale=0, min_width=50, visible=False)
+        ui.present_next = gr.Button("▶", elem_id="present-next", scale=0, min_width=50, visible=False)
+        ui.timed = gr.Checkbox(False, label="timed", elem_id="present-timed", scale=0, min_width=90, container=False)
+        ui.present_timer = gr.Timer(PRESENT_STEP_S, active=False)
+        ui.presenter = gr.Checkbox(False, label="Presenter view", elem_id="presenter", scale=0, min_width=150,
+                                   container=False)
+        ui.status = gr.Markdown("", elem_id="status")
+
+
+def build_prompt_inputs(ui: SimpleNamespace) -> None:
+    """The settings column's top: the scenario, the prompt and its examples, the instructions to follow."""
+    initial = scenario_of(DEFAULTS.reward, DEFAULTS.prune_by, DEFAULTS.max_new_tokens)
+    ui.scenario = gr.Dropdown(scenario_choices(), value=initial, label="Scenario", elem_id="scenario",
+                              info="a task and the reward that can judge it; sets the reward, the pruning "
+                                   "signal and the answer length")
+    ui.scenario_prompts = gr.Dropdown(scenario_prompt_choices(initial), value=None, label="Scenario prompts",
+                                      elem_id="scenario-prompts")
+    ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt", value=DEFAULTS.prompt)
+    gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
+                example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
+    with gr.Accordion("Instructions (for the Follow instructions reward)", open=False, elem_id="instructions-block"):
+        ui.instruction_types = gr.Dropdown(instruction_choices.type_choices(), multiselect=True,
+                                           label="Add an instruction", elem_id="instruction-types")
+        ui.instructions = gr.Textbox(label="The instructions the reward checks (editable)", lines=3,
+                                     placeholder=instruction_choices.PLACEHOLDER, elem_id="instructions")
+        ui.instructions_note = gr.Markdown(elem_id="instructions-note")
+    gr.Markdown(page_text.CONTENT_NOTE, elem_id="content-note")
+    ui.prompt_note = gr.Markdown(visible=False, elem_id="prompt-note")
+
+
+def build_method_knobs(ui: SimpleNamespace) -> None:
+    """The method and its settings, the pruning signal, the Best-of-N baseline's memory."""
+    ui.method = gr.Radio(method_choices(), value=DEFAULTS.method, label="Method", elem_id="method")
+    # Numbers carry no minimum/maximum: RunSettings checks them, so a bad value gets our
+    # one-line message instead of Gradio's generic preprocessing error.
+    with gr.Row():
+        ui.n = gr.Number(DEFAULTS.n, label="N (candidates)", precision=0, elem_id="n")
+        ui.alpha = gr.Slider(0.0, 0.95, DEFAULTS.alpha, step=0.05, label="α (rejection rate)", elem_id="alpha")
+    with gr.Row():
+        ui.kv_budget = gr.Number(0, label="KV budget (tokens; 0 = N × (prompt + first decision))",
+                                 precision=0, elem_id="kv-budget", visible=reads(DEFAULTS.method, "kv_budget"))
+        ui.first_decision = gr.Number(0, label=f"first decision point (tokens; 0 = {FIRST_DECISION_TOKENS})",
+                                      precision=0, elem_id="first-decision",
+                                      visible=reads(DEFAULTS.method, "first_decision"))
+        ui.tau = gr.Number(DEFAULTS.tau, label="τ (decision token)", precision=0,
+                           visible=reads(DEFAULTS.method, "tau"), elem_id="tau")
+        ui.max_new_tokens = gr.Number(DEFAULTS.max_new_tokens, label="max new tokens", precision=0,
+                                      elem_id="max-new-tokens")
+    ui.prune_by = gr.Dropdown(signal_labels(), value=DEFAULTS.prune_by, label="Pruning signal", elem_id="prune-by",
+                              info="what ranks the candidates at a decision point; the final choice "
+                                   "is always by the reward model")
+    ui.undecided = gr.Dropdown(UNDECIDED_CHOICES, value=DEFAULTS.undecided, elem_id="undecided",
+                               label="Candidates the score cannot tell apart from the cut",
+                               info="when the pruning signal's own uncertainty says a candidate could be "
+                                    "on either side of the cut")
+    ui.bon_same_memory = gr.Checkbox(
+        DEFAULTS.bon_same_memory, label="Best-of-N under the same memory", elem_id="bon-same-memory",
+        info="run Best-of-N in batches that fit the KV cache Speculative Rejection peaked at, as in the "
+             "paper; off: all N at once, with memory to spare (then only tokens, not time, are saved on a CPU)")
+
+
+def build_models_block(ui: SimpleNamespace, models: ModelCache, threads: int | None) -> None:
+    """The models and sampling, where the models run, and the line that says what is loaded."""
+    with gr.Accordion("Models and sampling", open=False):
+        ui.generator = gr.Dropdown(generator_choices(), value=DEFAULTS.generator, label="Generator",
+                                   allow_custom_value=True, info="a preset, a local folder or a hub id")
+        ui.reward = gr.Dropdown(reward_choices(), value=DEFAULTS.reward, label="Reward model", allow_custom_value=True)
+        with gr.Row():
+            ui.temperature = gr.Number(DEFAULTS.temperature, label="temperature")
+            ui.top_p = gr.Number(DEFAULTS.top_p, label="top-p")
+        gr.Markdown(page_text.models_note(models.device().type, threads))
+    # What is loaded and loading, computed on every page load (a callable value) and
+    # refreshed each second while something loads.
+    ui.model_status = gr.Markdown(models_status, elem_id="model-status")
+    ui.model_timer = gr.Timer(MODEL_STATUS_LOADING_S)
+
+
+def build_live_column(ui: SimpleNamespace) -> None:
+    """The live column: the round's caption, the decision points as they happen, the run's source and headline."""
+    ui.caption = gr.Markdown(NO_RUN, elem_id="round-caption")
+    ui.live_plot = gr.Plot(label="Decision points, live", elem_id="live-plot", show_label=False)
+    ui.source = gr.Markdown(elem_id="run-source")
+    ui.summary = gr.Markdown(elem_id="headline")
+
+
+def build_scatter_tab(ui: SimpleNamespace) -> None:
+    with gr.Tab("Partial vs final reward", id="scatter-tab", elem_id="scatter-tab"):
+        ui.decision_point = gr.Dropdown(label="Decision point", choices=[], elem_id="decision-point")
+        ui.scatter = gr.Plot(label="Partial vs final reward", elem_id="scatter", show_label=False)
+
+
+def build_candidates_tab(ui: SimpleNamespace) -> None:
+    with gr.Tab("Candidates", id="candidates-tab", elem_id="candidates-tab"):
+        ui.table = gr.Dataframe(label="Every candidate (Speculative Rejection's run; final rewards of pruned ones from Best-of-N)",
+                                interactive=False, wrap=False, max_height=420, elem_id="candidates-table")
+        ui.picker = gr.Dropdown(label="Candidate", choices=[], elem_id="candidate-picker")
+        ui.detail = gr.HTML(elem_id="candidate-detail")
+
+
+def build_savings_tab(ui: SimpleNamespace) -> None:
+    with gr.Tab("Savings", id="savings-tab", elem_id="savings-tab"):
+        ui.savings = gr.Dataframe(interactive=False, wrap=True, column_widths=["46%", "27%", "27%"],
+                                  elem_id="savings-table")
+        ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot", show_label=False)
+        ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot", show_label=False)
+        with gr.Row():
+            ui.bon_text = gr.Textbox(label="Best-of-N returned", lines=8, interactive=False, elem_id="bon-text")
+            ui.sbon_text = gr.Textbox(label="Speculative Rejection returned", lines=8, interactive=False,
+                                      elem_id="sbon-text")
+
+
+def build_rounds_tab(ui: SimpleNamespace) -> None:
+    with gr.Tab("Rounds replay", id="rounds-tab", elem_id="rounds-tab"):
+        ui.play_btn = gr.Button("▶ Play the rounds", size="sm", elem_id="play-rounds")
+        ui.rounds_plot = gr.Plot(label="Rounds: drag the slider or press Play", elem_id="rounds-plot", show_label=False)
+
+
+def build_tradeoff_tab(ui: SimpleNamespace) -> None:
+    with gr.Tab("Trade-off", id="tradeoff-tab", elem_id="tradeoff-tab"):
+        gr.Markdown(page_text.TRADEOFF_NOTE)
+        ui.tradeoff_kind = gr.Radio(["curves", "heatmap"], value="curves", label="Show as", elem_id="tradeoff-kind")
+        ui.tradeoff_plot = gr.Plot(label="Trade-off", elem_id="tradeoff-plot", show_label=False)
+        ui.correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each "
+                                             "decision token τ", interactive=False, elem_id="correlations")
+        gr.Markdown(CORRELATION_NOTE, elem_id="correlations-note")
+        with gr.Accordion("Tuned settings for a model and reward (python -m benchmarks tune)", open=False):
+            ui.tuning = gr.State(None)
+            ui.tune_file = gr.File(label="Load a tuning result (tune.json)", file_types=[".json"],
+                                   type="filepath", elem_id="tune-file")
+            ui.tune_summary = gr.Markdown(elem_id="tune-summary")
+            ui.tune_table = gr.Dataframe(interactive=False, elem_id="tune-table")
+            ui.use_tuned = gr.Button("Use these settings", visible=False, size="sm", elem_id="use-tuned")
+
+
+def build_signals_tab(ui: SimpleNamespace) -> None:
+    with gr.Tab("Pruning signals", id="signals-tab", elem_id="signals-tab"):
+        gr.Markdown(page_text.SIGNALS_NOTE)
+        ui.signals_summary = gr.Dataframe(label="Per signal and decision point (one cut at the run's α)",
+                                          interactive=False, elem_id="signals-summary")
+        ui.signals_plot = gr.Plot(elem_id="signals-plot", show_label=False)
+        ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
+                                                   "point): click a row to open it under Candidates",
+                                             interactive=False, elem_id="signals-candidates")
+
+
+def build_gallery_tab(ui: SimpleNamespace) -> None:
+    with gr.Tab("Gallery", id="gallery-tab", elem_id="gallery-tab"):
+        gr.Markdown(page_text.GALLERY_NOTE)
+        ui.gallery = gr.Radio(GALLERY.choices(), value=None, label="Gallery", elem_id="gallery")
+        ui.gallery_list = gr.Markdown(gallery_markdown(), elem_id="gallery-list")
+        ui.link_run = gr.Textbox(visible=False)  # a link's query; the load benchmark opens links through it
+
+
+def build_replay_tab(ui: SimpleNamespace) -> None:
+    with gr.Tab("Save and replay", id="replay-tab", elem_id="replay-tab"):
+        with gr.Row():
+            ui.download = gr.DownloadButton("Download this run (JSON)", elem_id="download")
+            ui.replay_btn = gr.Button("Show the recorded run again", elem_id="replay-recorded")
+        with gr.Row():
+            ui.share_btn = gr.Button("Share this run", elem_id="share")
+            ui.page_btn = gr.Button("Download as a page (HTML, opens without the app)", elem_id="page-export")
+        ui.share_link = gr.Textbox(label="Link to this run", interactive=False, buttons=["copy"], elem_id="share-link")
+        ui.page_file = gr.File(label="This run as a page", interactive=False, elem_id="page-file")
+        ui.upload = gr.File(label="Replay a saved run (JSON): every view, no model needed", file_types=[".json"],
+                            type="filepath", elem_id="upload-run")
+        gr.Markdown(page_text.API_DOC)
+
+
+TABS = (build_scatter_tab, build_candidates_tab, build_savings_tab, build_rounds_tab, build_tradeoff_tab,
+        build_signals_tab, build_gallery_tab, build_replay_tab)  # in the page's order
+
+
+# -- the wiring: the page's events to the handlers ----------------------------------------------------
+
+PRIVATE = dict(api_visibility="private")  # the page's own events: not part of the API
+# Opening the page, a gallery run or a link: light events beside the generation slot, callable by the load
+# benchmark's clients (undocumented: not part of the API the page documents). They start at once (no
+# concurrency limit): views are computed once and kept, so an open is mostly sending them, and a class
+# arriving together never fills the queue that generations wait in.
+LIGHT = dict(api_visibility="undocumented", concurrency_limit=None)
+
+
+def el(ui: SimpleNamespace, *names: str) -> list:
+    """The page's elements by name."""
+    return [getattr(ui, name) for name in names]
+
+
+def by_name(ui: SimpleNamespace, handler: Callable) -> Callable:
+    """`handler` as Gradio calls it, its {element name: value} keyed by the page's elements (`for_gradio`)."""
+    return for_gradio(handler, element=lambda name: getattr(ui, name))
+
+
+def wire(ui: SimpleNamespace, demo: gr.Blocks, runs: Runs) -> None:
     """Connect the page's events to the handlers. Handlers return {element name: value} in plain data;
     `by_name` turns that into what Gradio takes (`for_gradio`)."""
-    def el(*names: str) -> list:
-        return [getattr(ui, name) for name in names]
+    wire_run(ui, runs)
+    wire_settings(ui)
+    wire_views(ui)
+    wire_presenter(ui)
+    wire_replays(ui, demo)
+    # The API shares the Run button's single generation slot: one generation at a time per device.
+    compare = compare_endpoint(runs)
+    gr.api(compare, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id=GENERATION)
+    gradio_adapter.describe_endpoint(demo, "compare", api_parameter, list(inspect.signature(compare).parameters),
+                                     page_text.api_returns())
 
-    def by_name(handler: Callable) -> Callable:
-        return for_gradio(handler, element=lambda name: getattr(ui, name))
 
-    private = dict(api_visibility="private")
-    # Two steps: the request is answered at once (refused, queued or starting), then the run itself
-    # waits for the one generation slot.
-    request = ui.run_btn.click(by_name(RUNS.request), inputs=ui.running,
-                               outputs=el("running", "status", "stop_btn", "summary"), concurrency_limit=None,
-                               show_progress="hidden", **private)
-    run_event = request.success(by_name(RUNS.run), inputs=el(*SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
-                                outputs=el(*RUN_OUTPUTS),
-                                concurrency_limit=GENERATION_SLOTS, concurrency_id="generation",
-                                show_progress="minimal", show_progress_on=ui.status, **private)
+def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
+    """Run and Stop. Two steps: the request is answered at once (refused, queued or starting), then the run
+    itself waits for the one generation slot."""
+    request = ui.run_btn.click(by_name(ui, runs.request), inputs=ui.running,
+                               outputs=el(ui, "running", "status", "stop_btn", "summary"), concurrency_limit=None,
+                               show_progress="hidden", **PRIVATE)
+    run_event = request.success(by_name(ui, runs.run),
+                                inputs=el(ui, *SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
+                                outputs=el(ui, *RUN_OUTPUTS), concurrency_limit=GENERATION_SLOTS,
+                                concurrency_id=GENERATION, show_progress="minimal", show_progress_on=ui.status,
+                                **PRIVATE)
     ui.run_btn.click(None, js=SCROLL_TO_LIVE_JS)  # in the presenter view, the live chart comes into sight
-    ui.stop_btn.click(by_name(on_stop), inputs=el("comparison", "origin"),
-                      outputs=el("status", "running", "stop_btn", "source", "summary"), cancels=[run_event], **private)
-    ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **private)
-    ui.method.change(by_name(on_method), inputs=ui.method, outputs=el(*METHOD_KNOBS), **private)
-    ui.prompt.change(by_name(on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **private)
+    ui.stop_btn.click(by_name(ui, on_stop), inputs=el(ui, "comparison", "origin"),
+                      outputs=el(ui, "status", "running", "stop_btn", "source", "summary"), cancels=[run_event],
+                      **PRIVATE)
+
+
+def wire_settings(ui: SimpleNamespace) -> None:
+    """The settings column: the seed, the method's knobs, the prompt's notes, scenarios and instructions, the
+    models' line, a tuning file's settings."""
+    ui.new_seed.click(on_new_seed, inputs=ui.seed, outputs=ui.seed, **PRIVATE)
+    ui.method.change(by_name(ui, on_method), inputs=ui.method, outputs=el(ui, *METHOD_KNOBS), **PRIVATE)
+    ui.prompt.change(by_name(ui, on_prompt), inputs=ui.prompt, outputs=ui.prompt_note, **PRIVATE)
+    ui.prompt.change(by_name(ui, instruction_choices.on_prompt), inputs=el(ui, "prompt", "instructions"),
+                     outputs=ui.instructions, **PRIVATE)
     # .input: the visitor's choice only, so the dropdown following the settings (below) sets nothing back.
-    ui.scenario.input(by_name(on_scenario), inputs=ui.scenario,
-                      outputs=el("reward", "prune_by", "max_new_tokens", "prompt", "scenario_prompts"), **private)
-    for control in el("reward", "prune_by", "max_new_tokens"):
-        control.change(by_name(on_settings_scenario), inputs=el("reward", "prune_by", "max_new_tokens"),
-                       outputs=el("scenario", "scenario_prompts"), **private)
-    ui.scenario_prompts.change(by_name(on_scenario_prompt), inputs=ui.scenario_prompts, outputs=ui.prompt, **private)
-    ui.scenario_prompts.change(by_name(instruction_choices.on_example), inputs=ui.scenario_prompts,
-                               outputs=el("instructions", "instruction_types"), **private)
-    ui.instruction_types.input(by_name(instruction_choices.on_types), inputs=el("instruction_types", "instructions"),
-                               outputs=ui.instructions, **private)
-    ui.instructions.change(by_name(instruction_choices.on_text), inputs=ui.instructions,
-                           outputs=el("instructions_note", "instruction_types"), **private)
-    ui.decision_point.change(by_name(on_decision_point), inputs=el("comparison", "decision_point", "look"),
-                             outputs=el("scatter"), **private)
-    ui.picker.change(by_name(on_pick), inputs=el("comparison", "picker"), outputs=el("detail"), **private)
+    ui.scenario.input(by_name(ui, on_scenario), inputs=ui.scenario,
+                      outputs=el(ui, "reward", "prune_by", "max_new_tokens", "prompt", "scenario_prompts"), **PRIVATE)
+    for control in el(ui, "reward", "prune_by", "max_new_tokens"):
+        control.change(by_name(ui, on_settings_scenario), inputs=el(ui, "reward", "prune_by", "max_new_tokens"),
+                       outputs=el(ui, "scenario", "scenario_prompts"), **PRIVATE)
+    ui.scenario_prompts.change(by_name(ui, on_scenario_prompt), inputs=ui.scenario_prompts, outputs=ui.prompt,
+                               **PRIVATE)
+    ui.scenario_prompts.change(by_name(ui, instruction_choices.on_example), inputs=ui.scenario_prompts,
+                               outputs=el(ui, "instructions", "instruction_types"), **PRIVATE)
+    ui.instruction_types.input(by_name(ui, instruction_choices.on_types),
+                               inputs=el(ui, "instruction_types", "instructions"),
+                               outputs=el(ui, "instructions", "instruction_types"), **PRIVATE)
+    ui.instructions.change(by_name(ui, instruction_choices.on_text), inputs=ui.instructions,
+                           outputs=el(ui, "instructions_note", "instruction_types"), **PRIVATE)
+    ui.model_timer.tick(by_name(ui, on_model_timer), outputs=el(ui, "model_status", "model_timer"),
+                        show_progress="hidden", **PRIVATE)
+    ui.tune_file.upload(by_name(ui, on_tune_upload), inputs=ui.tune_file,
+                        outputs=el(ui, "tuning", "tune_summary", "tune_table", "use_tuned"), **PRIVATE)
+    ui.use_tuned.click(by_name(ui, on_use_tuned), inputs=ui.tuning,
+                       outputs=el(ui, "method", "alpha", "tau", "prune_by", "n", "max_new_tokens", "first_decision"),
+                       **PRIVATE)
+
+
+def wire_views(ui: SimpleNamespace) -> None:
+    """The views that redraw one part of a finished run: a decision point, a candidate, the rounds, the trade-off."""
+    ui.decision_point.change(by_name(ui, on_decision_point), inputs=el(ui, "comparison", "decision_point", "look"),
+                             outputs=el(ui, "scatter"), **PRIVATE)
+    ui.picker.change(by_name(ui, on_pick), inputs=el(ui, "comparison", "picker"), outputs=el(ui, "detail"), **PRIVATE)
     for table in (ui.table, ui.signals_candidates):
-        table.select(by_name(on_row_selected), inputs=ui.comparison, outputs=el("picker", "detail"), **private)
-    ui.play_btn.click(by_name(on_play), inputs=el("comparison", "look"), outputs=el("rounds_plot"), show_progress="hidden",
-                      **private)
-    presenting = el("present", "live_plot", "caption", "present_prev", "present_next")
-    ui.present_btn.click(by_name(on_present), inputs=el("comparison", "running", "look"), outputs=presenting,
-                         show_progress="hidden", **private)
+        table.select(by_name(ui, on_row_selected), inputs=ui.comparison, outputs=el(ui, "picker", "detail"),
+                     **PRIVATE)
+    ui.play_btn.click(by_name(ui, on_play), inputs=el(ui, "comparison", "look"), outputs=el(ui, "rounds_plot"),
+                      show_progress="hidden", **PRIVATE)
+    ui.tradeoff_kind.change(by_name(ui, on_tradeoff_kind), inputs=el(ui, "comparison", "tradeoff_kind", "look"),
+                            outputs=el(ui, "tradeoff_plot"), **PRIVATE)
+
+
+def wire_presenter(ui: SimpleNamespace) -> None:
+    """Present rounds (by hand or timed) and the presenter view."""
+    presenting = el(ui, "present", "live_plot", "caption", "present_prev", "present_next")
+    ui.present_btn.click(by_name(ui, on_present), inputs=el(ui, "comparison", "running", "look"), outputs=presenting,
+                         show_progress="hidden", **PRIVATE)
     ui.present_btn.click(None, js=SCROLL_TO_LIVE_JS)
     for button, move in ((ui.present_prev, -1), (ui.present_next, 1)):
-        button.click(by_name(functools.partial(present_move, move=move)),
-                     inputs=el("comparison", "running", "look", "present"), outputs=presenting, show_progress="hidden",
-                     **private)
-    ui.timed.change(by_name(on_timed), inputs=ui.timed, outputs=el("present_timer"), **private)
-    ui.present_timer.tick(by_name(on_present_tick), inputs=el("comparison", "running", "look", "present"),
-                          outputs=presenting, show_progress="hidden", **private)
-    ui.presenter.input(by_name(on_presenter), inputs=el("presenter", "viewport", "comparison", "origin", "tradeoff_kind",
-                                                        "running"),
-                       outputs=el(*SHOWN, "look"), js=f"(on, _, ...rest) => {{ ({PRESENTER_JS})(on); "
-                                                       f"return [on, ({VIEWPORT_JS})(), ...rest]; }}",
-                       show_progress="hidden", **private)
-    ui.model_timer.tick(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden",
-                        **private)
-    ui.tradeoff_kind.change(by_name(on_tradeoff_kind), inputs=el("comparison", "tradeoff_kind", "look"),
-                            outputs=el("tradeoff_plot"), **private)
-    ui.tune_file.upload(by_name(on_tune_upload), inputs=ui.tune_file,
-                        outputs=el("tuning", "tune_summary", "tune_table", "use_tuned"), **private)
-    ui.use_tuned.click(by_name(on_use_tuned), inputs=ui.tuning,
-                       outputs=el("method", "alpha", "tau", "prune_by", "n", "max_new_tokens", "first_decision"), **private)
-    ui.upload.upload(by_name(on_upload), inputs=el("upload", "tradeoff_kind", "look"), outputs=el(*SHOWN), **private)
-    ui.replay_btn.click(by_name(show_recorded), inputs=el("tradeoff_kind", "look"), outputs=el(*SHOWN), **private)
-    # Opening the page, a gallery run or a link: light events beside the generation slot, callable by the load
-    # benchmark's clients (undocumented: not part of the API the page documents).
-    # They start at once (no concurrency limit): views are computed once and kept, so an open is mostly sending
-    # them, and a class arriving together never fills the queue that generations wait in.
-    light = dict(api_visibility="undocumented", concurrency_limit=None)
+        button.click(by_name(ui, functools.partial(present_move, move=move)),
+                     inputs=el(ui, "comparison", "running", "look", "present"), outputs=presenting,
+                     show_progress="hidden", **PRIVATE)
+    ui.timed.change(by_name(ui, on_timed), inputs=ui.timed, outputs=el(ui, "present_timer"), **PRIVATE)
+    ui.present_timer.tick(by_name(ui, on_present_tick), inputs=el(ui, "comparison", "running", "look", "present"),
+                          outputs=presenting, show_progress="hidden", **PRIVATE)
+    ui.presenter.input(by_name(ui, on_presenter),
+                       inputs=el(ui, "presenter", "viewport", "comparison", "origin", "tradeoff_kind", "running"),
+                       outputs=el(ui, *SHOWN, "look"), js=f"(on, _, ...rest) => {{ ({PRESENTER_JS})(on); "
+                                                          f"return [on, ({VIEWPORT_JS})(), ...rest]; }}",
+                       show_progress="hidden", **PRIVATE)
+
+
+def wire_replays(ui: SimpleNamespace, demo: gr.Blocks) -> None:
+    """Every way a finished run reaches the page without generating (the page's open, a link, the gallery, an
+    upload, the recorded run), and Share and Download as a page."""
+    ui.upload.upload(by_name(ui, on_upload), inputs=el(ui, "upload", "tradeoff_kind", "look"), outputs=el(ui, *SHOWN),
+                     **PRIVATE)
+    ui.replay_btn.click(by_name(ui, show_recorded), inputs=el(ui, "tradeoff_kind", "look"), outputs=el(ui, *SHOWN),
+                        **PRIVATE)
     # The page opens on the run its link names, in the view its URL names (the browser applies it before the
     # figures are drawn, and reports the window's size for them).
-    demo.load(by_name(on_page_open), inputs=el("tradeoff_kind", "viewport"), outputs=el(*SHOWN, "look", "presenter"),
+    demo.load(by_name(ui, on_page_open), inputs=el(ui, "tradeoff_kind", "viewport"),
+              outputs=el(ui, *SHOWN, "look", "presenter", *SETTING_NAMES),
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
-                 f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **light)
+                 f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **LIGHT)
     demo.load(None, js=KEYS_JS)
-    ui.gallery.change(by_name(on_gallery), inputs=el("gallery", "tradeoff_kind", "look"), outputs=el(*SHOWN),
-                      api_name="gallery_open", show_progress="minimal", **light)
-    ui.link_run.submit(by_name(open_link), inputs=el("link_run", "tradeoff_kind", "look"), outputs=el(*SHOWN),
-                       api_name="link_open", show_progress="minimal", **light)
-    ui.share_btn.click(by_name(on_share_click), inputs=ui.comparison, outputs=el("share_link", "status"), **private)
-    ui.page_btn.click(by_name(on_page_export), inputs=el("comparison", "origin"), outputs=el("page_file", "status"),
-                      **private)
-    demo.load(by_name(on_model_timer), outputs=el("model_status", "model_timer"), show_progress="hidden", **private)
-    # The API shares the Run button's single generation slot: one generation at a time per device.
-    gr.api(compare_api, api_name="compare", concurrency_limit=GENERATION_SLOTS, concurrency_id="generation")
-    describe_api(demo, "compare")
+    ui.gallery.change(by_name(ui, on_gallery), inputs=el(ui, "gallery", "tradeoff_kind", "look"),
+                      outputs=el(ui, *SHOWN, *SETTING_NAMES), api_name="gallery_open", show_progress="minimal", **LIGHT)
+    ui.link_run.submit(by_name(ui, open_link), inputs=el(ui, "link_run", "tradeoff_kind", "look"),
+                       outputs=el(ui, *SHOWN, *SETTING_NAMES), api_name="link_open", show_progress="minimal", **LIGHT)
+    ui.share_btn.click(by_name(ui, on_share_click), inputs=ui.comparison, outputs=el(ui, "share_link", "status"),
+                       **PRIVATE)
+    ui.page_btn.click(by_name(ui, on_page_export), inputs=el(ui, "comparison", "origin"),
+                      outputs=el(ui, "page_file", "status"), **PRIVATE)
+    demo.load(by_name(ui, on_model_timer), outputs=el(ui, "model_status", "model_timer"), show_progress="hidden",
+              **PRIVATE)
 
 
-API_RETURNS = (f"the comparison as JSON text in the saved-run format '{FORMAT}' (the Download button's file): "
-               "an object with format, bon and sbon (each run: method, prompt, generator, reward, settings, "
-               "prompt_tokens, candidates with their token_ids, text, partial_rewards, final_reward, stop_reason and "
-               "pruned_round, decision_points with contenders, scores, survivors, pruned, retired and cut, timings, "
-               "best_id), partials (Best-of-N's partial rewards by decision token), metrics (speedup, "
-               "normalized_score ≤ 100, token_rate, ...) and signal_scores. Load it with "
-               "sbon.analysis.comparison.Comparison.from_json.")
+# -- serving ----------------------------------------------------------------------------------------
 
-
-def describe_api(demo: gr.Blocks, api_name: str) -> None:
-    """Give the endpoint's parameters their help, type range and choices, and its return its format,
-    in view_api() and the API page: gr.api derives only types from the signature. Everything comes
-    from the settings' own help (components.controls.api_parameter), so nothing is typed twice."""
-    fn = next(f for f in demo.fns.values() if f.api_name == api_name)
-    for name, component in zip(inspect.signature(compare_api).parameters, fn.inputs):
-        component._api_info = {**component._api_info, **api_parameter(name)}
-        component.label = name
-    for component in fn.outputs:
-        component._api_info = {**component._api_info, "description": API_RETURNS}
-
-
-gr.set_static_paths(paths=[DOCS])  # the docs the page links to (REWARD_NOTE)
-demo = build_demo()
-demo.queue(default_concurrency_limit=8, max_size=QUEUE_SIZE)
-# ZeroGPU: the default models go to the (patched) GPU now, before launch; elsewhere they load once the page is up.
-load_at_import(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
-
-if __name__ == "__main__":
+def main() -> None:
+    """`python app.py`: torch's threads, the decode check, the page, its queue; serve first, then load, so the page
+    (and its recorded run) is up in seconds while the models load."""
+    threads = configure_threads()
+    try:
+        check_forced_paths()  # a mistyped or impossible SBON_DECODE/SBON_WEIGHTS stops the app at once, in one line
+    except SBoNError as e:
+        sys.exit(str(e))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    log.info("models will run on %s with %d CPU threads", MODELS.device(), THREADS)
-    # Serve first, then load: the page (and its recorded run) is up in seconds while the models load.
-    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True)
+    log.info("models will run on %s with %d CPU threads", MODELS.device(), threads)
+    demo = create_app(MODELS, threads)
+    demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=QUEUE_SIZE)
+    # ZeroGPU: the default models go to the (patched) GPU now, in this process, before launch; elsewhere they
+    # load once the page is up.
+    load_before_launch(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
+    serve_below_generation()  # every thread started from here on (the server's, the handlers') runs below the torch thread
+    # What a visitor only reads is served as files beside the page (components/static_pages.py), never through the queue.
+    demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True,
+                app_kwargs={"routes": [Mount(PAGES_PREFIX, app=PAGES.routes())]})
     start_loading_models()
     threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()
+    threading.Thread(target=PAGES.warm, daemon=True, name="static-pages").start()
     demo.block_thread()
+
+
+if __name__ == "__main__":
+    main()

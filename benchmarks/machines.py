@@ -7,7 +7,8 @@ checks that the limits hold (:func:`benchmarks.cpu_classes.isa_check`), then:
 - the step table of every path: each weight format (``--formats``) eagerly, and those of ``--compiled`` with the
   compiled step, at the row counts a page-default run uses (benchmarks.step, interleaved as there), and whether
   each format keeps the coupling exact here (a row's tokens the same in one batch and in smaller ones);
-- the path the app takes on this machine (:func:`app_path`: its weights and decode setting);
+- the app's probe of every path (sbon.probe, as `python -m sbon machine` runs it) and the path it chose
+  (:func:`app_path`);
 - the page-default comparison through the app's own run path (``Runs.compare``, what `/compare` calls), warm:
   the models loaded and the compiled step ready where the app would use it, one untimed run, then ``--runs`` timed
   ones, each with the decode path it took and how many candidates diverged from their Best-of-N twin.
@@ -39,12 +40,19 @@ STEP_TARGET_MS = {True: 12.0, False: 20.0}  # the step at 1 row, with native bf1
 
 
 def app_path(generator: str) -> dict[str, str]:
-    """The decode path the app takes on this machine for ``generator``: its weight format and decode setting
-    (the one place this benchmark asks; where the app's choice is made is theirs)."""
-    import torch
+    """The decode path the app takes on this machine for ``generator``: the choice measured here (sbon.machine, made
+    by `python -m sbon machine` or the app's probe), else the safe path runs take until then; SBON_WEIGHTS and
+    SBON_DECODE force theirs. The one place this benchmark asks."""
+    import os
+
     from components.model_cache import app_decode
-    from sbon.models import default_weights
-    return {"weights": default_weights(torch.device("cpu"), generator), "decode": app_decode()}
+    from sbon.machine import cached_choice, safe_path
+    choice = cached_choice(generator, "cpu")
+    weights, decode = (choice.weights, choice.decode) if choice and choice.weights else safe_path("cpu")
+    reason = choice.reason if choice else "nothing measured on this machine yet: the safe path"
+    asked = app_decode()
+    return {"weights": os.environ.get("SBON_WEIGHTS") or weights, "decode": decode if asked == "auto" else asked,
+            "reason": reason}
 
 
 def _events(settings):
@@ -63,18 +71,18 @@ def compare_warm(runs: int, settings=None) -> dict[str, Any]:
     the app decodes with it (built here first where it is not saved yet: not timed), one untimed run, then ``runs``
     timed ones."""
     from components.controls import DEFAULTS
-    from components.model_cache import MODELS, TORCH_THREAD, app_decode
+    from components.model_cache import MODELS, TORCH_THREAD
     from components.runs import Runs
     from sbon.analysis.comparison import Comparison
-    from sbon.decoders import auto_compiles, prepare
+    from sbon.decoders import prepare
 
     settings = settings or DEFAULTS
     start = time.perf_counter()
     gen, _ = MODELS.load_async(settings.generator, settings.reward).result()
     load_s = time.perf_counter() - start
     start = time.perf_counter()
-    if app_decode() == "compiled" or (app_decode() == "auto" and auto_compiles(gen)):
-        TORCH_THREAD.submit(prepare, gen).result()  # what the app's background child builds, here before timing
+    if app_path(settings.generator)["decode"] == "compiled":
+        TORCH_THREAD.submit(prepare, gen).result()  # what the app builds in the background, here before timing
     compile_s = time.perf_counter() - start
     slot = Runs(_events)
     timed = []
@@ -106,6 +114,11 @@ def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"{name}: {cls.title}; {check['capability']}, bf16 {check['matmul_bf16_gflops']:.0f} GFLOP/s, fp32 "
           f"{check['matmul_fp32_gflops']:.0f}; limits {'hold' if not record['limit_problems'] else 'DO NOT HOLD: '}"
           + "; ".join(record["limit_problems"]), file=sys.stderr, flush=True)
+    if args.probe:  # the app's own measurement of every path here (sbon.probe), cached as the app finds it
+        from sbon.probe import probe
+        choice = probe(args.generator, "cpu", build=bool(args.compiled), progress=lambda line: print(
+            f"{name}: probe: {line}", file=sys.stderr, flush=True))
+        record["probe"] = json.loads(choice.to_json())
     record["app_path"] = app_path(args.generator)
     if args.runs:  # first, as the app: its thread count, nothing else loaded
         threads = configure_threads()
@@ -201,6 +214,8 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=2, help="interleaved rounds of the step table")
     p.add_argument("--divergence-tokens", type=int, default=16, help="tokens per candidate of the exactness check")
     p.add_argument("--runs", type=int, default=2, help="timed page-default comparisons per class (0: none)")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="skip the app's probe (sbon.probe): the app's path is then whatever this machine cached before")
     p.add_argument("--generator", default="smollm2-135m")
     p.add_argument("--out-dir", default=str(DEFAULT_OUT), help="one file per class here")
     p.add_argument("--in-class", default=None, help=argparse.SUPPRESS)  # the child's own run

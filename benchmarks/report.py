@@ -634,6 +634,44 @@ def scenarios(results_dir: Path) -> str:
                  "speedup in decode steps", "token rate", "Speculative Rejection's answer reads well"], rows))
 
 
+def undecided(results_dir: Path) -> str:
+    """`python -m benchmarks undecided`: each rule for candidates the signal cannot tell apart from the cut, against
+    Best-of-N and random pruning at the same counts, pooled over every file of a prompt set (docs/method.md)."""
+    from benchmarks.undecided import summarize
+
+    folder = results_dir / MACHINE / "undecided"
+    files = sorted(folder.glob("*.json"))
+    sets: dict[str, list[dict]] = {}
+    for f in files:
+        sets.setdefault(json.loads(f.read_text())["settings"]["set"], []).append(json.loads(f.read_text()))
+    unit = {"ifeval": "prompts that follow every instruction", "helpful": "normalized score (Best-of-N's answer = 100)"}
+    rows, notes = [], []
+    for name, found in sets.items():
+        rules = found[0]["settings"]["rules"]
+        s = summarize([r for d in found for r in d["rows"]], rules)
+        digits = 2 if name == "ifeval" else 1
+        for rule in rules:
+            r = s[rule]
+            rows.append([f"{name} (`{found[0]['settings']['reward']}`)", f"`{rule}`", str(s["prompts"]),
+                         num(r["quality"], digits), num(r["random"], digits), num(s["bon"], digits),
+                         num(r["quality"] - r["random"], digits), num(r["token_rate"], 2), num(r["decision_points"], 1),
+                         pct(r["points_with_undecided"]), num(r["undecided_per_point"], 1), pct(r["bon_winner_pruned"]),
+                         pct(r["bon_winner_pruned_undecided"])])
+        loads = [la for d in found for la in (d["load_average_at_start"][0], d["load_average"][0])]
+        notes.append(f"{name}: {unit[name]}; " + "; ".join(f"{link(results_dir, folder / f.name)}" for f in files
+                                                         if json.loads(f.read_text())["settings"]["set"] == name)
+                     + f", load average {min(loads):.1f}–{max(loads):.1f}")
+    first = json.loads(files[0].read_text())
+    cpu = first["environment_at_start"].get("cpu_model", "")
+    return (f"N={first['settings']['n']}, {first['settings']['max_new_tokens']} tokens, α={first['settings']['alpha']}, "
+            f"memory-budget rounds with their default budget, seed {first['settings']['seed']}; {cpu}; commands in the files "
+            "(each rule replayed on Best-of-N's candidates). "
+            + "; ".join(notes) + ".\n\n" + markdown_table(
+                ["prompts", "rule", "prompts run", "Speculative Rejection", "random pruning (same counts)", "Best-of-N",
+                 "Speculative Rejection − random", "token rate", "decision points", "decision points with undecided",
+                 "undecided per decision point", "Best-of-N's winner pruned", "… while undecided"], rows))
+
+
 def scenario_runs(d: dict) -> str:
     """The commands that made the rows of scenarios.json (one run, or a re-run of some scenarios) and the load
     average at the start of each prompt."""
@@ -800,22 +838,68 @@ def headline(results_dir: Path) -> str:
 
 
 def class_load(results_dir: Path) -> str:
-    """`python -m benchmarks load`: N visitors opening gallery runs and shared links while one generation runs."""
+    """`python -m benchmarks load`: N visitors opening the page, gallery runs and shared links while one generation
+    runs, per way of reading (files written before the modes existed: visitors through gradio_client)."""
     rows = []
     for path in sorted((results_dir / MACHINE / "load").glob("*.json")):
         d = json.loads(path.read_text())
         gen = d["settings"]["generation"]
         for r in d["rows"]:
             g, lk, pg = r["gallery"], r["link"], r["page"]
-            rows.append([link(results_dir, path), str(r["visitors"]), f"N={gen['n']}, {gen['max_new_tokens']} tokens",
+            extra = r.get("server_cpu_s"), d.get("baseline_server_cpu_s")
+            rows.append([link(results_dir, path), LOAD_MODES[r.get("mode")], str(r["visitors"]),
+                         f"N={gen['n']}, {gen['max_new_tokens']} tokens",
                          f"{num(pg['p50_s'], 2)} / {num(pg['p95_s'], 2)}",
                          f"{num(g['p50_s'], 2)} / {num(g['p95_s'], 2)} ({g['count']})",
                          f"{num(lk['p50_s'], 2)} / {num(lk['p95_s'], 2)} ({lk['count']})", str(r["errors"]),
                          f"{num(r['baseline_s'])} → {num(r['generation_s'])} s ({pct(r['slowdown'])})",
+                         num(extra[0] - extra[1], 0) if None not in extra else "–", num(r.get("clients_cpu_s"), 0),
                          num(r["server_peak_rss_mb"], 0), num(r["load_average_before"][0], 1)])
-    return markdown_table(["file", "visitors", "generation meanwhile", "page open p50 / p95 (s)", "gallery open p50 / p95 (s) (opens)",
-                           "shared-link open p50 / p95 (s) (opens)", "errors", "generation alone → with visitors",
-                           "server peak memory (MiB)", "load average"], rows)
+    return markdown_table(["file", "visitors read", "visitors", "generation meanwhile", "page open p50 / p95 (s)",
+                           "gallery open p50 / p95 (s) (opens)", "shared-link open p50 / p95 (s) (opens)", "errors",
+                           "generation alone → with visitors", "server CPU beyond the generation (s)",
+                           "simulated visitors' CPU (s)", "server peak memory (MiB)", "load average"], rows)
+
+
+LOAD_MODES = {None: "the page (gradio_client, before the static pages)", "app": "the page, as a browser",
+              "static": "the static pages"}
+# The class's targets on 2 cores: (the most visitors they apply to, what is asked); more visitors ask for the next set.
+CLASS_TARGETS = (
+    (50, {"page open p95 ≤ 1.5 s": lambda r: (r["page"]["p95_s"] or 0) <= 1.5,
+          "gallery and link open p95 ≤ 1 s": lambda r: max(r["gallery"]["p95_s"] or 0, r["link"]["p95_s"] or 0) <= 1,
+          "no error": lambda r: r["errors"] == 0 and not r["generation_error"],
+          "generation ≤ 1.25× alone": lambda r: r["slowdown"] is not None and r["slowdown"] <= 0.25}),
+    (200, {"no error": lambda r: r["errors"] == 0 and not r["generation_error"],
+           "gallery open p95 ≤ 2 s": lambda r: (r["gallery"]["p95_s"] or 0) <= 2}),
+)
+MEMORY_FLAT = 0.10  # the server's peak memory may grow this much from the fewest visitors to the most
+
+
+def class_holds(results_dir: Path) -> str:
+    """What one 2-core Space holds, from the newest load file with both ways of reading (a quiet one first): per way
+    of reading and N, the class targets it met, and the server's memory against the fewest visitors."""
+    files = [p for p in (results_dir / MACHINE / "load").glob("*.json")
+             if "modes" in json.loads(p.read_text())["settings"]]
+    if not files:
+        return "(no load file with the static pages yet: `python -m benchmarks load`)"
+    path = max(files, key=lambda p: ("quiet" in p.name, p.stat().st_mtime))
+    d = json.loads(path.read_text())
+    rows = []
+    for mode in d["settings"]["modes"]:
+        mine = [r for r in d["rows"] if r["mode"] == mode]
+        least = min(mine, key=lambda r: r["visitors"])["server_peak_rss_mb"]
+        for r in mine:
+            targets = next((t for most, t in CLASS_TARGETS if r["visitors"] <= most), CLASS_TARGETS[-1][1])
+            missed = [name for name, met in targets.items() if not met(r)]
+            grew = r["server_peak_rss_mb"] / least - 1
+            rows.append([link(results_dir, path), LOAD_MODES[mode], str(r["visitors"]),
+                         ("met: " if not missed else "missed: ") + ", ".join(missed or targets),
+                         f"{num(r['server_peak_rss_mb'], 0)} ({pct(grew)}{'' if grew <= MEMORY_FLAT else ': missed'})",
+                         num(r["load_average_before"][0], 1)])
+    asked = "; ".join(f"up to {most} visitors: " + ", ".join(t) for most, t in CLASS_TARGETS)
+    return (f"Targets on 2 cores ({asked}; server memory within {pct(MEMORY_FLAT)} of the fewest visitors'):\n\n"
+            + markdown_table(["file", "visitors read", "visitors", "the targets for this many visitors",
+                              "server peak memory, MiB (against the fewest visitors)", "load average"], rows))
 
 
 TABLES: dict[str, Callable[[Path], str]] = {
@@ -851,8 +935,10 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "defaults": defaults,
     "ifeval": ifeval,
     "scenarios": scenarios,
+    "undecided": undecided,
     "dtype-coupling": dtype_coupling,
     "class-load": class_load,
+    "class-holds": class_holds,
     "gpu-check-engine": gpu_check_engine,
     "gpu-check-paper": gpu_check_paper,
     "gpu-check-compiled": gpu_check_compiled,

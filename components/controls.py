@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig, setting
+from sbon.cut import UNDECIDED
 from sbon.errors import SBoNError
 from sbon.options import field_kind
 from sbon.rewards import RewardModel, bind_instructions
@@ -159,7 +160,7 @@ def setting_help(name: str) -> str:
 def api_parameter(name: str) -> dict[str, Any]:
     """The JSON-schema additions that describe one setting in the API: its help, its range and its
     choices (when the setting has a fixed list), all from the one settings path."""
-    info: dict[str, Any] = {"additional_description": setting_help(name)}
+    info: dict[str, Any] = {"description": setting_help(name)}
     lo, hi, note = RANGES.get(name, (None, None, ""))
     if lo is not None:
         info["minimum"] = lo
@@ -167,14 +168,14 @@ def api_parameter(name: str) -> dict[str, Any]:
         info["maximum"] = hi
     bounds = f"{lo} to {hi}" if lo is not None and hi is not None else f"≥ {lo}" if lo is not None else ""
     if bounds or note:
-        info["additional_description"] += f" (range: {bounds}{'; ' + note if note else ''})"
-    choices = {"method": list(PRUNING_METHODS), "prune_by": signal_choices()}.get(name)
+        info["description"] += f" (range: {bounds}{'; ' + note if note else ''})"
+    choices = {"method": list(PRUNING_METHODS), "prune_by": signal_choices(), "undecided": list(UNDECIDED)}.get(name)
     if choices:
         info["enum"] = choices
-        info["additional_description"] += f" (one of: {', '.join(choices)})"
+        info["description"] += f" (one of: {', '.join(choices)})"
     if name in ("generator", "reward"):
         presets = GENERATORS if name == "generator" else REWARDS
-        info["additional_description"] += f" (presets: {', '.join(presets)})"
+        info["description"] += f" (presets: {', '.join(presets)})"
     return info
 
 
@@ -188,12 +189,12 @@ def _needs(preset, name: str) -> str:
 def generator_choices() -> list[tuple[str, str]]:
     """(label, preset name) pairs; the embedded default first. Hub presets say what they need
     (network, GPU memory), derived from their Preset fields."""
-    return [(f"{name} · {p.description}{_needs(p, name)}", name) for name, p in GENERATORS.items()]
+    return [(f"{p.description}{_needs(p, name)}", name) for name, p in GENERATORS.items()]
 
 
 def reward_choices() -> list[tuple[str, str]]:
     """(label, preset name) pairs: each says its scale and meaning, and what it needs to load."""
-    return [(f"{name} · {p.description} · scale: {reward_scale(name).short()}{_needs(p, name)}", name)
+    return [(f"{p.title or p.description} · scale: {reward_scale(name).short()}{_needs(p, name)}", name)
             for name, p in REWARDS.items()]
 
 
@@ -202,8 +203,13 @@ def method_choices() -> list[tuple[str, str]]:
 
 
 def signal_choices() -> list[str]:
-    """The pruning signals (sbon.signals.SIGNALS: a new one appears here by itself)."""
+    """The pruning signals' names (sbon.signals.SIGNALS: a new one appears here by itself)."""
     return list(SIGNALS)
+
+
+def signal_labels() -> list[tuple[str, str]]:
+    """(human name, name) of every pruning signal, for the page's selector."""
+    return [(cls.title, name) for name, cls in SIGNALS.items()]
 
 
 # -- examples -------------------------------------------------------------------------------------
@@ -237,10 +243,29 @@ CONTENT_NOTES = {e.prompt: e.content_note for e in EXAMPLES if e.content_note}
 
 # The controls, in the order their values reach the handlers: each is named after the RunSettings
 # field it sets, and the page element of that name holds it.
-SETTING_NAMES = ("prompt", "method", "prune_by", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
+SETTING_NAMES = ("prompt", "method", "prune_by", "undecided", "n", "alpha", "tau", "kv_budget", "first_decision", "max_new_tokens",
                  "bon_same_memory", "generator", "reward", "temperature", "top_p", "seed", "instructions")
+# The undecided setting's choices as the page names them (the value stays the setting's).
+UNDECIDED_CHOICES = [("rank them anyway (the paper's rule)", "paper"),
+                     ("keep them, prune only the clear ones", "prune"),
+                     ("keep them until the next decision point", "defer"),
+                     ("decide by a fair random draw", "random")]
 METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
 MAX_SEED = 2**31 - 1
+
+
+def controls_for(comp: Any, automatic: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every control (SETTING_NAMES) set to what a recorded comparison ran with, so that Run reproduces its
+    configuration: its method, prompt, models, instructions and settings; a setting the run did not record (another
+    method's) keeps the page's default, and the ``automatic`` ones read 0, the page's "automatic" (a gallery story
+    never fixed them: its recorded values are what automatic gave for its prompt)."""
+    run = comp.sbon
+    recorded = {**{name: getattr(DEFAULTS, name) for name in SETTING_NAMES},
+                **{k: v for k, v in run.settings.items() if k in SETTING_NAMES and v is not None},
+                "method": run.method, "prompt": run.prompt, "generator": run.generator, "reward": run.reward,
+                "instructions": json.dumps(run.instructions) if run.instructions else "",
+                "bon_same_memory": comp.bon.settings.get("batch_size") is not None}
+    return {name: 0 if name in automatic else recorded[name] for name in SETTING_NAMES}
 
 
 def settings_from(values: tuple) -> RunSettings:

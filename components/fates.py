@@ -25,8 +25,8 @@ def fate_help(name: str) -> str:
     if name == FINISHED_EARLY:
         return "finished before the first decision point it could meet: no partial score ranked it, and it stays eligible"
     if name.startswith("pruned in round "):
-        return (f"halted at decision point {name.rsplit(' ', 1)[1]}: its score fell below the cut (or the survivors had "
-                "to fit the KV budget); its final reward comes from its Best-of-N twin")
+        return (f"halted at decision point {name.rsplit(' ', 1)[1]}: its score fell below the cut (or could not be told "
+                "apart from it, or the survivors had to fit the KV budget); its final reward comes from its Best-of-N twin")
     return ""
 
 

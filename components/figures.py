@@ -11,7 +11,8 @@ import plotly.graph_objects as go
 
 from sbon.analysis.comparison import Comparison
 from sbon.analysis.counterfactual import tradeoff_grid
-from sbon.metrics import correlations
+from sbon.metrics import decision_quality
+from sbon.models import reward_title
 from sbon.results import PHASES
 
 from .fates import fate_color, fate_order
@@ -58,7 +59,7 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
         return empty_figure("No decision point in this run: every candidate finished before the first one.")
     point = points[round]
     cands = comp.sbon.candidates
-    reasons = point_reasons(point)
+    reasons = point_reasons(point, comp.sbon.reward)
     rows = []
     for k, score in zip(point.contenders, point.scores):
         rows.append(dict(id=k, fate=comp.sbon.fate(k), finished=k in point.final, x=score, y=comp.final_reward(k),
@@ -66,8 +67,9 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
                          reason=reasons[k].text(), cost=pruning_cost(comp, k) if k in point.pruned else "",
                          text=snippet(cands[k].text)))
     df = pd.DataFrame(rows)
-    live = df[~df.finished]
-    corr = correlations(live.x.tolist(), live.y.tolist())
+    live = df[~df.finished & df.y.notna()]
+    # the page's one Pearson and Kendall of this decision point (sbon.metrics.decision_quality), as the headline states them
+    corr = next(q for q in decision_quality(comp.bon, comp.sbon) if q["round"] == round)
     dx, dy = decimals(df.x), decimals(df.y)
     fig = go.Figure()
     for name in fate_order(set(df.fate)):
@@ -98,7 +100,7 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
     scale = reward_scale(comp.sbon.reward)
     fig.update_xaxes(tickformat=f".{dx}f")
     fig.update_yaxes(tickformat=f".{dy}f")
-    axis_titles(fig, f"score at the decision point ({scale.unit})", f"final reward ({comp.sbon.reward})")
+    axis_titles(fig, f"score at the decision point ({scale.unit})", f"final reward ({reward_title(comp.sbon.reward)})")
     return fig
 
 
@@ -109,7 +111,8 @@ def tokens_per_candidate(comp: Comparison) -> go.Figure:
     ids = list(range(comp.n))
     sb = comp.sbon.candidates
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=ids, y=[c.tokens_generated for c in comp.bon.candidates], name="Best-of-N",
+    twins = [k for k in ids if comp.twin(k)]
+    fig.add_trace(go.Bar(x=twins, y=[comp.bon.candidates[k].tokens_generated for k in twins], name="Best-of-N",
                          marker_color=BON_COLOR))
     # One bar trace per fate, so each colour has its legend entry; offsetgroup keeps them beside Best-of-N's bars.
     fates = {c.id: comp.sbon.fate(c.id) for c in sb}
@@ -119,9 +122,16 @@ def tokens_per_candidate(comp: Comparison) -> go.Figure:
                              marker_color=fate_color(fate), offsetgroup="sbon",
                              hovertemplate="candidate %{x}: %{y} tokens<extra>" + fate + "</extra>"))
     fig.data[0].update(offsetgroup="bon")
+    parted = comp.diverged_ids  # Best-of-N's candidate k is another text there: its bar says so, hatched
+    if parted:
+        fig.add_trace(go.Bar(x=parted, y=[comp.bon.candidates[k].tokens_generated for k in parted],
+                             name="Best-of-N: a different text", marker=dict(color=BON_COLOR, pattern_shape="/"),
+                             offsetgroup="bon",
+                             hovertemplate="candidate %{x}: %{y} tokens in Best-of-N's run, another text than "
+                                           "Speculative Rejection's candidate %{x}<extra></extra>"))
     m = comp.metrics
     styled(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} (grey bars) · Speculative Rejection {m['sbon_tokens']} "
-               f"(bars coloured by fate; token rate {m['token_rate']:.2f})", height=380)
+               f"(bars coloured by fate; {m['token_rate']:.0%} of Best-of-N's)", height=380)
     fig.update_layout(barmode="group", bargap=0.25)
     fig.update_xaxes(dtick=1 if comp.n <= 32 else None)
     axis_titles(fig, "candidate", "tokens generated")
@@ -137,7 +147,8 @@ def phase_times(comp: Comparison) -> go.Figure:
         fig.add_trace(go.Bar(y=[label for label, _ in runs], x=[r.timings.get(phase, 0.0) for _, r in runs],
                              name=phase, orientation="h", marker_color=colors[phase],
                              hovertemplate="%{y}: %{x:.2f} s<extra>" + phase + "</extra>"))
-    styled(fig, f"Wall time: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
+    where = f" on {comp.sbon.machine}" if comp.sbon.machine else " (machine not recorded)"
+    styled(fig, f"Wall time{where}: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
                f"{comp.sbon.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
     fig.update_layout(barmode="stack", legend_traceorder="normal")
     axis_titles(fig, "seconds")
@@ -151,7 +162,7 @@ def tradeoff_table(comp: Comparison, alphas: tuple[float, ...] = ALPHAS) -> pd.D
     candidates, for every (tau, alpha): no new generation."""
     if not comp.partials:
         return pd.DataFrame(columns=["tau", "alpha", "normalized_score", "token_rate"])
-    return tradeoff_grid(comp.bon, comp.partials, alphas)
+    return tradeoff_grid(comp.bon, comp.partials, alphas, comp.uncertainties, comp.sbon.settings.get("undecided", "paper"))
 
 
 def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float, ...] = ALPHAS) -> go.Figure:
@@ -185,7 +196,7 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
                                  hovertemplate=f"τ={tau}, " + "α=%{customdata:.1f}<br>token rate %{x:.2f}<br>"
                                                "normalized score %{y:.1f}<extra></extra>"))
     m = comp.metrics
-    fig.add_trace(go.Scatter(x=[m["token_rate"]], y=[m["normalized_score"]], mode="markers", name=f"this run ({comp.sbon.method})",
+    fig.add_trace(go.Scatter(x=[m["token_rate"]], y=[m["normalized_score"]], mode="markers", name="this run",
                              marker=dict(symbol="star", size=18, color="#e63946", line=dict(width=1, color="black")),
                              hovertemplate="this run<br>token rate %{x:.2f}<br>normalized score %{y:.1f}<extra></extra>"))
     styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate; "

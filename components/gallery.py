@@ -23,6 +23,7 @@ from sbon.analysis.comparison import Comparison
 from sbon.errors import SBoNError
 from sbon.metrics import decision_quality
 from sbon.rewards import bind_instructions
+from sbon.signals import signal_title
 
 from .controls import ASSETS
 
@@ -74,7 +75,7 @@ GALLERY: dict[str, GalleryEntry] = {e.key: e for e in (
     GalleryEntry("open-instruction", "Follow instructions: an open instruction, Best-of-N's winner pruned",
                  settings=dict(IFEVAL, seed=1), ifeval_key=102, winner="pruned", open_pruned=True),
     GalleryEntry("high-alpha", "A high α: most candidates cut at each decision point", settings=dict(alpha=0.8, **FLUENCY)),
-    GalleryEntry("reward-free", "A reward-free pruning signal (the generator's self-certainty)",
+    GalleryEntry("reward-free", "A reward-free pruning signal (how certain the generator is)",
                  settings=dict(reward="minilm-pref", prune_by="self-certainty", prompt=FIRST_EXAMPLE)),
     GalleryEntry("single-tau", "The single-τ variant: one decision point at τ", settings=dict(method="sbon-tau", **FLUENCY)),
 )}
@@ -129,7 +130,8 @@ class Facts:
 def facts(comp: Comparison) -> Facts:
     quality = decision_quality(comp.bon, comp.sbon)
     fates = [q["winner"] for q in quality]
-    winner = ("pruned" if "pruned" in fates else "retired" if "retired" in fates else "kept" if fates else "none")
+    winner = ("diverged" if "diverged" in fates else "pruned" if "pruned" in fates else "retired" if "retired" in fates
+              else "kept" if fates else "none")
     winner_round = next((q["round"] for q in quality if q["winner"] == "pruned"), None)
     violated, open_ = _instruction_fates(comp)
     s = comp.sbon.settings
@@ -162,14 +164,14 @@ def _instruction_fates(comp: Comparison) -> tuple[int, int]:
 def caption(comp: Comparison, entry: GalleryEntry | None = None) -> str:
     """One line, written from the run's data: what was pruned, by what, and what it cost."""
     f = facts(comp)
-    by = "its partial rewards" if f.signal == "reward" else f"the {f.signal} signal"
+    by = "its partial rewards" if f.signal == "reward" else signal_title(f.signal)
     what = (f"{f.pruned} of {f.n} candidates pruned at {f.points} decision point{'s' if f.points != 1 else ''} "
             f"(α={f.alpha}, by {by})")
     if f.violation_pruned or f.open_pruned:
         what += (f"; {f.violation_pruned} had already broken an instruction, "
                  f"{f.open_pruned} still had every instruction open")
     winner = {"kept": "Best-of-N's winner kept", "retired": "Best-of-N's winner finished before a cut",
-              "none": "nothing pruned",
+              "none": "nothing pruned", "diverged": "Best-of-N's winner came out differently in this run",
               "pruned": f"Best-of-N's winner pruned in round {f.winner_round}"}[f.winner]
     answer = "same answer as Best-of-N" if f.same_answer else "a different answer than Best-of-N"
     head = f"{entry.title}: " if entry else ""

@@ -4,6 +4,7 @@ registration are sbon.ifeval.instructions' (the command line and /compare use th
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from sbon.errors import SBoNError
@@ -13,9 +14,16 @@ from sbon.ifeval.instructions import DESCRIPTIONS, EXAMPLE_ARGS, by_frequency, p
 PLACEHOLDER = '[{"id": "punctuation:no_comma"}, {"id": "change_case:english_lowercase"}]'
 
 
+def instruction_title(instruction: Any) -> str:
+    """An instruction's human name ('no comma'), from its id ('punctuation:no_comma') or a recorded run's
+    {"id": ...} entry; the id stays the JSON's and the tooltip's."""
+    ident = str(instruction.get("id")) if isinstance(instruction, dict) else str(instruction)
+    return ident.split(":")[-1].replace("_", " ")
+
+
 def type_choices() -> list[tuple[str, str]]:
     """(label, id) of every instruction type, the most frequent in IFEval first."""
-    return [(f"{i.split(':')[1].replace('_', ' ')} — {DESCRIPTIONS[i]}", i) for i in by_frequency()]
+    return [(f"{instruction_title(i)} — {DESCRIPTIONS[i]}", i) for i in by_frequency()]
 
 
 def _current(text: str) -> list[tuple[str, dict]]:
@@ -26,11 +34,14 @@ def _current(text: str) -> list[tuple[str, dict]]:
 
 
 def on_types(ids: list[str] | None, text: str) -> dict[str, Any]:
-    """The picked types as JSON, keeping the arguments of those already in the box, example arguments
-    for new ones."""
-    kept = {i: k for i, k in _current(text)}
-    chosen = [(i, kept.get(i, EXAMPLE_ARGS.get(i, {}))) for i in ids or []]
-    return {"instructions": to_json(chosen) if chosen else ""}
+    """A click in the list adds that instruction to the box (with example arguments), keeping every instruction
+    already there with its arguments; the list empties again, so the next click adds too (an instruction is
+    removed by editing the box)."""
+    current = _current(text)
+    have = {i for i, _ in current}
+    added = [(i, EXAMPLE_ARGS.get(i, {})) for i in ids or [] if i not in have]
+    chosen = current + added
+    return {"instructions": to_json(chosen) if chosen else (text or ""), "instruction_types": []}
 
 
 def on_text(text: str) -> dict[str, Any]:
@@ -42,9 +53,9 @@ def on_text(text: str) -> dict[str, Any]:
         parsed = parse_instructions(text)
     except SBoNError as e:
         return {"instructions_note": f"⚠ {e}"}
-    lines = [f"- `{i}` — {DESCRIPTIONS[i]}" + (f" ({', '.join(f'{k}={v!r}' for k, v in kw.items())})" if kw else "")
-             for i, kw in parsed]
-    return {"instructions_note": "\n".join(lines), "instruction_types": [i for i, _ in parsed]}
+    lines = [f"- **{instruction_title(i)}** — {DESCRIPTIONS[i]}"
+             + (f" ({', '.join(f'{k}={v!r}' for k, v in kw.items())})" if kw else "") for i, kw in parsed]
+    return {"instructions_note": "\n".join(lines)}
 
 
 def shipped_instructions(prompt: str) -> list[tuple[str, dict]] | None:
@@ -59,4 +70,20 @@ def on_example(prompt: str | None) -> dict[str, Any]:
     found = shipped_instructions(prompt) if prompt else None
     if found is None:
         return {}
-    return {"instructions": to_json(found), "instruction_types": [i for i, _ in found]}
+    return {"instructions": to_json(found), "instruction_types": []}
+
+
+@functools.lru_cache(maxsize=1)
+def _example_sets() -> frozenset[str]:
+    """The shipped IFEval prompts' own instruction sets, as the builder writes them."""
+    return frozenset(to_json([(i, {k: v for k, v in kw.items() if v is not None})
+                              for i, kw in zip(row.instruction_ids, row.kwargs)]) for row in load_prompts(SHIPPED_FILE))
+
+
+def on_prompt(prompt: str | None, text: str | None) -> dict[str, Any]:
+    """A prompt of your own clears the instructions a scenario example left in the builder (they were that
+    example's, not yours); instructions you wrote or added stay, and an example prompt is on_example's."""
+    if not text or not prompt or shipped_instructions(prompt) is not None:
+        return {}
+    parsed = _current(text)
+    return {"instructions": ""} if parsed and to_json(parsed) in _example_sets() else {}

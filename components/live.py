@@ -30,7 +30,12 @@ from .fates import fate_color
 from .rounds import round_caption
 from .style import BON_COLOR, axis_titles, styled, wrap_title
 
-PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Counterfactual replay"}
+PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Preparing the what-if views"}
+
+
+def plural(count: int, word: str) -> str:
+    """``word`` for one, ``word + 's'`` for any other count."""
+    return word if count == 1 else word + "s"
 
 
 @dataclass
@@ -124,14 +129,13 @@ class LiveTracker:
             return f"starting… ({clock})"
         if self.phase == "counterfactual":
             done, total = self.counterfactual
-            progress = f"{done} of {total} decision tokens done" if total else "starting"
-            return (f"**{name}** for the Trade-off and Pruning signals views: scoring Best-of-N's prefixes, "
-                    f"{progress} ({clock})")
+            progress = f": {done} of {total}" if total else ""
+            return f"**{name}**{progress} (both answers are in; {clock})"
         if self.phase == "done":
             return f"Done in {clock}"
         rounds = f"round {self.round} · " if self.phase != "bon" else "same seed, no pruning · "
         pruned = f" · {self.pruned} pruned" if self.phase != "bon" else ""
-        return (f"**{name}** · {rounds}{len(self.live)} of {self.n} candidates generating · "
+        return (f"**{name}** · {rounds}{len(self.live)} of {self.n} {plural(self.n, 'candidate')} generating · "
                 f"{self.tokens}/{self.max_new_tokens} tokens{pruned} ({clock})")
 
     def race(self, methods: tuple[str, ...]) -> str:
@@ -154,7 +158,7 @@ class LiveTracker:
                         f"{c.generated} | **{c.seconds(now):.1f} s** |")
         if self.phase == "counterfactual":
             done, total = self.counterfactual
-            rows.append(f"\nThen the counterfactual replay: Best-of-N prefixes scored at decision token {done} of {total}.")
+            rows.append(f"\nPreparing the what-if views: {done} of {total}.")
         return "\n".join(rows)
 
     def caption(self) -> str:
@@ -167,16 +171,19 @@ class LiveTracker:
         clock = f"{self.elapsed:.1f} s"
         if self.phase == "starting":
             return f"Starting… · {clock}"
+        if self.phase == "bon" and not self.tokens_of.get("bon"):  # its first batch's size is known at its first token
+            return f"{answered}Best-of-N starting · {clock}"
         if self.phase == "bon":
+            live = len(self.live)
             return (f"{answered}Best-of-N generating: {self.tokens} of {self.max_new_tokens} tokens · "
-                    f"{len(self.live)} candidates at once · {clock}")
+                    f"{live} {plural(live, 'candidate')} at once · {clock}")
         if self.phase == method:  # answered; Best-of-N starts next
             return f"{answered}Best-of-N next · {clock}"
         if self.phase in METHOD_SPECS:
             where = round_caption(self.views[-1]) if self.views else "Speculative Rejection: before the first decision point"
             return f"{where} · now {self.tokens} of {self.max_new_tokens} tokens · {clock}"
         if self.phase == "counterfactual":
-            return f"{answered}both runs done · scoring Best-of-N's prefixes for the Trade-off view · {clock}"
+            return f"{answered}both runs done · preparing the what-if views · {clock}"
         return f"{answered}done in {clock}"
 
 

@@ -23,11 +23,12 @@ from typing import Callable, Iterator, TypeVar
 
 import torch
 
-from sbon.decoders import auto_compiles, check_decode, compiled_state, prepare
+from sbon.decoders import check_decode, compile_problem, compiled_state, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError
-from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, default_weights, load_generator,
-                         load_reward)
+from sbon.machine import SAFE_THREADS, Choice, cached_choice, decode_threads, eligible, safe_path, title
+from sbon.models import (DEFAULT_GENERATOR, GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device,
+                         generator_title, load_generator, load_reward, reward_title)
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
 
@@ -36,20 +37,19 @@ log = logging.getLogger(__name__)
 
 
 def configure_threads() -> int:
-    """Set torch's CPU threads and return how many are in use: SBON_THREADS if set; else one thread
-    where the generator decodes in fp32 on a machine with at most two cores and no GPU; else torch's
-    default (one per core).
+    """Set torch's CPU threads and return how many are in use: SBON_THREADS if set; else, on a machine with at most
+    two cores and no GPU where no decode path is measured yet, one thread (the float32 path that runs meanwhile is
+    exact on one thread only, and on shared cores its threads wait on each other at every operation); else torch's
+    default (one per core), the thread count the measured choice was measured at (sbon.machine.decode_threads).
 
-    Why: bf16 (the default where the CPU has bfloat16 matmuls, sbon.models.default_weights) gives each
-    row the same bits on any number of threads, and two threads decode a step of 16 candidates in
-    about 0.6 of one thread's time on idle cores (benchmarks/results/*/step). fp32 does so on one
-    thread only, and on shared cores its threads wait on each other at every operation."""
+    Why: a path measured exact on two threads (bf16 and int4 are, where the CPU computes bfloat16 natively) decodes
+    a step of 16 candidates in about 0.6 of one thread's time on idle cores (benchmarks/results/*/step)."""
     threads = os.environ.get("SBON_THREADS")
     if threads:
         torch.set_num_threads(max(1, int(threads)))
     elif (not torch.cuda.is_available() and (os.cpu_count() or 1) <= 2
-          and default_weights(torch.device("cpu")) == "fp32"):
-        torch.set_num_threads(1)
+          and cached_choice(DEFAULT_GENERATOR, "cpu", decode_threads()) is None):
+        torch.set_num_threads(SAFE_THREADS)
     return torch.get_num_threads()
 
 
@@ -157,8 +157,8 @@ class ModelCache:
     (``load_async``), the thread runs use, so the page can say what is loading while it waits."""
 
     def __init__(self, size: int = 2, load_gen: Callable[..., Generator] = load_generator,
-                 load_rew: Callable[..., RewardModel] = load_reward, steps: "CompiledSteps | None" = None):
-        """``steps``: the app's compiled decode steps, built in the background (None: runs decode as SBON_DECODE
+                 load_rew: Callable[..., RewardModel] = load_reward, steps: "DecodePaths | None" = None):
+        """``steps``: the app's decode paths, measured and built in the background (None: runs decode as SBON_DECODE
         says, in their own process)."""
         self.size = size
         self._load_gen, self._load_rew = load_gen, load_rew
@@ -194,8 +194,11 @@ class ModelCache:
         return default_device()
 
     def is_loaded(self, generator: str, reward: str) -> bool:
+        """Both in memory, the generator in the format this machine's measured choice names (a choice that came
+        since loads it again)."""
         dev = str(self.device())
-        return (generator, dev) in self._generators and self._reward_key(reward, generator, dev) in self._rewards
+        return ((generator, dev) in self._generators and self._reward_key(reward, generator, dev) in self._rewards
+                and self.is_current(generator))
 
     @staticmethod
     def _reward_key(reward: str, generator: str, device: str) -> tuple:
@@ -207,25 +210,31 @@ class ModelCache:
         dev = self.device()
         with self._lock:
             gkey = (generator, str(dev))
+            wanted = self.steps.wanted(generator) if self.steps else None
+            if gkey in self._generators and wanted and self._generators[gkey].weights != wanted[0]:
+                self._drop(generator, str(dev))  # this machine's measured choice came since: load it in that format
             if gkey not in self._generators:
                 source = generator_source(generator)
-                self._set_step(f"1/3 loading {source.describe()}"
+                # the page's words; where from is the log's (components.runs.start_loading_models)
+                self._set_step(f"1/3 loading the generator, {generator_title(generator)}"
                                + (" (first time only: about 20 s on 2 CPU cores)" if source.first_time else ""))
                 if source.first_time and self._load_gen is load_generator and (child := convert_in_background(generator)):
                     child.wait()
-                gen = self._load_gen(generator, device=dev)
+                if wanted:  # the thread count the choice was measured at, on this thread (TORCH_THREAD)
+                    torch.set_num_threads(wanted[1])
+                gen = self._load_gen(generator, device=dev, **({"weights": wanted[0]} if wanted else {}))
                 self._set_step("2/3 warming up the generator")
                 if not on_zerogpu():  # ZeroGPU's main process has no real GPU: its workers warm up in the run
                     _warm_up(gen)
-                    if self.steps:  # loads its compiled step if saved, or starts building it
+                    if self.steps:  # loads its compiled step if chosen and saved, or starts measuring
                         self.steps.decode(generator, gen)
                 self._generators[gkey] = gen
             self._generators.move_to_end(gkey)
             gen = self._generators[gkey]
             rkey = self._reward_key(reward, generator, str(dev))
             if rkey not in self._rewards:
-                self._set_step(f"3/3 loading the reward {reward}"
-                               + "".join(f", {s.describe()}" for s in reward_sources(reward, generator)))
+                self._set_step(f"3/3 loading the reward, {reward_title(reward)}"
+                               + (", from the hub" if any(s.hub for s in reward_sources(reward, generator)) else ""))
                 self._rewards[rkey] = self._load_rew(reward, generator=gen, device=dev)
             self._rewards.move_to_end(rkey)
             self._set_step("")
@@ -234,13 +243,50 @@ class ModelCache:
                     cache.popitem(last=False)
             return gen, self._rewards[rkey]
 
+    def _drop(self, generator: str, device: str) -> None:
+        """Forget a generator and the rewards that score with it (the next get loads them again)."""
+        self._generators.pop((generator, device), None)
+        for key in [k for k in self._rewards if k[1] == generator and k[2] == device]:
+            del self._rewards[key]
+
+    def is_current(self, generator: str) -> bool:
+        """The loaded generator is in the weight format this machine's measured choice names (or nothing is
+        measured)."""
+        gen = self._generators.get((generator, str(self.device())))
+        wanted = self.steps.wanted(generator) if self.steps else None
+        return gen is None or not wanted or gen.weights == wanted[0]
+
     def decode(self, generator: str, gen: Generator) -> str:
-        """The decode path (sbon.decoders) of a run of this generator that starts now: see CompiledSteps."""
+        """The decode path (sbon.decoders) of a run of this generator that starts now: see DecodePaths."""
         return self.steps.decode(generator, gen) if self.steps else app_decode()
+
+    def planned_decode(self, generator: str) -> str | None:
+        """The decode path a run of this generator starting now would take, where that is known without loading,
+        measuring or building anything (None: the generator is not loaded yet); as DecodePaths.decode decides."""
+        asked = app_decode()
+        if asked != "auto":
+            return asked
+        gen = self._generators.get((generator, str(self.device())))
+        if gen is None:
+            return None
+        steps = self.steps
+        if steps is None or generator in steps._failed:
+            return "eager"
+        if gen.device.type == "cuda":
+            return "compiled" if generator in steps._gpu_ready else "eager"
+        choice = steps.choice(generator)
+        if choice is None or (choice.weights, choice.decode) != (gen.weights, "compiled"):
+            return "eager"
+        return "compiled" if compiled_state(gen) in ("loaded", "saved") else "eager"
 
     def decode_status(self, generator: str) -> str:
         """One line for the page about this generator's compiled decode step ('' where there is nothing to say)."""
-        return self.steps.status(generator) if self.steps else ""
+        if not self.steps:
+            return ""
+        if not self.is_current(generator):  # measured since it loaded: a run never changes its path midway
+            return f"`{generator}`: this machine's fastest exact path is measured, {self.steps.choice(generator).words}; " \
+                   "the next run loads it (seconds)."
+        return self.steps.status(generator)
 
     def load_async(self, generator: str, reward: str) -> Future:
         """Start loading in the background thread (or join the load already under way) and return
@@ -308,27 +354,66 @@ _CONVERSIONS: dict[str, subprocess.Popen] = {}
 # -- the compiled decode step ----------------------------------------------------------------------
 
 def app_decode() -> str:
-    """How the app's runs decode, SBON_DECODE: ``auto`` (the default) with the compiled step where it keeps the
-    coupling exact (sbon.decoders.auto_compiles) once it is built on this machine, eagerly until then; ``eager`` or
-    ``compiled`` for every run (``compiled`` compiles in the first run that needs it, where it is not saved yet)."""
+    """How the app's runs decode, SBON_DECODE: ``auto`` (the default) on the path measured fastest on this machine
+    (exact, on a CPU: sbon.machine) once measured, its compiled step once built, on the path that is exact without
+    measuring until then; ``eager`` or ``compiled`` for every run (``compiled`` compiles in the first run that needs
+    it, where it is not saved yet)."""
     asked = os.environ.get("SBON_DECODE") or "auto"
     check_decode(asked)
     return asked
 
 
-class CompiledSteps:
-    """``auto``'s compiled decode step per generator: built once per machine by a child process, loaded here by the
-    next load or run, used by every run after. Each run records the path it decoded with (RunResult.decode).
+def check_forced_paths(generator: str = DEFAULT_GENERATOR) -> None:
+    """At start: a mistyped SBON_DECODE, or a path SBON_WEIGHTS/SBON_DECODE forces that was measured not to run on
+    this machine, stops the app in one line naming the paths that can (sbon.probe.check_forced)."""
+    from sbon.probe import check_forced
+    try:
+        app_decode()
+    except SBoNError as e:
+        raise SBoNError(f"SBON_DECODE: {e}") from None
+    check_forced(generator, default_device())
 
-    A child, not this process: compiling and saving the step takes a minute or more per kind of run (hidden states
-    kept or not) on two cores, and here it would hold TORCH_THREAD, so that no run could start meanwhile. The child
-    runs only on cores the app leaves idle (Linux's SCHED_IDLE; else the lowest priority) and ends with the app; runs
-    decode eagerly until its files are on the disk."""
+
+class DecodePaths:
+    """``auto``'s decode path per generator, chosen by measurement (sbon.probe) once per machine by a child process:
+    it times every path this machine can run (seconds each), chooses the fastest exact one and saves the choice, then
+    builds that format's compiled step if it is not saved yet (minutes) and measures it too. Meanwhile runs take the
+    path that is safe now (sbon.machine.safe_path), then the chosen one: the model cache loads the generator in the
+    chosen format at the start of the next run (``ModelCache.get``). Each run records the path it decoded with
+    (RunResult.decode). On a GPU the compiled step is CUDA graphs, built in this process between runs.
+
+    A child, not this process: measuring loads every weight format, and building a compiled step takes a minute or
+    more on two cores; here it would hold TORCH_THREAD, so that no run could start meanwhile. The child runs only on
+    cores the app leaves idle (Linux's SCHED_IDLE; else the lowest priority) and ends with the app."""
 
     def __init__(self) -> None:
         self._children: dict[str, subprocess.Popen] = {}
         self._started: dict[str, float] = {}
-        self._failed: dict[str, str] = {}  # generator -> why its runs decode eagerly
+        self._failed: dict[str, str] = {}  # generator -> why its runs stay on the safe path
+        self._gpu_ready: set[str] = set()
+
+    def choice(self, name: str) -> Choice | None:
+        """This machine's measured choice for the generator (at the thread count it was measured at)."""
+        device = default_device()
+        return cached_choice(name, device, decode_threads() if device.type == "cpu" else None)
+
+    def wanted(self, name: str) -> tuple[str, int] | None:
+        """The weight format and CPU threads the generator loads with, where this machine's choice names them and
+        SBON_WEIGHTS forces none (None: as loading decides)."""
+        if os.environ.get("SBON_WEIGHTS") or app_decode() != "auto":
+            return None
+        choice = self.choice(name)
+        return (choice.weights, choice.fingerprint["threads"]) if choice and choice.weights else None
+
+    def _measure(self, name: str) -> None:
+        """Start the child that measures (and builds) where this machine has no choice yet, or where its choice
+        waits for the compiled step of its fastest exact format; once per process."""
+        if name in self._children or on_zerogpu():
+            return
+        choice = self.choice(name)
+        if choice is not None and not _build_pending(choice):
+            return
+        self._children[name], self._started[name] = _measure_in_child(name), time.perf_counter()
 
     def decode(self, name: str, gen: Generator) -> str:
         """The decode path of a run of ``gen`` (the preset ``name``) that starts now. Called on TORCH_THREAD: it may
@@ -336,7 +421,11 @@ class CompiledSteps:
         asked = app_decode()
         if asked != "auto":
             return asked
-        if not auto_compiles(gen) or name in self._failed:
+        if gen.device.type == "cuda":
+            return self._gpu_decode(name, gen)
+        self._measure(name)
+        choice = self.choice(name)
+        if name in self._failed or choice is None or (choice.weights, choice.decode) != (gen.weights, "compiled"):
             return "eager"
         state = compiled_state(gen)
         if state == "loaded":
@@ -345,31 +434,75 @@ class CompiledSteps:
             if prepare(gen):
                 return "compiled"
             self._failed[name] = "its compiled decode step did not load (the app's log says why)"
-            return "eager"
-        child = self._children.get(name)
-        if child is None:
-            self._children[name], self._started[name] = _build_in_child(name), time.perf_counter()
-        elif child.poll() is not None:  # ended without saving both steps
-            self._failed[name] = f"its compiled decode step could not be built here (exit status {child.returncode}; " \
-                                 "the app's log says why)"
         return "eager"
 
+    def _gpu_decode(self, name: str, gen: Generator) -> str:
+        """On a GPU: the compiled step with CUDA graphs once built, eagerly until then. It is built on TORCH_THREAD
+        after the run that asks first (a run that starts meanwhile waits for it: CUDA graphs are captured on the
+        thread that replays them)."""
+        if name in self._gpu_ready:
+            return "compiled"
+        if on_zerogpu():  # a lent GPU worker lives for one run: nothing built there outlasts it
+            return "eager"
+        if name not in self._started and compile_problem(gen) is None:
+            self._started[name] = time.perf_counter()
+            TORCH_THREAD.submit(self._build_gpu, name, gen)
+        return "eager"
+
+    def _build_gpu(self, name: str, gen: Generator) -> None:
+        try:
+            from sbon.decoders import _compiled
+            dec, prefix = _compiled(gen), gen.prefill(gen.encode_prompt("Hi"))
+            for rows in (16, 8, 4, 2):  # the row buckets of a page-default run (N=16), each one graph
+                for hidden in (False, True):
+                    batch = dec.start(prefix, list(range(rows)), hidden, 2)
+                    dec.forward(batch, prefix.logits.argmax(-1).expand(rows))
+            gen.synchronize()
+            self._gpu_ready.add(name)
+        except Exception as e:  # noqa: BLE001 - runs stay eager and the page says why
+            log.warning("the compiled step of %s was not built: %s: %s", name, type(e).__name__, e)
+            self._failed[name] = f"its compiled step with CUDA graphs could not be built ({type(e).__name__})"
+
     def status(self, name: str) -> str:
-        """One line for the page about this generator's decode step ('' where it has nothing to say)."""
+        """One line for the page about this generator's decode path ('' where it has nothing to say)."""
         if name in self._failed:
-            return f"`{name}` decodes op by op: {self._failed[name]}."
+            return f"{generator_title(name)} runs on the plain (slower) path: {self._failed[name]}."
         child = self._children.get(name)
-        if child is not None and child.poll() is None:
-            return (f"⚙ Compiling `{name}`'s decode step in the background, once on this machine (for "
-                    f"{time.perf_counter() - self._started[name]:.0f} s; minutes on two cores): until it is ready, "
-                    "runs decode op by op.")
+        running = child is not None and child.poll() is None
+        choice = self.choice(name)
+        if running:
+            weights, decode = (choice.weights, choice.decode) if choice and choice.weights else \
+                safe_path(default_device())
+            doing = ("building the compiled step of the fastest exact path" if choice else
+                     "measuring every decode path of this machine")
+            return (f"⚙ {generator_title(name)}: {doing} in the background, once on this machine (for "
+                    f"{time.perf_counter() - self._started[name]:.0f} s; runs go first): meanwhile runs use "
+                    f"{title(weights, decode, str(default_device()))}"
+                    + ("" if choice else ", exact without measuring") + ".")
+        if child is not None and child.returncode and choice is None:
+            return (f"{generator_title(name)} decodes op by op with float32 weights: measuring this machine's decode paths failed "
+                    f"(exit status {child.returncode}; the app's log says why).")
+        if name in self._gpu_ready:
+            return f"{generator_title(name)} decodes with its compiled step with CUDA graphs."
+        if name in self._started and default_device().type == "cuda":
+            return f"⚙ {generator_title(name)}: building its compiled step with CUDA graphs (runs decode op by op until then)."
+        if choice is not None:
+            return f"{generator_title(name)} decodes with {choice.words}." if choice.weights else f"{generator_title(name)}: {choice.words}."
         return ""
 
 
-def _build_in_child(name: str) -> subprocess.Popen:
-    """A child process that compiles and saves the generator's decode step for both kinds of run on idle cores,
-    ending with this process (its log lines go to this process's stderr)."""
-    code = ("import ctypes, logging, os, signal, sys\n"
+def _build_pending(choice: Choice) -> bool:
+    """The choice waits for the compiled step of its fastest exact eager format (sbon.probe's ``build``)."""
+    exact = sorted((p for p in choice.paths if p.decode == "eager" and eligible(p, choice.device)),
+                   key=lambda p: p.per_step())
+    return bool(exact) and f"{exact[0].weights} compiled" in choice.pending
+
+
+def _measure_in_child(name: str) -> subprocess.Popen:
+    """A child process that measures the generator's decode paths and builds the chosen format's compiled step
+    (``python -m sbon machine --build``) on idle cores, ending with this process (its lines go to this process's
+    stderr)."""
+    code = ("import ctypes, os, signal, sys\n"
             "try:\n"
             "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with the app\n"
             "except (AttributeError, OSError):\n"
@@ -378,13 +511,9 @@ def _build_in_child(name: str) -> subprocess.Popen:
             "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
             "except (AttributeError, OSError):\n"
             "    os.nice(19)\n"
-            "logging.basicConfig(level=logging.WARNING, format='%(asctime)s compiled step: %(message)s')\n"
-            "from components.model_cache import configure_threads\n"
-            "configure_threads()  # the app's thread count: the saved step is for one\n"
-            "from sbon.decoders import prepare\n"
-            "from sbon.models import load_generator\n"
-            f"sys.exit(0 if prepare(load_generator({name!r}, device='cpu')) else 1)\n")
-    log.info("compiling %s's decode step in a child process (runs decode eagerly until it is saved)", name)
+            "from sbon.cli import main\n"
+            f"sys.exit(main(['machine', '--build', '--generator', {name!r}, '--device', 'cpu']))\n")
+    log.info("measuring %s's decode paths in a child process (runs use the safe path until it has chosen)", name)
     return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
                             stdout=subprocess.DEVNULL)
 
@@ -400,4 +529,4 @@ def _warm_up(gen: Generator) -> None:
 
 # The page's one cache, shared by all its sessions (models are read-only; results live in each session's state),
 # by its handlers and by a ZeroGPU worker, which inherits it.
-MODELS = ModelCache(steps=CompiledSteps())
+MODELS = ModelCache(steps=DecodePaths())

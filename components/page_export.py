@@ -64,9 +64,11 @@ section{margin:1.5em 0}details{margin:.4em 0}.caption{font-size:1.15em;font-weig
 pre.answer{white-space:pre-wrap;border:1px solid #ccc;border-radius:6px;padding:8px}"""
 
 
-def page_html(comp: Comparison, caption: str = "", origin: str = "", reward: object = None) -> str:
+def page_html(comp: Comparison, caption: str = "", origin: str = "", reward: object = None,
+              plotly_src: str | None = None, links: tuple[tuple[str, str], ...] = ()) -> str:
     """The whole page as one string. ``reward`` (optional) adds its per-instruction explanations, as on the
-    page's candidate detail."""
+    page's candidate detail. ``plotly_src``: load Plotly from this address of the same server instead of inlining
+    it (the app's static pages share one cached copy); ``links``: (label, address) pairs shown under the title."""
     figs = figures_of(comp)
     fig_divs, fig_scripts = [], []
     for div_id, (heading, fig) in figs.items():
@@ -84,14 +86,21 @@ def page_html(comp: Comparison, caption: str = "", origin: str = "", reward: obj
         ("Every candidate", tables.candidates_table(comp)), ("Savings", tables.savings_table(comp)),
         ("Partial vs final reward of Best-of-N's candidates at each τ", tables.correlation_table(comp)),
         ("Pruning signals per decision point", signals_view.summary_table(comp))))
-    title = caption or tables.headline(comp)
+    # The gallery's caption (plain text) when the run is a gallery story; the headline, Markdown, is rendered once
+    # in the explanations below it.
+    title = f'<p class="caption" id="caption">{html.escape(caption)}</p>' if caption else ""
+    # Inlined, the page forbids every request; served, it may fetch only its own server's Plotly.
+    script_src = "'self' 'unsafe-inline' 'unsafe-eval'" if plotly_src else "'unsafe-inline' 'unsafe-eval'"
+    plotly = f'<script src="{html.escape(plotly_src)}"></script>' if plotly_src else f"<script>{_plotly_js()}</script>"
+    nav = " · ".join(f'<a href="{html.escape(href)}">{html.escape(label)}</a>' for label, href in links)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:; font-src data:">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src {script_src}; style-src 'unsafe-inline'; img-src data:; font-src data:">
 <title>SBoN Explorer: a saved run</title><style>{CSS}</style>
-<script>{_plotly_js()}</script></head><body>
+{plotly}</head><body>
 <h1>SBoN Explorer: Speculative Rejection vs Best-of-N</h1>
-<p class="caption" id="caption">{html.escape(title)}</p>
+{title}
+{f'<p id="links">{nav}</p>' if nav else ""}
 <section id="explanations">{_MD.render(md)}</section>
 <section id="answers">{text_blocks}</section>
 {"".join(fig_divs)}

@@ -50,6 +50,18 @@ body.presenter #round-caption, body.presenter #round-caption * { font-size: 20px
 body.presenter #round-caption { min-height: 2.7em; }
 body.presenter #headline *, body.presenter #run-source *, body.presenter #savings-table * { font-size: 20px !important; }
 body.presenter .tab-container button, body.presenter .tabs button[role=tab] { font-size: 18px; }
+/* The status line wraps rather than cutting a method's name ("Specul…") when the run bar is narrow. */
+#status { min-width: 12em; flex: 1 1 12em !important; overflow-wrap: anywhere; }
+body.presenter #status { white-space: normal; overflow: visible; }
+/* A phone: the run bar wraps inside the screen, and the live chart comes right under it, before the settings. */
+@media (max-width: 640px) {
+  #run-bar { flex-wrap: wrap; }
+  #run-bar > * { min-width: 0 !important; }
+  #run-bar button { min-width: 0 !important; padding-left: 8px; padding-right: 8px; }
+  #main-row { flex-direction: column; }
+  #live-column { order: -1; }
+  .gradio-container, #main-row, #live-column, #settings-column { max-width: 100vw; min-width: 0 !important; }
+}
 """
 
 # How much of the window the live chart may take: the window less the run bar and a two-line caption.

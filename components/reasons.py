@@ -61,9 +61,21 @@ class CutReason:
     digits: int = field(default=MIN_DECIMALS, metadata={"help": "decimals that tell this point's scores apart"})
     signal: str = field(default="reward", metadata={"help": "the pruning signal that ranked the live contenders"})
     forced: bool = field(default=False, metadata={"help": "pruned although at or above the cut: the budget forced it"})
+    undecided: bool = field(default=False, metadata={"help": "the signal could not tell it apart from the cut"})
+    rule: str = field(default="paper", metadata={"help": "what the decision point did with undecided ones (sbon.cut.UNDECIDED)"})
+    tie_note: str = field(default="", metadata={"help": "every live score was alike: what that means (tie_text)"})
 
     def text(self) -> str:
-        """e.g. 'rank 14 of 16, 0.50 < cut 0.67'; a finished answer the signal cannot rank says so."""
+        """e.g. 'rank 14 of 16, 0.50 < cut 0.67'; a finished answer the signal cannot rank says so; a candidate the
+        signal could not tell apart from the cut, or a cut among scores that were all alike, says that instead."""
+        budget = ", halted all the same: the survivors had to fit the KV budget"
+        if self.tie_note and not self.finished and self.rank is not None:
+            return f"{self.tie_note} (rank {self.rank} of {self.of})" + (budget if self.forced else "")
+        if self.undecided and not self.finished and self.rank is not None:
+            digits = separating_digits(self.score, self.cut, self.digits)
+            done = (UNDECIDED_KEPT if self.outcome == "kept" else UNDECIDED_PRUNED).get(self.rule, "")
+            return (f"rank {self.rank} of {self.of}, could not be told apart from the cut ({fmt(self.score, digits)} "
+                    f"against {fmt(self.cut, digits)}): " + (budget[2:] if self.forced else done))
         if self.rank is None:  # sbon.cut.cut with rank_finished=False: finished answers stay in, unranked
             return (f"not ranked: it had finished (final reward {fmt(self.score, self.digits)}), and the "
                     f"{signal_title(self.signal)} signal cannot rank a finished answer against live ones, so it "
@@ -87,31 +99,68 @@ def separating_digits(a: float, b: float, digits: int) -> int:
     return digits
 
 
-def point_reasons(point: DecisionPoint) -> dict[int, CutReason]:
+# What a decision point did with a candidate its signal could not tell apart from the cut, by rule
+# (sbon.cut.UNDECIDED): the end of its reason, and the round caption's words for all of them.
+UNDECIDED_KEPT = {"paper": "kept by the order of the scores all the same (the paper's rule)",
+                  "prune": "kept, since only candidates clearly below the cut are pruned",
+                  "defer": "kept to wait for the next decision point",
+                  "random": "kept by a random draw"}
+UNDECIDED_PRUNED = {"paper": "pruned by the order of the scores all the same (the paper's rule)",
+                    "random": "pruned by a random draw",
+                    "prune": "pruned", "defer": "pruned by a random draw after waiting a decision point"}
+UNDECIDED_DONE = {"paper": "ranked by their scores all the same (the paper's rule)",
+                  "prune": "all kept: only candidates clearly below the cut were pruned",
+                  "defer": "kept to wait for the next decision point, or drawn at random if they had waited",
+                  "random": "kept or pruned by a random draw"}
+INSTRUCTION_REWARD = "ifeval"  # the reward whose ties are broken by length, and whose scores are instructions followed
+
+
+def tie_text(point: DecisionPoint, reward: str = "") -> str:
+    """When every live contender's score was alike up to the signal's tie term: what that says about them, and
+    what the cut fell to (by the run's rule); '' otherwise."""
+    if not point.tied:
+        return ""
+    live = [s for k, s in zip(point.contenders, point.scores) if k not in point.final]
+    if reward == INSTRUCTION_REWARD:
+        from sbon.ifeval.reward import TIE_BREAK
+
+        who = ("no candidate can still follow these instructions" if live and max(live) <= TIE_BREAK else
+               "every candidate was as likely as the others to follow these instructions")
+        paper = "the cut fell to the shortest"
+    else:
+        who, paper = "every candidate scored the same", "the cut fell to the lower candidate numbers"
+    fell = {"paper": paper, "random": "the cut fell to a random draw",
+            "prune": "none was pruned for its score", "defer": "none was pruned for its score yet"}
+    return f"{who}; {fell.get(point.undecided_rule, paper)}"
+
+
+def point_reasons(point: DecisionPoint, reward: str = "") -> dict[int, CutReason]:
     """Every contender of one decision point -> its reason, ranked as the cut rule ranks them (sbon.cut.cut:
-    ties go to the lower candidate number; a finished contender only when the signal can rank it)."""
+    ties go to the lower candidate number; a finished contender only when the signal can rank it). ``reward``:
+    the run's reward, for the words of a cut among scores that were all alike (``tie_text``)."""
     digits = decimals(point.scores)
     scores = point.score_of()
     ranks_finished = point.ranks_finished if point.ranks_finished is not None else on_reward_scale(point.signal, None)
     ranked = cut(scores, set(point.final), 0.0, rank_finished=ranks_finished).ranked
     rank = {k: r + 1 for r, k in enumerate(ranked)}
     pruned, retired, final = set(point.pruned), set(point.retired), set(point.final)
+    undecided, note = set(point.undecided), tie_text(point, reward)
     return {k: CutReason(point.round, point.tokens, rank.get(k), len(ranked), s, point.cut,
                          "pruned" if k in pruned else "retired" if k in retired else "kept", k in final, digits,
-                         point.signal, k in point.forced)
+                         point.signal, k in point.forced, k in undecided, point.undecided_rule, note)
             for k, s in zip(point.contenders, point.scores)}
 
 
 def candidate_reasons(run: RunResult, k: int) -> list[CutReason]:
     """Candidate k's reason at every decision point it contended in, in order."""
-    return [r[k] for r in map(point_reasons, run.decision_points) if k in r]
+    return [r[k] for r in (point_reasons(p, run.reward) for p in run.decision_points) if k in r]
 
 
 def pruning_cost(comp: Any, k: int) -> str:
     """What pruning candidate k cost, from its Best-of-N twin ('' when it was not pruned or cost
     nothing): the twin is Best-of-N's winner, or its final reward beats the response Speculative
     Rejection returned."""
-    if comp.sbon.candidates[k].pruned_round is None:
+    if comp.sbon.candidates[k].pruned_round is None or comp.diverged(k):  # a diverged twin is another text
         return ""
     twin, returned = comp.bon.candidates[k].final_reward, comp.sbon.best.final_reward
     if k == comp.bon.best_id:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import plotly.graph_objects as go
 
@@ -15,12 +15,13 @@ from sbon.analysis.comparison import Comparison
 from sbon.errors import SBoNError
 
 from . import page_export, tables
-from .controls import ASSETS
+from .controls import ASSETS, controls_for
 from .gallery import GalleryRuns
 from .presenter import look_for
 from .saved_runs import check_replayable, load_upload, temp_file
 from .served import computed_once
 from .share import ShareStore, digest, link
+from .static_pages import StaticPages, gallery_path, run_path
 from .style import Look
 from .updates import WARNING, FrozenFigure
 from .views import NO_RUN, Shown, as_kind, as_look, explaining_reward, show
@@ -33,6 +34,8 @@ log = logging.getLogger("sbon.app")
 GALLERY = GalleryRuns(check=check_replayable)
 GALLERY_DIGESTS = {digest(run.comp.to_json()): key for key, run in GALLERY.runs.items() if run.comp is not None}
 SHARES = ShareStore()
+# What a visitor only reads, as files served beside the app (components/static_pages.py).
+PAGES = StaticPages(GALLERY, SHARES, explain=explaining_reward)
 
 
 @computed_once(maxsize=8)
@@ -70,9 +73,11 @@ def on_upload(path: str | None, kind: str, look: Look = Look()) -> dict[str, Any
 # -- the gallery, shared links and the page export: a class behind one link --------------------------
 
 def gallery_markdown() -> str:
-    """The gallery's list: each run's title and its caption, written from its data."""
+    """The gallery's list: each run's title and its caption, written from its data, and its page (a file that
+    reads with no handler behind it)."""
     return "\n".join(f"- **{tables.md_escape(run.entry.title)}** — {tables.md_escape(run.caption)}"
-                     for run in GALLERY.runs.values())
+                     + (f" · [open as a page]({gallery_path(key)})" if run.comp is not None else "")
+                     for key, run in GALLERY.runs.items())
 
 
 @computed_once(maxsize=2)
@@ -87,7 +92,10 @@ def gallery_views(key: str, kind: str, look: Look = Look()) -> dict[str, Any]:
     and Gradio's serialization, never a model, a file read or the generation slot."""
     run = GALLERY.get(key)
     shown = Shown(run.comp, f"the gallery run “{run.entry.title}”", kind, run.entry.file, look)
-    return frozen(show(shown, f"Gallery: {tables.md_escape(run.caption)}"))
+    # the story is a starting point: every control takes its settings, so Run reruns the story's configuration
+    automatic = tuple(name for name in ("kv_budget", "first_decision") if name not in run.entry.settings)
+    source = f"Gallery: {tables.md_escape(run.caption)} · [open as a page]({gallery_path(key)})"
+    return {**frozen(show(shown, source)), **controls_for(run.comp, automatic)}
 
 
 @computed_once(maxsize=32)
@@ -95,7 +103,8 @@ def shared_views(run_id: str, kind: str, look: Look = Look()) -> dict[str, Any]:
     """Every view of a shared run, computed once per (run, kind): a class opening the lecture's link costs one."""
     comp = SHARES.get(run_id)
     check_replayable(comp)
-    return frozen(show(Shown(comp, "a shared run", kind, look=look), "Showing the run this link was shared with"))
+    return {**frozen(show(Shown(comp, "a shared run", kind, look=look), "Showing the run this link was shared with")),
+            **controls_for(comp)}
 
 
 def frozen(views: dict[str, Any]) -> dict[str, Any]:
@@ -143,11 +152,24 @@ def on_share(comp: Comparison | None, page: str | None) -> dict[str, Any]:
     page = page or "http://127.0.0.1:7860/"
     key = GALLERY_DIGESTS.get(digest(text))
     try:
-        url = link(page, gallery=key) if key else link(page, run=SHARES.put(text))
+        if key:
+            url, static = link(page, gallery=key), gallery_path(key)
+        else:
+            run_id = SHARES.put(text)
+            url, static = link(page, run=run_id), run_path(run_id)
+            PAGES.write_shared(run_id)  # its page now, so the class that opens it reads a file
     except SBoNError as e:
         return {"share_link": "", "status": f"⚠ {e}"}
     days = "" if key else f" for {SHARES.ttl_s / 86400:g} days"
-    return {"share_link": url, "status": f"Anyone with this link sees this run{days}: {url}"}
+    static = beside(page, static)
+    return {"share_link": url, "status": f"Anyone with this link sees this run{days}: {url} · "
+                                         f"[open as a page]({static}) (reads with no app behind it: {static})"}
+
+
+def beside(page_url: str, path: str) -> str:
+    """The address of ``path`` (relative to the app's root) on the server of ``page_url``."""
+    parts = urlsplit(page_url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/" + path, "", ""))
 
 
 def on_page_export(comp: Comparison | None, origin: str | None) -> dict[str, Any]:

@@ -15,6 +15,9 @@ the tie; the hover gives each candidate's true score. Each frame also has a one-
 
 from __future__ import annotations
 
+import html
+import re
+import textwrap
 from typing import Any, Sequence
 
 import plotly.graph_objects as go
@@ -22,12 +25,15 @@ import plotly.graph_objects as go
 from sbon.results import DecisionPoint, RunResult, pruned_in
 
 from .fates import fate_color
-from .reasons import point_reasons, pruning_cost, reward_scale
+from .reasons import UNDECIDED_DONE, point_reasons, pruning_cost, reward_scale, tie_text
 from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
                     styled, wrap_title)
 
 ROW_PX = 15  # plot height per candidate
-COST_NAME = "○ pruned at a cost (hover)"
+COST_NAME = "○ pruning it cost reward (hover)"
+RETIRED_NAME = "finished, still eligible"  # short: one phone-wide legend column
+UNDECIDED_NAME = "□ could not be told apart from the cut"
+UNDECIDED_COLOR = "#e8a317"  # amber: neither the survivors' nor the pruned's colour
 TIE_FRACTION = 0.004  # scores closer than this fraction of the axis look like one spot: they are spread
 TIE_STEP = 0.012  # the gap between two tied contenders, as a fraction of the axis
 TIE_SPREAD = 0.06  # a whole tie spans at most this fraction of the axis
@@ -48,11 +54,11 @@ def _x_range(views: Sequence[DecisionPoint]) -> list[float] | None:
     return [lo - pad, hi + pad]
 
 
-def _earlier(views: Sequence[DecisionPoint]) -> dict[int, tuple[float, str]]:
+def _earlier(views: Sequence[DecisionPoint], reward: str = "") -> dict[int, tuple[float, str]]:
     """Candidates pruned before the last of ``views``: id -> (the score that cut it, its reason)."""
     out: dict[int, tuple[float, str]] = {}
     for v in views[:-1]:
-        reasons = point_reasons(v)
+        reasons = point_reasons(v, reward)
         for k in v.pruned:
             out[k] = (v.score_of()[k], f"pruned in round {v.round}: {reasons[k].text()}")
     return out
@@ -94,13 +100,20 @@ def _spread(view: DecisionPoint, span: float) -> tuple[dict[int, float], float]:
 
 
 def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int | None = None,
-                  pruned_before: dict[int, int] | None = None) -> str:
+                  pruned_before: dict[int, int] | None = None, reward: str = "") -> str:
     """One line for a decision point, from the run's data: e.g. 'Round 2 of 3 · after 51 tokens · 13
     contenders · 10 kept · 3 pruned · the answer Best-of-N will pick is still alive'. ``rounds``: how many
     the run has (unknown while it runs); ``bon_best``: Best-of-N's returned candidate (known once it ran);
-    ``pruned_before``: candidate -> the round that pruned it, for the rounds before this one."""
+    ``pruned_before``: candidate -> the round that pruned it, for the rounds before this one; ``reward``: the run's
+    reward, for the words of a cut among scores that were all alike."""
     parts = [f"Round {view.round}" + (f" of {rounds}" if rounds else ""), f"after {view.tokens} tokens",
-             f"{len(view.contenders)} contenders", f"{len(view.survivors)} kept", f"{len(view.pruned)} pruned"]
+             f"{len(view.contenders)} contender{'' if len(view.contenders) == 1 else 's'}", f"{len(view.survivors)} kept",
+             f"{len(view.pruned)} pruned"]
+    undecided = [k for k in view.undecided if k not in view.final]
+    if view.tied:
+        parts.append(tie_text(view, reward))
+    elif undecided:
+        parts.append(f"{len(undecided)} could not be told apart from the cut: {UNDECIDED_DONE[view.undecided_rule]}")
     if view.retired:
         parts.append(f"{len(view.retired)} finished below the cut (still eligible)")
     if bon_best is not None:
@@ -121,9 +134,11 @@ def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int 
 def run_captions(comp: Any) -> list[str]:
     """The caption of every decision point of a finished comparison's Speculative Rejection run, in order."""
     views, before = round_views(comp.sbon), {}
+    # Best-of-N's winner is in this run only if its candidate came out the same here (coupling held for it)
+    winner = comp.bon.best_id if comp.twin(comp.bon.best_id) else None
     captions = []
     for v in views:
-        captions.append(round_caption(v, len(views), comp.bon.best_id, before))
+        captions.append(round_caption(v, len(views), winner, before, comp.sbon.reward))
         before.update({k: v.round for k in v.pruned})
     return captions
 
@@ -134,18 +149,18 @@ def _marker_key(name: str, symbol: str) -> go.Scatter:
                       marker=dict(color="#6c757d", size=10, symbol=symbol))
 
 
-def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go.Scatter]:
+def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: str = "") -> list[go.Scatter]:
     """The frame of the last of ``views``: survived, pruned, cut, retired, pruned earlier, the cost
-    ring and the two shape keys, always these eight traces, so animation frames line up. ``comp``
-    (a finished Comparison) adds the cost ring; live frames have no Best-of-N yet."""
+    ring, the undecided mark and the two shape keys, always these nine traces, so animation frames line up.
+    ``comp`` (a finished Comparison) adds the cost ring; live frames have no Best-of-N yet."""
     view = views[-1]
     traces = []
     x_range = _x_range(views)
-    final, reasons = set(view.final), point_reasons(view)
+    final, reasons = set(view.final), point_reasons(view, reward)
     scores, cut = _spread(view, (x_range[1] - x_range[0]) / (1 + 2 * 0.08) if x_range else 1.0)
     # The pruned take the colour of their fate, "pruned in round r", as in every other view.
     groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
-              ("retired (finished, eligible)", view.retired, FINISHED_EARLY_COLOR))  # short: one phone-wide legend column
+              (RETIRED_NAME, view.retired, FINISHED_EARLY_COLOR))
     for name, ids, color in groups:
         ids = [k for k in ids if k in scores]
         traces.append(go.Scatter(
@@ -153,10 +168,10 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
             marker=dict(color=color, size=11, line=dict(width=1, color="white"),
                         symbol=[FINAL_SYMBOL if k in final else PARTIAL_SYMBOL for k in ids]),
             customdata=[[reasons[k].text()] for k in ids],
-            hovertemplate="candidate %{y}: " + name.split(" (")[0] + "<br>%{customdata[0]}<extra></extra>"))
+            hovertemplate="candidate %{y}: " + name + "<br>%{customdata[0]}<extra></extra>"))
     traces.insert(2, go.Scatter(x=[cut, cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
                                 line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
-    earlier = _earlier(views)
+    earlier = _earlier(views, reward)
     traces.append(go.Scatter(
         x=[s for s, _ in earlier.values()], y=list(earlier), mode="markers", name="pruned earlier",
         marker=dict(color=EARLIER_COLOR, size=9, symbol=PARTIAL_SYMBOL, opacity=0.6),
@@ -166,6 +181,12 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None) -> list[go
         x=[scores[k] for k in costly], y=costly, mode="markers", name=COST_NAME,
         marker=dict(color="rgba(0,0,0,0)", size=20, symbol="circle-open", line=dict(width=2.5, color="#000000")),
         customdata=[[pruning_cost(comp, k)] for k in costly],
+        hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
+    undecided = [k for k in view.undecided if k in scores and k not in final]
+    traces.append(go.Scatter(
+        x=[scores[k] for k in undecided], y=undecided, mode="markers", name=UNDECIDED_NAME,
+        marker=dict(color="rgba(0,0,0,0)", size=17, symbol="square-open", line=dict(width=2, color=UNDECIDED_COLOR)),
+        customdata=[[reasons[k].text()] for k in undecided],
         hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
     # The shape keys only when both shapes are drawn: a lone shape needs no key.
     both = any(k in final for k in view.contenders) and any(k not in final for k in view.contenders)
@@ -179,16 +200,18 @@ def _shown_in_legend(trace: go.Scatter) -> bool:
     return trace.visible is not False and (trace.x is None or len(trace.x) > 0)
 
 
-def _title(view: DecisionPoint) -> str:
+def _title(view: DecisionPoint, reward: str = "") -> str:
+    """The frame's title; a cut among scores that were all alike says so on its second line."""
+    tied = tie_text(view, reward)
     return (f"Round {view.round}: decision point after {view.tokens} tokens<br>"
-            f"kept {len(view.survivors)} of {len(view.contenders)} contenders")
+            + (tied[0].upper() + tied[1:] if tied else f"kept {len(view.survivors)} of {len(view.contenders)} contenders"))
 
 
 def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "") -> None:
     # One row per candidate: the plot area grows with N so that the ids stay readable; the
     # figure adds the margins its title, legend, axis title and slider need (style.fit_margins).
     styled(fig)
-    unit = f" — {reward}: {reward_scale(reward).unit}" if reward else ""
+    unit = f" ({reward_scale(reward).unit})" if reward else ""
     axis_titles(fig, "score at the decision point" + unit, "candidate")
     margin = fig.layout.margin
     plot_px = min(800, max(260, ROW_PX * n + 40))
@@ -211,9 +234,9 @@ def round_figure(view: DecisionPoint | None, n: int, x_range: list[float] | None
         _layout(fig, n, x_range, reward)
         return fig
     views = [*earlier, view]
-    for t in _traces(views, n, comp):
+    for t in _traces(views, n, comp, reward):
         fig.add_trace(t.update(showlegend=_shown_in_legend(t)))
-    fig.update_layout(title=title_prefix + _title(view))
+    fig.update_layout(title=title_prefix + _title(view, reward))
     _layout(fig, n, x_range or _x_range(views), reward)
     return fig
 
@@ -236,7 +259,7 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
     fig = go.Figure()
     legend: list[bool] = []
     for i in range(len(views)):
-        for t in _traces(views[:i + 1], n, comp):
+        for t in _traces(views[:i + 1], n, comp, run.reward):
             legend.append(_shown_in_legend(t))
             fig.add_trace(t.update(visible=(i == active) and t.visible is not False,
                                    legendgroup=t.name, showlegend=(i == active) and legend[-1]))
@@ -246,7 +269,7 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
         return [j // per_round == i for j in range(len(fig.data))]
 
     x_range = _x_range(views)
-    fig.update_layout(title=_title(views[active]))
+    fig.update_layout(title=_title(views[active], run.reward))
     fig.update_layout(
         sliders=[dict(active=active, x=0, len=1, pad=dict(t=0, b=0),
                       currentvalue=dict(prefix="round "),
@@ -254,7 +277,7 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
                                   args=[{"visible": [s and legend[j]
                                                      for j, s in enumerate(showing(i))],
                                          "showlegend": [s and legend[j] for j, s in enumerate(showing(i))]},
-                                        {"title.text": wrap_title(_title(v))}])
+                                        {"title.text": wrap_title(_title(v, run.reward))}])
                              for i, v in enumerate(views)])])
     _layout(fig, n, x_range, run.reward)
     return fig
@@ -267,7 +290,8 @@ def result_caption(comp: Any, hint: bool = True) -> str:
     if not rounds:
         return ("No decision point in this run: Speculative Rejection was Best-of-N here, so there are no rounds "
                 "to present")
-    same = "the answer Best-of-N picks" if sbon == bon else f"Best-of-N picks candidate {bon}"
+    same = ("the answer Best-of-N picks" if comp.sbon.best.text == comp.bon.best.text else
+            f"Best-of-N picks candidate {bon}" if sbon != bon else f"Best-of-N picks its own, different version of it")
     return (f"After {rounds} decision point{'s' if rounds > 1 else ''}: Speculative Rejection returned candidate "
             f"{sbon}, {same}" + (" · press ▶ Present rounds to step through them" if hint else ""))
 
@@ -277,14 +301,46 @@ def present_steps(comp: Any) -> int:
     return len(comp.sbon.decision_points) + 1 if comp.sbon.decision_points else 0
 
 
+ANSWER_CHARS, ANSWER_LINES = 72, 3  # an answer's excerpt on the result step: lines that fit a projector's width
+
+
+def answers_figure(comp: Any) -> go.Figure:
+    """The end of a run on the projector: the answer each method returned (label, then its first lines), Best-of-N's
+    first, as text on a figure in the live chart's place."""
+    from .tables import returned_texts  # the same labels and texts as the Savings tab's boxes
+
+    bon_label, bon_text, sbon_label, sbon_text = returned_texts(comp)
+    fig = go.Figure()
+    for i, (label, text) in enumerate(((bon_label, bon_text), (sbon_label, sbon_text))):
+        lines = textwrap.wrap(" ".join(text.split()), ANSWER_CHARS) or ["(empty)"]
+        excerpt = "<br>".join(html.escape(line) for line in lines[:ANSWER_LINES]) + (" …" if len(lines) > ANSWER_LINES else "")
+        fig.add_annotation(text=f"<b>{html.escape(label)}</b><br>{excerpt}", x=0, xref="paper", xanchor="left",
+                           y=1 - 0.52 * i, yref="paper", yanchor="top", showarrow=False, align="left",
+                           font=dict(size=16))
+    styled(fig, "", height=320, top=10)
+    fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def result_lines(comp: Any) -> str:
+    """The result step's caption: the headline's first two statements (a broken coupling first), from the headline
+    itself (sbon.analysis.comparison.headline_text's key phrases), so the projector says what the page says."""
+    from sbon.analysis.comparison import coupling_note, headline_text
+
+    marked = re.findall(r"\x00(.*?)\x01", headline_text(comp, strong=lambda text: f"\x00{text}\x01"))
+    lines = [coupling_note(comp)] if coupling_note(comp) else []
+    return " · ".join((lines + marked)[:2])
+
+
 def present_step(comp: Any, step: int) -> tuple[go.Figure, str]:
     """(frame, caption) of step ``step`` of "Present rounds": decision point ``step`` (0-based) drawn as the
     live view drew it, on one x range for all rounds so a move is a move on the page; the last step is the
-    final frame with the run's result."""
+    run's result: the answer each method returned, under the headline's first two statements."""
     views = round_views(comp.sbon)
     step = max(0, min(step, len(views)))
     if step == len(views):
-        return (round_figure(views[-1], comp.n, _x_range(views), earlier=views[:-1], comp=comp, reward=comp.sbon.reward),
-                f"Result · {result_caption(comp, hint=False)}")
+        return answers_figure(comp), f"Result · {result_lines(comp)}"
     fig = round_figure(views[step], comp.n, _x_range(views), earlier=views[:step], comp=comp, reward=comp.sbon.reward)
     return fig, run_captions(comp)[step]

@@ -15,9 +15,11 @@ from sbon.algorithms import Done
 from sbon.analysis.comparison import (Comparison, ComparisonDone, ComparisonReady, CounterfactualScored,
                                       MethodEvent)
 from sbon.errors import SBoNError
+from sbon.models import generator_title, reward_title
 
 from . import tables
 from .controls import DEFAULTS, RunSettings, settings_from
+from .page_text import device_words
 from .live import LiveTracker, ProgressChart
 from .model_cache import MODELS, hub_fetches, on_one_thread, sources
 from .replays import GALLERY
@@ -29,8 +31,8 @@ LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are r
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames (issue #28)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
-# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.CompiledSteps)
-DECODED = {"compiled": "decoded with the compiled step", "eager": "decoded op by op"}
+# How the run decoded (RunResult.decode), for the status line (the app's default: components.model_cache.DecodePaths)
+DECODED = {"compiled": "on the fast path prepared for this machine", "eager": "on the plain path"}
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
 IDLE = {"running": None, "stop_btn": Update(visible=False)}  # what a run leaves when it ends
@@ -133,7 +135,7 @@ class Runs:
             for event in on_one_thread(self.events(settings), heartbeat_s=STATUS_EVERY_S):
                 if tracker.update(event):  # a decision point: one new frame
                     yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
-                           "caption": round_caption(tracker.views[-1]),
+                           "caption": round_caption(tracker.views[-1], reward=settings.reward),
                            "live_plot": look.apply(round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
                                                                 earlier=tracker.views[:-1], reward=settings.reward),
                                                    live=True)}
@@ -195,14 +197,13 @@ def models_status() -> str:
     elif not gens and PRELOAD and not PRELOAD[0].done():
         parts.append("⏳ Loading the default models…")
     if gens or rews:
-        parts.append(f"Loaded on {MODELS.device()}: generator{'s' if len(gens) > 1 else ''} "
-                     f"{', '.join(f'`{g}`' for g in gens) or 'none'} · reward{'s' if len(rews) > 1 else ''} "
-                     f"{', '.join(f'`{r}`' for r in rews) or 'none'}.")
+        parts.append(f"Ready on {device_words(MODELS.device())}: {', '.join(generator_title(g) for g in gens) or 'no generator'}"
+                     f", judged by {', '.join(reward_title(r) for r in rews) or 'no reward yet'}.")
     elif not step:
         parts.append("No model is loaded: the next Run loads the ones it asks for.")
     parts += [line for g in gens if (line := MODELS.decode_status(g))]
     for (g, r), why in MODELS.failures().items():
-        parts.append(f"⚠ loading `{g}` with `{r}` failed: {why}")
+        parts.append(f"⚠ loading {generator_title(g)} with {reward_title(r)} failed: {why}")
     return " ".join(parts)
 
 

@@ -31,7 +31,7 @@ class Scenario:
 
     @property
     def label(self) -> str:
-        return f"{self.name} · {self.reward}: {self.caveat}"
+        return f"{self.name}: {self.caveat}"
 
     def settings(self) -> dict[str, Any]:
         """The controls a choice of this scenario sets."""

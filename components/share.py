@@ -65,12 +65,17 @@ class ShareStore:
         made = int(run_id[:8], 16)
         path = self.path(run_id)
         if self.clock() - made > self.ttl_s:
-            path.unlink(missing_ok=True)
+            self.remove(run_id)
             raise SBoNError(f"this shared run has expired: links work for {self.ttl_s / 86400:g} days; "
                             "ask for a new link or a downloaded file")
         if not path.is_file():
             raise SBoNError("this shared run is not on this server (the link is wrong, or the server was restarted)")
         return path
+
+    def remove(self, run_id: str) -> None:
+        """The run's JSON and every file made from it (its static page and that page's compressed copies)."""
+        for p in self.folder.glob(f"{run_id}.*"):
+            p.unlink(missing_ok=True)
 
     def prune(self) -> None:
         """Drop expired runs, then the oldest while more than max_files are kept."""
@@ -78,11 +83,11 @@ class ShareStore:
         for p in self.folder.glob("*.json"):
             made = int(p.stem[:8], 16) if RUN_ID.fullmatch(p.stem) else 0
             if now - made > self.ttl_s:
-                p.unlink(missing_ok=True)
+                self.remove(p.stem)
             else:
                 kept.append((made, p))
         for _, p in sorted(kept)[:max(0, len(kept) - self.max_files + 1)]:
-            p.unlink(missing_ok=True)
+            self.remove(p.stem)
 
 
 def link(page_url: str, **query: str) -> str:

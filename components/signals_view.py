@@ -23,8 +23,8 @@ from plotly.subplots import make_subplots
 
 from sbon.analysis.comparison import Comparison
 from sbon.analysis.replay import replay_tau
-from sbon.analysis.signal_matrix import kendall
-from sbon.signals import on_reward_scale
+from sbon.metrics import live_kendall
+from sbon.signals import on_reward_scale, signal_title
 
 from .figures import empty_figure
 from .style import BON_COLOR, PRUNED_COLORS, SURVIVED_COLOR, styled
@@ -46,7 +46,7 @@ class Cut:
     cut: list[int]
     finished: list[int]  # finished before t: stay eligible
     winner_kept: bool
-    kendall: float  # of the signal's scores with the final reward, over the live candidates
+    kendall: float  # of the signal's scores with the final reward, over the run's live contenders there
     scores: list[float | None]  # by candidate id
 
 
@@ -77,6 +77,7 @@ def cuts(comp: Comparison) -> list[Cut]:
         return []
     alpha = float(comp.sbon.settings.get("alpha", 0.5))
     winner = comp.bon.best_id
+    points = {p.round: p for p in comp.sbon.decision_points}
     out = []
     for name in signal_names(comp):
         for round, t in decision_taus(comp):
@@ -84,12 +85,24 @@ def cuts(comp: Comparison) -> list[Cut]:
             if score is None:
                 continue
             live = sorted((k for k, s in enumerate(score) if s is not None), key=lambda k: (-score[k], k))
-            replay = replay_tau(comp.bon, score, t, alpha, on_reward_scale(name, comp.bon.reward))  # the run's own cut rule
+            replay = replay_tau(comp.bon, score, t, alpha, on_reward_scale(name, comp.bon.reward),  # the run's own cut rule
+                                comp.uncertainties.get(t) if name == "reward" else None,
+                                comp.sbon.settings.get("undecided", "paper"), comp.sbon.settings.get("seed", 0), round)
             kept = set(replay.cut.kept)
             finished = [k for k, s in enumerate(score) if s is None]
             out.append(Cut(name, round, t, live, [k for k in live if k in kept], [k for k in live if k not in kept],
-                           finished, winner in replay.eligible, kendall(comp.bon, score), list(score)))
+                           finished, winner in replay.eligible, decision_kendall(comp, points[round], name, score),
+                           list(score)))
     return out
+
+
+def decision_kendall(comp: Comparison, point: Any, signal: str, score: Sequence[float | None]) -> float:
+    """The signal's Kendall at a decision point, as the headline and the scatter state it (sbon.metrics.live_kendall:
+    the run's live contenders there, their final rewards): the run's own signal by the scores the run ranked by,
+    another signal by its scores of the same candidates in Best-of-N's run."""
+    own = point.signal == signal
+    scores = dict(zip(point.contenders, point.scores)) if own else dict(enumerate(score))
+    return live_kendall(point, scores, comp.final_reward)[0]
 
 
 def _mark(c: Cut, winner: int | None) -> str:
@@ -103,7 +116,7 @@ def summary_table(comp: Comparison | None) -> pd.DataFrame:
     if not has_signal_scores(comp):
         return pd.DataFrame({"note": [NO_SCORES]})
     winner = comp.bon.best_id
-    return pd.DataFrame([{"signal": c.signal, "decision point": f"round {c.round} · {c.t} tokens",
+    return pd.DataFrame([{"signal": signal_title(c.signal), "decision point": f"round {c.round} · {c.t} tokens",
                           "live": len(c.live), "cut": len(c.cut), "winner kept": _mark(c, winner),
                           "Kendall with final reward": None if math.isnan(c.kendall) else round(c.kendall, 2)}
                          for c in cuts(comp)])
@@ -122,7 +135,7 @@ def candidate_table(comp: Comparison | None) -> pd.DataFrame:
         row: dict[str, Any] = {"candidate": k, "final reward": round(comp.bon.candidates[k].final_reward, 3),
                                "Best-of-N winner": "★" if k == comp.bon.best_id else ""}
         for name in signal_names(comp):
-            row[name] = " ".join(_fate_mark(by_key.get((name, t)), k) for t in taus)
+            row[signal_title(name)] = " ".join(_fate_mark(by_key.get((name, t)), k) for t in taus)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -169,8 +182,8 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
                 for k in ids:
                     s = c.scores[k]
                     xs.append(k)
-                    ys.append(name)
-                    data.append([k, "—" if s is None else f"{s:.3f}", fate, name])
+                    ys.append(signal_title(name))
+                    data.append([k, "—" if s is None else f"{s:.3f}", fate, signal_title(name)])
             fig.add_scatter(x=xs, y=ys, mode="markers", marker=marker, name=fate, legendgroup=fate,
                             showlegend=col == 1, customdata=data, row=1, col=col,
                             hovertemplate="candidate %{customdata[0]}<br>%{customdata[3]} score %{customdata[1]}"
@@ -179,7 +192,7 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
             fig.add_vrect(x0=winner - 0.45, x1=winner + 0.45, fillcolor=WINNER_COLOR, opacity=0.3, line_width=0, layer="below",
                           row=1, col=col)
     fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // 8), title_text="candidate")
-    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(names)))
+    fig.update_yaxes(categoryorder="array", categoryarray=[signal_title(n) for n in reversed(names)])
     styled(fig, f"Which candidates each signal would cut (α = {alpha:g}, one cut per decision point); "
                 f"shaded: Best-of-N's winner (candidate {winner})", height=160 + 40 * len(names), top=80)
     fig.update_layout(legend=dict(orientation="h", y=-0.25, x=0, xanchor="left", yanchor="top"))

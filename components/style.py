@@ -172,11 +172,36 @@ class Look:
         """``fig`` as this look draws it (the presenter view's text, legend and height; else unchanged)."""
         if not self.hall:
             return fig
-        if live:  # the round caption over the live chart is its title in the presenter view, and its
-            # legend beside the data keeps to what a frame draws (the shape keys are in each hover)
+        if live:  # the round caption over the live chart is its title in the presenter view
             fig.update_layout(title=None)
-            fig.update_traces(showlegend=False, selector=dict(legendgroup=SHAPE_KEYS))
-        return for_hall(fig, (self.live_px if live else self.screen_px) or None, fill=live)
+            return legend_on_top(for_hall(fig, self.live_px or None, fill=True))
+        return for_hall(fig, self.screen_px or None)
+
+
+HALL_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %): legend rows are packed for it
+
+
+def legend_on_top(fig: go.Figure, width_px: int = HALL_WIDTH_PX) -> go.Figure:
+    """The presenter view's live chart with its legend in rows over the data, every entry on one line: beside the
+    data, a chart as short as a projector's leaves the legend less height than its entries need, and Plotly turns it
+    into a scroll box with clipped names. The figure keeps its height (the screen it was given); the plot area gives
+    the legend's rows their room."""
+    s = scale_of(fig)
+    for t in fig.data:
+        if t.name:
+            t.name = t.name.replace("<br>", " ")
+    names = _legend_names(fig)
+    room = width_px - 70 * s - 20
+    rows, used = (1 if names else 0), 0.0
+    for name in names:
+        wide = (LEGEND_ITEM_PX * 0.7 + CHAR_PX * len(name)) * s
+        if used and used + wide > room:
+            rows, used = rows + 1, 0.0
+        used += wide
+    top = int(rows * LEGEND_ROW_PX * s + 12)
+    fig.update_layout(margin=dict(r=20, t=top), legend=dict(orientation="h", x=0, xanchor="left", y=1, yref="container",
+                                                            yanchor="top", font=dict(size=LEGEND_SIZE * s)))
+    return fig
 
 
 def for_hall(fig: go.Figure, max_height: int | None = None, fill: bool = False) -> go.Figure:

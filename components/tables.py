@@ -14,13 +14,17 @@ import pandas as pd
 from sbon.analysis.comparison import Comparison, headline_text, wall_time_text
 from sbon.analysis.counterfactual import partial_final_stats
 from sbon.machine_load import busy
+from sbon.config import METHOD_SPECS
 from sbon.metrics import decision_quality
+from sbon.models import generator_title, reward_title
 from sbon.results import RunResult
 from sbon.signals import signal_description, signal_title
 
 from .fates import fate_color, fate_help
+from .instructions import instruction_title
 from .reasons import candidate_reasons, decimals, explanations, explanations_html, fmt, pruning_cost, reward_scale
 
+OUTCOME_WORDS = {"kept": "kept", "pruned": "pruned", "retired": "finished below the cut, still eligible"}
 GENERATED_STYLE = "background:#d8f3dc;border-radius:3px"
 NEVER_STYLE = "color:#6c757d;background:#f1f3f5;text-decoration:line-through;text-decoration-color:#adb5bd"
 
@@ -46,12 +50,19 @@ def candidates_table(comp: Comparison) -> pd.DataFrame:
         reasons = candidate_reasons(comp.sbon, c.id)
         row["last decision"] = f"round {reasons[-1].round}: {reasons[-1].text()}" if reasons else ""
         row["cost of pruning"] = pruning_cost(comp, c.id)
-        row["final from"] = "this run" if c.final_reward is not None else "Best-of-N"
-        row["returned"] = " ".join(label for label, best in (("SBoN", comp.sbon.best_id), ("BoN", comp.bon.best_id))
-                                   if best == c.id)
+        row["final from"] = final_source(comp, c.id)
+        row["returned"] = " ".join(label for label, run in (("Speculative Rejection", comp.sbon), ("Best-of-N", comp.bon))
+                                   if run.best_id == c.id and run.best.text.startswith(c.text))
         row["text"] = c.text
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def final_source(comp: Comparison, k: int) -> str:
+    """Which run completed the response candidate k's final reward scores (or why it has none)."""
+    if comp.sbon.candidates[k].final_reward is not None:
+        return "this run" + (" (Best-of-N's version is another text)" if comp.diverged(k) else "")
+    return "none: Best-of-N's version is another text" if comp.diverged(k) else "Best-of-N"
 
 
 def candidate_choices(comp: Comparison) -> list[tuple[str, int]]:
@@ -71,11 +82,12 @@ def candidate_detail_html(comp: Comparison, k: int, reward: object = None) -> st
     scale = reward_scale(comp.sbon.reward)
     final = comp.final_reward(k)
     digits = decimals(comp.final_reward(j) for j in range(comp.n))
-    source = "" if c.final_reward is not None else " (from Best-of-N: this run never finished it)"
+    source = ("" if c.final_reward is not None else " (from Best-of-N: this run never finished it)" if final is not None
+              else " (this run never finished it, and Best-of-N's candidate of this number is another text)")
     badges = "".join(f' <span style="border:1px solid #999;border-radius:4px;padding:0 4px">{label} returned this</span>'
-                     for label, best in (("Speculative Rejection", comp.sbon.best_id), ("Best-of-N", comp.bon.best_id))
-                     if best == k)
-    reasons = "".join(f"<li>round {r.round} (after {r.tokens} tokens): <b>{r.outcome}</b>, {html.escape(r.text())}</li>"
+                     for label, run in (("Speculative Rejection", comp.sbon), ("Best-of-N", comp.bon))
+                     if run.best_id == k and run.best.text.startswith(c.text))
+    reasons = "".join(f"<li>round {r.round} (after {r.tokens} tokens): <b>{OUTCOME_WORDS[r.outcome]}</b>, {html.escape(r.text())}</li>"
                       for r in candidate_reasons(comp.sbon, k)) or "<li>never ranked: it finished before the first decision point</li>"
     cost = pruning_cost(comp, k)
     cost_html = f'<p style="font-weight:600">✂ The cost of pruning: {html.escape(cost)}.</p>' if cost else ""
@@ -95,7 +107,7 @@ def candidate_detail_html(comp: Comparison, k: int, reward: object = None) -> st
     return (f'<div class="sbon-candidate">'
             f'<p><b>Candidate {k}</b> · <span style="color:{fate_color(name)};font-weight:600">{name}</span> · '
             f'{c.tokens_generated} tokens generated{badges}</p>'
-            f'<p>final reward {fmt(final, digits)}{source} · reward {html.escape(comp.sbon.reward)}: '
+            f'<p>final reward {fmt(final, digits)}{source} · judged by {html.escape(reward_title(comp.sbon.reward))}: '
             f'{html.escape(scale.short())}</p>'
             f'<p>At each decision point (ranked by {html.escape(_signals(comp))}):</p><ul class="sbon-reasons">{reasons}</ul>'
             f'{cost_html}{explanations_html(explained)}'
@@ -125,14 +137,15 @@ def savings_table(comp: Comparison) -> pd.DataFrame:
         ("sequential decode steps", bon.decode_steps, sbon.decode_steps),
         ("decode-step speedup", "", f"{m['step_speedup']:.2f}×"),
         ("tokens generated", bon.total_tokens, sbon.total_tokens),
-        ("token rate (SBoN tokens / BoN tokens)", "1.00", f"{m['token_rate']:.2f}"),
+        (TOKEN_SHARE, "100%", f"{m['token_rate']:.0%}"),
         ("decision points", "–", len(sbon.decision_points)),
         ("batches", _batches(bon), 1),
         ("returned candidate", bon.best_id, sbon.best_id),
         ("its final reward", f"{bon.best.final_reward:.3f}", f"{sbon.best.final_reward:.3f}"),
         ("normalized score", "100", f"{m['normalized_score']:.1f}"),
         ("random pruning, same survivor counts: normalized score", "", f"{m['random_pruning_normalized_score']:.1f}"),
-        ("wall time (s)", f"{bon.wall_time:.2f}", f"{sbon.wall_time:.2f}"),
+        ("wall time (s)" + (f" on {sbon.machine}" if sbon.machine else ", machine not recorded"), f"{bon.wall_time:.2f}",
+         f"{sbon.wall_time:.2f}"),
         ("wall-time speedup (T_BoN / T_SBoN)", "", f"{m['speedup']:.2f}×"),
         ("tokens per second", f"{bon.total_tokens / bon.wall_time:.1f}", f"{sbon.total_tokens / sbon.wall_time:.1f}"),
         ("machine busy (other processes' cores)", _busy(bon), _busy(sbon)),
@@ -140,7 +153,7 @@ def savings_table(comp: Comparison) -> pd.DataFrame:
          f"{m['best_of_m_normalized_score']:.1f}"),
     ]
     return pd.DataFrame([(a, str(b), str(c)) for a, b, c in rows],
-                        columns=["", "Best-of-N", f"Speculative Rejection ({sbon.method})"])
+                        columns=["", "Best-of-N", METHOD_SPECS[sbon.method].label])
 
 
 def _busy(run: RunResult) -> str:
@@ -149,6 +162,8 @@ def _busy(run: RunResult) -> str:
         return "not measured"
     return ("yes" if busy(run.load) else "no") + (f" ({others:.1f} of {run.load['cores']})" if others is not None else "")
 
+
+TOKEN_SHARE = "share of Best-of-N's tokens generated"
 
 # Every column, row and metric the views show, by its name there -> one line saying what it means (for a tooltip
 # or a legend). Pruning signals explain themselves in their registry (sbon.signals: title, description).
@@ -173,7 +188,7 @@ HELP: dict[str, str] = {
     "decode-step speedup": "Best-of-N's sequential decode steps / Speculative Rejection's: the speedup where a step "
                            "costs the same for few or many candidates (memory-bound decoding)",
     "tokens generated": "tokens generated over all candidates: the compute a compute-bound machine pays",
-    "token rate (SBoN tokens / BoN tokens)": "the share of Best-of-N's tokens Speculative Rejection generated",
+    TOKEN_SHARE: "the share of Best-of-N's tokens Speculative Rejection generated (the token rate)",
     "decision points": "how many times Speculative Rejection ranked its candidates and pruned",
     "batches": "how Best-of-N ran: all candidates at once, or batches that fit Speculative Rejection's memory",
     "returned candidate": "the candidate with the best final reward among the completed ones",
@@ -232,12 +247,40 @@ def run_description(comp: Comparison, origin: str) -> str:
     batches = f" · Best-of-N in batches of {size} (same memory)" if size < comp.n else ""
     prompt = comp.sbon.prompt if len(comp.sbon.prompt) <= 120 else comp.sbon.prompt[:119] + "…"
     judged_by = comp.sbon.instructions
-    instructions = (f" · instructions: {', '.join(md_escape(str(i.get('id'))) for i in judged_by)}"
+    instructions = (f" · instructions: {'; '.join(md_escape(instruction_title(i)) for i in judged_by)}"
                     if judged_by else "")
-    return (f"**Showing:** {md_escape(origin)} · {md_escape(comp.sbon.generator)} with reward "
-            f"{md_escape(comp.sbon.reward)} · {comp.sbon.method}, N={comp.n}, α={s.get('alpha')}, "
+    return (f"**Showing:** {md_escape(origin)} · {md_escape(generator_title(comp.sbon.generator))} judged by "
+            f"{md_escape(reward_title(comp.sbon.reward))} · {METHOD_SPECS[comp.sbon.method].label}, N={comp.n}, "
+            f"α={s.get('alpha')}, "
             f"max {s.get('max_new_tokens')} tokens, seed {s.get('seed')}{batches} · prompt: “{md_escape(prompt)}”"
             f"{instructions}")
+
+
+PATH_WORDS = {"compiled": "the fast path prepared for its machine", "eager": "the plain path"}  # RunResult.decode
+
+
+def reproduction_note(comp: Comparison, machine: str, weights: str | None, decode: str | None) -> str:
+    """One line for a run recorded elsewhere or earlier: "Press ▶ Run to reproduce it" only where a Run here (this
+    ``machine`` class, ``weights`` format and ``decode`` path; None: not known yet) gives the same candidates, else
+    what differs and what that means."""
+    run = comp.sbon
+    if run.machine is None:
+        return ("It was saved without the machine it ran on: a Run here with its settings may give other candidates.")
+    differ = []
+    if run.machine != machine:
+        differ.append(f"it ran on {run.machine}, this machine is {machine}")
+    if run.weights and weights and run.weights != weights:
+        differ.append(f"its weights were {run.weights}, here they are {weights}")
+    if run.decode and decode and run.decode != decode:
+        differ.append(f"it ran on {PATH_WORDS.get(run.decode, run.decode)}, a Run here takes "
+                      f"{PATH_WORDS.get(decode, decode)}")
+    if differ:
+        return (f"A Run here with its settings may give other candidates than this recording: {'; '.join(differ)}, "
+                "and they round differently.")
+    if decode is None and run.decode:
+        return (f"It ran on this class of machine, on {PATH_WORDS.get(run.decode, run.decode)}: a Run here "
+                "reproduces it once the models are loaded on the same path.")
+    return "Press ▶ Run to reproduce it: this machine and its decode path give the same candidates."
 
 
 def headline_parts(comp: Comparison) -> tuple[str, str]:
@@ -276,15 +319,18 @@ def prediction_report(comp: Comparison) -> str:
         return (f"{why[0].upper()}{why[1:]}: nothing was pruned, so Speculative Rejection was Best-of-N here and "
                 "there is no prediction to check (a longer answer limit, a smaller first decision or a smaller budget "
                 "brings decision points).")
-    intro = (f"**Did the partial rewards predict the final ones?** Reward: {md_escape(comp.sbon.reward)}. Kendall correlation of the "
-             "live candidates' scores at each decision point against their final rewards (1 = same order, "
-             "0 = no relation); Best-of-N's winner is candidate "
-             f"{comp.bon.best_id}.")
+    winner = (f"Best-of-N's winner is candidate {comp.bon.best_id}" if comp.twin(comp.bon.best_id) else
+              f"Best-of-N's winner, candidate {comp.bon.best_id}, came out differently in this run, so it was never "
+              "among these candidates")
+    intro = (f"**Did the partial rewards predict the final ones?** Reward: {md_escape(reward_title(comp.sbon.reward))}. "
+             "Kendall correlation of the live candidates' scores at each decision point against their final rewards "
+             f"(1 = same order, 0 = no relation); {winner}.")
     items = []
     for q in quality:
         kendall = "n/a" if math.isnan(q["kendall"]) else f"{q['kendall']:.2f}"
+        fate = "" if q["winner"] == "diverged" else f"; Best-of-N's winner {WINNER_WORDS[q['winner']]}"
         items.append(f"- round {q['round']}, after {q['tokens']} tokens, by {md_escape(signal_title(q['signal']))}: Kendall "
-                     f"{kendall} over {q['live']} live candidates; Best-of-N's winner {WINNER_WORDS[q['winner']]}.")
+                     f"{kendall} over {q['live']} live candidate{'' if q['live'] == 1 else 's'}{fate}.")
     first = quality[0]["kendall"]
     if math.isnan(first) or first < 0.3:
         verdict = ("At the first decision point the scores barely ranked the candidates as their final rewards "

@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterator
 import plotly.graph_objects as go
 
 from sbon.analysis.comparison import Comparison
+from sbon.machine import machine_class
+from sbon.models import default_weights
 from sbon.rewards import bind_instructions
 
 from . import figures, signals_view, tables
@@ -56,6 +58,19 @@ def explaining_reward(comp: Comparison) -> Any:
                              comp.sbon.instructions)
 
 
+def source(shown: Shown) -> str:
+    """Which run the views show, with which settings, and -- for a run recorded elsewhere or earlier -- whether a
+    Run here reproduces it (tables.reproduction_note)."""
+    described = tables.run_description(shown.comp, shown.origin)
+    if shown.origin == "your run":
+        return described
+    generator = shown.comp.sbon.generator
+    here = MODELS.device()
+    note = tables.reproduction_note(shown.comp, machine_class(here), default_weights(here, generator),
+                                    MODELS.planned_decode(generator))
+    return f"{described}\n\n{note}"
+
+
 def detail(comp: Comparison, k: int) -> str:
     """Candidate k in full; a reward still in memory that can explain itself adds its reasons."""
     return tables.candidate_detail_html(comp, k, explaining_reward(comp))
@@ -80,7 +95,7 @@ CORRELATION_NOTE = ("*decision token τ*: where Best-of-N's prefixes were scored
 VIEWS: dict[str, Callable[[Shown], Any]] = {
     "comparison": lambda s: s.comp,
     "origin": lambda s: s.origin,
-    "source": lambda s: tables.run_description(s.comp, s.origin),
+    "source": source,
     "summary": lambda s: "\n\n".join(part for part in (
         tables.headline(s.comp),
         tables.answers_checked(s.comp, explaining_reward(s.comp)),

@@ -15,6 +15,7 @@ Every method takes a :class:`~sbon.config.RunConfig`: :func:`events` runs any me
 from __future__ import annotations
 
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar, Union
@@ -26,9 +27,10 @@ from .cut import Cut, cut, survivors_count
 from .decoders import decoder
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
+from .machine import machine_class
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
 from .rewards import RewardModel
-from .signals import PruningSignal, Step, make_signal, on_reward_scale
+from .signals import PruningSignal, Step, make_signal, on_reward_scale, without_uncertainty
 
 __all__ = ["FIRST_DECISION_TOKENS", "RunConfig", "Cut", "cut", "survivors_count", "events", "best_of_n", "speculative_rejection",
            "speculative_bon_tau", "run", "drive"]
@@ -39,6 +41,10 @@ __all__ = ["FIRST_DECISION_TOKENS", "RunConfig", "Cut", "cut", "survivors_count"
 MAX_AUTO_CANDIDATES = 1000
 MIN_ROUND_TOKENS = 8
 AUTO_BUDGET_SHARE = 0.8
+
+
+class UndecidedFallback(UserWarning):
+    """A run asked for an undecided rule its pruning signal cannot apply (no uncertainty): the paper's rule."""
 
 
 # -- events -----------------------------------------------------------------------------------
@@ -107,6 +113,14 @@ class _Run:
         self.chunk = config.chunk_on(gen.device)
         self.forward = self.decoder.forward
         self.signal: PruningSignal | None = make_signal(config.prune_by, gen, reward) if config.spec.prunes else None
+        # The undecided rule this run applies: the one asked for, or the paper's when the signal has no uncertainty
+        # (said in one line); what an earlier `defer` still owes and whom it deferred; each live candidate's latest
+        # half-width.
+        self.undecided, self.owed, self.deferred, self.uncertainty = config.undecided, 0, set(), {}
+        fallback = without_uncertainty(self.signal, config.undecided) if self.signal is not None else None
+        if fallback:
+            warnings.warn(fallback, UndecidedFallback, stacklevel=2)
+            self.undecided = "paper"
         # Everything that watches each decode step: the pruning signal, if it does (the reward signal reads
         # only the text), and signals watched for analysis only.
         self.observers = [s for s in (self.signal, *observers)
@@ -217,10 +231,14 @@ class _Run:
             return self.reward.score(self.prompt, texts) if texts else []
 
     def signal_scores(self, candidate_ids: Sequence[int]) -> list[float]:
-        """The pruning signal's scores of these live candidates."""
+        """The pruning signal's scores of these live candidates (and their half-widths, kept in ``uncertainty``
+        when the signal knows them)."""
         with self.timer("reward"):
-            texts = self.texts(candidate_ids) if self.signal.needs_text else None
-            return self.signal.score(self.prompt, list(candidate_ids), texts) if candidate_ids else []
+            ids = list(candidate_ids)
+            texts = self.texts(ids) if self.signal.needs_text else None
+            if ids and self.signal.knows_uncertainty:
+                self.uncertainty.update(zip(ids, self.signal.uncertainty(self.prompt, ids, texts)))
+            return self.signal.score(self.prompt, ids, texts) if ids else []
 
     def score_finished(self, candidate_ids: Sequence[int], round: int) -> CandidatesScored:
         ids = list(candidate_ids)
@@ -239,7 +257,8 @@ class _Run:
         return RunResult(self.config.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
                          self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best,
                          instructions=judged_by(self.prompt) if judged_by else [],
-                         weights=getattr(self.gen, "weights", None), decode=self.decoder.name)
+                         weights=getattr(self.gen, "weights", None), decode=self.decoder.name,
+                         machine=machine_class(getattr(self.gen, "device", "cpu")))
 
 
 def _observed_step(ids: list[int], rows: list[int], going: list[int], tokens: torch.Tensor, logits: torch.Tensor,
@@ -337,14 +356,20 @@ def _prune(run: _Run, batch: Batch, contenders: list[int], round: int, t: int,
         score = {k: cands[k].final_reward if cands[k].finished else cands[k].partial_rewards[-1].reward
                  for k in contenders}
         same_scale = on_reward_scale(run.config.prune_by, getattr(run.reward, "name", None))
-        decision = cut(score, set(final), run.config.alpha, lambda live: fits(live, t), same_scale)
+        uncertainty = ({k: run.uncertainty[k] for k in contenders if k in run.uncertainty and k not in final}
+                       if run.signal.knows_uncertainty else None)
+        decision = cut(score, set(final), run.config.alpha, lambda live: fits(live, t), same_scale,
+                       uncertainty=uncertainty, undecided=run.undecided, owed=run.owed, deferred=run.deferred,
+                       seed=(run.config.seed, round), tie=run.signal.tie)
+        run.owed, run.deferred = decision.owed, set(decision.deferred)
         for k in decision.pruned:
             cands[k].pruned_round = round
         batch.keep(decision.kept)
     return DecisionPoint(round, t, contenders, decision.kept, decision.pruned, decision.threshold,
                          retired=decision.retired, scores=[score[k] for k in contenders], final=final,
                          signal=run.config.prune_by, ranks_finished=same_scale,
-                         forced=list(decision.forced))
+                         forced=list(decision.forced), undecided=list(decision.undecided),
+                         undecided_rule=run.undecided, tied=decision.tied)
 
 
 def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: int | None,
@@ -416,9 +441,10 @@ def _speculative_bon_tau(gen: Generator, reward: RewardModel, prompt: str, confi
                          observers: Sequence[PruningSignal] = ()) -> Iterator[Event]:
     """Speculative Rejection with a single decision token tau (the workshop version, "Speculative
     Best-of-N"): generate every candidate to tau tokens, keep the best (1 - alpha) fraction, finish
-    only those."""
+    only those. A cut that deferred undecided candidates (``undecided="defer"``) is followed by another
+    decision point tau tokens later, until nothing is owed."""
     run = _Run(gen, reward, prompt, config, observers=observers)
-    yield from _rejection_rounds(run, lambda rows, t, round: round == 1 and t == config.tau)
+    yield from _rejection_rounds(run, lambda rows, t, round: t == config.tau * round and (round == 1 or run.owed > 0))
 
 
 _IMPLEMENTATIONS = {"bon": _best_of_n, "sbon": _speculative_rejection, "sbon-tau": _speculative_bon_tau}

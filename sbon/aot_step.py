@@ -58,9 +58,14 @@ def step_key(gen, keep_hidden: bool, options: dict[str, Any]) -> str:
 
 
 def cpu_features() -> tuple:
-    """The CPU's vector instructions inductor may compile for (a step compiled with them crashes a CPU without)."""
-    return tuple(sorted((name, getattr(torch.cpu, name)()) for name in dir(torch.cpu)
-                        if name.startswith("_is_") and name.endswith("_supported")))
+    """The CPU's vector instructions inductor may compile for (a step compiled with them crashes a CPU without), and
+    the instruction-set limits in force (an emulated CPU class compiles for its own: sbon.machine.ISA_LIMITS)."""
+    from .machine import ISA_LIMITS
+    import os
+    return (*sorted((name, getattr(torch.cpu, name)()) for name in dir(torch.cpu)
+                    if name.startswith("_is_") and name.endswith("_supported")),
+            ("capability", torch.backends.cpu.get_cpu_capability()),
+            *((name, os.environ[name]) for name in ISA_LIMITS if os.environ.get(name)))
 
 
 def weights_hash(model: torch.nn.Module) -> str:

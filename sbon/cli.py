@@ -49,11 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     resolved(r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (by default cuda where there is one)"),
              default_device)
     resolved(r.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
-                            help="generator weights (by default bfloat16 on a GPU and on a CPU with bfloat16 matmuls, "
-                                 "float32 on other CPUs: sbon.models.default_weights)"), default_dtype_name)
+                            help="generator weights (by default the format python -m sbon machine measured fastest and "
+                                 "exact here; before that float32 on a CPU, bfloat16 on a GPU: "
+                                 "sbon.models.default_weights)"), default_dtype_name)
     r.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
-                   help="generator weight format instead of --dtype (by default int4 for the embedded generator on a "
-                        "CPU with bfloat16 matmuls, else as --dtype; SBON_WEIGHTS sets it): " + "; ".join(
+                   help="generator weight format instead of --dtype (by default the one python -m sbon machine "
+                        "measured fastest and exact here, else as --dtype; SBON_WEIGHTS sets it): " + "; ".join(
                        f"{name}: {fmt.description}" for name, fmt in WEIGHT_FORMATS.items()))
     r.add_argument("--compare", action="store_true",
                    help="also run Best-of-N with the same seed and print the metrics; --out then saves both runs "
@@ -63,6 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "paper's memory-bound setting) instead of all N at once")
     r.add_argument("--out", default=None, help="write the full result as JSON here")
     sub.add_parser("presets", help="list the model presets")
+    m = sub.add_parser("machine", help="measure this machine's decode paths and choose auto's: the fingerprint, every "
+                                       "path's times and exactness, the choice and why", formatter_class=HelpFormatter)
+    m.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
+    resolved(m.add_argument("--device", default=None, help="cpu, cuda ... (by default cuda where there is one)"),
+             default_device)
+    m.add_argument("--build", action="store_true",
+                   help="on a CPU, also build the compiled step of the fastest exact weight format where it is not "
+                        "saved yet (minutes, once per machine), then measure it")
+    m.add_argument("--cached", action="store_true", help="print the choice cached for this machine; measure nothing")
     return parser
 
 
@@ -150,6 +160,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.instructions is not None and args.reward != "ifeval":
         raise SBoNError(f"--instructions applies to --reward ifeval, not {args.reward}")
     check_reward_prompt(args.reward, args.prompt, args.instructions)
+    from .probe import check_forced
+    check_forced(args.generator, args.device or default_device(), args.weights,
+                 args.decode if args.decode == "compiled" else None)
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
                          weights=args.weights)
@@ -203,4 +216,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     hub_logging.set_verbosity_error()
     tf_logging.set_verbosity_error()
-    return exit_code(lambda: cmd_run(args) if args.command == "run" else cmd_presets())
+    commands = {"run": lambda: cmd_run(args), "presets": cmd_presets, "machine": lambda: cmd_machine(args)}
+    return exit_code(commands[args.command])
+
+
+def cmd_machine(args: argparse.Namespace) -> int:
+    import logging
+
+    from .machine import cached_choice, decode_threads
+    from .probe import probe, report
+
+    device = torch.device(args.device or default_device())
+    if device.type == "cpu":
+        torch.set_num_threads(decode_threads())  # what the app and the command line decode with once measured
+    if args.cached:
+        choice = cached_choice(args.generator, device)
+        if choice is None:
+            raise SBoNError("nothing measured on this machine yet: run python -m sbon machine")
+    else:
+        logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+        print(f"measuring every decode path of {args.generator} on {device} (seconds per path) ...", file=sys.stderr)
+        choice = probe(args.generator, device, build=args.build, progress=lambda line: print(line, file=sys.stderr))
+    print(report(choice))
+    return 0

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .cut import UNDECIDED, check_undecided
 from .decoders import DECODE_PATHS, check_decode
 from .engine import SamplingConfig, check_prompt
 from .errors import SBoNError
@@ -36,8 +37,9 @@ class MethodSpec:
 
 METHOD_SPECS = {
     "sbon": MethodSpec("sbon", "Speculative Rejection (memory-budget rounds)",
-                       ("alpha", "kv_budget", "first_decision", "prune_by"), True),
-    "sbon-tau": MethodSpec("sbon-tau", "Speculative Rejection (one decision token τ)", ("alpha", "tau", "prune_by"), True),
+                       ("alpha", "kv_budget", "first_decision", "prune_by", "undecided"), True),
+    "sbon-tau": MethodSpec("sbon-tau", "Speculative Rejection (one decision token τ)",
+                           ("alpha", "tau", "prune_by", "undecided"), True),
     "bon": MethodSpec("bon", "Best-of-N", ("batch_size",), False),
 }
 PRUNING_METHODS = tuple(name for name, spec in METHOD_SPECS.items() if spec.prunes)
@@ -86,6 +88,13 @@ class RunConfig:
     batch_size: int | None = setting(None, "bon: candidates per batch (none: all at once)")
     prune_by: str = setting("reward", "sbon, sbon-tau: the pruning signal that scores live candidates at a decision "
                                       "point (the final choice is always by the reward model)", choices=_signal_names)
+    undecided: str = setting("paper", "sbon, sbon-tau: what a decision point does with the candidates its pruning "
+                                      "signal cannot tell apart from the cut (by the signal's own uncertainty): paper "
+                                      "(rank them anyway, the paper's rule), prune (halt only the decided ones below "
+                                      "the cut), defer (keep them for one more decision point, which catches up on the "
+                                      "pruning and draws among those still undecided) "
+                                      "or random (fill the survivors' places by a seeded draw); a signal without an "
+                                      "uncertainty keeps the paper's rule", choices=lambda: list(UNDECIDED))
     max_new_tokens: int = setting(128, "tokens each candidate may generate")
     temperature: float = setting(0.8, "sampling temperature")
     top_p: float = setting(0.95, "nucleus sampling: keep the smallest set of tokens with this much probability")
@@ -100,8 +109,8 @@ class RunConfig:
                                              "is a device-to-host sync, and 1 elsewhere)")
     decode: str = setting("eager", "how the decode step runs: eager (transformers' forward op by op), compiled (one "
                                    "torch.compile'd step over a static KV slab; CUDA graphs on a GPU) or auto "
-                                   "(compiled on a CPU in the bf16 or int4 format, eager elsewhere); each keeps the coupled "
-                                   "sampling exact", choices=lambda: list(DECODE_PATHS))
+                                   "(the path python -m sbon machine measured fastest here, exact on a CPU; eager before "
+                                   "anything is measured)", choices=lambda: list(DECODE_PATHS))
 
     @classmethod
     def build(cls, sampling: SamplingConfig | None = None, **settings: Any) -> "RunConfig":
@@ -154,6 +163,7 @@ class RunConfig:
         if self.spec.prunes:
             from .signals import check_signal  # as in _signal_names: no cycle at import time
             check_signal(self.prune_by)
+            check_undecided(self.undecided)
         self.sampling.validate()
         return self
 

@@ -8,8 +8,9 @@
   (``mode="reduce-overhead"``) for power-of-two row buckets over the slab's whole length (shapes a graph can
   replay), the unwritten end masked. Each row's numbers depend on that row only, at any row count
   (tests/test_compiled_step.py).
-- ``auto``: ``compiled`` where it keeps the coupled sampling exact (a CPU with the bf16 or int4 format and a C++
-  compiler for inductor), ``eager`` elsewhere.
+- ``auto``: the path measured on this machine (sbon.machine, ``python -m sbon machine``): on a CPU ``compiled`` where
+  the fastest path whose coupling was measured exact is this weight format's compiled step, ``eager`` elsewhere and
+  before anything is measured; on a GPU ``compiled`` (CUDA graphs) unless the measurement chose eager.
 
 On a CPU the compiled step is saved whole beside inductor's caches (``$SBON_CACHE/inductor``, sbon.aot_step): the
 first process on a machine compiles and saves it, later ones load it in seconds instead of tracing it again. Where
@@ -224,10 +225,17 @@ def compile_problem(gen: Generator) -> str | None:
 
 
 def auto_compiles(gen: Generator) -> bool:
-    """``auto``: compiled on a CPU where the generator is in the bf16 or int4 format (their kernels keep a row's
-    numbers independent of its batch, compiled or not: tests/test_compiled_step.py) and compiling is possible: the
-    step is loaded where a process on this machine saved it, compiled and saved by the first process otherwise."""
-    return gen.device.type == "cpu" and gen.weights in ("bf16", "int4") and compile_problem(gen) is None
+    """``auto``: compiled where compiling is possible and, on a CPU, where this machine's measured choice for this
+    generator is this weight format's compiled step (sbon.machine: the fastest path whose coupling was measured exact
+    here; the step is loaded where a process on this machine saved it, compiled and saved otherwise); on a GPU with
+    CUDA graphs unless the measured choice there is eager."""
+    from .machine import cached_choice
+    if compile_problem(gen) is not None:
+        return False
+    choice = cached_choice(gen.name, gen.device)
+    if gen.device.type == "cuda":
+        return choice is None or choice.weights != gen.weights or choice.decode == "compiled"
+    return choice is not None and (choice.weights, choice.decode) == (gen.weights, "compiled")
 
 
 def decoder(gen: Generator, decode: str = "auto"):

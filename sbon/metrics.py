@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy import special, stats
@@ -130,22 +130,60 @@ def oracle_cut(partial: Sequence[float], final: Sequence[float]) -> float:
     return float(np.sum(np.asarray(partial) < partial[best]) / len(partial))
 
 
+def twin_diverged(bon: RunResult, sbon: RunResult, k: int) -> bool:
+    """True if candidate k's token ids in the SBoN run are not a prefix of its Best-of-N twin's: coupled sampling
+    makes them equal where the machine computes a row the same at every batch size; elsewhere (bfloat16 on a CPU that
+    emulates it, a GPU's batch-dependent kernels) a flipped token parts the two texts from there on, and candidate k
+    is then two different responses in the two runs."""
+    own, twin = sbon.candidates[k].token_ids, bon.candidates[k].token_ids
+    return twin[:len(own)] != own
+
+
+def diverged_ids(bon: RunResult, sbon: RunResult) -> list[int]:
+    """The candidates that came out differently in the two runs (:func:`twin_diverged`)."""
+    return [k for k in range(min(len(bon.candidates), len(sbon.candidates))) if twin_diverged(bon, sbon, k)]
+
+
+def final_of(bon: RunResult, sbon: RunResult, k: int) -> float | None:
+    """Candidate k's final reward: its own if it finished in the SBoN run, else its Best-of-N twin's -- unless the
+    twin diverged, which scores another text: then it has none (None)."""
+    own = sbon.candidates[k].final_reward
+    if own is not None:
+        return own
+    return None if twin_diverged(bon, sbon, k) else bon.candidates[k].final_reward
+
+
+def live_kendall(point: Any, scores: Mapping[int, float | None], final: Callable[[int], float | None]) -> tuple[float, int]:
+    """(Kendall, how many candidates it is over) of a decision point's live contenders (those still generating:
+    ``point.contenders`` less ``point.final``): their ``scores`` against their ``final`` rewards, over those that
+    have both. The one definition of "Kendall at a decision point" for every pruning signal and every view."""
+    pairs = [(scores[k], final(k)) for k in point.contenders
+             if k not in point.final and scores.get(k) is not None and final(k) is not None]
+    kendall = correlations(*zip(*pairs))["kendall"] if len(pairs) >= 2 else float("nan")
+    return kendall, len(pairs)
+
+
 def decision_quality(bon: RunResult, sbon: RunResult) -> list[dict]:
     """The cost of each decision point, counted exactly thanks to coupled sampling (candidate k's final
-    reward comes from Best-of-N when Speculative Rejection pruned it): Pearson and Kendall of the live
-    contenders' partial rewards against their final rewards, the oracle cut c*, and what happened there
-    to Best-of-N's winner ("kept", "pruned", "retired", or "out" if it had already left contention)."""
+    reward comes from Best-of-N when Speculative Rejection pruned it, :func:`final_of`): Pearson and Kendall of the
+    live contenders' partial rewards against their final rewards, the oracle cut c*, and what happened there
+    to Best-of-N's winner ("kept", "pruned", "retired", "out" if it had already left contention, or "diverged" if
+    its candidate came out differently in the SBoN run, which then never held Best-of-N's winner)."""
     rows = []
+    w = bon.best_id
+    w_diverged = w is not None and twin_diverged(bon, sbon, w)
     for p in sbon.decision_points:
-        live = [(k, s) for k, s in zip(p.contenders, p.scores) if k not in p.final]
-        final = [sbon.candidates[k].final_reward if sbon.candidates[k].final_reward is not None
-                 else bon.candidates[k].final_reward for k, _ in live]
-        partial = [s for _, s in live]
-        corr = correlations(partial, final) if len(live) >= 2 else {"pearson": float("nan"), "kendall": float("nan")}
-        w = bon.best_id
-        winner = ("kept" if w in p.survivors else "pruned" if w in p.pruned else "retired" if w in p.retired else "out")
-        rows.append({"round": p.round, "tokens": p.tokens, "signal": p.signal, "live": len(live), **corr,
-                     "oracle_cut": oracle_cut(partial, final) if len(live) >= 2 else float("nan"), "winner": winner})
+        scores = dict(zip(p.contenders, p.scores))
+        live = [(k, scores[k], final_of(bon, sbon, k)) for k in p.contenders if k not in p.final]
+        known = [(s, f) for _, s, f in live if f is not None]
+        partial, final = [s for s, _ in known], [f for _, f in known]
+        corr = correlations(partial, final) if len(known) >= 2 else {"pearson": float("nan"), "kendall": float("nan")}
+        kendall, _ = live_kendall(p, scores, lambda k: final_of(bon, sbon, k))
+        winner = ("diverged" if w_diverged else "kept" if w in p.survivors else "pruned" if w in p.pruned
+                  else "retired" if w in p.retired else "out")
+        rows.append({"round": p.round, "tokens": p.tokens, "signal": p.signal, "live": len(known), **corr,
+                     "kendall": kendall,
+                     "oracle_cut": oracle_cut(partial, final) if len(known) >= 2 else float("nan"), "winner": winner})
     return rows
 
 

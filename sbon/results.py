@@ -65,6 +65,9 @@ class DecisionPoint:
     # sbon.signals.on_reward_scale); None in files saved before it was recorded (RunResult derives it on load).
     ranks_finished: bool | None = None
     forced: list[int] = field(default_factory=list)  # pruned although at or above the cut: the survivors had to fit the budget
+    undecided: list[int] = field(default_factory=list)  # contenders the signal could not tell apart from the cut
+    undecided_rule: str = "paper"  # what was done with them (a key of sbon.cut.UNDECIDED)
+    tied: bool = False  # every live contender's score was equal up to the signal's tie term
 
     def score_of(self) -> dict[int, float]:
         """Contender id -> the score it was ranked by."""
@@ -117,6 +120,10 @@ class RunResult:
     # generator loaded without a format, and in runs saved before they were recorded.
     weights: str | None = None
     decode: str | None = None
+    # The class of machine it ran on (sbon.machine.machine_class: a GPU's name, a CPU's model and instruction set):
+    # the same seed gives the same candidates on the same class with the same weights and decode path, and its wall
+    # times are that machine's. None in runs saved before it was recorded.
+    machine: str | None = None
 
     def __post_init__(self) -> None:
         for p in self.decision_points:

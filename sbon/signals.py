@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 
 from .errors import SBoNError
+from .score_noise import noise_of
 from .value_head import ASSETS
 
 DEFAULT_HEAD = "smollm2_value_likelihood"  # the shipped prefix value head (sbon/assets)
@@ -47,11 +48,22 @@ class PruningSignal:
     # (a head distilled from it), False = none. Off the final reward's scale, finished candidates stay out of
     # the ranking (sbon.cut.cut). See on_reward_scale.
     reward_scale: bool | str = False
+    tie = 0.0  # scores closer than this differ by a tie-break only (no evidence): see sbon.cut.Cut.tied
 
     @classmethod
     def build(cls, gen, reward) -> "PruningSignal":
         """A fresh signal for one run (signals may keep per-candidate state)."""
         return cls()
+
+    @property
+    def knows_uncertainty(self) -> bool:
+        """Whether ``uncertainty`` gives half-widths (capability): without them every cut is the paper's."""
+        return False
+
+    def uncertainty(self, prompt: str, candidate_ids: Sequence[int], texts: Sequence[str] | None) -> list[float] | None:
+        """Each score's half-width, in the order of ``score``: two scores closer than the sum of their half-widths
+        cannot be told apart (sbon.cut). None: the signal has no uncertainty."""
+        return None
 
     def observe(self, step: Step) -> None:
         """Called after every decode step with what that step computed."""
@@ -70,10 +82,27 @@ class RewardSignal(PruningSignal):
 
     def __init__(self, reward):
         self.reward = reward
+        self.tie = float(getattr(reward, "tie_term", 0.0))
 
     @classmethod
     def build(cls, gen, reward) -> "RewardSignal":
         return cls(reward)
+
+    @property
+    def knows_uncertainty(self) -> bool:
+        # A reward that knows each partial score's uncertainty (IFEvalReward: its progress model's resolution), or
+        # a preset whose score noise was measured on the calibration split (sbon.score_noise).
+        return hasattr(self.reward, "score_uncertainty") or self.noise is not None
+
+    @property
+    def noise(self) -> float | None:
+        return noise_of(getattr(self.reward, "name", None))
+
+    def uncertainty(self, prompt, candidate_ids, texts):
+        if hasattr(self.reward, "score_uncertainty"):
+            return self.reward.score_uncertainty(prompt, list(texts)) if texts else []
+        noise = self.noise
+        return None if noise is None else [noise] * len(candidate_ids)
 
     def score(self, prompt, candidate_ids, texts):
         # A reward that knows partial texts from complete ones (IFEvalReward) scores them with score_partial.
@@ -148,7 +177,7 @@ class SelfCertainty(PruningSignal):
     over the response's tokens of KL(uniform || p), how far each next-token distribution is from
     uniform: KL = -log V - mean_j log p_j over the vocabulary. Reward-free; temperature 1."""
     name = "self-certainty"
-    title = "self-certainty"
+    title = "the model's certainty"
     description = ("how far the generator's next-token distributions are from uniform, on average (Kang et al. "
                    "2025); reward-free")
 
@@ -289,6 +318,15 @@ def signal_description(name: str) -> str:
                 f"finished answers are ranked by their final reward when the final reward is {cls.reward_scale}" if cls.reward_scale
                 else "it cannot rank a finished answer: those stay in contention, unranked")
     return f"{cls.description}; {finished}"
+
+
+def without_uncertainty(signal: PruningSignal, rule: str) -> str | None:
+    """The one line a run says when it asked for an undecided rule its signal cannot apply (None: it can)."""
+    if rule == "paper" or signal.knows_uncertainty:
+        return None
+    what = f"the {signal.title}" + (f" of the {getattr(signal.reward, 'name', 'reward')} reward"
+                                    if isinstance(signal, RewardSignal) else "")
+    return f"{what} has no uncertainty to tell undecided candidates apart: the cut keeps the paper's rule"
 
 
 def check_signal(name: str) -> None:

@@ -1,7 +1,7 @@
 """ZeroGPU wiring: Hugging Face's shared-GPU Spaces, where a GPU is lent per call of a decorated function.
 
 On a ZeroGPU Space (``SPACES_ZERO_GPU=true``) the `spaces` package patches torch so that the main
-process sees a GPU it does not have: models are moved to ``cuda`` at import time, and only a function
+process sees a GPU it does not have: models are moved to ``cuda`` before the app serves, and only a function
 decorated with ``@spaces.GPU(duration=...)`` runs on a real GPU, in a forked worker process. What that
 function takes and yields crosses a process boundary by pickling, so it takes the run's settings
 (plain data) and yields the algorithms' events (plain dataclasses; tests/test_gpu_ready.py pickles
@@ -150,10 +150,11 @@ def gpu_duration(settings: Any) -> int:
     return seconds
 
 
-def load_at_import(load: Callable[[], Any]) -> bool:
-    """ZeroGPU's convention: models are moved to CUDA at import time, in the main process, where
-    `spaces` records them and hands them to each GPU worker it forks; a model loaded later would be
-    loaded again in every worker. Calls ``load`` on ZeroGPU only and says whether it did."""
+def load_before_launch(load: Callable[[], Any]) -> bool:
+    """ZeroGPU's convention: models are moved to CUDA in the main process before the app serves (the
+    Space's start, usually at import time; app.py's main() before launch), where `spaces` records them and
+    hands them to each GPU worker it forks; a model loaded later would be loaded again in every worker.
+    Calls ``load`` on ZeroGPU only and says whether it did."""
     if not on_zerogpu():
         return False
     load()

@@ -1,8 +1,9 @@
-"""How the app's runs decode (SBON_DECODE, components.model_cache.CompiledSteps): by default with the compiled step
-once a child process has built it on this machine, eagerly until then; a run records the path it took.
+"""How the app's runs decode (SBON_DECODE, components.model_cache.DecodePaths): by default on the path a child process
+measured fastest (and exact) on this machine, with its compiled step once the child has built it, on the safe path
+until then; a run records the path it took.
 
-The test suite itself runs the app eagerly (tests/conftest.py sets SBON_DECODE): the default would start a
-minute-long build beside the tests. The last test here builds the step for real and is in `-m compile`."""
+The test suite itself runs the app eagerly (tests/conftest.py sets SBON_DECODE): the default would start measuring
+and a minute-long build beside the tests. The last test here builds the step for real and is in `-m compile`."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from components.model_cache import CompiledSteps, app_decode
+from components.model_cache import DecodePaths, ModelCache, app_decode
+from sbon.models import generator_title
 from sbon.decoders import compiled_state
 from sbon.errors import SBoNError
 from sbon.models import cache_dir, load_generator
@@ -42,7 +45,7 @@ def empty_step_cache(monkeypatch, tmp_path):
 
 
 def test_sbon_decode_forces_a_path_and_a_mistyped_one_stops_the_app_in_one_line(monkeypatch, gen_int4):
-    steps = CompiledSteps()
+    steps = DecodePaths()
     monkeypatch.setenv("SBON_DECODE", "eager")
     assert steps.decode(NAME, gen_int4) == "eager" and not steps._children
     monkeypatch.setenv("SBON_DECODE", "fast")
@@ -54,25 +57,80 @@ def test_sbon_decode_forces_a_path_and_a_mistyped_one_stops_the_app_in_one_line(
         "SBON_DECODE: unknown decode 'fast': use one of auto, eager, compiled"]
 
 
-def test_auto_decodes_eagerly_where_compiling_would_not_keep_the_coupling_exact(gen, empty_step_cache):
-    steps = CompiledSteps()  # gen: the float32 generator, whose compiled step is not batch-invariant
-    assert steps.decode(NAME, gen) == "eager" and not steps._children and steps.status(NAME) == ""
+def save(choice_paths, name=NAME):
+    from sbon.machine import choose, decode_threads, fingerprint, save_choice
+    return save_choice(choose(name, fingerprint("cpu", decode_threads()), choice_paths))
 
 
-def test_auto_starts_one_build_on_idle_cores_and_decodes_eagerly_meanwhile(gen_int4, empty_step_cache):
-    steps = CompiledSteps()
+def measured(weights, decode, ms, exact=True):
+    from sbon.machine import Measured
+    return Measured(weights, decode, ms={7: ms}, exact=exact)
+
+
+def test_auto_measures_in_one_child_on_idle_cores_and_runs_the_safe_path_meanwhile(gen, empty_step_cache):
+    steps = DecodePaths()  # gen: the float32 generator, the path that is exact without measuring
     try:
-        assert steps.decode(NAME, gen_int4) == "eager"
+        assert steps.decode(NAME, gen) == "eager"
         child = steps._children[NAME]
-        assert steps.decode(NAME, gen_int4) == "eager" and steps._children[NAME] is child  # one build, not two
+        assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child  # one child, not two
         assert _idle_soon(child)  # a run on the same cores goes first
-        assert steps.status(NAME).startswith(f"⚙ Compiling `{NAME}`'s decode step in the background")
+        assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: measuring every decode path of this machine "
+                                             "in the background") and "float32 weights and activations, op by op" in \
+            steps.status(NAME)
     finally:
-        steps._children[NAME].kill()
-        steps._children[NAME].wait()
-    # A build that ended without saving the step: runs stay eager and the page says why, once, without retrying.
-    assert steps.decode(NAME, gen_int4) == "eager" and steps._children[NAME] is child
-    assert "could not be built here" in steps.status(NAME) and compiled_state(gen_int4) is None
+        child.kill()
+        child.wait()
+    # A child that ended without a choice: runs stay on the safe path, the page says why, no second child.
+    assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child
+    assert "measuring this machine's decode paths failed" in steps.status(NAME)
+
+
+def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, empty_step_cache):
+    steps = DecodePaths()
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])  # nothing compiled was measured
+    assert steps.decode(NAME, gen_int4) == "eager" and NAME not in steps._children  # measured: no child
+    assert steps.status(NAME).startswith(f"`{NAME}` decodes with 4-bit Linear weights in blocks of 32, op by op: "
+                                         "50.0 ms per step at 7 rows")
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0), measured("int4", "compiled", 20.0)])
+    assert compiled_state(gen_int4) is None  # chosen, but its step is not saved on this machine: eager
+    assert steps.decode(NAME, gen_int4) == "eager"
+
+
+def test_the_model_cache_loads_the_measured_format_and_switches_at_the_next_load(empty_step_cache, monkeypatch):
+    """Loaded before anything is measured: the safe format; once a choice names another, the next get (a run's
+    start, never a run midway) loads the generator in that format, and drops the rewards that score with it."""
+    import components.model_cache as mc
+
+    class Fake:
+        device = torch.device("cpu")
+
+        def __init__(self, weights):
+            self.weights = weights
+
+    loads = []
+
+    def load_gen(name, device, weights="fp32"):
+        loads.append(weights)
+        return Fake(weights)
+
+    monkeypatch.setattr(mc, "_warm_up", lambda gen: None)
+    monkeypatch.setattr(DecodePaths, "_measure", lambda self, name: None)  # no child here
+    cache = ModelCache(load_gen=load_gen, load_rew=lambda name, generator, device: ("reward", generator.weights),
+                       steps=DecodePaths())
+    gen, reward = cache.get(NAME, "likelihood")
+    assert gen.weights == "fp32" and cache.is_loaded(NAME, "likelihood") and cache.decode_status(NAME) == ""
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])
+    assert not cache.is_loaded(NAME, "likelihood")  # the next load_async loads again
+    assert cache.decode_status(NAME).endswith("the next run loads it (seconds).")
+    threads = torch.get_num_threads()
+    try:
+        gen, reward = cache.get(NAME, "likelihood")
+        from sbon.machine import decode_threads
+        assert torch.get_num_threads() == decode_threads()  # the thread count the choice was measured at
+    finally:
+        torch.set_num_threads(threads)  # the load took the choice's thread count
+    assert (gen.weights, reward) == ("int4", ("reward", "int4")) and loads == ["fp32", "int4"]
+    assert cache.get(NAME, "likelihood")[0] is gen and loads == ["fp32", "int4"]  # loaded once
 
 
 def _idle_soon(child: subprocess.Popen) -> bool:
@@ -87,14 +145,18 @@ def _idle_soon(child: subprocess.Popen) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.compile
-def test_once_the_child_has_built_the_step_runs_decode_compiled_and_record_it(gen_int4, empty_step_cache):
+def test_once_the_child_has_measured_and_built_the_step_runs_decode_compiled_and_record_it(gen_int4, empty_step_cache):
     from sbon.algorithms import RunConfig, events, run
     from sbon.rewards import CallableReward
 
-    steps = CompiledSteps()
+    steps = DecodePaths()
     assert steps.decode(NAME, gen_int4) == "eager"
-    assert steps._children[NAME].wait(timeout=900) == 0, "the child could not build the step"
-    assert compiled_state(gen_int4) == "saved" and steps.status(NAME) == ""
+    assert steps._children[NAME].wait(timeout=1500) == 0, "the child could not measure and build"
+    choice = steps.choice(NAME)
+    assert choice is not None and not choice.pending or f"{choice.weights} compiled" not in choice.pending
+    if (choice.weights, choice.decode) != ("int4", "compiled"):
+        pytest.skip(f"this machine's choice is {choice.reason}")
+    assert compiled_state(gen_int4) == "saved" and steps.status(NAME).startswith(f"`{NAME}` decodes with")
     assert steps.decode(NAME, gen_int4) == "compiled" and compiled_state(gen_int4) == "loaded"
     config = RunConfig(method="bon", n=3, max_new_tokens=6, decode=steps.decode(NAME, gen_int4))
     result = run(events(gen_int4, CallableReward(lambda prompt, responses: [0.0] * len(responses)), "Hi", config))

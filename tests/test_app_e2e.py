@@ -112,8 +112,8 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
 
     _tab(page, "Pruning signals")  # every signal's cut on the same candidates; a row opens its candidate
     summary = page.locator("#signals-summary")
-    summary.locator("[role=gridcell]", has_text="deepconf").first.wait_for()
-    for name in ("reward", "logprob", "deepconf", "self-certainty"):
+    summary.locator("[role=gridcell]", has_text="DeepConf").first.wait_for()
+    for name in ("partial reward", "mean log-probability", "DeepConf", "the model's certainty"):
         assert summary.locator("[role=gridcell]", has_text=name).count() >= 1, name
     assert page.locator("#signals-plot .scatterlayer .point").count() > 6
     rows = page.locator("#signals-candidates [role=row]")
@@ -354,7 +354,7 @@ def test_ten_runs_do_not_grow_memory(client, server):
 
 
 def test_model_status_line_says_when_the_models_are_ready(page):
-    page.wait_for_function("document.querySelector('#model-status').innerText.includes('Loaded on')",
+    page.wait_for_function("document.querySelector('#model-status').innerText.includes('Ready on')",
                            timeout=RUN_TIMEOUT_MS)
     assert "smollm2-135m" in _text(page, "#model-status") and "⏳" not in _text(page, "#model-status")
 
@@ -451,7 +451,7 @@ def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_t
         assert seen["caption_text"].startswith(("After", "No decision point")), seen
         assert seen["min_text_px"] >= 20, seen
         columns = savings_columns(page)
-        assert {"Best-of-N", "Speculative Rejection (sbon)"} <= set(columns["shown"]), columns
+        assert {"Best-of-N", "Speculative Rejection (memory-budget rounds)"} <= set(columns["shown"]), columns
         assert not columns["scrolls_sideways"], columns
     finally:
         page.context.close()

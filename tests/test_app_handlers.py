@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
 import pytest
 
-from components import controls, presenter, runs, scenarios, tables, tuning, views
+from components import controls, page_text, presenter, runs, scenarios, tables, tuning, views
 from components.style import Look
 from sbon.analysis.comparison import Comparison, ComparisonDone
 
@@ -16,13 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def app():
-    """The app module; importing it sets torch's thread count for a server, so put it back."""
-    import torch
-
-    threads = torch.get_num_threads()
+    """The app module: importing it builds, loads and sets nothing (create_app and main do)."""
     import app as module
-    torch.set_num_threads(threads)
     return module
+
+
+@pytest.fixture(scope="module")
+def slot(app):
+    """The generation slot the page's Run button and its /compare API share."""
+    return app.Runs(app.comparison_on_gpu)
+
+
+@pytest.fixture(scope="module")
+def demo(app, slot):
+    """The page, built around `slot`."""
+    return app.create_app(runs=slot)
 
 
 def test_showing_the_recorded_run_fills_every_view(app):
@@ -66,12 +75,12 @@ def test_the_one_converter_gives_gradio_what_the_plain_handlers_mean(app):
     assert e.value.duration == 6
 
 
-def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, monkeypatch):
+def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, slot, monkeypatch):
     monkeypatch.setattr(app.MODELS, "load_async", lambda *a: pytest.fail("no model may load for bad settings"))
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", alpha=1.0)
     recorded = app.show_recorded("curves")
-    updates = list(app.RUNS.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look()))
+    updates = list(slot.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look()))
     assert len(updates) == 1
     assert updates[0]["status"].startswith("⚠ alpha") and "\n" not in updates[0]["status"]
     assert updates[0]["running"] is None and updates[0]["stop_btn"].visible is False
@@ -151,7 +160,7 @@ def test_model_status_says_what_is_loaded_now_after_runs_failures_and_reloads(ap
     assert "`minilm-pref-nolength`" in status  # a failed load leaves what is loaded as it was
 
     # a page reload computes the line afresh (a callable value, not one fixed at build time)
-    page = app.build_demo()
+    page = app.create_app()
     model_status = next(b for b in page.blocks.values() if getattr(b, "elem_id", None) == "model-status")
     assert callable(model_status.value) or model_status.value == status
     reload = runs.on_model_timer()
@@ -161,17 +170,17 @@ def test_model_status_says_what_is_loaded_now_after_runs_failures_and_reloads(ap
     assert "likelihood (smollm2-135m)" in runs.models_status() and "minilm-pref`" not in runs.models_status()
 
 
-def test_a_second_run_is_refused_or_queued_with_a_reason(app, monkeypatch):
+def test_a_second_run_is_refused_or_queued_with_a_reason(app, slot, monkeypatch):
     import gradio as gr
 
     with pytest.raises(gr.Error, match="A run is already going"):
-        app.for_gradio(app.RUNS.request)(1.0)  # this session's run started at t=1: the page's error dialog
-    monkeypatch.setattr(app.RUNS, "generating", 0)
-    start = app.RUNS.request(None)
+        app.for_gradio(slot.request)(1.0)  # this session's run started at t=1: the page's error dialog
+    monkeypatch.setattr(slot, "generating", 0)
+    start = slot.request(None)
     assert start["status"] == "Starting…" and start["running"] and start["stop_btn"].visible
     assert "New run starting" in start["summary"]  # the old headline goes at once
-    monkeypatch.setattr(app.RUNS, "generating", 1)  # another session's run holds the slot
-    queued = app.RUNS.request(None)
+    monkeypatch.setattr(slot, "generating", 1)  # another session's run holds the slot
+    queued = slot.request(None)
     assert queued["status"].startswith("⏳ Queued") and "New run queued" in queued["summary"]
 
 
@@ -184,16 +193,16 @@ def test_new_seed_is_a_different_valid_seed(app):
                        for name in app.SETTING_NAMES])
 
 
-def test_the_api_describes_every_parameter_and_its_return(app):
+def test_the_api_describes_every_parameter_and_its_return(app, slot, demo):
     from dataclasses import fields
 
     from components.controls import MAX_N, MAX_NEW_TOKENS
     from sbon.analysis.comparison import FORMAT
     from sbon.config import RunConfig
 
-    info = app.demo.get_api_info()["named_endpoints"]["/compare"]
+    info = demo.get_api_info()["named_endpoints"]["/compare"]
     params = {p["parameter_name"]: p for p in info["parameters"]}
-    assert list(params) == list(app.inspect.signature(app.compare_api).parameters)
+    assert list(params) == list(inspect.signature(app.compare_endpoint(slot)).parameters)
     for name, p in params.items():
         assert p["python_type"]["description"], f"{name} has no description"
     help_of = {f.name: f.metadata["help"] for f in fields(RunConfig)}
@@ -203,6 +212,41 @@ def test_the_api_describes_every_parameter_and_its_return(app):
     assert params["prompt"]["python_type"]["type"] == "str" and params["n"]["python_type"]["type"] == "int"
     returned = info["returns"][0]["python_type"]["description"]
     assert FORMAT in returned and "normalized_score" in returned
+
+
+def test_the_api_names_every_key_of_the_json_it_returns(app):
+    """/compare's description of its JSON is made from the saved-run dataclasses: every key the file holds, at
+    every level (the comparison, a run, a candidate, a partial reward, a decision point), is named in it."""
+    import re
+
+    saved = app.show_recorded("curves")["comparison"].to_dict()
+    run, candidates, points = saved["sbon"], saved["sbon"]["candidates"], saved["sbon"]["decision_points"]
+    partials = [p for c in candidates for p in c["partial_rewards"]]
+    assert candidates and points and partials  # the recorded run has every level to check
+    assert list(page_text.COMPARISON_KEYS) == list(saved)  # each top-level key with its meaning, in the file's order
+    described = set(re.findall(r"[a-z_]+", page_text.api_returns()))
+    for level in (saved, run, candidates[0], partials[0], points[0]):
+        assert set(level) <= described, f"undescribed keys: {set(level) - described}"
+
+
+def test_importing_the_app_starts_nothing_loads_nothing_and_sets_nothing():
+    """`import app` in a fresh process: torch's threads as they were (SBON_THREADS asks for another count, which
+    only main() applies), no new thread, no model in the cache, and a mistyped SBON_DECODE does not stop it."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import threading, torch; threads = torch.get_num_threads(); running = threading.active_count(); "
+             "import app; from components.model_cache import MODELS; "
+             "print(threads, torch.get_num_threads(), running, threading.active_count(), MODELS.loaded(), "
+             "len(MODELS.steps._children), sep='|')")
+    env = {**os.environ, "SBON_THREADS": "7", "SBON_DECODE": "fast"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after, running, running_after, loaded, children = done.stdout.strip().splitlines()[-1].split("|")
+    assert before == after != "7" and running == running_after
+    assert (loaded, children) == ("([], [])", "0")
 
 
 def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
@@ -221,14 +265,14 @@ def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
     assert "length" in SCENARIOS["helpful"].label  # the caveat is in the dropdown itself
 
 
-def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app, monkeypatch):
+def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app, slot, monkeypatch):
     """The order a lecture watches (issue #23): Speculative Rejection's answer under the race while
     Best-of-N still runs, then every view of both runs, then the views drawn from the prefix rewards."""
     monkeypatch.setattr(runs, "LIVE_FRAME_EVERY_S", 0.0)  # this small Best-of-N can finish within one frame's wait
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", n=4, max_new_tokens=12, alpha=0.5, method="sbon-tau", tau=4)
     recorded = app.show_recorded("curves")
-    updates = list(app.RUNS.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look()))
+    updates = list(slot.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look()))
     assert updates[0]["sbon_text"].value == "" and updates[0]["bon_text"].value == ""  # no stale answers
 
     answered = next(i for i, u in enumerate(updates) if u.get("sbon_text") is not None and u["sbon_text"].value)
@@ -246,7 +290,7 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
 
     shown = updates[ready]
     assert set(app.SHOWN) <= set(shown) and shown["comparison"].partials == {}
-    assert "Counterfactual replay" in shown["status"] and "running" not in shown  # the run still holds the slot
+    assert "Preparing the what-if views" in shown["status"] and "running" not in shown  # the run still holds the slot
     assert "Best-of-N returned candidate" in shown["bon_text"].label
 
     last = updates[-1]
@@ -292,8 +336,8 @@ def test_the_page_names_its_scenario_and_types_no_measured_number(app):
     assert scenarios.on_settings_scenario("likelihood", "logprob", 128)["scenario"] == "fluency"
     assert scenarios.on_settings_scenario("likelihood", "logprob", 64)["scenario"] is None
     assert scenarios.on_settings_scenario("ifeval", "reward", 128)["scenario"] == "instructions"
-    assert re.search(r"\d", app.REWARD_NOTE) is None  # numbers come from result files, never typed
-    assert app.REWARD_NOTE.count("\n") <= 2 and "usage.md" in app.REWARD_NOTE
+    assert re.search(r"\d", page_text.REWARD_NOTE) is None  # numbers come from result files, never typed
+    assert page_text.REWARD_NOTE.count("\n") <= 2 and "usage.md" in page_text.REWARD_NOTE
     names = set(views.VIEWS["correlations"](views.Shown(app.show_recorded("curves")["comparison"], "x")).columns)
     assert not names & {"tau", "pearson", "oracle_cut"}
 
@@ -368,7 +412,7 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
     run_id = replays.SHARES.put(comp.to_json())
     shared = replays.open_link(f"run={run_id}", "curves")
     assert shared["detail"] == detail(comp, tables.first_pruned(comp))
-    assert "instructions: change\\_case\\:english\\_capital" in shared["source"]
+    assert "instructions: english capital" in shared["source"]
 
     def verdicts(page: str) -> list[str]:
         return [part.split("</ul>")[0] for part in page.split('<ul class="sbon-explain">')[1:]]

@@ -5,6 +5,7 @@ that knows Gradio (app.py alone turns their plain data into Gradio's values), an
 data and notes only."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("sbon", "components", "benchmarks", "training")
 ENTRY_POINTS = {"sbon.cli", "sbon.__main__"}  # the command line may show analysis; the core may not
-CORE_MUST_NOT_IMPORT = ("sbon.analysis", "components", "benchmarks", "training", "app", "gradio", "plotly", "pandas")
+CORE_MUST_NOT_IMPORT = ("sbon.analysis", "components", "benchmarks", "training", "app", "gradio", "gradio_adapter",
+                        "plotly", "pandas")
 
 
 def module_name(path: Path) -> str:
@@ -22,7 +24,7 @@ def module_name(path: Path) -> str:
 
 def project_files() -> dict[str, Path]:
     files = {module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py") if "results" not in p.parts}
-    files["app"] = REPO / "app.py"
+    files |= {p.stem: p for p in REPO.glob("*.py")}  # app.py and the modules beside it
     return files
 
 
@@ -93,7 +95,7 @@ def test_the_core_knows_nothing_of_analysis_figures_or_the_app():
 def test_the_analysis_knows_nothing_of_figures_or_the_app():
     for name, path in project_files().items():
         if name.startswith("sbon.analysis"):
-            bad = {m for m in imports(name, path) if m.split(".")[0] in ("components", "benchmarks", "app", "gradio")}
+            bad = {m for m in imports(name, path) if m.split(".")[0] in ("components", "benchmarks", "app", "gradio", "gradio_adapter")}
             assert not bad, f"{name} imports {sorted(bad)}"
 
 
@@ -101,7 +103,7 @@ def test_the_components_know_nothing_of_gradio_or_the_app():
     """Views and handlers return plain data; only app.py knows which Gradio element shows what."""
     for name, path in project_files().items():
         if name.startswith("components"):
-            bad = {m for m in imports(name, path) if m.split(".")[0] in ("gradio", "gradio_client", "app")}
+            bad = {m for m in imports(name, path) if m.split(".")[0] in ("gradio", "gradio_client", "app", "gradio_adapter")}
             assert not bad, f"{name} imports {sorted(bad)}"
 
 
@@ -109,3 +111,23 @@ def test_result_folders_hold_data_and_notes_only():
     scripts = [p.relative_to(REPO) for p in (REPO / "benchmarks" / "results").rglob("*")
                if p.suffix in (".py", ".sh")]
     assert scripts == [], "a script that produced a result belongs in python -m benchmarks <experiment>"
+
+
+def test_every_module_is_in_the_map():
+    """docs/architecture.md names every module of the project (its Files tables, one line each): a module added
+    without a line there fails here."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`([\w/]+\.py)`", doc))
+    modules = sorted(str(path.relative_to(REPO)) for path in project_files().values())
+    assert len(modules) > 50  # the walk found the project
+    missing = [m for m in modules if m not in named]
+    assert not missing, f"add a line for each to docs/architecture.md's Files tables: {missing}"
+    gone = sorted(p for p in named if "/" in p and not (REPO / p).exists())  # paths; bare names are prose
+    assert not gone, f"the map names modules that do not exist: {gone}"
+
+
+def test_the_maps_exemption_is_the_tests():
+    """The one exemption from the layers, stated in the map, is the one this file allows."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    assert "**Exemption from the layers:**" in doc
+    assert all(f"`{name.replace('.', '/')}.py`" in doc for name in ENTRY_POINTS)

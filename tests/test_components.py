@@ -14,7 +14,7 @@ from components.controls import RunSettings, load_examples
 from components.fates import FINISHED_EARLY, SURVIVED, fate_color
 from components.live import LiveTracker
 from components.model_cache import ModelCache
-from components.rounds import COST_NAME, round_figure, round_views, rounds_animation
+from components.rounds import COST_NAME, RETIRED_NAME, round_figure, round_views, rounds_animation
 from sbon.analysis.comparison import Comparison
 from sbon.config import RunConfig
 from sbon.analysis.counterfactual import partial_final_stats, tradeoff_grid
@@ -107,13 +107,13 @@ def test_live_status_names_the_phase(comparison_events):
     for e in comparison_events:
         tracker.update(e)
         seen.add(tracker.status().split("**")[1] if "**" in tracker.status() else tracker.status().split()[0])
-    assert {"Speculative Rejection (memory-budget rounds)", "Best-of-N", "Counterfactual replay", "Done"} <= seen
+    assert {"Speculative Rejection (memory-budget rounds)", "Best-of-N", "Preparing the what-if views", "Done"} <= seen
 
 
 def test_round_figure_and_animation(comparison):
     views = round_views(comparison.sbon)
     fig = round_figure(views[0], comparison.n)
-    assert [t.name for t in fig.data][:3] == ["survived", "pruned", "cut"] and fig.data[3].name.startswith("retired")
+    assert [t.name for t in fig.data][:3] == ["survived", "pruned", "cut"] and fig.data[3].name == RETIRED_NAME
     assert list(fig.data[2].x) == [views[0].cut] * 2
     assert "Waiting" in round_figure(None, 6).layout.title.text
     anim = rounds_animation(comparison.sbon)
@@ -206,7 +206,7 @@ def test_tradeoff(comparison):
     expected = tradeoff_grid(comparison.bon, comparison.partials, figures.ALPHAS)
     assert grid.equals(expected)
     curves = figures.tradeoff_figure(comparison, "curves")
-    assert [t.name for t in curves.data] == ["τ=4", "τ=8", "τ=16", "this run (sbon)"]
+    assert [t.name for t in curves.data] == ["τ=4", "τ=8", "τ=16", "this run"]
     heat = figures.tradeoff_figure(comparison, "heatmap")
     assert len(heat.data[0].z) == 3 and len(heat.data[0].z[0]) == len(figures.ALPHAS)
     stats = tables.correlation_table(comparison)

@@ -175,17 +175,12 @@ def test_gallery_links_share_and_page_export_work_in_chromium(server, browser):
     page.context.close()
 
 
-def test_a_visitor_waiting_for_the_generation_slot_sees_their_place_and_an_estimated_wait(monkeypatch):
-    import torch
+def test_a_visitor_waiting_for_the_generation_slot_sees_their_place_and_an_estimated_wait():
+    from components.runs import Runs
 
-    threads = torch.get_num_threads()
-    import app
-    torch.set_num_threads(threads)
-    monkeypatch.setattr(app.RUNS, "generating", 1)
-    monkeypatch.setattr(app.RUNS, "waiting", lambda: 2)
-    monkeypatch.setattr(app.RUNS, "seconds", [30.0, 40.0, 50.0])
-    status = app.RUNS.request(None)["status"]
+    slot = Runs(lambda settings: iter(()))
+    slot.generating, slot.waiting, slot.seconds = 1, lambda: 2, [30.0, 40.0, 50.0]
+    status = slot.request(None)["status"]
     assert "3 runs ahead of yours" in status and "place 4" in status and "about 120 s to wait" in status
-    monkeypatch.setattr(app.RUNS, "generating", 0)
-    monkeypatch.setattr(app.RUNS, "waiting", lambda: 0)
-    assert app.RUNS.request(None)["status"] == "Starting…"
+    slot.generating, slot.waiting = 0, lambda: 0
+    assert slot.request(None)["status"] == "Starting…"

@@ -190,7 +190,7 @@ def test_without_spaces_the_decorator_is_a_no_op(monkeypatch):
         yield x
 
     assert zerogpu.GPU(duration=zerogpu.gpu_duration)(run) is run
-    assert zerogpu.load_at_import(lambda: pytest.fail("nothing loads at import off ZeroGPU")) is False
+    assert zerogpu.load_before_launch(lambda: pytest.fail("nothing loads before launch off ZeroGPU")) is False
 
 
 def test_with_spaces_installed_off_zerogpu_the_decorator_is_a_no_op(monkeypatch):
@@ -205,11 +205,11 @@ def test_with_spaces_installed_off_zerogpu_the_decorator_is_a_no_op(monkeypatch)
     assert decorated is run and list(decorated(settings(n=3))) == [0, 1, 2]
 
 
-def test_on_zerogpu_the_default_models_load_at_import(monkeypatch):
+def test_on_zerogpu_the_default_models_load_before_launch(monkeypatch):
     monkeypatch.setattr(zerogpu, "spaces_module", lambda: object())
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     loaded = []
-    assert zerogpu.load_at_import(lambda: loaded.append(1)) is True and loaded == [1]
+    assert zerogpu.load_before_launch(lambda: loaded.append(1)) is True and loaded == [1]
 
 
 def _requirements(name: str) -> dict[str, str]:

@@ -56,7 +56,7 @@ def test_the_same_comparison_beside_a_busy_process_has_the_same_headline_and_say
     assert busy_headline == quiet_headline  # steps, tokens, scores, the null model: nothing the load can change
     assert loaded.sbon.load["others_cores"] > BUSY_OTHERS_CORES and loaded.metrics["machine_busy"] == 1.0
     assert "⚠ The machine was busy" in busy_time and "upper bounds" in busy_time
-    # the null model in the headline, the saved run and /compare's JSON (compare_api returns Comparison.to_json)
+    # the null model in the headline, the saved run and /compare's JSON (app.compare_endpoint returns Comparison.to_json)
     m = loaded.metrics
     assert f"would have scored {m['random_pruning_normalized_score']:.1f} on average" in busy_headline
     saved = json.loads(loaded.to_json())

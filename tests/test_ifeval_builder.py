@@ -11,19 +11,32 @@ from sbon.errors import SBoNError
 SEA = "Write a short poem about the sea in all lowercase letters, without any commas."
 
 
-def test_picked_types_keep_edited_arguments_and_start_new_ones_from_examples():
-    box = builder.on_types(["length_constraints:number_words"], "")["instructions"]
-    edited = box.replace('"num_words": 60', '"num_words": 25')
-    box = builder.on_types(["length_constraints:number_words", "punctuation:no_comma"], edited)["instructions"]
+def test_a_click_in_the_list_always_adds_and_keeps_edited_arguments():
+    picked = builder.on_types(["length_constraints:number_words"], "")
+    assert picked["instruction_types"] == []  # the list empties: the next click adds again
+    edited = picked["instructions"].replace('"num_words": 60', '"num_words": 25')
+    box = builder.on_types(["punctuation:no_comma"], edited)["instructions"]
     assert json.loads(box) == [{"id": "length_constraints:number_words", "num_words": 25, "relation": "less than"},
                                {"id": "punctuation:no_comma"}]
-    assert builder.on_types([], box) == {"instructions": ""}
+    # clicking an instruction the box already holds (as after a scenario's example) never removes it
+    again = builder.on_types(["punctuation:no_comma"], box)["instructions"]
+    assert json.loads(again) == json.loads(box)
+    assert builder.on_types([], box)["instructions"] == box
+
+
+def test_a_prompt_of_your_own_clears_the_scenario_examples_instructions_only():
+    example = SCENARIOS["instructions"].prompts[0]
+    filled = builder.on_example(example)["instructions"]
+    assert builder.on_prompt("Write a haiku about autumn.", filled) == {"instructions": ""}
+    assert builder.on_prompt(example, filled) == {}  # the example itself keeps them
+    own = '[{"id": "change_case:english_lowercase"}, {"id": "punctuation:no_comma"}]'
+    assert builder.on_prompt("Write a haiku about autumn.", own) == {}  # instructions you wrote stay
 
 
 def test_an_example_fills_the_builder_and_a_typed_prompt_runs_with_it():
     example = SCENARIOS["instructions"].prompts[0]
     filled = builder.on_example(example)
-    assert filled["instruction_types"] and json.loads(filled["instructions"])
+    assert filled["instruction_types"] == [] and json.loads(filled["instructions"])
     assert builder.on_example("What is Atlantis?") == {}
     box = '[{"id": "change_case:english_lowercase"}, {"id": "punctuation:no_comma"}]'
     RunSettings(prompt=SEA, reward="ifeval", instructions=box).check()  # the sea poem is accepted

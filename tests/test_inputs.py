@@ -116,7 +116,7 @@ def test_cli_compare_saves_a_comparison_the_app_can_replay(tmp_path, capsys, mon
     assert f"normalized_score             {comp.metrics['normalized_score']:.3f}" in printed
     from sbon.analysis.comparison import headline_text
 
-    assert headline_text(comp) in printed and "Wall time on this machine" in printed  # the page's headline, in text
+    assert headline_text(comp) in printed and "Wall time on " in printed  # the page's headline, in text
     assert f"best response (candidate {comp.sbon.best_id}," in printed
 
 

@@ -36,7 +36,7 @@ def test_background_load_says_what_it_is_doing_and_retries_after_a_failure(monke
         if cache.loading():
             break
         threading.Event().wait(0.05)
-    assert cache.loading().startswith("Step 1/3: loading the generator smollm2-135m") and cache.loading().endswith(" s")
+    assert cache.loading().startswith("Step 1/3: loading the generator, SmolLM2-135M-Instruct") and cache.loading().endswith(" s")
     release.set()
     assert job.result(timeout=10) == ("G:smollm2-135m", "R:likelihood") and cache.loading() == ""
     assert attempts == ["smollm2-135m", "smollm2-135m"]
@@ -86,11 +86,7 @@ def test_deeply_nested_json_is_refused_in_one_line(load_upload, tmp_path):
 
 @pytest.fixture(scope="module")
 def app_module():
-    import torch
-
-    threads = torch.get_num_threads()
     import app
-    torch.set_num_threads(threads)
     return app
 
 

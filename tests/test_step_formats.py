@@ -116,17 +116,37 @@ def test_prefix_stays_reusable_after_a_batch(gen):
     assert prefix.cache.get_seq_length() == length and torch.equal(first, again)
 
 
+def excluded_where_not_exact(name: str, gen) -> bool:
+    """Whether the probe (sbon.probe.exactness, at the thread count in use) measures ``name`` exact on this CPU; where
+    it does not, assert that the choice excludes it however fast it is (bfloat16 emulated on a CPU without
+    bfloat16 matmuls is not exact)."""
+    from sbon.decoders import EagerDecoder
+    from sbon.machine import Measured, choose, fingerprint
+    from sbon.probe import exactness
+
+    exact, divergence = exactness(gen, EagerDecoder(gen))
+    if not exact:
+        fast = Measured(name, "eager", ms={7: 1.0}, exact=False, divergence=divergence)
+        slow = Measured("fp32" if name != "fp32" else "int4", "eager", ms={7: 100.0}, exact=True)
+        assert choose("smollm2-135m", fingerprint("cpu"), [fast, slow]).weights == slow.weights
+    return exact
+
+
 @pytest.mark.parametrize("name, threads", [("fp32", 1), ("fp32", 2), ("bf16", 1), ("bf16", 2), ("int4", 2),
                                            ("int4-fp32", 1), ("int4-fp32", 2)])
 def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, gen_int4, gen_int4_fp32):
-    """Candidates 0-5 in one batch, one at a time and four plus two: the same logits, bit for bit, on any thread
-    count (see WEIGHT_FORMATS: every batch_invariant format is here)."""
+    """Candidates 0-5 in one batch, one at a time and four plus two: the same logits, bit for bit, wherever the probe
+    measures the format exact on this CPU at this thread count (every batch_invariant format is here: fp32 and
+    int4-fp32 on any thread count on any CPU, prepacked for oneDNN; bf16 and int4 where the CPU computes bfloat16
+    natively: WEIGHT_FORMATS); where it does not, the choice excludes it."""
     g = {"fp32": gen, "bf16": gen_bf16, "int4": gen_int4, "int4-fp32": gen_int4_fp32}[name]
     assert WEIGHT_FORMATS[name].batch_invariant
     assert WEIGHT_FORMATS[name].min_rows > 1
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        if not excluded_where_not_exact(name, g):
+            return
         prefix = g.prefill(g.encode_prompt(PROMPT))
         tokens, logits = decode(g, prefix, range(6), 6)
         # One row at a time is where bf16's kernels differ unpadded; two threads on busy cores are slow.
@@ -139,19 +159,23 @@ def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, 
         torch.set_num_threads(before)
 
 
-def test_the_default_weights_follow_the_cpu_s_bfloat16_support(monkeypatch):
+def test_the_default_weights_are_the_measured_choice_else_float32(monkeypatch, tmp_path):
+    """Before anything is measured a CPU loads float32 (exact on one thread without measuring), a GPU bfloat16; once
+    measured, the choice's format; SBON_WEIGHTS forces one."""
+    from sbon.machine import Measured, choose, fingerprint, save_choice
     from sbon.models import default_weights
+    monkeypatch.setenv("SBON_CACHE", str(tmp_path))
     monkeypatch.delenv("SBON_WEIGHTS", raising=False)
-    fast_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    assert default_weights(torch.device("cpu")) == ("bf16" if fast_bf16 else "fp32")
-    # the embedded generator ships its 4-bit blocks: on such a CPU they are its default
-    assert default_weights(torch.device("cpu"), "smollm2-135m") == ("int4" if fast_bf16 else "fp32")
-    assert default_weights(torch.device("cpu"), "gpt2") == ("bf16" if fast_bf16 else "fp32")
+    cpu = torch.device("cpu")
+    assert default_weights(cpu, "smollm2-135m") == "fp32" and default_weights(cpu) == "fp32"
+    assert default_weights(torch.device("cuda"), "smollm2-135m") == "bf16"
+    save_choice(choose("smollm2-135m", fingerprint("cpu"), [Measured("int4", "eager", ms={7: 20.0}, exact=True)]))
+    assert default_weights(cpu, "smollm2-135m") == "int4" and default_weights(cpu, "gpt2") == "fp32"
     monkeypatch.setenv("SBON_WEIGHTS", "fp32")  # a server's own choice for its page
-    assert default_weights(torch.device("cpu"), "smollm2-135m") == "fp32"
+    assert default_weights(cpu, "smollm2-135m") == "fp32"
     monkeypatch.setenv("SBON_WEIGHTS", "int2")
     with pytest.raises(SBoNError, match="unknown weights 'int2'"):
-        default_weights(torch.device("cpu"))
+        default_weights(cpu)
 
 
 def test_int4_runs_the_file_s_own_blocks_close_to_bf16(gen_int4, gen_bf16):
@@ -213,7 +237,9 @@ def test_decode_attention_matches_sdpa_and_leaves_the_prefill_to_it(gen):
 
 def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
     """bf16 Linear layers on a CPU run with their weight prepacked once (sbon.engine.prepack_linears): the
-    same kernel on the same numbers as `F.linear`, so every layer's output is the same bits, at any row count."""
+    same kernel on the same numbers as `F.linear`, so every layer's output is the same bits, at any row count, where
+    the probe measures bf16 exact on this CPU (bfloat16 computed natively); where it does not, the choice excludes
+    it."""
     import torch.nn.functional as F
 
     linears = [m for m in gen_bf16.model.modules() if isinstance(m, torch.nn.Linear)]
@@ -221,6 +247,8 @@ def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
         cells = dict(zip(m.forward.__code__.co_freevars, (c.cell_contents for c in m.forward.__closure__)))
         return cells["forward"]
     assert linears and all(inner(m).__name__ == "prepacked_forward" for m in linears)
+    if not excluded_where_not_exact("bf16", gen_bf16):
+        return
     torch.manual_seed(0)
     with torch.inference_mode():
         for m in (linears[0], linears[5], linears[-1]):  # attention, MLP and the LM head

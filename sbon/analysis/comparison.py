@@ -26,11 +26,11 @@ from ..engine import Generator
 from ..errors import SBoNError
 from ..ifeval.instructions import parse_instructions
 from ..machine_load import LoadMeter, busy_note
-from ..metrics import compare
+from ..metrics import compare, diverged_ids, final_of, twin_diverged
 from ..results import RunResult, dump_json
 from ..rewards import RewardModel
 from ..signals import check_signal, watched_by_default
-from .counterfactual import prefix_rewards
+from .counterfactual import prefix_rewards, prefix_uncertainties
 from .signal_matrix import Scores, SignalWatch
 
 FORMAT = "sbon-comparison/1"
@@ -59,6 +59,9 @@ class Comparison:
     partials: dict[int, list[float | None]] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     signal_scores: Scores = field(default_factory=dict)
+    # uncertainties[tau][k]: the half-width of partials[tau][k] (sbon.cut's undecided candidates), where the reward
+    # knows it; empty otherwise and in files saved before it existed.
+    uncertainties: dict[int, list[float | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_pair(self.bon, self.sbon, self.partials)
@@ -70,18 +73,26 @@ class Comparison:
     def n(self) -> int:
         return len(self.bon.candidates)
 
-    def final_reward(self, k: int) -> float:
-        """Final reward of candidate k: its own if it finished in the SBoN run, else Best-of-N's."""
-        own = self.sbon.candidates[k].final_reward
-        return own if own is not None else self.bon.candidates[k].final_reward
+    def final_reward(self, k: int) -> float | None:
+        """Final reward of candidate k: its own if it finished in the SBoN run, else Best-of-N's -- None when its
+        Best-of-N twin diverged (that final reward scores another text: :func:`sbon.metrics.final_of`)."""
+        return final_of(self.bon, self.sbon, k)
 
     def diverged(self, k: int) -> bool:
         """True if candidate k's token ids in the SBoN run are not a prefix of its Best-of-N twin's.
 
-        Coupled sampling makes them equal in float32; in bfloat16 (the default on a GPU) batch-
-        dependent rounding can, rarely, flip a token, and the two texts part from there on."""
-        own, twin = self.sbon.candidates[k].token_ids, self.bon.candidates[k].token_ids
-        return twin[:len(own)] != own
+        Coupled sampling makes them equal where a row's logits do not depend on the batch; in bfloat16 (on a GPU,
+        or a CPU that emulates it) batch-dependent rounding can flip a token, and the two texts part from there on."""
+        return twin_diverged(self.bon, self.sbon, k)
+
+    @property
+    def diverged_ids(self) -> list[int]:
+        """The candidates that came out differently in the two runs: for them the runs are not one story."""
+        return diverged_ids(self.bon, self.sbon)
+
+    def twin(self, k: int) -> bool:
+        """True if Best-of-N's candidate k is the same response as this run's candidate k (coupling held for it)."""
+        return not self.diverged(k)
 
     def continuation(self, k: int) -> str:
         """The text candidate k would have generated after it was pruned (from Best-of-N); empty
@@ -100,7 +111,8 @@ class Comparison:
                 "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
                 "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics),
                 "signal_scores": {name: {str(t): list(v) for t, v in by_t.items()}
-                                  for name, by_t in self.signal_scores.items()}}
+                                  for name, by_t in self.signal_scores.items()},
+                "uncertainties": {str(tau): list(u) for tau, u in self.uncertainties.items()}}
 
     def to_json(self, path: str | Path | None = None) -> str:
         return dump_json(self.to_dict(), path)
@@ -125,7 +137,9 @@ class Comparison:
             raise SBoNError("not a saved comparison: 'partials' is not an object")
         try:
             partials = {int(tau): [None if r is None else float(r) for r in p] for tau, p in raw.items()}
-        except (TypeError, ValueError) as e:
+            uncertainties = {int(tau): [None if r is None else float(r) for r in u]
+                             for tau, u in (d.get("uncertainties") or {}).items()}
+        except (TypeError, ValueError, AttributeError) as e:
             raise SBoNError(f"not a saved comparison: bad partial rewards ({e})") from None
         signal_scores = _read_signal_scores(d.get("signal_scores", {}))  # absent in files saved before it
         if len(bon.candidates) != len(sbon.candidates):  # the likeliest damage: say it plainly, first
@@ -136,7 +150,8 @@ class Comparison:
             if run.instructions:  # the ones its reward judged by: they must still build (absent in older files)
                 parse_instructions(run.instructions, f"not a saved comparison: {key}.instructions")
         try:
-            return cls(bon, sbon, dict(sorted(partials.items())), signal_scores=signal_scores)
+            return cls(bon, sbon, dict(sorted(partials.items())), signal_scores=signal_scores,
+                       uncertainties={tau: u for tau, u in sorted(uncertainties.items()) if len(u) == len(bon.candidates)})
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as e:
             if isinstance(e, SBoNError):
                 raise
@@ -165,8 +180,9 @@ def headline_text(comp: Comparison, strong: Callable[[str], str] = lambda text: 
     for the same seed and settings on any machine, under any load (no time in it). ``strong`` marks the key
     phrases (Markdown bold on the page, nothing on the command line)."""
     m, sbon, bon = comp.metrics, comp.sbon, comp.bon
-    same = "the same response as Best-of-N" if sbon.best_id == bon.best_id else \
-        f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}"
+    same = "the same response as Best-of-N" if sbon.best.text == bon.best.text else \
+        f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}" if sbon.best_id != bon.best_id else \
+        f"its own version of candidate {sbon.best_id}, not Best-of-N's"
     steps, bon_steps = m["sbon_steps"], m["bon_steps"]
     if steps == bon_steps:
         cost = (f"in as many sequential decode steps as Best-of-N ({steps}: Best-of-N held all its candidates in one "
@@ -175,10 +191,22 @@ def headline_text(comp: Comparison, strong: Callable[[str], str] = lambda text: 
         ratio = m["step_speedup"]
         times = f"{ratio:.2f}× fewer" if ratio >= 1 else f"{1 / ratio:.2f}× more"
         cost = "in " + strong(f"{steps} sequential decode steps, {times} than Best-of-N's {bon_steps}")
-    return (f"{strong(f'Speculative Rejection returned {same}')} (normalized score {m['normalized_score']:.1f}; "
+    coupling = coupling_note(comp)
+    return (f"{coupling}\n\n" if coupling else "") + (f"{strong(f'Speculative Rejection returned {same}')} (normalized score {m['normalized_score']:.1f}; "
             f"pruning at random with the same survivor counts would have scored "
             f"{m['random_pruning_normalized_score']:.1f} on average) {cost}, generating {m['sbon_tokens']} of "
-            f"Best-of-N's {m['bon_tokens']} tokens (token rate {m['token_rate']:.2f}).")
+            f"Best-of-N's {m['bon_tokens']} tokens ({m['token_rate']:.0%} of them).")
+
+
+def coupling_note(comp: Comparison) -> str:
+    """One plain line when the two runs are not one story: how many candidates came out differently (their
+    Best-of-N twins diverged), so that what the page says of a candidate in both runs is approximate; '' when
+    coupling held for every candidate."""
+    parted = comp.diverged_ids
+    if not parted:
+        return ""
+    return (f"{len(parted)} of {comp.n} candidate{'s' if comp.n != 1 else ''} came out differently in the two runs on "
+            f"this machine: the comparison is approximate.")
 
 
 def wall_time_text(comp: Comparison) -> str:
@@ -186,7 +214,9 @@ def wall_time_text(comp: Comparison) -> str:
     busy while a run ran (:func:`sbon.machine_load.busy`)."""
     m = comp.metrics
     ratio = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
-    line = (f"Wall time on this machine: {comp.sbon.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
+    machine = comp.sbon.machine
+    where = f"on {machine}" if machine else "on the machine that ran it (not recorded)"
+    line = (f"Wall time {where}: {comp.sbon.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
             "it depends on the machine and what else runs on it).")
     note = busy_note({"Speculative Rejection": comp.sbon.load, "Best-of-N": comp.bon.load})
     return f"{line} {note}" if note else line
@@ -214,6 +244,8 @@ def _check_types(run: RunResult) -> None:
         raise SBoNError(f"not a saved comparison: {where} has no prompt or settings")
     if not isinstance(run.timings, dict) or not all(_number(v) for v in run.timings.values()):
         raise SBoNError(f"not a saved comparison: {where} has non-numeric timings")
+    if not all(v is None or isinstance(v, str) for v in (run.machine, run.decode, run.weights)):
+        raise SBoNError(f"not a saved comparison: {where} has a malformed machine, weights or decode path")
     if not isinstance(run.load, dict) or not all(v is None or _number(v) for v in run.load.values()):
         raise SBoNError(f"not a saved comparison: {where} has a malformed machine load")
     for c in run.candidates:
@@ -383,6 +415,7 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     if taus is None:
         taus = default_taus(config.max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
     partials: dict[int, list[float | None]] = {}
+    uncertainties = prefix_uncertainties(bon, reward, gen.decode, taus)  # no model: the reward's own half-widths
     # One tau at a time shows progress; a reward that scores all prefixes in one pass does them at once.
     chunks = [taus] if hasattr(reward, "score_prefixes") else [[t] for t in taus]
     scored = 0
@@ -391,7 +424,7 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
         for t in chunk:
             scored += 1
             yield CounterfactualScored(t, scored, len(taus))
-    yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=signal_scores))
+    yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=signal_scores, uncertainties=uncertainties))
 
 
 def watch_signals(gen: Generator, reward: RewardModel, prompt: str, bon_config: RunConfig, signals: Sequence[str],

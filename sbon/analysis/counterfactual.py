@@ -13,6 +13,7 @@ import pandas as pd
 from ..metrics import correlations, oracle_cut
 from ..results import RunResult
 from ..rewards import RewardModel
+from ..signals import RewardSignal
 from .replay import replay_tau
 
 
@@ -39,18 +40,39 @@ def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequen
     return {tau: [scores.get((tau, c.id)) for c in bon.candidates] for tau in taus}
 
 
-def simulate_tau(bon: RunResult, partial: Sequence[float | None], tau: int, alpha: float) -> dict[str, float]:
+def prefix_uncertainties(bon: RunResult, reward: RewardModel, decode: Callable[[Sequence[int]], str],
+                         taus: Iterable[int]) -> dict[int, list[float | None]]:
+    """Half-width of every BoN candidate's partial reward after tau tokens, as the run's reward signal gives it
+    (None if it had finished by then); empty when the reward has no uncertainty."""
+    signal = RewardSignal(reward)
+    if not signal.knows_uncertainty:
+        return {}
+    out = {}
+    for tau in sorted(set(taus)):
+        live = [c.id for c in bon.candidates if c.tokens_generated > tau]
+        texts = [decode(bon.candidates[k].token_ids[:tau]) for k in live]
+        found = dict(zip(live, signal.uncertainty(bon.prompt, live, texts) if live else []))
+        out[tau] = [found.get(c.id) for c in bon.candidates]
+    return out
+
+
+def simulate_tau(bon: RunResult, partial: Sequence[float | None], tau: int, alpha: float,
+                 uncertainty: Sequence[float | None] | None = None, undecided: str = "paper") -> dict[str, float]:
     """Normalized score and token rate of deciding at tau with rejection rate alpha, by the partial
     rewards (on the final reward's scale: finished candidates compete with their final reward, and
-    one ranked below the cut stays eligible, as in the real algorithm)."""
-    r = replay_tau(bon, partial, tau, alpha)
+    one ranked below the cut stays eligible, as in the real algorithm), with the run's undecided rule."""
+    r = replay_tau(bon, partial, tau, alpha, uncertainty=uncertainty, undecided=undecided,
+                   seed=bon.settings.get("seed", 0))
     return {k: v for k, v in r.metrics(bon).items() if k in ("tau", "alpha", "normalized_score", "token_rate")}
 
 
-def tradeoff_grid(bon: RunResult, partials: dict[int, list[float | None]], alphas: Iterable[float]) -> pd.DataFrame:
-    """Normalized score and token rate over a grid of (tau, alpha)."""
-    alphas = list(alphas)
-    return pd.DataFrame([simulate_tau(bon, partial, tau, a) for tau, partial in partials.items() for a in alphas])
+def tradeoff_grid(bon: RunResult, partials: dict[int, list[float | None]], alphas: Iterable[float],
+                  uncertainties: dict[int, list[float | None]] | None = None, undecided: str = "paper") -> pd.DataFrame:
+    """Normalized score and token rate over a grid of (tau, alpha), by the run's undecided rule where the
+    partials' half-widths are known."""
+    alphas, uncertainties = list(alphas), uncertainties or {}
+    return pd.DataFrame([simulate_tau(bon, partial, tau, a, uncertainties.get(tau), undecided)
+                         for tau, partial in partials.items() for a in alphas])
 
 
 def partial_final_stats(bon: RunResult, partials: dict[int, list[float | None]]) -> pd.DataFrame:

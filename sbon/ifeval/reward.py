@@ -73,6 +73,7 @@ class IFEvalReward:
     gives the copy one run uses.
     """
     name = "ifeval"
+    tie_term = TIE_BREAK  # partial and final rewards closer than this differ by the length tie-break only
     _registered: ClassVar[dict[str, tuple[Instruction, ...]]] = {}
 
     def __init__(self, mode: str = "strict", progress: ProgressModel | None = None,
@@ -139,6 +140,17 @@ class IFEvalReward:
     def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
         """Final rewards of complete responses."""
         return [self._reward(self.explain(prompt, r, final=True), r) for r in responses]
+
+    def score_uncertainty(self, prompt: str, texts: Sequence[str]) -> list[float]:
+        """Half-width of each partial reward (sbon.cut): half the progress model's resolution (its calibration
+        error: it cannot tell apart closer probabilities) per open instruction, over the instructions, plus half the
+        tie term (shorter wins ties: no evidence about the final reward). Settled verdicts are exact."""
+        out = []
+        for text in texts:
+            verdicts = self.explain(prompt, text, final=False)
+            still_open = sum(v.status == "open" for v in verdicts)
+            out.append(still_open * self.progress.resolution / 2 / len(verdicts) + TIE_BREAK / 2)
+        return out
 
     def score_partial(self, prompt: str, texts: Sequence[str]) -> list[float]:
         """Partial rewards of unfinished responses: the expected final reward."""

@@ -1,0 +1,230 @@
+"""`python -m benchmarks undecided`: what a decision point should do with the candidates its pruning signal
+cannot tell apart from the cut (the ``undecided`` setting, ``sbon.cut.UNDECIDED``), measured where it can fail.
+
+Per prompt, one Best-of-N run; then, per rule, the Speculative Rejection run (memory-budget rounds, its default
+budget, the same seed) replayed on Best-of-N's candidates (``sbon.analysis.replay.replay_rounds``: with coupled
+sampling the run samples exactly these candidates, and the replay goes through the run's own cut, scores and
+budget; ``--check`` runs the first prompts for real too and records whether each rule's run agrees). Per rule:
+
+- the answer's quality: with the ``ifeval`` reward, whether it follows every instruction (prompt-level strict);
+  with another reward, its normalized score (Best-of-N's winner = 100, its worst candidate = 0);
+- the same for random pruning at the same decision points and counts (``sbon.metrics.random_pruning_reward``,
+  on the indicator of following every instruction for ``ifeval``: the chance that random pruning keeps a response
+  that does), and for Best-of-N;
+- the token rate (Speculative Rejection's tokens / Best-of-N's), decision points, how many candidates were
+  undecided, and whether Best-of-N's winner was pruned while undecided (or pruned at all).
+
+Prompts: ``--set ifeval``, the shipped IFEval file's evaluation split (even key; the calibration uses odd keys);
+``--set helpful``, the page's helpful scenario's held-out AlpacaEval prompts (``benchmarks.scenarios``), with
+``minilm-pref``. ``--minutes`` bounds the run: no new prompt starts after it; the file is rewritten after every
+prompt. Result file: benchmarks/results/cpu-2core-epyc/undecided/<set>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from types import SimpleNamespace
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from sbon.algorithms import events, plan_budget, run
+from sbon.analysis.replay import replay_rounds
+from sbon.config import RunConfig
+from sbon.cut import UNDECIDED
+from sbon.metrics import normalized_score, random_pruning_reward
+from sbon.models import load_generator, load_reward
+from sbon.results import RunResult
+from sbon.rewards import bind_instructions
+from sbon.signals import RewardSignal
+
+from . import common
+
+OUT_DIR = common.DEFAULT_OUT_DIR / "cpu-2core-epyc" / "undecided"
+SETS = {"ifeval": "ifeval", "helpful": "minilm-pref"}  # prompt set -> its reward
+
+
+def prompts_of(name: str, k: int, offset: int) -> list[dict[str, Any]]:
+    from .ifeval import evaluation_prompts
+    from .scenarios import scenario_prompts
+
+    if name == "ifeval":
+        rows, _ = evaluation_prompts(k, offset)
+        return [{"id": p.key, "prompt": p.prompt,
+                 "instructions": [{"id": i, **{a: v for a, v in kw.items() if v is not None}}
+                                  for i, kw in zip(p.instruction_ids, p.kwargs)]} for p in rows]
+    return scenario_prompts("helpful", k + offset, 30)[offset:]
+
+
+def followed(reward, prompt: str, text: str) -> float:
+    return float(all(v.followed for v in reward.explain(prompt, text, final=True)))
+
+
+def quality(reward, bon: RunResult, k: int) -> float:
+    """Candidate k as the answer: followed every instruction (ifeval), else its normalized score on Best-of-N's."""
+    if hasattr(reward, "explain"):
+        return followed(reward, bon.prompt, bon.candidates[k].text)
+    return normalized_score(bon.final_rewards, bon.candidates[k].final_reward)
+
+
+def random_quality(reward, bon: RunResult, sr: Any) -> float:
+    """Random pruning at sr's decision points and counts, on Best-of-N's candidates."""
+    if hasattr(reward, "explain"):
+        indicator = copy.deepcopy(bon)
+        for c in indicator.candidates:
+            c.final_reward = followed(reward, bon.prompt, c.text)
+        return random_pruning_reward(indicator, sr)
+    return normalized_score(bon.final_rewards, random_pruning_reward(bon, sr))
+
+
+def prompt_row(gen, reward, item: dict, rules: Sequence[str], n: int, max_new_tokens: int, alpha: float,
+               seed: int, check: bool, bon: RunResult | None = None, generated: float | None = None) -> dict[str, Any]:
+    """Best-of-N once (or the one given, saved by an earlier run), then each rule's memory-budget run replayed on
+    its candidates (``replay_rounds``: the run's own cut, scores and budget; ``check`` also runs each rule for real
+    and records whether they agree). The row keeps Best-of-N's run, so ``--from`` replays the rules again."""
+    reward = bind_instructions(reward, item["prompt"], item.get("instructions"))
+    config = RunConfig(n=n, max_new_tokens=max_new_tokens, alpha=alpha, seed=seed)
+    if bon is None:
+        start = time.perf_counter()
+        bon = run(events(gen, reward, item["prompt"], config.replace(method="bon")))
+        generated = time.perf_counter() - start
+    replayed = time.perf_counter()
+    signal = RewardSignal(reward)
+    prompt_tokens = len(gen.encode_prompt(item["prompt"]))
+    _, budget = plan_budget(gen, prompt_tokens, n, None, max_new_tokens)
+    seen: dict[tuple[int, int], tuple[float, float | None]] = {}
+
+    def score_at(t: int, ids: list[int]):
+        # A candidate's score after t tokens depends on its own text alone: scored once for every rule.
+        fresh = [k for k in ids if (t, k) not in seen]
+        if fresh:
+            texts = [gen.decode(bon.candidates[k].token_ids[:t]) for k in fresh]
+            margins = signal.uncertainty(item["prompt"], fresh, texts) if signal.knows_uncertainty else None
+            seen.update({(t, k): (score, None if margins is None else margins[j])
+                         for j, (k, score) in enumerate(zip(fresh, signal.score(item["prompt"], fresh, texts)))})
+        margins = [seen[(t, k)][1] for k in ids]
+        return [seen[(t, k)][0] for k in ids], None if any(m is None for m in margins) else margins
+
+    row: dict[str, Any] = {"id": item["id"], "item": item, "bon_run": bon.to_dict(), "prompt_tokens": prompt_tokens,
+                           "kv_budget": budget,
+                           "bon": {"quality": quality(reward, bon, bon.best_id), "winner": bon.best_id,
+                                   "tokens": bon.total_tokens}}
+    for rule in rules:
+        replay = replay_rounds(bon, prompt_tokens, budget, alpha, score_at, rule, seed, signal.tie)
+        points, winner = replay.points, bon.best_id
+        row[rule] = {"quality": quality(reward, bon, replay.best_id),
+                     "random": random_quality(reward, bon, SimpleNamespace(decision_points=points)),
+                     "token_rate": replay.tokens / bon.total_tokens, "winner": replay.best_id,
+                     "decision_points": len(points), "decision_tokens": [p.tokens for p in points],
+                     "undecided": [len([k for k in p.undecided if k not in p.final]) for p in points],
+                     "applied": [p.undecided_rule for p in points], "tied": [p.tied for p in points],
+                     "bon_winner_pruned": float(any(winner in p.pruned for p in points)),
+                     "bon_winner_pruned_undecided": float(any(winner in p.pruned and winner in p.undecided
+                                                              for p in points))}
+        if check:
+            real = run(events(gen, reward, item["prompt"], config.replace(undecided=rule)))
+            row[rule]["real_run_agrees"] = (real.best_id == replay.best_id and real.total_tokens == replay.tokens and
+                                            [(p.tokens, p.survivors) for p in real.decision_points] ==
+                                            [(p.tokens, p.survivors) for p in points])
+    row["seconds"] = {"best_of_n": generated, "replays": time.perf_counter() - replayed}
+    return row
+
+
+def summarize(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Any]:
+    def mean(values):
+        values = list(values)
+        return sum(values) / len(values) if values else None
+
+    out = {"prompts": len(rows), "bon": mean(r["bon"]["quality"] for r in rows)}
+    for rule in rules:
+        out[rule] = {name: mean(r[rule][name] for r in rows) for name in
+                     ("quality", "random", "token_rate", "decision_points", "bon_winner_pruned",
+                      "bon_winner_pruned_undecided")}
+        out[rule]["undecided_per_point"] = mean(u for r in rows for u in r[rule]["undecided"])
+        out[rule]["points_with_undecided"] = mean(float(u > 0) for r in rows for u in r[rule]["undecided"])
+        out[rule]["points_tied"] = mean(float(x) for r in rows for x in r[rule]["tied"])
+        checked = [r[rule]["real_run_agrees"] for r in rows if "real_run_agrees" in r[rule]]
+        out[rule]["real_runs_checked"], out[rule]["real_runs_agree"] = len(checked), sum(checked)
+    return out
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("undecided", help="what a decision point does with candidates its signal cannot tell apart "
+                                         "from the cut: each rule against Best-of-N and random pruning")
+    p.add_argument("--set", choices=list(SETS), default="ifeval", help="the prompt set (and its reward)")
+    p.add_argument("--rules", nargs="+", choices=list(UNDECIDED), default=list(UNDECIDED))
+    p.add_argument("--k", type=int, default=1000, help="at most this many prompts")
+    p.add_argument("--offset", type=int, default=0, help="skip the set's first prompts")
+    p.add_argument("--n", type=int, default=16)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--alpha", type=float, default=0.5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--check", type=int, default=2, help="on the first this many prompts, also run each rule for "
+                                                      "real and record whether it agrees with the replay")
+    p.add_argument("--minutes", type=float, default=30.0, help="start no new prompt after this long")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--out", default=None, help="result file (default: results/cpu-2core-epyc/undecided/<set>.json)")
+    p.add_argument("--from", dest="from_file", default=None,
+                   help="replay the rules again on the Best-of-N runs saved in this result file (no generation) and "
+                        "rewrite it")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(main=main)
+
+
+def replay_again(path: Path, rules: Sequence[str]) -> int:
+    """Every row of a result file replayed again from its saved Best-of-N run, under the current cut rule."""
+    d = json.loads(path.read_text())
+    s = d["settings"]
+    gen = load_generator()
+    reward = load_reward(s["reward"], generator=gen)
+    rows = [prompt_row(gen, reward, r["item"], rules, s["n"], s["max_new_tokens"], s["alpha"], s["seed"], False,
+                       RunResult.from_dict(r["bon_run"]), r["seconds"]["best_of_n"]) for r in d["rows"]]
+    d.update(rules=list(rules), rows=rows, summary=summarize(rows, rules),
+             replayed_again={"command": "python -m benchmarks " + " ".join(sys.argv[1:]),
+                             "commit": common.git_commit(), "load_average": os.getloadavg()})
+    d["settings"]["rules"] = list(rules)
+    common.write_json(d, path)
+    print(summarize(rows, rules))
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    from transformers.utils import logging as tf_logging
+    tf_logging.set_verbosity_error()
+    if args.from_file:
+        return replay_again(Path(args.from_file), args.rules)
+    out = Path(args.out) if args.out else OUT_DIR / f"{args.set}.json"
+    work = prompts_of(args.set, args.k, args.offset)
+    gen = load_generator()
+    reward = load_reward(SETS[args.set], generator=gen)
+    record = {"experiment": "undecided", "command": "OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks " + " ".join(sys.argv[1:]),
+              "settings": {"set": args.set, "reward": SETS[args.set], "rules": list(args.rules), "n": args.n,
+                           "max_new_tokens": args.max_new_tokens, "alpha": args.alpha, "seed": args.seed,
+                           "method": "sbon (memory-budget rounds, default budget), replayed on Best-of-N's candidates",
+                           "check": args.check, "offset": args.offset, "minutes": args.minutes,
+                           "prompts_available": len(work),
+                           "prompts": "ifeval: the shipped IFEval file's evaluation split (even key), in file order; "
+                                      "helpful: benchmarks.scenarios' held-out AlpacaEval prompts (prompt seed 30)"},
+              "load_average_at_start": os.getloadavg(), "environment_at_start": common.environment(gen)}
+    deadline = time.perf_counter() + 60 * args.minutes
+    rows = []
+    bar = common.progress(len(work), f"undecided {args.set}", disable=args.quiet)
+    for item in work:
+        if time.perf_counter() > deadline:
+            break
+        rows.append(prompt_row(gen, reward, item, args.rules, args.n, args.max_new_tokens, args.alpha, args.seed,
+                               len(rows) < args.check))
+        bar.update(1)
+        common.write_json({**record, "load_average": os.getloadavg(), "environment": common.environment(gen),
+                           "summary": summarize(rows, args.rules), "rows": rows}, out)
+    bar.close()
+    print(summarize(rows, args.rules))
+    print(f"wrote {out}")
+    return 0

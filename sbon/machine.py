@@ -1,0 +1,274 @@
+"""This machine: what it is (``fingerprint``), where sbon keeps its files (``cache_dir``), and ``auto``'s decode path,
+chosen by measurement (``Choice``, ``choose``) and cached per machine.
+
+A decode path is a weight format (``sbon.engine.WEIGHT_FORMATS``) and a decode step (``eager`` or ``compiled``,
+``sbon.decoders``). ``sbon.probe`` times every path this machine can run and measures whether a row's logits depend
+on its batch there; ``choose`` picks the fastest path that meets the rule: on a CPU the coupled sampling must be exact
+(the same bits for a row decoded alone and within a batch), on a GPU the measured divergence is reported. The choice is
+cached under a hash of the fingerprint, so a choice measured on another CPU, under other instruction-set limits, with
+another thread count or another torch version is never used. Until a choice is measured, runs use the path that is
+exact without measuring (``safe_path``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# The row counts a page-default run (N=16) decodes at: all candidates, after the first decision point, the last one.
+ROWS = (16, 7, 1)
+REPORT_ROWS = 7  # the row count a choice's reason quotes
+# Environment variables that limit the instructions torch and oneDNN use (how other CPU classes are emulated).
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE",
+              "TORCHINDUCTOR_CPP_VEC_ISA")
+# /proc/cpuinfo flags that change which decode path is fast or exact here.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16", "amx_int8")
+SAFE_THREADS = 1  # float32 gives a row the same bits at any batch size on one thread (sbon.engine.WEIGHT_FORMATS)
+
+
+def cache_dir() -> Path:
+    """sbon's files on this machine (converted models, compiled steps, the measured choice): $SBON_CACHE or
+    ~/.cache/sbon."""
+    return Path(os.environ.get("SBON_CACHE") or Path.home() / ".cache" / "sbon")
+
+
+# -- what this machine is -----------------------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    for line in _cpuinfo().splitlines():
+        if line.startswith("flags"):
+            have = set(line.split(":", 1)[1].split())
+            return [f for f in CPU_FLAGS if f in have]
+    return []
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+# torch's own thread count in this process before anyone set it (one per core, or OMP_NUM_THREADS)
+TORCH_THREADS = torch.get_num_threads()
+
+
+def decode_threads() -> int:
+    """The CPU threads a measured path decodes with: SBON_THREADS if set, else torch's default (one per core)."""
+    threads = os.environ.get("SBON_THREADS")
+    return max(1, int(threads)) if threads else TORCH_THREADS
+
+
+def fingerprint(device: str | torch.device = "cpu", threads: int | None = None) -> dict:
+    """What decides which decode path is fast and exact here: the CPU and the instruction sets in force (the
+    capability torch's kernels use, the limits set in the environment, the CPU's own flags), the thread count
+    (``threads``, default: the one in use now), torch's version and the device."""
+    device = torch.device(device)
+    return {"cpu": cpu_model(), "capability": torch.backends.cpu.get_cpu_capability(),
+            "limits": {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)},
+            "flags": cpu_flags(), "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
+            "device": device_name(device)}
+
+
+def cache_key(print_: dict) -> str:
+    return hashlib.blake2b(json.dumps(print_, sort_keys=True).encode(), digest_size=10).hexdigest()
+
+
+# -- a measured path and the choice ------------------------------------------------------------------------------
+
+@dataclass
+class Measured:
+    """One decode path as measured on this machine."""
+    weights: str = field(metadata={"help": "the weight format (sbon.engine.WEIGHT_FORMATS)"})
+    decode: str = field(metadata={"help": "eager or compiled (sbon.decoders)"})
+    ms: dict[int, float] = field(default_factory=dict, metadata={"help": "rows -> milliseconds per decode step"})
+    exact: bool | None = field(default=None, metadata={"help": "a row's logits are the same bits alone and within a "
+                                                                "batch (None: not measured)"})
+    divergence: float | None = field(default=None, metadata={"help": "the largest difference of a logit between a "
+                                                                      "row decoded alone and within a batch"})
+    problem: str | None = field(default=None, metadata={"help": "why it did not run here (then no times)"})
+
+    @property
+    def name(self) -> str:
+        return f"{self.weights} {self.decode}"
+
+    @property
+    def runs(self) -> bool:
+        return self.problem is None and bool(self.ms)
+
+    def per_step(self) -> float:
+        """What paths are ranked by: milliseconds per step, averaged over the row counts a run decodes at."""
+        return sum(self.ms.values()) / len(self.ms)
+
+    def at(self, rows: int = REPORT_ROWS) -> float:
+        return self.ms.get(rows, self.per_step())
+
+
+def eligible(path: Measured, device: str) -> bool:
+    """A path ``auto`` may take: it ran here and, on a CPU, its coupling was measured exact."""
+    return path.runs and (path.exact is True or torch.device(device).type != "cpu")
+
+
+def safe_path(device: str | torch.device = "cpu") -> tuple[str, str]:
+    """The path runs take before anything is measured: on a CPU float32 op by op (on SAFE_THREADS threads: exact
+    without measuring), on a GPU bfloat16 op by op (its compiled step is built first)."""
+    return ("fp32", "eager") if torch.device(device).type == "cpu" else ("bf16", "eager")
+
+
+@dataclass
+class Choice:
+    """``auto``'s decode path on one machine for one generator, and what it was chosen from."""
+    generator: str
+    fingerprint: dict
+    paths: list[Measured]
+    weights: str | None = None  # the chosen path (None: no path met the rule; runs keep the safe one)
+    decode: str | None = None
+    reason: str = ""  # one line, with identifiers (the command line's)
+    words: str = ""  # the same in words, for the page
+    pending: list[str] = field(default_factory=list)  # compiled paths whose step is not built yet
+
+    @property
+    def key(self) -> str:
+        return cache_key(self.fingerprint)
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.fingerprint["device"] == "cpu" else "cuda"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Choice":
+        paths = [Measured(**{**p, "ms": {int(k): v for k, v in p["ms"].items()}}) for p in d["paths"]]
+        return cls(**{**d, "paths": paths})
+
+
+def title(weights: str, decode: str, device: str = "cpu") -> str:
+    """A path in words (no identifiers): the weight format's own description up to its first aside, and the step."""
+    from .engine import WEIGHT_FORMATS
+    fmt = WEIGHT_FORMATS.get(weights)
+    words = fmt.description if fmt else weights
+    for stop in (" (", ":", ","):
+        words = words.split(stop)[0]
+    step = ("compiled step with CUDA graphs" if torch.device(device).type == "cuda" else "one compiled step") \
+        if decode == "compiled" else "op by op"
+    return f"{words}, {step}"
+
+
+def choose(generator: str, print_: dict, paths: list[Measured], pending: list[str] = ()) -> Choice:
+    """The fastest eligible path (milliseconds per step averaged over ROWS), with its reason."""
+    device = "cpu" if print_["device"] == "cpu" else "cuda"
+    choice = Choice(generator, print_, list(paths), pending=list(pending))
+    ok = sorted((p for p in paths if eligible(p, device)), key=Measured.per_step)
+    safe = next((p for p in paths if (p.weights, p.decode) == safe_path(device) and p.runs), None)
+    if not ok:
+        choice.reason = choice.words = ("no path measured here " + ("was exact" if device == "cpu" else "ran")
+                                        + f": runs keep {' '.join(safe_path(device))}")
+        return choice
+    best = ok[0]
+    choice.weights, choice.decode = best.weights, best.decode
+    rule = "the fastest exact path" if device == "cpu" else "the fastest path"
+    beside = f" ({safe.name}: {safe.at():.1f})" if safe is not None and safe is not best else ""
+    beside_words = (f" ({title(safe.weights, safe.decode, device)}: {safe.at():.1f} ms)"
+                    if safe is not None and safe is not best else "")
+    diverges = (f"; a row's logits differ by up to {best.divergence:.2g} with its batch"
+                if device != "cpu" and best.divergence else "")
+    choice.reason = (f"{best.weights} weights, {best.decode} step: {best.at():.1f} ms per step at {REPORT_ROWS} rows"
+                     f"{beside}, {rule} measured on this machine{diverges}")
+    choice.words = (f"{title(best.weights, best.decode, device)}: {best.at():.1f} ms per step at {REPORT_ROWS} "
+                    f"rows, {rule} measured on this machine{beside_words}{diverges}")
+    return choice
+
+
+# -- the cache ---------------------------------------------------------------------------------------------------
+
+def choice_path(generator: str, print_: dict) -> Path:
+    return cache_dir() / "machine" / f"{generator.replace('/', '--')}-{cache_key(print_)}.json"
+
+
+def save_choice(choice: Choice) -> Path:
+    """Written whole or not at all (the app reads it while the probe writes it)."""
+    path = choice_path(choice.generator, choice.fingerprint)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(choice.to_json())
+    tmp.replace(path)
+    return path
+
+
+def cached_choice(generator: str, device: str | torch.device = "cpu", threads: int | None = None) -> Choice | None:
+    """The choice measured on this machine (this fingerprint, at ``threads``) for ``generator``; None where there is
+    none, or where the file's own fingerprint is not this machine's (it is never used then)."""
+    print_ = fingerprint(device, threads)
+    path = choice_path(generator, print_)
+    try:
+        choice = Choice.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        log.warning("machine: the cached choice %s does not read (%s: %s); measuring again", path, type(e).__name__, e)
+        return None
+    if choice.fingerprint != print_ or choice.generator != generator:
+        return None
+    return choice
+
+
+def chosen_weights(generator: str | None, device: torch.device) -> str | None:
+    """The weight format measured fastest (and exact, on a CPU) here for ``generator`` at the thread count in use
+    now; None where nothing is measured yet."""
+    if generator is None:
+        return None
+    choice = cached_choice(generator, device)
+    return choice.weights if choice else None
+
+
+# -- the class of machine a run names ----------------------------------------------------------------------------
+
+def cpu_isa() -> str:
+    """The instruction set torch's CPU kernels run with here (ATEN_CPU_CAPABILITY may lower it, as it emulates
+    another class of CPU), and whether bfloat16 is native (AVX-512 BF16 or AMX, unless ONEDNN_MAX_CPU_ISA rules it
+    out)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    words = {"AVX512": "AVX-512", "AVX2": "AVX2", "DEFAULT": "no vector extensions"}.get(capability, capability)
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    native_bf16 = bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags())) and capability == "AVX512" \
+        and (not limit or "BF16" in limit or "AMX" in limit or limit == "ALL")
+    return words + (" with BF16" if native_bf16 else "")
+
+
+def machine_class(device: str | torch.device = "cpu") -> str:
+    """One line naming the class of machine a run on ``device`` runs on, as each result records it
+    (``RunResult.machine``): 'NVIDIA H100 80GB HBM3 (GPU)', 'AMD EPYC 9B14 (AVX-512 with BF16)'. Two runs with the
+    same seed, settings, weight format and decode path give the same candidates on the same class; another class
+    may round differently (bfloat16 emulated or native, AVX2 or AVX-512 kernels), so a page says whether Run here
+    reproduces a recorded run, and whose wall times it shows."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{device_name(device)} (GPU)"
+    if device.type == "mps":
+        return "an Apple GPU (MPS)"
+    return f"{cpu_model()} ({cpu_isa()})"

@@ -1,0 +1,203 @@
+"""One story, one source: every view of a run says what the record says, and where the two runs' coupling broke
+(Best-of-N's candidate k came out as another text than Speculative Rejection's k) the page says so first and
+speaks of the run that happened. The divergence is forced by editing the recorded run: no model needed."""
+
+import copy
+import math
+import re
+
+import pytest
+
+from components import figures, page_export, rounds, signals_view, tables
+from components.controls import ASSETS
+from components.gallery import caption
+from components.views import VIEWS, Shown
+from sbon.analysis.comparison import Comparison, coupling_note, headline_text, wall_time_text
+from sbon.ifeval.instructions import parse_instructions
+from sbon.metrics import decision_quality
+
+RECORDED = ASSETS / "recorded_run.json"
+PARTED_WINNER, PARTED_PRUNED, PARTED_SHORTER = 3, 6, 10  # Best-of-N's winner, a pruned one, one shorter in Best-of-N
+
+
+def _part(cand: dict, at: int, length: int | None = None) -> None:
+    """Best-of-N's version of a candidate parts from Speculative Rejection's at token ``at`` (another token, another
+    text from there on), as a flipped token in reduced precision makes it."""
+    ids = cand["token_ids"][:length] if length else list(cand["token_ids"])
+    ids[at] = (ids[at] + 1) % 49152
+    cand["token_ids"] = ids
+    cand["text"] = cand["text"][:at] + " otherwise" + cand["text"][at + 9:]
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return Comparison.load(RECORDED)
+
+
+@pytest.fixture(scope="module")
+def parted(recorded):
+    """The recorded run with three Best-of-N candidates parted from their Speculative Rejection twins: Best-of-N's
+    winner becomes candidate 3 (finished early in both runs, another text in Best-of-N's), a pruned candidate's
+    continuation is another text, and candidate 10 is shorter in Best-of-N's run than in Speculative Rejection's."""
+    d = copy.deepcopy(recorded.to_dict())
+    bon = d["bon"]["candidates"]
+    _part(bon[PARTED_WINNER], 20)
+    bon[PARTED_WINNER]["final_reward"] = max(c["final_reward"] for c in bon) + 1.0
+    d["bon"]["best_id"] = PARTED_WINNER
+    _part(bon[PARTED_PRUNED], 10)
+    _part(bon[PARTED_SHORTER], 30, length=60)
+    bon[PARTED_SHORTER]["tokens_generated"] = 60
+    comp = Comparison.from_dict(d)
+    assert comp.diverged_ids == [PARTED_WINNER, PARTED_PRUNED, PARTED_SHORTER]
+    assert comp.sbon.best_id != comp.bon.best_id and comp.sbon.candidates[PARTED_WINNER].final_reward is not None
+    return comp
+
+
+def _views(comp):
+    return {name: view(Shown(comp, "the test's run")) for name, view in VIEWS.items()}
+
+
+def test_a_coupled_run_tells_no_divergence(recorded):
+    assert recorded.diverged_ids == [] and coupling_note(recorded) == ""
+    assert "came out differently" not in headline_text(recorded)
+
+
+def test_where_coupling_broke_the_headline_says_so_first_in_one_line(parted):
+    head = headline_text(parted)
+    first = head.split("\n\n")[0]
+    assert first == ("3 of 16 candidates came out differently in the two runs on this machine: the comparison is "
+                     "approximate.")
+    assert head.count("came out differently") == 1
+    summary = _views(parted)["summary"]
+    assert summary.startswith(first) and summary.count(first) == 1
+
+
+def test_round_captions_and_reports_speak_of_the_run_that_happened(parted):
+    views = _views(parted)
+    captions = rounds.run_captions(parted)
+    assert len(captions) == len(parted.sbon.decision_points) == 3
+    for text in captions:
+        assert "Best-of-N will pick" not in text  # its candidate 3 is not in this run
+    assert all(q["winner"] == "diverged" for q in decision_quality(parted.bon, parted.sbon))
+    report = tables.prediction_report(parted)
+    assert "came out differently in this run" in report
+    assert "winner survived" not in report and "winner was **pruned**" not in report
+    for step in range(rounds.present_steps(parted)):
+        assert "Best-of-N will pick" not in rounds.present_step(parted, step)[1]
+    assert "the answer Best-of-N picks" not in views["caption"]
+    assert "winner kept" not in caption(parted) and "came out differently" in caption(parted)
+
+
+def test_final_rewards_and_the_returned_marks_name_one_text(parted):
+    table = tables.candidates_table(parted).set_index("candidate")
+    # Best-of-N's winner is another text than this run's candidate 3: no row says Best-of-N returned it
+    assert "Best-of-N" not in table.loc[PARTED_WINNER, "returned"]
+    assert table.loc[PARTED_WINNER, "final reward"] == pytest.approx(parted.sbon.candidates[PARTED_WINNER].final_reward, abs=0.01)
+    assert "another text" in table.loc[PARTED_WINNER, "final from"]
+    # a pruned candidate whose twin parted has no final reward: Best-of-N's scores another text
+    assert parted.final_reward(PARTED_PRUNED) is None
+    assert table.loc[PARTED_PRUNED, "final reward"] is None or math.isnan(table.loc[PARTED_PRUNED, "final reward"])
+    assert table.loc[PARTED_PRUNED, "final from"].startswith("none")
+    assert tables.pruning_cost(parted, PARTED_PRUNED) == ""
+    detail = tables.candidate_detail_html(parted, PARTED_WINNER)
+    assert "Best-of-N returned this" not in detail and "diverged" in detail
+    # Savings states each run's own returned candidate and its own final reward
+    savings = tables.savings_table(parted).set_index("")
+    assert savings.loc["returned candidate", "Best-of-N"] == str(PARTED_WINNER)
+    assert float(savings.loc["its final reward", "Best-of-N"]) == pytest.approx(parted.bon.best.final_reward, abs=0.01)
+
+
+def test_token_bars_draw_a_parted_twin_as_another_text(parted):
+    fig = figures.tokens_per_candidate(parted)
+    bon = next(t for t in fig.data if t.name == "Best-of-N")
+    other = next(t for t in fig.data if t.name == "Best-of-N: a different text")
+    assert not set(parted.diverged_ids) & set(bon.x) and sorted(other.x) == parted.diverged_ids
+    shorter = dict(zip(other.x, other.y))[PARTED_SHORTER]
+    assert shorter < parted.sbon.candidates[PARTED_SHORTER].tokens_generated  # the bar that read as a contradiction
+
+
+def test_one_kendall_per_signal_and_round_on_the_whole_page(parted, recorded):
+    for comp in (recorded, parted):
+        quality = decision_quality(comp.bon, comp.sbon)
+        assert quality
+        summary = signals_view.summary_table(comp)
+        report = tables.prediction_report(comp)
+        for q in quality:
+            stated = re.search(rf"round {q['round']}, after {q['tokens']} tokens, by [^:]+: Kendall (\S+) ", report).group(1)
+            row = summary[(summary["signal"] == "partial reward")
+                          & (summary["decision point"] == f"round {q['round']} · {q['tokens']} tokens")]
+            assert len(row) == 1
+            assert stated == f"{row['Kendall with final reward'].iloc[0]:.2f}"
+            scatter = figures.partial_final_scatter(comp, q["round"]).layout.title.text
+            assert f"Kendall {stated}" in scatter
+
+
+def test_the_downloaded_page_tells_the_same_story_once(parted):
+    page = page_export.page_html(parted, caption(parted), "the test's run")
+    assert page.count("came out differently in the two runs") == 1
+    told = page[page.index("<h1>"):page.index('<section id="answers">')]  # the caption, headline and reports
+    assert "**" not in told and "<strong>" in told  # Markdown rendered, not printed with its marks
+    assert told.count("Speculative Rejection returned") == 1  # the headline once
+
+
+def test_a_gallery_story_sets_every_control_so_run_reruns_its_configuration():
+    from components.controls import SETTING_NAMES, settings_from
+    from components.replays import GALLERY, on_gallery, open_link
+
+    checked = 0
+    for key, run in GALLERY.runs.items():
+        for opened in (on_gallery(key, "curves"), open_link(f"gallery={key}", "curves")):
+            assert set(SETTING_NAMES) <= set(opened), key
+            settings = settings_from(tuple(opened[name] for name in SETTING_NAMES))  # what Run would run
+            comp = run.comp
+            assert (settings.method, settings.prompt, settings.generator, settings.reward) == \
+                (comp.sbon.method, comp.sbon.prompt, comp.sbon.generator, comp.sbon.reward), key
+            config = settings.config().settings()
+            for name, value in comp.sbon.settings.items():
+                if name in ("kv_budget", "first_decision"):  # automatic in every story: what automatic gave
+                    assert opened[name] == 0
+                else:
+                    assert config[name] == value, (key, name)
+            assert settings.bon_same_memory == (comp.bon.settings.get("batch_size") is not None)
+            judged = [i for i, _ in parse_instructions(settings.instructions)] if settings.instructions else []
+            assert judged == [i["id"] for i in comp.sbon.instructions], key
+            checked += 1
+    assert checked == 2 * len(GALLERY.runs) >= 6
+    assert GALLERY.runs["high-alpha"].comp.sbon.settings["alpha"] == 0.8 and on_gallery("high-alpha", "curves")["alpha"] == 0.8
+
+
+def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(comparison, recorded):
+    from sbon.machine import machine_class
+
+    here = machine_class("cpu")
+    assert comparison.sbon.machine == comparison.bon.machine == here  # recorded at run time, in the core result
+    assert Comparison.from_json(comparison.to_json()).sbon.machine == here  # and saved with it
+    assert f"Wall time on {here}:" in wall_time_text(comparison)
+    path = comparison.sbon.decode
+    assert tables.reproduction_note(comparison, here, comparison.sbon.weights, path).startswith("Press ▶ Run")
+    elsewhere = tables.reproduction_note(comparison, "Intel Xeon (AVX2)", comparison.sbon.weights, path)
+    assert "Press" not in elsewhere and "Intel Xeon (AVX2)" in elsewhere and here in elsewhere
+    other_path = tables.reproduction_note(comparison, here, comparison.sbon.weights,
+                                          "compiled" if path == "eager" else "eager")
+    assert "Press" not in other_path and "path" in other_path
+    unnamed = copy.deepcopy(comparison)
+    unnamed.sbon.machine = None
+    assert "Press" not in tables.reproduction_note(unnamed, here, comparison.sbon.weights, path)
+    # a recorded run's wall times name the machine they were measured on, never "this machine"
+    for comp in (recorded, comparison):
+        assert "this machine" not in wall_time_text(comp) and "Wall time on" in wall_time_text(comp)
+
+
+def test_live_lines_count_in_words_and_say_what_a_person_waits_for(comparison_events, comparison):
+    from components.live import LiveTracker
+
+    tracker, lines = LiveTracker(24), []
+    for event in comparison_events:
+        tracker.update(event)
+        lines += [tracker.caption(), tracker.status()]
+    at_once = [int(m) for line in lines for m in re.findall(r"(\d+) candidates? at once", line)]
+    batch = comparison.bon.settings.get("batch_size") or comparison.n
+    assert at_once and max(at_once) <= batch  # never all N before Best-of-N's first batch has a token
+    assert not any(re.search(r"\b1 candidates\b", line) for line in lines)
+    assert any(re.search(r"Preparing the what-if views\*\*: \d+ of \d+", line) for line in lines)
+    assert not any("Counterfactual" in line or "prefixes" in line for line in lines)
