@@ -441,9 +441,11 @@ def machines(results_dir: Path) -> str:
                   markdown_table(["path"] + [f"{n} rows (ms)" for n in row_counts] + ["divergence"], rows),
                   f"Fastest exact path at 1 row: `{s['fastest_exact']}` {num(s['fastest_exact_ms'])} ms"
                   f"{met(s['fastest_exact_ms'], s['step_target_ms'])}. The app's path here: "
-                  f"`{d['app_path']['weights']}` weights, decode `{d['app_path']['decode']}`; its page-default "
-                  f"comparison, warm: {seconds_span(compare.get('seconds') or [])} s{met(s['compare_s'], s['compare_target_s'])}"
-                  f" ({took}; {sum(r['diverged'] for r in runs)} candidates diverged from Best-of-N)."]
+                  f"`{d['app_path']['weights']}` weights, decode `{d['app_path']['decode']}` ({d['app_path'].get('reason', '')}); "
+                  + (f"its page-default comparison, warm: {seconds_span(compare['seconds'])} s"
+                     f"{met(s['compare_s'], s['compare_target_s'])} ({took}; {sum(r['diverged'] for r in runs)} "
+                     "candidates diverged from Best-of-N)." if runs else
+                     "the page-default comparison was not run (`--runs 0`).")]
     if not parts:
         return "No result files yet: `python -m benchmarks machines`."
     return "\n\n".join(parts)
@@ -455,8 +457,10 @@ def machines_readme(results_dir: Path) -> str:
     for d in machine_files(results_dir):
         compare, s = d.get("compare") or {}, d["summary"]
         runs = compare.get("runs") or []
-        took = ", ".join(sorted({f"{r['weights']}, {r['decode']}" for r in runs})) or "–"
-        rows.append([d["title"], link(results_dir, d["_path"]), took, f"{seconds_span(compare.get('seconds') or [])} s",
+        took = ", ".join(sorted({f"{r['weights']}, {r['decode']}" for r in runs})) or \
+            f"{d['app_path']['weights']}, {d['app_path']['decode']}"
+        ran = f"{seconds_span(compare['seconds'])} s" if runs else "not run"
+        rows.append([d["title"], link(results_dir, d["_path"]), took, ran,
                      f"`{s['fastest_exact']}` {num(s['fastest_exact_ms'])} ms", load_avg(d["environment_start"])])
     return markdown_table(["CPU (emulated on these cores)", "file", "the app's path", "page-default run, warm",
                            "fastest exact step, 1 row", "load average"], rows)
