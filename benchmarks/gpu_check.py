@@ -796,7 +796,7 @@ def part_app(ctx: Context, record: dict) -> None:
 
     s = ctx.sizes
     settings = DEFAULTS.replace(**{k: v for k, v in (("n", s.app_n), ("max_new_tokens", s.app_max_new_tokens)) if v})
-    record["app_path"] = app_path(settings.generator)
+    record["app_path"] = app_path(settings.generator, ctx.device)
     record.update(compare_warm(s.app_runs, settings))
     for r in record["runs"]:
         print(f"app: page-default comparison, warm: {r['seconds']:.2f} s ({r['weights']} weights, {r['decode']} "

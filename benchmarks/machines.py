@@ -39,16 +39,19 @@ COMPARE_TARGET_S = {"avx512-bf16": 12.0, "avx512": 20.0, "avx2": 25.0}
 STEP_TARGET_MS = {True: 12.0, False: 20.0}  # the step at 1 row, with native bf16 or without
 
 
-def app_path(generator: str) -> dict[str, str]:
+def app_path(generator: str, device=None) -> dict[str, str]:
     """The decode path the app takes on this machine for ``generator``: the choice measured here (sbon.machine, made
     by `python -m sbon machine` or the app's probe), else the safe path runs take until then; SBON_WEIGHTS and
-    SBON_DECODE force theirs. The one place this benchmark asks."""
+    SBON_DECODE force theirs. ``device``: the app's (default: sbon.models.default_device). The one place this
+    benchmark asks."""
     import os
 
     from components.model_cache import app_decode
     from sbon.machine import cached_choice, safe_path
-    choice = cached_choice(generator, "cpu")
-    weights, decode = (choice.weights, choice.decode) if choice and choice.weights else safe_path("cpu")
+    from sbon.models import default_device
+    device = device or default_device()
+    choice = cached_choice(generator, device)
+    weights, decode = (choice.weights, choice.decode) if choice and choice.weights else safe_path(device)
     reason = choice.reason if choice else "nothing measured on this machine yet: the safe path"
     asked = app_decode()
     return {"weights": os.environ.get("SBON_WEIGHTS") or weights, "decode": decode if asked == "auto" else asked,
@@ -81,7 +84,7 @@ def compare_warm(runs: int, settings=None) -> dict[str, Any]:
     gen, _ = MODELS.load_async(settings.generator, settings.reward).result()
     load_s = time.perf_counter() - start
     start = time.perf_counter()
-    if app_path(settings.generator)["decode"] == "compiled":
+    if app_path(settings.generator, gen.device)["decode"] == "compiled":
         TORCH_THREAD.submit(prepare, gen).result()  # what the app builds in the background, here before timing
     compile_s = time.perf_counter() - start
     slot = Runs(_events)
