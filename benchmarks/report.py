@@ -462,6 +462,8 @@ def machines_readme(results_dir: Path) -> str:
         ran = f"{seconds_span(compare['seconds'])} s" if runs else "not run"
         rows.append([d["title"], link(results_dir, d["_path"]), took, ran,
                      f"`{s['fastest_exact']}` {num(s['fastest_exact_ms'])} ms", load_avg(d["environment_start"])])
+    if not rows:
+        return "No result files yet: `python -m benchmarks machines`."
     return markdown_table(["CPU (emulated on these cores)", "file", "the app's path", "page-default run, warm",
                            "fastest exact step, 1 row", "load average"], rows)
 
