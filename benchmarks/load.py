@@ -144,12 +144,15 @@ class Browser:
         """GET a file as a browser does: once per visitor for what it may cache. Returns the bytes received."""
         if cache and path in self.cached:
             return 0
-        r = self.http.get(path)
-        if r.status_code != 200:
-            raise SBoNError(f"GET {path}: HTTP {r.status_code}")
+        with self.http.stream("GET", path) as r:
+            if r.status_code != 200:
+                raise SBoNError(f"GET {path}: HTTP {r.status_code}")
+            # Received as sent (compressed): decompressing is the browser's work on the visitor's own machine, and
+            # here it would take the shared cores from the server.
+            size = sum(len(chunk) for chunk in r.iter_raw())
         if cache:
             self.cached.add(path)
-        return len(r.content)
+        return size
 
     def events(self, joins: list[dict], query: str = "") -> None:
         """Post the queue joins (as the page posts them, with its query string) and read the session's event
@@ -306,7 +309,8 @@ class Visitors:
 def generate(url: str, settings: dict[str, Any]) -> float:
     from gradio_client import Client
 
-    client = Client(url, verbose=False, download_files=False)
+    # A long read timeout: on shared cores a run's event stream may stay quiet for minutes, which is slow, not failed.
+    client = Client(url, verbose=False, download_files=False, httpx_kwargs={"timeout": 900})
     start = time.perf_counter()
     client.predict(**settings, api_name="/compare")
     return time.perf_counter() - start

@@ -65,8 +65,8 @@ text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_na
 comparison = Comparison.from_json(text)
 print(comparison.metrics["speedup"], comparison.sbon.best.text)
 ```
-Other arguments: `method` ("sbon" or "sbon-tau"), `prune_by` (a pruning signal), `undecided` (what a decision point
-does with candidates its signal cannot tell apart from the cut: "paper", "prune", "defer" or "random"), `alpha`, `tau`, `kv_budget`
+Other arguments: `method` (`"sbon"` or `"sbon-tau"`), `prune_by` (a pruning signal), `undecided` (what a decision point
+does with candidates its signal cannot tell apart from the cut: `"paper"`, `"prune"`, `"defer"` or `"random"`), `alpha`, `tau`, `kv_budget`
 and `first_decision` (0 = automatic), `temperature`, `top_p`, `seed`, `generator`, `reward`, `bon_same_memory`;
 `client.view_api()` lists each with its meaning, type and range, and describes the returned JSON (format
 `{FORMAT}`). Requests wait in the same one-at-a-time queue as the Run button."""

@@ -56,8 +56,8 @@ body.presenter #status { white-space: normal; overflow: visible; }
 /* A phone: the run bar wraps inside the screen, and the live chart comes right under it, before the settings. */
 @media (max-width: 640px) {
   #run-bar { flex-wrap: wrap; }
-  #run-bar > * { min-width: 0 !important; }
-  #run-bar button { min-width: 0 !important; padding-left: 8px; padding-right: 8px; }
+  #run-bar > * { min-width: 0 !important; flex: 0 0 auto !important; width: auto !important; }
+  #run-bar button { min-width: fit-content !important; padding-left: 8px; padding-right: 8px; }
   #main-row { flex-direction: column; }
   #live-column { order: -1; }
   .gradio-container, #main-row, #live-column, #settings-column { max-width: 100vw; min-width: 0 !important; }

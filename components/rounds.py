@@ -301,7 +301,7 @@ def present_steps(comp: Any) -> int:
     return len(comp.sbon.decision_points) + 1 if comp.sbon.decision_points else 0
 
 
-ANSWER_CHARS, ANSWER_LINES = 72, 3  # an answer's excerpt on the result step: lines that fit a projector's width
+ANSWER_CHARS, ANSWER_LINES = 60, 2  # an answer's excerpt on the result step: lines that fit a projector's width
 
 
 def answers_figure(comp: Any) -> go.Figure:
@@ -313,8 +313,8 @@ def answers_figure(comp: Any) -> go.Figure:
     fig = go.Figure()
     for i, (label, text) in enumerate(((bon_label, bon_text), (sbon_label, sbon_text))):
         lines = textwrap.wrap(" ".join(text.split()), ANSWER_CHARS) or ["(empty)"]
-        excerpt = "<br>".join(html.escape(line) for line in lines[:ANSWER_LINES]) + (" …" if len(lines) > ANSWER_LINES else "")
-        fig.add_annotation(text=f"<b>{html.escape(label)}</b><br>{excerpt}", x=0, xref="paper", xanchor="left",
+        excerpt = "<br>".join(html.escape(line, quote=False) for line in lines[:ANSWER_LINES]) + (" …" if len(lines) > ANSWER_LINES else "")
+        fig.add_annotation(text=f"<b>{html.escape(label, quote=False)}</b><br>{excerpt}", x=0, xref="paper", xanchor="left",
                            y=1 - 0.52 * i, yref="paper", yanchor="top", showarrow=False, align="left",
                            font=dict(size=16))
     styled(fig, "", height=320, top=10)

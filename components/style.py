@@ -187,6 +187,9 @@ def legend_on_top(fig: go.Figure, width_px: int = HALL_WIDTH_PX) -> go.Figure:
     into a scroll box with clipped names. The figure keeps its height (the screen it was given); the plot area gives
     the legend's rows their room."""
     s = scale_of(fig)
+    if not fig.data:  # text only (the result step's answers): no legend, no axes, the whole height for the text
+        fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
+        return fig
     for t in fig.data:
         if t.name:
             t.name = t.name.replace("<br>", " ")

@@ -67,7 +67,7 @@ def _cpuinfo() -> str:
 
 
 def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
+    if device.type == "cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_name(device)
     return device.type
 

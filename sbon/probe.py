@@ -31,8 +31,10 @@ log = logging.getLogger(__name__)
 
 PROMPT = "Give three tips for staying healthy."
 WARM_STEPS, TIMED_STEPS = 1, 3  # per row count: the first step pays for lazy initialisation
-EXACT_ROWS, EXACT_STEPS = 7, 2  # a batch of 7 against its rows decoded alone and split otherwise
-EXACT_SPLITS = ([[0], [1, 2, 3, 4, 5, 6]], [[0, 1, 2, 3], [4, 5, 6]])
+# A batch of 6 rows over 6 steps against its rows decoded one and five, four and two: where a kernel's sums change
+# with the row count, some logit of some row differs in its last bits (tests/test_step_formats.py checks the same).
+EXACT_ROWS, EXACT_STEPS = 6, 6
+EXACT_SPLITS = ([[0], [1, 2, 3, 4, 5]], [[0, 1, 2, 3], [4, 5]])
 BUILD_TOP = 1  # on a CPU, build=True builds the compiled step of this many of the fastest exact formats
 DECODES = tuple(d for d in DECODE_PATHS if d != "auto")
 
@@ -45,10 +47,10 @@ def _one_line(e: BaseException) -> str:
 def _logits(dec, prefix, ids: Sequence[int], steps: int) -> torch.Tensor:
     """Each row's logits over ``steps`` steps of fixed tokens (rows × steps × vocabulary), in one batch."""
     batch = dec.start(prefix, list(ids), False, steps + 1)
-    tokens = torch.tensor([100 + 97 * i for i in ids], device=prefix.logits.device)
+    tokens = prefix.logits.argmax(-1).expand(len(ids)) + torch.tensor(list(ids), device=prefix.logits.device)
     out = []
     for t in range(steps):
-        dec.forward(batch, tokens + t)
+        dec.forward(batch, tokens + 7 * t)
         out.append(batch.logits.float().clone())
     return torch.stack(out, 1)
 

@@ -177,7 +177,7 @@ class SelfCertainty(PruningSignal):
     over the response's tokens of KL(uniform || p), how far each next-token distribution is from
     uniform: KL = -log V - mean_j log p_j over the vocabulary. Reward-free; temperature 1."""
     name = "self-certainty"
-    title = "the model's certainty"
+    title = "model certainty"
     description = ("how far the generator's next-token distributions are from uniform, on average (Kang et al. "
                    "2025); reward-free")
 

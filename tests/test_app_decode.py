@@ -89,7 +89,7 @@ def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(ge
     steps = DecodePaths()
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])  # nothing compiled was measured
     assert steps.decode(NAME, gen_int4) == "eager" and NAME not in steps._children  # measured: no child
-    assert steps.status(NAME).startswith(f"`{NAME}` decodes with 4-bit Linear weights in blocks of 32, op by op: "
+    assert steps.status(NAME).startswith(f"{generator_title(NAME)} decodes with 4-bit Linear weights in blocks of 32, op by op: "
                                          "50.0 ms per step at 7 rows")
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0), measured("int4", "compiled", 20.0)])
     assert compiled_state(gen_int4) is None  # chosen, but its step is not saved on this machine: eager
@@ -156,7 +156,7 @@ def test_once_the_child_has_measured_and_built_the_step_runs_decode_compiled_and
     assert choice is not None and not choice.pending or f"{choice.weights} compiled" not in choice.pending
     if (choice.weights, choice.decode) != ("int4", "compiled"):
         pytest.skip(f"this machine's choice is {choice.reason}")
-    assert compiled_state(gen_int4) == "saved" and steps.status(NAME).startswith(f"`{NAME}` decodes with")
+    assert compiled_state(gen_int4) == "saved" and steps.status(NAME).startswith(f"{generator_title(NAME)} decodes with")
     assert steps.decode(NAME, gen_int4) == "compiled" and compiled_state(gen_int4) == "loaded"
     config = RunConfig(method="bon", n=3, max_new_tokens=6, decode=steps.decode(NAME, gen_int4))
     result = run(events(gen_int4, CallableReward(lambda prompt, responses: [0.0] * len(responses)), "Hi", config))

@@ -163,7 +163,7 @@ def test_a_finished_candidate_the_signal_cannot_rank_says_so():
     assert point.signal == "self-certainty" and not point.ranks_finished
     for k in point.final:
         text = point_reasons(point)[k].text()
-        assert text.startswith("not ranked: it had finished") and "self-certainty signal cannot rank" in text
+        assert text.startswith("not ranked: it had finished") and "model certainty signal cannot rank" in text
         assert "cut" not in text and not re.search(r"rank \d", text)
     assert all(r.of == len(point.contenders) - len(point.final) for r in point_reasons(point).values())  # ranked among live
 

@@ -2,9 +2,13 @@
 view and a finished run; the end of a run on a projector (1280×720 at 150 %: the answer each method returned and the
 headline's first two statements inside the window, every legend whole, none a scroll box); the phone (390×844: the
 live chart within the first two screens, no control off the right edge); a gallery story sets the controls. The
-screenshots of the presenter's last step and the phone view go to assets/screenshots/."""
+screenshots of the presenter's last step and the phone view go to $SBON_SCREENSHOTS (the docs' copies:
+`SBON_SCREENSHOTS=assets/screenshots python -m pytest tests/test_page_story_e2e.py`), else to a temporary folder."""
 
+import os
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -15,18 +19,20 @@ from sbon.analysis.comparison import Comparison
 
 pytestmark = pytest.mark.slow
 
-SHOTS = REPO / "assets" / "screenshots"
+SHOTS = Path(os.environ.get("SBON_SCREENSHOTS") or tempfile.mkdtemp(prefix="sbon-shots-"))
 RUN_TIMEOUT_MS = 400_000
 # Identifiers that must never reach the page's visible text: lowercase method, signal and preset names (whole words),
 # and the developer phrases a lecturer's walk found.
 IDENTIFIERS = (r"\bsbon\b", r"\bbon\b", r"\blogprob\b", r"\bdeepconf\b", r"\bself-certainty\b", r"\bminilm-pref\b",
-               r"\bsmollm2-135m\b", r"punctuation:no_comma", r"retired \(finished, eligible\)", r"compiled step",
+               r"\bsmollm2-135m\b", r"punctuation:no_comma", r"retired \(finished, eligible\)",
+               r"decoded with the compiled step",
                r"Loaded on cpu", r"SBoN tokens / BoN tokens", r"IFEval ids and arguments", r"expected fraction",
                r"Counterfactual replay", r"\b1 candidates\b")
 # The page's visible text: what the body shows (code blocks of the API's how-to left out) and the visible inputs'
 # values (a dropdown shows its choice there).
-VISIBLE_TEXT_JS = """() => { let text = document.body.innerText;
-  for (const code of document.querySelectorAll('pre, code')) { const c = code.innerText; if (c) text = text.split(c).join(''); }
+VISIBLE_TEXT_JS = """() => { const code = [...document.querySelectorAll('pre, code')];
+  const was = code.map((c) => c.style.display); code.forEach((c) => { c.style.display = 'none'; });
+  const text = document.body.innerText; code.forEach((c, i) => { c.style.display = was[i]; });
   const shown = [...document.querySelectorAll('input')]
     .filter((i) => i.offsetParent && ['text', 'number', 'search', ''].includes(i.type)).map((i) => i.value);
   return text + '\\n' + shown.join('\\n')
@@ -130,7 +136,13 @@ def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(bro
             .filter((e) => e.offsetParent && e.getBoundingClientRect().width > 0)
             .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
             .map((e) => (e.id || e.closest('[id]')?.id || e.tagName) + ':' + Math.round(e.getBoundingClientRect().right));
-          return {top, screen: window.innerHeight, width: window.innerWidth, off,
+          const bar = [...document.querySelectorAll('#run-bar button, #run-bar label, #run-bar input[type=number]')]
+            .filter((e) => e.offsetParent).map((e) => [e.id || e.closest('[id]')?.id, e.getBoundingClientRect()]);
+          const overlap = [];
+          bar.forEach(([a, r], i) => bar.slice(i + 1).forEach(([b, q]) => {
+            if (r.left < q.right - 1 && q.left < r.right - 1 && r.top < q.bottom - 1 && q.top < r.bottom - 1
+                && !r.width == 0 && a != b) overlap.push(a + '/' + b); }));
+          return {top, screen: window.innerHeight, width: window.innerWidth, off, overlap,
                   page: document.documentElement.scrollWidth}; }""")
         page.locator("#live-plot").scroll_into_view_if_needed()
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -140,6 +152,7 @@ def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(bro
     print(f"\nphone: live chart starts {seen['top']:.0f} px down ({seen['screen']} px a screen)")
     assert seen["top"] < 2 * seen["screen"], seen
     assert not seen["off"] and seen["page"] <= seen["width"] + 1, seen
+    assert not seen["overlap"], seen  # the run bar's controls side by side or wrapped, never on top of each other
 
 
 def test_a_gallery_link_sets_the_controls_to_its_story(browser, server):

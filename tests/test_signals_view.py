@@ -13,7 +13,7 @@ from sbon.config import RunConfig
 from sbon.errors import SBoNError
 from sbon.results import PHASES
 from sbon.analysis.signal_matrix import SignalWatch, signal_scores
-from sbon.signals import REWARD_FREE
+from sbon.signals import REWARD_FREE, signal_title
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,7 +102,8 @@ def test_the_shipped_recording_shows_every_watched_signal():
     assert {"logprob", "deepconf", "self-certainty"} <= set(comp.signal_scores)
     table = sv.summary_table(comp)
     rounds = len(comp.sbon.decision_points)
-    assert len(table) == rounds * len(sv.signal_names(comp)) and set(table["signal"]) >= {"reward", "logprob"}
+    assert len(table) == rounds * len(sv.signal_names(comp))
+    assert set(table["signal"]) >= {signal_title("reward"), signal_title("logprob")}  # human names on the page
     assert sv.cuts_figure(comp).data
 
 
@@ -119,7 +120,7 @@ def test_summary_table_rows(comparison):
     alpha = comparison.sbon.settings["alpha"]
     winner = comparison.bon.best_id
     for c, (_, row) in zip(sv.cuts(comparison), table.iterrows()):
-        assert row["signal"] == c.signal and row["decision point"] == f"round {c.round} · {c.t} tokens"
+        assert row["signal"] == signal_title(c.signal) and row["decision point"] == f"round {c.round} · {c.t} tokens"
         live = [k for k, s in enumerate(c.scores) if s is not None]
         assert row["live"] == len(live) and row["cut"] == len(live) - survivors_count(len(live), alpha)
         # The cut keeps the best-scored live candidates.
@@ -136,8 +137,9 @@ def test_candidate_table_and_click(comparison):
     assert list(table["Best-of-N winner"]).index("★") == comparison.bon.best_id
     dps = len(comparison.sbon.decision_points)
     for name in sv.signal_names(comparison):
-        assert all(len(marks.split()) == dps and set(marks.split()) <= {"✓", "✗", "·", "–"} for marks in table[name])
-    assert "–" in table["reward"][0]  # the decision point without partial rewards
+        assert all(len(marks.split()) == dps and set(marks.split()) <= {"✓", "✗", "·", "–"}
+                   for marks in table[signal_title(name)])
+    assert "–" in table[signal_title("reward")][0]  # the decision point without partial rewards
     assert sv.candidate_for_select(table.iloc[3].tolist()) == 3
     assert sv.candidate_for_select(None) is None
 

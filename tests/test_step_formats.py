@@ -18,14 +18,23 @@ from sbon.models import load_generator
 PROMPT = "Give three tips for staying healthy."
 
 
+def loaded_here(weights: str):
+    """The generator in this format, or the test skipped where the format does not load on this CPU (the probe
+    leaves it out of the choice there: sbon.probe)."""
+    try:
+        return load_generator("smollm2-135m", device="cpu", weights=weights)
+    except Exception as e:  # noqa: BLE001 - e.g. bfloat16's prepacked layout needs AVX-512 or AVX-NE-CONVERT
+        pytest.skip(f"{weights} does not load on this CPU: {type(e).__name__}: {str(e)[:200]}")
+
+
 @pytest.fixture(scope="module")
 def gen_bf16():
-    return load_generator("smollm2-135m", device="cpu", weights="bf16")
+    return loaded_here("bf16")
 
 
 @pytest.fixture(scope="module")
 def gen_int4():
-    return load_generator("smollm2-135m", device="cpu", weights="int4")
+    return loaded_here("int4")
 
 
 @pytest.fixture(scope="module")
