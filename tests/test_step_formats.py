@@ -37,6 +37,11 @@ def gen_int4():
     return loaded_here("int4")
 
 
+@pytest.fixture(scope="module")
+def gen_int4_fp32():
+    return load_generator("smollm2-135m", device="cpu", weights="int4-fp32")
+
+
 def decode(gen, prefix, candidate_ids, tokens, seed=7):
     """Each candidate's sampled tokens and the logits they were sampled from, all in one batch."""
     batch = gen.start(prefix, list(candidate_ids))
@@ -136,12 +141,15 @@ def excluded_where_not_exact(name: str, gen) -> bool:
     return exact
 
 
-@pytest.mark.parametrize("name, threads", [("fp32", 1), ("bf16", 1), ("bf16", 2), ("int4", 2)])
-def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, gen_int4):
+@pytest.mark.parametrize("name, threads", [("fp32", 1), ("fp32", 2), ("bf16", 1), ("bf16", 2), ("int4", 2),
+                                           ("int4-fp32", 1), ("int4-fp32", 2)])
+def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, gen_int4, gen_int4_fp32):
     """Candidates 0-5 in one batch, one at a time and four plus two: the same logits, bit for bit, wherever the probe
-    measures the format exact on this CPU at this thread count (bf16 and int4 are on any thread count where the CPU
-    computes bfloat16 natively, fp32 on one thread: WEIGHT_FORMATS); where it does not, the choice excludes it."""
-    g = {"fp32": gen, "bf16": gen_bf16, "int4": gen_int4}[name]
+    measures the format exact on this CPU at this thread count (every batch_invariant format is here: fp32 and
+    int4-fp32 on any thread count on any CPU, prepacked for oneDNN; bf16 and int4 where the CPU computes bfloat16
+    natively: WEIGHT_FORMATS); where it does not, the choice excludes it."""
+    g = {"fp32": gen, "bf16": gen_bf16, "int4": gen_int4, "int4-fp32": gen_int4_fp32}[name]
+    assert WEIGHT_FORMATS[name].batch_invariant
     assert WEIGHT_FORMATS[name].min_rows > 1
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -376,3 +384,25 @@ def test_a_run_records_the_weight_format_and_decode_step_its_texts_came_from(gen
     assert (result.weights, result.decode) == ("int4", "eager")
     again = RunResult.from_dict(json.loads(result.to_json()))
     assert (again.weights, again.decode) == ("int4", "eager")
+
+
+def test_every_batch_invariant_format_is_checked_bit_for_bit():
+    checked = {name for name, _ in test_a_rows_logits_do_not_depend_on_its_batch.pytestmark[0].args[1]}
+    assert checked == {name for name, fmt in WEIGHT_FORMATS.items() if fmt.batch_invariant}
+
+
+def test_int4_fp32_runs_the_int4_layers_in_float32_around_the_4_bit_kernel(gen_int4_fp32, gen_int4):
+    """The format for CPUs without bfloat16 matmuls: the same 4-bit blocks as int4, everything else (the LM head
+    included) in float32, prepacked; its logits close to int4's."""
+    from sbon.int4 import KERNEL_DTYPE, Int4Linear
+
+    model = gen_int4_fp32.model
+    int4 = [m for m in model.modules() if isinstance(m, Int4Linear)]
+    assert model.int4_layers == gen_int4.model.int4_layers and model.int4_layers["quantized"] == 0
+    assert all(m.scales.dtype == KERNEL_DTYPE for m in int4) and model.dtype == torch.float32
+    assert model.get_output_embeddings().weight.dtype == torch.float32
+    prefix = gen_int4_fp32.prefill(gen_int4_fp32.encode_prompt(PROMPT))
+    _, logits = decode(gen_int4_fp32, prefix, range(2), 3)
+    assert logits.dtype == torch.float32
+    _, reference = decode(gen_int4, gen_int4.prefill(gen_int4.encode_prompt(PROMPT)), range(2), 3)
+    assert (logits[:, 0].argmax(-1) == reference[:, 0].float().argmax(-1)).all()

@@ -1,0 +1,225 @@
+"""`python -m benchmarks machines`: every decode path and the app's page-default run, under each CPU class this
+machine can emulate (benchmarks.cpu_classes).
+
+Each class runs in a child process with the class's limits in its environment, one class at a time. The child
+checks that the limits hold (:func:`benchmarks.cpu_classes.isa_check`), then:
+
+- the step table of every path: each weight format (``--formats``) eagerly, and those of ``--compiled`` with the
+  compiled step, at the row counts a page-default run uses (benchmarks.step, interleaved as there), and whether
+  each format keeps the coupling exact here (a row's tokens the same in one batch and in smaller ones);
+- the app's probe of every path (sbon.probe, as `python -m sbon machine` runs it) and the path it chose
+  (:func:`app_path`);
+- the page-default comparison through the app's own run path (``Runs.compare``, what `/compare` calls), warm:
+  the models loaded and the compiled step ready where the app would use it, one untimed run, then ``--runs`` timed
+  ones, each with the decode path it took and how many candidates diverged from their Best-of-N twin.
+
+One result file per class (``--out-dir``); `python -m benchmarks report` makes the docs' and the README's tables
+from them. The cores may be shared: every file records the load average at its start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from . import common
+from .cpu_classes import CPU_CLASSES, isa_check, limit_problems
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "cpu-2core-epyc" / "machines"
+ROWS = [1, 7, 16]  # a page-default run's row counts: the last survivors, Speculative Rejection's, Best-of-N's
+# Targets on 2 quiet cores: the page-default comparison, warm, in seconds, per class.
+COMPARE_TARGET_S = {"avx512-bf16": 12.0, "avx512": 20.0, "avx2": 25.0}
+STEP_TARGET_MS = {True: 12.0, False: 20.0}  # the step at 1 row, with native bf16 or without
+
+
+def app_path(generator: str, device=None) -> dict[str, str]:
+    """The decode path the app takes on this machine for ``generator``: the choice measured here (sbon.machine, made
+    by `python -m sbon machine` or the app's probe), else the safe path runs take until then; SBON_WEIGHTS and
+    SBON_DECODE force theirs. ``device``: the app's (default: sbon.models.default_device). The one place this
+    benchmark asks."""
+    import os
+
+    from components.model_cache import app_decode
+    from sbon.machine import cached_choice, safe_path
+    from sbon.models import default_device
+    device = device or default_device()
+    choice = cached_choice(generator, device)
+    weights, decode = (choice.weights, choice.decode) if choice and choice.weights else safe_path(device)
+    reason = choice.reason if choice else "nothing measured on this machine yet: the safe path"
+    asked = app_decode()
+    return {"weights": os.environ.get("SBON_WEIGHTS") or weights, "decode": decode if asked == "auto" else asked,
+            "reason": reason}
+
+
+def _events(settings):
+    """The comparison's events, as the app makes them for the Run button and `/compare` (its models from the app's
+    cache, decoded as the app decodes)."""
+    from components.model_cache import MODELS
+    from sbon.analysis.comparison import comparison_events
+    gen, reward = MODELS.get(settings.generator, settings.reward)
+    config = settings.config().replace(decode=MODELS.decode(settings.generator, gen))
+    yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
+                                 bon_same_memory=settings.bon_same_memory)
+
+
+def compare_warm(runs: int, settings=None) -> dict[str, Any]:
+    """The page-default comparison through the app's run path, warm: models loaded, the compiled step loaded where
+    the app decodes with it (built here first where it is not saved yet: not timed), one untimed run, then ``runs``
+    timed ones."""
+    from components.controls import DEFAULTS
+    from components.model_cache import MODELS, TORCH_THREAD
+    from components.runs import Runs
+    from sbon.analysis.comparison import Comparison
+    from sbon.decoders import prepare
+
+    settings = settings or DEFAULTS
+    start = time.perf_counter()
+    gen, _ = MODELS.load_async(settings.generator, settings.reward).result()
+    load_s = time.perf_counter() - start
+    start = time.perf_counter()
+    if app_path(settings.generator, gen.device)["decode"] == "compiled":
+        TORCH_THREAD.submit(prepare, gen).result()  # what the app builds in the background, here before timing
+    compile_s = time.perf_counter() - start
+    slot = Runs(_events)
+    timed = []
+    for i in range(1 + runs):
+        start = time.perf_counter()
+        comp = Comparison.from_json(slot.compare(settings))
+        seconds = time.perf_counter() - start
+        if i:
+            timed.append({"seconds": seconds, "weights": comp.sbon.weights, "decode": comp.sbon.decode,
+                          "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n})
+    return {"settings": settings.config().settings(), "load_s": load_s, "compile_or_load_step_s": compile_s,
+            "runs": timed, "seconds": [r["seconds"] for r in timed]}
+
+
+def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """This process, already under class ``name``'s limits: everything the file records."""
+    import torch
+    from components.model_cache import configure_threads
+    from sbon.engine import WEIGHT_FORMATS, SamplingConfig
+    from sbon.models import load_generator
+
+    from .step import StepSettings, divergence_rate, run_step
+
+    cls = CPU_CLASSES[name]
+    environment_start = common.environment()
+    check = isa_check()
+    record: dict[str, Any] = {"class": name, "title": cls.title, "limits": cls.env, "isa": check,
+                              "limit_problems": limit_problems(cls, check), "environment_start": environment_start}
+    print(f"{name}: {cls.title}; {check['capability']}, bf16 {check['matmul_bf16_gflops']:.0f} GFLOP/s, fp32 "
+          f"{check['matmul_fp32_gflops']:.0f}; limits {'hold' if not record['limit_problems'] else 'DO NOT HOLD: '}"
+          + "; ".join(record["limit_problems"]), file=sys.stderr, flush=True)
+    if args.probe:  # the app's own measurement of every path here (sbon.probe), cached as the app finds it
+        from sbon.probe import probe
+        choice = probe(args.generator, "cpu", build=bool(args.compiled), progress=lambda line: print(
+            f"{name}: probe: {line}", file=sys.stderr, flush=True))
+        record["probe"] = json.loads(choice.to_json())
+    record["app_path"] = app_path(args.generator)
+    if args.runs:  # first, as the app: its thread count, nothing else loaded
+        threads = configure_threads()
+        record["compare"] = {"torch_threads": threads, **compare_warm(args.runs)}
+        print(f"{name}: page-default /compare, warm: "
+              + ", ".join(f"{r['seconds']:.1f} s ({r['weights']}, {r['decode']})" for r in record["compare"]["runs"]),
+              file=sys.stderr, flush=True)
+    s = StepSettings(rows=args.rows, formats=args.formats, compiled=args.compiled, profile_rows=[],
+                     threads=args.threads, warm_steps=args.warm_steps, steps=args.steps, repeats=args.repeats,
+                     divergence_n=6, divergence_split=2, divergence_tokens=args.divergence_tokens, divergence_prompts=1)
+    torch.set_num_threads(s.threads)
+    sampling = SamplingConfig()
+    gens, failed = {}, {}
+    for fmt in s.formats:
+        try:
+            gens[fmt] = load_generator(args.generator, device="cpu", weights=fmt)
+        except Exception as e:  # noqa: BLE001 - a format this class cannot run: one line, the others go on
+            failed[fmt] = f"{type(e).__name__}: {e}"
+            print(f"{name}: {fmt} does not load here: {failed[fmt]}", file=sys.stderr)
+    s.formats = list(gens)
+    s.compiled = [f for f in s.compiled if f in gens]
+    prompts = [p["instruction"] for p in common.load_prompts(1)]
+    prompt_ids = next(iter(gens.values())).encode_prompt(prompts[0])
+    step = run_step(gens, prompt_ids, s, sampling, None, quiet=True)
+    exact = {fmt: divergence_rate(g, prompts, s, sampling) for fmt, g in gens.items()}
+    record.update({"step_settings": {**asdict(s), "generator": args.generator}, "failed_formats": failed,
+                   "probes": step["probes"], "table": step["table"], "compile_s": step["compile_s"],
+                   "divergence": exact,
+                   "batch_invariant": {f: WEIGHT_FORMATS[f].batch_invariant for f in gens}})
+    record["environment"] = common.environment()
+    return record
+
+
+def summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a table shows for one class: the fastest exact path at 1 row, the app's path and its
+    comparison's median seconds, each against its target."""
+    ms = {(r["format"], r["rows"]): r["ms_per_step"] for r in record["table"]}
+    exact = {f for f, d in record["divergence"].items() if d["rate"] == 0}
+    paths = sorted({f for f, _ in ms}, key=lambda f: ms.get((f, 1), float("inf")))
+    fastest = next((p for p in paths if p.split()[0] in exact), None)
+    cls = CPU_CLASSES[record["class"]]
+    seconds = record.get("compare", {}).get("seconds") or []
+    median = sorted(seconds)[len(seconds) // 2] if seconds else None
+    return {"fastest_exact": fastest, "fastest_exact_ms": ms.get((fastest, 1)) if fastest else None,
+            "step_target_ms": STEP_TARGET_MS[cls.bf16], "compare_s": median,
+            "compare_target_s": COMPARE_TARGET_S.get(record["class"])}
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.in_class:
+        record = run_class(args.in_class, args)
+        print(json.dumps(record))
+        return 0
+    out = Path(args.out_dir)
+    for name in args.classes:
+        cls = CPU_CLASSES[name]
+        argv = [sys.executable, "-m", "benchmarks", "machines", "--in-class", name, *sys.argv[2:]]
+        print(f"{name} ({cls.title}): {' '.join(f'{k}={v}' for k, v in cls.env.items()) or 'no limits'} ...",
+              file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        done = subprocess.run(argv, env=cls.environ(), stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parent.parent)
+        if done.returncode:
+            print(f"{name}: the child failed (exit status {done.returncode}); the other classes go on", file=sys.stderr)
+            continue
+        record = json.loads(done.stdout.strip().splitlines()[-1])
+        record.update({"experiment": "machines", "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
+                       "seconds": time.perf_counter() - started})
+        record["summary"] = summary(record)
+        path = out / f"{name}.json"
+        common.write_json(record, path)
+        line = record["summary"]
+        print(f"{name}: fastest exact path at 1 row {line['fastest_exact']} {line['fastest_exact_ms'] or 0:.1f} ms "
+              f"(target {line['step_target_ms']:g}); page-default /compare warm "
+              f"{line['compare_s'] if line['compare_s'] is None else round(line['compare_s'], 1)} s "
+              f"(target {line['compare_target_s']:g}); wrote {path}", file=sys.stderr, flush=True)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("machines", help="every decode path and the page-default run under each emulated CPU class",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--classes", nargs="+", default=list(CPU_CLASSES), choices=list(CPU_CLASSES),
+                   help="CPU classes to emulate, one at a time")
+    p.add_argument("--formats", nargs="+", default=["fp32", "bf16", "int4", "int4-fp32"],
+                   help="weight formats of the step table (sbon.engine.WEIGHT_FORMATS)")
+    p.add_argument("--compiled", nargs="*", default=["int4", "int4-fp32"],
+                   help="formats also timed with the compiled step (minutes each to compile on two cores)")
+    p.add_argument("--rows", nargs="+", type=int, default=ROWS, help="rows per step")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the step table")
+    p.add_argument("--warm-steps", type=int, default=2, help="untimed steps before each timing")
+    p.add_argument("--steps", type=int, default=8, help="timed steps per timing")
+    p.add_argument("--repeats", type=int, default=2, help="interleaved rounds of the step table")
+    p.add_argument("--divergence-tokens", type=int, default=16, help="tokens per candidate of the exactness check")
+    p.add_argument("--runs", type=int, default=2, help="timed page-default comparisons per class (0: none)")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="skip the app's probe (sbon.probe): the app's path is then whatever this machine cached before")
+    p.add_argument("--generator", default="smollm2-135m")
+    p.add_argument("--out-dir", default=str(DEFAULT_OUT), help="one file per class here")
+    p.add_argument("--in-class", default=None, help=argparse.SUPPRESS)  # the child's own run
+    p.set_defaults(main=main)
