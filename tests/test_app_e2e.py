@@ -370,7 +370,7 @@ def test_ten_runs_do_not_grow_memory(client, server):
 def test_model_status_line_says_when_the_models_are_ready(page):
     page.wait_for_function("document.querySelector('#model-status').innerText.includes('Ready on')",
                            timeout=RUN_TIMEOUT_MS)
-    assert "smollm2-135m" in _text(page, "#model-status") and "⏳" not in _text(page, "#model-status")
+    assert "SmolLM2-135M-Instruct" in _text(page, "#model-status") and "⏳" not in _text(page, "#model-status")
 
 
 def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):

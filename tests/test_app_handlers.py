@@ -144,20 +144,24 @@ def test_model_status_says_what_is_loaded_now_after_runs_failures_and_reloads(ap
     runs.PRELOAD.append(cache.load_async("smollm2-135m", "likelihood"))  # the app's start-up load
     runs.PRELOAD[0].result()
     status = runs.models_status()
-    assert "generator `smollm2-135m`" in status and "`likelihood (smollm2-135m)`" in status and "⏳" not in status
+    # models by their human names (the presets' titles), never the identifiers
+    assert "SmolLM2-135M-Instruct (a small chat model)" in status and "judged by likelihood" in status
+    assert "⏳" not in status
 
     for reward in ("minilm-pref", "minilm-pref-nolength"):  # two runs with other rewards evict the default reward
         cache.load_async("smollm2-135m", reward).result()
     status = runs.models_status()
-    assert "`minilm-pref`" in status and "`minilm-pref-nolength`" in status and "likelihood" not in status
+    assert "a small preference model, a small preference model, length left out" in status
+    assert "likelihood" not in status
     assert "⏳" not in status  # the old bug: "Loading the models…" forever once the defaults were evicted
 
     failed = cache.load_async("smollm2-135m", "broken")
     with pytest.raises(SBoNError):
         failed.result()
     status = runs.models_status()
-    assert "⚠ loading `smollm2-135m` with `broken` failed: cannot load reward model 'broken'" in status
-    assert "`minilm-pref-nolength`" in status  # a failed load leaves what is loaded as it was
+    assert "⚠ loading SmolLM2-135M-Instruct (a small chat model) with broken failed: cannot load reward model 'broken'" \
+        in status
+    assert "length left out" in status  # a failed load leaves what is loaded as it was
 
     # a page reload computes the line afresh (a callable value, not one fixed at build time)
     page = app.create_app()
@@ -167,7 +171,9 @@ def test_model_status_says_what_is_loaded_now_after_runs_failures_and_reloads(ap
     assert reload["model_status"] == status and reload["model_timer"].value == runs.MODEL_STATUS_IDLE_S
 
     cache.load_async("smollm2-135m", "likelihood").result()  # the default again: the failure stays listed
-    assert "likelihood (smollm2-135m)" in runs.models_status() and "minilm-pref`" not in runs.models_status()
+    status = runs.models_status()
+    # the cache holds two rewards: the default's return evicts the oldest (minilm-pref)
+    assert "judged by a small preference model, length left out, likelihood" in status and "⚠ loading" in status
 
 
 def test_a_second_run_is_refused_or_queued_with_a_reason(app, slot, monkeypatch):
