@@ -53,6 +53,12 @@ body.presenter .tab-container button, body.presenter .tabs button[role=tab] { fo
 /* The status line wraps rather than cutting a method's name ("Specul…") when the run bar is narrow. */
 #status { min-width: 12em; flex: 1 1 12em !important; overflow-wrap: anywhere; }
 body.presenter #status { white-space: normal; overflow: visible; }
+/* Gradio also adds every rule above prefixed with ".gradio-container... .contain", which outranks a
+   "body.presenter" rule (and never matches one): the presenter view's run bar wraps, and its status line
+   takes a row of its own under the buttons, only with these weights. Beside the buttons the status would
+   be a narrow column of many lines, pushing the live chart below a projector's window. */
+body.presenter #run-bar { flex-wrap: wrap !important; }
+body.presenter #run-bar #status { flex: 1 1 100% !important; }
 /* A phone: the run bar wraps inside the screen, and the live chart comes right under it, before the settings. */
 @media (max-width: 640px) {
   #run-bar { flex-wrap: wrap; }

@@ -52,6 +52,8 @@ HALL_TITLE_CHARS = 60  # a presenter-view figure spans one column of at least 85
 HALL_AXIS_CHARS = 44  # an x-axis title is centred on the plot area, narrower than the figure by the legend
 HALL_LEGEND_CHARS = 16  # characters per legend line beside the data
 HALL_MIN_PLOT_PX = 150
+HALL_LIVE_AXIS_CHARS = 50  # the live chart's x-axis title spans its plot area: no legend beside it
+HALL_LIVE_MIN_PLOT_PX = 120  # the live chart's plot area under its legend rows: it fits an 853×480 window under the run bar
 SHAPE_KEYS = "shape keys"  # the legend group of legend-only entries that explain a marker's shape
 
 
@@ -174,18 +176,19 @@ class Look:
             return fig
         if live:  # the round caption over the live chart is its title in the presenter view
             fig.update_layout(title=None)
-            return legend_on_top(for_hall(fig, self.live_px or None, fill=True))
+            return legend_on_top(for_hall(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
         return for_hall(fig, self.screen_px or None)
 
 
 HALL_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %): legend rows are packed for it
 
 
-def legend_on_top(fig: go.Figure, width_px: int = HALL_WIDTH_PX) -> go.Figure:
+def legend_on_top(fig: go.Figure, width_px: int = HALL_WIDTH_PX, max_height: int | None = None) -> go.Figure:
     """The presenter view's live chart with its legend in rows over the data, every entry on one line: beside the
     data, a chart as short as a projector's leaves the legend less height than its entries need, and Plotly turns it
-    into a scroll box with clipped names. The figure keeps its height (the screen it was given); the plot area gives
-    the legend's rows their room."""
+    into a scroll box with clipped names. With no legend beside it, the x-axis title spans the plot area (fewer
+    lines); the figure is ``max_height`` tall (the screen it was given) where its margins leave the plot area
+    HALL_LIVE_MIN_PLOT_PX, else just tall enough for that; without ``max_height`` it keeps its height."""
     s = scale_of(fig)
     if not fig.data:  # text only (the result step's answers): no legend, no axes, the whole height for the text
         fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
@@ -202,8 +205,17 @@ def legend_on_top(fig: go.Figure, width_px: int = HALL_WIDTH_PX) -> go.Figure:
             rows, used = rows + 1, 0.0
         used += wide
     top = int(rows * LEGEND_ROW_PX * s + 12)
-    fig.update_layout(margin=dict(r=20, t=top), legend=dict(orientation="h", x=0, xanchor="left", y=1, yref="container",
-                                                            yanchor="top", font=dict(size=LEGEND_SIZE * s)))
+    x = fig.layout.xaxis
+    bottom = fig.layout.margin.b
+    if x and x.title and x.title.text:
+        lines = _lines(x.title.text)
+        x.title.text = _rewrap(x.title.text, HALL_LIVE_AXIS_CHARS)
+        bottom -= (lines - _lines(x.title.text)) * LINE_PX * s
+    fig.update_layout(margin=dict(r=20, t=top, b=int(bottom)),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1, yref="container", yanchor="top",
+                                  font=dict(size=LEGEND_SIZE * s)))
+    if max_height:
+        fig.update_layout(height=max(top + int(bottom) + HALL_LIVE_MIN_PLOT_PX, max_height))
     return fig
 
 
