@@ -47,7 +47,7 @@ from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES
                                  reads, reward_choices, signal_labels)
 from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
-from components.priority import serve_below_generation  # noqa: E402
+from components.priority import serve_below_generation, start_generation  # noqa: E402
 from components.replays import (GALLERY, PAGES, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
 from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
@@ -558,10 +558,11 @@ def main() -> None:
     # ZeroGPU: the default models go to the (patched) GPU now, in this process, before launch; elsewhere they
     # load once the page is up.
     load_before_launch(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
-    serve_below_generation()  # every thread started from here on (the server's, the handlers') runs below the torch thread
+    generation = start_generation()  # the torch thread, at the priority the app was started with
     # What a visitor only reads is served as files beside the page (components/static_pages.py), never through the queue.
     demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True,
                 app_kwargs={"routes": [Mount(PAGES_PREFIX, app=PAGES.routes())]})
+    serve_below_generation(generation)  # the server's threads, and every one started from here on, below the torch thread
     start_loading_models()
     threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()
     threading.Thread(target=PAGES.warm, daemon=True, name="static-pages").start()
