@@ -46,7 +46,7 @@ def app_path(generator: str, device=None) -> dict[str, str]:
     benchmark asks."""
     import os
 
-    from components.model_cache import app_decode
+    from components.decode_paths import app_decode
     from sbon.machine import cached_choice, safe_path
     from sbon.models import default_device
     device = device or default_device()
@@ -74,7 +74,8 @@ def compare_warm(runs: int, settings=None) -> dict[str, Any]:
     the app decodes with it (built here first where it is not saved yet: not timed), one untimed run, then ``runs``
     timed ones."""
     from components.controls import DEFAULTS
-    from components.model_cache import MODELS, TORCH_THREAD
+    from components.model_cache import MODELS
+    from components.torch_thread import TORCH_THREAD
     from components.runs import Runs
     from sbon.analysis.comparison import Comparison
     from sbon.decoders import prepare
@@ -103,7 +104,7 @@ def compare_warm(runs: int, settings=None) -> dict[str, Any]:
 def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """This process, already under class ``name``'s limits: everything the file records."""
     import torch
-    from components.model_cache import configure_threads
+    from components.torch_thread import configure_threads
     from sbon.engine import WEIGHT_FORMATS, SamplingConfig
     from sbon.models import load_generator
 
