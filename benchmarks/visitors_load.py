@@ -202,11 +202,14 @@ class Visitors:
         self.threads = [threading.Thread(target=self.visit, args=(i,), daemon=True) for i in range(n)]
 
     # what each kind of open is, per mode
+    def read_static(self, b: Browser, path: str) -> None:
+        """A static page as a browser reads it: the page, then Plotly (from the browser's cache after the first)."""
+        b.get(path, cache=False)
+        b.get(f"/pages/{self.plotly}")
+
     def open_page(self, b: Browser) -> None:
         if self.mode == "static":
-            b.get("/pages/gallery/default", cache=False)
-            b.get(f"/pages/{self.plotly}")
-            return
+            return self.read_static(b, "/pages/gallery/default")
         b.get("/", cache=False)
         for path in self.recorded["files"]:
             b.get(path)
@@ -215,17 +218,13 @@ class Visitors:
 
     def open_gallery(self, b: Browser, key: str) -> None:
         if self.mode == "static":
-            b.get(f"/pages/gallery/{key}", cache=False)
-            b.get(f"/pages/{self.plotly}")
-            return
+            return self.read_static(b, f"/pages/gallery/{key}")
         b.events([{"data": [key, "curves", None], "event_data": None, "fn_index": self.gallery_fn, "trigger_id": None}])
         b.events(self.recorded["follow"])
 
     def open_link(self, b: Browser, run_id: str) -> None:
         if self.mode == "static":
-            b.get(f"/pages/run/{run_id}", cache=False)
-            b.get(f"/pages/{self.plotly}")
-            return
+            return self.read_static(b, f"/pages/run/{run_id}")
         b.get(f"/?run={run_id}", cache=False)  # a new tab on the link: the page's files are in the cache
         b.events(self.recorded["load"], query=f"run={run_id}")
         b.events(self.recorded["follow"])
