@@ -64,6 +64,20 @@ def browser():
         yield b
 
 
+@pytest.fixture
+def unmeasured_machine(monkeypatch, tmp_path):
+    """A machine on which nothing is measured and no compiled step was ever saved: its own $SBON_CACHE holding the
+    models' copies (links to this machine's), without a saved choice or inductor's caches; no forced path."""
+    from sbon.machine import cache_dir
+    for entry in cache_dir().iterdir():
+        if entry.name not in ("machine", "inductor"):
+            (tmp_path / entry.name).symlink_to(entry)
+    monkeypatch.setenv("SBON_CACHE", str(tmp_path))
+    for name in ("SBON_WEIGHTS", "SBON_DECODE", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def gen():
     # SBON_TEST_DEVICE=cuda runs the suite on a GPU; float32 everywhere, since the coupling tests
@@ -74,8 +88,6 @@ def gen():
 @pytest.fixture(scope="session")
 def likelihood(gen):
     return load_reward("likelihood", generator=gen)
-
-
 
 
 COMPARISON_PROMPT = "Give three tips for staying healthy."

@@ -32,19 +32,6 @@ def gen_int4():
     return load_generator(NAME, device="cpu", weights="int4")
 
 
-@pytest.fixture
-def empty_step_cache(monkeypatch, tmp_path):
-    """A machine with the models' cache but no compiled step ever saved: $SBON_CACHE a new folder holding the
-    models' copies (links to this machine's), without inductor's caches, which go to their default place in it."""
-    for entry in cache_dir().iterdir():
-        if entry.name != "inductor":
-            (tmp_path / entry.name).symlink_to(entry)
-    monkeypatch.setenv("SBON_CACHE", str(tmp_path))
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    monkeypatch.setenv("SBON_DECODE", "auto")
-    return tmp_path
-
-
 def test_sbon_decode_forces_a_path_and_a_mistyped_one_stops_the_app_in_one_line(monkeypatch, gen_int4):
     steps = DecodePaths()
     monkeypatch.setenv("SBON_DECODE", "eager")
@@ -68,7 +55,7 @@ def measured(weights, decode, ms, exact=True):
     return Measured(weights, decode, ms={7: ms}, exact=exact)
 
 
-def test_auto_measures_in_one_child_on_idle_cores_and_runs_the_safe_path_meanwhile(gen, empty_step_cache):
+def test_auto_measures_in_one_child_on_idle_cores_and_runs_the_safe_path_meanwhile(gen, unmeasured_machine):
     steps = DecodePaths()  # gen: the float32 generator, the path that is exact without measuring
     try:
         assert steps.decode(NAME, gen) == "eager"
@@ -86,7 +73,7 @@ def test_auto_measures_in_one_child_on_idle_cores_and_runs_the_safe_path_meanwhi
     assert "measuring this machine's decode paths failed" in steps.status(NAME)
 
 
-def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, empty_step_cache):
+def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, unmeasured_machine):
     steps = DecodePaths()
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])  # nothing compiled was measured
     assert steps.decode(NAME, gen_int4) == "eager" and NAME not in steps._children  # measured: no child
@@ -97,7 +84,7 @@ def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(ge
     assert steps.decode(NAME, gen_int4) == "eager"
 
 
-def test_the_model_cache_loads_the_measured_format_and_switches_at_the_next_load(empty_step_cache, monkeypatch):
+def test_the_model_cache_loads_the_measured_format_and_switches_at_the_next_load(unmeasured_machine, monkeypatch):
     """Loaded before anything is measured: the safe format; once a choice names another, the next get (a run's
     start, never a run midway) loads the generator in that format, and drops the rewards that score with it."""
     import components.model_cache as mc
@@ -146,7 +133,7 @@ def _idle_soon(child: subprocess.Popen) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.compile
-def test_once_the_child_has_measured_and_built_the_step_runs_decode_compiled_and_record_it(gen_int4, empty_step_cache):
+def test_once_the_child_has_measured_and_built_the_step_runs_decode_compiled_and_record_it(gen_int4, unmeasured_machine):
     from sbon.algorithms import RunConfig, events, run
     from sbon.rewards import CallableReward
 

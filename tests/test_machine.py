@@ -28,19 +28,6 @@ def timed(weights, decode, ms, exact=True, divergence=0.0):
     return Measured(weights, decode, ms={16: 2 * ms, 7: ms, 1: ms / 2}, exact=exact, divergence=divergence)
 
 
-@pytest.fixture
-def machine_cache(monkeypatch, tmp_path):
-    """A machine on which nothing is measured yet (its own $SBON_CACHE, the models' copies linked in)."""
-    from sbon.machine import cache_dir
-    for entry in cache_dir().iterdir():
-        if entry.name not in ("machine", "inductor"):
-            (tmp_path / entry.name).symlink_to(entry)
-    monkeypatch.setenv("SBON_CACHE", str(tmp_path))
-    for name in ("SBON_WEIGHTS", "SBON_DECODE"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path
-
-
 def test_the_choice_follows_the_measured_times_and_excludes_an_inexact_path_on_a_cpu():
     paths = [timed("fp32", "eager", 120.5), timed("int4", "eager", 70.0), timed("int4", "compiled", 25.7),
              timed("bf16", "eager", 10.0, exact=False, divergence=0.02)]
@@ -111,7 +98,7 @@ def test_the_cache_key_changes_with_the_machine_the_limits_the_threads_and_torch
     assert cache_key(fingerprint("cpu", threads=2)) != base
 
 
-def test_a_choice_cached_on_another_machine_or_torch_is_never_used(machine_cache):
+def test_a_choice_cached_on_another_machine_or_torch_is_never_used(unmeasured_machine):
     from sbon.machine import choice_path
     from sbon.models import default_weights
 
@@ -130,7 +117,7 @@ def test_a_choice_cached_on_another_machine_or_torch_is_never_used(machine_cache
     assert cached_choice(NAME, "cpu") is None
 
 
-def test_a_forced_path_that_cannot_run_here_says_so_in_one_line(machine_cache, monkeypatch, capsys):
+def test_a_forced_path_that_cannot_run_here_says_so_in_one_line(unmeasured_machine, monkeypatch, capsys):
     from sbon.cli import main
     from sbon.probe import check_forced
 
@@ -152,7 +139,7 @@ def test_a_forced_path_that_cannot_run_here_says_so_in_one_line(machine_cache, m
     assert err[-1].startswith("error: the decode path 'int4 compiled' cannot run on this machine (no C++ compiler")
 
 
-def test_python_m_sbon_machine_prints_the_fingerprint_every_path_and_the_choice(machine_cache):
+def test_python_m_sbon_machine_prints_the_fingerprint_every_path_and_the_choice(unmeasured_machine):
     """The real probe, two formats, one row count: eager paths timed and checked in seconds, compiled ones pending."""
     from sbon.probe import probe, report
 
@@ -198,11 +185,11 @@ print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "weight
 
 
 @pytest.mark.parametrize("cls", list(EMULATED))
-def test_under_each_emulated_cpu_class_a_tiny_run_takes_a_measured_path_that_keeps_the_coupling(cls, machine_cache):
+def test_under_each_emulated_cpu_class_a_tiny_run_takes_a_measured_path_that_keeps_the_coupling(cls, unmeasured_machine):
     """A fresh process under the class's instruction-set limits: the limit holds (torch's capability, oneDNN's ISA),
     the probe excludes what is not exact there, and a tiny comparison on the chosen path runs with every survivor's
     tokens those of Best-of-N's same candidate; on the float32 path, those of eager float32."""
-    env = {**os.environ, **EMULATED[cls], "SBON_CACHE": str(machine_cache), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, **EMULATED[cls], "SBON_CACHE": str(unmeasured_machine), "OMP_NUM_THREADS": "1",
            "ONEDNN_VERBOSE": "1"}
     done = subprocess.run([sys.executable, "-c", TINY_RUN], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
