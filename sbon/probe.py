@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import torch
 
 from .decoders import DECODE_PATHS, CompiledDecoder, EagerDecoder, _compiled, compile_problem, compiled_state, prepare
-from .engine import WEIGHT_FORMATS, Generator
+from .engine import WEIGHT_FORMATS, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .machine import ROWS, Choice, Measured, cached_choice, choose, eligible, fingerprint, safe_path, save_choice
 from .models import DEFAULT_GENERATOR, load_generator
@@ -35,6 +35,7 @@ WARM_STEPS, TIMED_STEPS = 1, 3  # per row count: the first step pays for lazy in
 # with the row count, some logit of some row differs in its last bits (tests/test_step_formats.py checks the same).
 EXACT_ROWS, EXACT_STEPS = 6, 6
 EXACT_SPLITS = ([[0], [1, 2, 3, 4, 5]], [[0, 1, 2, 3], [4, 5]])
+EXACT_SEED = 7
 BUILD_TOP = 1  # on a CPU, build=True builds the compiled step of this many of the fastest exact formats
 DECODES = tuple(d for d in DECODE_PATHS if d != "auto")
 
@@ -45,12 +46,13 @@ def _one_line(e: BaseException) -> str:
 
 
 def _logits(dec, prefix, ids: Sequence[int], steps: int) -> torch.Tensor:
-    """Each row's logits over ``steps`` steps of fixed tokens (rows × steps × vocabulary), in one batch."""
+    """Each row's logits over ``steps`` steps of coupled sampling (rows × steps × vocabulary), in one batch: the
+    tokens a run would decode (fixed made-up tokens can miss a difference that real text shows)."""
     batch = dec.start(prefix, list(ids), False, steps + 1)
-    tokens = prefix.logits.argmax(-1).expand(len(ids)) + torch.tensor(list(ids), device=prefix.logits.device)
+    uniforms = coupled_uniforms(EXACT_SEED, ids, steps)
     out = []
     for t in range(steps):
-        dec.forward(batch, tokens + 7 * t)
+        dec.forward(batch, sample(batch.logits, uniforms[:, t], SamplingConfig()))
         out.append(batch.logits.float().clone())
     return torch.stack(out, 1)
 
