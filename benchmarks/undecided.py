@@ -166,32 +166,64 @@ def add_parser(sub) -> None:
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", type=int, default=2, help="on the first this many prompts, also run each rule for "
-                                                      "real and record whether it agrees with the replay")
+                                                      "real and record whether it agrees with the replay (with --from: "
+                                                      "on the file's first rows)")
     p.add_argument("--minutes", type=float, default=30.0, help="start no new prompt after this long")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", default=None, help="result file (default: results/cpu-2core-epyc/undecided/<set>.json)")
     p.add_argument("--from", dest="from_file", default=None,
                    help="replay the rules again on the Best-of-N runs saved in this result file (no generation) and "
                         "rewrite it")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the prompts the result file already holds (their Best-of-N runs, replayed again under "
+                        "the current cut rule) and generate only the others: a long run can be stopped and continued")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(main=main)
 
 
-def replay_again(path: Path, rules: Sequence[str]) -> int:
-    """Every row of a result file replayed again from its saved Best-of-N run, under the current cut rule."""
+def command_line() -> str:
+    """The command as it ran: the variables that change the numbers or the times, the niceness, the arguments."""
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "SBON_WEIGHTS") if k in os.environ)
+    return " ".join(x for x in (env, f"nice -n {os.nice(0)}" if os.nice(0) else "",
+                                "python -m benchmarks " + " ".join(sys.argv[1:])) if x)
+
+
+def replay_again(path: Path, rules: Sequence[str], check: int = 0) -> int:
+    """Every row of a result file replayed again from its saved Best-of-N run, under the current cut rule; the first
+    ``check`` rows also run each rule for real (with the weights their Best-of-N run used)."""
     d = json.loads(path.read_text())
     s = d["settings"]
-    gen = load_generator()
-    reward = load_reward(s["reward"], generator=gen)
-    rows = [prompt_row(gen, reward, r["item"], rules, s["n"], s["max_new_tokens"], s["alpha"], s["seed"], False,
-                       RunResult.from_dict(r["bon_run"]), r["seconds"]["best_of_n"]) for r in d["rows"]]
+    gens: dict[str, Any] = {}
+    rows = []
+    for i, r in enumerate(d["rows"]):
+        bon = RunResult.from_dict(r["bon_run"])
+        if bon.weights not in gens:
+            gens[bon.weights] = load_generator(weights=bon.weights)
+        gen = gens[bon.weights]
+        reward = load_reward(s["reward"], generator=gen)
+        rows.append(prompt_row(gen, reward, r["item"], rules, s["n"], s["max_new_tokens"], s["alpha"], s["seed"],
+                               i < check, bon, r["seconds"]["best_of_n"]))
     d.update(rules=list(rules), rows=rows, summary=summarize(rows, rules),
-             replayed_again={"command": "python -m benchmarks " + " ".join(sys.argv[1:]),
-                             "commit": common.git_commit(), "load_average": os.getloadavg()})
+             replayed_again={"command": command_line(), "commit": common.git_commit(),
+                             "load_average": os.getloadavg(), "environment": common.environment(),
+                             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     d["settings"]["rules"] = list(rules)
     common.write_json(d, path)
     print(summarize(rows, rules))
     return 0
+
+
+def kept_rows(path: Path, settings: dict, gen, reward, rules: Sequence[str]) -> list[dict]:
+    """``--resume``: the rows a result file already holds, replayed again from their saved Best-of-N runs (no
+    generation), if the file was made with the same candidates' settings; refused in one line otherwise."""
+    d = json.loads(path.read_text())
+    same = ("set", "n", "max_new_tokens", "alpha", "seed")
+    if any(d["settings"].get(k) != settings[k] for k in same):
+        raise SystemExit(f"--resume: {path} was made with other settings ({', '.join(same)} must match); "
+                         f"give another --out")
+    return [prompt_row(gen, reward, r["item"], rules, settings["n"], settings["max_new_tokens"], settings["alpha"],
+                       settings["seed"], False, RunResult.from_dict(r["bon_run"]), r["seconds"]["best_of_n"])
+            for r in d["rows"]]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -199,12 +231,12 @@ def main(args: argparse.Namespace) -> int:
     from transformers.utils import logging as tf_logging
     tf_logging.set_verbosity_error()
     if args.from_file:
-        return replay_again(Path(args.from_file), args.rules)
+        return replay_again(Path(args.from_file), args.rules, args.check)
     out = Path(args.out) if args.out else OUT_DIR / f"{args.set}.json"
     work = prompts_of(args.set, args.k, args.offset)
     gen = load_generator()
     reward = load_reward(SETS[args.set], generator=gen)
-    record = {"experiment": "undecided", "command": "OMP_NUM_THREADS=1 nice -n 10 python -m benchmarks " + " ".join(sys.argv[1:]),
+    record = {"experiment": "undecided", "command": command_line(),
               "settings": {"set": args.set, "reward": SETS[args.set], "rules": list(args.rules), "n": args.n,
                            "max_new_tokens": args.max_new_tokens, "alpha": args.alpha, "seed": args.seed,
                            "method": "sbon (memory-budget rounds, default budget), replayed on Best-of-N's candidates",
@@ -214,9 +246,13 @@ def main(args: argparse.Namespace) -> int:
                                       "helpful: benchmarks.scenarios' held-out AlpacaEval prompts (prompt seed 30)"},
               "load_average_at_start": os.getloadavg(), "environment_at_start": common.environment(gen)}
     deadline = time.perf_counter() + 60 * args.minutes
-    rows = []
+    rows = kept_rows(out, record["settings"], gen, reward, args.rules) if args.resume and out.exists() else []
+    done = {r["id"] for r in rows}
     bar = common.progress(len(work), f"undecided {args.set}", disable=args.quiet)
+    bar.update(len([item for item in work if item["id"] in done]))
     for item in work:
+        if item["id"] in done:
+            continue
         if time.perf_counter() > deadline:
             break
         rows.append(prompt_row(gen, reward, item, args.rules, args.n, args.max_new_tokens, args.alpha, args.seed,
