@@ -15,7 +15,6 @@ from sbon.algorithms import UndecidedFallback, events, plan_budget, run
 from sbon.analysis.replay import replay_rounds, replay_tau
 from sbon.config import RunConfig
 from sbon.cut import UNDECIDED, cut
-from sbon.score_noise import fit_gap_noise, gaps
 from sbon.errors import SBoNError
 from sbon.results import Candidate, DecisionPoint, RunResult
 from sbon.rewards import CallableReward
@@ -207,18 +206,3 @@ def test_a_cut_among_scores_all_alike_says_so_and_the_chart_shows_it():
     assert "every candidate scored the same" in point_reasons(point, "minilm-pref")[3].text()
     title = round_figure(point, 4, reward="ifeval").layout.title.text.replace("<br>", " ")
     assert "No candidate can still follow these instructions" in title
-
-
-def test_a_rewards_noise_is_fitted_against_its_final_ranking():
-    # Pairs whose partial order is a coin flip below a gap of 1 and always right above 3: the fitted noise of a gap
-    # sits between, and the half-width a score gets is half of it.
-    pairs = ([(0.1 * i, i % 2 == 0) for i in range(10)] + [(3.0 + i, True) for i in range(20)])
-    s = fit_gap_noise(pairs)
-    assert 0.5 < s < 3.0
-    assert fit_gap_noise([(d, True) for d, _ in pairs[:10]] + pairs[10:]) < s  # fewer wrong orders: less noise
-    assert fit_gap_noise(pairs[:10] + [(d, d > 10) for d, _ in pairs[10:]]) > s  # more wrong orders: more noise
-
-
-def test_only_pairs_whose_final_rewards_differ_count_and_the_order_is_read_right():
-    assert gaps([0.5, 0.45, 0.4], [1.0, 0.0, 1.0]) == [(pytest.approx(0.05), True), (pytest.approx(0.05), False)]
-    assert gaps([0.5, 0.2], [1.0, 1.0005], tie=1e-3) == []

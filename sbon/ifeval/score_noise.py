@@ -20,7 +20,8 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m sbon.ifeval.score_noise", description=__doc__.split("\n\n")[0])
     p.add_argument("--reward", required=True, help="a reward preset")
-    p.add_argument("--tokens", type=int, default=32, help="the decision point: tokens of the partial responses")
+    p.add_argument("--tokens", type=int, default=32, help="the decision point: tokens of the first prefix")
+    p.add_argument("--step", type=int, default=8, help="tokens more in the second prefix")
     p.add_argument("--samples-file", type=Path, default=SAMPLES_FILE)
     args = p.parse_args(argv)
     start, load = time.perf_counter(), os.getloadavg()
@@ -28,14 +29,13 @@ def main(argv=None) -> int:
     reward = load_reward(args.reward, generator=gen)
     prompts = {q.key: q for q in load_prompts(SHIPPED_FILE) if is_calibration(q.key)}
     rows = [r for r in read_samples(args.samples_file) if r["key"] in prompts]
-    found = measure(gen, reward, rows, prompts, args.tokens)
+    found = measure(gen, reward, rows, prompts, args.tokens, args.step)
     data = json.loads(NOISE_FILE.read_text()) if NOISE_FILE.exists() else {"rewards": {}}
-    data["rewards"][args.reward] = {**found, "tokens": args.tokens, "split": "IFEval calibration (odd key)",
+    data["rewards"][args.reward] = {**found, "tokens": args.tokens, "step": args.step, "split": "IFEval calibration (odd key)",
                                     "command": f"python -m sbon.ifeval.score_noise --reward {args.reward}",
                                     "seconds": round(time.perf_counter() - start, 1), "load_average": load}
     NOISE_FILE.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"{args.reward}: half-width {found['noise']:.4g} over {found['pairs']} pairs (right {found['right_within']:.2f} "
-          f"within the noise, {found['right_beyond']:.2f} beyond); wrote {NOISE_FILE}")
+    print(f"{args.reward}: score noise {found['noise']:.4g} over {found['responses']} responses; wrote {NOISE_FILE}")
     return 0
 
 
