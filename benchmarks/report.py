@@ -662,7 +662,8 @@ def undecided(results_dir: Path) -> str:
                          num(r["quality"], digits), num(r["random"], digits), num(s["bon"], digits),
                          num(r["quality"] - r["random"], digits), num(r["token_rate"], 2), num(r["decision_points"], 1),
                          pct(r["points_with_undecided"]), num(r["undecided_per_point"], 1), pct(r["bon_winner_pruned"]),
-                         pct(r["bon_winner_pruned_undecided"])])
+                         pct(r["bon_winner_pruned_undecided"]),
+                         f"{r.get('real_runs_agree', 0)} of {r.get('real_runs_checked', 0)}"])
         loads = [la for d in found for la in (d["load_average_at_start"][0], d["load_average"][0])]
         notes.append(f"{name}: {unit[name]}; " + "; ".join(f"{link(results_dir, folder / f.name)}" for f in files
                                                          if json.loads(f.read_text())["settings"]["set"] == name)
@@ -675,7 +676,8 @@ def undecided(results_dir: Path) -> str:
             + "; ".join(notes) + ".\n\n" + markdown_table(
                 ["prompts", "rule", "prompts run", "Speculative Rejection", "random pruning (same counts)", "Best-of-N",
                  "Speculative Rejection − random", "token rate", "decision points", "decision points with undecided",
-                 "undecided per decision point", "Best-of-N's winner pruned", "… while undecided"], rows))
+                 "undecided per decision point", "Best-of-N's winner pruned", "… while undecided",
+                 "real runs that equal the replay"], rows))
 
 
 def scenario_runs(d: dict) -> str:
