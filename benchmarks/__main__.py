@@ -8,17 +8,18 @@ from typing import Sequence
 
 from sbon.options import HelpFormatter
 
-from . import (app_timing, common, counterfactual, default_reward, efficiency, engine, gpu_check, ifeval,
-               ifeval_tie_keys, kvcache, machines, memory, perplexity, report, scenarios, signals, step, table1, tune,
-               undecided, visitors_load)
+from . import (app_timing, common, counterfactual, default_reward, default_scenario, efficiency, engine_vs_generate,
+               gpu_check, ifeval, ifeval_tie_keys, kvcache, machines, memory, perplexity, report, signals_compared, step,
+               table1, tune, undecided, visitors_load)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks",
                                      description="Reproduce the Speculative Rejection paper's measurements.")
     sub = parser.add_subparsers(dest="experiment", required=True)
-    for module in (table1, counterfactual, memory, efficiency, perplexity, engine, kvcache, app_timing, signals, tune,
-                   step, machines, visitors_load, ifeval, ifeval_tie_keys, gpu_check, default_reward, undecided, scenarios, report):
+    for module in (table1, counterfactual, memory, efficiency, perplexity, engine_vs_generate, kvcache, app_timing,
+                   signals_compared, tune, step, machines, visitors_load, ifeval, ifeval_tie_keys, gpu_check, default_reward,
+                   undecided, default_scenario, report):
         module.add_parser(sub)
     for experiment in sub.choices.values():  # one formatter: each default shown once, resolved ones as resolved here
         if experiment.formatter_class is argparse.ArgumentDefaultsHelpFormatter:

@@ -316,7 +316,7 @@ def h100_figures() -> Figures:
 def measure_figures(device: torch.device, sizes: Sizes, dtypes: Sequence[str], prompt: str) -> Figures:
     """This device's figures, measured in a few seconds: a large copy, a matrix product per dtype, and a short
     Best-of-N run of the SmolLM2 stand-in (its wall time per step and layer)."""
-    from .engine import NO_REWARD
+    from .engine_vs_generate import NO_REWARD
 
     size = 8192 if device.type == "cuda" else 256
     flops = {dtype: measure_matmul(device, dtype, size) for dtype in dtypes}
@@ -557,7 +557,7 @@ def pooled(rows: list[dict]) -> list[dict]:
 
 
 def part_engine(ctx: Context, record: dict) -> None:
-    from .engine import NO_REWARD, hf_generate, ours
+    from .engine_vs_generate import NO_REWARD, hf_generate, ours
 
     s = ctx.sizes
     rows: list[dict] = []

@@ -27,7 +27,7 @@ from sbon.algorithms import best_of_n
 from sbon.engine import KV_MIN_HEADROOM, Batch, Generator, Prefix, SamplingConfig, growable_cache
 
 from . import common, runners
-from .engine import NO_REWARD
+from .engine_vs_generate import NO_REWARD
 
 MIN_HEADROOM = KV_MIN_HEADROOM  # each buffer's first headroom (a test lowers it to force a reallocation)
 

@@ -102,17 +102,18 @@ def compare_warm(runs: int, settings=None) -> dict[str, Any]:
 
 
 def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """This process, already under class ``name``'s limits: everything the file records."""
-    import torch
-    from components.torch_thread import configure_threads
-    from sbon.engine import WEIGHT_FORMATS, SamplingConfig
-    from sbon.models import load_generator
+    """This process, already under class ``name``'s limits: everything the file records. Every torch call runs on
+    the app's one torch thread (components.torch_thread), as in the app: once a second thread has called torch,
+    the thread that decodes runs markedly slower on two cores, and the comparison and the step table would time
+    that instead."""
+    from components.torch_thread import TORCH_THREAD, configure_threads
 
-    from .step import StepSettings, divergence_rate, run_step
+    def on_torch(fn, *a, **kw):
+        return TORCH_THREAD.submit(fn, *a, **kw).result()
 
     cls = CPU_CLASSES[name]
     environment_start = common.environment()
-    check = isa_check()
+    check = on_torch(isa_check)
     record: dict[str, Any] = {"class": name, "title": cls.title, "limits": cls.env, "isa": check,
                               "limit_problems": limit_problems(cls, check), "environment_start": environment_start}
     print(f"{name}: {cls.title}; {check['capability']}, bf16 {check['matmul_bf16_gflops']:.0f} GFLOP/s, fp32 "
@@ -120,16 +121,29 @@ def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
           + "; ".join(record["limit_problems"]), file=sys.stderr, flush=True)
     if args.probe:  # the app's own measurement of every path here (sbon.probe), cached as the app finds it
         from sbon.probe import probe
-        choice = probe(args.generator, "cpu", build=bool(args.compiled), progress=lambda line: print(
+        choice = on_torch(probe, args.generator, "cpu", build=bool(args.compiled), progress=lambda line: print(
             f"{name}: probe: {line}", file=sys.stderr, flush=True))
         record["probe"] = json.loads(choice.to_json())
     record["app_path"] = app_path(args.generator)
-    if args.runs:  # first, as the app: its thread count, nothing else loaded
-        threads = configure_threads()
+    if args.runs:  # first, as the app: its thread count
+        threads = on_torch(configure_threads)
         record["compare"] = {"torch_threads": threads, **compare_warm(args.runs)}
         print(f"{name}: page-default /compare, warm: "
               + ", ".join(f"{r['seconds']:.1f} s ({r['weights']}, {r['decode']})" for r in record["compare"]["runs"]),
               file=sys.stderr, flush=True)
+    record.update(on_torch(step_table, name, args))
+    record["environment"] = common.environment()
+    return record
+
+
+def step_table(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The step table of every path and each format's exactness (benchmarks.step), at ``args.threads``."""
+    import torch
+    from sbon.engine import WEIGHT_FORMATS, SamplingConfig
+    from sbon.models import load_generator
+
+    from .step import StepSettings, divergence_rate, run_step
+
     s = StepSettings(rows=args.rows, formats=args.formats, compiled=args.compiled, profile_rows=[],
                      threads=args.threads, warm_steps=args.warm_steps, steps=args.steps, repeats=args.repeats,
                      divergence_n=6, divergence_split=2, divergence_tokens=args.divergence_tokens, divergence_prompts=1)
@@ -148,12 +162,9 @@ def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
     prompt_ids = next(iter(gens.values())).encode_prompt(prompts[0])
     step = run_step(gens, prompt_ids, s, sampling, None, quiet=True)
     exact = {fmt: divergence_rate(g, prompts, s, sampling) for fmt, g in gens.items()}
-    record.update({"step_settings": {**asdict(s), "generator": args.generator}, "failed_formats": failed,
-                   "probes": step["probes"], "table": step["table"], "compile_s": step["compile_s"],
-                   "divergence": exact,
-                   "batch_invariant": {f: WEIGHT_FORMATS[f].batch_invariant for f in gens}})
-    record["environment"] = common.environment()
-    return record
+    return {"step_settings": {**asdict(s), "generator": args.generator}, "failed_formats": failed,
+            "probes": step["probes"], "table": step["table"], "compile_s": step["compile_s"], "divergence": exact,
+            "batch_invariant": {f: WEIGHT_FORMATS[f].batch_invariant for f in gens}}
 
 
 def summary(record: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ SCORE_FLOOR = 98.0
 def load_raw(paths: list[str | Path], final_reward: str | None = None) -> tuple[list[RunResult], list[dict], dict, dict]:
     """Best-of-N runs and per-signal scores from signals or counterfactual raw files (pooled);
     with `final_reward`, the candidates are judged by that recorded extra final reward."""
-    from .signals import with_final_reward
+    from .signals_compared import with_final_reward
 
     bons, scores = [], []
     for path in paths:

@@ -15,7 +15,7 @@ budget; ``--check`` runs the first prompts for real too and records whether each
   undecided, and whether Best-of-N's winner was pruned while undecided (or pruned at all).
 
 Prompts: ``--set ifeval``, the shipped IFEval file's evaluation split (even key; the calibration uses odd keys);
-``--set helpful``, the page's helpful scenario's held-out AlpacaEval prompts (``benchmarks.scenarios``), with
+``--set helpful``, the page's helpful scenario's held-out AlpacaEval prompts (``benchmarks.default_scenario``), with
 ``minilm-pref``. ``--minutes`` bounds the run: no new prompt starts after it; the file is rewritten after every
 prompt. Result file: benchmarks/results/cpu-2core-epyc/undecided/<set>.json.
 """
@@ -52,7 +52,7 @@ SETS = {"ifeval": "ifeval", "helpful": "minilm-pref"}  # prompt set -> its rewar
 
 def prompts_of(name: str, k: int, offset: int) -> list[dict[str, Any]]:
     from .ifeval import evaluation_prompts
-    from .scenarios import scenario_prompts
+    from .default_scenario import scenario_prompts
 
     if name == "ifeval":
         rows, _ = evaluation_prompts(k, offset)
@@ -243,7 +243,7 @@ def main(args: argparse.Namespace) -> int:
                            "check": args.check, "offset": args.offset, "minutes": args.minutes,
                            "prompts_available": len(work),
                            "prompts": "ifeval: the shipped IFEval file's evaluation split (even key), in file order; "
-                                      "helpful: benchmarks.scenarios' held-out AlpacaEval prompts (prompt seed 30)"},
+                                      "helpful: benchmarks.default_scenario's held-out AlpacaEval prompts (prompt seed 30)"},
               "load_average_at_start": os.getloadavg(), "environment_at_start": common.environment(gen)}
     deadline = time.perf_counter() + 60 * args.minutes
     rows = kept_rows(out, record["settings"], gen, reward, args.rules) if args.resume and out.exists() else []

@@ -27,11 +27,14 @@ class SlabLayer(StaticLayer):
         _, heads, length, dim = keys.shape
         self.device, self.dtype = keys.device, keys.dtype
         self.batch_size, self.num_heads, self.k_head_dim, self.v_head_dim = capacity, heads, dim, values.shape[-1]
-        self.slab_keys = keys.new_zeros(capacity, heads, max_len, dim)
-        self.slab_values = values.new_zeros(capacity, heads, max_len, values.shape[-1])
-        self.slab_keys[:, :, :length] = keys  # a prefix of one row broadcasts to every row
-        self.slab_values[:, :, :length] = values
-        self.cumulative_length = torch.tensor(length, device=keys.device)
+        # Normal tensors, also where a batch is opened in inference mode: a saved compiled step's guards hold the
+        # kind of tensor it was compiled with, and an inference tensor would fail them (the step traced again).
+        with torch.inference_mode(False):
+            self.slab_keys = keys.new_zeros(capacity, heads, max_len, dim)
+            self.slab_values = values.new_zeros(capacity, heads, max_len, values.shape[-1])
+            self.slab_keys[:, :, :length] = keys  # a prefix of one row broadcasts to every row
+            self.slab_values[:, :, :length] = values
+            self.cumulative_length = torch.tensor(length, device=keys.device)
         if self.device.type == "cuda":  # one tensor for the slab's life: marked once (see view)
             torch._dynamo.mark_static_address(self.cumulative_length, guard=False)
         self.length, self.rows = length, capacity

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks import common, counterfactual, efficiency, engine, kvcache, memory, perplexity, table1
+from benchmarks import common, counterfactual, efficiency, engine_vs_generate, kvcache, memory, perplexity, table1
 from benchmarks.__main__ import build_parser, main
 from sbon.metrics import compute_at_score
 
@@ -184,13 +184,13 @@ def test_perplexity(gen, prompts):
 
 
 def test_engine(gen, likelihood, prompts, tmp_path):
-    result = engine.run_engine(gen, likelihood, prompts, n=N, max_new_tokens=TOKENS, quiet=True)
+    result = engine_vs_generate.run_engine(gen, likelihood, prompts, n=N, max_new_tokens=TOKENS, quiet=True)
     s = result["summary"]
     for r in result["rows"]:
         assert 0 < r["ours_tokens"] <= N * TOKENS and 0 < r["hf_tokens"] <= N * TOKENS
         assert 0 <= r["sbon_reward_share"] < 1
     assert s["ours_tok_per_s"] > 0 and s["hf_tok_per_s"] > 0 and len(result["targets"]) == 2
-    assert common.write_plot(engine.plot(result), tmp_path / "e.html").stat().st_size > 0
+    assert common.write_plot(engine_vs_generate.plot(result), tmp_path / "e.html").stat().st_size > 0
 
 
 def test_kvcache_growable_layer_gives_identical_candidates(gen, prompts, monkeypatch):

@@ -94,6 +94,18 @@ def test_the_saved_step_checks_the_length_at_every_step(gen, compiled):
         assert not step.fits(*args, like=None)
 
 
+def test_a_batch_opened_in_inference_mode_runs_the_saved_step(gen, compiled):
+    """The probe opens its batches in inference mode; the slab is made of normal tensors all the same, so the saved
+    step's guards hold and it runs, not a step traced again in this process (which on a CPU compiled for minutes
+    and left the process decoding slower)."""
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    with torch.inference_mode():
+        batch = compiled.start(prefix, [0, 1, 2], False, 8)
+        assert not batch.cache.layers[0].slab_keys.is_inference()
+        compiled.forward(batch, torch.tensor([100, 200, 300]))
+    assert compiled.saved_step() is not None
+
+
 def test_rows_leave_the_slab_in_place(gen, compiled):
     """A row pruned midway: the others go on with the tokens they have in a batch without it, and the slab is
     the same memory throughout (compacted by index, never reallocated)."""

@@ -9,23 +9,24 @@ from pathlib import Path
 import pytest
 
 from benchmarks import report
+from benchmarks.report import doc_blocks, formatting, result_tables, tracing
 from sbon.errors import SBoNError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-LINKED = DOCS + report.notes()  # pages whose links are checked: the docs and the results' NOTEs
+LINKED = DOCS + tracing.notes()  # pages whose links are checked: the docs and the results' NOTEs
 # Pages another branch writes: a link to one is checked once the page exists.
 WRITTEN_ELSEWHERE = {ROOT / "docs" / "space.md"}
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def test_every_generated_table_matches_the_result_files():
-    assert report.stale(report.doc_files(), report.RESULTS) == []
+    assert doc_blocks.stale(doc_blocks.doc_files(), formatting.RESULTS) == []
 
 
 def test_every_table_of_the_registry_is_in_a_doc():
-    used = {b.name for b in report.blocks(report.doc_files(), report.RESULTS)}
-    assert set(report.TABLES) == used
+    used = {b.name for b in doc_blocks.blocks(doc_blocks.doc_files(), formatting.RESULTS)}
+    assert set(result_tables.TABLES) == used
 
 
 def copy_of_the_docs(tmp_path: Path) -> Path:
@@ -36,19 +37,19 @@ def copy_of_the_docs(tmp_path: Path) -> Path:
 def test_check_names_the_table_that_differs_and_a_rewrite_fixes_it(tmp_path):
     doc = copy_of_the_docs(tmp_path)
     text = doc.read_text()
-    body = report.MARKER.search(text, text.index("<!-- report:engine -->"))["body"]
+    body = doc_blocks.MARKER.search(text, text.index("<!-- report:engine -->"))["body"]
     doc.write_text(text.replace(body, body.replace("1.61x", "9.99x"), 1))
-    assert [line.split(": ")[1] for line in report.stale([doc], report.RESULTS)] == ["engine"]
+    assert [line.split(": ")[1] for line in doc_blocks.stale([doc], formatting.RESULTS)] == ["engine"]
 
-    assert report.rewrite(doc, report.RESULTS)
-    assert doc.read_text() == text and report.stale([doc], report.RESULTS) == []
+    assert doc_blocks.rewrite(doc, formatting.RESULTS)
+    assert doc.read_text() == text and doc_blocks.stale([doc], formatting.RESULTS) == []
 
 
 def test_check_exits_non_zero_when_a_doc_is_stale(tmp_path, monkeypatch, capsys):
     doc = copy_of_the_docs(tmp_path)
     text = doc.read_text()
     doc.write_text(text.replace("<!-- /report:memory -->", "a hand-typed line\n<!-- /report:memory -->", 1))
-    monkeypatch.setattr(report, "doc_files", lambda root=ROOT: [doc])
+    monkeypatch.setattr(doc_blocks, "doc_files", lambda root=ROOT: [doc])
     args = report_args("--check")
     assert report.main(args) == 1
     assert "memory" in capsys.readouterr().err
@@ -68,17 +69,17 @@ def test_an_unknown_table_name_is_a_one_line_error(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text("<!-- report:no-such-table -->\n<!-- /report:no-such-table -->\n")
     with pytest.raises(SBoNError, match="unknown report table 'no-such-table'"):
-        report.stale([doc], report.RESULTS)
+        doc_blocks.stale([doc], formatting.RESULTS)
 
 
 def test_a_table_is_generated_from_its_file_not_copied(tmp_path):
     """Change a number in a copy of a result file: the table follows it."""
-    shutil.copytree(report.RESULTS / report.MACHINE / "engine", tmp_path / report.MACHINE / "engine")
-    path = tmp_path / report.MACHINE / "engine" / "engine.json"
+    shutil.copytree(formatting.RESULTS / formatting.MACHINE / "engine", tmp_path / formatting.MACHINE / "engine")
+    path = tmp_path / formatting.MACHINE / "engine" / "engine.json"
     path.write_text(path.read_text().replace('"hf_padding_waste": 0.16579589843749998',
                                              '"hf_padding_waste": 0.5'))
-    assert "| 50 % |" in report.render("engine", tmp_path)
-    assert "| 17 % |" in report.render("engine", report.RESULTS)
+    assert "| 50 % |" in doc_blocks.render("engine", tmp_path)
+    assert "| 17 % |" in doc_blocks.render("engine", formatting.RESULTS)
 
 
 def relative_links(doc: Path) -> list[str]:
@@ -157,17 +158,17 @@ def test_a_hand_typed_speedup_is_caught(tmp_path):
 
 # -- a NOTE's prose says what its files say ---------------------------------------------------------------
 
-NOTES = report.notes()
+NOTES = tracing.notes()
 
 
-@pytest.mark.parametrize("note", NOTES, ids=lambda p: str(p.parent.relative_to(report.RESULTS)))
+@pytest.mark.parametrize("note", NOTES, ids=lambda p: str(p.parent.relative_to(formatting.RESULTS)))
 def test_every_number_in_a_notes_prose_is_in_a_file_it_cites(note):
-    assert report.untraced(note) == []
+    assert tracing.untraced(note) == []
 
 
 def copy_of_a_note(tmp_path: Path, folder: str) -> Path:
     """A NOTE and its folder's files at the same place under tmp_path (so its links and citations resolve)."""
-    src = report.RESULTS / folder
+    src = formatting.RESULTS / folder
     dst = tmp_path / "benchmarks" / "results" / folder
     shutil.copytree(src, dst)
     return dst / "NOTE.md"
@@ -183,9 +184,9 @@ def copy_of_a_note(tmp_path: Path, folder: str) -> Path:
 def test_a_number_that_drifted_from_its_file_is_caught(tmp_path, folder, written, planted):
     note = copy_of_a_note(tmp_path, folder)
     text = note.read_text()
-    assert written in text and report.untraced(note) == []
+    assert written in text and tracing.untraced(note) == []
     note.write_text(text.replace(written, planted, 1))
-    [line] = report.untraced(note)
+    [line] = tracing.untraced(note)
     wrong = next(a for a, b in zip(re.findall(r"\d+(?:\.\d+)?", planted), re.findall(r"\d+(?:\.\d+)?", written)) if a != b)
     assert f'"{wrong}' in line
 
@@ -194,15 +195,15 @@ def test_a_number_no_cited_file_holds_is_caught_unless_its_command_is_named(tmp_
     note = copy_of_a_note(tmp_path, "gpu-h100")
     text = note.read_text()
     note.write_text(text + "\nA later run on the same card took 12.3 s.\n")
-    assert [line.split(": ", 1)[1] for line in report.untraced(note)] == [
+    assert [line.split(": ", 1)[1] for line in tracing.untraced(note)] == [
         '"12.3 s" (The first GPU session — 2026-11-22) is in none of cli_sbon_n32_256.json, engine.json']
     note.write_text(text + "\nA later run on the same card took 12.3 s, regenerated by "
                            "`python -m benchmarks engine --k 2 --n 32`.\n")
-    assert report.untraced(note) == []
+    assert tracing.untraced(note) == []
 
 
 def commands_named(notes) -> list[str]:
-    return [m for note in notes for m in report.REGENERATED.findall(note.read_text())]
+    return [m for note in notes for m in tracing.REGENERATED.findall(note.read_text())]
 
 
 def parses(command: str) -> bool:

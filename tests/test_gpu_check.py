@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from benchmarks import gpu_check
-from benchmarks.engine import hf_generate
+from benchmarks.engine_vs_generate import hf_generate
 from sbon import algorithms
 from sbon.engine import SamplingConfig
 from sbon.errors import SBoNError

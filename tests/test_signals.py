@@ -213,7 +213,7 @@ def test_signals_benchmark_and_tune_from_its_raw_file(gen, likelihood, tmp_path)
     candidate and the matrix can be read against it."""
     import json
 
-    from benchmarks import signals as bench
+    from benchmarks import signals_compared as bench
     from benchmarks.__main__ import main
 
     prompts = [{"id": 0, "set": "alpaca_eval", "instruction": PROMPT}, {"id": 1, "set": "hh", "instruction": "Name a color."}]

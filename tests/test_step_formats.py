@@ -273,22 +273,23 @@ def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
 
 def test_layers_with_the_same_weights_share_one_prepacked_copy_until_the_last_goes():
     """Prepacked weights are keyed by their bytes (a compiled graph holds the key, so it must be the same in every
-    process): a model loaded twice shares them, and they are freed with the last layer that uses them."""
+    process): a model loaded twice shares them, and they are freed with the last layer that uses them (float32
+    layers, which every CPU prepacks)."""
     import gc
 
     from sbon.engine import _PACKED, prepack_linears
 
     torch.manual_seed(0)
-    first = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
-    second = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+    first = torch.nn.Linear(64, 32, bias=False)
+    second = torch.nn.Linear(64, 32, bias=False)
     second.weight.data.copy_(first.weight.data)
-    other = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+    other = torch.nn.Linear(64, 32, bias=False)
     before = len(_PACKED)
     prepack_linears(first)
     prepack_linears(second)
     prepack_linears(other)
     assert len(_PACKED) == before + 2
-    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    x = torch.randn(3, 64)
     assert torch.equal(first(x), second(x)) and not torch.equal(first(x), other(x))
     del first
     gc.collect()

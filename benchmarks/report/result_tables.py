@@ -1,92 +1,17 @@
-"""`python -m benchmarks report`: the result tables in the docs, generated from the committed result files.
+"""One generator per result table, and their registry `TABLES` (name -> function(results_dir) -> markdown).
 
-Numbers copied by hand from a result file go stale the day the file is re-run. Instead, every result table in
-`README.md` and `docs/*.md` sits between two markers,
-
-    <!-- report:NAME -->
-    ... generated, do not edit ...
-    <!-- /report:NAME -->
-
-and this command rewrites what is between them from the JSON files under `benchmarks/results/`: one generator
-function per table, in the registry `TABLES` (name -> function(results_dir) -> markdown). The NOTEs beside the
-result files (`benchmarks/results/**/NOTE.md`) hold such blocks too, and every number of their prose must be in a
-file they cite (`untraced`, below). `--check` rewrites nothing and exits with 1, naming each table whose text
-differs from what the files say and each untraced number (the docs test runs both).
-
-Reads JSON only (no torch, no model): it runs in about a second.
-"""
+A new table is one function here and one entry in `TABLES`; its markers in a doc are `<!-- report:NAME -->` /
+`<!-- /report:NAME -->` (doc_blocks.py fills them). Reads JSON only (no torch at import)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
-import os
 import re
-import sys
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
-MACHINE = "cpu-2core-epyc"  # the machine every table below was measured on (its folder under results/)
-DOC_FILES = ("README.md", "docs/*.md", "benchmarks/results/**/NOTE.md")
-
-MARKER = re.compile(r"(<!-- report:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /report:(?P=name) -->)", re.S)
-
-
-# -- formatting --------------------------------------------------------------------------------
-
-def num(x: float | None, digits: int = 1) -> str:
-    """A number as the docs print it; a missing one (None, NaN) as a dash."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    return f"{round(x, digits) + 0.0:.{digits}f}"  # + 0.0: no "-0.00"
-
-
-def times(x: float | None, digits: int = 2) -> str:
-    """A ratio such as a speedup: `1.57x`."""
-    return "–" if x is None else f"{num(x, digits)}x"
-
-
-def pct(x: float | None, digits: int = 0) -> str:
-    """A share in [0, 1] as a percentage."""
-    return "–" if x is None else f"{num(100 * x, digits)} %"
-
-
-def mean_median(stat: dict | None, digits: int = 1, fmt: Callable = num) -> str:
-    """A summary statistic `{"mean": .., "median": ..}` as `mean / median`, the order every benchmark reports."""
-    if not stat:
-        return "–"
-    return f"{fmt(stat['mean'], digits)} / {fmt(stat['median'], digits)}"
-
-
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """A GitHub markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def link(results_dir: Path, path: Path) -> str:
-    """A markdown link to a result file, relative to the docs/ folder (`render` moves it for a page elsewhere)."""
-    rel = path.relative_to(results_dir)
-    return f"[`{path.name}`](../benchmarks/results/{rel.as_posix()})"
-
-
-def load(results_dir: Path, *parts: str) -> dict:
-    return json.loads(results_dir.joinpath(MACHINE, *parts).read_text())
-
-
-def load_avg(env: dict) -> str:
-    """The 1-minute load average a result file recorded (how busy the shared cores were)."""
-    la = (env or {}).get("load_average")
-    return num(la[0], 1) if la else "–"
-
-
-# -- one generator per table -------------------------------------------------------------------
+from .formatting import MACHINE, REPO, link, load, load_avg, markdown_table, mean_median, num, pct, times
 
 TABLE1_FILES = ("table1_budget.json", "table1.json", "table1_budget_nolength.json",
                 "table1_budget_likelihood_logprob.json")
@@ -363,7 +288,7 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
     the speed-ups over the baseline (fp32 weights, SDPA) and llama.cpp, measured in the same run."""
     path = results_dir / MACHINE / "step" / name
     d = json.loads(path.read_text())
-    from .step import speedups  # here only: the step module imports torch
+    from ..step import speedups  # here only: the step module imports torch
 
     cols = list(dict.fromkeys(r["format"] for r in d["table"]))
     row_counts = sorted({r["rows"] for r in d["table"]})
@@ -403,7 +328,7 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
 
 def machine_files(results_dir: Path) -> list[dict]:
     """`python -m benchmarks machines`' files, one per emulated CPU class, in its classes' order."""
-    from .cpu_classes import CPU_CLASSES  # no torch at import
+    from ..cpu_classes import CPU_CLASSES  # no torch at import
 
     folder = results_dir / MACHINE / "machines"
     found = [folder / f"{name}.json" for name in CPU_CLASSES if (folder / f"{name}.json").exists()]
@@ -955,251 +880,3 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "machines": machines,
     "machines-readme": machines_readme,
 }
-
-
-# -- the docs' marked blocks -------------------------------------------------------------------
-
-@dataclass
-class Block:
-    """One marked table in one doc: what it says now and what the result files say."""
-    doc: Path
-    name: str
-    current: str
-    wanted: str
-
-
-def doc_files(root: Path = REPO) -> list[Path]:
-    return sorted({p for pattern in DOC_FILES for p in root.glob(pattern)})
-
-
-def place(doc: Path) -> Path:
-    """Where ``doc`` sits in the repository: itself, or for a copy elsewhere (a test's) the same place by its
-    folders (a NOTE under .../benchmarks/results/..., a page under .../docs/, else the top)."""
-    if doc.is_relative_to(REPO):
-        return doc
-    if "benchmarks" in doc.parts:
-        return REPO.joinpath(*doc.parts[len(doc.parts) - doc.parts[::-1].index("benchmarks") - 1:])
-    return REPO / "docs" / doc.name if doc.parent.name == "docs" else REPO / doc.name
-
-
-def render(name: str, results_dir: Path, doc: Path | None = None) -> str:
-    """A table's text between its markers (ending in a newline, so the closing marker keeps its own line),
-    its links made relative to ``doc``'s folder (tables link from docs/; a NOTE or the README is elsewhere)."""
-    if name not in TABLES:
-        raise KeyError(name)
-    text = TABLES[name](results_dir).rstrip("\n") + "\n"
-    if doc is None or place(doc).parent == REPO / "docs":
-        return text
-    folder = place(doc).parent
-    return re.sub(r"\]\(\.\./([^)\s]+)\)",
-                  lambda m: f"]({os.path.relpath(REPO / m[1], folder)})", text)
-
-
-def blocks(docs: Sequence[Path], results_dir: Path) -> list[Block]:
-    """Every marked block of the docs, with its generated text; an unknown table name is an error."""
-    found = []
-    for doc in docs:
-        for m in MARKER.finditer(doc.read_text()):
-            if m["name"] not in TABLES:
-                from sbon.errors import SBoNError  # here only: importing sbon loads torch, which a check never needs
-
-                raise SBoNError(f"{doc.name}: unknown report table '{m['name']}' (known: {', '.join(TABLES)})")
-            found.append(Block(doc, m["name"], m["body"], render(m["name"], results_dir, doc)))
-    return found
-
-
-def rewrite(doc: Path, results_dir: Path) -> bool:
-    """Rewrite one doc's marked blocks; True when its text changed."""
-    text = doc.read_text()
-    new = MARKER.sub(lambda m: m[1] + render(m["name"], results_dir, doc) + m[4], text)
-    if new != text:
-        doc.write_text(new)
-    return new != text
-
-
-def stale(docs: Sequence[Path], results_dir: Path) -> list[str]:
-    """`doc: table` for every block whose text differs from what the result files say."""
-    return [f"{b.doc.relative_to(REPO) if b.doc.is_relative_to(REPO) else b.doc}: {b.name}"
-            for b in blocks(docs, results_dir) if b.current != b.wanted]
-
-
-# -- numbers in a NOTE's prose ---------------------------------------------------------------------
-#
-# A NOTE (benchmarks/results/**/NOTE.md) says how and when its folder's files were made and what they show. Its
-# tables are `report` blocks; a number in its prose (a decimal, or a number with a unit: %, x, s, min, MiB ...)
-# must be a value of a result file its section cites -- a file named in `backticks` or linked (relative to the
-# NOTE, globs and {a,b} allowed; a cited folder cites its files) in the section's text or in a heading above it --
-# after rounding to the digits written (a share may be written as a percentage, seconds as minutes or ms, bytes
-# in MiB/MB/GB). A paragraph that names the command printing its numbers, "regenerated by `python -m ...`", is
-# exempt; the docs test checks that command parses. `untraced` lists what matches nothing.
-
-UNIT = r"(?:%|x\b|×|s\b|ms\b|min\b|MiB|MB|GiB|GB)"
-FIGURE = r"\d+(?:\.\d+)?"
-# a number, or a run of them joined by / – … → (a range, a list over t), with the unit the run ends with
-NUMBERS = re.compile(rf"(?<![\w.]){FIGURE}(?:\s?(?:/|–|…|→|-)\s?-?{FIGURE})*(?:\s?(?P<unit>{UNIT})|(?!\w|\.\d))")
-RESULT_FILE = re.compile(r"[\w./*{},-]+\.(?:json|jsonl|csv|txt|log)|[\w.-]+/(?=`)")
-REGENERATED = re.compile(r"regenerated by `(python -m [^`]+)`")
-
-
-def prose_of(text: str) -> str:
-    """Markdown without its front matter, code blocks, generated blocks, inline code and link targets."""
-    text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
-    text = re.sub(r"<!-- report:([\w-]+) -->.*?<!-- /report:\1 -->", "", text, flags=re.S)
-    text = re.sub(r"```.*?```", "", text, flags=re.S)
-    text = re.sub(r"`[^`]*`", "", text)
-    return re.sub(r"\]\([^)]*\)", "]", text)
-
-
-def figures(prose: str) -> list[tuple[str, float, int, str]]:
-    """(as written, value, decimals, unit) of every decimal and every number with a unit in ``prose``."""
-    out = []
-    for m in NUMBERS.finditer(prose):
-        unit = m["unit"] or ""
-        for f in re.findall(FIGURE, m[0]):
-            if unit or "." in f:
-                out.append((f + (f" {unit}" if unit else ""), float(f), len(f.partition(".")[2]), unit))
-    return out
-
-
-def expand(pattern: str) -> list[str]:
-    """`a_{0,5}.json` -> a_0.json, a_5.json."""
-    m = re.search(r"\{([^}]*)\}", pattern)
-    return [q for alt in m[1].split(",") for q in expand(pattern[:m.start()] + alt + pattern[m.end():])] if m \
-        else [pattern]
-
-
-def cited_files(text: str, folder: Path) -> set[Path]:
-    """The result files a piece of a NOTE names, relative to the NOTE's folder or to the repository."""
-    found = set()
-    names = re.findall(r"`([^`]+)`", text) + re.findall(r"\]\(([^)#\s]+)", text)
-    for name in names:
-        for m in RESULT_FILE.finditer(name):
-            for pattern in expand(m[0]):
-                for base in (folder, REPO):
-                    hits = list(base.glob(pattern)) if pattern.strip("./") and not pattern.startswith("/") else []
-                    for hit in hits:
-                        found.update(q for q in hit.iterdir() if q.suffix in (".json", ".txt", ".csv")) \
-                            if hit.is_dir() else found.add(hit)
-    return found
-
-
-# What a NOTE may cite of a JSON file: its summaries and its per-prompt rows, not the bulk below them (each
-# candidate's scores, per-prompt matrices), where any two-digit number turns up by chance.
-MAX_DEPTH = 6  # d["summary"][setting]["methods"][method][metric]["mean"]
-BULK = {"per_prompt", "candidates", "decision_quality"}
-
-
-def file_values(path: Path, _cache: dict = {}) -> list[float]:
-    """The numbers of a result file a NOTE may cite: a JSON file's values (and numbers in its strings) down to
-    MAX_DEPTH, bulk keys left out; every number of a text file."""
-    if path not in _cache:
-        text = path.read_text(errors="replace")
-        if path.suffix == ".json":
-            values: list[float] = []
-
-            def walk(x, depth):
-                if isinstance(x, bool) or x is None or depth > MAX_DEPTH:
-                    return
-                if isinstance(x, (int, float)):
-                    values.append(float(x))
-                elif isinstance(x, str):
-                    values.extend(float(f) for f in re.findall(FIGURE, x))
-                elif isinstance(x, dict):
-                    for k, v in x.items():
-                        if k not in BULK:
-                            walk(v, depth + 1)
-                elif isinstance(x, list):
-                    for v in x:
-                        walk(v, depth + 1)
-            walk(json.loads(text), 0)
-        else:
-            values = [float(f) for f in re.findall(FIGURE, text)]
-        _cache[path] = values
-    return _cache[path]
-
-
-SCALES = {"": (1,), "x": (1,), "×": (1,), "%": (1, 100), "s": (1,), "ms": (1, 1000), "min": (1, 1 / 60),
-          "MiB": (1, 2 ** -20), "MB": (1, 1e-6), "GiB": (1, 2 ** -30), "GB": (1, 1e-9)}
-
-
-def traced(value: float, decimals: int, unit: str, values: Sequence[float]) -> bool:
-    """Whether ``value``, written with ``decimals`` digits, is one of ``values`` rounded (in ``unit``'s scales)."""
-    tolerance = 0.5 * 10 ** -decimals + 1e-9
-    return any(abs(abs(v) * s - value) <= tolerance for s in SCALES[unit] for v in values)
-
-
-def sections(text: str) -> list[tuple[str, str]]:
-    """(the heading chain's text, the section's own text) of every section of a markdown page."""
-    out, chain, lines = [], [], []
-    def close():
-        if lines:
-            out.append(("\n".join(h for _, h in chain), "\n".join(lines)))
-    for line in re.sub(r"```.*?```", "", text, flags=re.S).splitlines():
-        m = re.match(r"(#+) ", line)
-        if m:
-            close()
-            lines = []
-            chain = [(lvl, h) for lvl, h in chain if lvl < len(m[1])] + [(len(m[1]), line)]
-        else:
-            lines.append(line)
-    close()
-    return out
-
-
-def untraced(note: Path, results_dir: Path = RESULTS) -> list[str]:
-    """`NOTE: "number" (section)` for every number of a NOTE's prose that no result file of its section holds
-    and no generated block of the NOTE shows."""
-    folder, text, out = note.parent, note.read_text(), []
-    generated = [float(f) for m in MARKER.finditer(text) for f in re.findall(FIGURE, render(m["name"], results_dir))]
-    parts = sections(text)
-    for chain, body in parts:
-        files = cited_files(chain + "\n" + body, folder)  # the section's files, and those its headings name
-        values = [v for f in sorted(files) for v in file_values(f)] + generated
-        for paragraph in re.split(r"\n\s*\n", body):
-            if REGENERATED.search(paragraph):
-                continue
-            for written, value, decimals, unit in figures(prose_of(paragraph)):
-                if not traced(value, decimals, unit, values):
-                    head = chain.splitlines()[-1].lstrip("# ") if chain else "top"
-                    out.append(f'{note.relative_to(REPO) if note.is_relative_to(REPO) else note.name}: '
-                               f'"{written}" ({head}) is in none of {", ".join(sorted(f.name for f in files)) or "no cited file"}')
-    return out
-
-
-def notes(root: Path = REPO) -> list[Path]:
-    return sorted(root.glob("benchmarks/results/**/NOTE.md"))
-
-
-# -- command line -------------------------------------------------------------------------------
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="rewrite the result tables in README.md and docs/ from the result files",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--check", action="store_true",
-                   help="rewrite nothing; exit 1 naming every table that differs from the result files, and every "
-                        "number of a NOTE's prose that the files it cites do not hold")
-    p.add_argument("--results-dir", type=Path, default=RESULTS, help="the committed result files")
-    p.add_argument("--list", action="store_true", help="print the table names and the docs that use them")
-    p.set_defaults(main=main)
-
-
-def main(args: argparse.Namespace) -> int:
-    docs = doc_files()
-    if args.list:
-        used = {}
-        for b in blocks(docs, args.results_dir):
-            used.setdefault(b.name, []).append(str(b.doc.relative_to(REPO)))
-        for name in TABLES:
-            print(f"{name}: {', '.join(used.get(name, [])) or 'in no doc'}")
-        return 0
-    if args.check:
-        differ = stale(docs, args.results_dir)
-        for line in differ:
-            print(f"out of date: {line} (run `python -m benchmarks report`)", file=sys.stderr)
-        loose = [line for note in notes() for line in untraced(note, args.results_dir)]
-        for line in loose:
-            print(f"untraced: {line}", file=sys.stderr)
-        return 1 if differ or loose else 0
-    changed = [doc for doc in docs if rewrite(doc, args.results_dir)]
-    print("rewrote " + (", ".join(str(d.relative_to(REPO)) for d in changed) if changed else "nothing: up to date"))
-    return 0
