@@ -13,7 +13,9 @@ candidates with the same ids.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import logging
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -24,6 +26,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from .errors import SBoNError
+
+log = logging.getLogger(__name__)
 
 # End-of-turn markers used by common chat templates, beside the model's own EOS id(s).
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "</s>", "<|endoftext|>")
@@ -184,14 +188,29 @@ def prepack_linears(model: torch.nn.Module) -> torch.nn.Module:
     near the bandwidth and gives a row the same bits at any batch of two rows or more (not the BLAS's bits).
     `python -m benchmarks step` times the decode step with it (benchmarks/results/*/step). The weight itself
     stays (tied embeddings and anything reading ``.weight`` see it unchanged), so the layers' memory doubles.
-    Layers whose inputs need gradients keep the plain call; elsewhere, and without oneDNN, nothing changes."""
+    Layers whose inputs need gradients keep the plain call; elsewhere, without oneDNN, and for a dtype oneDNN
+    cannot prepack on this CPU (bfloat16 without AVX-512 or AVX-NE-CONVERT), nothing changes: the layers run the
+    plain call, and the probe (sbon.probe) measures what that costs and whether it is exact."""
     if not torch.backends.mkldnn.is_available():
         return model
     for module in model.modules():
         if (isinstance(module, torch.nn.Linear) and module.weight.dtype in PREPACKED_DTYPES
-                and module.weight.device.type == "cpu"):
+                and module.weight.device.type == "cpu" and prepackable(module.weight.dtype)):
             module.forward = _prepacked(module, module.forward)
     return model
+
+
+@functools.cache
+def prepackable(dtype: torch.dtype) -> bool:
+    """Whether oneDNN prepacks Linear weights of ``dtype`` on this CPU (bfloat16 needs AVX-512 or AVX-NE-CONVERT);
+    where it does not, one logged line."""
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=dtype), 16)
+        return True
+    except RuntimeError as e:
+        log.warning("%s Linear layers run unpacked on this CPU: %s", str(dtype).removeprefix("torch."),
+                    (str(e).strip().splitlines() or [""])[0][:200])
+        return False
 
 
 # Prepacked weights by key: `torch.compile` cannot take oneDNN's opaque tensors as graph inputs, so a compiled

@@ -245,18 +245,24 @@ def test_decode_attention_matches_sdpa_and_leaves_the_prefill_to_it(gen):
 
 
 def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
-    """bf16 Linear layers on a CPU run with their weight prepacked once (sbon.engine.prepack_linears). Where the probe
-    measures bf16 exact on this CPU, every layer gives a row the same bits at any row count from two (its padding)
-    up; where the CPU computes bfloat16 natively, that is also the same kernel on the same numbers as `F.linear` (where
-    bfloat16 is emulated, the plain call takes another route). Where the probe does not, the choice excludes bf16."""
+    """bf16 Linear layers on a CPU run with their weight prepacked once where oneDNN can (sbon.engine.prepack_linears,
+    prepackable), the plain call elsewhere. Where the probe measures bf16 exact on this CPU, every layer gives a row
+    the same bits at any row count from two (its padding) up; where the CPU computes bfloat16 natively, that is also
+    the same kernel on the same numbers as `F.linear` (where bfloat16 is emulated, the plain call takes another
+    route). Where the probe does not, the choice excludes bf16."""
     import torch.nn.functional as F
 
     from sbon.machine import cpu_isa
+
+    from sbon.engine import prepackable
 
     linears = [m for m in gen_bf16.model.modules() if isinstance(m, torch.nn.Linear)]
     def inner(m):  # the forward the padding wraps
         cells = dict(zip(m.forward.__code__.co_freevars, (c.cell_contents for c in m.forward.__closure__)))
         return cells["forward"]
+    if not prepackable(torch.bfloat16):  # oneDNN cannot prepack bfloat16 on this CPU: the plain call, everywhere
+        assert linears and not any(inner(m).__name__ == "prepacked_forward" for m in linears)
+        return
     assert linears and all(inner(m).__name__ == "prepacked_forward" for m in linears)
     if not excluded_where_not_exact("bf16", gen_bf16):
         return
