@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 PROMPT = "Give three tips for staying healthy."
 WARM_STEPS, TIMED_STEPS = 1, 3  # per row count: the first step pays for lazy initialisation
 # A batch of 6 rows over 6 steps against its rows decoded one and five, four and two: where a kernel's sums change
-# with the row count, some logit of some row differs in its last bits (tests/test_step_formats.py checks the same).
+# with the row count, some logit of some row differs in its last bits (tests/test_step_formats.py asserts what it
+# finds per format: float32 activations exact on every CPU).
 EXACT_ROWS, EXACT_STEPS = 6, 6
 EXACT_SPLITS = ([[0], [1, 2, 3, 4, 5]], [[0, 1, 2, 3], [4, 5]])
 EXACT_SEED = 7
