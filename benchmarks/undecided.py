@@ -193,16 +193,14 @@ def replay_again(path: Path, rules: Sequence[str], check: int = 0) -> int:
     ``check`` rows also run each rule for real (with the weights their Best-of-N run used)."""
     d = json.loads(path.read_text())
     s = d["settings"]
-    gens: dict[str, Any] = {}
+    models: dict[str, tuple] = {}  # by weight format: the generator and the reward that scores with it
     rows = []
     for i, r in enumerate(d["rows"]):
-        bon = RunResult.from_dict(r["bon_run"])
-        if bon.weights not in gens:
-            gens[bon.weights] = load_generator(weights=bon.weights)
-        gen = gens[bon.weights]
-        reward = load_reward(s["reward"], generator=gen)
-        rows.append(prompt_row(gen, reward, r["item"], rules, s["n"], s["max_new_tokens"], s["alpha"], s["seed"],
-                               i < check, bon, r["seconds"]["best_of_n"]))
+        weights = r["bon_run"].get("weights")
+        if weights not in models:
+            gen = load_generator(weights=weights)
+            models[weights] = gen, load_reward(s["reward"], generator=gen)
+        rows.append(replayed(r, *models[weights], rules, s, i < check))
     d.update(rules=list(rules), rows=rows, summary=summarize(rows, rules),
              replayed_again={"command": command_line(), "commit": common.git_commit(),
                              "load_average": os.getloadavg(), "environment": common.environment(),
@@ -221,9 +219,13 @@ def kept_rows(path: Path, settings: dict, gen, reward, rules: Sequence[str]) -> 
     if any(d["settings"].get(k) != settings[k] for k in same):
         raise SystemExit(f"--resume: {path} was made with other settings ({', '.join(same)} must match); "
                          f"give another --out")
-    return [prompt_row(gen, reward, r["item"], rules, settings["n"], settings["max_new_tokens"], settings["alpha"],
-                       settings["seed"], False, RunResult.from_dict(r["bon_run"]), r["seconds"]["best_of_n"])
-            for r in d["rows"]]
+    return [replayed(r, gen, reward, rules, settings) for r in d["rows"]]
+
+
+def replayed(row: dict, gen, reward, rules: Sequence[str], settings: dict, check: bool = False) -> dict[str, Any]:
+    """A saved row again, from its Best-of-N run (no generation), under the current cut rule."""
+    return prompt_row(gen, reward, row["item"], rules, settings["n"], settings["max_new_tokens"], settings["alpha"],
+                      settings["seed"], check, RunResult.from_dict(row["bon_run"]), row["seconds"]["best_of_n"])
 
 
 def main(args: argparse.Namespace) -> int:
