@@ -23,6 +23,9 @@ from .torch_thread import TORCH_THREAD
 
 log = logging.getLogger(__name__)
 
+# The graphs a GPU builds ahead: the row buckets of a page-default run (N=16), with and without hidden states.
+GPU_GRAPHS = [(rows, hidden) for rows in (16, 8, 4, 2) for hidden in (False, True)]
+
 
 def app_decode() -> str:
     """How the app's runs decode, SBON_DECODE: ``auto`` (the default) on the path measured fastest on this machine
@@ -108,31 +111,37 @@ class DecodePaths:
         return "eager"
 
     def _gpu_decode(self, name: str, gen: Generator) -> str:
-        """On a GPU: the compiled step with CUDA graphs once built, eagerly until then. It is built on TORCH_THREAD
-        after the run that asks first (a run that starts meanwhile waits for it: CUDA graphs are captured on the
-        thread that replays them)."""
+        """On a GPU: the compiled step with CUDA graphs once built, eagerly until then. Its graphs are built on
+        TORCH_THREAD (CUDA graphs replay on the thread that captured them), one graph per task, so a run asked for
+        meanwhile waits for one graph's compile at most, not for all of them."""
         if name in self._gpu_ready:
             return "compiled"
         if on_zerogpu():  # a lent GPU worker lives for one run: nothing built there outlasts it
             return "eager"
         if name not in self._started and compile_problem(gen) is None:
             self._started[name] = time.perf_counter()
-            TORCH_THREAD.submit(self._build_gpu, name, gen)
+            TORCH_THREAD.submit(self._build_gpu, name, gen, list(GPU_GRAPHS))
         return "eager"
 
-    def _build_gpu(self, name: str, gen: Generator) -> None:
+    def _build_gpu(self, name: str, gen: Generator, todo: list[tuple[int, bool]]) -> None:
+        """Build the first graph of ``todo``, then queue the rest behind whatever was asked for meanwhile."""
         try:
             from sbon.decoders import _compiled
+            rows, hidden = todo[0]
             dec, prefix = _compiled(gen), gen.prefill(gen.encode_prompt("Hi"))
-            for rows in (16, 8, 4, 2):  # the row buckets of a page-default run (N=16), each one graph
-                for hidden in (False, True):
-                    batch = dec.start(prefix, list(range(rows)), hidden, 2)
-                    dec.forward(batch, prefix.logits.argmax(-1).expand(rows))
+            batch = dec.start(prefix, list(range(rows)), hidden, 2)
+            dec.forward(batch, prefix.logits.argmax(-1).expand(rows))
             gen.synchronize()
-            self._gpu_ready.add(name)
         except Exception as e:  # noqa: BLE001 - runs stay eager and the page says why
             log.warning("the compiled step of %s was not built: %s: %s", name, type(e).__name__, e)
             self._failed[name] = f"its compiled step with CUDA graphs could not be built ({type(e).__name__})"
+            return
+        if todo[1:]:
+            TORCH_THREAD.submit(self._build_gpu, name, gen, todo[1:])
+        else:
+            self._gpu_ready.add(name)
+            log.info("the compiled step of %s with CUDA graphs is built (%.0f s)", name,
+                     time.perf_counter() - self._started[name])
 
     def status(self, name: str) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say)."""

@@ -16,7 +16,6 @@ import time
 from typing import Iterable, Sequence
 
 import pandas as pd
-import torch
 
 from ..algorithms import Done, TokensGenerated, events
 from ..config import RunConfig
@@ -62,8 +61,8 @@ class SignalWatch:
         if t not in self.taus or t >= self.max_new_tokens:
             return
         start = time.perf_counter()
-        stops = self.gen.is_stop(torch.tensor(event.token_ids)).tolist()
-        live = [k for k, stop in zip(event.candidate_ids, stops) if not stop]
+        # The event's tokens are host integers: checked against the host set (no tensor on the generator's device).
+        live = [k for k, tok in zip(event.candidate_ids, event.token_ids) if tok not in self.gen.stop_ids]
         texts = None
         for name, timed in self.signals.items():
             signal = timed.signal
