@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given: what a result file records as its command
     from sbon.errors import exit_code
 
     if hasattr(args, "protocol"):

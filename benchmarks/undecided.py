@@ -38,6 +38,7 @@ from sbon.algorithms import events, plan_budget, run
 from sbon.analysis.replay import replay_rounds
 from sbon.config import RunConfig
 from sbon.cut import UNDECIDED
+from sbon.errors import SBoNError
 from sbon.metrics import normalized_score, random_pruning_reward
 from sbon.models import load_generator, load_reward
 from sbon.results import RunResult
@@ -181,28 +182,42 @@ def add_parser(sub) -> None:
     p.set_defaults(main=main)
 
 
-def command_line() -> str:
-    """The command as it ran: the variables that change the numbers or the times, the niceness, the arguments."""
+def command_line(args: argparse.Namespace) -> str:
+    """The command as it ran: the variables that change the numbers or the times, the niceness, the arguments
+    (as ``benchmarks.__main__.main`` was given them: the same whether it ran from a shell or was called)."""
     env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "SBON_WEIGHTS") if k in os.environ)
+    argv = getattr(args, "argv", None)
+    argv = sys.argv[1:] if argv is None else argv
     return " ".join(x for x in (env, f"nice -n {os.nice(0)}" if os.nice(0) else "",
-                                "python -m benchmarks " + " ".join(sys.argv[1:])) if x)
+                                "python -m benchmarks " + " ".join(argv)) if x)
 
 
-def replay_again(path: Path, rules: Sequence[str], check: int = 0) -> int:
+class Models:
+    """The generator and the reward that scores with it, per weight format, each loaded once: a saved row is
+    replayed with the weights its Best-of-N run used (a file may hold rows of several formats)."""
+
+    def __init__(self, reward: str, gen=None, scorer=None):
+        self.reward, self.loaded = reward, {}
+        if gen is not None:
+            self.loaded[getattr(gen, "weights", None)] = gen, scorer
+
+    def __call__(self, row: dict) -> tuple:
+        weights = row["bon_run"].get("weights")
+        if weights not in self.loaded:
+            gen = load_generator(weights=weights)
+            self.loaded[weights] = gen, load_reward(self.reward, generator=gen)
+        return self.loaded[weights]
+
+
+def replay_again(path: Path, rules: Sequence[str], check: int = 0, command: str = "") -> int:
     """Every row of a result file replayed again from its saved Best-of-N run, under the current cut rule; the first
     ``check`` rows also run each rule for real (with the weights their Best-of-N run used)."""
     d = json.loads(path.read_text())
     s = d["settings"]
-    models: dict[str, tuple] = {}  # by weight format: the generator and the reward that scores with it
-    rows = []
-    for i, r in enumerate(d["rows"]):
-        weights = r["bon_run"].get("weights")
-        if weights not in models:
-            gen = load_generator(weights=weights)
-            models[weights] = gen, load_reward(s["reward"], generator=gen)
-        rows.append(replayed(r, *models[weights], rules, s, i < check))
+    models = Models(s["reward"])
+    rows = [replayed(r, *models(r), rules, s, i < check) for i, r in enumerate(d["rows"])]
     d.update(rules=list(rules), rows=rows, summary=summarize(rows, rules),
-             replayed_again={"command": command_line(), "commit": common.git_commit(),
+             replayed_again={"command": command, "commit": common.git_commit(),
                              "load_average": os.getloadavg(), "environment": common.environment(),
                              "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     d["settings"]["rules"] = list(rules)
@@ -211,15 +226,22 @@ def replay_again(path: Path, rules: Sequence[str], check: int = 0) -> int:
     return 0
 
 
-def kept_rows(path: Path, settings: dict, gen, reward, rules: Sequence[str]) -> list[dict]:
+def kept_rows(path: Path, settings: dict, models: Models, rules: Sequence[str],
+              check: int) -> tuple[list[dict], list[dict]]:
     """``--resume``: the rows a result file already holds, replayed again from their saved Best-of-N runs (no
-    generation), if the file was made with the same candidates' settings; refused in one line otherwise."""
+    generation; the first ``check`` also run each rule for real, since the cut rule may have changed since they
+    were checked), if the file was made with the same candidates' settings; refused in one line otherwise. Also
+    which commands generated them (``generated_by``: rows, command, weights)."""
     d = json.loads(path.read_text())
     same = ("set", "n", "max_new_tokens", "alpha", "seed")
     if any(d["settings"].get(k) != settings[k] for k in same):
-        raise SystemExit(f"--resume: {path} was made with other settings ({', '.join(same)} must match); "
-                         f"give another --out")
-    return [replayed(r, gen, reward, rules, settings) for r in d["rows"]]
+        raise SBoNError(f"--resume: {path} was made with other settings ({', '.join(same)} must match); "
+                        f"give another --out")
+    rows = [replayed(r, *models(r), rules, settings, i < check) for i, r in enumerate(d["rows"])]
+    generated_by = d.get("generated_by") or ([{"rows": f"1-{len(rows)}", "command": d.get("command"),
+                                               "weights": ", ".join(sorted({str(r["bon_run"].get("weights")) for r in rows}))}]
+                                             if rows else [])
+    return rows, generated_by
 
 
 def replayed(row: dict, gen, reward, rules: Sequence[str], settings: dict, check: bool = False) -> dict[str, Any]:
@@ -232,13 +254,14 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as tf_logging
     tf_logging.set_verbosity_error()
+    command = command_line(args)
     if args.from_file:
-        return replay_again(Path(args.from_file), args.rules, args.check)
+        return replay_again(Path(args.from_file), args.rules, args.check, command)
     out = Path(args.out) if args.out else OUT_DIR / f"{args.set}.json"
     work = prompts_of(args.set, args.k, args.offset)
     gen = load_generator()
     reward = load_reward(SETS[args.set], generator=gen)
-    record = {"experiment": "undecided", "command": command_line(),
+    record = {"experiment": "undecided", "command": command,
               "settings": {"set": args.set, "reward": SETS[args.set], "rules": list(args.rules), "n": args.n,
                            "max_new_tokens": args.max_new_tokens, "alpha": args.alpha, "seed": args.seed,
                            "method": "sbon (memory-budget rounds, default budget), replayed on Best-of-N's candidates",
@@ -248,8 +271,9 @@ def main(args: argparse.Namespace) -> int:
                                       "helpful: benchmarks.default_scenario's held-out AlpacaEval prompts (prompt seed 30)"},
               "load_average_at_start": os.getloadavg(), "environment_at_start": common.environment(gen)}
     deadline = time.perf_counter() + 60 * args.minutes
-    rows = kept_rows(out, record["settings"], gen, reward, args.rules) if args.resume and out.exists() else []
-    done = {r["id"] for r in rows}
+    rows, generated_by = (kept_rows(out, record["settings"], Models(SETS[args.set], gen, reward), args.rules,
+                                    args.check) if args.resume and out.exists() else ([], []))
+    kept, done = len(rows), {r["id"] for r in rows}
     bar = common.progress(len(work), f"undecided {args.set}", disable=args.quiet)
     bar.update(len([item for item in work if item["id"] in done]))
     for item in work:
@@ -260,9 +284,15 @@ def main(args: argparse.Namespace) -> int:
         rows.append(prompt_row(gen, reward, item, args.rules, args.n, args.max_new_tokens, args.alpha, args.seed,
                                len(rows) < args.check))
         bar.update(1)
-        common.write_json({**record, "load_average": os.getloadavg(), "environment": common.environment(gen),
-                           "summary": summarize(rows, args.rules), "rows": rows}, out)
+        here = {"rows": f"{kept + 1}-{len(rows)}", "command": command, "weights": str(gen.weights)}
+        common.write_json({**record, "generated_by": generated_by + [here], "load_average": os.getloadavg(),
+                           "environment": common.environment(gen), "summary": summarize(rows, args.rules),
+                           "rows": rows}, out)
     bar.close()
+    if len(rows) == kept:  # nothing new: the kept rows, replayed again, are written all the same
+        common.write_json({**record, "generated_by": generated_by, "load_average": os.getloadavg(),
+                           "environment": common.environment(gen), "summary": summarize(rows, args.rules),
+                           "rows": rows}, out)
     print(summarize(rows, args.rules))
     print(f"wrote {out}")
     return 0
