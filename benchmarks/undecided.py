@@ -127,7 +127,9 @@ def prompt_row(gen, reward, item: dict, rules: Sequence[str], n: int, max_new_to
                      "applied": [p.undecided_rule for p in points], "tied": [p.tied for p in points],
                      "bon_winner_pruned": float(any(winner in p.pruned for p in points)),
                      "bon_winner_pruned_undecided": float(any(winner in p.pruned and winner in p.undecided
-                                                              for p in points))}
+                                                              for p in points)),
+                     "bon_winner_pruned_how": pruned_how(points, winner, rule),
+                     "waits": waits(points) if rule == "defer" else []}
         if check:
             real = run(events(gen, reward, item["prompt"], config.replace(undecided=rule)))
             row[rule]["real_run_agrees"] = (real.best_id == replay.best_id and real.total_tokens == replay.tokens and
@@ -135,6 +137,38 @@ def prompt_row(gen, reward, item: dict, rules: Sequence[str], n: int, max_new_to
                                             [(p.tokens, p.survivors) for p in points])
     row["seconds"] = {"best_of_n": generated, "replays": time.perf_counter() - replayed}
     return row
+
+
+PRUNED_HOW = {  # how a decision point pruned Best-of-N's winner while it was undecided
+    "rank": "ranked below the cut by score and candidate number (the paper's rule)",
+    "draw": "not drawn for a survivor's place (random; defer: after its wait)",
+    "budget": "halted so the survivors fit the memory budget",
+}
+
+
+def pruned_how(points: Sequence, winner: int, rule: str) -> dict[str, Any] | None:
+    """Where and how the rule pruned Best-of-N's winner while it was undecided (a key of ``PRUNED_HOW``), and whether
+    it had waited at the decision point before (``defer``); None when it was not pruned so."""
+    for i, p in enumerate(points):
+        if winner in p.pruned and winner in p.undecided:
+            how = "budget" if winner in p.forced else "rank" if rule == "paper" else "draw"
+            before = points[i - 1] if i else None
+            return {"decision_point": i + 1, "tokens": p.tokens, "how": how,
+                    "waited": bool(before and winner in before.undecided and winner in before.survivors)}
+    return None
+
+
+def waits(points: Sequence) -> list[dict[str, Any]]:
+    """``defer``: each wait, from a decision point that kept undecided candidates to the next one: how many tokens it
+    lasted, how many candidates waited, how many of them were still undecided after it and how many survived it."""
+    out = []
+    for before, after in zip(points, points[1:]):
+        waited = [k for k in before.undecided if k in before.survivors and k not in before.final]
+        if waited:
+            out.append({"tokens": after.tokens - before.tokens, "waited": len(waited),
+                        "still_undecided": len([k for k in waited if k in after.undecided]),
+                        "kept": len([k for k in waited if k in after.survivors])})
+    return out
 
 
 def summarize(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Any]:
@@ -150,6 +184,15 @@ def summarize(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Any]:
         out[rule]["undecided_per_point"] = mean(u for r in rows for u in r[rule]["undecided"])
         out[rule]["points_with_undecided"] = mean(float(u > 0) for r in rows for u in r[rule]["undecided"])
         out[rule]["points_tied"] = mean(float(x) for r in rows for x in r[rule]["tied"])
+        hows = [r[rule].get("bon_winner_pruned_how") for r in rows]
+        out[rule]["bon_winner_pruned_undecided_by"] = {h: sum(1 for x in hows if x and x["how"] == h)
+                                                       for h in PRUNED_HOW}
+        out[rule]["bon_winner_pruned_undecided_after_wait"] = sum(1 for x in hows if x and x["waited"])
+        spans = [w for r in rows for w in r[rule].get("waits", [])]
+        out[rule]["waits"] = {"count": len(spans), "tokens_mean": mean(w["tokens"] for w in spans),
+                              "waited": sum(w["waited"] for w in spans),
+                              "still_undecided": sum(w["still_undecided"] for w in spans),
+                              "kept": sum(w["kept"] for w in spans)}
         checked = [r[rule]["real_run_agrees"] for r in rows if "real_run_agrees" in r[rule]]
         out[rule]["real_runs_checked"], out[rule]["real_runs_agree"] = len(checked), sum(checked)
     return out
@@ -167,8 +210,9 @@ def add_parser(sub) -> None:
     p.add_argument("--alpha", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", type=int, default=2, help="on the first this many prompts, also run each rule for "
-                                                      "real and record whether it agrees with the replay (with --from: "
-                                                      "on the file's first rows)")
+                                                      "real and record whether it agrees with the replay (with --from "
+                                                      "or --resume: on the file's first rows; a row not checked again "
+                                                      "keeps its earlier check while its replay is unchanged)")
     p.add_argument("--minutes", type=float, default=30.0, help="start no new prompt after this long")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", default=None, help="result file (default: results/cpu-2core-epyc/undecided/<set>.json)")
@@ -244,10 +288,20 @@ def kept_rows(path: Path, settings: dict, models: Models, rules: Sequence[str],
     return rows, generated_by
 
 
+SAME_REPLAY = ("winner", "token_rate", "decision_tokens", "undecided", "applied")  # a replay's outcome, as saved
+
+
 def replayed(row: dict, gen, reward, rules: Sequence[str], settings: dict, check: bool = False) -> dict[str, Any]:
-    """A saved row again, from its Best-of-N run (no generation), under the current cut rule."""
-    return prompt_row(gen, reward, row["item"], rules, settings["n"], settings["max_new_tokens"], settings["alpha"],
-                      settings["seed"], check, RunResult.from_dict(row["bon_run"]), row["seconds"]["best_of_n"])
+    """A saved row again, from its Best-of-N run (no generation), under the current cut rule. A rule not checked
+    again keeps the row's earlier real-run check only if its replay is the one that was checked (``SAME_REPLAY``)."""
+    new = prompt_row(gen, reward, row["item"], rules, settings["n"], settings["max_new_tokens"], settings["alpha"],
+                     settings["seed"], check, RunResult.from_dict(row["bon_run"]), row["seconds"]["best_of_n"])
+    for rule in rules:
+        old = row.get(rule) or {}
+        if ("real_run_agrees" not in new[rule] and "real_run_agrees" in old
+                and all(old.get(k) == new[rule][k] for k in SAME_REPLAY)):
+            new[rule]["real_run_agrees"] = old["real_run_agrees"]
+    return new
 
 
 def main(args: argparse.Namespace) -> int:

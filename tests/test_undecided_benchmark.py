@@ -71,6 +71,9 @@ def test_resume_keeps_the_files_prompts_and_generates_only_the_others(resumed):
         assert second["rows"][0][rule]["winner"] == kept[rule]["winner"]
         assert second["rows"][0][rule]["decision_tokens"] == kept[rule]["decision_tokens"]
     assert sum(second["rows"][0][rule]["decision_points"] for rule in RULES) > 0  # the rules had cuts to make
+    for row in second["rows"]:  # how the winner was pruned is recorded exactly when it was pruned while undecided
+        for rule in RULES:
+            assert (row[rule]["bon_winner_pruned_how"] is None) == (row[rule]["bon_winner_pruned_undecided"] == 0)
     # the recorded command is the one that ran, and each row says which command generated it
     assert first["command"].endswith("python -m benchmarks " + " ".join(first_argv))
     assert second["command"].endswith("python -m benchmarks " + " ".join(argv))
@@ -105,14 +108,39 @@ def test_from_replays_without_generating_and_check_runs_each_rule_for_real(resum
     assert again["command"] == saved["command"] and again["generated_by"] == saved["generated_by"]
     decodes.clear()
 
-    # a saved run that is not what the generator samples: the check runs for real and says they differ
+    # without --check, a row keeps its earlier check while its replay is the one that was checked
+    unchecked = ["undecided", "--from", str(path), "--check", "0", "--rules", *RULES, "--threads", "1"]
+    assert main(unchecked) == 0 and not decodes
+    kept = json.loads(path.read_text())
+    assert all(kept["rows"][0][rule]["real_run_agrees"] is True for rule in RULES)
+
+    # a saved run that is not what the generator samples: its replay changes, so the earlier check goes; checked
+    # again for real, the run and the replay differ
     tampered = json.loads(path.read_text())
     longest = max(tampered["rows"][0]["bon_run"]["candidates"], key=lambda c: len(c["token_ids"]))
     longest["token_ids"] = longest["token_ids"][:2]  # as if it had ended after two tokens
     path.write_text(json.dumps(tampered))
+    assert main(unchecked) == 0 and not decodes
+    dropped = json.loads(path.read_text())
+    assert all("real_run_agrees" not in dropped["rows"][0][rule] for rule in RULES)
     assert main(argv) == 0
     checked = json.loads(path.read_text())
     assert len(decodes) == len(RULES)
     assert all(checked["rows"][0][rule]["real_run_agrees"] is False for rule in RULES)
     assert all(checked["summary"][rule]["real_runs_agree"] == 0 for rule in RULES)
     decodes.clear()
+
+
+def test_how_the_winner_was_pruned_and_what_defers_waits_bought():
+    from sbon.results import DecisionPoint
+
+    first = DecisionPoint(1, 32, [0, 1, 2, 3], [0, 1, 2], [3], 0.5, undecided=[1, 2, 3], undecided_rule="defer")
+    catch_up = DecisionPoint(2, 38, [0, 1, 2], [0], [1, 2], 0.9, undecided=[1, 2], undecided_rule="defer")
+    assert undecided.pruned_how([first, catch_up], 1, "defer") == {"decision_point": 2, "tokens": 38, "how": "draw",
+                                                                   "waited": True}
+    assert undecided.pruned_how([first, catch_up], 0, "defer") is None  # never pruned
+    assert undecided.pruned_how([first], 3, "paper")["how"] == "rank"
+    halted = DecisionPoint(1, 32, [0, 1, 2, 3], [0, 1], [2, 3], 0.5, forced=[2], undecided=[1, 2, 3])
+    assert undecided.pruned_how([halted], 2, "random") == {"decision_point": 1, "tokens": 32, "how": "budget",
+                                                           "waited": False}
+    assert undecided.waits([first, catch_up]) == [{"tokens": 6, "waited": 2, "still_undecided": 2, "kept": 0}]

@@ -585,7 +585,8 @@ def undecided(results_dir: Path) -> str:
             r = s[rule]
             rows.append([f"{name} (`{found[0]['settings']['reward']}`)", f"`{rule}`", str(s["prompts"]),
                          num(r["quality"], digits), num(r["random"], digits), num(s["bon"], digits),
-                         num(r["quality"] - r["random"], digits), num(r["token_rate"], 2), num(r["decision_points"], 1),
+                         num(r["quality"] - r["random"], digits), num(s["bon"] - r["random"], digits),
+                         num(r["token_rate"], 2), num(r["decision_points"], 1),
                          pct(r["points_with_undecided"]), num(r["undecided_per_point"], 1), pct(r["bon_winner_pruned"]),
                          pct(r["bon_winner_pruned_undecided"]),
                          f"{r.get('real_runs_agree', 0)} of {r.get('real_runs_checked', 0)}"])
@@ -600,9 +601,71 @@ def undecided(results_dir: Path) -> str:
             "(each rule replayed on Best-of-N's candidates). "
             + "; ".join(notes) + ".\n\n" + markdown_table(
                 ["prompts", "rule", "prompts run", "Speculative Rejection", "random pruning (same counts)", "Best-of-N",
-                 "Speculative Rejection − random", "token rate", "decision points", "decision points with undecided",
+                 "Speculative Rejection − random", "Best-of-N − random (the most it can gain)", "token rate",
+                 "decision points", "decision points with undecided",
                  "undecided per decision point", "Best-of-N's winner pruned", "… while undecided",
                  "real runs that equal the replay"], rows))
+
+
+def undecided_sets(results_dir: Path) -> dict[str, list[dict]]:
+    """The undecided benchmark's result files, by prompt set."""
+    sets: dict[str, list[dict]] = {}
+    for f in sorted((results_dir / MACHINE / "undecided").glob("*.json")):
+        d = json.loads(f.read_text())
+        sets.setdefault(d["settings"]["set"], []).append(d)
+    return sets
+
+
+def undecided_winner(results_dir: Path) -> str:
+    """`python -m benchmarks undecided`: how each rule pruned Best-of-N's winner while it was undecided, and what
+    ``defer``'s waits bought: how long they lasted and how many waiting candidates were still undecided after them
+    (docs/method.md)."""
+    from benchmarks.undecided import PRUNED_HOW, summarize
+
+    rows = []
+    for name, found in undecided_sets(results_dir).items():
+        rules = found[0]["settings"]["rules"]
+        s = summarize([r for d in found for r in d["rows"]], rules)
+        for rule in rules:
+            r, w = s[rule], s[rule].get("waits") or {}
+            by = r.get("bon_winner_pruned_undecided_by") or {}
+            waited = w.get("waited") or 0
+            rows.append([f"{name} (`{found[0]['settings']['reward']}`)", f"`{rule}`", str(s["prompts"]),
+                         str(sum(by.values())), *(str(by.get(h, 0)) for h in PRUNED_HOW),
+                         str(r.get("bon_winner_pruned_undecided_after_wait", 0)),
+                         str(w.get("count", 0)), num(w.get("tokens_mean"), 1), str(waited),
+                         pct(w["still_undecided"] / waited) if waited else "–",
+                         pct(w["kept"] / waited) if waited else "–"])
+    return ("Prompts on which each rule pruned Best-of-N's winner while it was undecided, by how: ranked below the "
+            "cut (the paper's order), not drawn (a random draw; `defer`'s after the wait), halted for the memory "
+            "budget; and `defer`'s waits, from a decision point that kept undecided candidates to the next one. "
+            "Same files as above.\n\n" + markdown_table(
+                ["prompts", "rule", "prompts run", "winner pruned while undecided", "… ranked below the cut",
+                 "… not drawn", "… halted for the budget", "… after waiting a decision point", "waits",
+                 "tokens a wait lasted (mean)", "candidates that waited", "still undecided after the wait",
+                 "kept after the wait"], rows))
+
+
+def undecided_evidence(results_dir: Path) -> str:
+    """`python -m benchmarks undecided-evidence`: on the calibration split, whether the generator's own signals order
+    the pairs the ``ifeval`` reward cannot tell apart (docs/method.md)."""
+    path = results_dir / MACHINE / "ifeval" / "undecided_evidence.json"
+    d = json.loads(path.read_text())
+    rows = []
+    for tokens, t in d["by_tokens"].items():
+        for signal, by in t["signals"].items():
+            rows.append([tokens, f"`{signal}`", *(
+                f"{num(by[o]['accuracy'], 2)} ± {num(by[o]['standard_error'], 2)} ({by[o]['pairs']} pairs, "
+                f"{by[o]['prompts']} prompts)" if by[o]["pairs"] else "–" for o in d["outcomes"])])
+    t0 = next(iter(d["by_tokens"].values()))
+    return (f"{link(results_dir, path)}: `{d['command']}`, {d['settings']['prompts']} calibration prompts, "
+            f"{d['environment'].get('cpu_model', '')}, load average {d['load_average']['start'][0]:.1f}–"
+            f"{d['load_average']['end'][0]:.1f}. At the first decision point {t0['undecided_pairs']} of "
+            f"{t0['live_pairs']} pairs of live responses are undecided; of those, "
+            + ", ".join(f"{t0['undecided_pairs_differing'][o]} differ in {d['outcomes'][o]}" for o in d["outcomes"])
+            + ". Pairwise accuracy of each signal on the undecided pairs whose outcome differs (higher = ranked "
+              "higher, as the signal ranks; 0.5 = a coin), ± a standard error from resampling prompts.\n\n"
+            + markdown_table(["tokens", "signal", *(f"predicts {d['outcomes'][o]}" for o in d["outcomes"])], rows))
 
 
 def scenario_runs(d: dict) -> str:
@@ -869,6 +932,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ifeval": ifeval,
     "scenarios": scenarios,
     "undecided": undecided,
+    "undecided-winner": undecided_winner,
+    "undecided-evidence": undecided_evidence,
     "dtype-coupling": dtype_coupling,
     "class-load": class_load,
     "class-holds": class_holds,
