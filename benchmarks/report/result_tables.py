@@ -659,8 +659,8 @@ def undecided_evidence(results_dir: Path) -> str:
                 f"{by[o]['prompts']} prompts)" if by[o]["pairs"] else "–" for o in d["outcomes"])])
     t0 = next(iter(d["by_tokens"].values()))
     return (f"{link(results_dir, path)}: `{d['command']}`, {d['settings']['prompts']} calibration prompts, "
-            f"{d['environment'].get('cpu_model', '')}, load average {d['load_average']['start'][0]:.1f}–"
-            f"{d['load_average']['end'][0]:.1f}. At the first decision point {t0['undecided_pairs']} of "
+            f"{d['environment'].get('cpu_model', '')}, load average {d['load_average']['start'][0]:.1f} at the start, "
+            f"{d['load_average']['end'][0]:.1f} at the end. At the first decision point {t0['undecided_pairs']} of "
             f"{t0['live_pairs']} pairs of live responses are undecided; of those, "
             + ", ".join(f"{t0['undecided_pairs_differing'][o]} differ in {d['outcomes'][o]}" for o in d["outcomes"])
             + ". Pairwise accuracy of each signal on the undecided pairs whose outcome differs (higher = ranked "
