@@ -166,7 +166,7 @@ from sbon.analysis.comparison import ComparisonDone, comparison_events
 from sbon.algorithms import drive
 from sbon.models import load_generator, load_reward
 from sbon.probe import probe
-choice = probe("smollm2-135m", "cpu", formats=("fp32", "bf16", "int4"), rows=(2,), progress=lambda line: None)
+choice = probe("smollm2-135m", "cpu", formats=("fp32", "int4"), rows=(2,), progress=lambda line: None)
 gen = load_generator("smollm2-135m", device="cpu")  # the measured choice's format (sbon.models.default_weights)
 reward = load_reward("likelihood", generator=gen)
 budget = 4 * (len(gen.encode_prompt("Hi")) + 4)
