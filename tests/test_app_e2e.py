@@ -179,18 +179,30 @@ HOSTILE_FILES = {
 }
 
 
-@pytest.mark.parametrize("name", HOSTILE_FILES)
-def test_hostile_replay_files_are_refused_in_one_line_and_change_nothing(page, tmp_path, name):
-    make, reason = HOSTILE_FILES[name]
-    path = tmp_path / "run.json"
-    path.write_text(make())
+def test_hostile_replay_files_are_refused_in_one_line_and_change_nothing(page, tmp_path):
+    """Every hostile file in turn on one page (a page opens in seconds): each refused in one line naming why, the
+    views still on the recorded run. Consecutive files have different reasons, so each wait sees its own refusal."""
+    names = list(HOSTILE_FILES)
+    names.sort(key=lambda name: HOSTILE_FILES[name][1] == "invalid JSON")  # the two alike apart
+    names.insert(1, names.pop())
+    assert all(HOSTILE_FILES[a][1] != HOSTILE_FILES[b][1] for a, b in zip(names, names[1:]))
     _tab(page, "Save and replay")
     shown = _text(page, "#run-source")
-    page.locator("#upload-run input[type=file]").set_input_files(str(path))
-    page.wait_for_function("document.querySelector('#status').innerText.includes('could not replay')", timeout=60_000)
-    status = _text(page, "#status").strip()
-    assert reason in status and "\n" not in status, status
-    assert _text(page, "#run-source") == shown  # the views still show the recorded run
+    refused = []
+    for i, name in enumerate(names):
+        make, reason = HOSTILE_FILES[name]
+        path = tmp_path / f"run{i}.json"
+        path.write_text(make())
+        if i:  # the upload box shows the last file until cleared, as a visitor clears it to pick another
+            page.locator("#upload-run button[aria-label='Clear']").click()
+        page.locator("#upload-run input[type=file]").set_input_files(str(path))
+        page.wait_for_function(f"document.querySelector('#status').innerText.includes('could not replay') && "
+                               f"document.querySelector('#status').innerText.includes({reason!r})", timeout=60_000)
+        status = _text(page, "#status").strip()
+        assert "\n" not in status, (name, status)
+        assert _text(page, "#run-source") == shown, name  # the views still show the recorded run
+        refused.append(name)
+    assert refused == names and len(names) == len(HOSTILE_FILES)
     _tab(page, "Partial vs final reward")
     assert page.locator("#scatter .scatterlayer .point").count() > 0
 
