@@ -137,16 +137,24 @@ def test_memory(gen, likelihood, prompts, tmp_path):
     assert common.write_plot(memory.plot(result, 1, 2), tmp_path / "m.html").stat().st_size > 0
 
 
-def small_efficiency(gen, reward, prompts):
+@pytest.fixture(scope="module")
+def neg_perplexity(gen):
+    from sbon.models import load_reward
+    return load_reward("neg-perplexity", generator=gen)
+
+
+@pytest.fixture(scope="module")
+def small_efficiency(gen, neg_perplexity, prompts):
     """Best-of-1 and Best-of-2 on two accelerators vs Speculative Rejection from 2 in the budget of 1
-    complete candidate (one prompt: at batch size 1 the steps are many and slow)."""
+    complete candidate (one prompt: at batch size 1 the steps are many and slow), scored by the perplexity
+    benchmark's reward: one run serves both benchmarks' tests (the efficiency one holds for any reward)."""
     tokens = len(gen.encode_prompt(prompts[0]["instruction"])) + 4  # 2 (p + 1) <= 1 (p + tokens)
-    return efficiency.run_efficiency(gen, reward, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
+    return efficiency.run_efficiency(gen, neg_perplexity, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
                                      quiet=True)
 
 
-def test_efficiency(gen, likelihood, prompts, tmp_path):
-    result = small_efficiency(gen, likelihood, prompts)
+def test_efficiency(gen, neg_perplexity, small_efficiency, prompts, tmp_path):
+    result = small_efficiency
     (row,) = result["rows"]
     s = result["summary"]
     assert len(row["batch_s"]) == 2 and all(t > 0 for t in row["batch_s"]) and not result["skipped_prompts"]
@@ -167,17 +175,14 @@ def test_efficiency(gen, likelihood, prompts, tmp_path):
     path = common.write_json({"settings": {}, **result}, tmp_path / "efficiency.json")
     _, saved = efficiency.saved_rows(str(path))
     tokens = row["kv_budget"] - row["prompt_tokens"]
-    again = efficiency.run_efficiency(gen, likelihood, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
+    again = efficiency.run_efficiency(gen, neg_perplexity, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
                                       quiet=True, saved=saved)
     assert again["summary"]["bon"] == s["bon"] and again["rows"][0]["batch_s"] == row["batch_s"]
     assert again["rows"][0]["sbon"][0.5]["best"] == row["sbon"][0.5]["best"]
 
 
-def test_perplexity(gen, prompts):
-    from sbon.models import load_reward
-
-    result = small_efficiency(gen, load_reward("neg-perplexity", generator=gen), prompts)
-    table = perplexity.perplexity_table(result).set_index("method")
+def test_perplexity(small_efficiency):
+    table = perplexity.perplexity_table(small_efficiency).set_index("method")
     assert (table["perplexity"] >= 1).all()
     assert table.loc["Best-of-2", "perplexity"] <= table.loc["Best-of-1", "perplexity"]
     assert len(table) == 3 and table["compute_ratio_at_equal_perplexity"].iloc[2] > 0

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.cpu_classes import CPU_CLASSES
 from sbon.engine import WEIGHT_FORMATS
 from sbon.errors import SBoNError
 from sbon.machine import (Measured, cache_key, cached_choice, choose, fingerprint, save_choice)
@@ -154,10 +155,8 @@ def test_python_m_sbon_machine_prints_the_fingerprint_every_path_and_the_choice(
         assert choice.decode == "eager" and eager[choice.weights].exact and f"choice: {choice.reason}" in text
 
 
-EMULATED = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},  # a laptop
-    "avx512-without-bf16": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"},  # a common cloud Xeon
-}
+# The classes this CPU emulates, with the limits `python -m benchmarks machines` uses (benchmarks/cpu_classes.py).
+EMULATED = {name: cls for name, cls in CPU_CLASSES.items() if not cls.bf16}
 TINY_RUN = r"""
 import json, sys, torch
 torch.set_num_threads(1)
@@ -166,13 +165,18 @@ from sbon.analysis.comparison import ComparisonDone, comparison_events
 from sbon.algorithms import drive
 from sbon.models import load_generator, load_reward
 from sbon.probe import probe
-choice = probe("smollm2-135m", "cpu", formats=("fp32", "bf16", "int4"), rows=(2,), progress=lambda line: None)
+loaded = {}  # the probe's generators, kept for the reference run below (a load is seconds)
+def load(name, device, weights):
+    if weights not in loaded:
+        loaded[weights] = load_generator(name, device=device, weights=weights)
+    return loaded[weights]
+choice = probe("smollm2-135m", "cpu", formats=("fp32", "int4"), rows=(2,), load=load, progress=lambda line: None)
 gen = load_generator("smollm2-135m", device="cpu")  # the measured choice's format (sbon.models.default_weights)
 reward = load_reward("likelihood", generator=gen)
 budget = 4 * (len(gen.encode_prompt("Hi")) + 4)
 config = RunConfig(method="sbon", n=4, alpha=0.5, max_new_tokens=8, kv_budget=budget, decode="auto", seed=3)
 comp = drive(comparison_events(gen, reward, "Hi", config, taus=[4]), ComparisonDone).comparison
-ref = load_generator("smollm2-135m", device="cpu", weights="fp32")
+ref = loaded["fp32"]
 ref_run = run(events(ref, load_reward("likelihood", generator=ref), "Hi",
                      config.replace(decode="eager", method="bon", kv_budget=None)))
 print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "weights": gen.weights,
@@ -189,16 +193,16 @@ def test_under_each_emulated_cpu_class_a_tiny_run_takes_a_measured_path_that_kee
     """A fresh process under the class's instruction-set limits: the limit holds (torch's capability, oneDNN's ISA),
     the probe excludes what is not exact there, and a tiny comparison on the chosen path runs with every survivor's
     tokens those of Best-of-N's same candidate; on the float32 path, those of eager float32."""
-    if cls != "avx2" and torch.backends.cpu.get_cpu_capability() != "AVX512":
+    if EMULATED[cls].capability != "AVX2" and torch.backends.cpu.get_cpu_capability() != "AVX512":
         pytest.skip(f"this CPU (or the class it emulates) has no AVX-512 to emulate {cls} with")
-    env = {**os.environ, **EMULATED[cls], "SBON_CACHE": str(unmeasured_machine), "OMP_NUM_THREADS": "1",
+    env = {**EMULATED[cls].environ(), "SBON_CACHE": str(unmeasured_machine), "OMP_NUM_THREADS": "1",
            "ONEDNN_VERBOSE": "1"}
     done = subprocess.run([sys.executable, "-c", TINY_RUN], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     isa = {line.split("isa:", 1)[1] for line in done.stdout.splitlines() if "isa:" in line}
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    if cls == "avx2":
+    if EMULATED[cls].capability == "AVX2":
         assert out["capability"] == "AVX2"
     else:
         assert out["capability"] == "AVX512" and isa and not any("bfloat16" in i for i in isa)
