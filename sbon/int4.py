@@ -8,17 +8,18 @@ their bytes. torch's CPU kernel ``_weight_int4pack_mm_for_cpu`` multiplies by su
 any batch size and position in its batch, and the format pads a single row to two for its bfloat16 LM head (as bf16
 does), so coupled sampling stays exact (tests/test_step_formats.py).
 
-Where the file's blocks are the loaded layer's own weights (checked layer by layer against the bfloat16 copy the
-model loaded with), they are used as they are; other layers, and models without such a file, are quantized here
-to the same form (each group's minimum and range), which changes their outputs. The LM head stays in the model's
-dtype (in most small models it is the input embedding too, which a step only gathers from): bfloat16 for ``int4``,
-float32 for ``int4-fp32``, the format for CPUs without bfloat16 matmuls, where everything but the 4-bit kernel
-runs in float32 (see Int4Linear).
+Where the file's blocks are the loaded layer's own weights (checked layer by layer, on a sample of rows, against
+the bfloat16 copy the model loaded with), they are used as they are; other layers, and models without such a file,
+are quantized here to the same form (each group's minimum and range), which changes their outputs. The LM head
+stays in the model's dtype (in most small models it is the input embedding too, which a step only gathers from):
+bfloat16 for ``int4``, float32 for ``int4-fp32``, the format for CPUs without bfloat16 matmuls, where everything
+but the 4-bit kernel runs in float32 (see Int4Linear).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 GROUP = 32  # weights per block along the input (GGUF's Q4_1, and the kernel's group size)
 KERNEL_DTYPE = torch.bfloat16  # what torch's vectorized 4-bit CPU kernel computes in (see Int4Linear)
+# A file's blocks are taken for a layer where they give its loaded weights on every CHECKED_EVERY-th row: the
+# weights of another model, or of another layer, differ on every row, and checking them all took seconds per load.
+CHECKED_EVERY = 16
 
 # The GGUF's Q4_1 Linear tensors by name in a llama-architecture file and the module each becomes in
 # `transformers`, which also permutes the rows of q and k for its rotary layout (its GGUF loader).
@@ -70,9 +74,34 @@ def gguf_q4_1(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch.T
     return out
 
 
+def gguf_blocks(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """gguf_q4_1, read from the file once per machine: the blocks are kept in sbon's cache (a safetensors file
+    named after the GGUF file, its size and time, and the head counts that order q's and k's rows), since unpacking
+    them takes many times longer than reading them back."""
+    from safetensors.torch import load_file, save_file
+
+    from .cache import cache_dir
+
+    st = Path(path).stat()
+    key = f"{Path(path).stem}-{st.st_size}-{st.st_mtime_ns}-{config.num_attention_heads}-{config.num_key_value_heads}"
+    kept = cache_dir() / "int4-blocks" / f"{key}.safetensors"
+    if kept.is_file():
+        flat = load_file(kept)
+        return {name.removesuffix(".q"): (q.to(torch.int32), flat[name[:-2] + ".d"], flat[name[:-2] + ".m"])
+                for name, q in flat.items() if name.endswith(".q")}
+    blocks = gguf_q4_1(path, config)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    part = kept.with_name(f".{kept.name}.{os.getpid()}.part")  # written whole, then renamed: never read half
+    save_file({f"{name}.{k}": t.to(torch.uint8) if k == "q" else t.contiguous()
+               for name, (q, d, m) in blocks.items() for k, t in (("q", q), ("d", d), ("m", m))}, part)
+    os.replace(part, kept)
+    return blocks
+
+
 def dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """The float32 weights of blocks (q, d, m): w = d q + m."""
-    return q * d.repeat_interleave(GROUP, 1) + m.repeat_interleave(GROUP, 1)
+    """The float32 weights of blocks (q, d, m): w = d q + m (each block's d and m broadcast over its 32 weights)."""
+    blocks = q.reshape(*d.shape, GROUP)
+    return (blocks * d[..., None] + m[..., None]).reshape(q.shape)
 
 
 def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -124,15 +153,16 @@ def to_int4(model: torch.nn.Module, gguf: str | Path | None = None) -> torch.nn.
     if problem := kernel_problem():
         raise SBoNError(f"int4 weights: {problem}; use bf16")
     dtype = next(model.parameters()).dtype
-    blocks = gguf_q4_1(gguf, model.config) if gguf else {}
+    blocks = gguf_blocks(gguf, model.config) if gguf else {}
     head = model.get_output_embeddings()
     from_file = quantized = 0
     for name, module in list(model.named_modules()):
         if type(module) is not torch.nn.Linear or module is head or module.in_features % GROUP:
             continue
         q, d, m = blocks.get(name) or (None, None, None)
+        rows = slice(None, None, CHECKED_EVERY)
         if q is None or q.shape != module.weight.shape or not torch.equal(
-                dequantize(q, d, m).to(module.weight.dtype), module.weight.detach()):
+                dequantize(q[rows], d[rows], m[rows]).to(module.weight.dtype), module.weight.detach()[rows]):
             q, d, m = quantize(module.weight)
             quantized += 1
         else:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from .cache import cache_dir
+
 log = logging.getLogger(__name__)
 
 # The row counts a page-default run (N=16) decodes at: all candidates, after the first decision point, the last one.
@@ -34,12 +36,6 @@ ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_int8")
 SAFE_THREADS = 1  # float32 gives a row the same bits at any batch size on one thread (sbon.engine.WEIGHT_FORMATS)
-
-
-def cache_dir() -> Path:
-    """sbon's files on this machine (converted models, compiled steps, the measured choice): $SBON_CACHE or
-    ~/.cache/sbon."""
-    return Path(os.environ.get("SBON_CACHE") or Path.home() / ".cache" / "sbon")
 
 
 # -- what this machine is -----------------------------------------------------------------------------------------

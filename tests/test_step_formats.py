@@ -6,6 +6,7 @@ logits not to depend on how many rows share its batch; these tests check it bit 
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -376,15 +377,19 @@ def test_a_static_kv_slab_gives_the_growable_cache_s_logits(gen_bf16):
 
 
 def test_int4_blocks_are_the_float32_copy_s_weights(gen):
-    """The GGUF file's Q4_1 blocks as sbon.int4 reads them (rows in `transformers`' order), dequantized: the
-    float32 copy's weights bit for bit, every Linear layer but the LM head."""
-    from sbon.int4 import dequantize, gguf_q4_1
+    """The GGUF file's Q4_1 blocks as sbon.int4 reads them (rows in `transformers`' order; from the file the first
+    time on a machine, then from sbon's cache), dequantized: the float32 copy's weights bit for bit, every row of
+    every Linear layer but the LM head (a load checks a sample of rows)."""
+    from sbon.cache import cache_dir
+    from sbon.int4 import dequantize, gguf_blocks
     from sbon.models import GENERATORS, _package_dir
 
     preset = GENERATORS["smollm2-135m"]
-    blocks = gguf_q4_1(_package_dir(preset.package) / preset.gguf_file, gen.model.config)
+    blocks = gguf_blocks(_package_dir(preset.package) / preset.gguf_file, gen.model.config)
+    assert list((cache_dir() / "int4-blocks").glob(f"{Path(preset.gguf_file).stem}-*.safetensors"))
     modules = dict(gen.model.named_modules())
     assert len(blocks) == 7 * gen.model.config.num_hidden_layers
+    assert all(b[0].dtype == torch.int32 for b in blocks.values())
     assert all(torch.equal(dequantize(*b), modules[name].weight.cpu()) for name, b in blocks.items())
 
 
