@@ -90,11 +90,15 @@ def gguf_blocks(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch
         return {name.removesuffix(".q"): (q.to(torch.int32), flat[name[:-2] + ".d"], flat[name[:-2] + ".m"])
                 for name, q in flat.items() if name.endswith(".q")}
     blocks = gguf_q4_1(path, config)
-    kept.parent.mkdir(parents=True, exist_ok=True)
     part = kept.with_name(f".{kept.name}.{os.getpid()}.part")  # written whole, then renamed: never read half
-    save_file({f"{name}.{k}": t.to(torch.uint8) if k == "q" else t.contiguous()
-               for name, (q, d, m) in blocks.items() for k, t in (("q", q), ("d", d), ("m", m))}, part)
-    os.replace(part, kept)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        save_file({f"{name}.{k}": t.to(torch.uint8) if k == "q" else t.contiguous()
+                   for name, (q, d, m) in blocks.items() for k, t in (("q", q), ("d", d), ("m", m))}, part)
+        os.replace(part, kept)
+    except OSError as e:  # a cache that cannot be written costs the next load time, never this one
+        part.unlink(missing_ok=True)
+        log.warning("int4 weights: the 4-bit blocks were not kept in %s (%s)", kept.parent, e)
     return blocks
 
 
