@@ -21,7 +21,6 @@ benchmarks/results/cpu-2core-epyc/ifeval/undecided_evidence.json.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 from pathlib import Path
@@ -34,11 +33,12 @@ from sbon.ifeval.calibrate import SAMPLES_FILE, read_samples
 from sbon.ifeval.data import SHIPPED_FILE, is_calibration, load_prompts
 from sbon.ifeval.reward import IFEvalReward
 from sbon.models import load_generator
+from sbon.signals import REWARD_FREE, SIGNALS, Step
 
 from . import common
 
 OUT = Path(__file__).resolve().parent / "results" / "cpu-2core-epyc" / "ifeval" / "undecided_evidence.json"
-SIGNALS = {  # name -> what the value measures (higher = ranked higher, as the pruning signal ranks)
+MEASURED = {  # name -> what the value measures (higher = ranked higher, as the pruning signal ranks)
     "logprob": "mean log-probability of the prefix's tokens",
     "self-certainty": "mean KL(uniform || next-token distribution) over the prefix",
     "deepconf": "lowest mean top-20 confidence over a 16-token window of the prefix",
@@ -60,17 +60,18 @@ def candidates(gen, reward: IFEvalReward, row: dict, prompt, tokens: int) -> lis
     ids = torch.tensor([prompt_ids + s["token_ids"][:tokens] for s in live], device=gen.device)
     with torch.inference_mode():
         out = gen.model(input_ids=ids, output_hidden_states=True)
-    logp = torch.log_softmax(out.logits[:, len(prompt_ids) - 1:].float(), -1)  # tokens + 1 next-token distributions
-    sampled = logp[:, :tokens].gather(-1, ids[:, len(prompt_ids):, None]).squeeze(-1)
-    certainty = (-math.log(logp.shape[-1]) - logp[:, :tokens].mean(-1)).mean(-1)
-    confidence = -logp[:, :tokens].topk(20, -1).values.mean(-1)  # DeepConf's token confidence
-    window = min(16, tokens)
-    lowest = confidence.unfold(1, window, 1).mean(-1).min(-1).values
+    # The pruning signals themselves (sbon.signals), fed the steps this one pass computed: position P - 1 + t's
+    # logits sampled token t, and the final-layer state at P + t is the one after feeding it.
+    start, rows = len(prompt_ids), list(range(len(live)))
+    watched = {name: SIGNALS[name].build(gen, None) for name in REWARD_FREE}
+    for t in range(tokens):
+        step = Step(rows, ids[:, start + t], out.logits[:, start - 1 + t], out.hidden_states[-1][:, start + t], rows)
+        for signal in watched.values():
+            signal.observe(step)
+    values = {name: signal.score(prompt.prompt, rows, None) for name, signal in watched.items()}
+    logp = torch.log_softmax(out.logits[:, start - 1 + tokens].float(), -1)  # the next token's distribution
     stop = torch.tensor(sorted(gen.stop_ids), device=logp.device)
-    end_next = torch.logsumexp(logp[:, tokens, stop], -1)
-    states = torch.nn.functional.normalize(out.hidden_states[-1][:, len(prompt_ids):].float().mean(1), dim=-1)
-    similarity = states @ states.T
-    consistency = (similarity.sum(-1) - similarity.diagonal()) / (len(live) - 1)
+    values["end-next"] = torch.logsumexp(logp[:, stop], -1).tolist()
     prefixes = [gen.decode(s["token_ids"][:tokens]) for s in live]
     texts = [s["text"] for s in live]
     partial = reward.score_partial(prompt.prompt, prefixes)
@@ -80,9 +81,7 @@ def candidates(gen, reward: IFEvalReward, row: dict, prompt, tokens: int) -> lis
     every = [float(all(v.followed for v in vs)) for vs in verdicts]
     share = [sum(v.followed for v in vs) / len(vs) for vs in verdicts]
     return [{"partial": partial[j], "half": half[j], "final": final[j], "every": every[j], "followed": share[j],
-             "logprob": float(sampled[j].mean()), "self-certainty": float(certainty[j]),
-             "deepconf": float(lowest[j]), "consistency": float(consistency[j]), "end-next": float(end_next[j])}
-            for j in range(len(live))]
+             **{name: float(v[j]) for name, v in values.items()}} for j in rows]
 
 
 def undecided_pairs(group: list[dict]) -> list[tuple[dict, dict]]:
@@ -150,15 +149,15 @@ def main(args: argparse.Namespace) -> int:
             "prompts_with_live_pairs": sum(len(g) > 1 for g in groups), "live_pairs": every_pair,
             "undecided_pairs": sum(map(len, pairs)),
             "undecided_pairs_differing": {o: sum(a[o] != b[o] for p in pairs for a, b in p) for o in OUTCOMES},
-            "signals": {s: {o: accuracy(pairs, s, o, rng) for o in OUTCOMES} for s in SIGNALS},
+            "signals": {s: {o: accuracy(pairs, s, o, rng) for o in OUTCOMES} for s in MEASURED},
             # the same signals on every live pair, for comparison: what they know where the reward can tell too
             "signals_on_every_pair": {s: {o: accuracy([[(a, b) for i, a in enumerate(g) for b in g[i + 1:]]
                                                        for g in groups], s, o, rng) for o in OUTCOMES}
-                                      for s in SIGNALS},
+                                      for s in MEASURED},
         }
     bar.close()
     payload = {"about": __doc__.split("\n\n")[0].split(": ", 1)[1], "command": command_line(args),
-               "signals": SIGNALS, "outcomes": OUTCOMES,
+               "signals": MEASURED, "outcomes": OUTCOMES,
                "settings": {"tokens": args.tokens, "samples_file": SAMPLES_FILE.name, "prompts": len(rows),
                             "weights": args.weights, "bootstrap": BOOTSTRAP},
                "environment": common.environment(gen),
