@@ -328,6 +328,12 @@ def main(args: argparse.Namespace) -> int:
     rows, generated_by = (kept_rows(out, record["settings"], Models(SETS[args.set], gen, reward), args.rules,
                                     args.check) if args.resume and out.exists() else ([], []))
     kept, done = len(rows), {r["id"] for r in rows}
+
+    def save(generated_here: list[dict]) -> None:
+        common.write_json({**record, "generated_by": generated_by + generated_here, "load_average": os.getloadavg(),
+                           "environment": common.environment(gen), "summary": summarize(rows, args.rules),
+                           "rows": rows}, out)
+
     bar = common.progress(len(work), f"undecided {args.set}", disable=args.quiet)
     bar.update(len([item for item in work if item["id"] in done]))
     for item in work:
@@ -338,15 +344,10 @@ def main(args: argparse.Namespace) -> int:
         rows.append(prompt_row(gen, reward, item, args.rules, args.n, args.max_new_tokens, args.alpha, args.seed,
                                len(rows) < args.check))
         bar.update(1)
-        here = {"rows": f"{kept + 1}-{len(rows)}", "command": command, "weights": str(gen.weights)}
-        common.write_json({**record, "generated_by": generated_by + [here], "load_average": os.getloadavg(),
-                           "environment": common.environment(gen), "summary": summarize(rows, args.rules),
-                           "rows": rows}, out)
+        save([{"rows": f"{kept + 1}-{len(rows)}", "command": command, "weights": str(gen.weights)}])
     bar.close()
     if len(rows) == kept:  # nothing new: the kept rows, replayed again, are written all the same
-        common.write_json({**record, "generated_by": generated_by, "load_average": os.getloadavg(),
-                           "environment": common.environment(gen), "summary": summarize(rows, args.rules),
-                           "rows": rows}, out)
+        save([])
     print(summarize(rows, args.rules))
     print(f"wrote {out}")
     return 0
