@@ -35,6 +35,9 @@ DEFAULT_DATA_DIR = REPO / "benchmarks" / "data"  # the prompt sets shipped in th
 DEFAULT_OUT_DIR = REPO / "benchmarks" / "results"
 PROMPTS_FILE = "alpaca_eval_prompts.jsonl"
 
+# The environment variables a result file's command records where they are set: they change its numbers or times.
+COMMAND_ENV = ("OMP_NUM_THREADS", "SBON_WEIGHTS", "SBON_DECODE")
+
 
 # -- protocols: which version of the paper a run follows ---------------------------------------
 
@@ -266,6 +269,17 @@ def git_commit() -> str | None:
         return out.stdout.strip() + ("+dirty sbon/" if dirty else "") if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as it ran, for a result file: the variables that change the numbers or the times, the niceness,
+    and the arguments as ``benchmarks.__main__.main`` was given them (the same whether it ran from a shell or was
+    called in-process, where ``sys.argv`` is the caller's)."""
+    env = " ".join(f"{k}={os.environ[k]}" for k in COMMAND_ENV if k in os.environ)
+    argv = getattr(args, "argv", None)
+    argv = sys.argv[1:] if argv is None else argv
+    return " ".join(x for x in (env, f"nice -n {os.nice(0)}" if os.nice(0) else "",
+                                "python -m benchmarks " + " ".join(argv)) if x)
 
 
 def environment(gen: Generator | None = None, runner: Runner = LOCAL) -> dict[str, Any]:

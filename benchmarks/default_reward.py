@@ -42,7 +42,6 @@ import hashlib
 import json
 import math
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
         common.warm_up(gen, r, RunConfig().sampling)
     out = Path(args.out)
     record = {"experiment": "defaults (the demo tells the truth)",
-              "command": "OMP_NUM_THREADS=1 python -m benchmarks " + " ".join(sys.argv[1:]),
+              "command": common.command_line(args),
               "settings": {"n": args.n, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
                            "temperature": RunConfig.temperature, "top_p": RunConfig.top_p, "top_k": RunConfig.top_k,
                            "bon": "run once per prompt, all N at once; memory-bound Best-of-N's steps counted for batches of sbon.analysis.comparison.same_memory_batch_size (see the docstring)",

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -177,7 +176,7 @@ def main(args: argparse.Namespace) -> int:
     rewards = {key: load_reward(SCENARIOS[key].reward, generator=gen) for key in args.scenario}
     settings = {key: RunSettings(**{k: v for k, v in SCENARIOS[key].settings().items() if k != "prompt"})
                 for key in args.scenario}
-    record = {"experiment": "scenarios", "command": "OMP_NUM_THREADS=1 python -m benchmarks " + " ".join(sys.argv[1:]),
+    record = {"experiment": "scenarios", "command": common.command_line(args),
               "settings": {"page": RunSettings().to_dict() | {"prompt": None},
                            "scenarios": {key: {**SCENARIOS[key].settings(), "prompt": None} for key in SCENARIOS},
                            "k": args.k, "prompt_seed": args.prompt_seed,

@@ -909,7 +909,7 @@ def main(args: argparse.Namespace) -> int:
     if device.type == "cuda":
         environment["gpu"] = torch.cuda.get_device_name(device)
     ran = run_parts(ctx, names, out, started + args.time_limit - RESERVE_S, environment)
-    summary = {"command": "python -m benchmarks " + " ".join(sys.argv[1:]), "environment": environment,
+    summary = {"command": common.command_line(args), "environment": environment,
                "device": str(device), "tiny": args.tiny, "generator": ctx.model_record(), "sizes": asdict(sizes),
                "time_limit": args.time_limit,
                "plan": {"figures": asdict(figures), "budget_s": budget,

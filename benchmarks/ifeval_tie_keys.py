@@ -14,9 +14,7 @@ with a free weight have it chosen on one half of the prompts and scored on the o
 from __future__ import annotations
 
 import argparse
-import collections
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -157,8 +155,7 @@ def main(args: argparse.Namespace) -> int:
     reference = per_prompt(groups, table["prefix length (the reward's)"])
     payload = {
         "about": __doc__.split("\n\n")[0].split(": ", 1)[1],
-        "command": "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "?") + " python -m benchmarks "
-                   + " ".join(sys.argv[1:]),
+        "command": common.command_line(args),
         "settings": {"decision_tokens": args.tokens, "horizon_tokens": horizon, "samples_file": SAMPLES_FILE.name, "prompts": len(rows),
                      "resolution": reward.progress.resolution,
                      "stop_rate": reward.progress.stop_rate, "live_responses": sum(map(len, groups.values()))},

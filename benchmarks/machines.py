@@ -44,8 +44,6 @@ def app_path(generator: str, device=None) -> dict[str, str]:
     by `python -m sbon machine` or the app's probe), else the safe path runs take until then; SBON_WEIGHTS and
     SBON_DECODE force theirs. ``device``: the app's (default: sbon.models.default_device). The one place this
     benchmark asks."""
-    import os
-
     from components.decode_paths import app_decode
     from sbon.machine import cached_choice, safe_path
     from sbon.models import default_device
@@ -193,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out_dir)
     for name in args.classes:
         cls = CPU_CLASSES[name]
-        argv = [sys.executable, "-m", "benchmarks", "machines", "--in-class", name, *sys.argv[2:]]
+        argv = [sys.executable, "-m", "benchmarks", "machines", "--in-class", name, *args.argv[1:]]
         print(f"{name} ({cls.title}): {' '.join(f'{k}={v}' for k, v in cls.env.items()) or 'no limits'} ...",
               file=sys.stderr, flush=True)
         started = time.perf_counter()
@@ -203,7 +201,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{name}: the child failed (exit status {done.returncode}); the other classes go on", file=sys.stderr)
             continue
         record = json.loads(done.stdout.strip().splitlines()[-1])
-        record.update({"experiment": "machines", "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
+        record.update({"experiment": "machines", "command": common.command_line(args),
                        "seconds": time.perf_counter() - started})
         record["summary"] = summary(record)
         path = out / f"{name}.json"

@@ -531,7 +531,7 @@ def main(args: argparse.Namespace) -> int:
             divergence[f"{fmt} compiled"]["eager_tokens"] = eager_agreement(
                 gens[fmt], prompts[:s.divergence_prompts], s, sampling, dec)
     json_path, _ = common.result_paths(args, "step")
-    payload = {"experiment": "step", "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
+    payload = {"experiment": "step", "command": common.command_line(args),
                "settings": {**asdict(s), "generator": args.generator, "prompt_tokens": len(prompt_ids),
                             "sampling": asdict(sampling), "llama_cpp": llama_note, "inductor_cache": inductor_cache(),
                             "batch_invariant": {n: WEIGHT_FORMATS[n].batch_invariant for n in s.formats}},

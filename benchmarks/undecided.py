@@ -26,7 +26,6 @@ import argparse
 import copy
 import json
 import os
-import sys
 import time
 from types import SimpleNamespace
 from pathlib import Path
@@ -226,16 +225,6 @@ def add_parser(sub) -> None:
     p.set_defaults(main=main)
 
 
-def command_line(args: argparse.Namespace) -> str:
-    """The command as it ran: the variables that change the numbers or the times, the niceness, the arguments
-    (as ``benchmarks.__main__.main`` was given them: the same whether it ran from a shell or was called)."""
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "SBON_WEIGHTS") if k in os.environ)
-    argv = getattr(args, "argv", None)
-    argv = sys.argv[1:] if argv is None else argv
-    return " ".join(x for x in (env, f"nice -n {os.nice(0)}" if os.nice(0) else "",
-                                "python -m benchmarks " + " ".join(argv)) if x)
-
-
 class Models:
     """The generator and the reward that scores with it, per weight format, each loaded once: a saved row is
     replayed with the weights its Best-of-N run used (a file may hold rows of several formats)."""
@@ -308,7 +297,7 @@ def main(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as tf_logging
     tf_logging.set_verbosity_error()
-    command = command_line(args)
+    command = common.command_line(args)
     if args.from_file:
         return replay_again(Path(args.from_file), args.rules, args.check, command)
     out = Path(args.out) if args.out else OUT_DIR / f"{args.set}.json"

@@ -127,7 +127,6 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .undecided import command_line
 
     torch.set_num_threads(args.threads)
     start, load = time.time(), os.getloadavg()
@@ -156,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
                                       for s in MEASURED},
         }
     bar.close()
-    payload = {"about": __doc__.split("\n\n")[0].split(": ", 1)[1], "command": command_line(args),
+    payload = {"about": __doc__.split("\n\n")[0].split(": ", 1)[1], "command": common.command_line(args),
                "signals": MEASURED, "outcomes": OUTCOMES,
                "settings": {"tokens": args.tokens, "samples_file": SAMPLES_FILE.name, "prompts": len(rows),
                             "weights": args.weights, "bootstrap": BOOTSTRAP},

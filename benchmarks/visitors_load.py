@@ -29,10 +29,8 @@ import json
 import os
 import random
 import secrets
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -418,7 +416,7 @@ def main(args: argparse.Namespace) -> int:
                       flush=True)
     env = common.environment()
     env.pop("torch_threads")  # this process's; the app's are its own
-    common.write_json({"experiment": "load", "command": "python -m benchmarks " + " ".join(sys.argv[1:]),
+    common.write_json({"experiment": "load", "command": common.command_line(args),
                        "settings": {"visitors": args.visitors, "modes": args.modes, "opens": args.opens,
                                     "links": args.links, "think_s": [args.think_min, args.think_max],
                                     "max_seconds": args.max_seconds, "generation": generation(args),
