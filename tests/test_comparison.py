@@ -10,6 +10,9 @@ from sbon.analysis.comparison import (Comparison, ComparisonReady, Counterfactua
 from sbon.errors import SBoNError
 from sbon.metrics import compare
 from sbon.results import Candidate, RunResult
+from sbon.rewards import CallableReward
+
+from conftest import COMPARISON_PROMPT
 
 
 def test_events_run_sbon_then_bon_then_the_counterfactual(comparison_events):
@@ -44,14 +47,40 @@ def test_pruned_candidates_get_their_final_reward_and_continuation_from_bon(comp
 
 
 def test_counterfactual_partials_match_the_real_decision_point(comparison):
-    """Scoring BoN's prefix at tau=8 reproduces the partial rewards SBoN saw after 8 tokens."""
+    """At tau=8, the first decision point, the counterfactual's partial rewards are the ones SBoN cut on, to the
+    bit: the replay of a real decision point decides as the run did."""
     assert list(comparison.partials) == [4, 8, 16]
     assert all(len(p) == comparison.n for p in comparison.partials.values())
     first = comparison.sbon.decision_points[0]
     assert first.tokens == 8
     for k in first.contenders:
-        seen = comparison.sbon.candidates[k].partial_reward_at(1)
-        assert comparison.partials[8][k] == pytest.approx(seen, abs=1e-4)
+        assert comparison.partials[8][k] == comparison.sbon.candidates[k].partial_reward_at(1)
+
+
+def test_the_counterfactual_asks_the_reward_only_for_prefixes_the_run_did_not_score(gen):
+    """A prefix Speculative Rejection scored at a decision point is Best-of-N's own prefix (the coupling): the
+    counterfactual takes that score and asks the reward for every other prefix, each once."""
+    asked: list[str] = []
+
+    def length(prompt, responses):
+        asked.extend(responses)
+        return [len(r) % 7 + len(r) / 100 for r in responses]
+
+    reward = CallableReward(length, name="length")
+    prompt_tokens = len(gen.encode_prompt(COMPARISON_PROMPT))
+    before_counterfactual = None
+    for event in comparison_events(gen, reward, COMPARISON_PROMPT, 4, alpha=0.5, kv_budget=4 * (prompt_tokens + 4),
+                                   max_new_tokens=12, seed=2, taus=[4, 6]):
+        if isinstance(event, ComparisonReady):
+            before_counterfactual = len(asked)
+    comp = event.comparison
+    point = comp.sbon.decision_points[0]
+    assert point.tokens == 4 and len(point.contenders) == 4 and not point.final and 6 not in \
+        [p.tokens for p in comp.sbon.decision_points]
+    # at tau=4 every candidate's score is the one the run cut on; at tau=6 each live prefix was asked for once
+    assert comp.partials[4] == [comp.sbon.candidates[k].partial_reward_at(1) for k in range(4)]
+    assert sorted(asked[before_counterfactual:]) == sorted(
+        gen.decode(c.token_ids[:6]) for c in comp.bon.candidates if c.tokens_generated > 6)
 
 
 def test_metrics_are_the_library_metrics(comparison):

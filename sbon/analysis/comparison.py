@@ -30,7 +30,7 @@ from ..metrics import compare, diverged_ids, final_of, twin_diverged
 from ..results import RunResult, dump_json
 from ..rewards import RewardModel
 from ..signals import check_signal, watched_by_default
-from .counterfactual import prefix_rewards, prefix_uncertainties
+from .counterfactual import prefix_rewards, prefix_uncertainties, run_partials
 from .signal_matrix import Scores, SignalWatch
 
 FORMAT = "sbon-comparison/1"
@@ -415,12 +415,13 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     if taus is None:
         taus = default_taus(config.max_new_tokens, tuple(p.tokens for p in sbon.decision_points))
     partials: dict[int, list[float | None]] = {}
+    known = run_partials(sbon, bon)  # the prefixes Speculative Rejection scored itself: not scored again
     uncertainties = prefix_uncertainties(bon, reward, gen.decode, taus)  # no model: the reward's own half-widths
     # One tau at a time shows progress; a reward that scores all prefixes in one pass does them at once.
     chunks = [taus] if hasattr(reward, "score_prefixes") else [[t] for t in taus]
     scored = 0
     for chunk in chunks:
-        partials.update(prefix_rewards(bon, reward, gen.decode, chunk))
+        partials.update(prefix_rewards(bon, reward, gen.decode, chunk, known))
         for t in chunk:
             scored += 1
             yield CounterfactualScored(t, scored, len(taus))

@@ -18,26 +18,40 @@ from .replay import replay_tau
 
 
 def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequence[int]], str],
-                   taus: Iterable[int]) -> dict[int, list[float | None]]:
+                   taus: Iterable[int], known: dict[tuple[int, int], float] | None = None
+                   ) -> dict[int, list[float | None]]:
     """Partial reward of every BoN candidate after tau tokens (None if it had finished by then).
 
-    A reward with ``score_prefixes`` (the generator's likelihood) scores all of a candidate's
-    prefixes in one pass; any other is asked once per tau."""
+    ``known``: partial rewards already scored, by (tau, candidate id), for those very prefixes (the real run's at
+    its decision points, :func:`run_partials`); they are taken as they are and the reward is not asked again.
+    A reward with ``score_prefixes`` (the generator's likelihood) scores the rest of a candidate's prefixes in one
+    pass; any other is asked once per tau."""
     taus = sorted(set(taus))
     live = {tau: [c.id for c in bon.candidates if c.tokens_generated > tau] for tau in taus}
-    text = {(tau, k): decode(bon.candidates[k].token_ids[:tau]) for tau in taus for k in live[tau]}
-    scores: dict[tuple[int, int], float] = {}
+    scores = {(tau, k): known[(tau, k)] for tau in taus for k in live[tau] if known and (tau, k) in known}
+    asked = {tau: [k for k in live[tau] if (tau, k) not in scores] for tau in taus}
+    text = {(tau, k): decode(bon.candidates[k].token_ids[:tau]) for tau in taus for k in asked[tau]}
     if hasattr(reward, "score_prefixes"):
-        cut_at = {c.id: [tau for tau in taus if c.id in live[tau]] for c in bon.candidates}
+        cut_at = {c.id: [tau for tau in taus if c.id in asked[tau]] for c in bon.candidates}
         ids = [k for k, cuts in cut_at.items() if cuts]
         grouped = reward.score_prefixes(bon.prompt, [[text[(tau, k)] for tau in cut_at[k]] for k in ids])
-        scores = {(tau, k): s for k, row in zip(ids, grouped) for tau, s in zip(cut_at[k], row)}
+        scores.update({(tau, k): s for k, row in zip(ids, grouped) for tau, s in zip(cut_at[k], row)})
     else:
         partial = getattr(reward, "score_partial", reward.score)  # as the run's RewardSignal scores partial texts
         for tau in taus:
-            scores.update(zip([(tau, k) for k in live[tau]],
-                              partial(bon.prompt, [text[(tau, k)] for k in live[tau]]) if live[tau] else []))
+            scores.update(zip([(tau, k) for k in asked[tau]],
+                              partial(bon.prompt, [text[(tau, k)] for k in asked[tau]]) if asked[tau] else []))
     return {tau: [scores.get((tau, c.id)) for c in bon.candidates] for tau in taus}
+
+
+def run_partials(run: RunResult, bon: RunResult) -> dict[tuple[int, int], float]:
+    """The partial rewards a pruning run scored at its decision points, by (tokens, candidate id), for prefixes
+    that are Best-of-N's own (the coupling): where its pruning signal was the reward, they are the scores those
+    prefixes get, so a replay at a real decision point cuts on the numbers the run cut on."""
+    if run.settings.get("prune_by", "reward") != "reward":
+        return {}
+    return {(p.tokens, c.id): p.reward for c in run.candidates for p in c.partial_rewards
+            if bon.candidates[c.id].token_ids[:p.tokens] == c.token_ids[:p.tokens]}
 
 
 def prefix_uncertainties(bon: RunResult, reward: RewardModel, decode: Callable[[Sequence[int]], str],
