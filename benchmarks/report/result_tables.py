@@ -570,14 +570,11 @@ def undecided(results_dir: Path) -> str:
     Best-of-N and random pruning at the same counts, pooled over every file of a prompt set (docs/method.md)."""
     from benchmarks.undecided import summarize
 
-    folder = results_dir / MACHINE / "undecided"
-    files = sorted(folder.glob("*.json"))
-    sets: dict[str, list[dict]] = {}
-    for f in files:
-        sets.setdefault(json.loads(f.read_text())["settings"]["set"], []).append(json.loads(f.read_text()))
+    sets = undecided_sets(results_dir)
     unit = {"ifeval": "prompts that follow every instruction", "helpful": "normalized score (Best-of-N's answer = 100)"}
     rows, notes = [], []
-    for name, found in sets.items():
+    for name, files in sets.items():
+        found = [d for _, d in files]
         rules = found[0]["settings"]["rules"]
         s = summarize([r for d in found for r in d["rows"]], rules)
         digits = 2 if name == "ifeval" else 1
@@ -591,10 +588,9 @@ def undecided(results_dir: Path) -> str:
                          pct(r["bon_winner_pruned_undecided"]),
                          f"{r.get('real_runs_agree', 0)} of {r.get('real_runs_checked', 0)}"])
         loads = [la for d in found for la in (d["load_average_at_start"][0], d["load_average"][0])]
-        notes.append(f"{name}: {unit[name]}; " + "; ".join(f"{link(results_dir, folder / f.name)}" for f in files
-                                                         if json.loads(f.read_text())["settings"]["set"] == name)
+        notes.append(f"{name}: {unit[name]}; " + "; ".join(link(results_dir, f) for f, _ in files)
                      + f", load average {min(loads):.1f}–{max(loads):.1f}")
-    first = json.loads(files[0].read_text())
+    first = next(iter(sets.values()))[0][1]
     cpu = first["environment_at_start"].get("cpu_model", "")
     return (f"N={first['settings']['n']}, {first['settings']['max_new_tokens']} tokens, α={first['settings']['alpha']}, "
             f"memory-budget rounds with their default budget, seed {first['settings']['seed']}; {cpu}; commands in the files "
@@ -607,12 +603,12 @@ def undecided(results_dir: Path) -> str:
                  "real runs that equal the replay"], rows))
 
 
-def undecided_sets(results_dir: Path) -> dict[str, list[dict]]:
-    """The undecided benchmark's result files, by prompt set."""
-    sets: dict[str, list[dict]] = {}
+def undecided_sets(results_dir: Path) -> dict[str, list[tuple[Path, dict]]]:
+    """The undecided benchmark's result files (path, contents), by prompt set, read once."""
+    sets: dict[str, list[tuple[Path, dict]]] = {}
     for f in sorted((results_dir / MACHINE / "undecided").glob("*.json")):
         d = json.loads(f.read_text())
-        sets.setdefault(d["settings"]["set"], []).append(d)
+        sets.setdefault(d["settings"]["set"], []).append((f, d))
     return sets
 
 
@@ -623,7 +619,8 @@ def undecided_winner(results_dir: Path) -> str:
     from benchmarks.undecided import PRUNED_HOW, summarize
 
     rows = []
-    for name, found in undecided_sets(results_dir).items():
+    for name, files in undecided_sets(results_dir).items():
+        found = [d for _, d in files]
         rules = found[0]["settings"]["rules"]
         s = summarize([r for d in found for r in d["rows"]], rules)
         for rule in rules:
