@@ -276,7 +276,7 @@ def _use_our_inductor_cache() -> None:
     except ImportError:  # a torch without it: only an unset variable is ours to set
         torch_default = None
 
-    from .models import cache_dir
+    from .cache import cache_dir
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, torch_default):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
 

@@ -1,4 +1,4 @@
-"""This machine: what it is (``fingerprint``), where sbon keeps its files (``cache_dir``), and ``auto``'s decode path,
+"""This machine: what it is (``fingerprint``) and ``auto``'s decode path,
 chosen by measurement (``Choice``, ``choose``) and cached per machine.
 
 A decode path is a weight format (``sbon.engine.WEIGHT_FORMATS``) and a decode step (``eager`` or ``compiled``,

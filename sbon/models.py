@@ -21,7 +21,8 @@ import torch
 from .attention import use_decode_attention
 from .engine import DTYPE_FORMATS, Generator, check_device, weight_format
 from .errors import SBoNError
-from .machine import cache_dir, chosen_weights, safe_path
+from .cache import cache_dir
+from .machine import chosen_weights, safe_path
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
 

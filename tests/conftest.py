@@ -68,7 +68,7 @@ def browser():
 def unmeasured_machine(monkeypatch, tmp_path):
     """A machine on which nothing is measured and no compiled step was ever saved: its own $SBON_CACHE holding the
     models' copies (links to this machine's), without a saved choice or inductor's caches; no forced path."""
-    from sbon.machine import cache_dir
+    from sbon.cache import cache_dir
     for entry in cache_dir().iterdir():
         if entry.name not in ("machine", "inductor"):
             (tmp_path / entry.name).symlink_to(entry)

@@ -23,7 +23,7 @@ from components.torch_thread import TORCH_THREAD
 from sbon.models import generator_title
 from sbon.decoders import compiled_state
 from sbon.errors import SBoNError
-from sbon.models import cache_dir, load_generator
+from sbon.models import load_generator
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "smollm2-135m"
