@@ -27,7 +27,8 @@ import torch
 from sbon.decoders import compiled_state
 from sbon.engine import Generator
 from sbon.errors import SBoNError
-from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, cache_dir, default_device, generator_title,
+from sbon.cache import cache_dir
+from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, default_device, dequantized_copy_dir, generator_title,
                          load_generator, load_reward, reward_title)
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
@@ -67,7 +68,7 @@ def generator_source(name: str) -> Source:
     if preset is None:
         return Source("generator", name, name, hub=not os.path.isdir(name))
     if preset.package and _package_installed(preset.package):
-        copy = cache_dir() / f"{name}-{Path(preset.gguf_file).stem}"  # as sbon.models._dequantized_copy names it
+        copy = dequantized_copy_dir(name, preset.gguf_file)
         if (copy / "config.json").exists():
             return Source("generator", name, f"its float32 copy in {copy}")
         return Source("generator", name, f"the package {preset.package.replace('_', '-')}, converted once to a "

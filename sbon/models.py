@@ -238,6 +238,11 @@ def _gguf_parsed_once() -> Iterator[None]:
 _GGUF_LOCK = threading.Lock()
 
 
+def dequantized_copy_dir(name: str, gguf_file: str) -> Path:
+    """Where the float32 copy of a packaged GGUF model is kept (made by the first load, see _dequantized_copy)."""
+    return cache_dir() / f"{name}-{Path(gguf_file).stem}"
+
+
 def _dequantized_copy(name: str, folder: Path, gguf_file: str) -> Path:
     """A float32 copy of a packaged GGUF model, made once: transformers dequantizes GGUF weights
     on every load (about 20 s for SmolLM2-135M with _gguf_parsed_once, 48 s without), the copy loads in
@@ -245,7 +250,7 @@ def _dequantized_copy(name: str, folder: Path, gguf_file: str) -> Path:
     Returns the package folder itself when the cache cannot be written."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target = cache_dir() / f"{name}-{Path(gguf_file).stem}"
+    target = dequantized_copy_dir(name, gguf_file)
     if (target / "config.json").exists():
         return target
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
