@@ -84,9 +84,13 @@ def candidates(gen, reward: IFEvalReward, row: dict, prompt, tokens: int) -> lis
              **{name: float(v[j]) for name, v in values.items()}} for j in rows]
 
 
+def pairs_of(group: list[dict]) -> list[tuple[dict, dict]]:
+    """Every pair of one prompt's live responses."""
+    return [(a, b) for i, a in enumerate(group) for b in group[i + 1:]]
+
+
 def undecided_pairs(group: list[dict]) -> list[tuple[dict, dict]]:
-    return [(a, b) for i, a in enumerate(group) for b in group[i + 1:]
-            if abs(a["partial"] - b["partial"]) <= a["half"] + b["half"]]
+    return [(a, b) for a, b in pairs_of(group) if abs(a["partial"] - b["partial"]) <= a["half"] + b["half"]]
 
 
 def accuracy(pairs_by_prompt: list[list[tuple[dict, dict]]], signal: str, outcome: str, rng) -> dict:
@@ -127,7 +131,6 @@ def add_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-
     torch.set_num_threads(args.threads)
     start, load = time.time(), os.getloadavg()
     gen = load_generator(device="cpu", weights=args.weights)
@@ -150,8 +153,7 @@ def main(args: argparse.Namespace) -> int:
             "undecided_pairs_differing": {o: sum(a[o] != b[o] for p in pairs for a, b in p) for o in OUTCOMES},
             "signals": {s: {o: accuracy(pairs, s, o, rng) for o in OUTCOMES} for s in MEASURED},
             # the same signals on every live pair, for comparison: what they know where the reward can tell too
-            "signals_on_every_pair": {s: {o: accuracy([[(a, b) for i, a in enumerate(g) for b in g[i + 1:]]
-                                                       for g in groups], s, o, rng) for o in OUTCOMES}
+            "signals_on_every_pair": {s: {o: accuracy([pairs_of(g) for g in groups], s, o, rng) for o in OUTCOMES}
                                       for s in MEASURED},
         }
     bar.close()
