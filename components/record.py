@@ -43,9 +43,9 @@ def record(settings: RunSettings, out: str | Path, models: ModelCache) -> Compar
     """Run one comparison with these settings, say each decision point on stderr, write it to ``out``."""
     gen, reward = models.get(settings.generator, settings.reward)
     start = time.perf_counter()
-    # As the app decodes once its compiled step is built (SBON_DECODE; compiled here, in this process, where needed),
-    # the step loaded before the clock starts, as the app loads it while it warms up.
-    config = settings.config().replace(decode=app_decode())
+    # The step is loaded (compiled here, in this process, where needed) before the clock starts, as the app loads it
+    # while it warms up.
+    config = settings.config()
     prepare(gen, config.decode)
     for event in comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
                                    bon_same_memory=settings.bon_same_memory):
@@ -107,7 +107,9 @@ def write_index_entry(key: str, comp: Comparison, settings: RunSettings, commit:
 
 
 def main(argv: list[str] | None = None) -> int:
-    defaults = RunSettings()  # the page's defaults, its prompt included
+    # The page's defaults, its prompt included, decoding as the app does (SBON_DECODE): the index's settings then say
+    # which path the run asked for, and each entry's `decode` which one it took.
+    defaults = RunSettings(decode=app_decode())
     p = argparse.ArgumentParser(prog="python -m components.record", description=__doc__.splitlines()[0])
     # Every setting of the page, with the page's defaults: the recording is what Run gives a visitor.
     add_options(p, defaults, skip=("batch_size",), overrides={"method": dict(choices=list(PRUNING_METHODS))})
