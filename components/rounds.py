@@ -32,7 +32,10 @@ from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COL
 ROW_PX = 15  # plot height per candidate
 COST_NAME = "○ pruning it cost reward (hover)"
 RETIRED_NAME = "finished, still eligible"  # short: one phone-wide legend column
-UNDECIDED_NAME = "□ could not be told apart from the cut"
+# Short, so that the presenter view's legends fit its window (beside the data: one line; over the live chart: the
+# rows a run with every mark needs); the legend draws the amber square, and the hover, the round caption and the cut
+# explanation say it in full ("could not be told apart from the cut").
+UNDECIDED_NAME = "undecided"
 UNDECIDED_COLOR = "#e8a317"  # amber: neither the survivors' nor the pruned's colour
 TIE_FRACTION = 0.004  # scores closer than this fraction of the axis look like one spot: they are spread
 TIE_STEP = 0.012  # the gap between two tied contenders, as a fraction of the axis

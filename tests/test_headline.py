@@ -150,11 +150,19 @@ def inequality_holds(text: str) -> bool:
 @pytest.mark.parametrize("source", ["recorded", "fixture"])
 def test_every_reason_reads_true(source, request):
     comp = Comparison.load(RECORDED) if source == "recorded" else request.getfixturevalue("comparison")
-    ranked = [reason for point in comp.sbon.decision_points for reason in point_reasons(point).values()
+    ranked = [(point, k, reason) for point in comp.sbon.decision_points for k, reason in point_reasons(point).items()
               if reason.rank is not None]
     assert ranked  # the run has ranked reasons to read
-    for reason in ranked:
-        assert inequality_holds(reason.text()), reason.text()
+    for point, k, reason in ranked:
+        text = reason.text()
+        if undecided := re.search(r"could not be told apart from the cut \((-?[\d.]+) against (-?[\d.]+)\)", text):
+            assert k in point.undecided, text  # said only of a candidate the run recorded as undecided
+            score, cut = map(float, undecided.groups())  # the numbers it gives are its score and the cut
+            assert reason.score == pytest.approx(score, abs=0.51 * 10 ** -len(undecided[1].partition(".")[2])), text
+            assert reason.cut == pytest.approx(cut, abs=0.51 * 10 ** -len(undecided[2].partition(".")[2])), text
+        else:
+            assert k not in point.undecided or reason.finished or reason.tie_note, text
+            assert inequality_holds(text), text
 
 
 def test_a_finished_candidate_the_signal_cannot_rank_says_so():
