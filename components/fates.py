@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sbon.results import FINISHED_EARLY, SURVIVED
 
-from .style import BON_COLOR, FINISHED_EARLY_COLOR, PRUNED_COLORS, SURVIVED_COLOR  # noqa: F401 (BON_COLOR re-exported)
+from .style import FINISHED_EARLY_COLOR, PRUNED_COLORS, SURVIVED_COLOR
 
 
 def fate_order(fates: set[str]) -> list[str]:

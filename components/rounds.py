@@ -294,7 +294,7 @@ def result_caption(comp: Any, hint: bool = True) -> str:
         return ("No decision point in this run: Speculative Rejection was Best-of-N here, so there are no rounds "
                 "to present")
     same = ("the answer Best-of-N picks" if comp.sbon.best.text == comp.bon.best.text else
-            f"Best-of-N picks candidate {bon}" if sbon != bon else f"Best-of-N picks its own, different version of it")
+            f"Best-of-N picks candidate {bon}" if sbon != bon else "Best-of-N picks its own, different version of it")
     return (f"After {rounds} decision point{'s' if rounds > 1 else ''}: Speculative Rejection returned candidate "
             f"{sbon}, {same}" + (" · press ▶ Present rounds to step through them" if hint else ""))
 

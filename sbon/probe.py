@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .decoders import DECODE_PATHS, CompiledDecoder, EagerDecoder, _compiled, compile_problem, compiled_state, prepare
+from .decoders import DECODE_PATHS, EagerDecoder, _compiled, compile_problem, compiled_state, prepare
 from .engine import WEIGHT_FORMATS, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .machine import ROWS, Choice, Measured, cached_choice, choose, eligible, fingerprint, safe_path, save_choice

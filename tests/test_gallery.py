@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.gallery import GALLERY, INDEX_FILE, GalleryRuns, caption, facts, read_index
+from components.gallery import GALLERY, GalleryRuns, caption, facts, read_index
 from components.share import ShareStore
 from sbon.analysis.comparison import Comparison
 

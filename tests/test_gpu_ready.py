@@ -5,7 +5,6 @@ real SmolLM2. `python -m benchmarks gpu-check` has its own tests (test_gpu_check
 import ast
 import dataclasses
 import json
-import importlib
 import pickle
 import re
 import sys

@@ -404,7 +404,7 @@ def cli(results_dir: Path) -> str:
             d = json.loads(path.read_text())
             if d.get("format", "").split("/")[0] != "sbon-comparison":
                 continue
-            m, bs, ss = d["metrics"], d["bon"]["settings"], d["sbon"]["settings"]
+            m, bs = d["metrics"], d["bon"]["settings"]
             memory = "all at once" if bs.get("batch_size") in (None, bs["n"]) else f"batches of {bs['batch_size']}"
             rows.append([link(results_dir, path), machine, f"N={bs['n']}, {bs['max_new_tokens']}", memory,
                          f"{num(m['bon_time'])} s", f"{num(m['sbon_time'])} s", times(m["speedup"]),
