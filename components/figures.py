@@ -18,7 +18,7 @@ from sbon.results import PHASES
 from .fates import fate_color, fate_order
 from .reasons import decimals, point_reasons, pruning_cost, reward_scale
 from .rounds import COST_NAME
-from .style import BON_COLOR, FINAL_SYMBOL, LEGEND_SIZE, PARTIAL_SYMBOL, axis_titles, styled
+from .style import BON_COLOR, FINAL_SYMBOL, LEGEND_SIZE, PARTIAL_SYMBOL, axis_titles, ring, styled
 
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
 
@@ -85,8 +85,7 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
     costly = df[df.cost != ""]
     fig.add_trace(go.Scatter(x=costly.x, y=costly.y, mode="markers", name=COST_NAME, hoverinfo="skip",
                              showlegend=not costly.empty,
-                             marker=dict(color="rgba(0,0,0,0)", size=22, symbol="circle-open",
-                                         line=dict(width=2.5, color="#000000"))))
+                             marker=ring("circle-open", "#000000", 22, 2.5)))
     both = not live.empty and bool(df.finished.any())  # a lone shape needs no key
     for label, symbol in (("● partial reward", PARTIAL_SYMBOL), ("◆ finished: final reward", FINAL_SYMBOL)):
         if both:

@@ -28,7 +28,7 @@ from sbon.results import DecisionPoint, RunResult
 
 from .fates import fate_color
 from .rounds import UNDECIDED_COLOR, UNDECIDED_NAME, round_caption
-from .style import BON_COLOR, axis_titles, styled, wrap_title
+from .style import BON_COLOR, axis_titles, ring, styled, wrap_title
 
 PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Preparing the what-if views"}
 
@@ -211,8 +211,7 @@ def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
         unsure = sorted({k for p in sbon.decision_points for k in p.undecided if k not in p.final})
         fig.add_trace(go.Scatter(x=[sbon.candidates[k].tokens_generated for k in unsure], y=unsure, mode="markers",
                                  name=UNDECIDED_NAME, showlegend=bool(unsure),
-                                 marker=dict(color="rgba(0,0,0,0)", size=13, symbol="square-open",
-                                             line=dict(width=2, color=UNDECIDED_COLOR)),
+                                 marker=ring("square-open", UNDECIDED_COLOR, 13, 2),
                                  hovertemplate="candidate %{y}: could not be told apart from the cut at a decision "
                                                "point<extra></extra>"))
     bon = tracker.tokens_of.get("bon", {})

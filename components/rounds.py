@@ -27,7 +27,7 @@ from sbon.results import DecisionPoint, RunResult, pruned_in
 from .fates import fate_color
 from .reasons import UNDECIDED_DONE, point_reasons, pruning_cost, reward_scale, tie_text
 from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
-                    styled, wrap_title)
+                    ring, styled, wrap_title)
 
 ROW_PX = 15  # plot height per candidate
 COST_NAME = "○ pruning it cost reward (hover)"
@@ -182,13 +182,13 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
     costly = [k for k in view.pruned if comp is not None and pruning_cost(comp, k)]
     traces.append(go.Scatter(
         x=[scores[k] for k in costly], y=costly, mode="markers", name=COST_NAME,
-        marker=dict(color="rgba(0,0,0,0)", size=20, symbol="circle-open", line=dict(width=2.5, color="#000000")),
+        marker=ring("circle-open", "#000000", 20, 2.5),
         customdata=[[pruning_cost(comp, k)] for k in costly],
         hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
     undecided = [k for k in view.undecided if k in scores and k not in final]
     traces.append(go.Scatter(
         x=[scores[k] for k in undecided], y=undecided, mode="markers", name=UNDECIDED_NAME,
-        marker=dict(color="rgba(0,0,0,0)", size=17, symbol="square-open", line=dict(width=2, color=UNDECIDED_COLOR)),
+        marker=ring("square-open", UNDECIDED_COLOR, 17, 2),
         customdata=[[reasons[k].text()] for k in undecided],
         hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
     # The shape keys only when both shapes are drawn: a lone shape needs no key.

@@ -57,6 +57,12 @@ HALL_LIVE_MIN_PLOT_PX = 120  # the live chart's plot area under its legend rows:
 SHAPE_KEYS = "shape keys"  # the legend group of legend-only entries that explain a marker's shape
 
 
+def ring(symbol: str, color: str, size: float, width: float) -> dict:
+    """A marker drawn as an outline around a point (an "-open" symbol): plotly strokes an open symbol in the marker's
+    own colour (``marker.line.color`` is not used for it), so a transparent marker colour would draw nothing."""
+    return dict(symbol=symbol, color=color, size=size, line=dict(width=width))
+
+
 def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
     """The title in lines of at most ``width`` characters (existing <br> breaks are kept)."""
     return "<br>".join(line for part in title.split("<br>") for line in (textwrap.wrap(part, width) or [""]))

@@ -600,3 +600,26 @@ def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_
             frames.append(chart.frame(tracker))
             assert frames[-1].to_json() == look.apply(progress_figure(tracker, comp.n), live=True).to_json(), tokens
         assert frames[-1] is frames[1]  # drawn once, then changed in place
+
+
+def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
+    """Plotly strokes an open symbol ("square-open", "circle-open") in ``marker.color`` and does not use
+    ``marker.line.color`` for it: a transparent marker colour drew no undecided squares and no pruning-cost rings."""
+    import plotly.graph_objects as go
+
+    from components import views
+    from components.live import LiveTracker, progress_figure
+
+    comp = Comparison.load(RECORDED)
+    assert any(p.undecided for p in comp.sbon.decision_points)  # the recording has undecided marks to draw
+    shown = views.show(views.Shown(comp, "recorded"))
+    tracker = LiveTracker(int(comp.sbon.settings["max_new_tokens"]))
+    tracker.results["sbon"] = comp.sbon
+    figs = [f for f in shown.values() if isinstance(f, go.Figure)] + [progress_figure(tracker, comp.n)]
+    traces = [t for f in figs for t in (*f.data, *(t for fr in f.frames or () for t in fr.data))]
+    outlined = [t for t in traces if isinstance(getattr(getattr(t, "marker", None), "symbol", None), str)
+                and t.marker.symbol.endswith("-open") and t.y is not None and len(t.y)]
+    assert outlined  # the outline marks this run draws
+    for t in outlined:
+        color = t.marker.color
+        assert isinstance(color, str) and color != "rgba(0,0,0,0)" and color != "transparent", (t.name, color)
