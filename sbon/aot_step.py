@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True}
 
 # This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).
-STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py", "aot_step.py")
+STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py", "aot_step.py",
+                "kernels/int4_bf16dot.cpp")
 
 
 def step_key(gen, keep_hidden: bool, options: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""4-bit weights on a CPU: the ``int4`` and ``int4-fp32`` weight formats (``sbon.engine.WEIGHT_FORMATS``).
+"""4-bit weights on a CPU: the ``int4``, ``int4-fp32`` and ``int4-bf16dot`` weight formats
+(``sbon.engine.WEIGHT_FORMATS``).
 
 Why: a decode step at a few rows reads every weight once and does little arithmetic with it, so its time follows
 the weights' bytes. The embedded generator ships as a GGUF file of 4-bit blocks (Q4_1: each 32 weights along the
@@ -14,12 +15,22 @@ are quantized here to the same form (each group's minimum and range), which chan
 stays in the model's dtype (in most small models it is the input embedding too, which a step only gathers from):
 bfloat16 for ``int4``, float32 for ``int4-fp32``, the format for CPUs without bfloat16 matmuls, where everything
 but the 4-bit kernel runs in float32 (see Int4Linear).
+
+``int4-bf16dot`` is ``int4`` with its own matmul (``sbon/kernels/int4_bf16dot.cpp``) for CPUs with AVX-512 BF16:
+torch's 4-bit kernel widens each weight to float32 and spends one FMA per weight and row, which bounds a step of
+several rows; this one multiplies with the CPU's bfloat16 dot products, two weights per lane and instruction. The
+same blocks, exact products, sums rounded in another order: its texts are its own, and a row's numbers are still its
+own at any batch size. It is compiled once per machine (seconds, beside sbon's other caches) where a C++ compiler
+is found; elsewhere the format does not load, with one line saying why.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -34,6 +45,24 @@ KERNEL_DTYPE = torch.bfloat16  # what torch's vectorized 4-bit CPU kernel comput
 # weights of another model, or of another layer, differ on every row, and checking them all took seconds per load.
 CHECKED_EVERY = 16
 
+KERNELS = ("aten", "bf16dot")  # torch's 4-bit CPU kernel; sbon's for CPUs with AVX-512 BF16 (int4_bf16dot.cpp)
+BF16DOT_SOURCE = Path(__file__).parent / "kernels" / "int4_bf16dot.cpp"
+# -fopenmp: at::parallel_for splits the columns over torch's threads only where it is compiled with OpenMP, as
+# inductor's kernels are.
+BF16DOT_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-fopenmp")
+BF16DOT_COLUMNS = 16  # output columns per block of the kernel's layout (pack_bf16dot)
+
+# The kernel's schema, with the shape function `torch.compile` traces it with; its CPU code is registered when the
+# kernel is built and loaded (bf16dot_problem).
+_LIB = torch.library.Library("sbon", "FRAGMENT")
+_LIB.define("int4_mm_bf16dot(Tensor x, Tensor packed, Tensor scales) -> Tensor")
+
+
+@torch.library.register_fake("sbon::int4_mm_bf16dot", lib=_LIB)
+def _(x, packed, scales):
+    return x.new_empty(x.shape[0], packed.shape[0] * BF16DOT_COLUMNS)
+
+
 # The GGUF's Q4_1 Linear tensors by name in a llama-architecture file and the module each becomes in
 # `transformers`, which also permutes the rows of q and k for its rotary layout (its GGUF loader).
 GGUF_LINEARS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
@@ -46,6 +75,44 @@ def kernel_problem() -> str | None:
     if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
         return f"torch {torch.__version__} has no 4-bit CPU kernel (_weight_int4pack_mm_for_cpu)"
     return None
+
+
+@functools.cache
+def bf16dot_problem() -> str | None:
+    """Why the int4-bf16dot kernel cannot run here (None: it can, and is loaded). Built on the first call on a
+    machine into sbon's cache (a folder per source, flags, torch and Python version), loaded from there later."""
+    from .machine import cpu_isa
+    if not (torch.cpu._is_avx512_bf16_supported() and cpu_isa().endswith("with BF16")):
+        return "this CPU has no AVX-512 BF16 dot products (or they are ruled out by ONEDNN_MAX_CPU_ISA)"
+    from torch.utils.cpp_extension import load
+
+    from .cache import cache_dir
+    key = hashlib.blake2b(b"\0".join([BF16DOT_SOURCE.read_bytes(), " ".join(BF16DOT_FLAGS).encode(),
+                                      torch.__version__.encode(), sys.version.encode()]), digest_size=8).hexdigest()
+    build = cache_dir() / "kernels" / f"int4_bf16dot-{key}"
+    try:
+        build.mkdir(parents=True, exist_ok=True)
+        if not any(build.glob("*.so")):
+            log.warning("int4-bf16dot: compiling its 4-bit kernel once on this machine (seconds) in %s", build)
+        load(name=f"sbon_int4_bf16dot_{key}", sources=[str(BF16DOT_SOURCE)], extra_cflags=list(BF16DOT_FLAGS),
+             extra_ldflags=["-fopenmp"],
+             build_directory=str(build), is_python_module=False, verbose=False)
+    except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: the format does not load
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return f"its 4-bit kernel does not build here ({type(e).__name__}: {first})"
+    return None
+
+
+def pack_bf16dot(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blocks (q, d, m) of a weight (out, in) in the int4-bf16dot kernel's layout (int4_bf16dot.cpp): per 16 output
+    columns and 4 inputs, 32 bytes whose byte 2c + e holds column c's q at input 4j + e (low nibble) and 4j + 2 + e
+    (high); and per 16 columns and block of 32 inputs, the 16 d then the 16 m (float16, as a GGUF file holds them)."""
+    n, k = q.shape
+    c = BF16DOT_COLUMNS
+    quads = q.reshape(n // c, c, k // 4, 2, 2).permute(0, 2, 1, 4, 3)  # (column block, j, c, e, high)
+    packed = (quads[..., 0] | (quads[..., 1] << 4)).to(torch.uint8).reshape(n // c, k * 8).contiguous()
+    per_block = [t.half().reshape(n // c, c, k // GROUP).transpose(1, 2) for t in (d, m)]
+    return packed, torch.stack(per_block, 2).reshape(n // c, -1).contiguous()
 
 
 def gguf_q4_1(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -129,39 +196,53 @@ class Int4Linear(torch.nn.Module):
     needed (the conversions are shifts and adds where the CPU has no AVX-512 BF16)."""
 
     def __init__(self, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, bias: torch.Tensor | None,
-                 dtype: torch.dtype):
+                 dtype: torch.dtype, kernel: str = "aten"):
         super().__init__()
         self.out_features, self.in_features = q.shape
-        self.dtype = dtype
-        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
-        # (in / 32, out, 2): each group's scale and zero, as the kernel takes them
-        self.register_buffer("scales", torch.stack([d, m + 8 * d], -1).transpose(0, 1).contiguous().to(KERNEL_DTYPE))
+        self.dtype, self.kernel = dtype, kernel
+        if kernel == "bf16dot":
+            if problem := bf16dot_problem():
+                raise SBoNError(f"int4-bf16dot weights: {problem}; use int4")
+            packed, scales = pack_bf16dot(q, d, m)
+        else:
+            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
+            # (in / 32, out, 2): each group's scale and zero, as the kernel takes them
+            scales = torch.stack([d, m + 8 * d], -1).transpose(0, 1).contiguous().to(KERNEL_DTYPE)
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales", scales)
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales).to(x.dtype)
+        if self.kernel == "bf16dot":
+            out = torch.ops.sbon.int4_mm_bf16dot(flat.contiguous(), self.packed, self.scales).to(x.dtype)
+        else:
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales).to(x.dtype)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, kernel={self.kernel}"
 
 
-def to_int4(model: torch.nn.Module, gguf: str | Path | None = None) -> torch.nn.Module:
-    """Every Linear layer but the LM head as an Int4Linear, from ``gguf``'s blocks where they are the layer's
-    weights, quantized here otherwise. The model stays in its dtype elsewhere; CPU only."""
+def to_int4(model: torch.nn.Module, gguf: str | Path | None = None, kernel: str = "aten") -> torch.nn.Module:
+    """Every Linear layer but the LM head as an Int4Linear multiplying with ``kernel`` (KERNELS), from ``gguf``'s
+    blocks where they are the layer's weights, quantized here otherwise. The model stays in its dtype elsewhere; CPU
+    only."""
     if next(model.parameters()).device.type != "cpu":
         raise SBoNError("int4 weights run on the CPU only (torch's 4-bit CPU kernel): use bf16 on a GPU")
     if problem := kernel_problem():
         raise SBoNError(f"int4 weights: {problem}; use bf16")
+    if kernel == "bf16dot" and (problem := bf16dot_problem()):  # before the blocks are read: one line, at once
+        raise SBoNError(f"int4-bf16dot weights: {problem}; use int4")
     dtype = next(model.parameters()).dtype
     blocks = gguf_blocks(gguf, model.config) if gguf else {}
     head = model.get_output_embeddings()
     from_file = quantized = 0
     for name, module in list(model.named_modules()):
-        if type(module) is not torch.nn.Linear or module is head or module.in_features % GROUP:
+        if type(module) is not torch.nn.Linear or module is head or module.in_features % GROUP or (
+                kernel == "bf16dot" and module.out_features % BF16DOT_COLUMNS):
             continue
         q, d, m = blocks.get(name) or (None, None, None)
         rows = slice(None, None, CHECKED_EVERY)
@@ -172,7 +253,7 @@ def to_int4(model: torch.nn.Module, gguf: str | Path | None = None) -> torch.nn.
         else:
             from_file += 1
         parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, Int4Linear(q, d, m, module.bias, dtype))
+        setattr(model.get_submodule(parent), child, Int4Linear(q, d, m, module.bias, dtype, kernel))
     if gguf and quantized:
         log.warning("int4 weights: %d layers quantized here, not from %s", quantized, Path(gguf).name)
     model.int4_layers = {"from_file": from_file, "quantized": quantized}

@@ -39,6 +39,11 @@ def gen_int4():
 
 
 @pytest.fixture(scope="module")
+def gen_int4_bf16dot():
+    return loaded_here("int4-bf16dot")
+
+
+@pytest.fixture(scope="module")
 def gen_int4_fp32():
     return load_generator("smollm2-135m", device="cpu", weights="int4-fp32")
 
@@ -143,13 +148,14 @@ def excluded_where_not_exact(name: str, gen) -> bool:
 
 
 @pytest.mark.parametrize("name, threads", [("fp32", 1), ("fp32", 2), ("bf16", 1), ("bf16", 2), ("int4", 2),
-                                           ("int4-fp32", 1), ("int4-fp32", 2)])
-def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, gen_int4, gen_int4_fp32):
+                                           ("int4-fp32", 1), ("int4-fp32", 2), ("int4-bf16dot", 2)])
+def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, gen_int4, gen_int4_fp32, request):
     """Candidates 0-5 in one batch, one and five, four and two (the probe, along coupled sampling), and on one
     thread one at a time: the same tokens and logits, bit for bit. Formats with float32 activations (fp32 and int4-fp32,
     prepacked for oneDNN) are so on any CPU at any thread count; bf16 and int4 where the CPU computes bfloat16
     natively (WEIGHT_FORMATS); where the probe measures a format not exact, the choice excludes it."""
-    g = {"fp32": gen, "bf16": gen_bf16, "int4": gen_int4, "int4-fp32": gen_int4_fp32}[name]
+    g = {"fp32": gen, "bf16": gen_bf16, "int4": gen_int4, "int4-fp32": gen_int4_fp32}.get(name) \
+        or request.getfixturevalue("gen_int4_bf16dot")  # skipped on a CPU without AVX-512 BF16
     assert WEIGHT_FORMATS[name].batch_invariant
     assert WEIGHT_FORMATS[name].min_rows > 1
     before = torch.get_num_threads()
@@ -425,3 +431,54 @@ def test_int4_fp32_runs_the_int4_layers_in_float32_around_the_4_bit_kernel(gen_i
     assert logits.dtype == torch.float32
     _, reference = decode(gen_int4, gen_int4.prefill(gen_int4.encode_prompt(PROMPT)), range(2), 3)
     assert (logits[:, 0].argmax(-1) == reference[:, 0].float().argmax(-1)).all()
+
+
+def test_the_bf16dot_kernel_gives_each_row_its_own_bits_close_to_the_exact_product():
+    """sbon's 4-bit kernel (int4-bf16dot) on blocks quantized here: within bfloat16 rounding of the float32 product
+    with the dequantized weights, as close as torch's 4-bit kernel; and a row's bits the same at every row count
+    (across its tiles of up to 8 rows and 1, 2 or 4 column blocks), on one thread and on two. Where the CPU has no
+    AVX-512 BF16, the layer is refused in one line that says so."""
+    from sbon.int4 import GROUP, Int4Linear, bf16dot_problem, dequantize, quantize
+    from sbon.machine import cpu_isa
+    torch.manual_seed(0)
+    w = torch.randn(5 * 16, 3 * GROUP) * 0.05  # five column blocks: every tile width, split over two threads
+    q, d, m = quantize(w)
+    if bf16dot_problem():
+        assert not cpu_isa().endswith("with BF16") or "does not build" in bf16dot_problem()
+        with pytest.raises(SBoNError, match="int4-bf16dot weights: .*; use int4"):
+            Int4Linear(q, d, m, None, torch.bfloat16, kernel="bf16dot")
+        return
+    layer = Int4Linear(q, d, m, None, torch.bfloat16, kernel="bf16dot")
+    aten = Int4Linear(q, d, m, None, torch.bfloat16)
+    x = torch.randn(20, 3 * GROUP, dtype=torch.bfloat16)
+    exact = x.float() @ dequantize(q, d.half().float(), m.half().float()).t()
+    full = layer(x)
+    assert full.dtype == torch.bfloat16 and full.shape == (20, 5 * 16)
+    err, aten_err = (full.float() - exact).abs(), (aten(x).float() - exact).abs()
+    assert (err <= exact.abs() / 128 + 1e-3).all() and err.max() <= aten_err.max() * 1.5
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert all(torch.equal(layer(x[:rows]), full[:rows]) for rows in range(1, 21))
+            assert all(torch.equal(layer(x[r:r + 1])[0], full[r]) for r in range(20))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_int4_bf16dot_takes_int4_s_blocks_and_stays_close_to_it(gen_int4_bf16dot, gen_int4):
+    """The same blocks from the GGUF file, multiplied by sbon's kernel, the bf16 LM head; its next-token
+    distributions those of int4 (the same weights, summed in another order) along an int4 greedy answer."""
+    from sbon.int4 import Int4Linear
+    model = gen_int4_bf16dot.model
+    layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
+    assert model.int4_layers == gen_int4.model.int4_layers and model.int4_layers["quantized"] == 0
+    assert layers and all(m.kernel == "bf16dot" for m in layers)
+    assert model.get_output_embeddings().weight.dtype == torch.bfloat16
+    ids = gen_int4.encode_prompt(PROMPT)
+    with torch.inference_mode():
+        seq = gen_int4.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
+        ref = gen_int4.model(seq).logits[0].float().log_softmax(-1)
+        got = model(seq).logits[0].float().log_softmax(-1)
+    kl = (ref.exp() * (ref - got)).sum(-1)
+    assert kl.mean() < 0.01 and (ref.argmax(-1) == got.argmax(-1)).float().mean() > 0.95
