@@ -56,11 +56,17 @@ BF16DOT_COLUMNS = 16  # output columns per block of the kernel's layout (pack_bf
 # kernel is built and loaded (bf16dot_problem).
 _LIB = torch.library.Library("sbon", "FRAGMENT")
 _LIB.define("int4_mm_bf16dot(Tensor x, Tensor packed, Tensor scales) -> Tensor")
+_LIB.define("int8_mm_bf16dot(Tensor x, Tensor packed, Tensor scales) -> Tensor")
 
 
 @torch.library.register_fake("sbon::int4_mm_bf16dot", lib=_LIB)
 def _(x, packed, scales):
     return x.new_empty(x.shape[0], packed.shape[0] * BF16DOT_COLUMNS)
+
+
+@torch.library.register_fake("sbon::int8_mm_bf16dot", lib=_LIB)
+def _(x, packed, scales):
+    return x.new_empty(x.shape[0], packed.shape[0] * BF16DOT_COLUMNS, dtype=torch.float32)
 
 
 # The GGUF's Q4_1 Linear tensors by name in a llama-architecture file and the module each becomes in
@@ -81,9 +87,8 @@ def kernel_problem() -> str | None:
 def bf16dot_problem() -> str | None:
     """Why the int4-bf16dot kernel cannot run here (None: it can, and is loaded). Built on the first call on a
     machine into sbon's cache (a folder per source, flags, torch and Python version), loaded from there later."""
-    from .machine import cpu_isa
-    if not (torch.cpu._is_avx512_bf16_supported() and cpu_isa().endswith("with BF16")):
-        return "this CPU has no AVX-512 BF16 dot products (or they are ruled out by ONEDNN_MAX_CPU_ISA)"
+    if not torch.cpu._is_avx512_bf16_supported():  # (an emulated CPU class without them says so here too)
+        return "this CPU has no AVX-512 BF16 dot products"
     from torch.utils.cpp_extension import load
 
     from .cache import cache_dir
@@ -113,6 +118,32 @@ def pack_bf16dot(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[tor
     packed = (quads[..., 0] | (quads[..., 1] << 4)).to(torch.uint8).reshape(n // c, k * 8).contiguous()
     per_block = [t.half().reshape(n // c, c, k // GROUP).transpose(1, 2) for t in (d, m)]
     return packed, torch.stack(per_block, 2).reshape(n // c, -1).contiguous()
+
+
+def pack_q8_bf16dot(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """8-bit blocks (q int8 (out, in), d (out, in / 32)) in the kernel's layout for them (int4_bf16dot.cpp): per 16
+    output columns and 2 inputs, 32 bytes whose byte 2c + e is column c's q at input 2p + e; and per 16 columns and
+    block of 32 inputs, the 16 d (float16, as a GGUF file holds them)."""
+    n, k = q.shape
+    c = BF16DOT_COLUMNS
+    packed = q.to(torch.int8).reshape(n // c, c, k // 2, 2).permute(0, 2, 1, 3).reshape(n // c, k * c).contiguous()
+    return packed, d.half().reshape(n // c, c, k // GROUP).transpose(1, 2).reshape(n // c, -1).contiguous()
+
+
+def gguf_q8_0_head(path: str | Path) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The file's LM head (``output.weight``, else the tied ``token_embd.weight``) where it is in 8-bit blocks
+    (Q8_0: w = d q): (q int8 (vocabulary, hidden), d float32 (vocabulary, hidden / 32)); None otherwise."""
+    import gguf
+    import numpy as np
+
+    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    t = tensors.get("output.weight") or tensors.get("token_embd.weight")
+    if t is None or t.tensor_type != gguf.GGMLQuantizationType.Q8_0:
+        return None
+    rows = t.data.shape[0]
+    blocks = np.ascontiguousarray(t.data).reshape(rows, -1, 2 + GROUP)  # per block: d (float16), 32 int8 q
+    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
+    return torch.from_numpy(blocks[..., 2:].copy().view(np.int8).reshape(rows, -1)), d
 
 
 def gguf_q4_1(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -226,6 +257,42 @@ class Int4Linear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, kernel={self.kernel}"
 
 
+class Int8Head(torch.nn.Module):
+    """An LM head in a GGUF file's 8-bit blocks (Q8_0), multiplied by the int4-bf16dot kernel's 8-bit twin on the
+    CPU's bfloat16 dot products (q is exact in bfloat16): half the bytes of a bfloat16 head, the file's own weights,
+    float32 logits, and each row's numbers its own at any row count."""
+
+    def __init__(self, q: torch.Tensor, d: torch.Tensor):
+        super().__init__()
+        if problem := bf16dot_problem():
+            raise SBoNError(f"int4-bf16dot weights: {problem}; use int4")
+        self.out_features, self.in_features = q.shape
+        packed, scales = pack_q8_bf16dot(q, d)
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales", scales)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
+        return torch.ops.sbon.int8_mm_bf16dot(flat, self.packed, self.scales).reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, 8-bit"
+
+
+def _file_head(model: torch.nn.Module, gguf: str | Path) -> Int8Head | None:
+    """The model's LM head from the file's 8-bit blocks, where they are its loaded weights (checked on a sample of
+    rows, as the 4-bit layers are); None where the file has no such head or it is another model's."""
+    head = model.get_output_embeddings()
+    blocks = gguf_q8_0_head(gguf)
+    if head is None or head.bias is not None or blocks is None or blocks[0].shape != head.weight.shape \
+            or head.in_features % GROUP or head.out_features % BF16DOT_COLUMNS:
+        return None
+    q, d = blocks
+    rows = slice(None, None, CHECKED_EVERY)
+    w = (q[rows].float().reshape(-1, q.shape[1] // GROUP, GROUP) * d[rows, :, None]).reshape(q[rows].shape)
+    return Int8Head(q, d) if torch.equal(w.to(head.weight.dtype), head.weight.detach()[rows]) else None
+
+
 def to_int4(model: torch.nn.Module, gguf: str | Path | None = None, kernel: str = "aten") -> torch.nn.Module:
     """Every Linear layer but the LM head as an Int4Linear multiplying with ``kernel`` (KERNELS), from ``gguf``'s
     blocks where they are the layer's weights, quantized here otherwise. The model stays in its dtype elsewhere; CPU
@@ -257,4 +324,8 @@ def to_int4(model: torch.nn.Module, gguf: str | Path | None = None, kernel: str 
     if gguf and quantized:
         log.warning("int4 weights: %d layers quantized here, not from %s", quantized, Path(gguf).name)
     model.int4_layers = {"from_file": from_file, "quantized": quantized}
+    # int4-bf16dot: an 8-bit LM head where the file has one (the embedding keeps the model's own weights).
+    if kernel == "bf16dot" and gguf and (file_head := _file_head(model, gguf)) is not None:
+        model.set_output_embeddings(file_head)
+        model.int4_layers["head"] = "8-bit, from the file"
     return model

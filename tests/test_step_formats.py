@@ -435,16 +435,16 @@ def test_int4_fp32_runs_the_int4_layers_in_float32_around_the_4_bit_kernel(gen_i
 
 def test_the_bf16dot_kernel_gives_each_row_its_own_bits_close_to_the_exact_product():
     """sbon's 4-bit kernel (int4-bf16dot) on blocks quantized here: within bfloat16 rounding of the float32 product
-    with the dequantized weights, as close as torch's 4-bit kernel; and a row's bits the same at every row count
-    (across its tiles of up to 8 rows and 1, 2 or 4 column blocks), on one thread and on two. Where the CPU has no
-    AVX-512 BF16, the layer is refused in one line that says so."""
-    from sbon.int4 import GROUP, Int4Linear, bf16dot_problem, dequantize, quantize
-    from sbon.machine import cpu_isa
+    with the dequantized weights, as close as torch's 4-bit kernel; its 8-bit twin (the format's LM head) within
+    float32 rounding; and for both a row's bits the same at every row count (across tiles of up to 8 rows and 1, 2
+    or 4 column blocks), on one thread and on two. Where the CPU has no AVX-512 BF16, the layer is refused in one
+    line that says so."""
+    from sbon.int4 import GROUP, Int4Linear, Int8Head, bf16dot_problem, dequantize, quantize
     torch.manual_seed(0)
     w = torch.randn(5 * 16, 3 * GROUP) * 0.05  # five column blocks: every tile width, split over two threads
     q, d, m = quantize(w)
     if bf16dot_problem():
-        assert not cpu_isa().endswith("with BF16") or "does not build" in bf16dot_problem()
+        assert not torch.cpu._is_avx512_bf16_supported() or "does not build" in bf16dot_problem()
         with pytest.raises(SBoNError, match="int4-bf16dot weights: .*; use int4"):
             Int4Linear(q, d, m, None, torch.bfloat16, kernel="bf16dot")
         return
@@ -456,25 +456,35 @@ def test_the_bf16dot_kernel_gives_each_row_its_own_bits_close_to_the_exact_produ
     assert full.dtype == torch.bfloat16 and full.shape == (20, 5 * 16)
     err, aten_err = (full.float() - exact).abs(), (aten(x).float() - exact).abs()
     assert (err <= exact.abs() / 128 + 1e-3).all() and err.max() <= aten_err.max() * 1.5
+    # Its 8-bit twin (the format's LM head, Q8_0 blocks): float32 out, within float32 rounding of the exact product.
+    q8 = torch.randint(-128, 128, (5 * 16, 3 * GROUP), dtype=torch.int8)
+    d8 = torch.rand(5 * 16, 3) / 100
+    head = Int8Head(q8, d8)
+    w8 = (q8.float().reshape(-1, 3, GROUP) * d8.half().float()[..., None]).reshape(q8.shape)
+    logits = head(x)
+    assert logits.dtype == torch.float32 and torch.allclose(logits, x.float() @ w8.t(), rtol=1e-5, atol=1e-4)
     before = torch.get_num_threads()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            assert all(torch.equal(layer(x[:rows]), full[:rows]) for rows in range(1, 21))
-            assert all(torch.equal(layer(x[r:r + 1])[0], full[r]) for r in range(20))
+            for kernel, out in ((layer, full), (head, logits)):
+                assert all(torch.equal(kernel(x[:rows]), out[:rows]) for rows in range(1, 21))
+                assert all(torch.equal(kernel(x[r:r + 1])[0], out[r]) for r in range(20))
     finally:
         torch.set_num_threads(before)
 
 
 def test_int4_bf16dot_takes_int4_s_blocks_and_stays_close_to_it(gen_int4_bf16dot, gen_int4):
-    """The same blocks from the GGUF file, multiplied by sbon's kernel, the bf16 LM head; its next-token
-    distributions those of int4 (the same weights, summed in another order) along an int4 greedy answer."""
-    from sbon.int4 import Int4Linear
+    """The same 4-bit blocks from the GGUF file and its 8-bit LM head (Q8_0, checked against the weights the model
+    loaded), multiplied by sbon's kernels; its next-token distributions those of int4 (the same weights, summed in
+    another order) along an int4 greedy answer."""
+    from sbon.int4 import Int4Linear, Int8Head
     model = gen_int4_bf16dot.model
     layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
-    assert model.int4_layers == gen_int4.model.int4_layers and model.int4_layers["quantized"] == 0
-    assert layers and all(m.kernel == "bf16dot" for m in layers)
-    assert model.get_output_embeddings().weight.dtype == torch.bfloat16
+    assert model.int4_layers == {**gen_int4.model.int4_layers, "head": "8-bit, from the file"}
+    assert model.int4_layers["quantized"] == 0 and layers and all(m.kernel == "bf16dot" for m in layers)
+    assert isinstance(model.get_output_embeddings(), Int8Head)
+    assert model.get_input_embeddings().weight.dtype == torch.bfloat16
     ids = gen_int4.encode_prompt(PROMPT)
     with torch.inference_mode():
         seq = gen_int4.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)

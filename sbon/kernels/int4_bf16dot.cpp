@@ -29,6 +29,19 @@ constexpr int MAX_ROWS = 8;    // rows that share one pass over the weights
 // Every loop over rows and columns unrolled: the sums live in registers, indexed by constants.
 #define UNROLL _Pragma("GCC unroll 16")
 
+// A block of up to MAX_ROWS rows' activations pair by pair, the rows side by side (one pointer reaches every row's).
+std::vector<int32_t> side_by_side(const at::Tensor& x) {
+  const int64_t M = x.size(0), K = x.size(1);
+  const int32_t* xs = reinterpret_cast<const int32_t*>(x.data_ptr<at::BFloat16>());
+  std::vector<int32_t> pairs(M * K / 2);
+  for (int64_t m = 0; m < M; m += MAX_ROWS) {
+    const int64_t rows = std::min<int64_t>(MAX_ROWS, M - m);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < K / 2; ++k) pairs[m * K / 2 + k * rows + r] = xs[(m + r) * K / 2 + k];
+  }
+  return pairs;
+}
+
 // ROWS rows times COLS blocks of 16 columns: each (row, column) sums in its own register, so that enough sums are
 // in flight to hide VDPBF16PS's latency at one row; which (ROWS, COLS) runs never changes a sum's order.
 template <int ROWS, int COLS>
@@ -119,26 +132,22 @@ at::Tensor int4_mm_bf16dot(const at::Tensor& x, const at::Tensor& packed, const 
                   scales.size(1) == groups * 32,
               "int4_mm_bf16dot: scales must be contiguous float16 (N / 16, K / 32 * 32)");
   at::Tensor out = at::empty({M, N}, x.options());
-  // Each block of up to MAX_ROWS rows, its activations pair by pair with the rows side by side (so that one pointer
-  // reaches every row's), and each group's sum of a row's activations, summed in one fixed order per row.
-  // (Plain buffers: a tensor's allocation goes through the dispatcher, a noticeable part of a one-row call.)
-  std::vector<int32_t> pairs_v(M * K / 2);
+  // Each group's sum of a row's activations, summed in one fixed order per row, the rows side by side as their
+  // activations (side_by_side).
+  const std::vector<int32_t> pairs_v = side_by_side(x);
   std::vector<float> sums_v(M * groups);
-  const int32_t* xs = reinterpret_cast<const int32_t*>(x.data_ptr<at::BFloat16>());
-  int32_t* pairs = pairs_v.data();
+  const at::BFloat16* xs = x.data_ptr<at::BFloat16>();
+  const int32_t* pairs = pairs_v.data();
   float* sums = sums_v.data();
   for (int64_t m = 0; m < M; m += MAX_ROWS) {
     const int64_t rows = std::min<int64_t>(MAX_ROWS, M - m);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int32_t* row = xs + (m + r) * K / 2;
-      for (int64_t k = 0; k < K / 2; ++k) pairs[m * K / 2 + k * rows + r] = row[k];
+    for (int64_t r = 0; r < rows; ++r)
       for (int64_t g = 0; g < groups; ++g) {
-        const auto* p = reinterpret_cast<const __m256i*>(row + g * GROUP / 2);
+        const auto* p = reinterpret_cast<const __m256i*>(xs + (m + r) * K + g * GROUP);
         sums[m * groups + g * rows + r] = _mm512_reduce_add_ps(
             _mm512_add_ps(_mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256(p)),
                           _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256(p + 1))));
       }
-    }
   }
   const uint8_t* w = packed.data_ptr<uint8_t>();
   const at::Half* s = scales.data_ptr<at::Half>();
@@ -158,7 +167,105 @@ at::Tensor int4_mm_bf16dot(const at::Tensor& x, const at::Tensor& packed, const 
   return out;
 }
 
+// The LM head of the same format: a GGUF file's 8-bit blocks (Q8_0: w = d q, q in -128..127, one d per 32 inputs),
+// q widened to bfloat16 (exact) and multiplied as above; float32 logits out. Layouts (sbon.int4.pack_q8_bf16dot):
+//   packed  int8 (N / 16, K * 16): per 16 columns and 2 inputs k = 2p, 2p + 1, 32 bytes; byte 2c + e is column c's
+//           q at k = 2p + e;
+//   scales  float16 (N / 16, K / 32 * 16): per 16 columns and block of 32 inputs, the 16 d.
+template <int ROWS, int COLS>
+void tile8(const int8_t* w, const at::Half* scales, int64_t block_stride, const int32_t* a, int64_t groups,
+           float* out, int64_t out_stride) {
+  __m512 block[ROWS][COLS], total[ROWS][COLS];
+  UNROLL
+  for (int r = 0; r < ROWS; ++r)
+    UNROLL
+    for (int c = 0; c < COLS; ++c) total[r][c] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    UNROLL
+    for (int r = 0; r < ROWS; ++r)
+      UNROLL
+      for (int c = 0; c < COLS; ++c) block[r][c] = _mm512_setzero_ps();
+    const int32_t* pairs = a + g * (GROUP / 2) * ROWS;
+#pragma GCC unroll 4
+    for (int p = 0; p < GROUP / 2; ++p) {
+      UNROLL
+      for (int c = 0; c < COLS; ++c) {
+        const int8_t* wp = w + c * block_stride + (g * (GROUP / 2) + p) * 32;
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp))));
+        const __m512 hi =
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wp + 16))));
+        const __m512bh q = _mm512_cvtne2ps_pbh(hi, lo);  // exact: |q| <= 128
+        UNROLL
+        for (int r = 0; r < ROWS; ++r)
+          block[r][c] = _mm512_dpbf16_ps(block[r][c], (__m512bh)_mm512_set1_epi32(pairs[p * ROWS + r]), q);
+      }
+    }
+    UNROLL
+    for (int c = 0; c < COLS; ++c) {
+      const __m512 d = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + c * (block_stride / 32) + g * 16)));
+      UNROLL
+      for (int r = 0; r < ROWS; ++r) total[r][c] = _mm512_fmadd_ps(d, block[r][c], total[r][c]);
+    }
+  }
+  UNROLL
+  for (int r = 0; r < ROWS; ++r)
+    UNROLL
+    for (int c = 0; c < COLS; ++c) _mm512_storeu_ps(out + r * out_stride + c * 16, total[r][c]);
+}
+
+using Tile8 = void (*)(const int8_t*, const at::Half*, int64_t, const int32_t*, int64_t, float*, int64_t);
+template <int ROWS>
+constexpr Tile8 TILES8[3] = {tile8<ROWS, 1>, tile8<ROWS, 2>, tile8<ROWS, (ROWS <= 2 ? 4 : 2)>};
+
+Tile8 pick8(int64_t rows, int cols) {
+  const int i = cols == 1 ? 0 : cols == 2 ? 1 : 2;
+  switch (rows) {
+    case 1: return TILES8<1>[i];
+    case 2: return TILES8<2>[i];
+    case 3: return TILES8<3>[i];
+    case 4: return TILES8<4>[i];
+    case 5: return TILES8<5>[i];
+    case 6: return TILES8<6>[i];
+    case 7: return TILES8<7>[i];
+    default: return TILES8<8>[i];
+  }
+}
+
+at::Tensor int8_mm_bf16dot(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.is_contiguous(),
+              "int8_mm_bf16dot: x must be a contiguous 2-D bfloat16 tensor");
+  const int64_t M = x.size(0), K = x.size(1), blocks = packed.size(0), N = blocks * 16, groups = K / GROUP;
+  TORCH_CHECK(K % GROUP == 0 && packed.scalar_type() == at::kChar && packed.is_contiguous() &&
+                  packed.size(1) == K * 16,
+              "int8_mm_bf16dot: packed must be contiguous int8 (N / 16, K * 16)");
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.size(0) == blocks &&
+                  scales.size(1) == groups * 16,
+              "int8_mm_bf16dot: scales must be contiguous float16 (N / 16, K / 32 * 16)");
+  at::Tensor out = at::empty({M, N}, x.options().dtype(at::kFloat));
+  const std::vector<int32_t> pairs = side_by_side(x);
+  const int8_t* w = packed.data_ptr<int8_t>();
+  const at::Half* s = scales.data_ptr<at::Half>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t m = 0; m < M; m += MAX_ROWS) {
+      const int64_t rows = std::min<int64_t>(MAX_ROWS, M - m);
+      for (int64_t n = begin; n < end;) {
+        int cols = WIDEST[rows];
+        while (n + cols > end) cols /= 2;
+        pick8(rows, cols)(w + n * K * 16, s + n * groups * 16, K * 16, pairs.data() + m * K / 2, groups,
+                          o + m * N + n * 16, N);
+        n += cols;
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 // The schema is defined in sbon/int4.py (with the shape function torch.compile traces it with).
-TORCH_LIBRARY_IMPL(sbon, CPU, m) { m.impl("int4_mm_bf16dot", &int4_mm_bf16dot); }
+TORCH_LIBRARY_IMPL(sbon, CPU, m) {
+  m.impl("int4_mm_bf16dot", &int4_mm_bf16dot);
+  m.impl("int8_mm_bf16dot", &int8_mm_bf16dot);
+}
