@@ -349,11 +349,12 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "int4-fp32": WeightFormat("4-bit Linear weights as int4, float32 activations and LM head (CPU only): for CPUs "
                               "without bfloat16 matmuls, where bf16's LM head is emulated",
                               torch.float32, batch_invariant=True, convert=_int4, min_rows=2, prepack=True),
-    # int4 with sbon's own 4-bit matmul on the CPU's bfloat16 dot products (sbon.int4): the same blocks, sums in
-    # another order; each row's numbers its own at any row count, and the LM head bf16's, exact from two rows up.
-    "int4-bf16dot": WeightFormat("4-bit Linear weights as int4, multiplied with the CPU's bfloat16 dot products "
-                                 "(sbon's kernel, compiled once; CPUs with AVX-512 BF16 only): twice the work per "
-                                 "instruction of torch's 4-bit kernel, so faster where a step has several rows",
+    # int4 with sbon's own matmuls on the CPU's bfloat16 dot products (sbon.int4): the same blocks, sums in another
+    # order, and the file's 8-bit LM head where it has one; each row's numbers its own at any row count.
+    "int4-bf16dot": WeightFormat("4-bit Linear weights as int4 and the file's 8-bit LM head, multiplied with the "
+                                 "CPU's bfloat16 dot products (sbon's kernel, compiled once; CPUs with AVX-512 BF16 "
+                                 "only): twice the work per instruction of torch's 4-bit kernel, half the bytes of "
+                                 "a bfloat16 LM head",
                                  torch.bfloat16, batch_invariant=True, convert=_int4_bf16dot, min_rows=2,
                                  prepack=True),
     "int8": WeightFormat("int8 Linear weights, activations quantized per batch (torch dynamic quantization, CPU "

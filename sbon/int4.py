@@ -20,7 +20,8 @@ but the 4-bit kernel runs in float32 (see Int4Linear).
 torch's 4-bit kernel widens each weight to float32 and spends one FMA per weight and row, which bounds a step of
 several rows; this one multiplies with the CPU's bfloat16 dot products, two weights per lane and instruction. The
 same blocks, exact products, sums rounded in another order: its texts are its own, and a row's numbers are still its
-own at any batch size. It is compiled once per machine (seconds, beside sbon's other caches) where a C++ compiler
+own at any batch size. Its LM head is the file's 8-bit blocks where the file has them (Int8Head), half a bfloat16
+head's bytes. It is compiled once per machine (seconds, beside sbon's other caches) where a C++ compiler
 is found; elsewhere the format does not load, with one line saying why.
 """
 

@@ -1,4 +1,5 @@
-// The 4-bit matmul of the int4-bf16dot weight format (sbon/int4.py), for CPUs with AVX-512 BF16.
+// The matmuls of the int4-bf16dot weight format (sbon/int4.py), for CPUs with AVX-512 BF16: its 4-bit Linear layers,
+// and further down its 8-bit LM head.
 //
 // Why: torch's 4-bit CPU kernel widens every weight to float32 and multiplies with one FMA per weight and row, so
 // beyond one row a decode step is bound by that arithmetic. Here a block of 32 weights (Q4_1: w = d q + m) is
