@@ -103,23 +103,31 @@ void tile(const uint8_t* w, const at::Half* scales, int64_t block_stride, const 
 
 using Tile = void (*)(const uint8_t*, const at::Half*, int64_t, const int32_t*, const float*, int64_t, at::BFloat16*,
                       int64_t);
-// By rows (1..MAX_ROWS), then 4, 2 or 1 column blocks: at least four sums in flight, within the 32 registers.
+// A kernel's tiles by rows (1..MAX_ROWS), then 1, 2 or 4 column blocks (2 where 4 would not fit the registers).
+#define ROW_TILES(f, R) {f<R, 1>, f<R, 2>, f<R, (R <= 2 ? 4 : 2)>}
+#define ALL_TILES(f) \
+  {ROW_TILES(f, 1), ROW_TILES(f, 2), ROW_TILES(f, 3), ROW_TILES(f, 4), \
+   ROW_TILES(f, 5), ROW_TILES(f, 6), ROW_TILES(f, 7), ROW_TILES(f, 8)}
+constexpr Tile TILES[MAX_ROWS][3] = ALL_TILES(tile);
+// By rows, the widest tile: at least four sums in flight, within the 32 registers.
 constexpr int WIDEST[MAX_ROWS + 1] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
-template <int ROWS>
-constexpr Tile TILES[3] = {tile<ROWS, 1>, tile<ROWS, 2>, tile<ROWS, (ROWS <= 2 ? 4 : 2)>};
 
-Tile pick(int64_t rows, int cols) {
-  const int i = cols == 1 ? 0 : cols == 2 ? 1 : 2;
-  switch (rows) {
-    case 1: return TILES<1>[i];
-    case 2: return TILES<2>[i];
-    case 3: return TILES<3>[i];
-    case 4: return TILES<4>[i];
-    case 5: return TILES<5>[i];
-    case 6: return TILES<6>[i];
-    case 7: return TILES<7>[i];
-    default: return TILES<8>[i];
-  }
+// Every tile of an M x (blocks x 16) product, the column blocks split over torch's threads, each thread's in tiles
+// of up to MAX_ROWS rows and the widest column blocks that fit its share: run(rows, width index, first row, first
+// column block).
+template <typename Run>
+void for_each_tile(int64_t M, int64_t blocks, const Run& run) {
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t m = 0; m < M; m += MAX_ROWS) {
+      const int64_t rows = std::min<int64_t>(MAX_ROWS, M - m);
+      for (int64_t n = begin; n < end;) {
+        int cols = WIDEST[rows];
+        while (n + cols > end) cols /= 2;
+        run(rows, cols == 1 ? 0 : cols == 2 ? 1 : 2, m, n);
+        n += cols;
+      }
+    }
+  });
 }
 
 at::Tensor int4_mm_bf16dot(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales) {
@@ -153,17 +161,9 @@ at::Tensor int4_mm_bf16dot(const at::Tensor& x, const at::Tensor& packed, const 
   const uint8_t* w = packed.data_ptr<uint8_t>();
   const at::Half* s = scales.data_ptr<at::Half>();
   at::BFloat16* o = out.data_ptr<at::BFloat16>();
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t m = 0; m < M; m += MAX_ROWS) {
-      const int64_t rows = std::min<int64_t>(MAX_ROWS, M - m);
-      for (int64_t n = begin; n < end;) {
-        int cols = WIDEST[rows];
-        while (n + cols > end) cols /= 2;
-        pick(rows, cols)(w + n * K * 8, s + n * groups * 32, K * 8, pairs + m * K / 2, sums + m * groups, groups,
-                         o + m * N + n * 16, N);
-        n += cols;
-      }
-    }
+  for_each_tile(M, blocks, [&](int64_t rows, int width, int64_t m, int64_t n) {
+    TILES[rows - 1][width](w + n * K * 8, s + n * groups * 32, K * 8, pairs + m * K / 2, sums + m * groups, groups,
+                           o + m * N + n * 16, N);
   });
   return out;
 }
@@ -216,22 +216,7 @@ void tile8(const int8_t* w, const at::Half* scales, int64_t block_stride, const 
 }
 
 using Tile8 = void (*)(const int8_t*, const at::Half*, int64_t, const int32_t*, int64_t, float*, int64_t);
-template <int ROWS>
-constexpr Tile8 TILES8[3] = {tile8<ROWS, 1>, tile8<ROWS, 2>, tile8<ROWS, (ROWS <= 2 ? 4 : 2)>};
-
-Tile8 pick8(int64_t rows, int cols) {
-  const int i = cols == 1 ? 0 : cols == 2 ? 1 : 2;
-  switch (rows) {
-    case 1: return TILES8<1>[i];
-    case 2: return TILES8<2>[i];
-    case 3: return TILES8<3>[i];
-    case 4: return TILES8<4>[i];
-    case 5: return TILES8<5>[i];
-    case 6: return TILES8<6>[i];
-    case 7: return TILES8<7>[i];
-    default: return TILES8<8>[i];
-  }
-}
+constexpr Tile8 TILES8[MAX_ROWS][3] = ALL_TILES(tile8);
 
 at::Tensor int8_mm_bf16dot(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.is_contiguous(),
@@ -248,17 +233,9 @@ at::Tensor int8_mm_bf16dot(const at::Tensor& x, const at::Tensor& packed, const 
   const int8_t* w = packed.data_ptr<int8_t>();
   const at::Half* s = scales.data_ptr<at::Half>();
   float* o = out.data_ptr<float>();
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t m = 0; m < M; m += MAX_ROWS) {
-      const int64_t rows = std::min<int64_t>(MAX_ROWS, M - m);
-      for (int64_t n = begin; n < end;) {
-        int cols = WIDEST[rows];
-        while (n + cols > end) cols /= 2;
-        pick8(rows, cols)(w + n * K * 16, s + n * groups * 16, K * 16, pairs.data() + m * K / 2, groups,
-                          o + m * N + n * 16, N);
-        n += cols;
-      }
-    }
+  for_each_tile(M, blocks, [&](int64_t rows, int width, int64_t m, int64_t n) {
+    TILES8[rows - 1][width](w + n * K * 16, s + n * groups * 16, K * 16, pairs.data() + m * K / 2, groups,
+                            o + m * N + n * 16, N);
   });
   return out;
 }
