@@ -46,7 +46,6 @@ KERNEL_DTYPE = torch.bfloat16  # what torch's vectorized 4-bit CPU kernel comput
 # weights of another model, or of another layer, differ on every row, and checking them all took seconds per load.
 CHECKED_EVERY = 16
 
-KERNELS = ("aten", "bf16dot")  # torch's 4-bit CPU kernel; sbon's for CPUs with AVX-512 BF16 (int4_bf16dot.cpp)
 BF16DOT_SOURCE = Path(__file__).parent / "kernels" / "int4_bf16dot.cpp"
 # -fopenmp: at::parallel_for splits the columns over torch's threads only where it is compiled with OpenMP, as
 # inductor's kernels are.
@@ -101,12 +100,17 @@ def bf16dot_problem() -> str | None:
         if not any(build.glob("*.so")):
             log.warning("int4-bf16dot: compiling its 4-bit kernel once on this machine (seconds) in %s", build)
         load(name=f"sbon_int4_bf16dot_{key}", sources=[str(BF16DOT_SOURCE)], extra_cflags=list(BF16DOT_FLAGS),
-             extra_ldflags=["-fopenmp"],
-             build_directory=str(build), is_python_module=False, verbose=False)
+             extra_ldflags=["-fopenmp"], build_directory=str(build), is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: the format does not load
         first = (str(e).strip().splitlines() or [""])[0][:200]
         return f"its 4-bit kernel does not build here ({type(e).__name__}: {first})"
     return None
+
+
+def require_bf16dot() -> None:
+    """Raise the one-line reason where the int4-bf16dot kernel cannot run here (bf16dot_problem)."""
+    if problem := bf16dot_problem():
+        raise SBoNError(f"int4-bf16dot weights: {problem}; use int4")
 
 
 def pack_bf16dot(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,8 +237,7 @@ class Int4Linear(torch.nn.Module):
         self.out_features, self.in_features = q.shape
         self.dtype, self.kernel = dtype, kernel
         if kernel == "bf16dot":
-            if problem := bf16dot_problem():
-                raise SBoNError(f"int4-bf16dot weights: {problem}; use int4")
+            require_bf16dot()
             packed, scales = pack_bf16dot(q, d, m)
         else:
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
@@ -265,8 +268,7 @@ class Int8Head(torch.nn.Module):
 
     def __init__(self, q: torch.Tensor, d: torch.Tensor):
         super().__init__()
-        if problem := bf16dot_problem():
-            raise SBoNError(f"int4-bf16dot weights: {problem}; use int4")
+        require_bf16dot()
         self.out_features, self.in_features = q.shape
         packed, scales = pack_q8_bf16dot(q, d)
         self.register_buffer("packed", packed)
@@ -295,15 +297,15 @@ def _file_head(model: torch.nn.Module, gguf: str | Path) -> Int8Head | None:
 
 
 def to_int4(model: torch.nn.Module, gguf: str | Path | None = None, kernel: str = "aten") -> torch.nn.Module:
-    """Every Linear layer but the LM head as an Int4Linear multiplying with ``kernel`` (KERNELS), from ``gguf``'s
+    """Every Linear layer but the LM head as an Int4Linear multiplying with ``kernel`` (``aten``: torch's 4-bit CPU kernel; ``bf16dot``: sbon's, int4_bf16dot.cpp), from ``gguf``'s
     blocks where they are the layer's weights, quantized here otherwise. The model stays in its dtype elsewhere; CPU
     only."""
     if next(model.parameters()).device.type != "cpu":
         raise SBoNError("int4 weights run on the CPU only (torch's 4-bit CPU kernel): use bf16 on a GPU")
     if problem := kernel_problem():
         raise SBoNError(f"int4 weights: {problem}; use bf16")
-    if kernel == "bf16dot" and (problem := bf16dot_problem()):  # before the blocks are read: one line, at once
-        raise SBoNError(f"int4-bf16dot weights: {problem}; use int4")
+    if kernel == "bf16dot":  # before the blocks are read: one line, at once
+        require_bf16dot()
     dtype = next(model.parameters()).dtype
     blocks = gguf_blocks(gguf, model.config) if gguf else {}
     head = model.get_output_embeddings()

@@ -43,6 +43,15 @@ std::vector<int32_t> side_by_side(const at::Tensor& x) {
   return pairs;
 }
 
+// A tile's sums set to zero.
+template <int ROWS, int COLS>
+inline void zero(__m512 (&sums)[ROWS][COLS]) {
+  UNROLL
+  for (int r = 0; r < ROWS; ++r)
+    UNROLL
+    for (int c = 0; c < COLS; ++c) sums[r][c] = _mm512_setzero_ps();
+}
+
 // ROWS rows times COLS blocks of 16 columns: each (row, column) sums in its own register, so that enough sums are
 // in flight to hide VDPBF16PS's latency at one row; which (ROWS, COLS) runs never changes a sum's order.
 template <int ROWS, int COLS>
@@ -52,15 +61,9 @@ void tile(const uint8_t* w, const at::Half* scales, int64_t block_stride, const 
   const __m512i bias = _mm512_set1_epi16(0x4300);  // bfloat16 128: | q gives 128 + q for q in 0..15
   const __m512 k128 = _mm512_set1_ps(128.0f);
   __m512 block[ROWS][COLS], total[ROWS][COLS];
-  UNROLL
-  for (int r = 0; r < ROWS; ++r)
-    UNROLL
-    for (int c = 0; c < COLS; ++c) total[r][c] = _mm512_setzero_ps();
+  zero(total);
   for (int64_t g = 0; g < groups; ++g) {
-    UNROLL
-    for (int r = 0; r < ROWS; ++r)
-      UNROLL
-      for (int c = 0; c < COLS; ++c) block[r][c] = _mm512_setzero_ps();
+    zero(block);
     const int32_t* pairs = a + g * (GROUP / 2) * ROWS;  // the rows' activations, two bfloat16 per int32
 #pragma GCC unroll 8
     for (int j = 0; j < GROUP / 4; ++j) {
@@ -177,15 +180,9 @@ template <int ROWS, int COLS>
 void tile8(const int8_t* w, const at::Half* scales, int64_t block_stride, const int32_t* a, int64_t groups,
            float* out, int64_t out_stride) {
   __m512 block[ROWS][COLS], total[ROWS][COLS];
-  UNROLL
-  for (int r = 0; r < ROWS; ++r)
-    UNROLL
-    for (int c = 0; c < COLS; ++c) total[r][c] = _mm512_setzero_ps();
+  zero(total);
   for (int64_t g = 0; g < groups; ++g) {
-    UNROLL
-    for (int r = 0; r < ROWS; ++r)
-      UNROLL
-      for (int c = 0; c < COLS; ++c) block[r][c] = _mm512_setzero_ps();
+    zero(block);
     const int32_t* pairs = a + g * (GROUP / 2) * ROWS;
 #pragma GCC unroll 4
     for (int p = 0; p < GROUP / 2; ++p) {
