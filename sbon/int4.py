@@ -32,6 +32,7 @@ import hashlib
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -137,18 +138,23 @@ def pack_q8_bf16dot(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def gguf_q8_0_head(path: str | Path) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The file's LM head (``output.weight``, else the tied ``token_embd.weight``) where it is in 8-bit blocks
-    (Q8_0: w = d q): (q int8 (vocabulary, hidden), d float32 (vocabulary, hidden / 32)); None otherwise."""
-    import gguf
-    import numpy as np
+    (Q8_0: w = d q): (q int8 (vocabulary, hidden), d float32 (vocabulary, hidden / 32)); None otherwise. Read from
+    the file once per machine (_kept)."""
+    def read() -> dict[str, torch.Tensor]:
+        import gguf
+        import numpy as np
 
-    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
-    t = tensors.get("output.weight") or tensors.get("token_embd.weight")
-    if t is None or t.tensor_type != gguf.GGMLQuantizationType.Q8_0:
-        return None
-    rows = t.data.shape[0]
-    blocks = np.ascontiguousarray(t.data).reshape(rows, -1, 2 + GROUP)  # per block: d (float16), 32 int8 q
-    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
-    return torch.from_numpy(blocks[..., 2:].copy().view(np.int8).reshape(rows, -1)), d
+        tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+        t = tensors.get("output.weight") or tensors.get("token_embd.weight")
+        if t is None or t.tensor_type != gguf.GGMLQuantizationType.Q8_0:
+            return {}
+        rows = t.data.shape[0]
+        blocks = np.ascontiguousarray(t.data).reshape(rows, -1, 2 + GROUP)  # per block: d (float16), 32 int8 q
+        d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
+        return {"q": torch.from_numpy(blocks[..., 2:].copy().view(np.int8).reshape(rows, -1)), "d": d}
+
+    head = _kept(path, "q8_0-head", "the 8-bit LM head", read)
+    return (head["q"], head["d"]) if head else None
 
 
 def gguf_q4_1(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -178,31 +184,39 @@ def gguf_q4_1(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch.T
 
 
 def gguf_blocks(path: str | Path, config) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """gguf_q4_1, read from the file once per machine: the blocks are kept in sbon's cache (a safetensors file
-    named after the GGUF file, its size and time, and the head counts that order q's and k's rows), since unpacking
-    them takes many times longer than reading them back."""
+    """gguf_q4_1, read from the file once per machine (_kept; the head counts that order q's and k's rows are part of
+    the kept file's name)."""
+    def read() -> dict[str, torch.Tensor]:
+        return {f"{name}.{k}": t.to(torch.uint8) if k == "q" else t.contiguous()
+                for name, (q, d, m) in gguf_q4_1(path, config).items() for k, t in (("q", q), ("d", d), ("m", m))}
+
+    flat = _kept(path, f"{config.num_attention_heads}-{config.num_key_value_heads}", "the 4-bit blocks", read)
+    return {name.removesuffix(".q"): (q.to(torch.int32), flat[name[:-2] + ".d"], flat[name[:-2] + ".m"])
+            for name, q in flat.items() if name.endswith(".q")}
+
+
+def _kept(path: str | Path, key: str, what: str, read: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """``read()``'s tensors from a GGUF file, kept in sbon's cache (a safetensors file named after the GGUF file, its
+    size and time, and ``key``) and read back from there later: parsing the file (its metadata holds the whole
+    vocabulary) and unpacking its blocks take many times longer than reading them back."""
     from safetensors.torch import load_file, save_file
 
     from .cache import cache_dir
 
     st = Path(path).stat()
-    key = f"{Path(path).stem}-{st.st_size}-{st.st_mtime_ns}-{config.num_attention_heads}-{config.num_key_value_heads}"
-    kept = cache_dir() / "int4-blocks" / f"{key}.safetensors"
+    kept = cache_dir() / "int4-blocks" / f"{Path(path).stem}-{st.st_size}-{st.st_mtime_ns}-{key}.safetensors"
     if kept.is_file():
-        flat = load_file(kept)
-        return {name.removesuffix(".q"): (q.to(torch.int32), flat[name[:-2] + ".d"], flat[name[:-2] + ".m"])
-                for name, q in flat.items() if name.endswith(".q")}
-    blocks = gguf_q4_1(path, config)
+        return load_file(kept)
+    tensors = read()
     part = kept.with_name(f".{kept.name}.{os.getpid()}.part")  # written whole, then renamed: never read half
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
-        save_file({f"{name}.{k}": t.to(torch.uint8) if k == "q" else t.contiguous()
-                   for name, (q, d, m) in blocks.items() for k, t in (("q", q), ("d", d), ("m", m))}, part)
+        save_file(tensors, part)
         os.replace(part, kept)
     except OSError as e:  # a cache that cannot be written costs the next load time, never this one
         part.unlink(missing_ok=True)
-        log.warning("int4 weights: the 4-bit blocks were not kept in %s (%s)", kept.parent, e)
-    return blocks
+        log.warning("int4 weights: %s were not kept in %s (%s)", what, kept.parent, e)
+    return tensors
 
 
 def dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:

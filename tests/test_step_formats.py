@@ -399,6 +399,27 @@ def test_int4_blocks_are_the_float32_copy_s_weights(gen):
     assert all(torch.equal(dequantize(*b), modules[name].weight.cpu()) for name, b in blocks.items())
 
 
+def test_the_file_s_8_bit_head_is_the_float32_copy_s_lm_head_and_is_read_from_the_file_once(gen, monkeypatch):
+    """The GGUF file's Q8_0 LM head as sbon.int4 reads it, dequantized: the float32 copy's LM head bit for bit; once
+    read, later loads take it from sbon's cache without parsing the file again (seconds each, for its vocabulary)."""
+    import gguf
+
+    from sbon.int4 import GROUP, gguf_q8_0_head
+    from sbon.models import GENERATORS, _package_dir
+
+    preset = GENERATORS["smollm2-135m"]
+    path = _package_dir(preset.package) / preset.gguf_file
+    q, d = gguf_q8_0_head(path)
+    w = (q.float().reshape(q.shape[0], -1, GROUP) * d[..., None]).reshape(q.shape)
+    assert q.dtype == torch.int8 and torch.equal(w, gen.model.get_output_embeddings().weight.detach().cpu())
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the GGUF file was parsed again")
+    monkeypatch.setattr(gguf, "GGUFReader", unread)
+    again = gguf_q8_0_head(path)
+    assert torch.equal(again[0], q) and torch.equal(again[1], d)
+
+
 def test_a_run_records_the_weight_format_and_decode_step_its_texts_came_from(gen_int4):
     from sbon.algorithms import RunConfig, events, run
     from sbon.results import RunResult
