@@ -219,10 +219,11 @@ def _kept(path: str | Path, key: str, what: str, read: Callable[[], dict[str, to
     return tensors
 
 
-def dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """The float32 weights of blocks (q, d, m): w = d q + m (each block's d and m broadcast over its 32 weights)."""
-    blocks = q.reshape(*d.shape, GROUP)
-    return (blocks * d[..., None] + m[..., None]).reshape(q.shape)
+def dequantize(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor | None = None) -> torch.Tensor:
+    """The float32 weights of blocks (q, d, m): w = d q + m (Q4_1), or w = d q without m (Q8_0); each block's d and m
+    broadcast over its 32 weights."""
+    w = q.reshape(*d.shape, GROUP) * d[..., None]
+    return (w if m is None else w + m[..., None]).reshape(q.shape)
 
 
 def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -306,7 +307,7 @@ def _file_head(model: torch.nn.Module, gguf: str | Path) -> Int8Head | None:
         return None
     q, d = blocks
     rows = slice(None, None, CHECKED_EVERY)
-    w = (q[rows].float().reshape(-1, q.shape[1] // GROUP, GROUP) * d[rows, :, None]).reshape(q[rows].shape)
+    w = dequantize(q[rows], d[rows])
     return Int8Head(q, d) if torch.equal(w.to(head.weight.dtype), head.weight.detach()[rows]) else None
 
 
