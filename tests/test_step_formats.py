@@ -420,6 +420,23 @@ def test_the_file_s_8_bit_head_is_the_float32_copy_s_lm_head_and_is_read_from_th
     assert torch.equal(again[0], q) and torch.equal(again[1], d)
 
 
+def test_the_rotary_table_gives_the_model_s_own_cos_and_sin_bit_for_bit(gen):
+    """A CPU model's rotary embedding is read from a table (sbon.attention.RotaryTable); at any positions, in float32
+    and bfloat16, it gives what the model's own module computes."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    from sbon.attention import RotaryTable
+
+    table = gen.model.model.rotary_emb
+    assert isinstance(table, RotaryTable) and len(table.cos) == gen.model.config.max_position_embeddings
+    own = LlamaRotaryEmbedding(gen.model.config)
+    positions = torch.cat([torch.arange(40), torch.randint(0, len(table.cos), (200,), generator=torch.Generator().manual_seed(0))])
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.zeros((), dtype=dtype)
+        for ids in (positions[None], positions.view(-1, 8), positions[-1:].view(1, 1)):
+            assert all(torch.equal(a, b) for a, b in zip(table(x, ids), own(x, ids)))
+
+
 def test_a_run_records_the_weight_format_and_decode_step_its_texts_came_from(gen_int4):
     from sbon.algorithms import RunConfig, events, run
     from sbon.results import RunResult
