@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .attention import kernel_loaded
 from .engine import tensor_bytes
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp_wrapper_build_sepa
 
 # This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).
 STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py", "aot_step.py",
-                "kernels/int4_bf16dot.cpp")
+                "cpp_kernels.py", "kernels/int4_bf16dot.cpp", "kernels/decode_attention.cpp")
 
 
 def step_key(gen, keep_hidden: bool, options: dict[str, Any]) -> str:
@@ -50,7 +51,7 @@ def step_key(gen, keep_hidden: bool, options: dict[str, Any]) -> str:
     here = Path(__file__).parent
     for part in (torch.__version__, transformers.__version__, sys.version, cpu_features(),
                  torch.get_num_threads(), gen.weights, keep_hidden, gen.model.config.to_json_string(),
-                 getattr(gen.model.config, "_attn_implementation", None),
+                 getattr(gen.model.config, "_attn_implementation", None), kernel_loaded(),
                  weights_hash(gen.model), sorted(options.items()),
                  *((here / name).read_bytes() for name in STEP_SOURCES)):
         h.update(part if isinstance(part, bytes) else repr(part).encode())

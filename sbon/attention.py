@@ -3,9 +3,11 @@
 Why: in a decode step each row attends with a single query to its own cached keys. torch's SDPA
 kernel for the CPU is built for long queries; at one query and a few hundred keys its set-up costs
 more than the arithmetic (`python -m benchmarks step` times the step with each attention:
-benchmarks/results/*/step). Two batched matmuls and a softmax do the same work (in the compiled step, products and
-sums that inductor fuses into loops over the cache), and grouped-query heads are folded into the query instead of
-repeating the keys, so no KV copy is made.
+benchmarks/results/*/step). Two batched matmuls and a softmax do the same work, and
+grouped-query heads are folded into the query instead of repeating the keys, so no KV copy is made. The compiled
+step calls a kernel of its own instead (``sbon::decode_attention``, sbon/kernels/decode_attention.cpp, built once per
+machine by :func:`load_kernel`): compiled, the matmuls copied every layer's keys and values out of the KV slab at
+every step.
 
 Registered with `transformers`' AttentionInterface as ``sbon_decode``; anything that is not a plain
 one-query step (a prefill, a mask, a sliding window, a soft cap, attention weights asked for) goes to
@@ -16,6 +18,8 @@ sampling exact: tests/test_step_formats.py checks it bit for bit.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -25,6 +29,41 @@ NAME = "sbon_decode"
 
 # Keyword arguments whose presence means the model needs more than plain softmax attention.
 _NEEDS_SDPA = ("sliding_window", "softcap", "s_aux", "position_bias")
+
+# The kernel's schema, with the shape function `torch.compile` traces it with; its CPU code is registered when the
+# kernel is built and loaded (load_kernel).
+_LIB = torch.library.Library("sbon", "FRAGMENT")
+# flexible_layout: the kernel reads any strides, so inductor passes the cache's views of the slab as they are (by
+# default it copies them to the strides they had when traced).
+_LIB.define("decode_attention(Tensor query, Tensor key, Tensor value, Tensor? mask, float scale) -> Tensor",
+            tags=(torch.Tag.flexible_layout,))
+
+
+@torch.library.register_fake("sbon::decode_attention", lib=_LIB)
+def _(query, key, value, mask, scale):
+    return query.new_empty(query.shape)
+
+
+# Where load_kernel found the kernel ready: steps compiled after it call it (read while a step is traced).
+_KERNEL = {"loaded": False}
+
+
+@functools.cache
+def load_kernel() -> str | None:
+    """Build (once per machine) and load the compiled step's attention kernel: None, or the one-line reason it does
+    not build here (the compiled step then uses the eager step's matmuls). Its vector instructions are those torch's
+    own CPU kernels use here (an emulated CPU class's included)."""
+    from .cpp_kernels import build
+    vectors = {"AVX512": ("-mavx512f", "-mavx2", "-mfma", "-mf16c"), "AVX2": ("-mavx2", "-mfma", "-mf16c")}
+    problem = build("decode_attention", ("-O3", *vectors.get(torch.backends.cpu.get_cpu_capability(), ())),
+                    "the compiled step's attention")
+    _KERNEL["loaded"] = problem is None
+    return problem
+
+
+def kernel_loaded() -> bool:
+    """Whether the compiled step's attention kernel is loaded in this process (:func:`load_kernel`)."""
+    return _KERNEL["loaded"]
 
 
 def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -39,18 +78,10 @@ def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                                       **kwargs)
     kv_heads = key.shape[1]
     scale = dim ** -0.5 if scaling is None else scaling
-    if torch.compiler.is_compiling():
-        # Compiled (sbon.decoders): products and sums, which inductor fuses into loops that read the cache's view of
-        # the slab in place (its matmuls copied every layer's keys and values out of the slab at every step, a cost
-        # that grew with the length), rounded where the matmuls below round. Each row's sums are its own, in one
-        # order at any row count.
-        grouped = query.view(rows, kv_heads, heads // kv_heads, 1, dim).float()
-        scores = (key.unsqueeze(2).float() * grouped).sum(-1).to(query.dtype) * scale  # (rows, kv_heads, group, length)
-        if slab:  # a static KV slab: its rows are read to their full length, the unwritten end masked
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(value.dtype)
-        out = (weights.unsqueeze(-1).float() * value.unsqueeze(2).float()).sum(-2).to(value.dtype)  # (rows, kv_heads, group, d)
-        return out.reshape(rows, heads, 1, dim).transpose(1, 2), None
+    if _KERNEL["loaded"] and torch.compiler.is_compiling() and query.dtype == key.dtype == value.dtype:
+        out = torch.ops.sbon.decode_attention(query.reshape(rows, heads, dim), key, value,
+                                              attention_mask[:, 0, 0, :] if slab else None, scale)
+        return out.view(rows, 1, heads, dim), None
     grouped = query.view(rows, kv_heads, heads // kv_heads, dim)  # query heads that share one KV head
     # keys @ query^T, transposed: the same numbers as query @ keys^T, but the cache's rows (a view into a
     # longer buffer) are read in place, where the other order copies them first
@@ -66,38 +97,12 @@ AttentionInterface.register(NAME, decode_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # masks are built as for sdpa (None for a plain step)
 
 
-class RotaryTable(torch.nn.Module):
-    """A model's rotary embedding (``default`` type) read from a table of its own cos and sin, one row per position.
-
-    Why: in the compiled step inductor computes the query's rotation inside the attention's loop over the cached
-    keys, once per key; from a table that is two loads, where the model's own module computes a cosine and a sine.
-    The table holds what that module computes (position times its frequencies, the cosine and sine, its scaling), for
-    every position it was built for, so a step gets the same numbers either way."""
-
-    def __init__(self, rotary: torch.nn.Module, positions: int):
-        super().__init__()
-        with torch.no_grad():
-            cos, sin = rotary(rotary.inv_freq.new_zeros((), dtype=torch.float32),
-                              torch.arange(positions, device=rotary.inv_freq.device)[None])
-        self.register_buffer("cos", cos[0], persistent=False)
-        self.register_buffer("sin", sin[0], persistent=False)
-
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cos[position_ids].to(x.dtype), self.sin[position_ids].to(x.dtype)
-
-
 def use_decode_attention(model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
     """Switch a model bound for the CPU (``device``, default: where its weights are) from SDPA to
-    :func:`decode_attention`, and its rotary embedding, where it is of the ``default`` type, to a
-    :class:`RotaryTable` of it; other devices and models whose attention is not SDPA (eager-only
+    :func:`decode_attention`; other devices and models whose attention is not SDPA (eager-only
     architectures, flash attention) are left as they are."""
     config = getattr(model, "config", None)
     on_cpu = (device or next(model.parameters()).device).type == "cpu"
     if on_cpu and getattr(config, "_attn_implementation", None) == "sdpa":
         model.set_attn_implementation(NAME)
-        base = getattr(model, "model", None)
-        rotary = getattr(base, "rotary_emb", None)
-        positions = getattr(config, "max_position_embeddings", None)
-        if getattr(rotary, "rope_type", None) == "default" and isinstance(positions, int) and hasattr(rotary, "inv_freq"):
-            base.rotary_emb = RotaryTable(rotary, positions)
     return model

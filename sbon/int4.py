@@ -28,10 +28,8 @@ is found; elsewhere the format does not load, with one line saying why.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,10 +45,7 @@ KERNEL_DTYPE = torch.bfloat16  # what torch's vectorized 4-bit CPU kernel comput
 # weights of another model, or of another layer, differ on every row, and checking them all took seconds per load.
 CHECKED_EVERY = 16
 
-BF16DOT_SOURCE = Path(__file__).parent / "kernels" / "int4_bf16dot.cpp"
-# -fopenmp: at::parallel_for splits the columns over torch's threads only where it is compiled with OpenMP, as
-# inductor's kernels are.
-BF16DOT_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-fopenmp")
+BF16DOT_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma")
 BF16DOT_COLUMNS = 16  # output columns per block of the kernel's layout (pack_bf16dot)
 
 # The kernel's schema, with the shape function `torch.compile` traces it with; its CPU code is registered when the
@@ -86,26 +81,12 @@ def kernel_problem() -> str | None:
 
 @functools.cache
 def bf16dot_problem() -> str | None:
-    """Why the int4-bf16dot kernel cannot run here (None: it can, and is loaded). Built on the first call on a
-    machine into sbon's cache (a folder per source, flags, torch and Python version), loaded from there later."""
+    """Why the int4-bf16dot kernel cannot run here (None: it can, and is loaded; sbon.cpp_kernels builds it)."""
     if not torch.cpu._is_avx512_bf16_supported():  # (an emulated CPU class without them says so here too)
         return "this CPU has no AVX-512 BF16 dot products"
-    from torch.utils.cpp_extension import load
-
-    from .cache import cache_dir
-    key = hashlib.blake2b(b"\0".join([BF16DOT_SOURCE.read_bytes(), " ".join(BF16DOT_FLAGS).encode(),
-                                      torch.__version__.encode(), sys.version.encode()]), digest_size=8).hexdigest()
-    build = cache_dir() / "kernels" / f"int4_bf16dot-{key}"
-    try:
-        build.mkdir(parents=True, exist_ok=True)
-        if not any(build.glob("*.so")):
-            log.warning("int4-bf16dot: compiling its 4-bit kernel once on this machine (seconds) in %s", build)
-        load(name=f"sbon_int4_bf16dot_{key}", sources=[str(BF16DOT_SOURCE)], extra_cflags=list(BF16DOT_FLAGS),
-             extra_ldflags=["-fopenmp"], build_directory=str(build), is_python_module=False, verbose=False)
-    except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: the format does not load
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        return f"its 4-bit kernel does not build here ({type(e).__name__}: {first})"
-    return None
+    from .cpp_kernels import build
+    problem = build("int4_bf16dot", BF16DOT_FLAGS, "int4-bf16dot")
+    return problem and problem.replace("its kernel", "its 4-bit kernel")
 
 
 def require_bf16dot() -> None:

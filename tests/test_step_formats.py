@@ -253,6 +253,45 @@ def test_decode_attention_matches_sdpa_and_leaves_the_prefill_to_it(gen):
         assert ours.shape == theirs.shape and torch.allclose(ours, theirs, atol=1e-3, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_compiled_step_s_attention_kernel_reads_the_slab_in_place_and_keeps_each_row_to_itself(gen, dtype):
+    """The compiled step's attention kernel (sbon/kernels/decode_attention.cpp) on the real model's cached keys and
+    values, read through a view of a longer slab as the compiled step reads them: the eager step's attention up to
+    rounding; masked keys (the slab's unwritten end, here NaN) never read; a row's result the same bits alone and
+    in a batch, at one thread and at two."""
+    from sbon.attention import decode_attention, load_kernel
+
+    assert load_kernel() is None  # a machine with a C++ compiler builds it
+    prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    layer = prefix.cache.layers[3]
+    length = layer.keys.shape[2]
+    rows, dim, heads = 5, layer.keys.shape[-1], gen.model.config.num_attention_heads
+    slab_k = torch.full((rows, layer.keys.shape[1], length + 40, dim), float("nan"), dtype=dtype)
+    slab_v = slab_k.clone()
+    g = torch.Generator().manual_seed(0)
+    for r in range(rows):  # each row its own keys and values: the prompt's, shuffled
+        order = torch.randperm(length, generator=g)
+        slab_k[r, :, :length], slab_v[r, :, :length] = layer.keys[0][:, order], layer.values[0][:, order]
+    query = (torch.randn(rows, heads, 1, dim, generator=g) * 3).to(dtype)
+    mask = (torch.arange(length + 20) < length).view(1, 1, 1, -1)
+    keys, values = slab_k[:, :, :length + 20], slab_v[:, :, :length + 20]  # views: the slab's rows are longer
+    kernel = torch.ops.sbon.decode_attention
+    out = kernel(query.view(rows, heads, dim), keys, values, mask[:, 0, 0], dim ** -0.5)
+    eager, _ = decode_attention(None, query, torch.nan_to_num(keys), torch.nan_to_num(values), mask)
+    assert out.isfinite().all()
+    assert torch.allclose(out.float(), eager.view(rows, heads, dim).float(), atol=2e-2 if dtype == torch.bfloat16 else 1e-5)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            for r in range(rows):
+                alone = kernel(query[r:r + 1].view(1, heads, dim), keys[r:r + 1], values[r:r + 1], mask[:, 0, 0],
+                               dim ** -0.5)
+                assert torch.equal(alone[0], out[r])
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
     """bf16 Linear layers on a CPU run with their weight prepacked once where oneDNN can (sbon.engine.prepack_linears,
     prepackable), the plain call elsewhere. Where the probe measures bf16 exact on this CPU, every layer gives a row
@@ -418,23 +457,6 @@ def test_the_file_s_8_bit_head_is_the_float32_copy_s_lm_head_and_is_read_from_th
     monkeypatch.setattr(gguf, "GGUFReader", unread)
     again = gguf_q8_0_head(path)
     assert torch.equal(again[0], q) and torch.equal(again[1], d)
-
-
-def test_the_rotary_table_gives_the_model_s_own_cos_and_sin_bit_for_bit(gen):
-    """A CPU model's rotary embedding is read from a table (sbon.attention.RotaryTable); at any positions, in float32
-    and bfloat16, it gives what the model's own module computes."""
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
-    from sbon.attention import RotaryTable
-
-    table = gen.model.model.rotary_emb
-    assert isinstance(table, RotaryTable) and len(table.cos) == gen.model.config.max_position_embeddings
-    own = LlamaRotaryEmbedding(gen.model.config)
-    positions = torch.cat([torch.arange(40), torch.randint(0, len(table.cos), (200,), generator=torch.Generator().manual_seed(0))])
-    for dtype in (torch.float32, torch.bfloat16):
-        x = torch.zeros((), dtype=dtype)
-        for ids in (positions[None], positions.view(-1, 8), positions[-1:].view(1, 1)):
-            assert all(torch.equal(a, b) for a, b in zip(table(x, ids), own(x, ids)))
 
 
 def test_a_run_records_the_weight_format_and_decode_step_its_texts_came_from(gen_int4):

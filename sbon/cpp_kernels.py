@@ -1,0 +1,41 @@
+"""sbon's C++ kernels (``sbon/kernels/*.cpp``): each built on a machine's first use into sbon's cache, a folder per
+source, flags, torch and Python version, and loaded from there later. A kernel registers its CPU code for an
+operator whose schema the module that calls it defines (with the shape function ``torch.compile`` traces it with)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCES = Path(__file__).parent / "kernels"
+
+
+def build(name: str, flags: Sequence[str], what: str) -> str | None:
+    """Build (the first time on a machine) and load ``kernels/{name}.cpp`` with the compiler ``flags``: None, or the
+    one-line reason it does not build here. ``what`` names the kernel in the line logged while it builds."""
+    from torch.utils.cpp_extension import load
+
+    from .cache import cache_dir
+    source = SOURCES / f"{name}.cpp"
+    key = hashlib.blake2b(b"\0".join([source.read_bytes(), " ".join(flags).encode(), torch.__version__.encode(),
+                                      sys.version.encode()]), digest_size=8).hexdigest()
+    folder = cache_dir() / "kernels" / f"{name}-{key}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not any(folder.glob("*.so")):
+            log.warning("%s: compiling its kernel once on this machine (seconds) in %s", what, folder)
+        # -fopenmp: at::parallel_for splits the work over torch's threads only where it is compiled with OpenMP, as
+        # inductor's kernels are.
+        load(name=f"sbon_{name}_{key}", sources=[str(source)], extra_cflags=[*flags, "-fopenmp"],
+             extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False, verbose=False)
+    except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: the caller does without it
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return f"its kernel does not build here ({type(e).__name__}: {first})"
+    return None
