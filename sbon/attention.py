@@ -44,6 +44,11 @@ def _(query, key, value, mask, scale):
     return query.new_empty(query.shape)
 
 
+# The shapes sbon/kernels/decode_attention.cpp is built for (the head sizes its dispatch takes, its MAX_GROUP); others
+# use the matmuls.
+KERNEL_HEAD_SIZES = (32, 64, 128)
+KERNEL_MAX_GROUP = 8
+
 # Where load_kernel found the kernel ready: steps compiled after it call it (read while a step is traced).
 _KERNEL = {"loaded": False}
 
@@ -78,7 +83,9 @@ def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                                       **kwargs)
     kv_heads = key.shape[1]
     scale = dim ** -0.5 if scaling is None else scaling
-    if _KERNEL["loaded"] and torch.compiler.is_compiling() and query.dtype == key.dtype == value.dtype:
+    if (_KERNEL["loaded"] and torch.compiler.is_compiling() and dim in KERNEL_HEAD_SIZES
+            and heads // kv_heads <= KERNEL_MAX_GROUP and query.dtype == key.dtype == value.dtype
+            and query.dtype in (torch.float32, torch.bfloat16)):
         out = torch.ops.sbon.decode_attention(query.reshape(rows, heads, dim), key, value,
                                               attention_mask[:, 0, 0, :] if slab else None, scale)
         return out.view(rows, 1, heads, dim), None

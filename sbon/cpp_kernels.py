@@ -18,8 +18,9 @@ SOURCES = Path(__file__).parent / "kernels"
 
 
 def build(name: str, flags: Sequence[str], what: str) -> str | None:
-    """Build (the first time on a machine) and load ``kernels/{name}.cpp`` with the compiler ``flags``: None, or the
-    one-line reason it does not build here. ``what`` names the kernel in the line logged while it builds."""
+    """Build (the first time on a machine) and load ``kernels/{name}.cpp`` with the compiler ``flags``: None, or why
+    not, as "does not build here (…)" for a line that names the kernel first. ``what`` names the kernel in the line
+    logged while it builds."""
     from torch.utils.cpp_extension import load
 
     from .cache import cache_dir
@@ -37,5 +38,5 @@ def build(name: str, flags: Sequence[str], what: str) -> str | None:
              extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: the caller does without it
         first = (str(e).strip().splitlines() or [""])[0][:200]
-        return f"its kernel does not build here ({type(e).__name__}: {first})"
+        return f"does not build here ({type(e).__name__}: {first})"
     return None

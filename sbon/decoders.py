@@ -90,7 +90,7 @@ class CompiledDecoder:
         self.loaded: dict[tuple[bool, int], aot_step.SavedStep | None] = {}
         self.announced = not compile  # the first compiled step says it is compiling: it takes a while
         if compile and gen.device.type == "cpu" and (problem := load_kernel()):
-            log.warning("decode compiled: the attention kernel: %s; the step's attention uses matmuls", problem)
+            log.warning("decode compiled: the attention kernel %s; the step's attention uses matmuls", problem)
         self.step = _step if not compile else torch.compile(
             _step, fullgraph=True, dynamic=False, mode="reduce-overhead" if self.graphs else None)
         if compile:

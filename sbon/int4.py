@@ -86,7 +86,7 @@ def bf16dot_problem() -> str | None:
         return "this CPU has no AVX-512 BF16 dot products"
     from .cpp_kernels import build
     problem = build("int4_bf16dot", BF16DOT_FLAGS, "int4-bf16dot")
-    return problem and problem.replace("its kernel", "its 4-bit kernel")
+    return problem and f"its 4-bit kernel {problem}"
 
 
 def require_bf16dot() -> None:

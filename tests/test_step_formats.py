@@ -292,6 +292,28 @@ def test_the_compiled_step_s_attention_kernel_reads_the_slab_in_place_and_keeps_
         torch.set_num_threads(threads)
 
 
+def test_where_the_attention_kernel_does_not_build_the_compiled_step_says_so_in_one_line(gen, monkeypatch, caplog):
+    import logging
+
+    import sbon.attention
+    import sbon.cpp_kernels
+    from sbon.decoders import CompiledDecoder
+
+    monkeypatch.setattr(sbon.cpp_kernels, "build", lambda *args: "does not build here (RuntimeError: no ninja)")
+    sbon.attention.load_kernel.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="sbon"):
+            CompiledDecoder(gen)
+        assert not sbon.attention.kernel_loaded()  # steps traced now use the matmuls
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("sbon")] == [
+            "decode compiled: the attention kernel does not build here (RuntimeError: no ninja); the step's attention "
+            "uses matmuls"]
+    finally:
+        monkeypatch.undo()
+        sbon.attention.load_kernel.cache_clear()
+        assert sbon.attention.load_kernel() is None and sbon.attention.kernel_loaded()
+
+
 def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
     """bf16 Linear layers on a CPU run with their weight prepacked once where oneDNN can (sbon.engine.prepack_linears,
     prepackable), the plain call elsewhere. Where the probe measures bf16 exact on this CPU, every layer gives a row

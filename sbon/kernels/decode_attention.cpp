@@ -21,7 +21,6 @@
 
 namespace {
 
-
 // 16 floats: one AVX-512 register, two AVX2 ones (GCC's vector extension: the compiler picks the instructions).
 typedef float Lanes __attribute__((vector_size(64)));
 typedef uint16_t Halves __attribute__((vector_size(32)));
@@ -73,8 +72,8 @@ inline Lanes rounded(Lanes x) {
   }
 }
 
-// e^x for x <= 0 (a score minus its head's largest), 0 below -87 (and for -inf, a masked key), within about 2 ulp:
-// Cephes' expf, 2^n times a polynomial, on 16 lanes at once.
+// e^x for x <= 0 (a score minus its head's largest), 0 below -87 (and for -inf, a masked key): Cephes' expf, 2^n
+// times a polynomial, on 16 lanes at once.
 inline Lanes exp_nonpositive(Lanes x) {
   const Ints under = x < -87.f;
   x = under ? -87.f : x;
@@ -94,9 +93,10 @@ inline Lanes exp_nonpositive(Lanes x) {
   return under ? 0.f : y * two_n;
 }
 
-// The head sizes the kernel is built for (d / 16 registers per key): a row's query heads and their sums stay in
-// registers. Other sizes use the step's matmuls (sbon/attention.py asks `supported` first).
-constexpr int64_t MAX_GROUP = 8, MAX_CHUNKS = 8;
+// The shapes the kernel is built for (d / 16 registers per key, at most MAX_GROUP query heads per KV head): a row's
+// query heads and their sums stay in registers. sbon/attention.py (KERNEL_HEAD_SIZES, KERNEL_MAX_GROUP) gives other
+// shapes to the step's matmuls.
+constexpr int64_t MAX_GROUP = 8;
 
 template <typename T, int64_t CHUNKS>
 void attend_unit(const T* q, int64_t qs1, const T* k, int64_t ks2, const T* v, int64_t vs2, const bool* keep,
