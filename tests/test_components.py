@@ -576,10 +576,11 @@ def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
     items = []
     for item in on_one_thread(events(), heartbeat_s=0.05):
         items.append(item)
-        if items.count(None) == 2:
+        # (a heartbeat may also come before the first event, where the thread starts slowly on a busy machine)
+        if "first" in items and items[items.index("first"):].count(None) == 2:
             beats.set()
-    assert items[0] == "first" and items[-1] == "second" and items.count(None) >= 2
     assert [i for i in items if i is not None] == ["first", "second"]
+    assert items[items.index("first"):items.index("second")].count(None) >= 2  # the heartbeats of the long step
     assert list(on_one_thread(events())) == ["first", "second"]  # no heartbeat_s: only the events
 
 
