@@ -292,6 +292,27 @@ def test_the_compiled_step_s_attention_kernel_reads_the_slab_in_place_and_keeps_
         torch.set_num_threads(threads)
 
 
+def test_the_attention_kernel_s_weights_are_as_close_to_exact_as_torch_s_float32_softmax():
+    """Values one-hot per key make the kernel's output its softmax weights: against float64, over keys at many scales,
+    its largest relative error (its own exp, its sums) is no larger than torch's float32 matmul and softmax give.
+    (Weights below float32's normal range, under e^-87, the kernel makes 0: those are left out.)"""
+    from sbon.attention import load_kernel
+
+    assert load_kernel() is None
+    g = torch.Generator().manual_seed(0)
+    worst = {"kernel": 0.0, "torch": 0.0}
+    for scale in torch.linspace(0.1, 6, 60).tolist():
+        keys = torch.randn(1, 1, 64, 64, generator=g) * scale
+        query = torch.randn(1, 1, 64, generator=g) * 3
+        exact = torch.softmax(keys[0, 0].double() @ query[0, 0].double() * 0.125, 0)
+        ours = torch.ops.sbon.decode_attention(query, keys, torch.eye(64).view(1, 1, 64, 64), None, 0.125)[0, 0]
+        theirs = torch.softmax(keys[0, 0] @ query[0, 0] * 0.125, 0)
+        for name, w in (("kernel", ours), ("torch", theirs)):
+            normal = exact > 1e-30
+            worst[name] = max(worst[name], ((w.double() - exact).abs() / exact)[normal].max().item())
+    assert worst["kernel"] <= 1.5 * worst["torch"], worst
+
+
 def test_where_the_attention_kernel_does_not_build_the_compiled_step_says_so_in_one_line(gen, monkeypatch, caplog):
     import logging
 
