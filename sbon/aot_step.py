@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .attention import kernel_loaded
+from .attention import load_kernel
 from .engine import tensor_bytes
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,10 @@ def step_key(gen, keep_hidden: bool, options: dict[str, Any]) -> str:
     here = Path(__file__).parent
     for part in (torch.__version__, transformers.__version__, sys.version, cpu_features(),
                  torch.get_num_threads(), gen.weights, keep_hidden, gen.model.config.to_json_string(),
-                 getattr(gen.model.config, "_attn_implementation", None), kernel_loaded(),
+                 getattr(gen.model.config, "_attn_implementation", None),
+                 # whether the step calls the attention kernel: asked here too (built where it is not yet), so that a
+                 # process that has not made a compiled decoder yet names the step as the one that saved it did
+                 load_kernel() is None,
                  weights_hash(gen.model), sorted(options.items()),
                  *((here / name).read_bytes() for name in STEP_SOURCES)):
         h.update(part if isinstance(part, bytes) else repr(part).encode())
