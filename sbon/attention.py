@@ -66,11 +66,6 @@ def load_kernel() -> str | None:
     return problem
 
 
-def kernel_loaded() -> bool:
-    """Whether the compiled step's attention kernel is loaded in this process (:func:`load_kernel`)."""
-    return _KERNEL["loaded"]
-
-
 def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                      **kwargs) -> tuple[torch.Tensor, None]:

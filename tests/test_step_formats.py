@@ -325,14 +325,14 @@ def test_where_the_attention_kernel_does_not_build_the_compiled_step_says_so_in_
     try:
         with caplog.at_level(logging.WARNING, logger="sbon"):
             CompiledDecoder(gen)
-        assert not sbon.attention.kernel_loaded()  # steps traced now use the matmuls
+        assert not sbon.attention._KERNEL["loaded"]  # what a step traced now reads: it uses the matmuls
         assert [r.getMessage() for r in caplog.records if r.name.startswith("sbon")] == [
             "decode compiled: the attention kernel does not build here (RuntimeError: no ninja); the step's attention "
             "uses matmuls"]
     finally:
         monkeypatch.undo()
         sbon.attention.load_kernel.cache_clear()
-        assert sbon.attention.load_kernel() is None and sbon.attention.kernel_loaded()
+        assert sbon.attention.load_kernel() is None and sbon.attention._KERNEL["loaded"]
 
 
 def test_prepacked_bf16_layers_give_the_plain_layers_bits(gen_bf16):
