@@ -390,8 +390,8 @@ class GrowableLayer(DynamicLayer):
     whole cache every step: memory traffic that grows with the length and, on a CPU, rivals the
     weights' by a few hundred tokens. Here the new token is written in place and the buffer is
     reallocated (live rows only) once every max(KV_MIN_HEADROOM, length / 2) tokens. Attention
-    reads the same numbers as before, so the outputs are bit-identical (benchmarks/kvcache.py
-    measured it first). Pruned rows still leave the buffer, so memory tracks the live candidates.
+    reads the same numbers as concatenation would give, so the outputs are bit-identical. Pruned rows
+    still leave the buffer, so memory tracks the live candidates.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: int, headroom: int = KV_MIN_HEADROOM):

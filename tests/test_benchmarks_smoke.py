@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmarks import common, counterfactual, efficiency, engine_vs_generate, kvcache, memory, perplexity, table1
+from benchmarks import common, counterfactual, efficiency, engine_vs_generate, memory, perplexity, table1
 from benchmarks.__main__ import build_parser, main
 from sbon.metrics import compute_at_score
 
@@ -27,7 +27,7 @@ def prompts():
 
 def test_parser_knows_every_experiment():
     parser = build_parser()
-    for name in ("table1", "counterfactual", "memory", "engine", "kvcache"):
+    for name in ("table1", "counterfactual", "memory", "engine"):
         args = parser.parse_args([name])
         assert args.experiment == name and args.n == 32 and args.max_new_tokens == 256
         assert args.protocol == "workshop"
@@ -197,13 +197,6 @@ def test_engine(gen, likelihood, prompts, tmp_path):
         assert 0 <= r["sbon_reward_share"] < 1
     assert s["ours_tok_per_s"] > 0 and s["hf_tok_per_s"] > 0 and len(result["targets"]) == 2
     assert common.write_plot(engine_vs_generate.plot(result), tmp_path / "e.html").stat().st_size > 0
-
-
-def test_kvcache_growable_layer_gives_identical_candidates(gen, prompts, monkeypatch):
-    monkeypatch.setattr(kvcache, "MIN_HEADROOM", 2)  # reallocate within the few tokens of the test
-    result = kvcache.run_kvcache(gen, prompts, n=N, max_new_tokens=TOKENS, quiet=True)
-    assert result["summary"]["all_identical"] and len(result["rows"]) == 2
-    assert not hasattr(gen, "start") or "start" not in vars(gen), "the generator is left as it was"
 
 
 def test_peak_rss_sees_torch_allocations():
