@@ -10,7 +10,7 @@ from sbon.options import HelpFormatter
 
 from . import (app_timing, common, counterfactual, default_reward, default_scenario, efficiency, engine_vs_generate,
                gpu_check, ifeval, machines, memory, perplexity, report, signals_compared, step,
-               table1, tune, undecided, undecided_evidence, visitors_load)
+               table1, tune, undecided, visitors_load)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="experiment", required=True)
     for module in (table1, counterfactual, memory, efficiency, perplexity, engine_vs_generate, app_timing,
                    signals_compared, tune, step, machines, visitors_load, ifeval, gpu_check, default_reward,
-                   undecided, undecided_evidence, default_scenario, report):
+                   undecided, default_scenario, report):
         module.add_parser(sub)
     for experiment in sub.choices.values():  # one formatter: each default shown once, resolved ones as resolved here
         if experiment.formatter_class is argparse.ArgumentDefaultsHelpFormatter:

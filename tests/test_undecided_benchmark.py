@@ -145,17 +145,3 @@ def test_how_the_winner_was_pruned_and_what_defers_waits_bought():
                                                            "waited": False}
     assert undecided.waits([first, catch_up]) == [{"tokens": 6, "waited": 2, "still_undecided": 2, "kept": 0}]
 
-
-def test_the_evidence_counts_only_undecided_pairs_whose_outcome_differs():
-    import numpy as np
-
-    from benchmarks.undecided_evidence import accuracy, undecided_pairs
-
-    c = lambda partial, every, signal: {"partial": partial, "half": 0.01, "every": every, "s": signal}  # noqa: E731
-    group = [c(0.50, 1.0, 3.0), c(0.51, 0.0, 1.0), c(0.515, 0.0, 2.0), c(0.9, 1.0, 0.0)]
-    pairs = undecided_pairs(group)  # within 0.02 of each other: the first three, never the fourth
-    assert [(group.index(a), group.index(b)) for a, b in pairs] == [(0, 1), (0, 2), (1, 2)]
-    got = accuracy([pairs], "s", "every", np.random.default_rng(0))
-    assert (got["pairs"], got["prompts"], got["accuracy"]) == (2, 1, 1.0)  # (1, 2) have the same outcome
-    group[0]["s"] = 1.0  # now a tie with candidate 1 (a half) and below candidate 2
-    assert accuracy([undecided_pairs(group)], "s", "every", np.random.default_rng(0))["accuracy"] == 0.25

@@ -643,28 +643,6 @@ def undecided_winner(results_dir: Path) -> str:
                  "kept after the wait"], rows))
 
 
-def undecided_evidence(results_dir: Path) -> str:
-    """`python -m benchmarks undecided-evidence`: on the calibration split, whether the generator's own signals order
-    the pairs the ``ifeval`` reward cannot tell apart (docs/method.md)."""
-    path = results_dir / MACHINE / "ifeval" / "undecided_evidence.json"
-    d = json.loads(path.read_text())
-    rows = []
-    for tokens, t in d["by_tokens"].items():
-        for signal, by in t["signals"].items():
-            rows.append([tokens, f"`{signal}`", *(
-                f"{num(by[o]['accuracy'], 2)} ± {num(by[o]['standard_error'], 2)} ({by[o]['pairs']} pairs, "
-                f"{by[o]['prompts']} prompts)" if by[o]["pairs"] else "–" for o in d["outcomes"])])
-    t0 = next(iter(d["by_tokens"].values()))
-    return (f"{link(results_dir, path)}: `{d['command']}`, {d['settings']['prompts']} calibration prompts, "
-            f"{d['environment'].get('cpu_model', '')}, load average {d['load_average']['start'][0]:.1f} at the start, "
-            f"{d['load_average']['end'][0]:.1f} at the end. At the first decision point {t0['undecided_pairs']} of "
-            f"{t0['live_pairs']} pairs of live responses are undecided; of those, "
-            + ", ".join(f"{t0['undecided_pairs_differing'][o]} differ in {d['outcomes'][o]}" for o in d["outcomes"])
-            + ". Pairwise accuracy of each signal on the undecided pairs whose outcome differs (higher = ranked "
-              "higher, as the signal ranks; 0.5 = a coin), ± a standard error from resampling prompts.\n\n"
-            + markdown_table(["tokens", "signal", *(f"predicts {d['outcomes'][o]}" for o in d["outcomes"])], rows))
-
-
 def scenario_runs(d: dict) -> str:
     """The commands that made the rows of scenarios.json (one run, or a re-run of some scenarios) and the load
     average at the start of each prompt."""
@@ -930,7 +908,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "scenarios": scenarios,
     "undecided": undecided,
     "undecided-winner": undecided_winner,
-    "undecided-evidence": undecided_evidence,
     "dtype-coupling": dtype_coupling,
     "class-load": class_load,
     "class-holds": class_holds,
