@@ -18,17 +18,19 @@ the token limit), whether it reads as English (langdetect), and, for the instruc
 follows every instruction. The texts are in the file, for a reader to judge.
 
 Prompts are held out from every choice this project made: the IFEval evaluation split (even key; the
-calibration uses odd keys) without the page's examples; AlpacaEval's held-out fold (as
-``benchmarks.default_reward``) without the app's examples and without every prompt the ``defaults`` benchmark chose
-the former page default on, shuffled with ``--prompt-seed``. The helpful and fluency scenarios share their
+calibration uses odd keys) without the page's examples; AlpacaEval's held-out fold (``held_out_prompts``)
+without the app's examples and without every prompt the former page default was chosen on
+(benchmarks/results/cpu-2core-epyc/defaults), shuffled with ``--prompt-seed``. The helpful and fluency scenarios share their
 prompts, so the two rewards are compared on the same candidates.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
+import random
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -41,13 +43,25 @@ from sbon.models import load_generator, load_reward
 from sbon.rewards import bind_instructions
 
 from . import common
-from .default_reward import held_out_prompts
 
 OUT_DIR = common.DEFAULT_OUT_DIR / "cpu-2core-epyc" / "scenarios"
 DEFAULTS_RESULTS = common.DEFAULT_OUT_DIR / "cpu-2core-epyc" / "defaults"  # the prompts the former default was chosen on
 # Partial rewards closer than this cannot order candidates: the ifeval reward's length tie-break is below
 # TIE_BREAK, so two candidates closer than it differ by length alone; other rewards' ties are exact.
 TIED = {"ifeval": TIE_BREAK}
+
+
+def held_out_prompts(seed: int) -> list[dict]:
+    """AlpacaEval instructions held out from every model trained in this project (sha1(instruction) % 100 < 20:
+    minilm-pref's validation fold, never trained on, and the value head's held-out set), minus the first 20 (the
+    benchmarks' prompts) and the app's example prompts, shuffled with ``seed``."""
+    rows = [json.loads(line) for line in (common.REPO / "benchmarks" / "data" / "alpaca_eval_prompts.jsonl")
+            .read_text().splitlines() if line.strip()]
+    examples = {e["prompt"] for e in json.loads((common.REPO / "assets" / "examples.json").read_text())["examples"]}
+    rows = [r for r in rows if r["id"] >= 20 and r["instruction"] not in examples
+            and int(hashlib.sha1(r["instruction"].encode()).hexdigest(), 16) % 100 < 20]
+    random.Random(seed).shuffle(rows)
+    return rows
 
 
 def scenario_prompts(key: str, k: int, seed: int) -> list[dict[str, Any]]:
@@ -61,7 +75,7 @@ def scenario_prompts(key: str, k: int, seed: int) -> list[dict[str, Any]]:
                                   for i, kw in zip(p.instruction_ids, p.kwargs)]} for p in rows[:k]]
     used = {i for f in DEFAULTS_RESULTS.glob("*.json")
             for i in json.loads(f.read_text()).get("settings", {}).get("prompt_ids") or []}
-    rows = [r for r in held_out_prompts(10_000, 0, seed, "alpaca_eval_prompts.jsonl") if r["id"] not in used]
+    rows = [r for r in held_out_prompts(seed) if r["id"] not in used]
     return [{"id": r["id"], "prompt": r["instruction"]} for r in rows[:k]]
 
 

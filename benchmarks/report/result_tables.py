@@ -473,31 +473,6 @@ def median(xs: Sequence[float]) -> float:
     return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
-def defaults(results_dir: Path) -> str:
-    """Which reward and pruning signal the app's defaults should use: per candidate setting, over held-out
-    prompts, how well the ranking predicted at the first decision point and what the run saved (the
-    reduction of `python -m benchmarks defaults --summarize`, without pandas)."""
-    folder = results_dir / MACHINE / "defaults"
-    by_setting: dict[str, list[dict]] = {}
-    for name in DEFAULTS_FILES:
-        for row in json.loads((folder / name).read_text())["rows"]:
-            by_setting.setdefault(row["setting"], []).append(row)
-    rows = []
-    for label, g in by_setting.items():
-        k1 = [r["kendall_first_decision"] for r in g if r["kendall_first_decision"] is not None]
-        rows.append([f"`{label}`", str(len(g)), num(sum(k1) / len(k1), 2) if k1 else "–", str(len(k1)),
-                     num(sum(r["decision_points"] for r in g) / len(g), 1),
-                     num(sum(r["normalized_score"] for r in g) / len(g)),
-                     num(sum(r["bom_step_score"] for r in g) / len(g)),
-                     f"{sum(1 for r in g if r['bon_winner_pruned'])}/{len(g)}",
-                     times(median([r["step_speedup"] for r in g])), times(median([r["token_speedup"] for r in g]))])
-    files = ", ".join(f"[`{n}`](../benchmarks/results/{MACHINE}/defaults/{n})" for n in DEFAULTS_FILES)
-    return (f"{files}: a setting is `reward:pruning signal:α`; N=32, 128 new tokens.\n\n" + markdown_table(
-        ["setting", "prompts", "Kendall at the first decision point (mean)", "prompts with a decision point",
-         "decision points per run", "normalized score", "Best-of-M score (equal steps)", "Best-of-N's winner pruned",
-         "speedup in decode steps (median)", "in tokens (median)"], rows))
-
-
 def ifeval(results_dir: Path) -> str:
     """`python -m benchmarks ifeval`: each method's answer checked by IFEval's instructions, and per instruction
     type whether partial verdicts at the first decision point predicted the final ones."""
@@ -903,7 +878,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "cli-runs": cli_runs,
     "ray": ray,
     "recorded-run": recorded_run,
-    "defaults": defaults,
     "ifeval": ifeval,
     "scenarios": scenarios,
     "undecided": undecided,
