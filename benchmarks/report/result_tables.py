@@ -871,8 +871,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "step": step,
     "step-compiled": partial(step, name="step_compiled_threads2.json"),
     "step-int4": partial(step, name="step_int4_threads2.json"),
-    "step-warm-start": partial(step, name="step_warm_start_threads2.json"),
-    "step-cpp-wrapper": partial(step, name="step_cpp_wrapper_threads2.json"),
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
     "cli-runs": cli_runs,
