@@ -726,18 +726,6 @@ def gpu_check_coupling(results_dir: Path) -> str:
                                       "not a prefix of the twin"], rows))
 
 
-PROBE_LINE = re.compile(r"^RESULT (?P<variant>\S+) (?P<arch>\S+): cudagraph_skips=(?P<skips>\d+) "
-                        r"ms/step=(?P<ms>[\d.]+) first=(?P<first>[\d.]+)s$", re.M)
-
-
-def cudagraph_probe(results_dir: Path) -> str:
-    """The probe that found why CUDA graphs were skipped: its RESULT lines."""
-    path = results_dir.joinpath("gpu-h100", "cudagraph-probe", "RESULTS.txt")
-    rows = [[f"`{m['variant']}`", m["arch"], m["skips"], m["ms"], m["first"]] for m in PROBE_LINE.finditer(path.read_text())]
-    return (f"{link(results_dir, path)} (its header has the command):\n\n"
-            + markdown_table(["variant", "model", "steps without a CUDA graph", "ms per step", "first step s"], rows))
-
-
 def gpu_check_engine_row(results_dir: Path) -> list[str]:
     """The headline's row for the GPU check's engine part: ours / `generate` at each N, per decode_chunk."""
     d, _ = gpu_check_part(results_dir, "engine")
@@ -887,7 +875,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "gpu-check-paper": gpu_check_paper,
     "gpu-check-compiled": gpu_check_compiled,
     "gpu-check-coupling": gpu_check_coupling,
-    "cudagraph-probe": cudagraph_probe,
     "machines": machines,
     "machines-readme": machines_readme,
 }
