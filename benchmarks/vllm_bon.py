@@ -8,9 +8,10 @@ this reward's scoring, one prompt at a time (as the experiment times its own met
 its own random numbers, not the coupled uniforms of sbon.engine: its candidates are another draw of
 Best-of-N, so its best reward is comparable on average, not prompt for prompt.
 
-NOT RUN HERE: this path was written from vLLM's documented API (`LLM`, `SamplingParams`,
-`LLM.generate` with token-id prompts) on a machine with no GPU and without vLLM, where it can only
-fail in one line (tested). Its numbers are to be measured on a GPU machine.
+Never run against a real vLLM yet: it follows vLLM's documented API (`LLM`, `SamplingParams`,
+`LLM.generate` with token-id prompts). The tests check the one-line refusal where vLLM or a CUDA device is
+missing, and, with a stand-in `vllm` module, what it asks of vLLM (weights, prompt tokens, sampling) and how it
+scores the answers. Its numbers are to be measured on a GPU machine (`gpu-check`'s `vllm` part).
 """
 
 from __future__ import annotations

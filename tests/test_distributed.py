@@ -175,3 +175,44 @@ def test_vllm_baseline_and_ray_are_refused_together(capsys, tmp_path):
     assert main(["table1", *SMALL, "--out-dir", str(tmp_path), "--ray", "--baseline", "vllm"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: --baseline vllm runs in this process on its GPU: run it without --ray"
+
+
+def test_vllm_baseline_asks_vllm_for_the_experiments_prompt_tokens_and_sampling(gen, likelihood, monkeypatch):
+    """vLLM itself cannot run here, so a stand-in module records what the baseline asks of it: the weights and
+    dtype the generator was loaded from, one request per prompt with this engine's chat-templated token ids,
+    the experiment's sampling settings (top-k off is vLLM's -1), and the experiment's reward choosing the best."""
+    import types
+
+    from benchmarks import vllm_bon
+
+    asked = {"requests": []}
+
+    class LLM:
+        def __init__(self, **kwargs):
+            asked["llm"] = kwargs
+
+        def generate(self, prompts, params, use_tqdm=True):
+            asked["requests"].append((prompts, params))
+            texts = ["Paris.", "The capital of France is Paris.", "I do not know."][:params.n]
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=t, token_ids=[7] * len(t))
+                                                   for t in texts])]
+
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams, fake.__version__ = LLM, types.SimpleNamespace, "stand-in"
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    prompts = [{"id": 3, "instruction": "What is the capital of France?"}]
+    out = vllm_bon.run_vllm_bon(gen, likelihood, prompts, n=3, max_new_tokens=16, quiet=True,
+                                sampling=SamplingConfig(temperature=0.7, top_p=0.9, top_k=0), seed=5, gpu_memory=0.4)
+
+    assert asked["llm"] == {"model": gen.model.name_or_path, "tokenizer": gen.model.name_or_path,
+                            "dtype": str(gen.model.dtype).removeprefix("torch."), "seed": 5,
+                            "gpu_memory_utilization": 0.4}
+    (request, params), = asked["requests"][1:]  # the first is the warm-up
+    assert request == [{"prompt_token_ids": gen.encode_prompt(prompts[0]["instruction"])}]
+    assert vars(params) == {"n": 3, "temperature": 0.7, "top_p": 0.9, "top_k": -1, "max_tokens": 16, "seed": 5}
+    row, = out["rows"]
+    texts = ["Paris.", "The capital of France is Paris.", "I do not know."]
+    assert row["vllm_best"] == pytest.approx(max(likelihood.score(prompts[0]["instruction"], texts)))
+    assert row["vllm_tokens"] == sum(len(t) for t in texts) and out["engine"] == "vllm stand-in"
+    vllm_bon.against_table1(out, [{"prompt_id": 3, "sbon_time": row["vllm_time"] / 4, "bon_time": row["vllm_time"]}])
+    assert row["sbon_speedup_vs_vllm"] == pytest.approx(4) and row["bon_speedup_vs_vllm"] == pytest.approx(1)
