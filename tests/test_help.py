@@ -117,3 +117,12 @@ def test_a_resolved_default_the_help_misstates_or_leaves_unresolved_is_caught():
         "--dtype: help says 'float32', the code uses 'bfloat16'",
         "--device: the code resolves it on this machine, the help must show what to (resolved)"]
     assert shown_default(parser, parser._actions[-1]) == "2"
+
+
+def test_the_benchmarks_package_names_every_experiment_it_registers():
+    import benchmarks
+
+    # each as "name (what it measures)" or "name: ..."
+    missing = [name for name in benchmarks_parsers()
+               if not re.search(rf"(?<![\w-]){re.escape(name)}(?= \(|:)", benchmarks.__doc__)]
+    assert not missing
