@@ -157,24 +157,7 @@ def engine(results_dir: Path) -> str:
                            "reward scoring share of SR's time"], rows)
 
 
-def signals(results_dir: Path, name: str, alpha: float = 0.5) -> str:
-    """Each pruning signal at each decision point t, one cut at α: does Best-of-N's winner survive, and how well
-    does the signal rank the candidates (Kendall with the final reward)."""
-    path = results_dir / MACHINE / "signals" / name
-    d = json.loads(path.read_text())
-    cells = {(m["signal"], m["tau"]): m for m in d["matrix"] if m["alpha"] == alpha}
-    names = list(dict.fromkeys(m["signal"] for m in d["matrix"]))
-    ts = sorted({t for _, t in cells})
-    rows = [[f"`{sig}`"] + [f"{num(cells[sig, t]['winner_kept'], 0)} % ({num(cells[sig, t]['kendall'], 2)})"
-                            if (sig, t) in cells else "–" for t in ts] for sig in names]
-    st = d["settings"]
-    head = (f"{link(results_dir, path)}: final reward `{d['final_reward']}`, {st['k']} AlpacaEval + {st['hh_k']} HH "
-            f"prompts, N={st['n']}, {st['max_new_tokens']} new tokens, α={alpha}: Best-of-N's winner kept, % of "
-            f"prompts (Kendall of the signal with the final reward).")
-    return head + "\n\n" + markdown_table(["signal"] + [f"t={t}" for t in ts], rows)
-
-
-def signals_by_alpha(results_dir: Path, name: str) -> str:
+def signals(results_dir: Path, name: str) -> str:
     """The signals matrix in full: per signal, Best-of-N's winner kept at every α and t, the mean normalized score
     at the first α, and the Kendall with the final reward; then per prompt set at the first α."""
     path = results_dir / MACHINE / "signals" / name
@@ -396,20 +379,24 @@ def machines_readme(results_dir: Path) -> str:
 CLI_FILES = (("cpu-2core-epyc", "cli"), ("cpu-2core-xeon", "cli"), ("gpu-h100", ""))
 
 
+def cli_files(results_dir: Path):
+    """(path, machine, contents) of every file `python -m sbon run --out FILE` wrote, by machine."""
+    for machine, folder in CLI_FILES:
+        for path in sorted((results_dir / machine / folder).glob("*.json")):
+            yield path, machine, json.loads(path.read_text())
+
+
 def cli(results_dir: Path) -> str:
     """`python -m sbon run --compare --out FILE`: one prompt, Best-of-N against Speculative Rejection."""
     rows = []
-    for machine, folder in CLI_FILES:
-        for path in sorted((results_dir / machine / folder).glob("*.json")):
-            d = json.loads(path.read_text())
-            if d.get("format", "").split("/")[0] != "sbon-comparison":
-                continue
-            m, bs = d["metrics"], d["bon"]["settings"]
-            memory = "all at once" if bs.get("batch_size") in (None, bs["n"]) else f"batches of {bs['batch_size']}"
-            rows.append([link(results_dir, path), machine, f"N={bs['n']}, {bs['max_new_tokens']}", memory,
-                         f"{num(m['bon_time'])} s", f"{num(m['sbon_time'])} s", times(m["speedup"]),
-                         f"{m['bon_tokens']} → {m['sbon_tokens']}", num(m["token_rate"], 2),
-                         num(m["normalized_score"])])
+    for path, machine, d in cli_files(results_dir):
+        if d.get("format", "").split("/")[0] != "sbon-comparison":
+            continue
+        m, bs = d["metrics"], d["bon"]["settings"]
+        memory = "all at once" if bs.get("batch_size") in (None, bs["n"]) else f"batches of {bs['batch_size']}"
+        rows.append([link(results_dir, path), machine, f"N={bs['n']}, {bs['max_new_tokens']}", memory,
+                     f"{num(m['bon_time'])} s", f"{num(m['sbon_time'])} s", times(m["speedup"]),
+                     f"{m['bon_tokens']} → {m['sbon_tokens']}", num(m["token_rate"], 2), num(m["normalized_score"])])
     return markdown_table(["file", "machine", "N, new tokens", "Best-of-N decodes", "Best-of-N", "SR", "speedup",
                            "tokens", "token rate", "normalized score"], rows)
 
@@ -417,16 +404,13 @@ def cli(results_dir: Path) -> str:
 def cli_runs(results_dir: Path) -> str:
     """`python -m sbon run --out FILE` without `--compare`: one Speculative Rejection run, its time by phase."""
     rows = []
-    for machine, folder in CLI_FILES:
-        for path in sorted((results_dir / machine / folder).glob("*.json")):
-            d = json.loads(path.read_text())
-            if "candidates" not in d or "timings" not in d:
-                continue
-            st, tm = d["settings"], d["timings"]
-            tokens = sum(c["tokens_generated"] for c in d["candidates"])
-            rows.append([link(results_dir, path), machine, d["method"], d["reward"],
-                         f"N={st['n']}, {st['max_new_tokens']}", str(len(d["decision_points"])), str(tokens),
-                         f"{num(tm['total'])} s", pct(tm["reward"] / tm["total"])])
+    for path, machine, d in cli_files(results_dir):
+        if "candidates" not in d or "timings" not in d:
+            continue
+        st, tm = d["settings"], d["timings"]
+        rows.append([link(results_dir, path), machine, d["method"], d["reward"], f"N={st['n']}, {st['max_new_tokens']}",
+                     str(len(d["decision_points"])), str(sum(c["tokens_generated"] for c in d["candidates"])),
+                     f"{num(tm['total'])} s", pct(tm["reward"] / tm["total"])])
     return markdown_table(["file", "machine", "method", "reward", "N, new tokens", "decision points",
                            "tokens generated", "wall time", "reward scoring share"], rows)
 
@@ -543,29 +527,24 @@ def scenarios(results_dir: Path) -> str:
 def undecided(results_dir: Path) -> str:
     """`python -m benchmarks undecided`: each rule for candidates the signal cannot tell apart from the cut, against
     Best-of-N and random pruning at the same counts, pooled over every file of a prompt set (docs/method.md)."""
-    from benchmarks.undecided import summarize
-
     sets = undecided_sets(results_dir)
     unit = {"ifeval": "prompts that follow every instruction", "helpful": "normalized score (Best-of-N's answer = 100)"}
     rows, notes = [], []
-    for name, files in sets.items():
-        found = [d for _, d in files]
-        rules = found[0]["settings"]["rules"]
-        s = summarize([r for d in found for r in d["rows"]], rules)
+    for name, (files, label, s) in sets.items():
         digits = 2 if name == "ifeval" else 1
-        for rule in rules:
+        for rule in s["rules"]:
             r = s[rule]
-            rows.append([f"{name} (`{found[0]['settings']['reward']}`)", f"`{rule}`", str(s["prompts"]),
+            rows.append([label, f"`{rule}`", str(s["prompts"]),
                          num(r["quality"], digits), num(r["random"], digits), num(s["bon"], digits),
                          num(r["quality"] - r["random"], digits), num(s["bon"] - r["random"], digits),
                          num(r["token_rate"], 2), num(r["decision_points"], 1),
                          pct(r["points_with_undecided"]), num(r["undecided_per_point"], 1), pct(r["bon_winner_pruned"]),
                          pct(r["bon_winner_pruned_undecided"]),
                          f"{r.get('real_runs_agree', 0)} of {r.get('real_runs_checked', 0)}"])
-        loads = [la for d in found for la in (d["load_average_at_start"][0], d["load_average"][0])]
+        loads = [la for _, d in files for la in (d["load_average_at_start"][0], d["load_average"][0])]
         notes.append(f"{name}: {unit[name]}; " + "; ".join(link(results_dir, f) for f, _ in files)
                      + f", load average {min(loads):.1f}–{max(loads):.1f}")
-    first = next(iter(sets.values()))[0][1]
+    first = next(iter(sets.values()))[0][0][1]
     cpu = first["environment_at_start"].get("cpu_model", "")
     return (f"N={first['settings']['n']}, {first['settings']['max_new_tokens']} tokens, α={first['settings']['alpha']}, "
             f"memory-budget rounds with their default budget, seed {first['settings']['seed']}; {cpu}; commands in the files "
@@ -578,32 +557,36 @@ def undecided(results_dir: Path) -> str:
                  "real runs that equal the replay"], rows))
 
 
-def undecided_sets(results_dir: Path) -> dict[str, list[tuple[Path, dict]]]:
-    """The undecided benchmark's result files (path, contents), by prompt set, read once."""
+def undecided_sets(results_dir: Path) -> dict[str, tuple[list[tuple[Path, dict]], str, dict]]:
+    """The undecided benchmark's result files by prompt set: its files (path, contents), its label and their rows
+    pooled by `benchmarks.undecided.summarize` (with the rules they ran, `rules`)."""
+    from benchmarks.undecided import summarize
+
     sets: dict[str, list[tuple[Path, dict]]] = {}
     for f in sorted((results_dir / MACHINE / "undecided").glob("*.json")):
         d = json.loads(f.read_text())
         sets.setdefault(d["settings"]["set"], []).append((f, d))
-    return sets
+    out = {}
+    for name, files in sets.items():
+        st = files[0][1]["settings"]
+        pooled = summarize([r for _, d in files for r in d["rows"]], st["rules"])
+        out[name] = (files, f"{name} (`{st['reward']}`)", {**pooled, "rules": st["rules"]})
+    return out
 
 
 def undecided_winner(results_dir: Path) -> str:
     """`python -m benchmarks undecided`: how each rule pruned Best-of-N's winner while it was undecided, and what
     ``defer``'s waits bought: how long they lasted and how many waiting candidates were still undecided after them
     (docs/method.md)."""
-    from benchmarks.undecided import PRUNED_HOW, summarize
+    from benchmarks.undecided import PRUNED_HOW
 
     rows = []
-    for name, files in undecided_sets(results_dir).items():
-        found = [d for _, d in files]
-        rules = found[0]["settings"]["rules"]
-        s = summarize([r for d in found for r in d["rows"]], rules)
-        for rule in rules:
+    for _, label, s in undecided_sets(results_dir).values():
+        for rule in s["rules"]:
             r, w = s[rule], s[rule].get("waits") or {}
             by = r.get("bon_winner_pruned_undecided_by") or {}
             waited = w.get("waited") or 0
-            rows.append([f"{name} (`{found[0]['settings']['reward']}`)", f"`{rule}`", str(s["prompts"]),
-                         str(sum(by.values())), *(str(by.get(h, 0)) for h in PRUNED_HOW),
+            rows.append([label, f"`{rule}`", str(s["prompts"]), str(sum(by.values())), *(str(by.get(h, 0)) for h in PRUNED_HOW),
                          str(r.get("bon_winner_pruned_undecided_after_wait", 0)),
                          str(w.get("count", 0)), num(w.get("tokens_mean"), 1), str(waited),
                          pct(w["still_undecided"] / waited) if waited else "–",
@@ -849,8 +832,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "engine": engine,
     "signals": partial(signals, name="signals_alpaca20_hh20.json"),
     "signals-likelihood": partial(signals, name="signals_alpaca20_hh20_likelihood.json"),
-    "signals-full": partial(signals_by_alpha, name="signals_alpaca20_hh20.json"),
-    "signals-full-likelihood": partial(signals_by_alpha, name="signals_alpaca20_hh20_likelihood.json"),
     "tune": partial(tune, name="tune.json"),
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "signal-cost": signal_cost,
