@@ -160,8 +160,8 @@ class Runs:
                              tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
                     shown = Shown(event.comparison, "your run", kind, look=look)
                     yield {**show(shown, f"{ready} · {tracker.status()}"), "model_status": models_status()}
-                elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones: an update
-                    # of those alone left Gradio's candidates table blank in the browser
+                elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones: Gradio
+                    # blanks the candidates table in the browser when those alone are updated
                     shown = Shown(event.comparison, "your run", kind, look=look)
                     yield {**show(shown, f"{ready}; every view ready after {tracker.elapsed:.1f} s"), **IDLE}
                 elif (isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S

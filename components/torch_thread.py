@@ -37,8 +37,8 @@ def configure_threads() -> int:
 # The one thread that calls torch: it loads the models and computes every run's events. torch's CPU threads
 # (an OpenMP team) belong to the thread that calls into torch, and once a second thread has called it, the
 # one that decodes runs markedly slower on two cores (the idle team's threads still take their share). Gradio
-# advances a run's generator from whichever thread of its pool is free, and loads ran on a thread of their
-# own: so both go here.
+# advances a run's generator from whichever thread of its pool is free, and model loads would otherwise run on
+# a thread of their own: so both go here.
 TORCH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-torch")
 _END = object()
 

@@ -33,9 +33,9 @@ from .engine import tensor_bytes
 log = logging.getLogger(__name__)
 
 # Inductor's settings the step is compiled with unless a decoder names others (part of the saved step's name).
-# The C++ wrapper calls the step's kernels from C++ instead of from generated Python, which spent a noticeable part of
+# The C++ wrapper calls the step's kernels from C++ instead of from generated Python, which spends a noticeable part of
 # a step calling them; built apart from the kernels at a low optimisation level, it adds little to the first compile
-# (optimised together with them, it made the first compile several times longer). The same kernels: the same numbers.
+# (optimised together with them, it makes the first compile several times longer). The same kernels: the same numbers.
 INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp_wrapper_build_separate": True}
 
 # This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).

@@ -6,8 +6,8 @@ more than the arithmetic (`python -m benchmarks step` times the step with each a
 benchmarks/results/*/step). Two batched matmuls and a softmax do the same work, and
 grouped-query heads are folded into the query instead of repeating the keys, so no KV copy is made. The compiled
 step calls a kernel of its own instead (``sbon::decode_attention``, sbon/kernels/decode_attention.cpp, built once per
-machine by :func:`load_kernel`): compiled, the matmuls copied every layer's keys and values out of the KV slab at
-every step.
+machine by :func:`load_kernel`): inductor compiles the matmuls into copies of every layer's keys and values out of
+the KV slab at every step, where the kernel reads them in place.
 
 Registered with `transformers`' AttentionInterface as ``sbon_decode``; anything that is not a plain
 one-query step (a prefill, a mask, a sliding window, a soft cap, attention weights asked for) goes to

@@ -221,8 +221,8 @@ def prepackable(dtype: torch.dtype) -> bool:
 # Prepacked weights by key: `torch.compile` cannot take oneDNN's opaque tensors as graph inputs, so a compiled
 # step calls them through `sbon::packed_linear`, an operator it keeps whole, that finds its weight here. The key
 # is the weight's shape, dtype and a hash of its bytes: a compiled graph holds it as a constant, so the same
-# weights give the same graph in every process (inductor's disk cache finds it; with id(module) it never did), and
-# layers with the same weights (a model loaded twice) share one prepacked copy, counted in _PACKED_USERS.
+# weights give the same graph in every process (so inductor's disk cache finds it, which a key such as id(module),
+# different in every process, would defeat), and layers with the same weights (a model loaded twice) share one prepacked copy, counted in _PACKED_USERS.
 _PACKED: dict[str, torch.Tensor] = {}
 _PACKED_USERS: dict[str, int] = {}
 

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 GROUP = 32  # weights per block along the input (GGUF's Q4_1, and the kernel's group size)
 KERNEL_DTYPE = torch.bfloat16  # what torch's vectorized 4-bit CPU kernel computes in (see Int4Linear)
 # A file's blocks are taken for a layer where they give its loaded weights on every CHECKED_EVERY-th row: the
-# weights of another model, or of another layer, differ on every row, and checking them all took seconds per load.
+# weights of another model, or of another layer, differ on every row, and checking every row takes seconds per load.
 CHECKED_EVERY = 16
 
 BF16DOT_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma")

@@ -189,8 +189,9 @@ def test_n_comes_from_the_budget_or_free_memory(gen, monkeypatch):
 
 
 def test_alpha_zero_and_small_n_always_make_progress(gen):
-    """alpha = 0 (or round((1 - alpha) n) = n) with a full budget used to take the same decision forever:
-    now each decision point with the budget full halts the lowest-ranked live candidates until it fits."""
+    """alpha = 0 (or round((1 - alpha) n) = n) keeps every candidate, so with the budget full the cut alone would
+    take the same decision forever: each decision point with the budget full halts the lowest-ranked live candidates
+    until it fits."""
     length = CallableReward(lambda prompt, responses: [float(len(r)) for r in responses], name="length")
     prompt_tokens = len(gen.encode_prompt(PROMPT))
     for alpha, n in ((0.0, 4), (0.2, 2)):

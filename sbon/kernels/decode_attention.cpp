@@ -2,7 +2,7 @@
 // own cached keys and values, read in place from the KV slab's view.
 //
 // Why a kernel: in a decode step a row attends with one query to a few hundred keys. Written as tensor operations,
-// inductor either copied every layer's keys and values out of the slab (matmuls) or recomputed the query's rotary
+// inductor either copies every layer's keys and values out of the slab (matmuls) or recomputes the query's rotary
 // embedding and a horizontal sum for every key (products and sums); here a key is loaded once for all the query
 // heads that share it, and its products are summed in vector lanes.
 //
