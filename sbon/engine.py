@@ -222,7 +222,8 @@ def prepackable(dtype: torch.dtype) -> bool:
 # step calls them through `sbon::packed_linear`, an operator it keeps whole, that finds its weight here. The key
 # is the weight's shape, dtype and a hash of its bytes: a compiled graph holds it as a constant, so the same
 # weights give the same graph in every process (so inductor's disk cache finds it, which a key such as id(module),
-# different in every process, would defeat), and layers with the same weights (a model loaded twice) share one prepacked copy, counted in _PACKED_USERS.
+# different in every process, would defeat), and layers with the same weights (a model loaded twice) share one
+# prepacked copy, counted in _PACKED_USERS.
 _PACKED: dict[str, torch.Tensor] = {}
 _PACKED_USERS: dict[str, int] = {}
 
