@@ -88,11 +88,11 @@ void tile(const uint8_t* w, const at::Half* scales, int64_t block_stride, const 
       const at::Half* dm = scales + c * (block_stride / 8) + g * 32;
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dm)));
       const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dm + 16)));
-      const __m512 zero = _mm512_fnmadd_ps(k128, d, m);
+      const __m512 offset = _mm512_fnmadd_ps(k128, d, m);
       UNROLL
       for (int r = 0; r < ROWS; ++r) {
         total[r][c] = _mm512_fmadd_ps(d, block[r][c], total[r][c]);
-        total[r][c] = _mm512_fmadd_ps(zero, _mm512_set1_ps(sums[g * ROWS + r]), total[r][c]);
+        total[r][c] = _mm512_fmadd_ps(offset, _mm512_set1_ps(sums[g * ROWS + r]), total[r][c]);
       }
     }
   }
@@ -106,14 +106,26 @@ void tile(const uint8_t* w, const at::Half* scales, int64_t block_stride, const 
 
 using Tile = void (*)(const uint8_t*, const at::Half*, int64_t, const int32_t*, const float*, int64_t, at::BFloat16*,
                       int64_t);
-// A kernel's tiles by rows (1..MAX_ROWS), then 1, 2 or 4 column blocks (2 where 4 would not fit the registers).
-#define ROW_TILES(f, R) {f<R, 1>, f<R, 2>, f<R, (R <= 2 ? 4 : 2)>}
-#define ALL_TILES(f) \
-  {ROW_TILES(f, 1), ROW_TILES(f, 2), ROW_TILES(f, 3), ROW_TILES(f, 4), \
-   ROW_TILES(f, 5), ROW_TILES(f, 6), ROW_TILES(f, 7), ROW_TILES(f, 8)}
-constexpr Tile TILES[MAX_ROWS][3] = ALL_TILES(tile);
 // By rows, the widest tile: at least four sums in flight, within the 32 registers.
 constexpr int WIDEST[MAX_ROWS + 1] = {0, 4, 4, 2, 2, 1, 1, 1, 1};
+// A kernel's tiles by rows (1..MAX_ROWS), then 1, 2 or 4 column blocks: those up to the rows' WIDEST, the only ones
+// for_each_tile picks (no tile is made that would never run).
+#define UP_TO_4(f, R) {f<R, 1>, f<R, 2>, f<R, 4>}
+#define UP_TO_2(f, R) {f<R, 1>, f<R, 2>, nullptr}
+#define ONLY_1(f, R) {f<R, 1>, nullptr, nullptr}
+#define ALL_TILES(f) \
+  {UP_TO_4(f, 1), UP_TO_4(f, 2), UP_TO_2(f, 3), UP_TO_2(f, 4), ONLY_1(f, 5), ONLY_1(f, 6), ONLY_1(f, 7), ONLY_1(f, 8)}
+
+// Whether a table has a tile exactly where WIDEST allows one.
+template <typename T>
+constexpr bool follows_widest(const T (&tiles)[MAX_ROWS][3]) {
+  for (int r = 1; r <= MAX_ROWS; ++r)
+    for (int w = 0; w < 3; ++w)
+      if (((1 << w) <= WIDEST[r]) != (tiles[r - 1][w] != nullptr)) return false;
+  return true;
+}
+constexpr Tile TILES[MAX_ROWS][3] = ALL_TILES(tile);
+static_assert(follows_widest(TILES), "a tile for every width for_each_tile picks, and none else");
 
 // Every tile of an M x (blocks x 16) product, the column blocks split over torch's threads, each thread's in tiles
 // of up to MAX_ROWS rows and the widest column blocks that fit its share: run(rows, width index, first row, first
@@ -214,6 +226,7 @@ void tile8(const int8_t* w, const at::Half* scales, int64_t block_stride, const 
 
 using Tile8 = void (*)(const int8_t*, const at::Half*, int64_t, const int32_t*, int64_t, float*, int64_t);
 constexpr Tile8 TILES8[MAX_ROWS][3] = ALL_TILES(tile8);
+static_assert(follows_widest(TILES8), "a tile for every width for_each_tile picks, and none else");
 
 at::Tensor int8_mm_bf16dot(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.is_contiguous(),
