@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -40,20 +39,14 @@ STEP_TARGET_MS = {True: 12.0, False: 20.0}  # the step at 1 row, with native bf1
 
 
 def app_path(generator: str, device=None) -> dict[str, str]:
-    """The decode path the app takes on this machine for ``generator``: the choice measured here (sbon.machine, made
-    by `python -m sbon machine` or the app's probe), else the safe path runs take until then; SBON_WEIGHTS and
-    SBON_DECODE force theirs. ``device``: the app's (default: sbon.models.default_device). The one place this
-    benchmark asks."""
-    from components.decode_paths import app_decode
-    from sbon.machine import cached_choice, safe_path
+    """The decode path the app takes on this machine for ``generator`` (sbon.machine.auto_path, the one rule), and
+    why. ``device``: the app's (default: sbon.models.default_device)."""
+    from sbon.machine import auto_path
     from sbon.models import default_device
-    device = device or default_device()
-    choice = cached_choice(generator, device)
-    weights, decode = (choice.weights, choice.decode) if choice and choice.weights else safe_path(device)
-    reason = choice.reason if choice else "nothing measured on this machine yet: the safe path"
-    asked = app_decode()
-    return {"weights": os.environ.get("SBON_WEIGHTS") or weights, "decode": decode if asked == "auto" else asked,
-            "reason": reason}
+    path = auto_path(generator, device or default_device())
+    reason = path.choice.reason if path.choice else "nothing measured on this machine yet: the safe path"
+    return {"weights": path.weights, "decode": path.decode, "reason": reason,
+            "provisional": path.choice.provisional if path.choice else ""}
 
 
 def _events(settings):
