@@ -126,9 +126,9 @@ def prompt_row(gen, reward, key: str, item: dict, settings) -> dict[str, Any]:
             **{name: m[name] for name in ("normalized_score", "random_pruning_normalized_score", "step_speedup",
                                           "token_rate", "kendall_first_decision", "decision_points",
                                           "bon_winner_pruned")},
-            "tied_pairs_first": tied_share(comp.sbon, TIED.get(settings.reward, 1e-9)),
-            "sbon_winner": reads(comp.sbon, reward), "bon_winner": reads(comp.bon, reward),
-            "same_answer": comp.sbon.best_id == comp.bon.best_id, "load": {"sbon": comp.sbon.load, "bon": comp.bon.load}}
+            "tied_pairs_first": tied_share(comp.speculative, TIED.get(settings.reward, 1e-9)),
+            "sbon_winner": reads(comp.speculative, reward), "bon_winner": reads(comp.bon, reward),
+            "same_answer": comp.speculative.best_id == comp.bon.best_id, "load": {"sbon": comp.speculative.load, "bon": comp.bon.load}}
 
 
 def summarize(rows: Sequence[dict]) -> dict[str, dict[str, Any]]:

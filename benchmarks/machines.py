@@ -89,7 +89,7 @@ def compare_warm(runs: int, settings=None) -> dict[str, Any]:
             TORCH_THREAD.submit(lambda: None).result()
             compile_s += time.perf_counter() - start - seconds
         else:
-            timed.append({"seconds": seconds, "weights": comp.sbon.weights, "decode": comp.sbon.decode,
+            timed.append({"seconds": seconds, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
                           "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n})
     return {"settings": settings.config().settings(), "load_s": load_s, "compile_or_load_step_s": compile_s,
             "runs": timed, "seconds": [r["seconds"] for r in timed]}

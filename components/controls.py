@@ -259,7 +259,7 @@ def controls_for(comp: Any, automatic: tuple[str, ...] = ()) -> dict[str, Any]:
     configuration: its method, prompt, models, instructions and settings; a setting the run did not record (another
     method's) keeps the page's default, and the ``automatic`` ones read 0, the page's "automatic" (a gallery story
     never fixed them: its recorded values are what automatic gave for its prompt)."""
-    run = comp.sbon
+    run = comp.speculative
     recorded = {**{name: getattr(DEFAULTS, name) for name in SETTING_NAMES},
                 **{k: v for k, v in run.settings.items() if k in SETTING_NAMES and v is not None},
                 "method": run.method, "prompt": run.prompt, "generator": run.generator, "reward": run.reward,

@@ -46,7 +46,7 @@ def _fmt(x: float) -> str:
 
 def decision_point_choices(comp: Comparison) -> list[tuple[str, int]]:
     """(label, round) of every decision point of the SBoN run."""
-    return [(f"round {p.round} · after {p.tokens} tokens", p.round) for p in comp.sbon.decision_points]
+    return [(f"round {p.round} · after {p.tokens} tokens", p.round) for p in comp.speculative.decision_points]
 
 
 def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
@@ -54,22 +54,22 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
     final reward on y (from Best-of-N for pruned candidates, which never finished), coloured by
     fate. Candidates already finished at the decision point were ranked by their final reward and
     sit on the diagonal as diamonds; the correlations count only partial rewards."""
-    points = {p.round: p for p in comp.sbon.decision_points}
+    points = {p.round: p for p in comp.speculative.decision_points}
     if round not in points:
         return empty_figure("No decision point in this run: every candidate finished before the first one.")
     point = points[round]
-    cands = comp.sbon.candidates
-    reasons = point_reasons(point, comp.sbon.reward)
+    cands = comp.speculative.candidates
+    reasons = point_reasons(point, comp.speculative.reward)
     rows = []
     for k, score in zip(point.contenders, point.scores):
-        rows.append(dict(id=k, fate=comp.sbon.fate(k), finished=k in point.final, x=score, y=comp.final_reward(k),
+        rows.append(dict(id=k, fate=comp.speculative.fate(k), finished=k in point.final, x=score, y=comp.final_reward(k),
                          source="own" if cands[k].final_reward is not None else "from Best-of-N",
                          reason=reasons[k].text(), cost=pruning_cost(comp, k) if k in point.pruned else "",
                          text=snippet(cands[k].text)))
     df = pd.DataFrame(rows)
     live = df[~df.finished & df.y.notna()]
     # the page's one Pearson and Kendall of this decision point (sbon.metrics.decision_quality), as the headline states them
-    corr = next(q for q in decision_quality(comp.bon, comp.sbon) if q["round"] == round)
+    corr = next(q for q in decision_quality(comp.bon, comp.speculative) if q["round"] == round)
     dx, dy = decimals(df.x), decimals(df.y)
     fig = go.Figure()
     for name in fate_order(set(df.fate)):
@@ -96,10 +96,10 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
     styled(fig, f"Partial vs final reward at round {round} (after {point.tokens} tokens) · "
                f"Pearson {_fmt(corr['pearson'])} · Kendall {_fmt(corr['kendall'])} · {len(live)} partial rewards",
            height=480)
-    scale = reward_scale(comp.sbon.reward)
+    scale = reward_scale(comp.speculative.reward)
     fig.update_xaxes(tickformat=f".{dx}f")
     fig.update_yaxes(tickformat=f".{dy}f")
-    axis_titles(fig, f"score at the decision point ({scale.unit})", f"final reward ({reward_title(comp.sbon.reward)})")
+    axis_titles(fig, f"score at the decision point ({scale.unit})", f"final reward ({reward_title(comp.speculative.reward)})")
     return fig
 
 
@@ -108,13 +108,13 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
 def tokens_per_candidate(comp: Comparison) -> go.Figure:
     """Tokens each candidate generated under Best-of-N and under Speculative Rejection."""
     ids = list(range(comp.n))
-    sb = comp.sbon.candidates
+    sb = comp.speculative.candidates
     fig = go.Figure()
     twins = [k for k in ids if comp.twin(k)]
     fig.add_trace(go.Bar(x=twins, y=[comp.bon.candidates[k].tokens_generated for k in twins], name="Best-of-N",
                          marker_color=BON_COLOR))
     # One bar trace per fate, so each colour has its legend entry; offsetgroup keeps them beside Best-of-N's bars.
-    fates = {c.id: comp.sbon.fate(c.id) for c in sb}
+    fates = {c.id: comp.speculative.fate(c.id) for c in sb}
     for fate in fate_order(set(fates.values())):
         ids_ = [k for k in ids if fates[k] == fate]
         fig.add_trace(go.Bar(x=ids_, y=[sb[k].tokens_generated for k in ids_], name=fate,
@@ -141,14 +141,14 @@ def phase_times(comp: Comparison) -> go.Figure:
     """Wall time of each run, split into prefill, decode, reward and rejection."""
     fig = go.Figure()
     colors = dict(prefill="#8ecae6", decode="#219ebc", reward="#ffb703", rejection="#fb8500")
-    runs = (("Best-of-N", comp.bon), ("Speculative Rejection", comp.sbon))
+    runs = (("Best-of-N", comp.bon), ("Speculative Rejection", comp.speculative))
     for phase in PHASES:
         fig.add_trace(go.Bar(y=[label for label, _ in runs], x=[r.timings.get(phase, 0.0) for _, r in runs],
                              name=phase, orientation="h", marker_color=colors[phase],
                              hovertemplate="%{y}: %{x:.2f} s<extra>" + phase + "</extra>"))
-    where = f" on {comp.sbon.machine}" if comp.sbon.machine else " (machine not recorded)"
+    where = f" on {comp.speculative.machine}" if comp.speculative.machine else " (machine not recorded)"
     styled(fig, f"Wall time{where}: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
-               f"{comp.sbon.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
+               f"{comp.speculative.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
     fig.update_layout(barmode="stack", legend_traceorder="normal")
     axis_titles(fig, "seconds")
     return fig
@@ -161,7 +161,7 @@ def tradeoff_table(comp: Comparison, alphas: tuple[float, ...] = ALPHAS) -> pd.D
     candidates, for every (tau, alpha): no new generation."""
     if not comp.partials:
         return pd.DataFrame(columns=["tau", "alpha", "normalized_score", "token_rate"])
-    return tradeoff_grid(comp.bon, comp.partials, alphas, comp.uncertainties, comp.sbon.settings.get("undecided", "paper"))
+    return tradeoff_grid(comp.bon, comp.partials, alphas, comp.uncertainties, comp.speculative.settings.get("undecided", "paper"))
 
 
 def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float, ...] = ALPHAS) -> go.Figure:

@@ -128,32 +128,32 @@ class Facts:
 
 
 def facts(comp: Comparison) -> Facts:
-    quality = decision_quality(comp.bon, comp.sbon)
+    quality = decision_quality(comp.bon, comp.speculative)
     fates = [q["winner"] for q in quality]
     winner = ("diverged" if "diverged" in fates else "pruned" if "pruned" in fates else "retired" if "retired" in fates
               else "kept" if fates else "none")
     winner_round = next((q["round"] for q in quality if q["winner"] == "pruned"), None)
     violated, open_ = _instruction_fates(comp)
-    s = comp.sbon.settings
-    return Facts(method=comp.sbon.method, alpha=s.get("alpha"), signal=str(s.get("prune_by") or "reward"),
-                 reward=comp.sbon.reward, points=len(comp.sbon.decision_points),
-                 pruned=sum(len(p.pruned) for p in comp.sbon.decision_points), n=comp.n, winner=winner,
-                 winner_round=winner_round, same_answer=comp.sbon.best_id == comp.bon.best_id,
+    s = comp.speculative.settings
+    return Facts(method=comp.speculative.method, alpha=s.get("alpha"), signal=str(s.get("prune_by") or "reward"),
+                 reward=comp.speculative.reward, points=len(comp.speculative.decision_points),
+                 pruned=sum(len(p.pruned) for p in comp.speculative.decision_points), n=comp.n, winner=winner,
+                 winner_round=winner_round, same_answer=comp.speculative.best_id == comp.bon.best_id,
                  token_rate=comp.metrics["token_rate"], violation_pruned=violated, open_pruned=open_)
 
 
 def _instruction_fates(comp: Comparison) -> tuple[int, int]:
     """(pruned after breaking an instruction, pruned with every instruction open or kept) for a run judged by
     the ifeval reward, from the verdicts on each pruned candidate's text as it was when pruned; (0, 0) else."""
-    if comp.sbon.reward != "ifeval":
+    if comp.speculative.reward != "ifeval":
         return 0, 0
     from sbon.ifeval.reward import IFEvalReward  # no model: the checks are programs
 
-    reward, violated, open_ = bind_instructions(IFEvalReward(), comp.sbon.prompt, comp.sbon.instructions), 0, 0
-    for c in comp.sbon.candidates:
+    reward, violated, open_ = bind_instructions(IFEvalReward(), comp.speculative.prompt, comp.speculative.instructions), 0, 0
+    for c in comp.speculative.candidates:
         if c.pruned_round is None:
             continue
-        verdicts = reward.explain(comp.sbon.prompt, c.text, final=False)
+        verdicts = reward.explain(comp.speculative.prompt, c.text, final=False)
         if any(v.status == "violated" for v in verdicts):
             violated += 1
         else:

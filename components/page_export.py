@@ -29,12 +29,12 @@ _MD = MarkdownIt("commonmark", {"html": False}).enable("table")
 
 def figures_of(comp: Comparison) -> dict[str, tuple[str, go.Figure]]:
     """The run's views, by element id: (heading, figure). The same functions as the page's views."""
-    views = round_views(comp.sbon)
+    views = round_views(comp.speculative)
     first = views[0].round if views else 1
     return {
         "live-plot": ("The last decision point", round_figure(views[-1] if views else None, comp.n,
-                                                               earlier=views[:-1], comp=comp, reward=comp.sbon.reward)),
-        "rounds-plot": ("Rounds", rounds_animation(comp.sbon, comp=comp)),
+                                                               earlier=views[:-1], comp=comp, reward=comp.speculative.reward)),
+        "rounds-plot": ("Rounds", rounds_animation(comp.speculative, comp=comp)),
         "scatter": ("Partial vs final reward at the first decision point", figures.partial_final_scatter(comp, first)),
         "tokens-plot": ("Tokens per candidate", figures.tokens_per_candidate(comp)),
         "times-plot": ("Wall time by phase", figures.phase_times(comp)),

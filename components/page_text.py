@@ -63,7 +63,7 @@ from sbon.analysis.comparison import Comparison
 client = Client("http://127.0.0.1:7860/")   # or the Space id
 text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_name="/compare")
 comparison = Comparison.from_json(text)
-print(comparison.metrics["speedup"], comparison.sbon.best.text)
+print(comparison.metrics["speedup"], comparison.speculative.best.text)
 ```
 Other arguments: `method` (`"sbon"` or `"sbon-tau"`), `prune_by` (a pruning signal), `undecided` (what a decision point
 does with candidates its signal cannot tell apart from the cut: `"paper"`, `"prune"`, `"defer"` or `"random"`), `alpha`, `tau`, `kv_budget`

@@ -160,9 +160,9 @@ def pruning_cost(comp: Any, k: int) -> str:
     """What pruning candidate k cost, from its Best-of-N twin ('' when it was not pruned or cost
     nothing): the twin is Best-of-N's winner, or its final reward beats the response Speculative
     Rejection returned."""
-    if comp.sbon.candidates[k].pruned_round is None or comp.diverged(k):  # a diverged twin is another text
+    if comp.speculative.candidates[k].pruned_round is None or comp.diverged(k):  # a diverged twin is another text
         return ""
-    twin, returned = comp.bon.candidates[k].final_reward, comp.sbon.best.final_reward
+    twin, returned = comp.bon.candidates[k].final_reward, comp.speculative.best.final_reward
     if k == comp.bon.best_id:
         return "its Best-of-N twin is Best-of-N's winner"
     if twin is not None and returned is not None and twin > returned:

@@ -100,7 +100,7 @@ def write_index_entry(key: str, comp: Comparison, settings: RunSettings, commit:
     index = read_index()  # read again: another recording may have written its entries meanwhile
     index[key] = {"file": str(entry.file.relative_to(ASSETS)), "title": entry.title, "caption": caption(comp, entry),
                   "command": f"{RECORDED_WITH} --gallery {key}", "settings": settings.to_dict(), "commit": commit,
-                  "machine": comp.sbon.machine, "weights": comp.sbon.weights, "decode": comp.sbon.decode,
+                  "machine": comp.speculative.machine, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
                   "recorded": when.isoformat(timespec="seconds"), "load_average": load}
     INDEX_FILE.write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n")
     return index[key]

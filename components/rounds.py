@@ -136,12 +136,12 @@ def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int 
 
 def run_captions(comp: Any) -> list[str]:
     """The caption of every decision point of a finished comparison's Speculative Rejection run, in order."""
-    views, before = round_views(comp.sbon), {}
+    views, before = round_views(comp.speculative), {}
     # Best-of-N's winner is in this run only if its candidate came out the same here (coupling held for it)
     winner = comp.bon.best_id if comp.twin(comp.bon.best_id) else None
     captions = []
     for v in views:
-        captions.append(round_caption(v, len(views), winner, before, comp.sbon.reward))
+        captions.append(round_caption(v, len(views), winner, before, comp.speculative.reward))
         before.update({k: v.round for k in v.pruned})
     return captions
 
@@ -289,11 +289,11 @@ def rounds_animation(run: RunResult, active: int = 0, comp: Any = None) -> go.Fi
 def result_caption(comp: Any, hint: bool = True) -> str:
     """One line for a finished comparison: how many decision points, what Speculative Rejection returned
     against Best-of-N's pick, and (``hint``) how to step through its rounds."""
-    rounds, sbon, bon = len(comp.sbon.decision_points), comp.sbon.best_id, comp.bon.best_id
+    rounds, sbon, bon = len(comp.speculative.decision_points), comp.speculative.best_id, comp.bon.best_id
     if not rounds:
         return ("No decision point in this run: Speculative Rejection was Best-of-N here, so there are no rounds "
                 "to present")
-    same = ("the answer Best-of-N picks" if comp.sbon.best.text == comp.bon.best.text else
+    same = ("the answer Best-of-N picks" if comp.speculative.best.text == comp.bon.best.text else
             f"Best-of-N picks candidate {bon}" if sbon != bon else "Best-of-N picks its own, different version of it")
     return (f"After {rounds} decision point{'s' if rounds > 1 else ''}: Speculative Rejection returned candidate "
             f"{sbon}, {same}" + (" · press ▶ Present rounds to step through them" if hint else ""))
@@ -301,7 +301,7 @@ def result_caption(comp: Any, hint: bool = True) -> str:
 
 def present_steps(comp: Any) -> int:
     """Steps of "Present rounds" on a finished comparison: one per decision point, then its result."""
-    return len(comp.sbon.decision_points) + 1 if comp.sbon.decision_points else 0
+    return len(comp.speculative.decision_points) + 1 if comp.speculative.decision_points else 0
 
 
 ANSWER_CHARS, ANSWER_LINES = 60, 2  # an answer's excerpt on the result step: lines that fit a projector's width
@@ -341,9 +341,9 @@ def present_step(comp: Any, step: int) -> tuple[go.Figure, str]:
     """(frame, caption) of step ``step`` of "Present rounds": decision point ``step`` (0-based) drawn as the
     live view drew it, on one x range for all rounds so a move is a move on the page; the last step is the
     run's result: the answer each method returned, under the headline's first two statements."""
-    views = round_views(comp.sbon)
+    views = round_views(comp.speculative)
     step = max(0, min(step, len(views)))
     if step == len(views):
         return answers_figure(comp), f"Result · {result_lines(comp)}"
-    fig = round_figure(views[step], comp.n, _x_range(views), earlier=views[:step], comp=comp, reward=comp.sbon.reward)
+    fig = round_figure(views[step], comp.n, _x_range(views), earlier=views[:step], comp=comp, reward=comp.speculative.reward)
     return fig, run_captions(comp)[step]

@@ -72,7 +72,7 @@ class Runs:
         if last:
             return last[len(last) // 2]
         run = GALLERY.runs["default"].comp
-        return run.sbon.wall_time + run.bon.wall_time if run is not None else 30.0
+        return run.speculative.wall_time + run.bon.wall_time if run is not None else 30.0
 
     def request(self, running: float | None) -> dict[str, Any]:
         """The Run click, answered at once (outside the generation queue): refuse a second Run of this
@@ -153,12 +153,12 @@ class Runs:
                     yield {"sbon_text": Update(label=label, value=text), "summary": tracker.race(methods) + answer,
                            "status": tracker.status(), "caption": tracker.caption()}
                 elif isinstance(event, ComparisonReady):  # both runs done: every view but the prefix-scored ones
-                    for result in (event.comparison.sbon, event.comparison.bon):
+                    for result in (event.comparison.speculative, event.comparison.bon):
                         MODELS.observe(result)
                     first = tracker.first_round_at
                     ready = (f"Done in {tracker.elapsed:.1f} s from the click"
                              + (f"; first decision point drawn after {first:.1f} s" if first else "")
-                             + f"; {DECODED[event.comparison.sbon.decode or 'eager']}")
+                             + f"; {DECODED[event.comparison.speculative.decode or 'eager']}")
                     log.info("runs finished: %.1f s from the click, first round %s s, settings %s",
                              tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
                     shown = Shown(event.comparison, "your run", kind, look=look)

@@ -56,7 +56,7 @@ def check_replayable(comp: Comparison) -> None:
     """Refuse what Comparison.load accepts but no run makes: rewards, thresholds or timings that are
     not finite or absurdly large, a candidate pruned at a decision point its run does not have.
     Such a file would draw empty or broken views instead of a clear refusal."""
-    for run in (comp.bon, comp.sbon):
+    for run in (comp.bon, comp.speculative):
         rounds = {p.round for p in run.decision_points}
         numbers = [*run.timings.values(), *(x for p in run.decision_points for x in (p.cut, *p.scores))]
         for c in run.candidates:

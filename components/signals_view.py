@@ -63,7 +63,7 @@ def signal_names(comp: Comparison) -> list[str]:
 
 def decision_taus(comp: Comparison) -> list[tuple[int, int]]:
     """(round, tokens) of each of the Speculative Rejection run's decision points."""
-    return [(p.round, p.tokens) for p in comp.sbon.decision_points]
+    return [(p.round, p.tokens) for p in comp.speculative.decision_points]
 
 
 def scores_of(comp: Comparison, signal: str, t: int) -> list[float | None] | None:
@@ -75,9 +75,9 @@ def cuts(comp: Comparison) -> list[Cut]:
     """Every signal's cut at every decision point, with the run's alpha."""
     if not has_signal_scores(comp):
         return []
-    alpha = float(comp.sbon.settings.get("alpha", 0.5))
+    alpha = float(comp.speculative.settings.get("alpha", 0.5))
     winner = comp.bon.best_id
-    points = {p.round: p for p in comp.sbon.decision_points}
+    points = {p.round: p for p in comp.speculative.decision_points}
     out = []
     for name in signal_names(comp):
         for round, t in decision_taus(comp):
@@ -87,7 +87,7 @@ def cuts(comp: Comparison) -> list[Cut]:
             live = sorted((k for k, s in enumerate(score) if s is not None), key=lambda k: (-score[k], k))
             replay = replay_tau(comp.bon, score, t, alpha, on_reward_scale(name, comp.bon.reward),  # the run's own cut rule
                                 comp.uncertainties.get(t) if name == "reward" else None,
-                                comp.sbon.settings.get("undecided", "paper"), comp.sbon.settings.get("seed", 0), round)
+                                comp.speculative.settings.get("undecided", "paper"), comp.speculative.settings.get("seed", 0), round)
             kept = set(replay.cut.kept)
             finished = [k for k, s in enumerate(score) if s is None]
             out.append(Cut(name, round, t, live, [k for k in live if k in kept], [k for k in live if k not in kept],
@@ -163,7 +163,7 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
         return empty_figure(NO_SCORES, height=220)
     taus = decision_taus(comp)
     names = signal_names(comp)
-    alpha = float(comp.sbon.settings.get("alpha", 0.5))
+    alpha = float(comp.speculative.settings.get("alpha", 0.5))
     fig = make_subplots(rows=1, cols=len(taus), shared_yaxes=True, horizontal_spacing=0.03,
                         subplot_titles=[f"round {r} · {t} tokens" for r, t in taus])
     winner = comp.bon.best_id

@@ -35,23 +35,23 @@ def _round(x: float | None, digits: int = 3) -> float | None:
 
 def candidates_table(comp: Comparison) -> pd.DataFrame:
     """One row per candidate: fate, tokens, partial reward at each decision point, final reward, text."""
-    points = comp.sbon.decision_points
+    points = comp.speculative.decision_points
     digits = {p.round: decimals(p.scores) for p in points}
-    final_digits = decimals(comp.final_reward(c.id) for c in comp.sbon.candidates)
+    final_digits = decimals(comp.final_reward(c.id) for c in comp.speculative.candidates)
     rows = []
-    for c in comp.sbon.candidates:
-        row = {"candidate": c.id, "fate": comp.sbon.fate(c.id),
+    for c in comp.speculative.candidates:
+        row = {"candidate": c.id, "fate": comp.speculative.fate(c.id),
                "round pruned": "" if c.pruned_round is None else str(c.pruned_round),
                "tokens": c.tokens_generated, "tokens in Best-of-N": comp.bon.candidates[c.id].tokens_generated}
         for p in points:
             partial = c.partial_reward_at(p.round)
             row[f"partial r{p.round} (t={p.tokens})"] = "" if partial is None else f"{partial:.{digits[p.round]}f}"
         row["final reward"] = _round(comp.final_reward(c.id), final_digits)
-        reasons = candidate_reasons(comp.sbon, c.id)
+        reasons = candidate_reasons(comp.speculative, c.id)
         row["last decision"] = f"round {reasons[-1].round}: {reasons[-1].text()}" if reasons else ""
         row["cost of pruning"] = pruning_cost(comp, c.id)
         row["final from"] = final_source(comp, c.id)
-        row["returned"] = " ".join(label for label, run in (("Speculative Rejection", comp.sbon), ("Best-of-N", comp.bon))
+        row["returned"] = " ".join(label for label, run in (("Speculative Rejection", comp.speculative), ("Best-of-N", comp.bon))
                                    if run.best_id == c.id and run.best.text.startswith(c.text))
         row["text"] = c.text
         rows.append(row)
@@ -60,14 +60,14 @@ def candidates_table(comp: Comparison) -> pd.DataFrame:
 
 def final_source(comp: Comparison, k: int) -> str:
     """Which run completed the response candidate k's final reward scores (or why it has none)."""
-    if comp.sbon.candidates[k].final_reward is not None:
+    if comp.speculative.candidates[k].final_reward is not None:
         return "this run" + (" (Best-of-N's version is another text)" if comp.diverged(k) else "")
     return "none: Best-of-N's version is another text" if comp.diverged(k) else "Best-of-N"
 
 
 def candidate_choices(comp: Comparison) -> list[tuple[str, int]]:
     """(label, id) for the candidate picker: the fate beside the id, so pruned ones are easy to find."""
-    return [(f"{c.id} · {comp.sbon.fate(c.id)}", c.id) for c in comp.sbon.candidates]
+    return [(f"{c.id} · {comp.speculative.fate(c.id)}", c.id) for c in comp.speculative.candidates]
 
 
 def candidate_detail_html(comp: Comparison, k: int, reward: object = None) -> str:
@@ -77,21 +77,21 @@ def candidate_detail_html(comp: Comparison, k: int, reward: object = None) -> st
     reasons. All model text is HTML-escaped."""
     if not 0 <= k < comp.n:
         return "<p>Pick a candidate.</p>"
-    c = comp.sbon.candidates[k]
-    name = comp.sbon.fate(k)
-    scale = reward_scale(comp.sbon.reward)
+    c = comp.speculative.candidates[k]
+    name = comp.speculative.fate(k)
+    scale = reward_scale(comp.speculative.reward)
     final = comp.final_reward(k)
     digits = decimals(comp.final_reward(j) for j in range(comp.n))
     source = ("" if c.final_reward is not None else " (from Best-of-N: this run never finished it)" if final is not None
               else " (this run never finished it, and Best-of-N's candidate of this number is another text)")
     badges = "".join(f' <span style="border:1px solid #999;border-radius:4px;padding:0 4px">{label} returned this</span>'
-                     for label, run in (("Speculative Rejection", comp.sbon), ("Best-of-N", comp.bon))
+                     for label, run in (("Speculative Rejection", comp.speculative), ("Best-of-N", comp.bon))
                      if run.best_id == k and run.best.text.startswith(c.text))
     reasons = "".join(f"<li>round {r.round} (after {r.tokens} tokens): <b>{OUTCOME_WORDS[r.outcome]}</b>, {html.escape(r.text())}</li>"
-                      for r in candidate_reasons(comp.sbon, k)) or "<li>never ranked: it finished before the first decision point</li>"
+                      for r in candidate_reasons(comp.speculative, k)) or "<li>never ranked: it finished before the first decision point</li>"
     cost = pruning_cost(comp, k)
     cost_html = f'<p style="font-weight:600">✂ The cost of pruning: {html.escape(cost)}.</p>' if cost else ""
-    explained = explanations(reward, comp.sbon.prompt, c.text, c.finished)
+    explained = explanations(reward, comp.speculative.prompt, c.text, c.finished)
     continuation = comp.continuation(k)
     text = f'<span class="sbon-generated" style="{GENERATED_STYLE}">{html.escape(c.text)}</span>'
     if continuation:
@@ -107,7 +107,7 @@ def candidate_detail_html(comp: Comparison, k: int, reward: object = None) -> st
     return (f'<div class="sbon-candidate">'
             f'<p><b>Candidate {k}</b> · <span style="color:{fate_color(name)};font-weight:600">{name}</span> · '
             f'{c.tokens_generated} tokens generated{badges}</p>'
-            f'<p>final reward {fmt(final, digits)}{source} · judged by {html.escape(reward_title(comp.sbon.reward))}: '
+            f'<p>final reward {fmt(final, digits)}{source} · judged by {html.escape(reward_title(comp.speculative.reward))}: '
             f'{html.escape(scale.short())}</p>'
             f'<p>At each decision point (ranked by {html.escape(_signals(comp))}):</p><ul class="sbon-reasons">{reasons}</ul>'
             f'{cost_html}{explanations_html(explained)}'
@@ -118,12 +118,12 @@ def candidate_detail_html(comp: Comparison, k: int, reward: object = None) -> st
 
 def _signals(comp: Comparison) -> str:
     """The pruning signals of the run's decision points (live candidates; finished ones by final reward)."""
-    return ", ".join(sorted({signal_title(p.signal) for p in comp.sbon.decision_points})) or "the reward"
+    return ", ".join(sorted({signal_title(p.signal) for p in comp.speculative.decision_points})) or "the reward"
 
 
 def first_pruned(comp: Comparison) -> int:
     """The candidate the detail view opens on: the first pruned one (the interesting case), else 0."""
-    return next((c.id for c in comp.sbon.candidates if c.pruned_round is not None), 0)
+    return next((c.id for c in comp.speculative.candidates if c.pruned_round is not None), 0)
 
 
 # -- savings ------------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def first_pruned(comp: Comparison) -> int:
 def savings_table(comp: Comparison) -> pd.DataFrame:
     """Both methods side by side: first what the runs themselves determine (steps, tokens, scores, the null
     model), then what this machine measured (wall time). Each row's meaning: ``column_help(row name)``."""
-    m, bon, sbon = comp.metrics, comp.bon, comp.sbon
+    m, bon, sbon = comp.metrics, comp.bon, comp.speculative
     rows = [
         ("candidates", comp.n, comp.n),
         ("sequential decode steps", bon.decode_steps, sbon.decode_steps),
@@ -242,15 +242,15 @@ def md_escape(text: str) -> str:
 
 def run_description(comp: Comparison, origin: str) -> str:
     """One line of Markdown saying which run the views show and with which settings."""
-    s, bon = comp.sbon.settings, comp.bon
+    s, bon = comp.speculative.settings, comp.bon
     size = _bon_batch_size(bon)
     batches = f" · Best-of-N in batches of {size} (same memory)" if size < comp.n else ""
-    prompt = comp.sbon.prompt if len(comp.sbon.prompt) <= 120 else comp.sbon.prompt[:119] + "…"
-    judged_by = comp.sbon.instructions
+    prompt = comp.speculative.prompt if len(comp.speculative.prompt) <= 120 else comp.speculative.prompt[:119] + "…"
+    judged_by = comp.speculative.instructions
     instructions = (f" · instructions: {'; '.join(md_escape(instruction_title(i)) for i in judged_by)}"
                     if judged_by else "")
-    return (f"**Showing:** {md_escape(origin)} · {md_escape(generator_title(comp.sbon.generator))} judged by "
-            f"{md_escape(reward_title(comp.sbon.reward))} · {METHOD_SPECS[comp.sbon.method].label}, N={comp.n}, "
+    return (f"**Showing:** {md_escape(origin)} · {md_escape(generator_title(comp.speculative.generator))} judged by "
+            f"{md_escape(reward_title(comp.speculative.reward))} · {METHOD_SPECS[comp.speculative.method].label}, N={comp.n}, "
             f"α={s.get('alpha')}, "
             f"max {s.get('max_new_tokens')} tokens, seed {s.get('seed')}{batches} · prompt: “{md_escape(prompt)}”"
             f"{instructions}")
@@ -263,7 +263,7 @@ def reproduction_note(comp: Comparison, machine: str, weights: str | None, decod
     """One line for a run recorded elsewhere or earlier: "Press ▶ Run to reproduce it" only where a Run here (this
     ``machine`` class, ``weights`` format and ``decode`` path; None: not known yet) gives the same candidates, else
     what differs and what that means."""
-    run = comp.sbon
+    run = comp.speculative
     if run.machine is None:
         return ("It was saved without the machine it ran on: a Run here with its settings may give other candidates.")
     differ = []
@@ -299,10 +299,10 @@ def answers_checked(comp: Comparison, reward: object = None) -> str:
     """Markdown: for a reward that explains itself (``explain``), how many of its checks each method's answer
     passes -- e.g. how many of the prompt's instructions Best-of-N's and Speculative Rejection's answers follow."""
     lines = []
-    for label, run in (("Best-of-N", comp.bon), ("Speculative Rejection", comp.sbon)):
+    for label, run in (("Best-of-N", comp.bon), ("Speculative Rejection", comp.speculative)):
         if run.best is None:
             continue
-        verdicts = explanations(reward, comp.sbon.prompt, run.best.text, True)
+        verdicts = explanations(reward, comp.speculative.prompt, run.best.text, True)
         if not verdicts or any(status == "⚠" for status, _ in verdicts):
             return ""
         passed = sum(status == "pass" for status, _ in verdicts)
@@ -313,16 +313,16 @@ def answers_checked(comp: Comparison, reward: object = None) -> str:
 def prediction_report(comp: Comparison) -> str:
     """Markdown: how well this run's partial rewards predicted the final ones at each decision point,
     and what that meant for Best-of-N's winner -- the assumption the method stands on, checked."""
-    quality = decision_quality(comp.bon, comp.sbon)
+    quality = decision_quality(comp.bon, comp.speculative)
     if not quality:
-        why = comp.sbon.why_no_decision_point() or "no decision point"
+        why = comp.speculative.why_no_decision_point() or "no decision point"
         return (f"{why[0].upper()}{why[1:]}: nothing was pruned, so Speculative Rejection was Best-of-N here and "
                 "there is no prediction to check (a longer answer limit, a smaller first decision or a smaller budget "
                 "brings decision points).")
     winner = (f"Best-of-N's winner is candidate {comp.bon.best_id}" if comp.twin(comp.bon.best_id) else
               f"Best-of-N's winner, candidate {comp.bon.best_id}, came out differently in this run, so it was never "
               "among these candidates")
-    intro = (f"**Did the partial rewards predict the final ones?** Reward: {md_escape(reward_title(comp.sbon.reward))}. "
+    intro = (f"**Did the partial rewards predict the final ones?** Reward: {md_escape(reward_title(comp.speculative.reward))}. "
              "Kendall correlation of the live candidates' scores at each decision point against their final rewards "
              f"(1 = same order, 0 = no relation); {winner}.")
     items = []
@@ -366,7 +366,7 @@ def early_answer(run: RunResult, excerpt: int = 400) -> str:
 
 def returned_texts(comp: Comparison) -> tuple[str, str, str, str]:
     """(label, text) of the response each method returned, Best-of-N first; shown in plain textboxes."""
-    return (*returned_text(comp.bon, "Best-of-N"), *returned_text(comp.sbon, "Speculative Rejection"))
+    return (*returned_text(comp.bon, "Best-of-N"), *returned_text(comp.speculative, "Speculative Rejection"))
 
 
 CORRELATION_COLUMNS = {"tau": "decision token τ", "candidates": "live candidates", "pearson": "Pearson",

@@ -38,7 +38,7 @@ class Shown:
 
     @property
     def first_round(self) -> int | None:
-        return self.comp.sbon.decision_points[0].round if self.comp.sbon.decision_points else None
+        return self.comp.speculative.decision_points[0].round if self.comp.speculative.decision_points else None
 
 
 def as_look(look: Any) -> Look:
@@ -54,8 +54,8 @@ def as_kind(kind: Any) -> str:
 def explaining_reward(comp: Comparison) -> Any:
     """The run's reward if it is in memory now (never loads), judging the prompt by the instructions the run
     recorded: a run opened from a file, a link or the gallery is explained as it was judged."""
-    return bind_instructions(MODELS.loaded_reward(comp.sbon.reward, comp.sbon.generator), comp.sbon.prompt,
-                             comp.sbon.instructions)
+    return bind_instructions(MODELS.loaded_reward(comp.speculative.reward, comp.speculative.generator), comp.speculative.prompt,
+                             comp.speculative.instructions)
 
 
 def source(shown: Shown) -> str:
@@ -64,7 +64,7 @@ def source(shown: Shown) -> str:
     described = tables.run_description(shown.comp, shown.origin)
     if shown.origin == "your run":
         return described
-    generator = shown.comp.sbon.generator
+    generator = shown.comp.speculative.generator
     here = MODELS.device()
     note = tables.reproduction_note(shown.comp, machine_class(here), default_weights(here, generator),
                                     MODELS.planned_decode(generator))
@@ -110,7 +110,7 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "times_plot": lambda s: figures.phase_times(s.comp),
     "bon_text": lambda s: _returned(s, 0),
     "sbon_text": lambda s: _returned(s, 1),
-    "rounds_plot": lambda s: rounds_animation(s.comp.sbon, comp=s.comp),
+    "rounds_plot": lambda s: rounds_animation(s.comp.speculative, comp=s.comp),
     "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
     "correlations": lambda s: tables.correlation_table(s.comp).rename(columns=CORRELATION_NAMES),
     "signals_summary": lambda s: signals_view.summary_table(s.comp),
@@ -125,9 +125,9 @@ NOT_PRESENTING = {"present": None, "present_prev": Update(visible=False), "prese
 
 def last_round(comp: Comparison, look: Look = Look()) -> go.Figure:
     """The live figure as it looked at the end of a run: its last decision point."""
-    views = round_views(comp.sbon)
+    views = round_views(comp.speculative)
     return look.apply(round_figure(views[-1] if views else None, comp.n, earlier=views[:-1], comp=comp,
-                                   reward=comp.sbon.reward), live=True)
+                                   reward=comp.speculative.reward), live=True)
 
 
 def show(shown: Shown, status: str = "") -> dict[str, Any]:
@@ -166,8 +166,8 @@ def on_row_select(comp: Comparison | None, row: list | None) -> dict[str, Any]:
 
 def on_play(comp: Comparison | None, look: Look) -> Iterator[dict[str, Any]]:
     # One figure per round, sent a beat apart: Gradio's plot drops plotly's own animation frames.
-    for i in range(len(comp.sbon.decision_points) if comp else 0):
-        yield {"rounds_plot": look.apply(rounds_animation(comp.sbon, i, comp=comp))}
+    for i in range(len(comp.speculative.decision_points) if comp else 0):
+        yield {"rounds_plot": look.apply(rounds_animation(comp.speculative, i, comp=comp))}
         time.sleep(PLAY_STEP_S)
 
 

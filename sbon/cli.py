@@ -171,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.compare:
         stream = comparison_events(gen, reward, args.prompt, config, bon_same_memory=args.bon_same_memory)
         comparison = drive(with_progress(stream, args.max_new_tokens, args.method), ComparisonDone).comparison
-        report(comparison.sbon)
+        report(comparison.speculative)
         print(f"\n{headline_text(comparison)}\n{wall_time_text(comparison)}")
         print("\ncompared with Best-of-N (same seed):")
         for k, v in comparison.metrics.items():
@@ -184,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         saved.load = meter.stop()
         report(saved)
     if hasattr(reward, "explain"):  # a reward that can say why (ifeval): each instruction's verdict on the answer
-        best = (saved.sbon if isinstance(saved, Comparison) else saved).best
+        best = (saved.speculative if isinstance(saved, Comparison) else saved).best
         for v in reward.explain(args.prompt, best.text, final=True):
             print(f"  {v.instruction_id}: {v.status} ({v.reason})")
     if args.out:

@@ -336,7 +336,7 @@ def test_compare_api_returns_a_saved_run_and_survives_bad_input(client):
 
     text = client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau", tau=3, api_name="/compare")
     comp = Comparison.from_json(text)
-    assert comp.n == 2 and comp.sbon.method == "sbon-tau" and comp.sbon.prompt == "Name a colour."
+    assert comp.n == 2 and comp.speculative.method == "sbon-tau" and comp.speculative.prompt == "Name a colour."
     saved = json.loads(text)  # the headline, the null model and the machine's load travel with the run
     assert "pruning at random" in saved["headline"] and "random_pruning_reward" in saved["metrics"]
     assert "Wall time" in saved["wall_time"] and "others_cores" in saved["sbon"]["load"]
@@ -344,7 +344,7 @@ def test_compare_api_returns_a_saved_run_and_survives_bad_input(client):
         client.predict(prompt="hi", n=0, api_name="/compare")
     again = Comparison.from_json(client.predict(prompt="Name a colour.", n=2, max_new_tokens=6, method="sbon-tau",
                                                 tau=3, api_name="/compare"))
-    assert [c.text for c in again.sbon.candidates] == [c.text for c in comp.sbon.candidates]  # same seed, same run
+    assert [c.text for c in again.speculative.candidates] == [c.text for c in comp.speculative.candidates]  # same seed, same run
 
 
 def test_sbon_with_alpha_zero_terminates(client):
@@ -356,8 +356,8 @@ def test_sbon_with_alpha_zero_terminates(client):
     job = client.submit(prompt="Write a long story about a lighthouse keeper.", n=4, alpha=0.0, method="sbon",
                         max_new_tokens=24, api_name="/compare")
     comp = Comparison.from_json(job.result(timeout=240))
-    assert comp.sbon.best is not None and comp.sbon.settings["alpha"] == 0.0
-    assert comp.sbon.decision_points  # the budget filled and a decision was taken (before the fix: never returned)
+    assert comp.speculative.best is not None and comp.speculative.settings["alpha"] == 0.0
+    assert comp.speculative.decision_points  # the budget filled and a decision was taken (before the fix: never returned)
     assert Comparison.from_json(client.predict(prompt="hi", **TINY, api_name="/compare")).n == 4
 
 

@@ -38,9 +38,9 @@ def test_showing_the_recorded_run_fills_every_view(app):
     shown = app.show_recorded("heatmap")
     assert set(shown) == set(app.SHOWN)
     comp = shown["comparison"]
-    assert isinstance(comp, Comparison) and comp.sbon.decision_points
+    assert isinstance(comp, Comparison) and comp.speculative.decision_points
     assert "recorded run" in shown["source"] and shown["status"] == ""
-    assert shown["decision_point"].value == comp.sbon.decision_points[0].round
+    assert shown["decision_point"].value == comp.speculative.decision_points[0].round
     assert shown["tradeoff_plot"].data[0].type == "heatmap"  # the kind the page asked for
 
 
@@ -57,7 +57,7 @@ def test_the_one_converter_gives_gradio_what_the_plain_handlers_mean(app):
     comp = shown["comparison"]
     page = app.for_gradio(lambda: {**shown, "stop_btn": Update(visible=False), "live_plot": FrozenFigure("{}")})()
     assert set(page) == set(shown) | {"stop_btn"}
-    assert page["decision_point"] == gr.update(choices=shown["decision_point"].choices, value=comp.sbon.decision_points[0].round)
+    assert page["decision_point"] == gr.update(choices=shown["decision_point"].choices, value=comp.speculative.decision_points[0].round)
     assert page["stop_btn"] == {"__type__": "update", "visible": False}  # nothing else changes
     assert isinstance(page["live_plot"], PlotData) and page["live_plot"].plot == "{}"
     assert page["comparison"] is comp and page["source"] == shown["source"]  # plain values pass as they are
@@ -327,7 +327,7 @@ def test_presenter_controls_say_what_to_do_and_step_through_the_rounds(app):
     assert "when it ends" in presenter.on_present(None, 123.0, Look())["caption"]
     comp = app.show_recorded("curves")["comparison"]
     captions, step = [], None
-    for _ in range(len(comp.sbon.decision_points) + 1):
+    for _ in range(len(comp.speculative.decision_points) + 1):
         update = presenter.on_present(comp, None, Look(), step, move=0 if step is None else 1)
         step = update["present"]
         captions.append(update["caption"])
@@ -386,7 +386,7 @@ def test_two_runs_of_one_prompt_text_with_different_instructions_are_judged_each
 
     for key, ins in GIVEN.items():
         check = build(ins["id"], {k: v for k, v in ins.items() if k != "id"})
-        for run in (instructed_runs[key].bon, instructed_runs[key].sbon):
+        for run in (instructed_runs[key].bon, instructed_runs[key].speculative):
             scored = [c for c in run.candidates if c.final_reward is not None]
             assert [c.final_reward for c in scored] == pytest.approx(
                 [float(check.check(c.text)) + tie_break(c.text) for c in scored])
@@ -409,10 +409,10 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
     monkeypatch.setattr(replays, "SHARES", ShareStore(folder=tmp_path))
     comp = instructed_runs["capitals"]
     reopened = load_upload(save_for_download(comp))
-    assert reopened.sbon.instructions == [GIVEN["capitals"]]
-    details = [detail(comp, c.id) for c in comp.sbon.candidates]
+    assert reopened.speculative.instructions == [GIVEN["capitals"]]
+    details = [detail(comp, c.id) for c in comp.speculative.candidates]
     assert all("The reward model explains its score" in d and "explain failed" not in d for d in details)
-    assert [detail(reopened, c.id) for c in comp.sbon.candidates] == details
+    assert [detail(reopened, c.id) for c in comp.speculative.candidates] == details
     assert facts(reopened) == facts(comp) and facts(comp).violation_pruned  # the gallery's story checks
 
     run_id = replays.SHARES.put(comp.to_json())
@@ -423,13 +423,13 @@ def test_a_saved_shared_or_exported_run_keeps_its_instructions_and_verdicts(app,
     def verdicts(page: str) -> list[str]:
         return [part.split("</ul>")[0] for part in page.split('<ul class="sbon-explain">')[1:]]
     exported = Path(replays.on_page_export(reopened, "a saved run")["page_file"]).read_text(encoding="utf-8")
-    judged = IFEvalReward().with_instructions(comp.sbon.prompt, [GIVEN["capitals"]])  # as the run was judged
+    judged = IFEvalReward().with_instructions(comp.speculative.prompt, [GIVEN["capitals"]])  # as the run was judged
     assert verdicts(exported) and verdicts(exported) == verdicts(replays.page_export.page_html(comp, reward=judged))
 
     before = json.loads(comp.to_json())
     for run in ("bon", "sbon"):
         del before[run]["instructions"]
-    assert Comparison.from_dict(before).sbon.instructions == []  # a file saved before: loads, explains by the shipped prompts
+    assert Comparison.from_dict(before).speculative.instructions == []  # a file saved before: loads, explains by the shipped prompts
     before["sbon"]["instructions"] = [{"id": "punctuation:no_semicolon"}]
     with pytest.raises(app.SBoNError, match=r"not a saved comparison: sbon.instructions\[0\]: unknown IFEval instruction"):
         Comparison.from_dict(before)

@@ -33,15 +33,15 @@ def test_events_run_sbon_then_bon_then_the_counterfactual(comparison_events):
 
 
 def test_pruned_candidates_get_their_final_reward_and_continuation_from_bon(comparison):
-    assert len(comparison.sbon.decision_points) == 2
-    pruned = [c for c in comparison.sbon.candidates if c.pruned_round is not None]
+    assert len(comparison.speculative.decision_points) == 2
+    pruned = [c for c in comparison.speculative.candidates if c.pruned_round is not None]
     assert pruned
     for c in pruned:
         twin = comparison.bon.candidates[c.id]
         assert twin.token_ids[:c.tokens_generated] == c.token_ids  # coupled sampling
         assert comparison.final_reward(c.id) == twin.final_reward
         assert c.text + comparison.continuation(c.id) == twin.text
-    for c in comparison.sbon.candidates:
+    for c in comparison.speculative.candidates:
         if c.finished:
             assert comparison.final_reward(c.id) == c.final_reward and comparison.continuation(c.id) == ""
 
@@ -51,10 +51,10 @@ def test_counterfactual_partials_match_the_real_decision_point(comparison):
     bit: the replay of a real decision point decides as the run did."""
     assert list(comparison.partials) == [4, 8, 16]
     assert all(len(p) == comparison.n for p in comparison.partials.values())
-    first = comparison.sbon.decision_points[0]
+    first = comparison.speculative.decision_points[0]
     assert first.tokens == 8
     for k in first.contenders:
-        assert comparison.partials[8][k] == comparison.sbon.candidates[k].partial_reward_at(1)
+        assert comparison.partials[8][k] == comparison.speculative.candidates[k].partial_reward_at(1)
 
 
 def test_the_counterfactual_asks_the_reward_only_for_prefixes_the_run_did_not_score(gen):
@@ -74,17 +74,17 @@ def test_the_counterfactual_asks_the_reward_only_for_prefixes_the_run_did_not_sc
         if isinstance(event, ComparisonReady):
             before_counterfactual = len(asked)
     comp = event.comparison
-    point = comp.sbon.decision_points[0]
+    point = comp.speculative.decision_points[0]
     assert point.tokens == 4 and len(point.contenders) == 4 and not point.final and 6 not in \
-        [p.tokens for p in comp.sbon.decision_points]
+        [p.tokens for p in comp.speculative.decision_points]
     # at tau=4 every candidate's score is the one the run cut on; at tau=6 each live prefix was asked for once
-    assert comp.partials[4] == [comp.sbon.candidates[k].partial_reward_at(1) for k in range(4)]
+    assert comp.partials[4] == [comp.speculative.candidates[k].partial_reward_at(1) for k in range(4)]
     assert sorted(asked[before_counterfactual:]) == sorted(
         gen.decode(c.token_ids[:6]) for c in comp.bon.candidates if c.tokens_generated > 6)
 
 
 def test_metrics_are_the_library_metrics(comparison):
-    assert comparison.metrics == compare(comparison.bon, comparison.sbon)
+    assert comparison.metrics == compare(comparison.bon, comparison.speculative)
     assert comparison.metrics["sbon_tokens"] < comparison.metrics["bon_tokens"]
 
 
@@ -179,17 +179,17 @@ def test_peak_memory_and_the_same_memory_batch():
 def test_sbon_tau_comparison_with_best_of_n_under_the_same_memory(gen, likelihood):
     comp = run_comparison(gen, likelihood, "Name a colour.", 4, method="sbon-tau", tau=4, alpha=0.5,
                           max_new_tokens=8, seed=2, taus=[], bon_same_memory=True)
-    assert comp.sbon.method == "sbon-tau" and comp.partials == {}
-    assert comp.bon.settings["batch_size"] == same_memory_batch_size(comp.sbon) < 4
-    for c in comp.sbon.candidates:  # batches do not change the candidates (coupled sampling)
+    assert comp.speculative.method == "sbon-tau" and comp.partials == {}
+    assert comp.bon.settings["batch_size"] == same_memory_batch_size(comp.speculative) < 4
+    for c in comp.speculative.candidates:  # batches do not change the candidates (coupled sampling)
         assert comp.bon.candidates[c.id].token_ids[:c.tokens_generated] == c.token_ids
-    assert [p.tokens for p in comp.sbon.decision_points] in ([4], [])  # [] if every candidate stopped before tau
+    assert [p.tokens for p in comp.speculative.decision_points] in ([4], [])  # [] if every candidate stopped before tau
     assert Comparison.from_json(comp.to_json()).metrics == comp.metrics
 
 
 def test_a_diverged_twin_has_no_continuation(comparison):
     d = comparison.to_dict()
-    k = next(c.id for c in comparison.sbon.candidates if c.pruned_round is not None)
+    k = next(c.id for c in comparison.speculative.candidates if c.pruned_round is not None)
     d["bon"]["candidates"][k]["token_ids"][0] += 1  # as if bfloat16 rounding had flipped the first token
     comp = Comparison.from_dict(d)
     assert comp.diverged(k) and comp.continuation(k) == ""

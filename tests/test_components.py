@@ -34,10 +34,10 @@ def _points(fig: go.Figure) -> int:
 
 @pytest.mark.parametrize("round", [1, 2])
 def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, round):
-    point = comparison.sbon.decision_points[round - 1]
+    point = comparison.speculative.decision_points[round - 1]
     fig = figures.partial_final_scatter(comparison, round)
     assert _points(fig) == len(point.contenders)
-    fates = {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
+    fates = {comparison.speculative.fate(c.id) for c in comparison.speculative.candidates}
     for trace in fig.data:
         if trace.name in fates:
             assert trace.marker.color == fate_color(trace.name)
@@ -46,8 +46,8 @@ def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, ro
     # y is the final reward, from Best-of-N for the pruned
     ys = sorted(y for t in fig.data if t.name in fates for y in t.y)
     assert ys == pytest.approx(sorted(comparison.final_reward(k) for k in point.contenders))
-    live = [k for k in point.contenders if comparison.sbon.candidates[k].partial_reward_at(round) is not None]
-    corr = correlations([comparison.sbon.candidates[k].partial_reward_at(round) for k in live],
+    live = [k for k in point.contenders if comparison.speculative.candidates[k].partial_reward_at(round) is not None]
+    corr = correlations([comparison.speculative.candidates[k].partial_reward_at(round) for k in live],
                         [comparison.final_reward(k) for k in live])
     title = fig.layout.title.text
     assert f"Pearson {corr['pearson']:.2f}" in title and f"Kendall {corr['kendall']:.2f}" in title
@@ -58,7 +58,7 @@ def test_scatter_without_decision_points_says_why(comparison):
     fig = figures.partial_final_scatter(comparison, 99)
     assert "No decision point" in fig.layout.annotations[0].text
     assert figures.decision_point_choices(comparison) == [
-        (f"round {p.round} · after {p.tokens} tokens", p.round) for p in comparison.sbon.decision_points]
+        (f"round {p.round} · after {p.tokens} tokens", p.round) for p in comparison.speculative.decision_points]
 
 
 def test_hover_text_is_escaped(comparison):
@@ -70,7 +70,7 @@ def test_hover_text_is_escaped(comparison):
 
 def test_round_views_are_the_decision_points_as_recorded(comparison):
     """Each decision point carries the score every contender was ranked by; the views draw exactly that."""
-    views = round_views(comparison.sbon)
+    views = round_views(comparison.speculative)
     assert [v.round for v in views] == [1, 2]
     for p in views:
         scores = p.score_of()
@@ -78,7 +78,7 @@ def test_round_views_are_the_decision_points_as_recorded(comparison):
         assert min(scores[k] for k in p.survivors) == pytest.approx(p.cut)
         assert all(scores[k] < p.cut or scores[k] == pytest.approx(p.cut) for k in p.pruned + p.retired)
         for k in p.contenders:  # live contenders by their partial reward, finished ones by their final reward
-            c = comparison.sbon.candidates[k]
+            c = comparison.speculative.candidates[k]
             assert scores[k] == (c.final_reward if k in p.final else c.partial_reward_at(p.round))
 
 
@@ -87,19 +87,19 @@ def test_live_tracker_builds_the_same_frames_as_the_replay(comparison_events, co
     new_rounds = [tracker.update(e) for e in comparison_events]
     assert sum(new_rounds) == 2 and tracker.first_round_at is not None
     replay = Comparison.from_json(comparison.to_json())  # a saved run replays the same frames
-    assert tracker.views == round_views(replay.sbon) == round_views(comparison.sbon)
+    assert tracker.views == round_views(replay.speculative) == round_views(comparison.speculative)
     assert tracker.status().startswith("Done in")
 
 
 def test_runs_saved_before_decision_points_carried_scores_still_load():
     """The recorded run shipped before decision points carried their scores: scores are derived on load."""
     old = Comparison.load(Path(__file__).parent / "data" / "recorded_run_v1.json")
-    for p in old.sbon.decision_points:
+    for p in old.speculative.decision_points:
         assert len(p.scores) == len(p.contenders)
         for k, score in p.score_of().items():
-            c = old.sbon.candidates[k]
+            c = old.speculative.candidates[k]
             assert score == (c.final_reward if k in p.final else c.partial_reward_at(p.round))
-    assert round_figure(old.sbon.decision_points[0], old.n).data[2].x[0] == old.sbon.decision_points[0].cut
+    assert round_figure(old.speculative.decision_points[0], old.n).data[2].x[0] == old.speculative.decision_points[0].cut
 
 
 def test_live_status_names_the_phase(comparison_events):
@@ -111,12 +111,12 @@ def test_live_status_names_the_phase(comparison_events):
 
 
 def test_round_figure_and_animation(comparison):
-    views = round_views(comparison.sbon)
+    views = round_views(comparison.speculative)
     fig = round_figure(views[0], comparison.n)
     assert [t.name for t in fig.data][:3] == ["survived", "pruned", "cut"] and fig.data[3].name == RETIRED_NAME
     assert list(fig.data[2].x) == [views[0].cut] * 2
     assert "Waiting" in round_figure(None, 6).layout.title.text
-    anim = rounds_animation(comparison.sbon)
+    anim = rounds_animation(comparison.speculative)
     per = len(anim.data) // 2
     assert per == 9 and not any(t.visible for t in anim.data[per:])
     steps = anim.layout.sliders[0].steps
@@ -126,9 +126,9 @@ def test_round_figure_and_animation(comparison):
     for i, step in enumerate(steps):
         for t, shown in zip(anim.data, step.args[0]["showlegend"]):
             assert not shown or (t.x is not None and len(t.x) > 0)
-    second = rounds_animation(comparison.sbon, active=1)
+    second = rounds_animation(comparison.speculative, active=1)
     assert second.layout.sliders[0].active == 1 and "Round 2" in second.layout.title.text
-    assert rounds_animation(comparison.sbon, active=9).layout.sliders[0].active == 1  # clamped
+    assert rounds_animation(comparison.speculative, active=9).layout.sliders[0].active == 1  # clamped
 
 
 # -- candidates ----------------------------------------------------------------------------------------
@@ -138,8 +138,8 @@ def test_candidates_table(comparison):
     assert list(df.candidate) == list(range(comparison.n))
     assert {"fate", "round pruned", "tokens", "tokens in Best-of-N", "final reward", "text"} <= set(df.columns)
     assert [c for c in df.columns if c.startswith("partial")] == [
-        f"partial r{p.round} (t={p.tokens})" for p in comparison.sbon.decision_points]
-    for (_, row), c in zip(df.iterrows(), comparison.sbon.candidates):
+        f"partial r{p.round} (t={p.tokens})" for p in comparison.speculative.decision_points]
+    for (_, row), c in zip(df.iterrows(), comparison.speculative.candidates):
         assert row["tokens"] == c.tokens_generated and row["text"] == c.text
         assert row["final from"] == ("Best-of-N" if c.pruned_round else "this run")
     assert not df["final reward"].isna().any()
@@ -147,11 +147,11 @@ def test_candidates_table(comparison):
 
 def test_candidate_detail_highlights_generated_and_never_generated(comparison):
     k = tables.first_pruned(comparison)
-    assert comparison.sbon.candidates[k].pruned_round is not None
+    assert comparison.speculative.candidates[k].pruned_round is not None
     page = tables.candidate_detail_html(comparison, k)
     assert 'class="sbon-generated"' in page and 'class="sbon-never"' in page
-    assert f"pruned in round {comparison.sbon.candidates[k].pruned_round}" in page
-    survivor = comparison.sbon.best_id
+    assert f"pruned in round {comparison.speculative.candidates[k].pruned_round}" in page
+    survivor = comparison.speculative.best_id
     assert 'class="sbon-never"' not in tables.candidate_detail_html(comparison, survivor)
     assert "Pick a candidate" in tables.candidate_detail_html(comparison, -1)
 
@@ -187,18 +187,18 @@ def test_savings(comparison):
     df = tables.savings_table(comparison)
     rows = dict(zip(df.iloc[:, 0], df.iloc[:, 2]))
     assert rows["tokens generated"] == str(m["sbon_tokens"]) and rows["wall-time speedup (T_BoN / T_SBoN)"] == f"{m['speedup']:.2f}×"
-    assert rows["sequential decode steps"] == str(comparison.sbon.decode_steps)
+    assert rows["sequential decode steps"] == str(comparison.speculative.decode_steps)
     bars = figures.tokens_per_candidate(comparison)
     assert sum(bars.data[0].y) == m["bon_tokens"] and sum(sum(t.y) for t in bars.data[1:]) == m["sbon_tokens"]
     # one legend entry per colour: each Speculative Rejection trace is one fate, in that fate's colour
     for t in bars.data[1:]:
         fate = t.name
-        assert t.marker.color == fate_color(fate) and all(comparison.sbon.fate(k) == fate for k in t.x)
+        assert t.marker.color == fate_color(fate) and all(comparison.speculative.fate(k) == fate for k in t.x)
     times = figures.phase_times(comparison)
-    assert sum(sum(t.x) for t in times.data) == pytest.approx(comparison.bon.wall_time + comparison.sbon.wall_time)
+    assert sum(sum(t.x) for t in times.data) == pytest.approx(comparison.bon.wall_time + comparison.speculative.wall_time)
     assert "Speculative Rejection returned" in tables.headline(comparison)
     bon_label, bon_text, sbon_label, sbon_text = tables.returned_texts(comparison)
-    assert bon_text == comparison.bon.best.text and f"candidate {comparison.sbon.best_id}" in sbon_label
+    assert bon_text == comparison.bon.best.text and f"candidate {comparison.speculative.best_id}" in sbon_label
 
 
 def test_tradeoff(comparison):
@@ -211,7 +211,7 @@ def test_tradeoff(comparison):
     assert len(heat.data[0].z) == 3 and len(heat.data[0].z[0]) == len(figures.ALPHAS)
     stats = tables.correlation_table(comparison)
     assert list(stats["decision token τ"]) == list(partial_final_stats(comparison.bon, comparison.partials).tau)
-    empty = Comparison(comparison.bon, comparison.sbon, {})
+    empty = Comparison(comparison.bon, comparison.speculative, {})
     assert "No counterfactual data" in figures.tradeoff_figure(empty).layout.annotations[0].text
     assert tables.correlation_table(empty).empty
 
@@ -219,7 +219,7 @@ def test_tradeoff(comparison):
 # -- fates, settings, examples, model cache ------------------------------------------------------------------
 
 def test_fates(comparison):
-    names = {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
+    names = {comparison.speculative.fate(c.id) for c in comparison.speculative.candidates}
     assert SURVIVED in names and "pruned in round 1" in names
     assert fate_color(SURVIVED) != fate_color(FINISHED_EARLY) != fate_color("pruned in round 1")
     assert fate_color("pruned in round 1") != fate_color("pruned in round 2")
@@ -279,8 +279,8 @@ def test_model_cache_loads_once_per_name_and_device(monkeypatch):
 
 def test_recorded_run_ships_and_replays():
     comp = Comparison.load(RECORDED)
-    assert 16 <= comp.n <= 32 and comp.sbon.decision_points and comp.partials
-    for build in (lambda: figures.partial_final_scatter(comp, 1), lambda: rounds_animation(comp.sbon),
+    assert 16 <= comp.n <= 32 and comp.speculative.decision_points and comp.partials
+    for build in (lambda: figures.partial_final_scatter(comp, 1), lambda: rounds_animation(comp.speculative),
                   lambda: figures.tradeoff_figure(comp), lambda: tables.candidates_table(comp)):
         build()
     assert json.loads(comp.to_json())["format"] == "sbon-comparison/1"
@@ -300,7 +300,7 @@ def test_candidate_detail_of_a_diverged_twin(comparison):
 def test_every_contender_gets_its_rank_score_and_the_cut(comparison):
     from components.reasons import point_reasons
 
-    for point in comparison.sbon.decision_points:
+    for point in comparison.speculative.decision_points:
         reasons = point_reasons(point)
         ranked = [r.rank for r in reasons.values() if r.rank is not None]  # finished ones only on the reward's scale
         assert sorted(ranked) == list(range(1, len(ranked) + 1))
@@ -311,7 +311,7 @@ def test_every_contender_gets_its_rank_score_and_the_cut(comparison):
         for k in point.survivors:
             assert re.search(" [≥=] cut ", reasons[k].text()) and reasons[k].outcome == "kept"
     # the live frame, the replay and the scatter carry the same reason in their hover data
-    point = comparison.sbon.decision_points[0]
+    point = comparison.speculative.decision_points[0]
     k = point.pruned[0]
     text = point_reasons(point)[k].text()
     frame = round_figure(point, comparison.n)
@@ -333,17 +333,17 @@ def test_decimals_follow_the_spread_of_the_values():
 def test_a_pruned_candidate_whose_twin_won_is_marked_as_the_cost_of_pruning(comparison):
     from components.reasons import pruning_cost
 
-    k = comparison.sbon.decision_points[0].pruned[0]
-    assert pruning_cost(comparison, k) == "" or comparison.bon.candidates[k].final_reward > comparison.sbon.best.final_reward
+    k = comparison.speculative.decision_points[0].pruned[0]
+    assert pruning_cost(comparison, k) == "" or comparison.bon.candidates[k].final_reward > comparison.speculative.best.final_reward
     d = comparison.to_dict()
     d["bon"]["best_id"] = k  # as if Best-of-N's winner had been pruned
     d["bon"]["candidates"][k]["final_reward"] = max(c["final_reward"] for c in d["bon"]["candidates"]) + 1.0
     comp = Comparison.from_dict(d)
     assert pruning_cost(comp, k) == "its Best-of-N twin is Best-of-N's winner"
-    assert pruning_cost(comp, comp.sbon.best_id) == ""  # not pruned: no cost
+    assert pruning_cost(comp, comp.speculative.best_id) == ""  # not pruned: no cost
     ring = [t for t in figures.partial_final_scatter(comp, 1).data if t.name == COST_NAME][0]
     assert len(ring.x) == 1 and ring.showlegend
-    assert [t for t in round_figure(comp.sbon.decision_points[0], comp.n, comp=comp).data if t.name == COST_NAME][0].y == (k,)
+    assert [t for t in round_figure(comp.speculative.decision_points[0], comp.n, comp=comp).data if t.name == COST_NAME][0].y == (k,)
     assert "The cost of pruning: its Best-of-N twin is Best-of-N" in tables.candidate_detail_html(comp, k)
     assert tables.candidates_table(comp)["cost of pruning"][k].startswith("its Best-of-N twin")
 
@@ -367,16 +367,16 @@ def test_a_reward_that_explains_itself_is_listed_in_the_detail(comparison):
 
 
 def test_replay_keeps_pruned_candidates_greyed_on_one_axis(comparison):
-    anim = rounds_animation(comparison.sbon, active=1)
+    anim = rounds_animation(comparison.speculative, active=1)
     per = len(anim.data) // 2
     second = anim.data[per:]
     earlier = [t for t in second if t.name == "pruned earlier"][0]
-    assert set(earlier.y) == set(comparison.sbon.decision_points[0].pruned) and earlier.visible
+    assert set(earlier.y) == set(comparison.speculative.decision_points[0].pruned) and earlier.visible
     drawn = sorted(y for t in second if t.name in ("survived", "pruned", "pruned earlier") or t.name.startswith("retired")
                    for y in t.y)
-    assert drawn == sorted(set(comparison.sbon.decision_points[0].contenders))  # all N still drawn in round 2
+    assert drawn == sorted(set(comparison.speculative.decision_points[0].contenders))  # all N still drawn in round 2
     lo, hi = anim.layout.xaxis.range
-    scores = [s for p in comparison.sbon.decision_points for s in p.scores]
+    scores = [s for p in comparison.speculative.decision_points for s in p.scores]
     assert lo < min(scores) and hi > max(scores)
     assert all("xaxis.range" not in s.args[1] for s in anim.layout.sliders[0].steps)  # the axis never rescales
 
@@ -410,12 +410,12 @@ def test_rewards_state_their_scale_and_hub_presets_what_they_need(comparison):
     assert needs_note(Preset("org/Big-13B", "big")) == "needs network + GPU, ~26 GB"
     assert needs_note(Preset("", "code", offline=True)) == "" and needs_note(Preset("a/b-7B", "x", package="p")) == ""
     scatter = figures.partial_final_scatter(comparison, 1)
-    assert reward_scale(comparison.sbon.reward).unit in scatter.layout.xaxis.title.text.replace("<br>", " ")
-    assert reward_scale(comparison.sbon.reward).short() in tables.candidate_detail_html(comparison, 0)
+    assert reward_scale(comparison.speculative.reward).unit in scatter.layout.xaxis.title.text.replace("<br>", " ")
+    assert reward_scale(comparison.speculative.reward).short() in tables.candidate_detail_html(comparison, 0)
 
 
 def test_every_legend_entry_has_marks_of_its_own(comparison):
-    views = round_views(comparison.sbon)
+    views = round_views(comparison.speculative)
     figs = [figures.partial_final_scatter(comparison, 1), figures.tokens_per_candidate(comparison),
             round_figure(views[-1], comparison.n, earlier=views[:-1], comp=comparison)]
     entries = [t for fig in figs for t in fig.data if t.showlegend is not False and t.visible is not False]
@@ -435,7 +435,7 @@ def test_live_race_has_a_clock_per_method(comparison_events):
     assert "Speculative Rejection" in first and "| Best-of-N | waiting |" in first
     sbon, bon = tracker.clocks["sbon"], tracker.clocks["bon"]
     assert sbon.ended is not None and bon.ended is not None and sbon.ended <= bon.started  # they ran one after the other
-    assert sbon.generated == comparison_events[-1].comparison.sbon.total_tokens
+    assert sbon.generated == comparison_events[-1].comparison.speculative.total_tokens
     last = boards[-1]
     assert last.count("done ✓") == 2 and f"**{sbon.seconds(0):.1f} s**" in last
 
@@ -519,27 +519,27 @@ def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
 
 
 def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window():
-    """Look(hall=True): every text of every figure at least HALL_FONT_PX (CSS px), the legend beside the
+    """Look(presenter=True): every text of every figure at least PRESENTER_FONT_PX (CSS px), the legend beside the
     data, the decision-point charts no taller than the window (a long legend may make a tab's chart taller),
     and the live chart exactly the height the window leaves it."""
-    from components.style import HALL_FONT_PX, Look
+    from components.style import PRESENTER_FONT_PX, Look
 
     def last_round(comp, look=Look()):  # the live chart at the end of a run, as the page draws it
-        views = comp.sbon.decision_points
+        views = comp.speculative.decision_points
         return look.apply(round_figure(views[-1], comp.n, earlier=views[:-1], comp=comp), live=True)
 
     comp = Comparison.load(RECORDED)
-    look = Look(hall=True, screen_px=480, live_px=300)
+    look = Look(presenter=True, screen_px=480, live_px=300)
     figs = [figures.partial_final_scatter(comp), figures.tokens_per_candidate(comp), figures.phase_times(comp),
-            figures.tradeoff_figure(comp), rounds_animation(comp.sbon, comp=comp)]
+            figures.tradeoff_figure(comp), rounds_animation(comp.speculative, comp=comp)]
     for fig in map(look.apply, figs):
         sizes = [fig.layout.font.size, fig.layout.legend.font.size]
         sizes += [fig.layout.title.font.size] if fig.layout.title.text else []
         sizes += [t.textfont.size for t in fig.data if getattr(t, "textfont", None) is not None and t.textfont.size]
-        assert min(sizes) >= HALL_FONT_PX, (fig.layout.title.text, sizes)
+        assert min(sizes) >= PRESENTER_FONT_PX, (fig.layout.title.text, sizes)
         assert fig.layout.legend.orientation == "v"
     assert all(look.apply(f).layout.height <= 480 for f in (figures.partial_final_scatter(comp),
-                                                             rounds_animation(comp.sbon, comp=comp)))
+                                                             rounds_animation(comp.speculative, comp=comp)))
     live = last_round(comp, look)
     assert live.layout.height == 300 and not live.layout.title.text  # the caption above is its title
     page = last_round(comp)
@@ -551,8 +551,8 @@ def test_captions_tell_each_round_from_the_run_s_data():
 
     comp = Comparison.load(RECORDED)
     captions = run_captions(comp)
-    assert len(captions) == len(comp.sbon.decision_points)
-    for caption, point in zip(captions, comp.sbon.decision_points):
+    assert len(captions) == len(comp.speculative.decision_points)
+    for caption, point in zip(captions, comp.speculative.decision_points):
         assert caption.startswith(f"Round {point.round} of {len(captions)} · after {point.tokens} tokens · "
                                   f"{len(point.contenders)} contenders · {len(point.survivors)} kept")
         alive = comp.bon.best_id in point.survivors
@@ -592,9 +592,9 @@ def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_
     from components.style import Look
 
     comp = Comparison.load(RECORDED)
-    for look in (Look(), Look(hall=True, live_px=600)):
-        tracker, chart = LiveTracker(comp.sbon.settings["max_new_tokens"]), ProgressChart(comp.n, look)
-        tracker.results["sbon"] = comp.sbon
+    for look in (Look(), Look(presenter=True, live_px=600)):
+        tracker, chart = LiveTracker(comp.speculative.settings["max_new_tokens"]), ProgressChart(comp.n, look)
+        tracker.results["sbon"] = comp.speculative
         frames = []
         for tokens in (1, 7, 60, 99, 128):
             tracker.tokens_of["bon"] = {k: tokens for k in range(comp.n) if k % 3 or tokens > 7}
@@ -612,10 +612,10 @@ def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
     from components.live import LiveTracker, progress_figure
 
     comp = Comparison.load(RECORDED)
-    assert any(p.undecided for p in comp.sbon.decision_points)  # the recording has undecided marks to draw
+    assert any(p.undecided for p in comp.speculative.decision_points)  # the recording has undecided marks to draw
     shown = views.show(views.Shown(comp, "recorded"))
-    tracker = LiveTracker(int(comp.sbon.settings["max_new_tokens"]))
-    tracker.results["sbon"] = comp.sbon
+    tracker = LiveTracker(int(comp.speculative.settings["max_new_tokens"]))
+    tracker.results["sbon"] = comp.speculative
     figs = [f for f in shown.values() if isinstance(f, go.Figure)] + [progress_figure(tracker, comp.n)]
     traces = [t for f in figs for t in (*f.data, *(t for fr in f.frames or () for t in fr.data))]
     outlined = [t for t in traces if isinstance(getattr(getattr(t, "marker", None), "symbol", None), str)

@@ -28,8 +28,8 @@ def test_the_gallery_holds_the_six_stories_each_recorded_with_its_settings_and_c
         # The settings the index says made the file are the ones the file's runs record, and the entry's own.
         for name, value in {**entry.settings, "n": comp.n}.items():
             assert line["settings"][name] == value
-        assert comp.sbon.settings["seed"] == line["settings"]["seed"] and comp.sbon.prompt == line["settings"]["prompt"]
-        assert comp.sbon.reward == line["settings"]["reward"] and comp.sbon.method == line["settings"]["method"]
+        assert comp.speculative.settings["seed"] == line["settings"]["seed"] and comp.speculative.prompt == line["settings"]["prompt"]
+        assert comp.speculative.reward == line["settings"]["reward"] and comp.speculative.method == line["settings"]["method"]
 
 
 @pytest.mark.parametrize("key", list(GALLERY))
@@ -100,7 +100,7 @@ def test_the_page_draws_every_view_in_chromium_with_the_network_blocked(tmp_path
     run = GalleryRuns({"early-violation": GALLERY["early-violation"]}).get("early-violation")
     comp = Comparison.from_json(run.comp.to_json())
     shown = first_pruned(comp)  # the candidate the page opens
-    comp.sbon.candidates[shown].text += HOSTILE  # model text is shown as text, as in every view of the page
+    comp.speculative.candidates[shown].text += HOSTILE  # model text is shown as text, as in every view of the page
     comp.bon.candidates[shown].text += HOSTILE
     path = tmp_path / "run.html"
     path.write_text(page_html(comp, run.caption))
@@ -124,7 +124,7 @@ def test_the_page_draws_every_view_in_chromium_with_the_network_blocked(tmp_path
     assert page.locator("#candidates details").count() == run.comp.n
     assert page.locator("img[src=x], a[href*='evil']").count() == 0
     assert "<img src=x" in page.locator("#candidates").inner_text()
-    assert run.comp.sbon.best.text.strip()[:40] in page.locator("#answers").inner_text()
+    assert run.comp.speculative.best.text.strip()[:40] in page.locator("#answers").inner_text()
     context.close()
 
 

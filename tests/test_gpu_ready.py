@@ -128,7 +128,7 @@ def test_every_event_a_run_yields_pickles_as_plain_data(comparison_events):
 
 
 def test_run_result_and_comparison_pickle_with_their_json(comparison):
-    for obj in (comparison, comparison.sbon, comparison.bon):
+    for obj in (comparison, comparison.speculative, comparison.bon):
         copy = pickle.loads(pickle.dumps(obj))
         assert copy.to_json() == obj.to_json()
 

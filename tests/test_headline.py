@@ -54,7 +54,7 @@ def test_the_same_comparison_beside_a_busy_process_has_the_same_headline_and_say
     quiet_headline, quiet_time = tables.headline_parts(comparison)
     busy_headline, busy_time = tables.headline_parts(loaded)
     assert busy_headline == quiet_headline  # steps, tokens, scores, the null model: nothing the load can change
-    assert loaded.sbon.load["others_cores"] > BUSY_OTHERS_CORES and loaded.metrics["machine_busy"] == 1.0
+    assert loaded.speculative.load["others_cores"] > BUSY_OTHERS_CORES and loaded.metrics["machine_busy"] == 1.0
     assert "⚠ The machine was busy" in busy_time and "upper bounds" in busy_time
     # the null model in the headline, the saved run and /compare's JSON (app.compare_endpoint returns Comparison.to_json)
     m = loaded.metrics
@@ -62,7 +62,7 @@ def test_the_same_comparison_beside_a_busy_process_has_the_same_headline_and_say
     saved = json.loads(loaded.to_json())
     assert saved["metrics"]["random_pruning_reward"] == m["random_pruning_reward"]
     assert saved["headline"] == headline_text(loaded) and saved["wall_time"].endswith("do not depend on the load.")
-    assert saved["sbon"]["load"]["others_cores"] == loaded.sbon.load["others_cores"]
+    assert saved["sbon"]["load"]["others_cores"] == loaded.speculative.load["others_cores"]
     assert Comparison.from_json(loaded.to_json()).metrics["machine_busy"] == 1.0  # kept on load
 
 
@@ -78,7 +78,7 @@ def test_decode_steps_are_the_steps_the_run_took(comparison_events):
 
 def test_files_saved_before_the_load_was_recorded_load_without_a_busy_note():
     comp = Comparison.load(ROOT / "tests" / "data" / "recorded_run_v1.json")
-    assert comp.sbon.load == {} and comp.metrics["machine_busy"] == 0.0
+    assert comp.speculative.load == {} and comp.metrics["machine_busy"] == 0.0
     assert "busy" not in tables.headline(comp) and comp.metrics["bon_steps"] > comp.metrics["sbon_steps"]
 
 
@@ -127,10 +127,10 @@ def test_random_pruning_over_rounds_matches_pruning_at_random_round_by_round():
     comp = Comparison.load(RECORDED)
     lengths = [c.tokens_generated for c in comp.bon.candidates]
     finals = [c.final_reward for c in comp.bon.candidates]
-    points = [(p.tokens, p.survivors, p.final) for p in comp.sbon.decision_points]
+    points = [(p.tokens, p.survivors, p.final) for p in comp.speculative.decision_points]
     assert len(points) == 3
     spread = max(finals) - min(finals)
-    assert random_pruning_reward(comp.bon, comp.sbon) == pytest.approx(simulate(lengths, finals, points, 20_000),
+    assert random_pruning_reward(comp.bon, comp.speculative) == pytest.approx(simulate(lengths, finals, points, 20_000),
                                                                        abs=0.01 * spread)
     assert comp.metrics["random_pruning_normalized_score"] == normalized_score(finals, comp.metrics["random_pruning_reward"])
 
@@ -150,7 +150,7 @@ def inequality_holds(text: str) -> bool:
 @pytest.mark.parametrize("source", ["recorded", "fixture"])
 def test_every_reason_reads_true(source, request):
     comp = Comparison.load(RECORDED) if source == "recorded" else request.getfixturevalue("comparison")
-    ranked = [(point, k, reason) for point in comp.sbon.decision_points for k, reason in point_reasons(point).items()
+    ranked = [(point, k, reason) for point in comp.speculative.decision_points for k, reason in point_reasons(point).items()
               if reason.rank is not None]
     assert ranked  # the run has ranked reasons to read
     for point, k, reason in ranked:
@@ -167,7 +167,7 @@ def test_every_reason_reads_true(source, request):
 
 def test_a_finished_candidate_the_signal_cannot_rank_says_so():
     comp = Comparison.load(REWARD_FREE)
-    point = next(p for p in comp.sbon.decision_points if p.final)  # the story has candidates that finished early
+    point = next(p for p in comp.speculative.decision_points if p.final)  # the story has candidates that finished early
     assert point.signal == "self-certainty" and not point.ranks_finished
     for k in point.final:
         text = point_reasons(point)[k].text()
@@ -195,7 +195,7 @@ def test_every_column_metric_and_signal_has_a_human_name_and_a_line_of_help(comp
              *tables.correlation_table(comparison).columns]
     assert all(tables.column_help(name) for name in names), [n for n in names if not tables.column_help(n)]
     assert not {"tau", "pearson", "kendall", "oracle_cut"} & set(tables.correlation_table(comparison).columns)
-    fates = {comparison.sbon.fate(c.id) for c in comparison.sbon.candidates}
+    fates = {comparison.speculative.fate(c.id) for c in comparison.speculative.candidates}
     assert all(tables.column_help(fate) for fate in fates), fates
     for name, cls in SIGNALS.items():
         assert signal_title(name) == cls.title and cls.description and signal_description(name).startswith(cls.description)
@@ -206,5 +206,5 @@ def test_every_column_metric_and_signal_has_a_human_name_and_a_line_of_help(comp
 def test_the_kendall_list_does_not_run_into_the_sentence_after_it(comparison):
     html = MarkdownIt().render(tables.prediction_report(comparison))
     items = re.findall(r"<li>(.*?)</li>", html, re.S)
-    assert len(items) == len(comparison.sbon.decision_points) and all(item.endswith(".") for item in items)
+    assert len(items) == len(comparison.speculative.decision_points) and all(item.endswith(".") for item in items)
     assert re.search(r"</ul>\s*<p>(At the first|The scores ranked)", html)  # the verdict is a paragraph of its own

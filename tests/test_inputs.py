@@ -110,14 +110,14 @@ def test_cli_compare_saves_a_comparison_the_app_can_replay(tmp_path, capsys, mon
     assert code == 0
     printed = capsys.readouterr().out
     comp = Comparison.load(out)
-    assert comp.sbon.method == "sbon-tau" and comp.bon.method == "bon" and comp.n == 4
+    assert comp.speculative.method == "sbon-tau" and comp.bon.method == "bon" and comp.n == 4
     assert comp.partials  # the trade-off view's data is there too
     assert comp.bon.settings["batch_size"] < 4  # same memory: Best-of-N ran in batches
     assert f"normalized_score             {comp.metrics['normalized_score']:.3f}" in printed
     from sbon.analysis.comparison import headline_text
 
     assert headline_text(comp) in printed and "Wall time on " in printed  # the page's headline, in text
-    assert f"best response (candidate {comp.sbon.best_id}," in printed
+    assert f"best response (candidate {comp.speculative.best_id}," in printed
 
 
 def test_cli_budget_without_n_starts_as_many_candidates_as_it_holds(tmp_path, monkeypatch, gen, likelihood):

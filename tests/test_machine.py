@@ -180,9 +180,9 @@ ref = loaded["fp32"]
 ref_run = run(events(ref, load_reward("likelihood", generator=ref), "Hi",
                      config.replace(decode="eager", method="bon", kv_budget=None)))
 print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "weights": gen.weights,
-                  "chosen": [choice.weights, choice.decode], "decode": comp.sbon.decode,
+                  "chosen": [choice.weights, choice.decode], "decode": comp.speculative.decode,
                   "exact": {p.weights: p.exact for p in choice.paths if p.decode == "eager"},
-                  "sbon": {c.id: c.token_ids for c in comp.sbon.candidates},
+                  "sbon": {c.id: c.token_ids for c in comp.speculative.candidates},
                   "bon": {c.id: c.token_ids for c in comp.bon.candidates},
                   "fp32": {c.id: c.token_ids for c in ref_run.candidates}}))
 """

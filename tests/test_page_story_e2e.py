@@ -95,7 +95,7 @@ def test_the_presenters_last_step_shows_both_answers_and_the_headline_inside_the
     page = _opened(browser, server, "projector", PRESENTER)
     try:
         page.locator("#present-rounds").click()
-        steps = len(recorded.sbon.decision_points)
+        steps = len(recorded.speculative.decision_points)
         scrolls, legends = [], []
         for i in range(steps):
             page.wait_for_function("(r) => document.querySelector('#round-caption').innerText.startsWith(r)",

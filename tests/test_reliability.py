@@ -133,7 +133,7 @@ def test_a_page_export_shows_hostile_model_text_as_text():
 
     comp = Comparison.load(GALLERY["default"].file)
     hostile = "</script><script>alert(1)</script><img src=x onerror=alert(2)><!-- [x](javascript:alert(3))"
-    for run in (comp.sbon, comp.bon):
+    for run in (comp.speculative, comp.bon):
         run.prompt += hostile
         run.candidates[0].text += hostile
     page = page_html(comp, "caption " + hostile, "origin " + hostile)

@@ -30,7 +30,7 @@ def _without_signal_scores(tmp_path) -> Path:
 
 
 def taus_of(comp):
-    return [p.tokens for p in comp.sbon.decision_points]
+    return [p.tokens for p in comp.speculative.decision_points]
 
 
 def test_scores_stored_at_every_decision_point(comparison):
@@ -101,7 +101,7 @@ def test_the_shipped_recording_shows_every_watched_signal():
     comp = Comparison.load(ROOT / "assets" / "recorded_run.json")
     assert {"logprob", "deepconf", "self-certainty"} <= set(comp.signal_scores)
     table = sv.summary_table(comp)
-    rounds = len(comp.sbon.decision_points)
+    rounds = len(comp.speculative.decision_points)
     assert len(table) == rounds * len(sv.signal_names(comp))
     assert set(table["signal"]) >= {signal_title("reward"), signal_title("logprob")}  # human names on the page
     assert sv.cuts_figure(comp).data
@@ -110,14 +110,14 @@ def test_the_shipped_recording_shows_every_watched_signal():
 def test_summary_table_rows(comparison):
     table = sv.summary_table(comparison)
     names = sv.signal_names(comparison)
-    dps = comparison.sbon.decision_points
+    dps = comparison.speculative.decision_points
     assert names[0] == "reward" and set(names[1:]) == set(comparison.signal_scores)
     # The reward has a row where the comparison computed partial rewards (this fixture passes its own
     # taus, which miss a decision point); every watched signal has one at every decision point.
     reward_rows = sum(p.tokens in comparison.partials for p in dps)
     assert 1 <= reward_rows < len(dps)
     assert len(table) == (len(names) - 1) * len(dps) + reward_rows
-    alpha = comparison.sbon.settings["alpha"]
+    alpha = comparison.speculative.settings["alpha"]
     winner = comparison.bon.best_id
     for c, (_, row) in zip(sv.cuts(comparison), table.iterrows()):
         assert row["signal"] == signal_title(c.signal) and row["decision point"] == f"round {c.round} · {c.t} tokens"
@@ -135,7 +135,7 @@ def test_candidate_table_and_click(comparison):
     table = sv.candidate_table(comparison)
     assert list(table["candidate"]) == list(range(comparison.n))
     assert list(table["Best-of-N winner"]).index("★") == comparison.bon.best_id
-    dps = len(comparison.sbon.decision_points)
+    dps = len(comparison.speculative.decision_points)
     for name in sv.signal_names(comparison):
         assert all(len(marks.split()) == dps and set(marks.split()) <= {"✓", "✗", "·", "–"}
                    for marks in table[signal_title(name)])
@@ -148,9 +148,9 @@ def test_cuts_figure(comparison):
     fig = sv.cuts_figure(comparison)
     names = sv.signal_names(comparison)
     marked = sum(len(trace.x) for trace in fig.data)
-    panels = (len(names) - 1) * len(comparison.sbon.decision_points) + sum(
-        p.tokens in comparison.partials for p in comparison.sbon.decision_points)
+    panels = (len(names) - 1) * len(comparison.speculative.decision_points) + sum(
+        p.tokens in comparison.partials for p in comparison.speculative.decision_points)
     assert marked == panels * comparison.n  # every candidate in every (signal, decision point) row
     assert {trace.name for trace in fig.data} <= {"kept", "cut", "finished"}
     assert all(row[0] in range(comparison.n) for trace in fig.data for row in trace.customdata)
-    assert len(fig.layout.shapes) == len(comparison.sbon.decision_points)  # the winner's column in each panel
+    assert len(fig.layout.shapes) == len(comparison.speculative.decision_points)  # the winner's column in each panel

@@ -49,7 +49,7 @@ def parted(recorded):
     bon[PARTED_SHORTER]["tokens_generated"] = 60
     comp = Comparison.from_dict(d)
     assert comp.diverged_ids == [PARTED_WINNER, PARTED_PRUNED, PARTED_SHORTER]
-    assert comp.sbon.best_id != comp.bon.best_id and comp.sbon.candidates[PARTED_WINNER].final_reward is not None
+    assert comp.speculative.best_id != comp.bon.best_id and comp.speculative.candidates[PARTED_WINNER].final_reward is not None
     return comp
 
 
@@ -75,10 +75,10 @@ def test_where_coupling_broke_the_headline_says_so_first_in_one_line(parted):
 def test_round_captions_and_reports_speak_of_the_run_that_happened(parted):
     views = _views(parted)
     captions = rounds.run_captions(parted)
-    assert len(captions) == len(parted.sbon.decision_points) == 3
+    assert len(captions) == len(parted.speculative.decision_points) == 3
     for text in captions:
         assert "Best-of-N will pick" not in text  # its candidate 3 is not in this run
-    assert all(q["winner"] == "diverged" for q in decision_quality(parted.bon, parted.sbon))
+    assert all(q["winner"] == "diverged" for q in decision_quality(parted.bon, parted.speculative))
     report = tables.prediction_report(parted)
     assert "came out differently in this run" in report
     assert "winner survived" not in report and "winner was **pruned**" not in report
@@ -92,7 +92,7 @@ def test_final_rewards_and_the_returned_marks_name_one_text(parted):
     table = tables.candidates_table(parted).set_index("candidate")
     # Best-of-N's winner is another text than this run's candidate 3: no row says Best-of-N returned it
     assert "Best-of-N" not in table.loc[PARTED_WINNER, "returned"]
-    assert table.loc[PARTED_WINNER, "final reward"] == pytest.approx(parted.sbon.candidates[PARTED_WINNER].final_reward, abs=0.01)
+    assert table.loc[PARTED_WINNER, "final reward"] == pytest.approx(parted.speculative.candidates[PARTED_WINNER].final_reward, abs=0.01)
     assert "another text" in table.loc[PARTED_WINNER, "final from"]
     # a pruned candidate whose twin parted has no final reward: Best-of-N's scores another text
     assert parted.final_reward(PARTED_PRUNED) is None
@@ -113,12 +113,12 @@ def test_token_bars_draw_a_parted_twin_as_another_text(parted):
     other = next(t for t in fig.data if t.name == "Best-of-N: a different text")
     assert not set(parted.diverged_ids) & set(bon.x) and sorted(other.x) == parted.diverged_ids
     shorter = dict(zip(other.x, other.y))[PARTED_SHORTER]
-    assert shorter < parted.sbon.candidates[PARTED_SHORTER].tokens_generated  # the bar that read as a contradiction
+    assert shorter < parted.speculative.candidates[PARTED_SHORTER].tokens_generated  # the bar that read as a contradiction
 
 
 def test_one_kendall_per_signal_and_round_on_the_whole_page(parted, recorded):
     for comp in (recorded, parted):
-        quality = decision_quality(comp.bon, comp.sbon)
+        quality = decision_quality(comp.bon, comp.speculative)
         assert quality
         summary = signals_view.summary_table(comp)
         report = tables.prediction_report(comp)
@@ -151,38 +151,38 @@ def test_a_gallery_story_sets_every_control_so_run_reruns_its_configuration():
             settings = settings_from(tuple(opened[name] for name in SETTING_NAMES))  # what Run would run
             comp = run.comp
             assert (settings.method, settings.prompt, settings.generator, settings.reward) == \
-                (comp.sbon.method, comp.sbon.prompt, comp.sbon.generator, comp.sbon.reward), key
+                (comp.speculative.method, comp.speculative.prompt, comp.speculative.generator, comp.speculative.reward), key
             config = settings.config().settings()
-            for name, value in comp.sbon.settings.items():
+            for name, value in comp.speculative.settings.items():
                 if name in ("kv_budget", "first_decision"):  # automatic in every story: what automatic gave
                     assert opened[name] == 0
                 else:
                     assert config[name] == value, (key, name)
             assert settings.bon_same_memory == (comp.bon.settings.get("batch_size") is not None)
             judged = [i for i, _ in parse_instructions(settings.instructions)] if settings.instructions else []
-            assert judged == [i["id"] for i in comp.sbon.instructions], key
+            assert judged == [i["id"] for i in comp.speculative.instructions], key
             checked += 1
     assert checked == 2 * len(GALLERY.runs) >= 6
-    assert GALLERY.runs["high-alpha"].comp.sbon.settings["alpha"] == 0.8 and on_gallery("high-alpha", "curves")["alpha"] == 0.8
+    assert GALLERY.runs["high-alpha"].comp.speculative.settings["alpha"] == 0.8 and on_gallery("high-alpha", "curves")["alpha"] == 0.8
 
 
 def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(comparison, recorded):
     from sbon.machine import machine_class
 
     here = machine_class("cpu")
-    assert comparison.sbon.machine == comparison.bon.machine == here  # recorded at run time, in the core result
-    assert Comparison.from_json(comparison.to_json()).sbon.machine == here  # and saved with it
+    assert comparison.speculative.machine == comparison.bon.machine == here  # recorded at run time, in the core result
+    assert Comparison.from_json(comparison.to_json()).speculative.machine == here  # and saved with it
     assert f"Wall time on {here}:" in wall_time_text(comparison)
-    path = comparison.sbon.decode
-    assert tables.reproduction_note(comparison, here, comparison.sbon.weights, path).startswith("Press ▶ Run")
-    elsewhere = tables.reproduction_note(comparison, "Intel Xeon (AVX2)", comparison.sbon.weights, path)
+    path = comparison.speculative.decode
+    assert tables.reproduction_note(comparison, here, comparison.speculative.weights, path).startswith("Press ▶ Run")
+    elsewhere = tables.reproduction_note(comparison, "Intel Xeon (AVX2)", comparison.speculative.weights, path)
     assert "Press" not in elsewhere and "Intel Xeon (AVX2)" in elsewhere and here in elsewhere
-    other_path = tables.reproduction_note(comparison, here, comparison.sbon.weights,
+    other_path = tables.reproduction_note(comparison, here, comparison.speculative.weights,
                                           "compiled" if path == "eager" else "eager")
     assert "Press" not in other_path and "path" in other_path
     unnamed = copy.deepcopy(comparison)
-    unnamed.sbon.machine = None
-    assert "Press" not in tables.reproduction_note(unnamed, here, comparison.sbon.weights, path)
+    unnamed.speculative.machine = None
+    assert "Press" not in tables.reproduction_note(unnamed, here, comparison.speculative.weights, path)
     # a recorded run's wall times name the machine they were measured on, never "this machine"
     for comp in (recorded, comparison):
         assert "this machine" not in wall_time_text(comp) and "Wall time on" in wall_time_text(comp)

@@ -164,19 +164,19 @@ def test_the_page_marks_undecided_candidates_and_says_what_was_done(open_instruc
     from components.rounds import UNDECIDED_NAME, present_step, run_captions
 
     comp = open_instruction_run
-    points = [p for p in comp.sbon.decision_points if p.undecided]
+    points = [p for p in comp.speculative.decision_points if p.undecided]
     assert points, "the open instruction left no candidate undecided"
     shown = views.show(views.Shown(comp, "your run"))
     live = shown["live_plot"]
     marks = [t for t in live.data if t.name == UNDECIDED_NAME]
-    last = comp.sbon.decision_points[-1]
+    last = comp.speculative.decision_points[-1]
     assert len(marks) == 1 and marks[0].showlegend is (bool([k for k in last.undecided if k not in last.final]))
     animation = shown["rounds_plot"]
     drawn = [t for t in animation.data if t.name == UNDECIDED_NAME and t.y is not None and len(t.y)]
     assert drawn and all("could not be told apart from the cut" in d[0] or "no candidate" in d[0]
                          for t in drawn for d in t.customdata)
     captions = run_captions(comp)
-    for point, caption in zip(comp.sbon.decision_points, captions):
+    for point, caption in zip(comp.speculative.decision_points, captions):
         if point.tied:
             assert "no candidate can still follow these instructions" in caption or "as likely" in caption
         elif point.undecided:
@@ -185,7 +185,7 @@ def test_the_page_marks_undecided_candidates_and_says_what_was_done(open_instruc
     from components.live import LiveTracker, progress_figure
 
     tracker = LiveTracker(24)
-    tracker.results["sbon"] = comp.sbon  # Best-of-N's phase of the live chart: Speculative Rejection has answered
+    tracker.results["sbon"] = comp.speculative  # Best-of-N's phase of the live chart: Speculative Rejection has answered
     bars = [t for t in progress_figure(tracker, comp.n).data if t.name == UNDECIDED_NAME]
     assert len(bars) == 1 and bars[0].showlegend and set(bars[0].y) == {k for p in points for k in p.undecided
                                                                          if k not in p.final}

@@ -55,7 +55,7 @@ class Comparison:
     package; they too are recomputed, never read.
     """
     bon: RunResult
-    sbon: RunResult
+    speculative: RunResult  # Speculative Rejection's run (its JSON key is "sbon", its method's name)
     partials: dict[int, list[float | None]] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     signal_scores: Scores = field(default_factory=dict)
@@ -64,10 +64,10 @@ class Comparison:
     uncertainties: dict[int, list[float | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_pair(self.bon, self.sbon, self.partials)
+        check_pair(self.bon, self.speculative, self.partials)
         for name, by_t in self.signal_scores.items():
-            check_pair(self.bon, self.sbon, by_t, what=f"{name} scores")
-        self.metrics = compare(self.bon, self.sbon)
+            check_pair(self.bon, self.speculative, by_t, what=f"{name} scores")
+        self.metrics = compare(self.bon, self.speculative)
 
     @property
     def n(self) -> int:
@@ -76,19 +76,19 @@ class Comparison:
     def final_reward(self, k: int) -> float | None:
         """Final reward of candidate k: its own if it finished in the SBoN run, else Best-of-N's -- None when its
         Best-of-N twin diverged (that final reward scores another text: :func:`sbon.metrics.final_of`)."""
-        return final_of(self.bon, self.sbon, k)
+        return final_of(self.bon, self.speculative, k)
 
     def diverged(self, k: int) -> bool:
         """True if candidate k's token ids in the SBoN run are not a prefix of its Best-of-N twin's.
 
         Coupled sampling makes them equal where a row's logits do not depend on the batch; in bfloat16 (on a GPU,
         or a CPU that emulates it) batch-dependent rounding can flip a token, and the two texts part from there on."""
-        return twin_diverged(self.bon, self.sbon, k)
+        return twin_diverged(self.bon, self.speculative, k)
 
     @property
     def diverged_ids(self) -> list[int]:
         """The candidates that came out differently in the two runs: for them the runs are not one story."""
-        return diverged_ids(self.bon, self.sbon)
+        return diverged_ids(self.bon, self.speculative)
 
     def twin(self, k: int) -> bool:
         """True if Best-of-N's candidate k is the same response as this run's candidate k (coupling held for it)."""
@@ -98,7 +98,7 @@ class Comparison:
         """The text candidate k would have generated after it was pruned (from Best-of-N); empty
         for a candidate that finished or whose twin diverged. With coupled sampling the pruned text
         is a prefix of the Best-of-N text, so the continuation is what lies past its length."""
-        cand, twin = self.sbon.candidates[k], self.bon.candidates[k]
+        cand, twin = self.speculative.candidates[k], self.bon.candidates[k]
         if cand.finished or self.diverged(k) or not twin.text.startswith(cand.text):
             return ""
         return twin.text[len(cand.text):]
@@ -108,7 +108,7 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         # The headline and wall-time lines are derived, as the metrics are, and ignored on load (recomputed).
         return {"format": FORMAT, "headline": headline_text(self), "wall_time": wall_time_text(self),
-                "bon": self.bon.to_dict(), "sbon": self.sbon.to_dict(),
+                "bon": self.bon.to_dict(), "sbon": self.speculative.to_dict(),
                 "partials": {str(tau): list(p) for tau, p in self.partials.items()}, "metrics": dict(self.metrics),
                 "signal_scores": {name: {str(t): list(v) for t, v in by_t.items()}
                                   for name, by_t in self.signal_scores.items()},
@@ -179,7 +179,7 @@ def headline_text(comp: Comparison, strong: Callable[[str], str] = lambda text: 
     """What Speculative Rejection returned and what it cost, in costs the runs themselves determine: the same
     for the same seed and settings on any machine, under any load (no time in it). ``strong`` marks the key
     phrases (Markdown bold on the page, nothing on the command line)."""
-    m, sbon, bon = comp.metrics, comp.sbon, comp.bon
+    m, sbon, bon = comp.metrics, comp.speculative, comp.bon
     same = "the same response as Best-of-N" if sbon.best.text == bon.best.text else \
         f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}" if sbon.best_id != bon.best_id else \
         f"its own version of candidate {sbon.best_id}, not Best-of-N's"
@@ -214,11 +214,11 @@ def wall_time_text(comp: Comparison) -> str:
     busy while a run ran (:func:`sbon.machine_load.busy`)."""
     m = comp.metrics
     ratio = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
-    machine = comp.sbon.machine
+    machine = comp.speculative.machine
     where = f"on {machine}" if machine else "on the machine that ran it (not recorded)"
-    line = (f"Wall time {where}: {comp.sbon.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
+    line = (f"Wall time {where}: {comp.speculative.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
             "it depends on the machine and what else runs on it).")
-    note = busy_note({"Speculative Rejection": comp.sbon.load, "Best-of-N": comp.bon.load})
+    note = busy_note({"Speculative Rejection": comp.speculative.load, "Best-of-N": comp.bon.load})
     return f"{line} {note}" if note else line
 
 
