@@ -240,7 +240,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
             progress(_line(s.measured))
         todo = building()
         why = ([CONTENDED] if not calm else []) + \
-            ([f"the compiled steps of {', '.join(todo)} are still being built"] if todo else [])
+            ([f"{len(todo)} compiled step{'s are' if len(todo) > 1 else ' is'} still being built"] if todo else [])
         choice = choose(generator, machine, paths, pending=_pending(paths), provisional="; ".join(why), tries=tries)
         if save:
             save_choice(choice)
