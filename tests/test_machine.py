@@ -140,6 +140,31 @@ def test_the_probe_builds_the_compiled_steps_of_the_exact_formats_within_reach_f
     assert len(timed_sets) == 3 and "int4-fp32 compiled" in timed_sets[1]  # timed again after each finished build
 
 
+def test_a_format_that_leaves_too_little_memory_free_is_left_out_in_one_line(monkeypatch):
+    import psutil
+    from types import SimpleNamespace
+
+    from sbon.probe import probe
+
+    loaded = []
+
+    def load(name, device, weights):
+        loaded.append(weights)
+        return Loaded(weights)
+
+    # the second format loaded leaves 1 GiB of 16 free
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(
+        total=16 * 2 ** 30, available=(8 if len(loaded) < 2 else 1) * 2 ** 30))
+    timing, _ = stand_in_probe(monkeypatch, {w: 10.0 for w in WEIGHT_FORMATS})
+    lines = []
+    choice = probe(NAME, "cpu", formats=("int4", "fp32"), load=load, save=False, progress=lines.append,
+                   timing=timing)
+    assert "fp32: left out (1.0 GiB of 16 GiB free beside the formats loaded before it)" in lines
+    assert [p.problem for p in choice.paths if p.weights == "fp32"] == [
+        "left out: 1.0 GiB of 16 GiB free beside the formats loaded before it"] * 2
+    assert choice.weights == "int4"
+
+
 def test_a_build_that_did_not_finish_twice_is_not_begun_again(monkeypatch, unmeasured_machine):
     from sbon.machine import choose, save_choice
     from sbon.probe import BUILD_TRIES, probe
