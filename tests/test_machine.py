@@ -433,3 +433,26 @@ def test_under_each_emulated_cpu_class_a_tiny_run_takes_a_measured_path_that_kee
     assert survivors and all(out["sbon"][k] == out["bon"][k] for k in survivors)
     if out["weights"] == "fp32":
         assert out["bon"] == out["fp32"]
+
+
+def test_a_half_written_choice_is_ignored_in_one_line_and_measured_again(unmeasured_machine, caplog, monkeypatch):
+    """A choice file cut short (a process killed while writing it elsewhere, a full disk): not used, one logged line
+    however often it is asked, and the app's decode paths start measuring again."""
+    import logging
+
+    from components.decode_paths import DecodePaths
+    from sbon.machine import choice_path, decode_threads
+
+    choice = choose(NAME, fingerprint("cpu", decode_threads()), [timed("int4", "eager", 20.0)])
+    path = save_choice(choice)
+    assert path == choice_path(NAME, fingerprint("cpu", decode_threads()))
+    path.write_text(choice.to_json()[:100])
+    with caplog.at_level(logging.WARNING, logger="sbon.machine"):
+        assert cached_choice(NAME, "cpu", decode_threads()) is None
+        assert cached_choice(NAME, "cpu", decode_threads()) is None
+    assert len([r for r in caplog.records if r.name == "sbon.machine"]) == 1
+    started = []
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: started.append(name))
+    steps = DecodePaths()
+    steps._measure(NAME)
+    assert started == [NAME] and steps.path(NAME).weights == "fp32"  # the safe path meanwhile
