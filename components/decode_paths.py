@@ -85,6 +85,7 @@ class DecodePaths:
         self._tries: dict[str, int] = {}  # children started per generator
         self._failed: dict[str, str] = {}  # generator -> why its runs stay on the safe path
         self._stale: set[str] = set()  # generators whose choice a quiet run contradicted
+        self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
         self._lock = threading.Lock()  # runs start children; so does the model line's timer
         self.gate = RunGate(cache_dir() / "machine" / f"runs-{os.getpid()}")
@@ -113,12 +114,18 @@ class DecodePaths:
             child = self._children.get(name)
             if child is not None and child.poll() is None:
                 return
+            if child is not None and child.returncode and name not in self._said:
+                self._said.add(name)
+                path = self.path(name)
+                log.warning("measuring %s's decode paths stopped (exit status %s): runs keep %s %s", name,
+                            child.returncode, path.weights, path.decode)
             choice = self.choice(name)
             if child is not None and choice is None:
                 return  # the child failed: runs stay on the safe path, the model line says why
-            again = choice is None or bool(choice.provisional) or name in self._stale
+            contradicted = name in self._stale
             waited = time.perf_counter() - self._started.get(name, -1e9)
-            if not again or (child is not None and waited < RETRY_S * 2 ** (self._tries[name] - 1)):
+            if not (choice is None or choice.provisional or contradicted) or (
+                    child is not None and not contradicted and waited < RETRY_S * 2 ** (self._tries[name] - 1)):
                 return
             self._stale.discard(name)
             self._children[name], self._started[name] = _measure_in_child(name, self.gate), time.perf_counter()
@@ -175,7 +182,6 @@ class DecodePaths:
                         "measuring this machine's decode paths again", name, per_step, max(chosen.ms.values()),
                         chosen.name)
             self._stale.add(name)
-            self._started.pop(name, None)
             self._measure(name)
 
     def _gpu_decode(self, name: str, gen: Generator) -> str:
@@ -213,7 +219,8 @@ class DecodePaths:
 
     def status(self, name: str) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say)."""
-        self._measure(name)  # a provisional choice is measured again once its wait is over
+        if name in self._children:  # a provisional choice is measured again once its wait is over
+            self._measure(name)
         if name in self._failed:
             return f"{generator_title(name)} decodes op by op, the slower way: {self._failed[name]}."
         child = self._children.get(name)

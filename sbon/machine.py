@@ -304,7 +304,8 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
         steps = sorted((p for p in (choice.paths if choice else []) if p.weights == fmt and eligible(p, device.type)),
                        key=Measured.per_step)
         path = (fmt, steps[0].decode if steps else ("eager" if cpu else "compiled"))
-    return AutoPath(path[0], decode or path[1], choice.fingerprint["threads"] if measured and cpu else None, choice)
+    return AutoPath(path[0], decode or path[1], measured.fingerprint.get("threads") if measured and cpu else None,
+                    choice)
 
 
 # -- the class of machine a run names ----------------------------------------------------------------------------
