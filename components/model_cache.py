@@ -223,8 +223,8 @@ class ModelCache:
         steps = self.steps
         if steps is None or generator in steps._failed:
             return "eager"
-        if gen.device.type == "cuda":
-            return "compiled" if generator in steps._gpu_ready else "eager"
+        if gen.device.type == "cuda":  # CUDA graphs from the first run after the load (DecodePaths._gpu_decode)
+            return "compiled" if generator in steps._started else "eager"
         choice = steps.choice(generator)
         if choice is None or (choice.weights, choice.decode) != (gen.weights, "compiled"):
             return "eager"
