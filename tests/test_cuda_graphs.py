@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from benchmarks import gpu_check
+from benchmarks import gpu_stand_ins
 from components import decode_paths
 from components.decode_paths import DecodePaths
 from components.torch_thread import TORCH_THREAD
@@ -42,10 +42,10 @@ def fresh(gen: Generator, dtype: torch.dtype | None = None) -> Generator:
 def tiny() -> Generator:
     """A tiny random Llama with SmolLM2's tokenizer and SDPA attention, the attention a CUDA device runs."""
     torch.manual_seed(0)
-    model = gpu_check.random_llama(gpu_check.smollm2_tokenizer(), torch.device("cpu"), torch.float32,
-                                   {**gpu_check.SMOLLM2_135M, **gpu_check.TINY_ARCH})
+    model = gpu_stand_ins.random_llama(gpu_stand_ins.smollm2_tokenizer(), torch.device("cpu"), torch.float32,
+                                   {**gpu_stand_ins.SMOLLM2_135M, **gpu_stand_ins.TINY_ARCH})
     assert model.config._attn_implementation == "sdpa"
-    return Generator(model, gpu_check.smollm2_tokenizer(), name=NAME)
+    return Generator(model, gpu_stand_ins.smollm2_tokenizer(), name=NAME)
 
 
 def run(gen: Generator, method: str, decode: str, n: int = 5, tokens: int = 8, reward=ZERO):
