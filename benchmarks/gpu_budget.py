@@ -37,7 +37,7 @@ APP_S = 150.0  # allowance for the app part: building its models, capturing its 
 CAPTURE_S = 5.0  # allowance for capturing the CUDA graph of one row bucket (warm-up steps included)
 INDUCTOR_S = 60.0  # allowance for compiling the step with inductor for one row bucket (an H100 took 45 s)
 # Each part's own limit, in seconds: past it the part stops with what it has and the next part starts.
-PART_LIMIT_S = {"app": 240.0, "compiled": 90.0, "coupling": 90.0, "engine": 90.0, "paper-scale": 240.0, "vllm": 150.0}
+PART_LIMIT_S = {"app": 210.0, "compiled": 90.0, "coupling": 90.0, "engine": 120.0, "paper-scale": 240.0, "vllm": 150.0}
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 GRAPH_MIN_ROWS = 16  # see the module's docstring (rows)
 GRAPH_MIN_LENGTH = 256  # the shortest slab, in tokens; longer ones are powers of two
-MAX_SLABS = 4  # slabs (with their graphs) a decoder keeps; the least recently used free one goes first
+MAX_SLABS = 2  # slabs (with their graphs) a decoder keeps; the least recently used free one goes first
 WARM_UP_STEPS = 2  # eager steps on a side stream before a capture: lazy initialisation happens outside the graph
 
 Step = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # (model, tokens, positions, cache, keep_hidden)
