@@ -37,13 +37,14 @@ def app_models(ctx):
     ``--stand-ins``), on the part's device, with the app's decode paths (off CUDA taking the GPU's path)."""
     from components.decode_paths import DecodePaths, app_decode
     from components.model_cache import ModelCache
+    from sbon.machine import AutoPath
     from sbon.models import load_generator, load_reward
 
     class GraphPaths(DecodePaths):
-        """The app's decode paths as on a GPU, on any device (off CUDA its graphs run eagerly)."""
+        """The app's decode paths as on a GPU, on any device (off CUDA its graphs run eagerly, in float32)."""
 
-        def wanted(self, name):
-            return None
+        def path(self, name):
+            return AutoPath("fp32", "compiled")
 
         def decode(self, name, gen):
             asked = app_decode()
@@ -52,7 +53,7 @@ def app_models(ctx):
     stand_ins = getattr(ctx.args, "stand_ins", False) or bool(missing_packages())
     models = ModelCache(load_gen=app_generator(ctx.sizes.arch) if stand_ins else load_generator,
                         load_rew=app_reward() if stand_ins else load_reward,  # its head reads the full encoder's width
-                        steps=DecodePaths() if ctx.device.type == "cuda" else GraphPaths())
+                        decode_paths=DecodePaths() if ctx.device.type == "cuda" else GraphPaths())
     models.device = lambda: ctx.device
     return models, stand_ins
 
