@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
