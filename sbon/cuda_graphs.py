@@ -227,7 +227,9 @@ class GraphDecoder:
             slab.tokens[live:rows].copy_(tokens[-1:].view(1, 1).expand(rows - live, 1))
         slab.length.fill_(slab.cache.get_seq_length())
         logits, hidden = replay()
-        slab.cache.advance()
+        # Lengths only: a step sets the views it reads itself, and remaking them after every replay is Python time a
+        # launch-bound step cannot spare.
+        slab.cache.advance(views=False)
         # Copies: the next replay of any graph of this decoder overwrites its outputs (one memory pool).
         batch.logits = logits[:live].clone()
         if batch.keep_hidden:

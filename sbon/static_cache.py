@@ -114,8 +114,10 @@ class SlabCache(Cache):
             layer.cumulative_length.fill_(layer.length)
             layer.view(rows, length or layer.length + 1)
 
-    def advance(self, tokens: int = 1) -> None:
-        """After a step: ``tokens`` more are written in every live row; the view goes back to the live rows."""
+    def advance(self, tokens: int = 1, views: bool = True) -> None:
+        """After a step: ``tokens`` more are written in every live row; the view goes back to the live rows
+        (``views=False``: not yet; a CUDA graph reads the slab itself, and whatever reads the views next makes them)."""
         for layer in self.layers:
             layer.length += tokens
-            layer.view(layer.rows, layer.length)
+            if views:
+                layer.view(layer.rows, layer.length)
