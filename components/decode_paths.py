@@ -89,6 +89,7 @@ class DecodePaths:
         self._tries: dict[str, int] = {}  # children started per generator
         self._failed: dict[str, str] = {}  # generator -> why its runs stay on the safe path
         self._stale: set[str] = set()  # generators whose choice a quiet run contradicted
+        self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
         self._lock = threading.Lock()  # runs start children; so does the model line's timer
         self.gate = RunGate(cache_dir() / "machine" / f"runs-{os.getpid()}")
@@ -117,6 +118,11 @@ class DecodePaths:
             child = self._children.get(name)
             if child is not None and child.poll() is None:
                 return
+            if child is not None and child.returncode and name not in self._said:
+                self._said.add(name)
+                path = self.path(name)
+                log.warning("measuring %s's decode paths stopped (exit status %s): runs keep %s %s", name,
+                            child.returncode, path.weights, path.decode)
             choice = self.choice(name)
             if child is not None and choice is None:
                 return  # the child failed: runs stay on the safe path, the model line says why

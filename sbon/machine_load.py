@@ -12,6 +12,10 @@ The measure: CPU time that *other* processes used on this process's cores during
 its end (the 1-minute averages at the start and the end are recorded too). Where ``/proc/stat`` cannot be read (not Linux), the load average
 at the start stands in for it. Another run *in this process* (a second request of the app) counts as its own
 time, not another's.
+
+The decode-path probe (sbon.probe) needs a sharper question, asked over a fraction of a second: did this process's
+threads get the cores they asked for (:class:`Contention`, from the kernel's per-thread run-queue delays)? And it
+must not time beside the app's own runs, which the app tells it through a file (:class:`RunGate`).
 """
 
 from __future__ import annotations

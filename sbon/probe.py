@@ -13,8 +13,8 @@ The timing is made to survive shared cores:
   its best time of the rounds: a neighbour that comes and goes slows every path alike instead of one;
 - a round's timing of a path counts as trusted only where this process's threads did not wait for a core meanwhile
   (``sbon.machine_load.Contention``); rounds go on until every path has ``ROUNDS_TRUSTED`` trusted ones, or
-  ``ROUNDS_MAX`` rounds; where some path has none, every path keeps its best of all rounds and the choice is
-  provisional (measured again later);
+  ``ROUNDS_MAX`` rounds, or ``ROUNDS_BUDGET_S`` once ``ROUNDS_TRUSTED`` rounds are done; where some path has none,
+  every path keeps its best of all rounds and the choice is provisional (measured again later);
 - while a run generates in the app beside it (``sbon.machine_load.RunGate``), nothing is timed, and a timing that a
   run started during is thrown away and taken again.
 
@@ -52,10 +52,14 @@ log = logging.getLogger(__name__)
 PROMPT = "Give three tips for staying healthy."
 WARM_STEPS, TIMED_STEPS = 1, 3  # per row count and round: the first step pays for lazy initialisation
 ROUNDS_TRUSTED = 3  # a path's timing is done once this many rounds were trusted at every row count ...
-ROUNDS_MAX = 12  # ... or after this many rounds, whatever the machine did meanwhile (then: provisional)
+ROUNDS_MAX = 12  # ... or after this many rounds, whatever the machine did meanwhile (then: provisional) ...
+ROUNDS_BUDGET_S = 90.0  # ... or once this long has passed after ROUNDS_TRUSTED rounds: a loaded machine waits less
 GATE_POLL_S = 0.5  # while a run generates beside the probe: how often it looks whether the run ended
 REACH = 1.6  # on a CPU, compiled steps are built for exact formats whose eager step is within this of the fastest
 BUILD_TRIES = 2
+# Every format stays loaded while the paths are timed in turn: one that leaves less than this share of the memory
+# free is left out (a large generator's float32 copy on a small machine), with one line.
+MEMORY_FREE_SHARE = 0.2
 # A batch of 6 rows over 6 steps against its rows decoded one and five, four and two: where a kernel's sums change
 # with the row count, some logit of some row differs in its last bits (tests/test_step_formats.py asserts what it
 # finds per format: float32 activations exact on every CPU).
@@ -166,12 +170,13 @@ def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: Ru
     timed at every row count while this process had its cores); True where every path has a trusted round (its
     best trusted times are kept), False where some path has none (every path keeps its best of all rounds)."""
     trusted_wanted, rounds_max = rounds
+    deadline = time.monotonic() + ROUNDS_BUDGET_S
     samples = {(i, r): [] for i in range(len(subjects)) for r in rows}  # (ms, trusted)
     prefixes = {}
     for s in subjects:
         if id(s.gen) not in prefixes:
             prefixes[id(s.gen)] = s.gen.prefill(s.gen.encode_prompt(PROMPT))
-    for _ in range(rounds_max):
+    for done in range(1, rounds_max + 1):
         for i, s in enumerate(subjects):
             for r in rows:
                 while True:
@@ -182,7 +187,8 @@ def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: Ru
                     if gate is None or gate.token() == token:
                         break  # else a run started meanwhile: thrown away, timed again once it ends
                 samples[i, r].append((ms, meter.trusted))
-        if all(sum(t for _, t in got) >= trusted_wanted for got in samples.values()):
+        if all(sum(t for _, t in got) >= trusted_wanted for got in samples.values()) or (
+                done >= trusted_wanted and time.monotonic() > deadline):
             break
     every_one = all(any(t for _, t in got) for got in samples.values())
     for i, s in enumerate(subjects):
@@ -210,28 +216,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     builder = builder or build_in_child
     previous = cached_choice(generator, device)
     tries = dict(previous.tries) if previous is not None else {}
-    paths: list[Measured] = []
-    subjects: list[Subject] = []
-    gens: dict[str, Generator] = {}
-    for weights in formats or WEIGHT_FORMATS:
-        quiet_token(gate)
-        try:
-            gen = load(generator, device=device, weights=weights)
-        except Exception as e:  # noqa: BLE001 - a format that does not load here: one line, the next one
-            progress(f"{weights}: does not load here ({_one_line(e)})")
-            paths += [Measured(weights, d, problem=f"does not load here: {_one_line(e)}") for d in DECODES]
-            continue
-        for decode in DECODES:
-            quiet_token(gate)
-            dec, path = ready(gen, decode, tries)
-            paths.append(path)
-            if dec is not None and eligible_untimed(path, device):
-                subjects.append(Subject(path, gen, dec))
-                gens[weights] = gen
-            elif dec is None or path.problem:
-                progress(_line(path))
-        del gen
-        gc.collect()
+    paths, subjects, gens = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress)
 
     def settle(building: Callable[[], list[str]]) -> Choice:
         """Time every path ready now, then choose and save; ``building``: the builds still to come."""
@@ -240,7 +225,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
             progress(_line(s.measured))
         todo = building()
         why = ([CONTENDED] if not calm else []) + \
-            ([f"the compiled steps of {', '.join(todo)} are still being built"] if todo else [])
+            ([f"{len(todo)} compiled step{'s are' if len(todo) > 1 else ' is'} still being built"] if todo else [])
         choice = choose(generator, machine, paths, pending=_pending(paths), provisional="; ".join(why), tries=tries)
         if save:
             save_choice(choice)
@@ -271,6 +256,52 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
             progress(_line(paths[at]))
         choice = settle(lambda: todo[i + 1:])
     return choice
+
+
+def load_paths(generator: str, device: torch.device, formats: Sequence[str], tries: dict[str, int],
+               load: Callable[..., Generator], gate: RunGate | None, progress: Callable[[str], None]
+               ) -> tuple[list[Measured], list[Subject], dict[str, Generator]]:
+    """Load every format and make each of its paths ready (``ready``): every path as known so far, those worth
+    timing, and the generators they hold by format (kept loaded while the probe runs)."""
+    paths: list[Measured] = []
+    subjects: list[Subject] = []
+    gens: dict[str, Generator] = {}
+    for weights in formats:
+        quiet_token(gate)
+        try:
+            gen = load(generator, device=device, weights=weights)
+        except Exception as e:  # noqa: BLE001 - a format that does not load here: one line, the next one
+            progress(f"{weights}: does not load here ({_one_line(e)})")
+            paths += [Measured(weights, d, problem=f"does not load here: {_one_line(e)}") for d in DECODES]
+            continue
+        if (short := memory_short()) is not None:
+            progress(f"{weights}: left out ({short})")
+            paths += [Measured(weights, d, problem=f"left out: {short}") for d in DECODES]
+            del gen
+            gc.collect()
+            continue
+        for decode in DECODES:
+            quiet_token(gate)
+            dec, path = ready(gen, decode, tries)
+            paths.append(path)
+            if dec is not None and eligible_untimed(path, device):
+                subjects.append(Subject(path, gen, dec))
+                gens[weights] = gen
+            else:
+                progress(_line(path))
+        del gen
+        gc.collect()
+    return paths, subjects, gens
+
+
+def memory_short() -> str | None:
+    """Why no more formats fit beside the ones loaded (None: they do)."""
+    import psutil
+    memory = psutil.virtual_memory()
+    if memory.available >= MEMORY_FREE_SHARE * memory.total:
+        return None
+    return (f"{memory.available / 2 ** 30:.1f} GiB of {memory.total / 2 ** 30:.0f} GiB free beside the formats "
+            "loaded before it")
 
 
 def eligible_untimed(path: Measured, device: torch.device) -> bool:

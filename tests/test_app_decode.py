@@ -55,7 +55,8 @@ def measured(weights, decode, ms, exact=True):
     return Measured(weights, decode, ms={7: ms}, exact=exact)
 
 
-def test_auto_measures_in_one_child_on_idle_cores_and_runs_the_safe_path_meanwhile(gen, unmeasured_machine):
+def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_it_is_killed(gen, unmeasured_machine,
+                                                                                             caplog):
     steps = DecodePaths()  # gen: the float32 generator, the path that is exact without measuring
     try:
         assert steps.decode(NAME, gen) == "eager"
@@ -70,8 +71,14 @@ def test_auto_measures_in_one_child_on_idle_cores_and_runs_the_safe_path_meanwhi
     finally:
         child.kill()
         child.wait()
-    # A child that ended without a choice: runs stay on the safe path, the page says why, no second child.
-    assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child
+    # A child that ended without a choice (killed): runs stay on the safe path, one logged line, the page says why,
+    # no second child.
+    import logging
+    with caplog.at_level(logging.WARNING, logger="components.decode_paths"):
+        assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child
+        assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child
+    assert [r.getMessage() for r in caplog.records if r.name == "components.decode_paths"] == [
+        f"measuring {NAME}'s decode paths stopped (exit status -9): runs keep fp32 eager"]
     assert "measuring this machine's decode paths failed" in steps.status(NAME)
 
 

@@ -135,9 +135,34 @@ def test_the_probe_builds_the_compiled_steps_of_the_exact_formats_within_reach_f
     assert built == ["int4-bf16dot", "int4-fp32", "int4"]
     assert (choice.weights, choice.decode) == ("int4", "compiled") and not choice.provisional
     assert choice.tries == {"int4-bf16dot": 1}  # the build that did not finish is counted; the others are done
-    assert saved[0].provisional == "the compiled steps of int4-bf16dot, int4-fp32, int4 are still being built"
+    assert saved[0].provisional == "3 compiled steps are still being built"
     assert saved[-1] is not None and not saved[-1].provisional
     assert len(timed_sets) == 3 and "int4-fp32 compiled" in timed_sets[1]  # timed again after each finished build
+
+
+def test_a_format_that_leaves_too_little_memory_free_is_left_out_in_one_line(monkeypatch):
+    import psutil
+    from types import SimpleNamespace
+
+    from sbon.probe import probe
+
+    loaded = []
+
+    def load(name, device, weights):
+        loaded.append(weights)
+        return Loaded(weights)
+
+    # the second format loaded leaves 1 GiB of 16 free
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(
+        total=16 * 2 ** 30, available=(8 if len(loaded) < 2 else 1) * 2 ** 30))
+    timing, _ = stand_in_probe(monkeypatch, {w: 10.0 for w in WEIGHT_FORMATS})
+    lines = []
+    choice = probe(NAME, "cpu", formats=("int4", "fp32"), load=load, save=False, progress=lines.append,
+                   timing=timing)
+    assert "fp32: left out (1.0 GiB of 16 GiB free beside the formats loaded before it)" in lines
+    assert [p.problem for p in choice.paths if p.weights == "fp32"] == [
+        "left out: 1.0 GiB of 16 GiB free beside the formats loaded before it"] * 2
+    assert choice.weights == "int4"
 
 
 def test_a_build_that_did_not_finish_twice_is_not_begun_again(monkeypatch, unmeasured_machine):
@@ -408,3 +433,26 @@ def test_under_each_emulated_cpu_class_a_tiny_run_takes_a_measured_path_that_kee
     assert survivors and all(out["sbon"][k] == out["bon"][k] for k in survivors)
     if out["weights"] == "fp32":
         assert out["bon"] == out["fp32"]
+
+
+def test_a_half_written_choice_is_ignored_in_one_line_and_measured_again(unmeasured_machine, caplog, monkeypatch):
+    """A choice file cut short (a process killed while writing it elsewhere, a full disk): not used, one logged line
+    however often it is asked, and the app's decode paths start measuring again."""
+    import logging
+
+    from components.decode_paths import DecodePaths
+    from sbon.machine import choice_path, decode_threads
+
+    choice = choose(NAME, fingerprint("cpu", decode_threads()), [timed("int4", "eager", 20.0)])
+    path = save_choice(choice)
+    assert path == choice_path(NAME, fingerprint("cpu", decode_threads()))
+    path.write_text(choice.to_json()[:100])
+    with caplog.at_level(logging.WARNING, logger="sbon.machine"):
+        assert cached_choice(NAME, "cpu", decode_threads()) is None
+        assert cached_choice(NAME, "cpu", decode_threads()) is None
+    assert len([r for r in caplog.records if r.name == "sbon.machine"]) == 1
+    started = []
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: started.append(name))
+    steps = DecodePaths()
+    steps._measure(NAME)
+    assert started == [NAME] and steps.path(NAME).weights == "fp32"  # the safe path meanwhile
