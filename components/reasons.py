@@ -108,13 +108,21 @@ UNDECIDED_KEPT = {"paper": "kept by the order of the scores all the same (the pa
 UNDECIDED_PRUNED = {"paper": "pruned by the order of the scores all the same (the paper's rule)",
                     "random": "pruned by a random draw",
                     "prune": "pruned", "defer": "pruned by a random draw after waiting a decision point"}
-UNDECIDED_DONE = {"paper": "ranked anyway", "prune": "all kept", "defer": "kept to wait a round, or drawn",
+UNDECIDED_DONE = {"paper": "ranked anyway", "prune": "none pruned for its score", "defer": "kept to wait a round, or drawn",
                   "random": "drawn at random"}
 INSTRUCTION_REWARD = "ifeval"  # the reward whose ties are broken by length, and whose scores are instructions followed
 # Said once, in words, when every live contender was within the signal's noise of the cut: a mark on each would
 # separate none of them (sbon.score_noise: the noise a reward's partial scores carry).
 COIN_TOSS = "every score is within the reward's noise of the cut, so this cut is close to a coin toss"
-COIN_TOSS_SHORT = "scores within the noise: a coin toss"  # the caption's words for it
+
+
+def coin_toss_text(point: DecisionPoint, short: bool = False) -> str:
+    """What a decision point whose live contenders were all undecided did, by its rule: under the paper's the cut is
+    close to a coin toss; under another rule, what that rule did with them. ``short``: the round caption's words."""
+    rule = point.undecided_rule
+    if short:
+        return f"scores within the noise: {'a coin toss' if rule == 'paper' else UNDECIDED_DONE[rule]}"
+    return COIN_TOSS if rule == "paper" else f"every score is within the reward's noise of the cut: {UNDECIDED_DONE[rule]}"
 
 
 def live_contenders(point: DecisionPoint) -> list[int]:

@@ -25,8 +25,8 @@ import plotly.graph_objects as go
 from sbon.results import DecisionPoint, RunResult, pruned_in
 
 from .fates import fate_color
-from .reasons import (COIN_TOSS, COIN_TOSS_SHORT, UNDECIDED_DONE, coin_toss, marked_undecided, point_reasons,
-                      pruning_cost, reward_scale, tie_text)
+from .reasons import (UNDECIDED_DONE, coin_toss, coin_toss_text, marked_undecided, point_reasons, pruning_cost,
+                      reward_scale, tie_text)
 from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
                     ring, styled, wrap_title)
 
@@ -131,7 +131,7 @@ def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int 
     if view.tied:
         parts.append(tie_text(view, reward, short=True))
     elif coin_toss(view):
-        parts.append(COIN_TOSS_SHORT)
+        parts.append(coin_toss_text(view, short=True))
     elif marked:
         parts.append(f"{len(marked)} within the noise: {UNDECIDED_DONE[view.undecided_rule]}")
     if bon_best is not None:
@@ -220,7 +220,7 @@ def _shown_in_legend(trace: go.Scatter) -> bool:
 
 def _title(view: DecisionPoint, reward: str = "") -> str:
     """The frame's title; a cut among scores that were all alike says so on its second line."""
-    said = tie_text(view, reward) or (COIN_TOSS if coin_toss(view) else "")
+    said = tie_text(view, reward) or (coin_toss_text(view) if coin_toss(view) else "")
     return (f"Round {view.round}: decision point after {view.tokens} tokens<br>"
             + (said[0].upper() + said[1:] if said else f"kept {len(view.survivors)} of {len(view.contenders)} contenders"))
 

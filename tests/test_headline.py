@@ -270,8 +270,9 @@ def caption_errors(caption: str, point: DecisionPoint, reward: str, rounds: int 
         elif m := re.fullmatch(r"(\d+) finished below the cut, still eligible", clause):
             check(int(m[1]) == len(point.retired) > 0 and all(score[k] <= point.cut and k in point.final
                                                               for k in point.retired), clause)
-        elif clause == "scores within the noise: a coin toss":
-            check(len(live) > 1 and set(live) <= undecided and not point.tied, clause)
+        elif m := re.fullmatch(r"scores within the noise: (.+)", clause):
+            done = "a coin toss" if point.undecided_rule == "paper" else UNDECIDED_DONE[point.undecided_rule]
+            check(len(live) > 1 and set(live) <= undecided and not point.tied and m[1] == done, clause)
             if noise is not None:  # and the scores bear it out: each within two noises of a side of the cut
                 high = max(score[k] for k in point.contenders if k not in point.survivors and k not in forced)
                 check(all(min(abs(score[k] - point.cut), abs(score[k] - high)) <= 2 * noise + 1e-9 for k in live), clause)
