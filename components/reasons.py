@@ -113,7 +113,7 @@ UNDECIDED_DONE = {"paper": "ranked anyway", "prune": "none pruned for its score"
 INSTRUCTION_REWARD = "ifeval"  # the reward whose ties are broken by length, and whose scores are instructions followed
 # Said once, in words, when every live contender was within the signal's noise of the cut: a mark on each would
 # separate none of them (sbon.score_noise: the noise a reward's partial scores carry).
-COIN_TOSS = "every score is within the reward's noise of the cut, so this cut is close to a coin toss"
+COIN_TOSS = "every score is within the reward's noise of the cut: a coin toss"
 
 
 def coin_toss_text(point: DecisionPoint, short: bool = False) -> str:

@@ -16,7 +16,7 @@ from sbon.analysis.comparison import Comparison, coupling_note, headline_text, w
 from sbon.ifeval.instructions import parse_instructions
 from sbon.metrics import decision_quality
 
-RECORDED = ASSETS / "recorded_run.json"
+RECORDED = ASSETS / "gallery" / "coin-toss.json"  # three rounds; its candidates 3, 6 and 10 are parted below
 PARTED_WINNER, PARTED_PRUNED, PARTED_SHORTER = 3, 6, 10  # Best-of-N's winner, a pruned one, one shorter in Best-of-N
 
 
