@@ -60,7 +60,7 @@ from components.tuning import on_tune_upload, on_use_tuned  # noqa: E402
 from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
 from components.views import (CORRELATION_NOTE, NO_RUN, SHOWN, on_decision_point, on_pick, on_play,  # noqa: E402
                               on_row_select, on_tradeoff_kind)
-from sbon.analysis.comparison import Comparison, comparison_events  # noqa: E402
+from sbon.analysis.comparison import Comparison  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_before_launch  # noqa: E402
@@ -87,12 +87,8 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
 
 
 def comparison_with(models: ModelCache, settings: RunSettings) -> Iterator:
-    """The comparison's events for these settings, with the models from `models`."""
-    gen, reward = models.get(settings.generator, settings.reward)
-    config = settings.config().replace(decode=models.decode(settings.generator, gen))
-    # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
-    yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
-                                 bon_same_memory=settings.bon_same_memory)
+    """The comparison's events for these settings, with the models from `models` (ModelCache.comparison)."""
+    yield from models.comparison(settings)
 
 
 def compare_endpoint(runs: Runs) -> Callable[..., str]:
@@ -361,12 +357,12 @@ def build_tradeoff_tab(ui: SimpleNamespace) -> None:
 
 def build_signals_tab(ui: SimpleNamespace) -> None:
     with gr.Tab("Pruning signals", id="signals-tab", elem_id="signals-tab"):
-        gr.Markdown(page_text.SIGNALS_NOTE)
-        ui.signals_summary = gr.Dataframe(label="Per signal and decision point (one cut at the run's α)",
+        ui.signals_note = gr.Markdown(elem_id="signals-note")  # first: which rows are the run's, which a what-if
+        ui.signals_summary = gr.Dataframe(label="Per signal and decision point: this run's cuts, then the what-ifs",
                                           interactive=False, elem_id="signals-summary")
         ui.signals_plot = gr.Plot(elem_id="signals-plot", show_label=False)
-        ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
-                                                   "point): click a row to open it under Candidates",
+        ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ pruned, · finished before the decision "
+                                                   "point, – pruned earlier): click a row to open it under Candidates",
                                              interactive=False, elem_id="signals-candidates")
 
 

@@ -13,8 +13,8 @@ The timing is made to survive shared cores:
   its best time of the rounds: a neighbour that comes and goes slows every path alike instead of one;
 - a round's timing of a path counts as trusted only where this process's threads did not wait for a core meanwhile
   (``sbon.machine_load.Contention``); rounds go on until every path has ``ROUNDS_TRUSTED`` trusted ones, or
-  ``ROUNDS_MAX`` rounds; where some path has none, every path keeps its best of all rounds and the choice is
-  provisional (measured again later);
+  ``ROUNDS_MAX`` rounds, or ``ROUNDS_BUDGET_S`` once ``ROUNDS_TRUSTED`` rounds are done; where some path has none,
+  every path keeps its best of all rounds and the choice is provisional (measured again later);
 - while a run generates in the app beside it (``sbon.machine_load.RunGate``), nothing is timed, and a timing that a
   run started during is thrown away and taken again.
 
@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 PROMPT = "Give three tips for staying healthy."
 WARM_STEPS, TIMED_STEPS = 1, 3  # per row count and round: the first step pays for lazy initialisation
 ROUNDS_TRUSTED = 3  # a path's timing is done once this many rounds were trusted at every row count ...
-ROUNDS_MAX = 12  # ... or after this many rounds, whatever the machine did meanwhile (then: provisional)
+ROUNDS_MAX = 12  # ... or after this many rounds, whatever the machine did meanwhile (then: provisional) ...
+ROUNDS_BUDGET_S = 90.0  # ... or once this long has passed after ROUNDS_TRUSTED rounds: a loaded machine waits less
 GATE_POLL_S = 0.5  # while a run generates beside the probe: how often it looks whether the run ended
 REACH = 1.6  # on a CPU, compiled steps are built for exact formats whose eager step is within this of the fastest
 BUILD_TRIES = 2
@@ -169,12 +170,13 @@ def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: Ru
     timed at every row count while this process had its cores); True where every path has a trusted round (its
     best trusted times are kept), False where some path has none (every path keeps its best of all rounds)."""
     trusted_wanted, rounds_max = rounds
+    deadline = time.monotonic() + ROUNDS_BUDGET_S
     samples = {(i, r): [] for i in range(len(subjects)) for r in rows}  # (ms, trusted)
     prefixes = {}
     for s in subjects:
         if id(s.gen) not in prefixes:
             prefixes[id(s.gen)] = s.gen.prefill(s.gen.encode_prompt(PROMPT))
-    for _ in range(rounds_max):
+    for done in range(1, rounds_max + 1):
         for i, s in enumerate(subjects):
             for r in rows:
                 while True:
@@ -185,7 +187,8 @@ def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: Ru
                     if gate is None or gate.token() == token:
                         break  # else a run started meanwhile: thrown away, timed again once it ends
                 samples[i, r].append((ms, meter.trusted))
-        if all(sum(t for _, t in got) >= trusted_wanted for got in samples.values()):
+        if all(sum(t for _, t in got) >= trusted_wanted for got in samples.values()) or (
+                done >= trusted_wanted and time.monotonic() > deadline):
             break
     every_one = all(any(t for _, t in got) for got in samples.values())
     for i, s in enumerate(subjects):

@@ -83,7 +83,7 @@ def test_round_views_are_the_decision_points_as_recorded(comparison):
 
 
 def test_live_tracker_builds_the_same_frames_as_the_replay(comparison_events, comparison):
-    tracker = LiveTracker(24)
+    tracker = LiveTracker(24, reward="likelihood")
     new_rounds = [tracker.update(e) for e in comparison_events]
     assert sum(new_rounds) == 2 and tracker.first_round_at is not None
     replay = Comparison.from_json(comparison.to_json())  # a saved run replays the same frames
@@ -103,7 +103,7 @@ def test_runs_saved_before_decision_points_carried_scores_still_load():
 
 
 def test_live_status_names_the_phase(comparison_events):
-    tracker, seen = LiveTracker(24), set()
+    tracker, seen = LiveTracker(24, reward="likelihood"), set()
     for e in comparison_events:
         tracker.update(e)
         seen.add(tracker.status().split("**")[1] if "**" in tracker.status() else tracker.status().split()[0])
@@ -426,7 +426,7 @@ def test_every_legend_entry_has_marks_of_its_own(comparison):
 
 def test_live_race_has_a_clock_per_method(comparison_events):
     ticks = iter(range(10_000))
-    tracker = LiveTracker(24, started=0, clock=lambda: next(ticks))
+    tracker = LiveTracker(24, started=0, clock=lambda: next(ticks), reward="likelihood")
     boards = []
     for e in comparison_events:
         tracker.update(e)
@@ -518,8 +518,19 @@ def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
     assert round_figure(point, 6).data[1].x == pruned.x  # deterministic
 
 
+<<<<<<< HEAD
 def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window():
     """Look(presenter=True): every text of every figure at least PRESENTER_FONT_PX (CSS px), the legend beside the
+=======
+@pytest.mark.parametrize("path", [
+    "assets/gallery/coin-toss.json",  # three rounds
+    pytest.param(RECORDED, marks=pytest.mark.xfail(strict=True, reason=(
+        "four rounds: the scatter's legend (a 'pruned in round r' row per round, each on two lines beside the data) "
+        "makes it 554 px, taller than the 480 px window; the presenter view's layout has to fit it"))),
+])
+def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window(path):
+    """Look(presenter=True): every text of every figure at least PRESENTER_FONT_PX (CSS px), the legend beside the
+>>>>>>> main
     data, the decision-point charts no taller than the window (a long legend may make a tab's chart taller),
     and the live chart exactly the height the window leaves it."""
     from components.style import PRESENTER_FONT_PX, Look
@@ -528,8 +539,13 @@ def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window():
         views = comp.speculative.decision_points
         return look.apply(round_figure(views[-1], comp.n, earlier=views[:-1], comp=comp), live=True)
 
+<<<<<<< HEAD
     comp = Comparison.load(RECORDED)
     look = Look(presenter=True, screen_px=480, live_px=300)
+=======
+    comp = Comparison.load(path)
+    look = Look(presenter=True, screen_px=480, live_px=300)
+>>>>>>> main
     figs = [figures.partial_final_scatter(comp), figures.tokens_per_candidate(comp), figures.phase_times(comp),
             figures.tradeoff_figure(comp), rounds_animation(comp.speculative, comp=comp)]
     for fig in map(look.apply, figs):
@@ -554,9 +570,9 @@ def test_captions_tell_each_round_from_the_run_s_data():
     assert len(captions) == len(comp.speculative.decision_points)
     for caption, point in zip(captions, comp.speculative.decision_points):
         assert caption.startswith(f"Round {point.round} of {len(captions)} · after {point.tokens} tokens · "
-                                  f"{len(point.contenders)} contenders · {len(point.survivors)} kept")
+                                  f"{len(point.survivors)} of {len(point.contenders)} kept · ")
         alive = comp.bon.best_id in point.survivors
-        assert ("the answer Best-of-N will pick is still alive" in caption) == alive
+        assert ("Best-of-N's pick still in" in caption) == alive
 
 
 def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
@@ -592,9 +608,15 @@ def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_
     from components.style import Look
 
     comp = Comparison.load(RECORDED)
+<<<<<<< HEAD
     for look in (Look(), Look(presenter=True, live_px=600)):
         tracker, chart = LiveTracker(comp.speculative.settings["max_new_tokens"]), ProgressChart(comp.n, look)
         tracker.results["sbon"] = comp.speculative
+=======
+    for look in (Look(), Look(presenter=True, live_px=600)):
+        tracker, chart = LiveTracker(comp.speculative.settings["max_new_tokens"], reward=comp.speculative.reward), ProgressChart(comp.n, look)
+        tracker.results["sbon"] = comp.speculative
+>>>>>>> main
         frames = []
         for tokens in (1, 7, 60, 99, 128):
             tracker.tokens_of["bon"] = {k: tokens for k in range(comp.n) if k % 3 or tokens > 7}
@@ -611,11 +633,21 @@ def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
     from components import views
     from components.live import LiveTracker, progress_figure
 
+<<<<<<< HEAD
     comp = Comparison.load(RECORDED)
     assert any(p.undecided for p in comp.speculative.decision_points)  # the recording has undecided marks to draw
     shown = views.show(views.Shown(comp, "recorded"))
     tracker = LiveTracker(int(comp.speculative.settings["max_new_tokens"]))
     tracker.results["sbon"] = comp.speculative
+=======
+    from components.reasons import marked_undecided
+
+    comp = Comparison.load(Path(RECORDED).parent / "gallery" / "early-violation.json")
+    assert any(marked_undecided(p) for p in comp.speculative.decision_points)  # the recording has undecided marks to draw
+    shown = views.show(views.Shown(comp, "recorded"))
+    tracker = LiveTracker(int(comp.speculative.settings["max_new_tokens"]), reward=comp.speculative.reward)
+    tracker.results["sbon"] = comp.speculative
+>>>>>>> main
     figs = [f for f in shown.values() if isinstance(f, go.Figure)] + [progress_figure(tracker, comp.n)]
     traces = [t for f in figs for t in (*f.data, *(t for fr in f.frames or () for t in fr.data))]
     outlined = [t for t in traces if isinstance(getattr(getattr(t, "marker", None), "symbol", None), str)
