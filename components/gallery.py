@@ -168,14 +168,6 @@ def facts(comp: Comparison) -> Facts:
               else "kept" if fates else "none")
     winner_round = next((q["round"] for q in quality if q["winner"] == "pruned"), None)
     violated, open_ = _instruction_fates(comp)
-<<<<<<< HEAD
-    s = comp.speculative.settings
-    return Facts(method=comp.speculative.method, alpha=s.get("alpha"), signal=str(s.get("prune_by") or "reward"),
-                 reward=comp.speculative.reward, points=len(comp.speculative.decision_points),
-                 pruned=sum(len(p.pruned) for p in comp.speculative.decision_points), n=comp.n, winner=winner,
-                 winner_round=winner_round, same_answer=comp.speculative.best_id == comp.bon.best_id,
-                 token_rate=comp.metrics["token_rate"], violation_pruned=violated, open_pruned=open_)
-=======
     s = comp.speculative.settings
     return Facts(method=comp.speculative.method, alpha=s.get("alpha"), signal=str(s.get("prune_by") or "reward"),
                  reward=comp.speculative.reward, points=len(comp.speculative.decision_points),
@@ -183,7 +175,6 @@ def facts(comp: Comparison) -> Facts:
                  winner_round=winner_round, same_answer=comp.speculative.best_id == comp.bon.best_id,
                  token_rate=comp.metrics["token_rate"], violation_pruned=violated, open_pruned=open_,
                  weakness=weakness(comp))
->>>>>>> main
 
 
 def _instruction_fates(comp: Comparison) -> tuple[int, int]:

@@ -113,15 +113,9 @@ def cuts(comp: Comparison) -> list[Cut]:
         return []
     alpha = float(comp.speculative.settings.get("alpha", 0.5))
     winner = comp.bon.best_id
-<<<<<<< HEAD
-    points = {p.round: p for p in comp.speculative.decision_points}
-    out = []
-    for name in signal_names(comp):
-=======
     points = {p.round: p for p in comp.speculative.decision_points}
     out = run_cuts(comp)
     for name in signal_names(comp)[1:]:
->>>>>>> main
         for round, t in decision_taus(comp):
             score = scores_of(comp, name, t)
             if score is None:

@@ -137,8 +137,8 @@ def test_candidates_table(comparison):
     df = tables.candidates_table(comparison)
     assert list(df.candidate) == list(range(comparison.n))
     assert {"fate", "round pruned", "tokens", "tokens in Best-of-N", "final reward", "text"} <= set(df.columns)
-    assert [c for c in df.columns if c.startswith("partial")] == [
-        f"partial r{p.round} (t={p.tokens})" for p in comparison.speculative.decision_points]
+    assert [c for c in df.columns if c.startswith("score in round")] == [
+        tables.partial_column(p) for p in comparison.speculative.decision_points]
     for (_, row), c in zip(df.iterrows(), comparison.speculative.candidates):
         assert row["tokens"] == c.tokens_generated and row["text"] == c.text
         assert row["final from"] == ("Best-of-N" if c.pruned_round else "this run")
@@ -186,7 +186,7 @@ def test_savings(comparison):
     m = comparison.metrics
     df = tables.savings_table(comparison)
     rows = dict(zip(df.iloc[:, 0], df.iloc[:, 2]))
-    assert rows["tokens generated"] == str(m["sbon_tokens"]) and rows["wall-time speedup (T_BoN / T_SBoN)"] == f"{m['speedup']:.2f}×"
+    assert rows["tokens generated"] == str(m["sbon_tokens"]) and rows[tables.SPEEDUP] == f"{m['speedup']:.2f}×"
     assert rows["sequential decode steps"] == str(comparison.speculative.decode_steps)
     bars = figures.tokens_per_candidate(comparison)
     assert sum(bars.data[0].y) == m["bon_tokens"] and sum(sum(t.y) for t in bars.data[1:]) == m["sbon_tokens"]
@@ -518,19 +518,12 @@ def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
     assert round_figure(point, 6).data[1].x == pruned.x  # deterministic
 
 
-<<<<<<< HEAD
-def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window():
-    """Look(presenter=True): every text of every figure at least PRESENTER_FONT_PX (CSS px), the legend beside the
-=======
 @pytest.mark.parametrize("path", [
     "assets/gallery/coin-toss.json",  # three rounds
-    pytest.param(RECORDED, marks=pytest.mark.xfail(strict=True, reason=(
-        "four rounds: the scatter's legend (a 'pruned in round r' row per round, each on two lines beside the data) "
-        "makes it 554 px, taller than the 480 px window; the presenter view's layout has to fit it"))),
+    RECORDED,  # four rounds: a "pruned in round r" legend row each, one line apiece
 ])
 def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window(path):
     """Look(presenter=True): every text of every figure at least PRESENTER_FONT_PX (CSS px), the legend beside the
->>>>>>> main
     data, the decision-point charts no taller than the window (a long legend may make a tab's chart taller),
     and the live chart exactly the height the window leaves it."""
     from components.style import PRESENTER_FONT_PX, Look
@@ -539,13 +532,8 @@ def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window(path
         views = comp.speculative.decision_points
         return look.apply(round_figure(views[-1], comp.n, earlier=views[:-1], comp=comp), live=True)
 
-<<<<<<< HEAD
-    comp = Comparison.load(RECORDED)
-    look = Look(presenter=True, screen_px=480, live_px=300)
-=======
     comp = Comparison.load(path)
     look = Look(presenter=True, screen_px=480, live_px=300)
->>>>>>> main
     figs = [figures.partial_final_scatter(comp), figures.tokens_per_candidate(comp), figures.phase_times(comp),
             figures.tradeoff_figure(comp), rounds_animation(comp.speculative, comp=comp)]
     for fig in map(look.apply, figs):
@@ -608,15 +596,9 @@ def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_
     from components.style import Look
 
     comp = Comparison.load(RECORDED)
-<<<<<<< HEAD
-    for look in (Look(), Look(presenter=True, live_px=600)):
-        tracker, chart = LiveTracker(comp.speculative.settings["max_new_tokens"]), ProgressChart(comp.n, look)
-        tracker.results["sbon"] = comp.speculative
-=======
     for look in (Look(), Look(presenter=True, live_px=600)):
         tracker, chart = LiveTracker(comp.speculative.settings["max_new_tokens"], reward=comp.speculative.reward), ProgressChart(comp.n, look)
         tracker.results["sbon"] = comp.speculative
->>>>>>> main
         frames = []
         for tokens in (1, 7, 60, 99, 128):
             tracker.tokens_of["bon"] = {k: tokens for k in range(comp.n) if k % 3 or tokens > 7}
@@ -633,13 +615,6 @@ def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
     from components import views
     from components.live import LiveTracker, progress_figure
 
-<<<<<<< HEAD
-    comp = Comparison.load(RECORDED)
-    assert any(p.undecided for p in comp.speculative.decision_points)  # the recording has undecided marks to draw
-    shown = views.show(views.Shown(comp, "recorded"))
-    tracker = LiveTracker(int(comp.speculative.settings["max_new_tokens"]))
-    tracker.results["sbon"] = comp.speculative
-=======
     from components.reasons import marked_undecided
 
     comp = Comparison.load(Path(RECORDED).parent / "gallery" / "early-violation.json")
@@ -647,7 +622,6 @@ def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
     shown = views.show(views.Shown(comp, "recorded"))
     tracker = LiveTracker(int(comp.speculative.settings["max_new_tokens"]), reward=comp.speculative.reward)
     tracker.results["sbon"] = comp.speculative
->>>>>>> main
     figs = [f for f in shown.values() if isinstance(f, go.Figure)] + [progress_figure(tracker, comp.n)]
     traces = [t for f in figs for t in (*f.data, *(t for fr in f.frames or () for t in fr.data))]
     outlined = [t for t in traces if isinstance(getattr(getattr(t, "marker", None), "symbol", None), str)

@@ -112,18 +112,9 @@ def test_summary_table_rows(comparison):
     names = sv.signal_names(comparison)
     dps = comparison.speculative.decision_points
     assert names[0] == "reward" and set(names[1:]) == set(comparison.signal_scores)
-<<<<<<< HEAD
-    # The reward has a row where the comparison computed partial rewards (this fixture passes its own
-    # taus, which miss a decision point); every watched signal has one at every decision point.
-    reward_rows = sum(p.tokens in comparison.partials for p in dps)
-    assert 1 <= reward_rows < len(dps)
-    assert len(table) == (len(names) - 1) * len(dps) + reward_rows
-    alpha = comparison.speculative.settings["alpha"]
-=======
     # The run's own signal has the run's rows at every decision point; every watched signal a what-if at each.
     assert len(table) == len(names) * len(dps)
     alpha = comparison.speculative.settings["alpha"]
->>>>>>> main
     winner = comparison.bon.best_id
     for c, (_, row) in zip(sv.cuts(comparison), table.iterrows()):
         assert row["signal"] == signal_title(c.signal) and row["decision point"] == f"round {c.round} · {c.t} tokens"
@@ -181,17 +172,10 @@ def test_cuts_figure(comparison):
     fig = sv.cuts_figure(comparison)
     names = sv.signal_names(comparison)
     marked = sum(len(trace.x) for trace in fig.data)
-<<<<<<< HEAD
-    panels = (len(names) - 1) * len(comparison.speculative.decision_points) + sum(
-        p.tokens in comparison.partials for p in comparison.speculative.decision_points)
-    assert marked == panels * comparison.n  # every candidate in every (signal, decision point) row
-    assert {trace.name for trace in fig.data} <= {"kept", "cut", "finished"}
-=======
     dps = comparison.speculative.decision_points
     # every candidate in every what-if (signal, decision point) row; the run's own rows: its contenders there
     assert marked == (len(names) - 1) * len(dps) * comparison.n + sum(len(p.contenders) for p in dps)
     assert {trace.name for trace in fig.data} <= {"kept", "pruned", "finished"}
     assert fig.layout.title.text.startswith("What-if rows judge all")
->>>>>>> main
     assert all(row[0] in range(comparison.n) for trace in fig.data for row in trace.customdata)
     assert len(fig.layout.shapes) == len(comparison.speculative.decision_points)  # the winner's column in each panel
