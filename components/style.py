@@ -52,8 +52,6 @@ HALL_TITLE_CHARS = 60  # a presenter-view figure spans one column of at least 85
 HALL_AXIS_CHARS = 44  # an x-axis title is centred on the plot area, narrower than the figure by the legend
 HALL_LEGEND_CHARS = 16  # characters per legend line beside the data
 HALL_MIN_PLOT_PX = 150
-HALL_LIVE_AXIS_CHARS = 50  # the live chart's x-axis title spans its plot area: no legend beside it
-HALL_LIVE_MIN_PLOT_PX = 120  # the live chart's plot area under its legend rows: it fits an 853×480 window under the run bar
 SHAPE_KEYS = "shape keys"  # the legend group of legend-only entries that explain a marker's shape
 
 
@@ -182,46 +180,56 @@ class Look:
             return fig
         if live:  # the round caption over the live chart is its title in the presenter view
             fig.update_layout(title=None)
-            return legend_on_top(for_hall(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
+            return live_for_hall(for_hall(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
         return for_hall(fig, self.screen_px or None)
 
 
-HALL_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %): legend rows are packed for it
+HALL_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %)
+HALL_ROW_PX = 18  # the least height of a candidate's row in the presenter view's live chart: its label still fits
+HALL_LIVE_TOP_PX = 8  # over the live chart's data: nothing (no title, the legend is beside it)
 
 
-def legend_on_top(fig: go.Figure, width_px: int = HALL_WIDTH_PX, max_height: int | None = None) -> go.Figure:
-    """The presenter view's live chart with its legend in rows over the data, every entry on one line: beside the
-    data, a chart as short as a projector's leaves the legend less height than its entries need, and Plotly turns it
-    into a scroll box with clipped names. With no legend beside it, the x-axis title spans the plot area (fewer
-    lines); the figure is ``max_height`` tall (the screen it was given) where its margins leave the plot area
-    HALL_LIVE_MIN_PLOT_PX, else just tall enough for that; without ``max_height`` it keeps its height."""
+def hall_name(trace: go.BaseTraceType, short: str) -> go.BaseTraceType:
+    """Give ``trace`` the shorter legend name the presenter view's live chart shows (its page name stays in
+    the page's views and the hover), so that the legend beside the data stays one narrow column."""
+    trace.meta = {**(trace.meta if isinstance(trace.meta, dict) else {}), "hall_name": short}
+    return trace
+
+
+def live_for_hall(fig: go.Figure, width_px: int = HALL_WIDTH_PX, max_height: int | None = None) -> go.Figure:
+    """The presenter view's live chart: exactly ``max_height`` tall (the height the window leaves it under the run bar
+    and a two-line caption), its legend beside the data in one narrow column of short names (hall_name), one line
+    each, so the legend never takes height from the data; every candidate's row labelled while a row keeps
+    HALL_ROW_PX; the x-axis title on one line, or none where keeping it would cost the rows their labels (the
+    caption over the chart says what is drawn). Without ``max_height`` it keeps its height."""
     s = scale_of(fig)
     if not fig.data:  # text only (the result step's answers): no legend, no axes, the whole height for the text
         fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
         return fig
     for t in fig.data:
-        if t.name:
-            t.name = t.name.replace("<br>", " ")
+        short = t.meta.get("hall_name") if isinstance(t.meta, dict) else None
+        if short or t.name:
+            t.name = short or t.name.replace("<br>", " ")
+        if t.type == "scatter":  # rows as tall as a label: the first and last rows' marks reach past the plot area
+            t.cliponaxis = False
     names = _legend_names(fig)
-    room = width_px - 70 * s - 20
-    rows, used = (1 if names else 0), 0.0
-    for name in names:
-        wide = (LEGEND_ITEM_PX * 0.7 + CHAR_PX * len(name)) * s
-        if used and used + wide > room:
-            rows, used = rows + 1, 0.0
-        used += wide
-    top = int(rows * LEGEND_ROW_PX * s + 12)
+    right = int((LEGEND_ITEM_PX * 0.7 + CHAR_PX * max(map(len, names))) * s) + 10 if names else 20
+    height = max_height or fig.layout.height or 450
+    rows = abs(fig.layout.yaxis.range[1] - fig.layout.yaxis.range[0]) if fig.layout.yaxis.range else 0
     x = fig.layout.xaxis
-    bottom = fig.layout.margin.b
+    plot_width = width_px - 16 - 70 * s - right
     if x and x.title and x.title.text:
-        lines = _lines(x.title.text)
-        x.title.text = _rewrap(x.title.text, HALL_LIVE_AXIS_CHARS)
-        bottom -= (lines - _lines(x.title.text)) * LINE_PX * s
-    fig.update_layout(margin=dict(r=20, t=top, b=int(bottom)),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1, yref="container", yanchor="top",
-                                  font=dict(size=LEGEND_SIZE * s)))
-    if max_height:
-        fig.update_layout(height=max(top + int(bottom) + HALL_LIVE_MIN_PLOT_PX, max_height))
+        x.title.text = _rewrap(x.title.text, max(20, int(plot_width / (CHAR_PX * s * 1.1))))
+        if _lines(x.title.text) > 1 or height - HALL_LIVE_TOP_PX - (TICKS_PX + LINE_PX) * s - 10 < rows * HALL_ROW_PX:
+            x.title.text = None
+    bottom = int((TICKS_PX + _lines(x.title.text if x and x.title else None) * LINE_PX) * s * 0.85) + 6
+    fig.update_layout(height=height, margin=dict(t=HALL_LIVE_TOP_PX, r=right, b=bottom),
+                      legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yref="paper", yanchor="top",
+                                  font=dict(size=LEGEND_SIZE * s), itemsizing="constant", tracegroupgap=0))
+    y = fig.layout.yaxis
+    if rows and y.dtick is not None:  # a row per candidate: each labelled while a row keeps HALL_ROW_PX
+        per_row = (height - HALL_LIVE_TOP_PX - bottom) / rows
+        y.dtick = 1 if per_row >= HALL_ROW_PX else math.ceil(HALL_ROW_PX / per_row)
     return fig
 
 
