@@ -235,7 +235,7 @@ class ModelCache:
         if not self.steps:
             return ""
         if not self.is_current(generator):  # measured since it loaded: a run never changes its path midway
-            return f"`{generator}`: this machine's fastest exact path is measured, {self.steps.choice(generator).words}; " \
+            return f"{generator_title(generator)}: this machine's fastest exact path is measured, {self.steps.choice(generator).words}; " \
                    "the next run loads it (seconds)."
         return self.steps.status(generator)
 

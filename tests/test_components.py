@@ -137,8 +137,8 @@ def test_candidates_table(comparison):
     df = tables.candidates_table(comparison)
     assert list(df.candidate) == list(range(comparison.n))
     assert {"fate", "round pruned", "tokens", "tokens in Best-of-N", "final reward", "text"} <= set(df.columns)
-    assert [c for c in df.columns if c.startswith("partial")] == [
-        f"partial r{p.round} (t={p.tokens})" for p in comparison.sbon.decision_points]
+    assert [c for c in df.columns if c.startswith("score in round")] == [
+        tables.partial_column(p) for p in comparison.sbon.decision_points]
     for (_, row), c in zip(df.iterrows(), comparison.sbon.candidates):
         assert row["tokens"] == c.tokens_generated and row["text"] == c.text
         assert row["final from"] == ("Best-of-N" if c.pruned_round else "this run")
@@ -186,7 +186,7 @@ def test_savings(comparison):
     m = comparison.metrics
     df = tables.savings_table(comparison)
     rows = dict(zip(df.iloc[:, 0], df.iloc[:, 2]))
-    assert rows["tokens generated"] == str(m["sbon_tokens"]) and rows["wall-time speedup (T_BoN / T_SBoN)"] == f"{m['speedup']:.2f}×"
+    assert rows["tokens generated"] == str(m["sbon_tokens"]) and rows[tables.SPEEDUP] == f"{m['speedup']:.2f}×"
     assert rows["sequential decode steps"] == str(comparison.sbon.decode_steps)
     bars = figures.tokens_per_candidate(comparison)
     assert sum(bars.data[0].y) == m["bon_tokens"] and sum(sum(t.y) for t in bars.data[1:]) == m["sbon_tokens"]
