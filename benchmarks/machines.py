@@ -15,6 +15,13 @@ checks that the limits hold (:func:`benchmarks.cpu_classes.isa_check`), then:
 
 One result file per class (``--out-dir``); `python -m benchmarks report` makes the docs' and the README's tables
 from them. The cores may be shared: every file records the load average at its start and end.
+
+``--neighbour N`` measures instead what a shared machine does to the app's own choice (``neighbour-<class>.json``):
+one fresh start on quiet cores, then N fresh starts each beside one busy loop (a process spinning on one core) with
+one page-default run pressed while the app measures; each start records when each choice was saved, the path it
+named and whether it was provisional, and the run's seconds. After the last, the busy loop stopped, the page-default
+comparison warm in that start's cache, against the quiet start's. A fresh start has its own ``$SBON_CACHE`` without
+a measured choice; its compiled steps are those already saved on this machine unless ``--fresh-steps``.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -40,20 +49,14 @@ STEP_TARGET_MS = {True: 12.0, False: 20.0}  # the step at 1 row, with native bf1
 
 
 def app_path(generator: str, device=None) -> dict[str, str]:
-    """The decode path the app takes on this machine for ``generator``: the choice measured here (sbon.machine, made
-    by `python -m sbon machine` or the app's probe), else the safe path runs take until then; SBON_WEIGHTS and
-    SBON_DECODE force theirs. ``device``: the app's (default: sbon.models.default_device). The one place this
-    benchmark asks."""
-    from components.decode_paths import app_decode
-    from sbon.machine import cached_choice, safe_path
+    """The decode path the app takes on this machine for ``generator`` (sbon.machine.auto_path, the one rule), and
+    why. ``device``: the app's (default: sbon.models.default_device)."""
+    from sbon.machine import auto_path
     from sbon.models import default_device
-    device = device or default_device()
-    choice = cached_choice(generator, device)
-    weights, decode = (choice.weights, choice.decode) if choice and choice.weights else safe_path(device)
-    reason = choice.reason if choice else "nothing measured on this machine yet: the safe path"
-    asked = app_decode()
-    return {"weights": os.environ.get("SBON_WEIGHTS") or weights, "decode": decode if asked == "auto" else asked,
-            "reason": reason}
+    path = auto_path(generator, device or default_device())
+    reason = path.choice.reason if path.choice else "nothing measured on this machine yet: the safe path"
+    return {"weights": path.weights, "decode": path.decode, "reason": reason,
+            "provisional": path.choice.provisional if path.choice else ""}
 
 
 def _events(settings):
@@ -185,10 +188,24 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     if args.in_class:
-        record = run_class(args.in_class, args)
+        if args.in_mode == "start":
+            record = fresh_start(args)
+        elif args.in_mode == "compare":
+            from components.torch_thread import TORCH_THREAD, configure_threads
+            record = {"torch_threads": TORCH_THREAD.submit(configure_threads).result(), **compare_warm(args.runs)}
+        else:
+            record = run_class(args.in_class, args)
         print(json.dumps(record))
         return 0
     out = Path(args.out_dir)
+    if args.neighbour:
+        for name in args.classes:
+            started = time.perf_counter()
+            record = {**neighbour(name, args), "experiment": "machines --neighbour", "command": common.command_line(args),
+                      "environment": common.environment(), "seconds": time.perf_counter() - started}
+            path = common.write_json(record, out / f"neighbour-{name}.json")
+            print(f"{name}: {record['summary']}; wrote {path}", file=sys.stderr, flush=True)
+        return 0
     for name in args.classes:
         cls = CPU_CLASSES[name]
         argv = [sys.executable, "-m", "benchmarks", "machines", "--in-class", name, *args.argv[1:]]
@@ -214,6 +231,100 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- the app's own choice on a shared machine ---------------------------------------------------------------------
+
+BUSY_LOOP = "while True: pass"
+SETTLE_TIMEOUT_S = 1800.0  # a start whose measuring child has not ended by then is recorded as not settled
+
+
+def fresh_start(args: argparse.Namespace) -> dict[str, Any]:
+    """This process as a fresh app start (its own $SBON_CACHE, set by the parent): load the default models, which
+    starts the app's measuring child; press one page-default run at once; then follow the saved choice until the
+    child ends. Returns the choices as they were saved (seconds from start), the run's seconds and the last choice."""
+    from components.controls import DEFAULTS
+    from components.model_cache import MODELS
+    from components.runs import Runs
+    from components.torch_thread import TORCH_THREAD, configure_threads
+
+    start = time.perf_counter()
+    TORCH_THREAD.submit(configure_threads).result()
+    MODELS.load_async(DEFAULTS.generator, DEFAULTS.reward).result()
+    run_start = time.perf_counter()
+    Runs(_events).compare(DEFAULTS)
+    record: dict[str, Any] = {"run_at_s": run_start - start, "run_s": time.perf_counter() - run_start, "choices": []}
+    child = MODELS.decode_paths._children.get(DEFAULTS.generator)
+    seen = None
+    while time.perf_counter() - start < SETTLE_TIMEOUT_S:
+        path = MODELS.decode_paths.path(DEFAULTS.generator)
+        now = (path.weights, path.decode, path.choice.provisional if path.choice else None)
+        if path.choice is not None and now != seen:
+            seen = now
+            record["choices"].append({"s": time.perf_counter() - start, "weights": now[0], "decode": now[1],
+                                      "provisional": now[2]})
+        if child is None or child.poll() is not None:
+            break
+        time.sleep(1.0)
+    record["settled"] = child is not None and child.poll() is not None
+    record["choice"] = record["choices"][-1] if record["choices"] else None
+    return record
+
+
+def _start(name: str, args: argparse.Namespace, cache: Path, busy: bool, mode: str) -> dict[str, Any]:
+    """One child under class ``name``'s limits with ``cache`` as its $SBON_CACHE: a fresh start (``mode``
+    "start") or the warm comparison ("compare"); beside one busy loop where ``busy``."""
+    env = {**CPU_CLASSES[name].environ(), "SBON_CACHE": str(cache)}
+    argv = [sys.executable, "-m", "benchmarks", "machines", "--in-class", name, "--in-mode", mode,
+            "--runs", str(args.runs)]
+    loop = subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) if busy else None
+    try:
+        load0 = os.getloadavg()[0]
+        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent)
+    finally:
+        if loop is not None:
+            loop.kill()
+            loop.wait()
+    if done.returncode:
+        return {"failed": f"exit status {done.returncode}"}
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "busy_loop": busy, "load_average_start": load0,
+            "load_average_end": os.getloadavg()[0]}
+
+
+def fresh_cache(fresh_steps: bool) -> Path:
+    """A new $SBON_CACHE holding links to this machine's models (and, unless ``fresh_steps``, its saved compiled
+    steps and kernels), without a measured choice."""
+    from sbon.cache import cache_dir
+    cache = Path(tempfile.mkdtemp(prefix="sbon-fresh-"))
+    keep = {"machine"} | ({"inductor", "kernels"} if fresh_steps else set())
+    for entry in cache_dir().iterdir():
+        if entry.name not in keep:
+            (cache / entry.name).symlink_to(entry)
+    return cache
+
+
+def neighbour(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The quiet start, ``args.neighbour`` starts beside a busy loop, and the comparison after it stopped."""
+    quiet_cache = fresh_cache(args.fresh_steps)
+    quiet = _start(name, args, quiet_cache, busy=False, mode="start")
+    print(f"{name}: quiet start: {quiet.get('choice')}", file=sys.stderr, flush=True)
+    starts, cache = [], quiet_cache
+    for i in range(args.neighbour):
+        cache = fresh_cache(args.fresh_steps)
+        starts.append(_start(name, args, cache, busy=True, mode="start"))
+        print(f"{name}: start {i + 1} beside a busy loop: {starts[-1].get('choice')}", file=sys.stderr, flush=True)
+    after = _start(name, args, cache, busy=False, mode="compare")
+    quiet_compare = _start(name, args, quiet_cache, busy=False, mode="compare")
+    for used in {quiet_cache, cache}:
+        shutil.rmtree(used, ignore_errors=True)  # links, a choice and (with --fresh-steps) steps built for the test
+    same = [s.get("choice") and quiet.get("choice") and (s["choice"]["weights"], s["choice"]["decode"])
+            == (quiet["choice"]["weights"], quiet["choice"]["decode"]) for s in starts]
+    median = lambda r: sorted(r["seconds"])[len(r["seconds"]) // 2] if r.get("seconds") else None  # noqa: E731
+    return {"class": name, "quiet_start": quiet, "starts": starts, "compare_after": after,
+            "compare_quiet": quiet_compare, "summary": {
+                "same_choice_as_quiet": sum(bool(x) for x in same), "starts": len(starts),
+                "compare_after_s": median(after), "compare_quiet_s": median(quiet_compare),
+                "fast_path_after_s": [s["choices"][-1]["s"] if s.get("choices") else None for s in starts]}}
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("machines", help="every decode path and the page-default run under each emulated CPU class",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -234,5 +345,11 @@ def add_parser(sub) -> None:
                    help="skip the app's probe (sbon.probe): the app's path is then whatever this machine cached before")
     p.add_argument("--generator", default="smollm2-135m")
     p.add_argument("--out-dir", default=str(DEFAULT_OUT), help="one file per class here")
+    p.add_argument("--neighbour", type=int, default=0,
+                   help="instead: a quiet fresh start, then this many fresh starts each beside one busy loop with one "
+                        "page-default run during the app's measuring, and the comparison after (neighbour-<class>.json)")
+    p.add_argument("--fresh-steps", action="store_true",
+                   help="with --neighbour: each start also builds its compiled steps anew (minutes each)")
     p.add_argument("--in-class", default=None, help=argparse.SUPPRESS)  # the child's own run
+    p.add_argument("--in-mode", default="class", help=argparse.SUPPRESS)
     p.set_defaults(main=main)

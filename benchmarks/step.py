@@ -45,7 +45,6 @@ from sbon.models import DEFAULT_GENERATOR, GENERATORS, _package_dir, load_genera
 
 from . import common
 
-QUANTIZED_LINEAR = torch.ao.nn.quantized.dynamic.Linear  # what the int8 format's Linear layers become
 TARGET_SPEEDUP = 2.5  # a 16-row step of the CPU default this many times faster than BASELINE's
 BASELINE = "fp32 sdpa"  # float32 weights with torch's SDPA attention: transformers' own step on a CPU
 
@@ -109,10 +108,7 @@ def weights(gen: Generator) -> tuple[int, int]:
     embedding only gathers one row per token; tied to the LM head, it is counted once)."""
     seen, count, total = set(), 0, 0
     for m in gen.model.modules():
-        if isinstance(m, QUANTIZED_LINEAR):  # int8 weights, unpacked afresh by each call: none tied
-            w = m.weight()
-            count, total = count + w.numel(), total + w.numel() * w.element_size()
-        elif isinstance(m, Int4Linear):  # 4-bit weights and each group's scale and zero
+        if isinstance(m, Int4Linear):  # 4-bit weights and each group's scale and zero
             count += m.in_features * m.out_features
             total += sum(b.numel() * b.element_size() for b in (m.packed, m.scales))
         elif isinstance(m, torch.nn.Linear) and m.weight.data_ptr() not in seen:
@@ -164,7 +160,7 @@ def linear_ms(gen: Generator, rows: int, reps: int = 3) -> float | None:
     """Milliseconds for one step's Linear layers alone (the model's own layers, `rows` rows);
     None for formats whose Linear layers are not plain ones."""
     linears = [m for m in gen.model.modules() if type(m) is torch.nn.Linear or isinstance(m, Int4Linear)]
-    if not linears or any(isinstance(m, QUANTIZED_LINEAR) for m in gen.model.modules()):
+    if not linears:
         return None
     dtype = next(gen.model.parameters()).dtype
     inputs = [torch.randn(rows, m.in_features, dtype=dtype, device=gen.device) for m in linears]

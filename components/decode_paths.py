@@ -1,7 +1,8 @@
-"""How the app's runs decode (`SBON_DECODE`): `app_decode` reads and checks the setting; `DecodePaths` measures
-each generator's decode paths in a child process on cores the app leaves idle (`python -m sbon machine --build`),
-loads the chosen compiled step once it is saved, and says so in the model line. The models' cache
-(components/model_cache.py) asks it for each run's path."""
+"""How the app's runs decode (`SBON_DECODE`): `app_decode` reads and checks the setting; `DecodePaths` has each
+generator's decode paths measured by a child process (`python -m sbon machine --build`), loads the chosen compiled
+step once it is saved, keeps the child from timing while a run generates (`RunGate`), measures again where the
+choice is provisional or later runs contradict it, and says so in the model line. The path itself is
+sbon.machine.auto_path's, the one rule; the models' cache (components/model_cache.py) asks `DecodePaths` for it."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
+from sbon.cache import cache_dir
 from sbon.decoders import check_decode, compile_problem, compiled_state, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError
-from sbon.machine import Choice, cached_choice, decode_threads, eligible, safe_path, title
+from sbon.machine import AutoPath, Choice, auto_path, decode_threads, title
+from sbon.machine_load import RunGate, busy
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
+from sbon.results import RunResult
 from sbon.zerogpu import on_zerogpu
 
 from .torch_thread import TORCH_THREAD
@@ -48,46 +55,81 @@ def check_forced_paths(generator: str = DEFAULT_GENERATOR) -> None:
     check_forced(generator, default_device())
 
 
-class DecodePaths:
-    """``auto``'s decode path per generator, chosen by measurement (sbon.probe) once per machine by a child process:
-    it times every path this machine can run (seconds each), chooses the fastest exact one and saves the choice, then
-    builds that format's compiled step if it is not saved yet (minutes) and measures it too. Meanwhile runs take the
-    path that is safe now (sbon.machine.safe_path), then the chosen one: the model cache loads the generator in the
-    chosen format at the start of the next run (``ModelCache.get``). Each run records the path it decoded with
-    (RunResult.decode). On a GPU the compiled step is CUDA graphs, built in this process between runs.
+# A child that ended with a provisional choice (timed beside other work) measures again after this long, twice as
+# long after each such try: a neighbour that stays costs a few idle seconds an hour.
+RETRY_S = 120.0
+# A run on a quiet machine whose steps took this many times the slowest step measured for its path has the choice
+# measured again (something on the machine changed since, or the measurement was wrong).
+CONTRADICTED = 2.0
 
-    A child, not this process: measuring loads every weight format, and building a compiled step takes a minute or
-    more on two cores; here it would hold TORCH_THREAD, so that no run could start meanwhile. The child runs only on
-    cores the app leaves idle (Linux's SCHED_IDLE; else the lowest priority) and ends with the app."""
+
+class DecodePaths:
+    """``auto``'s decode path per generator (sbon.machine.auto_path), measured by a child process once per machine:
+    it loads every weight format, times their eager steps in rounds and saves a provisional choice (seconds), builds
+    the compiled steps of the exact formats within reach on idle cores (a minute or more each, saved to disk), times
+    them beside the eager ones and saves the choice after each (sbon.probe). Runs take the saved choice at their
+    start (the model cache loads the generator in its format; ``decode`` loads its compiled step once saved), the
+    safe path until there is one. Each run records the path it decoded with (RunResult.decode). On a GPU the compiled
+    step is CUDA graphs, built in this process between runs.
+
+    A child, not this process: measuring loads every weight format and times them; here it would hold TORCH_THREAD,
+    so that no run could start meanwhile. It runs at this process's priority, since a timing beside other work would
+    measure that work, but times nothing while a run generates here: runs hold ``generating()``, which the child reads
+    through a file (sbon.machine_load.RunGate). It ends with the app. A choice the child could only time beside other
+    work is provisional: runs take it, and a child measures again RETRY_S later, then twice as long after each try;
+    a later start measures again too."""
 
     def __init__(self) -> None:
         self._children: dict[str, subprocess.Popen] = {}
         self._started: dict[str, float] = {}
+        self._tries: dict[str, int] = {}  # children started per generator
         self._failed: dict[str, str] = {}  # generator -> why its runs stay on the safe path
+        self._stale: set[str] = set()  # generators whose choice a quiet run contradicted
+        self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
+        self._lock = threading.Lock()  # runs start children; so does the model line's timer
+        self.gate = RunGate(cache_dir() / "machine" / f"runs-{os.getpid()}")
+
+    def path(self, name: str) -> AutoPath:
+        """``auto``'s path for a run of the generator starting now, at the thread count the choice was measured at."""
+        device = default_device()
+        return auto_path(name, device, decode_threads() if device.type == "cpu" else None)
 
     def choice(self, name: str) -> Choice | None:
         """This machine's measured choice for the generator (at the thread count it was measured at)."""
-        device = default_device()
-        return cached_choice(name, device, decode_threads() if device.type == "cpu" else None)
+        return self.path(name).choice
 
-    def wanted(self, name: str) -> tuple[str, int] | None:
-        """The weight format and CPU threads the generator loads with, where this machine's choice names them and
-        SBON_WEIGHTS forces none (None: as loading decides)."""
-        if os.environ.get("SBON_WEIGHTS") or app_decode() != "auto":
-            return None
-        choice = self.choice(name)
-        return (choice.weights, choice.fingerprint["threads"]) if choice and choice.weights else None
+    @contextmanager
+    def generating(self) -> Iterator[None]:
+        """Around a run's generation: the child times nothing meanwhile."""
+        with self.gate.generating():
+            yield
 
     def _measure(self, name: str) -> None:
-        """Start the child that measures (and builds) where this machine has no choice yet, or where its choice
-        waits for the compiled step of its fastest exact format; once per process."""
-        if name in self._children or on_zerogpu():
+        """Start the child that measures (and builds) where this machine has no choice, a provisional one, or one a
+        quiet run contradicted; one child at a time, none again after a child that failed."""
+        if on_zerogpu() or default_device().type != "cpu" or name in self._failed:
             return
-        choice = self.choice(name)
-        if choice is not None and not _build_pending(choice):
-            return
-        self._children[name], self._started[name] = _measure_in_child(name), time.perf_counter()
+        with self._lock:
+            child = self._children.get(name)
+            if child is not None and child.poll() is None:
+                return
+            if child is not None and child.returncode and name not in self._said:
+                self._said.add(name)
+                path = self.path(name)
+                log.warning("measuring %s's decode paths stopped (exit status %s): runs keep %s %s", name,
+                            child.returncode, path.weights, path.decode)
+            choice = self.choice(name)
+            if child is not None and choice is None:
+                return  # the child failed: runs stay on the safe path, the model line says why
+            contradicted = name in self._stale
+            waited = time.perf_counter() - self._started.get(name, -1e9)
+            if not (choice is None or choice.provisional or contradicted) or (
+                    child is not None and not contradicted and waited < RETRY_S * 2 ** (self._tries[name] - 1)):
+                return
+            self._stale.discard(name)
+            self._children[name], self._started[name] = _measure_in_child(name, self.gate), time.perf_counter()
+            self._tries[name] = self._tries.get(name, 0) + 1
 
     def decode(self, name: str, gen: Generator) -> str:
         """The decode path of a run of ``gen`` (the preset ``name``) that starts now. Called on TORCH_THREAD: it may
@@ -98,17 +140,49 @@ class DecodePaths:
         if gen.device.type == "cuda":
             return self._gpu_decode(name, gen)
         self._measure(name)
-        choice = self.choice(name)
-        if name in self._failed or choice is None or (choice.weights, choice.decode) != (gen.weights, "compiled"):
+        return self._cpu_decode(name, gen, load=True)
+
+    def planned(self, name: str, gen: Generator) -> str:
+        """The decode path a run of ``gen`` starting now would take, as ``decode`` decides, without measuring,
+        building or loading anything."""
+        asked = app_decode()
+        if asked != "auto":
+            return asked
+        if gen.device.type == "cuda":
+            return "compiled" if name in self._gpu_ready else "eager"
+        return self._cpu_decode(name, gen, load=False)
+
+    def _cpu_decode(self, name: str, gen: Generator, load: bool) -> str:
+        """Compiled where auto's path is this format's compiled step and that step is saved here (``load``: loaded
+        into this process now); eager otherwise: a run never waits for a build."""
+        path = self.path(name)
+        if name in self._failed or (path.weights, path.decode) != (gen.weights, "compiled"):
             return "eager"
         state = compiled_state(gen)
-        if state == "loaded":
+        if state == "loaded" or (state == "saved" and not load):
             return "compiled"
         if state == "saved":
             if prepare(gen):
                 return "compiled"
             self._failed[name] = "its compiled decode step did not load (the app's log says why)"
         return "eager"
+
+    def observe(self, name: str, result: RunResult) -> None:
+        """A finished run: where it decoded on the chosen path, on a quiet machine, CONTRADICTED times slower than
+        the slowest step measured for that path, the choice is measured again."""
+        choice = self.choice(name)
+        seconds, steps = result.timings.get("decode"), result.decode_steps
+        if choice is None or not choice.weights or choice.provisional or busy(result.load) or not seconds \
+                or not steps or (result.weights, result.decode) != (choice.weights, choice.decode):
+            return
+        chosen = next(p for p in choice.paths if (p.weights, p.decode) == (choice.weights, choice.decode))
+        per_step = 1e3 * seconds / steps
+        if per_step > CONTRADICTED * max(chosen.ms.values()):
+            log.warning("%s decoded at %.0f ms per step on a quiet machine, against %.0f ms measured for %s: "
+                        "measuring this machine's decode paths again", name, per_step, max(chosen.ms.values()),
+                        chosen.name)
+            self._stale.add(name)
+            self._measure(name)
 
     def _gpu_decode(self, name: str, gen: Generator) -> str:
         """On a GPU: the compiled step with CUDA graphs once built, eagerly until then. Its graphs are built on
@@ -145,22 +219,23 @@ class DecodePaths:
 
     def status(self, name: str) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say)."""
+        if name in self._children:  # a provisional choice is measured again once its wait is over
+            self._measure(name)
         if name in self._failed:
-            return f"{generator_title(name)} runs on the plain (slower) path: {self._failed[name]}."
+            return f"{generator_title(name)} decodes op by op, the slower way: {self._failed[name]}."
         child = self._children.get(name)
         running = child is not None and child.poll() is None
-        choice = self.choice(name)
+        path = self.path(name)
+        choice = path.choice
+        now = title(path.weights, path.decode, str(default_device()))
         if running:
-            weights, decode = (choice.weights, choice.decode) if choice and choice.weights else \
-                safe_path(default_device())
-            doing = ("building the compiled step of the fastest exact path" if choice else
-                     "measuring every decode path of this machine")
-            return (f"⚙ {generator_title(name)}: {doing} in the background, once on this machine (for "
-                    f"{time.perf_counter() - self._started[name]:.0f} s; runs go first): meanwhile runs use "
-                    f"{title(weights, decode, str(default_device()))}"
-                    + ("" if choice else ", exact without measuring") + ".")
+            doing = ("building the compiled steps of the fastest exact paths" if choice else
+                     "measuring how fast each way of decoding runs on this machine")
+            return (f"⚙ {generator_title(name)}: {doing} in the background (for "
+                    f"{time.perf_counter() - self._started[name]:.0f} s; runs go first and meanwhile use {now}"
+                    + ("" if path.measured else ", exact without measuring") + ").")
         if child is not None and child.returncode and choice is None:
-            return (f"{generator_title(name)} decodes op by op with float32 weights: measuring this machine's decode paths failed "
+            return (f"{generator_title(name)} decodes with {now}: measuring this machine's decode paths failed "
                     f"(exit status {child.returncode}; the app's log says why).")
         if name in self._gpu_ready:
             return f"{generator_title(name)} decodes with its compiled step with CUDA graphs."
@@ -171,28 +246,17 @@ class DecodePaths:
         return ""
 
 
-def _build_pending(choice: Choice) -> bool:
-    """The choice waits for the compiled step of its fastest exact eager format (sbon.probe's ``build``)."""
-    exact = sorted((p for p in choice.paths if p.decode == "eager" and eligible(p, choice.device)),
-                   key=lambda p: p.per_step())
-    return bool(exact) and f"{exact[0].weights} compiled" in choice.pending
-
-
-def _measure_in_child(name: str) -> subprocess.Popen:
-    """A child process that measures the generator's decode paths and builds the chosen format's compiled step
-    (``python -m sbon machine --build``) on idle cores, ending with this process (its lines go to this process's
-    stderr)."""
-    code = ("import ctypes, os, signal, sys\n"
+def _measure_in_child(name: str, gate: RunGate) -> subprocess.Popen:
+    """A child process that measures the generator's decode paths and builds the compiled steps within reach
+    (``python -m sbon machine --build``), reading ``gate`` to time nothing while a run generates here, and ending
+    with this process (its lines go to this process's stderr)."""
+    code = ("import ctypes, signal, sys\n"
             "try:\n"
             "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with the app\n"
             "except (AttributeError, OSError):\n"
             "    pass\n"
-            "try:  # it runs only on cores the app leaves idle: a run's threads wait on each other behind any other\n"
-            "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
-            "except (AttributeError, OSError):\n"
-            "    os.nice(19)\n"
             "from sbon.cli import main\n"
             f"sys.exit(main(['machine', '--build', '--generator', {name!r}, '--device', 'cpu']))\n")
     log.info("measuring %s's decode paths in a child process (runs use the safe path until it has chosen)", name)
     return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
-                            stdout=subprocess.DEVNULL)
+                            env={**os.environ, RunGate.ENV: str(gate.path)}, stdout=subprocess.DEVNULL)

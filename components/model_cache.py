@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from contextlib import nullcontext
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,12 @@ from typing import Callable
 
 import torch
 
-from sbon.decoders import compiled_state
 from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.cache import cache_dir
 from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, default_device, dequantized_copy_dir, generator_title,
                          load_generator, load_reward, reward_title)
+from sbon.results import RunResult
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
 
@@ -108,9 +109,9 @@ class ModelCache:
     (``load_async``), the thread runs use, so the page can say what is loading while it waits."""
 
     def __init__(self, size: int = 2, load_gen: Callable[..., Generator] = load_generator,
-                 load_rew: Callable[..., RewardModel] = load_reward, steps: "DecodePaths | None" = None):
-        """``steps``: the app's decode paths, measured and built in the background (None: runs decode as SBON_DECODE
-        says, in their own process)."""
+                 load_rew: Callable[..., RewardModel] = load_reward, decode_paths: "DecodePaths | None" = None):
+        """``decode_paths``: the app's decode paths, measured and built in the background (None: runs decode as
+        SBON_DECODE says, in their own process)."""
         self.size = size
         self._load_gen, self._load_rew = load_gen, load_rew
         self._generators: OrderedDict[tuple, Generator] = OrderedDict()
@@ -118,10 +119,10 @@ class ModelCache:
         self._lock = threading.Lock()  # two sessions asking for the same model load it once
         self._jobs: dict[tuple[str, str], Future] = {}
         self._jobs_lock = threading.Lock()  # not self._lock, which a load holds for seconds
-        self._step = ""  # what the running load is doing, for the status line
-        self._step_started = 0.0
+        self._loading = ""  # what the running load is doing, for the status line
+        self._loading_started = 0.0
         self._failures: dict[tuple[str, str], str] = {}  # (generator, reward) -> why its last load failed
-        self.steps = steps
+        self.decode_paths = decode_paths
 
     def loaded(self) -> tuple[list[str], list[str]]:
         """What is in memory now, on this device: generator names, and reward names (a reward that
@@ -161,34 +162,34 @@ class ModelCache:
         dev = self.device()
         with self._lock:
             gkey = (generator, str(dev))
-            wanted = self.steps.wanted(generator) if self.steps else None
-            if gkey in self._generators and wanted and self._generators[gkey].weights != wanted[0]:
+            wanted = self.decode_paths.path(generator) if self.decode_paths else None
+            if gkey in self._generators and not self.is_current(generator):
                 self._drop(generator, str(dev))  # this machine's measured choice came since: load it in that format
             if gkey not in self._generators:
                 source = generator_source(generator)
                 # the page's words; where from is the log's (components.runs.start_loading_models)
-                self._set_step(f"1/3 loading the generator, {generator_title(generator)}"
+                self._set_loading(f"1/3 loading the generator, {generator_title(generator)}"
                                + (" (first time only: about 20 s on 2 CPU cores)" if source.first_time else ""))
                 if source.first_time and self._load_gen is load_generator and (child := convert_in_background(generator)):
                     child.wait()
-                if wanted:  # the thread count the choice was measured at, on this thread (TORCH_THREAD)
-                    torch.set_num_threads(wanted[1])
-                gen = self._load_gen(generator, device=dev, **({"weights": wanted[0]} if wanted else {}))
-                self._set_step("2/3 warming up the generator")
+                if wanted and wanted.threads:  # the thread count the choice was measured at, on TORCH_THREAD
+                    torch.set_num_threads(wanted.threads)
+                gen = self._load_gen(generator, device=dev, **({"weights": wanted.weights} if wanted else {}))
+                self._set_loading("2/3 warming up the generator")
                 if not on_zerogpu():  # ZeroGPU's main process has no real GPU: its workers warm up in the run
                     _warm_up(gen)
-                    if self.steps:  # loads its compiled step if chosen and saved, or starts measuring
-                        self.steps.decode(generator, gen)
+                    if self.decode_paths:  # loads its compiled step if chosen and saved, or starts measuring
+                        self.decode_paths.decode(generator, gen)
                 self._generators[gkey] = gen
             self._generators.move_to_end(gkey)
             gen = self._generators[gkey]
             rkey = self._reward_key(reward, generator, str(dev))
             if rkey not in self._rewards:
-                self._set_step(f"3/3 loading the reward, {reward_title(reward)}"
+                self._set_loading(f"3/3 loading the reward, {reward_title(reward)}"
                                + (", from the hub" if any(s.hub for s in reward_sources(reward, generator)) else ""))
                 self._rewards[rkey] = self._load_rew(reward, generator=gen, device=dev)
             self._rewards.move_to_end(rkey)
-            self._set_step("")
+            self._set_loading("")
             for cache in (self._generators, self._rewards):
                 while len(cache) > self.size:
                     cache.popitem(last=False)
@@ -201,43 +202,40 @@ class ModelCache:
             del self._rewards[key]
 
     def is_current(self, generator: str) -> bool:
-        """The loaded generator is in the weight format this machine's measured choice names (or nothing is
-        measured)."""
+        """The loaded generator is in the weight format auto's path names now (a choice measured since it loaded
+        names another)."""
         gen = self._generators.get((generator, str(self.device())))
-        wanted = self.steps.wanted(generator) if self.steps else None
-        return gen is None or not wanted or gen.weights == wanted[0]
+        return gen is None or not self.decode_paths or gen.weights == self.decode_paths.path(generator).weights
 
     def decode(self, generator: str, gen: Generator) -> str:
         """The decode path (sbon.decoders) of a run of this generator that starts now: see DecodePaths."""
-        return self.steps.decode(generator, gen) if self.steps else app_decode()
+        return self.decode_paths.decode(generator, gen) if self.decode_paths else app_decode()
 
     def planned_decode(self, generator: str) -> str | None:
         """The decode path a run of this generator starting now would take, where that is known without loading,
-        measuring or building anything (None: the generator is not loaded yet); as DecodePaths.decode decides."""
-        asked = app_decode()
-        if asked != "auto":
-            return asked
+        measuring or building anything (None: the generator is not loaded yet)."""
         gen = self._generators.get((generator, str(self.device())))
         if gen is None:
             return None
-        steps = self.steps
-        if steps is None or generator in steps._failed:
-            return "eager"
-        if gen.device.type == "cuda":
-            return "compiled" if generator in steps._gpu_ready else "eager"
-        choice = steps.choice(generator)
-        if choice is None or (choice.weights, choice.decode) != (gen.weights, "compiled"):
-            return "eager"
-        return "compiled" if compiled_state(gen) in ("loaded", "saved") else "eager"
+        return self.decode_paths.planned(generator, gen) if self.decode_paths else app_decode()
+
+    def generating(self):
+        """Around a run's generation (the decode paths' child times nothing meanwhile)."""
+        return self.decode_paths.generating() if self.decode_paths else nullcontext()
+
+    def observe(self, result: RunResult) -> None:
+        """A finished run of this app: the decode paths check it against what was measured."""
+        if self.decode_paths:
+            self.decode_paths.observe(result.generator, result)
 
     def decode_status(self, generator: str) -> str:
-        """One line for the page about this generator's compiled decode step ('' where there is nothing to say)."""
-        if not self.steps:
+        """One line for the page about this generator's decode path ('' where there is nothing to say)."""
+        if not self.decode_paths:
             return ""
         if not self.is_current(generator):  # measured since it loaded: a run never changes its path midway
-            return f"{generator_title(generator)}: this machine's fastest exact path is measured, {self.steps.choice(generator).words}; " \
-                   "the next run loads it (seconds)."
-        return self.steps.status(generator)
+            return (f"{generator_title(generator)}: this machine's fastest exact path is measured, "
+                    f"{self.decode_paths.choice(generator).words}; the next run loads it (seconds).")
+        return self.decode_paths.status(generator)
 
     def load_async(self, generator: str, reward: str) -> Future:
         """Start loading in the background thread (or join the load already under way) and return
@@ -256,7 +254,7 @@ class ModelCache:
         try:
             models = self.get(generator, reward)
         except Exception as e:  # the status line shows it; a load that is not an SBoNError is still one line
-            self._set_step("")
+            self._set_loading("")
             error = e if isinstance(e, SBoNError) else SBoNError(
                 f"could not load the models: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}")
             self._failures[(generator, reward)] = str(error)
@@ -268,13 +266,13 @@ class ModelCache:
 
     def loading(self) -> str:
         """What the background load is doing, with the seconds it has taken so far; '' when idle."""
-        if not self._step:
+        if not self._loading:
             return ""
-        number, what = self._step.split(" ", 1)
-        return f"Step {number}: {what}… {time.perf_counter() - self._step_started:.0f} s"
+        number, what = self._loading.split(" ", 1)
+        return f"Step {number}: {what}… {time.perf_counter() - self._loading_started:.0f} s"
 
-    def _set_step(self, step: str) -> None:
-        self._step, self._step_started = step, time.perf_counter()
+    def _set_loading(self, step: str) -> None:
+        self._loading, self._loading_started = step, time.perf_counter()
 
 
 def convert_in_background(generator: str) -> subprocess.Popen | None:
@@ -313,4 +311,4 @@ def _warm_up(gen: Generator) -> None:
 
 # The page's one cache, shared by all its sessions (models are read-only; results live in each session's state),
 # by its handlers and by a ZeroGPU worker, which inherits it.
-MODELS = ModelCache(steps=DecodePaths())
+MODELS = ModelCache(decode_paths=DecodePaths())

@@ -61,7 +61,8 @@ class Runs:
     def _holding(self) -> Iterator[None]:
         self.generating += 1
         try:
-            yield
+            with MODELS.generating():  # the decode paths' probe times nothing meanwhile
+                yield
         finally:
             self.generating -= 1
 
@@ -156,6 +157,8 @@ class Runs:
                     yield {"sbon_text": Update(label=label, value=text), "summary": tracker.race(methods) + answer,
                            "status": tracker.status(), "caption": tracker.caption()}
                 elif isinstance(event, ComparisonReady):  # both runs done: every view but the prefix-scored ones
+                    for result in (event.comparison.sbon, event.comparison.bon):
+                        MODELS.observe(result)
                     first = tracker.first_round_at
                     ready = (f"Done in {tracker.elapsed:.1f} s from the click"
                              + (f"; first decision point drawn after {first:.1f} s" if first else "")

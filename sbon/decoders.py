@@ -123,8 +123,7 @@ class CompiledDecoder:
         tokens = torch.cat([tokens, tokens[-1:].expand(rows - live)])
         cache.prepare(rows, cache.max_len if self.graphs else None)
         # A copy, not a view: an input that aliases another input the step writes to (the slab's length) makes
-        # AOTAutograd merge the two, and the merged input is no longer static, so CUDA graphs were skipped
-        # (benchmarks/results/gpu-h100/cudagraph-probe).
+        # AOTAutograd merge the two, and a merged input is not static, so CUDA graphs would skip the step.
         positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1).clone()
         return self.gen.model, tokens.view(-1, 1), positions, cache, batch.keep_hidden
 
@@ -228,17 +227,17 @@ def compile_problem(gen: Generator) -> str | None:
 
 
 def auto_compiles(gen: Generator) -> bool:
-    """``auto``: compiled where compiling is possible and, on a CPU, where this machine's measured choice for this
-    generator is this weight format's compiled step (sbon.machine: the fastest path whose coupling was measured exact
-    here; the step is loaded where a process on this machine saved it, compiled and saved otherwise); on a GPU with
-    CUDA graphs unless the measured choice there is eager."""
-    from .machine import cached_choice
+    """``auto``: compiled where compiling is possible and ``auto``'s path here (sbon.machine.auto_path) is this
+    weight format's compiled step. On a CPU that is where this machine's measured choice is that step (the step is
+    loaded where a process on this machine saved it, compiled and saved otherwise); on a GPU CUDA graphs unless the
+    measured choice for this format is eager."""
+    from .machine import auto_path
     if compile_problem(gen) is not None:
         return False
-    choice = cached_choice(gen.name, gen.device)
+    path = auto_path(gen.name, gen.device)
     if gen.device.type == "cuda":
-        return choice is None or choice.weights != gen.weights or choice.decode == "compiled"
-    return choice is not None and (choice.weights, choice.decode) == (gen.weights, "compiled")
+        return path.weights != gen.weights or path.decode == "compiled"
+    return (path.weights, path.decode) == (gen.weights, "compiled")
 
 
 def decoder(gen: Generator, decode: str = "auto"):

@@ -170,14 +170,6 @@ def _int4_bf16dot(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.M
     return to_int4(model, gguf, kernel="bf16dot")
 
 
-def _int8_dynamic(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.Module:
-    """int8 weights for every Linear (the tied LM head included), activations quantized per call.
-    The activations' scale is taken over the whole batch, so a row's logits depend on its batch."""
-    if next(model.parameters()).device.type != "cpu":
-        raise SBoNError("int8 weights run on the CPU only (torch's dynamic quantization): use bf16 on a GPU")
-    return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-
-
 # The dtypes whose Linear layers oneDNN runs prepacked (prepack_linears).
 PREPACKED_DTYPES = (torch.bfloat16, torch.float32)
 
@@ -329,18 +321,18 @@ class WeightFormat:
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     # float32 through oneDNN's prepacked kernel gives a row the same bits at any batch size of two rows or more,
     # on any thread count (prepack_linears); the plain call's BLAS did so on one thread only.
-    "fp32": WeightFormat("float32 weights and activations (the default on CPUs without bfloat16 matmuls)",
+    "fp32": WeightFormat("float32 weights and activations (the path exact on any CPU without measuring, "
+                         "sbon.machine.safe_path)",
                          torch.float32, batch_invariant=True, min_rows=2, prepack=True),
-    "bf16": WeightFormat("bfloat16 weights and activations (the default on a GPU, and on a CPU with bfloat16 "
-                         "matmuls for generators without 4-bit weights, sbon.models.default_weights): half the weight traffic, and on "
-                         "the CPU its matmuls give each row the same bits at any batch size of two rows or more",
+    "bf16": WeightFormat("bfloat16 weights and activations (a GPU's path before anything is measured): half the "
+                         "weight traffic, and on a CPU that computes bfloat16 natively its matmuls give each row the "
+                         "same bits at any batch size of two rows or more",
                          torch.bfloat16, batch_invariant=True, min_rows=2, prepack=True),
     # The 4-bit kernel gives a row the same bits at any batch size from one row up; the LM head, in bfloat16,
     # needs bf16's two rows.
     "int4": WeightFormat("4-bit Linear weights in blocks of 32 (the embedded generator's own GGUF blocks; other "
                          "models are quantized at load), bfloat16 activations and LM head (CPU only): a quarter of "
-                         "bf16's weight traffic, the default where the generator ships 4-bit weights "
-                         "(sbon.models.default_weights)",
+                         "bf16's weight traffic",
                          torch.bfloat16, batch_invariant=True, convert=_int4, min_rows=2, prepack=True),
     # The same 4-bit layers for a CPU without bfloat16 matmuls: every other operation and the LM head in float32,
     # which such a CPU computes natively (bf16's LM head is emulated there: slow, and a row's bits change with its
@@ -357,9 +349,6 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                                  "a bfloat16 LM head",
                                  torch.bfloat16, batch_invariant=True, convert=_int4_bf16dot, min_rows=2,
                                  prepack=True),
-    "int8": WeightFormat("int8 Linear weights, activations quantized per batch (torch dynamic quantization, CPU "
-                         "only): a quarter of the weight traffic; a row's tokens depend on its batch",
-                         torch.float32, convert=_int8_dynamic),
 }
 # The format each dtype loads as when only a dtype is given.
 DTYPE_FORMATS = {fmt.dtype: name for name, fmt in reversed(WEIGHT_FORMATS.items())}

@@ -6,8 +6,13 @@ A decode path is a weight format (``sbon.engine.WEIGHT_FORMATS``) and a decode s
 on its batch there; ``choose`` picks the fastest path that meets the rule: on a CPU the coupled sampling must be exact
 (the same bits for a row decoded alone and within a batch), on a GPU the measured divergence is reported. The choice is
 cached under a hash of the fingerprint, so a choice measured on another CPU, under other instruction-set limits, with
-another thread count or another torch version is never used. Until a choice is measured, runs use the path that is
-exact without measuring (``safe_path``).
+another thread count, another torch version or another version of the probe is never used. Until a choice is
+measured, runs use the path that is exact without measuring (``safe_path``). A choice whose timings were taken while
+other work held the cores, or whose compiled steps are still being built, is provisional (``Choice.provisional``):
+runs take it, and it is measured again.
+
+``auto_path`` is ``auto``'s one rule: the path a run that starts now takes, which the library, the command line and
+the app all ask.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -36,6 +42,8 @@ ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_int8")
 SAFE_THREADS = 1  # float32 gives a row the same bits at any batch size on one thread (sbon.engine.WEIGHT_FORMATS)
+# How choices are measured (sbon.probe): a choice measured another way is in another file and never read.
+PROBE_VERSION = 2
 
 
 # -- what this machine is -----------------------------------------------------------------------------------------
@@ -86,11 +94,12 @@ def fingerprint(device: str | torch.device = "cpu", threads: int | None = None) 
     return {"cpu": cpu_model(), "capability": torch.backends.cpu.get_cpu_capability(),
             "limits": {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)},
             "flags": cpu_flags(), "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
-            "device": device_name(device)}
+            "device": device_name(device), "probe": PROBE_VERSION}
 
 
-def cache_key(print_: dict) -> str:
-    return hashlib.blake2b(json.dumps(print_, sort_keys=True).encode(), digest_size=10).hexdigest()
+def cache_key(machine: dict) -> str:
+    """The file name's hash of a fingerprint."""
+    return hashlib.blake2b(json.dumps(machine, sort_keys=True).encode(), digest_size=10).hexdigest()
 
 
 # -- a measured path and the choice ------------------------------------------------------------------------------
@@ -106,6 +115,9 @@ class Measured:
     divergence: float | None = field(default=None, metadata={"help": "the largest difference of a logit between a "
                                                                       "row decoded alone and within a batch"})
     problem: str | None = field(default=None, metadata={"help": "why it did not run here (then no times)"})
+    trusted: int = field(default=0, metadata={"help": "rounds timed at every row count while this process had its "
+                                                      "cores (sbon.machine_load.Contention); 0: its times are upper "
+                                                      "bounds taken beside other work"})
 
     @property
     def name(self) -> str:
@@ -114,6 +126,11 @@ class Measured:
     @property
     def runs(self) -> bool:
         return self.problem is None and bool(self.ms)
+
+    @property
+    def pending(self) -> bool:
+        """A compiled step not built yet: nothing wrong, nothing timed."""
+        return self.problem is None and not self.ms and self.exact is None
 
     def per_step(self) -> float:
         """What paths are ranked by: milliseconds per step, averaged over the row counts a run decodes at."""
@@ -145,6 +162,8 @@ class Choice:
     reason: str = ""  # one line, with identifiers (the command line's)
     words: str = ""  # the same in words, for the page
     pending: list[str] = field(default_factory=list)  # compiled paths whose step is not built yet
+    provisional: str = ""  # why this choice is measured again ('' where it is final), in words
+    tries: dict[str, int] = field(default_factory=dict)  # weight format -> builds of its compiled step begun here
 
     @property
     def key(self) -> str:
@@ -175,15 +194,19 @@ def title(weights: str, decode: str, device: str = "cpu") -> str:
     return f"{words}, {step}"
 
 
-def choose(generator: str, print_: dict, paths: list[Measured], pending: list[str] = ()) -> Choice:
-    """The fastest eligible path (milliseconds per step averaged over ROWS), with its reason."""
-    device = "cpu" if print_["device"] == "cpu" else "cuda"
-    choice = Choice(generator, print_, list(paths), pending=list(pending))
+def choose(generator: str, machine: dict, paths: list[Measured], pending: Sequence[str] = (),
+           provisional: str = "", tries: dict[str, int] | None = None) -> Choice:
+    """The fastest eligible path (milliseconds per step averaged over ROWS), with its reason; ``provisional``: why
+    it will be measured again ('' where it is final)."""
+    device = "cpu" if machine["device"] == "cpu" else "cuda"
+    choice = Choice(generator, machine, list(paths), pending=list(pending), provisional=provisional,
+                    tries=dict(tries or {}))
     ok = sorted((p for p in paths if eligible(p, device)), key=Measured.per_step)
     safe = next((p for p in paths if (p.weights, p.decode) == safe_path(device) and p.runs), None)
+    later = f" (provisional: {provisional})" if provisional else ""
     if not ok:
         choice.reason = choice.words = ("no path measured here " + ("was exact" if device == "cpu" else "ran")
-                                        + f": runs keep {' '.join(safe_path(device))}")
+                                        + f": runs keep {' '.join(safe_path(device))}{later}")
         return choice
     best = ok[0]
     choice.weights, choice.decode = best.weights, best.decode
@@ -196,14 +219,14 @@ def choose(generator: str, print_: dict, paths: list[Measured], pending: list[st
     choice.reason = (f"{best.weights} weights, {best.decode} step: {best.at():.1f} ms per step at {REPORT_ROWS} rows"
                      f"{beside}, {rule} measured on this machine{diverges}")
     choice.words = (f"{title(best.weights, best.decode, device)}: {best.at():.1f} ms per step at {REPORT_ROWS} "
-                    f"rows, {rule} measured on this machine{beside_words}{diverges}")
+                    f"rows, {rule} measured on this machine{beside_words}{diverges}{later}")
     return choice
 
 
 # -- the cache ---------------------------------------------------------------------------------------------------
 
-def choice_path(generator: str, print_: dict) -> Path:
-    return cache_dir() / "machine" / f"{generator.replace('/', '--')}-{cache_key(print_)}.json"
+def choice_path(generator: str, machine: dict) -> Path:
+    return cache_dir() / "machine" / f"{generator.replace('/', '--')}-{cache_key(machine)}.json"
 
 
 def save_choice(choice: Choice) -> Path:
@@ -218,28 +241,71 @@ def save_choice(choice: Choice) -> Path:
 
 def cached_choice(generator: str, device: str | torch.device = "cpu", threads: int | None = None) -> Choice | None:
     """The choice measured on this machine (this fingerprint, at ``threads``) for ``generator``; None where there is
-    none, or where the file's own fingerprint is not this machine's (it is never used then)."""
-    print_ = fingerprint(device, threads)
-    path = choice_path(generator, print_)
+    none, or where the file's own fingerprint is not this machine's (it is never used then). A file that does not
+    read (half written by a process that was killed, damaged) is ignored, with one logged line, and measured again."""
+    machine = fingerprint(device, threads)
+    path = choice_path(generator, machine)
     try:
         choice = Choice.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        log.warning("machine: the cached choice %s does not read (%s: %s); measuring again", path, type(e).__name__, e)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        if path not in _UNREADABLE:
+            _UNREADABLE.add(path)
+            log.warning("machine: the cached choice %s does not read (%s: %s); measuring again", path,
+                        type(e).__name__, e)
         return None
-    if choice.fingerprint != print_ or choice.generator != generator:
+    if choice.fingerprint != machine or choice.generator != generator:
         return None
     return choice
 
 
-def chosen_weights(generator: str | None, device: torch.device) -> str | None:
-    """The weight format measured fastest (and exact, on a CPU) here for ``generator`` at the thread count in use
-    now; None where nothing is measured yet."""
-    if generator is None:
-        return None
-    choice = cached_choice(generator, device)
-    return choice.weights if choice else None
+_UNREADABLE: set[Path] = set()  # choice files already said not to read (the page asks every few seconds)
+
+
+# -- auto's one rule ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AutoPath:
+    """The decode path of a run that starts now, and where it comes from."""
+    weights: str
+    decode: str  # "eager" or "compiled"
+    threads: int | None = None  # the CPU threads it was measured at (None: nothing measured, or a GPU)
+    choice: Choice | None = None  # this machine's measured choice (None: nothing measured yet)
+
+    @property
+    def measured(self) -> bool:
+        return self.choice is not None and self.choice.weights is not None
+
+
+def auto_path(generator: str | None, device: str | torch.device = "cpu", threads: int | None = None) -> AutoPath:
+    """``auto``'s decode path for a run of ``generator`` on ``device`` that starts now, at ``threads`` CPU threads
+    (default: the number in use): the one rule the library (``sbon.models.default_weights``, ``sbon.decoders``), the
+    command line and the app (``components.decode_paths``) all follow.
+
+    SBON_WEIGHTS and SBON_DECODE force their part. Otherwise this machine's measured choice, final or provisional;
+    with a forced weight format, the fastest eligible step measured for it. Where nothing is measured, the path that
+    is exact without measuring: float32 op by op on a CPU; on a GPU bfloat16 with its compiled step (CUDA graphs)."""
+    from .engine import weight_format
+    device = torch.device(device)
+    cpu = device.type == "cpu"
+    weights = os.environ.get("SBON_WEIGHTS") or None
+    if weights:
+        weight_format(weights)  # an unknown name is refused in one line
+    decode = os.environ.get("SBON_DECODE") or None
+    decode = None if decode == "auto" else decode
+    choice = cached_choice(generator, device, (threads or torch.get_num_threads()) if cpu else None) \
+        if generator else None
+    measured = choice if choice is not None and choice.weights else None
+    if measured is not None and weights in (None, measured.weights):
+        path = (measured.weights, measured.decode)
+    else:
+        fmt = weights or safe_path(device)[0]
+        steps = sorted((p for p in (choice.paths if choice else []) if p.weights == fmt and eligible(p, device.type)),
+                       key=Measured.per_step)
+        path = (fmt, steps[0].decode if steps else ("eager" if cpu else "compiled"))
+    return AutoPath(path[0], decode or path[1], measured.fingerprint.get("threads") if measured and cpu else None,
+                    choice)
 
 
 # -- the class of machine a run names ----------------------------------------------------------------------------

@@ -12,15 +12,21 @@ The measure: CPU time that *other* processes used on this process's cores during
 its end (the 1-minute averages at the start and the end are recorded too). Where ``/proc/stat`` cannot be read (not Linux), the load average
 at the start stands in for it. Another run *in this process* (a second request of the app) counts as its own
 time, not another's.
+
+The decode-path probe (sbon.probe) needs a sharper question, asked over a fraction of a second: did this process's
+threads get the cores they asked for (:class:`Contention`, from the kernel's per-thread run-queue delays)? And it
+must not time beside the app's own runs, which the app tells it through a file (:class:`RunGate`).
 """
 
 from __future__ import annotations
 
 import os
 import resource
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 BUSY_OTHERS_CORES = 0.5  # other processes used more than half a core on average: the wall time is inflated
 PROC_STAT = Path("/proc/stat")
@@ -111,3 +117,107 @@ def busy_note(loads: dict[str, dict[str, Any] | None]) -> str:
                      else f"{label}: load average {load['load_average_start']:.1f} on {load['cores']} cores")
     return ("⚠ The machine was busy during this run (" + "; ".join(parts) + "): its wall times are upper bounds. "
             "Decode steps and tokens do not depend on the load.")
+
+
+# -- whether this process had its cores: what a timing of a decode path needs ---------------------------------------
+
+# A timing is trusted where this process's threads waited for a core less than this (in cores, over the timing's
+# wall time). Runnable threads that find no free core are what a neighbour, or another run, does to a timing; a
+# thread that sleeps or spins waits for nothing, so the measure holds whatever torch's threads do between operations.
+WAITED_CORES_TRUSTED = 0.1
+PROC_TASKS = Path("/proc/self/task")
+
+
+def _threads_waited() -> float | None:
+    """Seconds this process's threads have spent runnable but waiting for a CPU, summed over its threads
+    (the second field of ``/proc/self/task/*/schedstat``); None where the kernel does not keep it."""
+    total, seen = 0, False
+    try:
+        tasks = list(PROC_TASKS.iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+            seen = True
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9 if seen else None
+
+
+class Contention:
+    """Whether this process had the cores it asked for between ``start()`` and ``stop()``: ``stop()`` returns the
+    cores its threads spent waiting for one (``waited_cores``), or, where the kernel keeps no such count, what other
+    processes used of this process's cores (``LoadMeter``'s ``others_cores``). ``trusted`` says whether a timing
+    taken meanwhile measured the work, not the machine."""
+
+    def start(self) -> "Contention":
+        self.waited0 = _threads_waited()
+        self.meter = LoadMeter().start() if self.waited0 is None else None
+        self.t0 = time.perf_counter()
+        return self
+
+    def stop(self) -> float:
+        seconds = max(time.perf_counter() - self.t0, 1e-9)
+        if self.meter is not None:
+            self.waited_cores = self.meter.stop()["others_cores"] or 0.0
+        else:
+            waited1 = _threads_waited()
+            self.waited_cores = max(0.0, ((waited1 or 0.0) - self.waited0) / seconds)
+        return self.waited_cores
+
+    @property
+    def trusted(self) -> bool:
+        return self.waited_cores <= WAITED_CORES_TRUSTED
+
+
+# -- runs generating in the app: what a probe beside them must not time -------------------------------------------
+
+class RunGate:
+    """A file through which a process that runs generations (the app) tells a probe in another process when not to
+    time: it holds how many runs are generating and a counter that changes whenever one starts. The probe takes a
+    ``token()`` before a timing and compares it after: a timing taken beside a run is thrown away. The app names the
+    file to its probe in the environment (``ENV``)."""
+    ENV = "SBON_RUN_GATE"
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.generating_now, self.started = 0, 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls) -> "RunGate | None":
+        path = os.environ.get(cls.ENV)
+        return cls(path) if path else None
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(f"{self.generating_now} {self.started}")
+            tmp.replace(self.path)
+        except OSError:
+            pass  # the probe then cannot tell runs apart from a neighbour: its contention check still holds
+
+    @contextmanager
+    def generating(self) -> Iterator[None]:
+        """Around a run's generation."""
+        with self._lock:
+            self.generating_now += 1
+            self.started += 1
+            self._write()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.generating_now -= 1
+                self._write()
+
+    def token(self) -> int | None:
+        """None while a run is generating; else the number of runs started so far (a timing whose token before
+        and after differ was taken beside a run). A missing or unreadable file: no run is known (0)."""
+        try:
+            now, started = (int(v) for v in self.path.read_text().split())
+        except (OSError, ValueError):
+            return 0
+        return None if now > 0 else started

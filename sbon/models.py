@@ -22,7 +22,7 @@ from .attention import use_decode_attention
 from .engine import DTYPE_FORMATS, Generator, check_device, weight_format
 from .errors import SBoNError
 from .cache import cache_dir
-from .machine import chosen_weights, safe_path
+from .machine import auto_path
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
 
@@ -321,14 +321,10 @@ def default_dtype_name(device: str | torch.device | None = None) -> str:
 
 
 def default_weights(device: torch.device, generator: str | None = None) -> str:
-    """The generator's weight format when none is asked for: SBON_WEIGHTS if set (how a server forces one for its
-    page); else the format measured fastest on this machine for this generator at the thread count in use, among
-    those whose coupling was measured exact on a CPU (``python -m sbon machine``, sbon.machine); else the path that is
-    exact without measuring: float32 on a CPU, bfloat16 on a GPU (sbon.machine.safe_path)."""
-    if asked := os.environ.get("SBON_WEIGHTS"):
-        weight_format(asked)  # an unknown name is refused in one line
-        return asked
-    return chosen_weights(generator, device) or safe_path(device)[0]
+    """The generator's weight format when none is asked for: ``auto``'s path for it on this machine at the thread
+    count in use (sbon.machine.auto_path: SBON_WEIGHTS if set; else the format measured fastest here, exact on a
+    CPU; else float32 on a CPU, bfloat16 on a GPU)."""
+    return auto_path(generator, device).weights
 
 
 def check_reward_prompt(reward: str, prompt: str, instructions=None) -> None:

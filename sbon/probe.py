@@ -1,14 +1,28 @@
 """Measure every decode path this machine can run and choose ``auto``'s (``python -m sbon machine``; the app runs it
-in the background on its first start).
+in a child process on its first start).
 
 A path is a weight format of ``sbon.engine.WEIGHT_FORMATS`` (every entry: a new one joins here without a change) and
-a decode step of ``sbon.decoders`` (``eager``; ``compiled``, with CUDA graphs on a GPU). For each, a few decode steps
-are timed at the row counts a page-default run decodes at (``sbon.machine.ROWS``), and whether a row's logits are the
-same bits alone and within a batch is measured (not taken from the format's ``batch_invariant`` flag: bfloat16 is
-exact where the CPU computes it natively, and may not be where it is emulated). Eager paths take seconds. On a CPU a
-compiled step is timed where its saved file exists (``sbon.aot_step``); ``build=True`` first builds the steps of the
-fastest exact formats (minutes each), and the choice is saved again once they are measured. A path that cannot run
-here (no compiler, out of memory, a kernel this CPU lacks) is logged in one line and the probe moves on.
+a decode step of ``sbon.decoders`` (``eager``; ``compiled``, with CUDA graphs on a GPU). For each, whether a row's
+logits are the same bits alone and within a batch is measured (not taken from the format's ``batch_invariant`` flag:
+bfloat16 is exact where the CPU computes it natively, and may not be where it is emulated), and the paths that may be
+chosen are timed at the row counts a page-default run decodes at (``sbon.machine.ROWS``).
+
+The timing is made to survive shared cores:
+
+- every path is loaded first, then all are timed in rounds, one after another (A B C ... A B C ...), and each keeps
+  its best time of the rounds: a neighbour that comes and goes slows every path alike instead of one;
+- a round's timing of a path counts as trusted only where this process's threads did not wait for a core meanwhile
+  (``sbon.machine_load.Contention``); rounds go on until every path has ``ROUNDS_TRUSTED`` trusted ones, or
+  ``ROUNDS_MAX`` rounds, or ``ROUNDS_BUDGET_S`` once ``ROUNDS_TRUSTED`` rounds are done; where some path has none,
+  every path keeps its best of all rounds and the choice is provisional (measured again later);
+- while a run generates in the app beside it (``sbon.machine_load.RunGate``), nothing is timed, and a timing that a
+  run started during is thrown away and taken again.
+
+On a CPU ``build=True`` then ranks what will really run: it builds the compiled step of every exact weight format
+whose eager step is within ``REACH`` of the fastest exact one's (the fastest first, each in a child process on idle
+cores, saved to disk: ``sbon.aot_step``), and times the built steps beside the eager ones; after each build the choice
+is saved again, provisional until the last. A build that did not finish ``BUILD_TRIES`` times (killed, out of memory)
+is not begun again. A path that cannot run here (no compiler, a kernel this CPU lacks) is one logged line.
 """
 
 from __future__ import annotations
@@ -16,35 +30,52 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 from .decoders import DECODE_PATHS, EagerDecoder, _compiled, compile_problem, compiled_state, prepare
-from .engine import WEIGHT_FORMATS, Generator, SamplingConfig, coupled_uniforms, sample
+from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
-from .machine import ROWS, Choice, Measured, cached_choice, choose, eligible, fingerprint, safe_path, save_choice
+from .machine import ROWS, Choice, Measured, cached_choice, choose, eligible, fingerprint, save_choice
+from .machine_load import Contention, RunGate
 from .models import DEFAULT_GENERATOR, load_generator
 
 log = logging.getLogger(__name__)
 
 PROMPT = "Give three tips for staying healthy."
-WARM_STEPS, TIMED_STEPS = 1, 3  # per row count: the first step pays for lazy initialisation
+WARM_STEPS, TIMED_STEPS = 1, 3  # per row count and round: the first step pays for lazy initialisation
+ROUNDS_TRUSTED = 3  # a path's timing is done once this many rounds were trusted at every row count ...
+ROUNDS_MAX = 12  # ... or after this many rounds, whatever the machine did meanwhile (then: provisional) ...
+ROUNDS_BUDGET_S = 90.0  # ... or once this long has passed after ROUNDS_TRUSTED rounds: a loaded machine waits less
+GATE_POLL_S = 0.5  # while a run generates beside the probe: how often it looks whether the run ended
+REACH = 1.6  # on a CPU, compiled steps are built for exact formats whose eager step is within this of the fastest
+BUILD_TRIES = 2
+# Every format stays loaded while the paths are timed in turn: one that leaves less than this share of the memory
+# free is left out (a large generator's float32 copy on a small machine), with one line.
+MEMORY_FREE_SHARE = 0.2
 # A batch of 6 rows over 6 steps against its rows decoded one and five, four and two: where a kernel's sums change
 # with the row count, some logit of some row differs in its last bits (tests/test_step_formats.py asserts what it
 # finds per format: float32 activations exact on every CPU).
 EXACT_ROWS, EXACT_STEPS = 6, 6
 EXACT_SPLITS = ([[0], [1, 2, 3, 4, 5]], [[0, 1, 2, 3], [4, 5]])
 EXACT_SEED = 7
-BUILD_TOP = 1  # on a CPU, build=True builds the compiled step of this many of the fastest exact formats
 DECODES = tuple(d for d in DECODE_PATHS if d != "auto")
+CONTENDED = "other work used the cores while the paths were timed, so their times are upper bounds"
 
 
 def _one_line(e: BaseException) -> str:
     first = (str(e).strip().splitlines() or [""])[0]
     return first[:200] if isinstance(e, SBoNError) else f"{type(e).__name__}: {first[:200]}"
 
+
+# -- one path: whether it is exact, and one timing ---------------------------------------------------------------
 
 def _logits(dec, prefix, ids: Sequence[int], steps: int) -> torch.Tensor:
     """Each row's logits over ``steps`` steps of coupled sampling (rows × steps × vocabulary), in one batch: the
@@ -68,31 +99,25 @@ def exactness(gen: Generator, dec) -> tuple[bool, float]:
     return all(torch.equal(whole, p) for p in parts), max(float((whole - p).abs().max()) for p in parts)
 
 
-def step_times(gen: Generator, dec, rows: Sequence[int] = ROWS,
-               timer: Callable[[], float] = time.perf_counter) -> dict[int, float]:
-    """Milliseconds per decode step at each row count: the fastest of TIMED_STEPS steps after WARM_STEPS (what the
-    step costs; slower ones waited for something else on the machine)."""
-    prefix = gen.prefill(gen.encode_prompt(PROMPT))
-    out = {}
+def block_ms(gen: Generator, dec, prefix: Prefix, rows: int, timer: Callable[[], float] = time.perf_counter) -> float:
+    """Milliseconds per decode step at ``rows`` rows: the fastest of TIMED_STEPS steps after WARM_STEPS."""
     with torch.inference_mode():
-        for r in rows:
-            batch = dec.start(prefix, list(range(r)), False, WARM_STEPS + TIMED_STEPS + 1)
-            tokens = prefix.logits.argmax(-1).expand(r).clone()
-            times = []
-            for t in range(WARM_STEPS + TIMED_STEPS):
-                start = timer()
-                dec.forward(batch, tokens + t)
-                gen.synchronize()
-                if t >= WARM_STEPS:
-                    times.append(1e3 * (timer() - start))
-            out[r] = min(times)
-    return out
+        batch = dec.start(prefix, list(range(rows)), False, WARM_STEPS + TIMED_STEPS + 1)
+        tokens = prefix.logits.argmax(-1).expand(rows).clone()
+        times = []
+        for t in range(WARM_STEPS + TIMED_STEPS):
+            start = timer()
+            dec.forward(batch, tokens + t)
+            gen.synchronize()
+            if t >= WARM_STEPS:
+                times.append(1e3 * (timer() - start))
+    return min(times)
 
 
-def measure(gen: Generator, decode: str, rows: Sequence[int] = ROWS,
-            timer: Callable[[], float] = time.perf_counter) -> Measured:
-    """One path of a loaded generator: its times and exactness, or why it cannot run (``compiled`` on a CPU is
-    timed only where its step is saved: None then means pending)."""
+def ready(gen: Generator, decode: str, tries: dict[str, int] | None = None) -> tuple[object | None, Measured]:
+    """One path of a loaded generator made ready to time: its decoder (None where it cannot run or is not built)
+    and what is known of it: its exactness, or why it cannot run (``compiled`` on a CPU is ready only where its step
+    is saved: otherwise pending, or a problem where its build did not finish BUILD_TRIES times)."""
     path = Measured(gen.weights, decode)
     try:
         if decode == "eager":
@@ -100,81 +125,251 @@ def measure(gen: Generator, decode: str, rows: Sequence[int] = ROWS,
         else:
             if problem := compile_problem(gen):
                 path.problem = problem
-                return path
+                return None, path
             if gen.device.type == "cpu":
                 if compiled_state(gen) is None:
-                    return path  # not built yet: pending
+                    if (tries or {}).get(gen.weights, 0) >= BUILD_TRIES:
+                        path.problem = (f"its build did not finish in {BUILD_TRIES} tries here (stopped, or out of "
+                                        "memory); python -m sbon machine --build tries again")
+                    return None, path  # not built yet: pending
                 if not prepare(gen):
                     path.problem = "its saved compiled step did not load"
-                    return path
+                    return None, path
             dec = _compiled(gen)
         path.exact, path.divergence = exactness(gen, dec)
-        path.ms = step_times(gen, dec, rows, timer=timer)
     except Exception as e:  # noqa: BLE001 - any path that fails is one line, and the probe goes on
-        path.problem, path.ms = _one_line(e), {}
-    return path
+        path.problem = _one_line(e)
+        return None, path
+    return dec, path
 
+
+# -- timing paths in rounds --------------------------------------------------------------------------------------
+
+@dataclass
+class Subject:
+    """A path ready to time: what is measured of it, its generator and decoder."""
+    measured: Measured
+    gen: Generator
+    dec: object
+
+
+def quiet_token(gate: RunGate | None) -> int:
+    """Wait while a run generates beside the probe; then the gate's token (0 without a gate)."""
+    while gate is not None:
+        token = gate.token()
+        if token is not None:
+            return token
+        time.sleep(GATE_POLL_S)
+    return 0
+
+
+def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: RunGate | None = None,
+               timer: Callable[[], float] = time.perf_counter, contention: Callable[[], Contention] = Contention,
+               block: Callable[..., float] = block_ms, rounds: tuple[int, int] = (ROUNDS_TRUSTED, ROUNDS_MAX)) -> bool:
+    """Time every subject in rounds and set each one's ``ms`` (its best per row count) and ``trusted`` (rounds
+    timed at every row count while this process had its cores); True where every path has a trusted round (its
+    best trusted times are kept), False where some path has none (every path keeps its best of all rounds)."""
+    trusted_wanted, rounds_max = rounds
+    deadline = time.monotonic() + ROUNDS_BUDGET_S
+    samples = {(i, r): [] for i in range(len(subjects)) for r in rows}  # (ms, trusted)
+    prefixes = {}
+    for s in subjects:
+        if id(s.gen) not in prefixes:
+            prefixes[id(s.gen)] = s.gen.prefill(s.gen.encode_prompt(PROMPT))
+    for done in range(1, rounds_max + 1):
+        for i, s in enumerate(subjects):
+            for r in rows:
+                while True:
+                    token = quiet_token(gate)
+                    meter = contention().start()
+                    ms = block(s.gen, s.dec, prefixes[id(s.gen)], r, timer)
+                    meter.stop()
+                    if gate is None or gate.token() == token:
+                        break  # else a run started meanwhile: thrown away, timed again once it ends
+                samples[i, r].append((ms, meter.trusted))
+        if all(sum(t for _, t in got) >= trusted_wanted for got in samples.values()) or (
+                done >= trusted_wanted and time.monotonic() > deadline):
+            break
+    every_one = all(any(t for _, t in got) for got in samples.values())
+    for i, s in enumerate(subjects):
+        s.measured.trusted = min(sum(t for _, t in samples[i, r]) for r in rows)
+        s.measured.ms = {r: min(ms for ms, t in samples[i, r] if t or not every_one) for r in rows}
+    return every_one
+
+
+# -- the probe ---------------------------------------------------------------------------------------------------
 
 def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu", build: bool = False,
           formats: Sequence[str] | None = None, rows: Sequence[int] = ROWS,
-          measure: Callable[..., Measured] = measure, load: Callable[..., Generator] = load_generator,
-          save: bool = True, progress: Callable[[str], None] = log.warning) -> Choice:
-    """Measure every path (every weight format × eager and compiled) of ``generator`` on ``device``, at the thread
-    count in use, choose, and save the choice (``sbon.machine.cached_choice`` finds it). ``build``: on a CPU, then
-    build the compiled step of the BUILD_TOP fastest exact formats whose step is not saved yet, measure it and save the
-    choice again. ``formats``: the weight formats to measure (default: all); ``rows``: the row counts timed;
-    ``measure``/``load``: what times a path and loads a format (the tests give stand-ins)."""
+          load: Callable[..., Generator] = load_generator, save: bool = True,
+          progress: Callable[[str], None] = log.warning, gate: RunGate | None = None,
+          timing: Callable[..., bool] = time_paths, builder: Callable[[str, str], bool] | None = None) -> Choice:
+    """Measure every path (every weight format × eager and compiled) of ``generator`` on ``device`` at the thread
+    count in use, choose, and save the choice (``sbon.machine.cached_choice`` finds it); with ``build``, on a CPU,
+    build and time the compiled steps within REACH as the module says. ``formats``: the weight formats to measure
+    (default: all); ``rows``: the row counts timed; ``gate``: the app's runs (default: SBON_RUN_GATE's);
+    ``load``/``timing``/``builder``: what loads a format, times the paths and builds a compiled step (the tests give
+    stand-ins)."""
     device = torch.device(device)
-    print_ = fingerprint(device)
+    machine = fingerprint(device)
+    gate = gate if gate is not None else RunGate.from_env()
+    builder = builder or build_in_child
+    previous = cached_choice(generator, device)
+    tries = dict(previous.tries) if previous is not None else {}
+    paths, subjects, gens = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress)
+
+    def settle(building: Callable[[], list[str]]) -> Choice:
+        """Time every path ready now, then choose and save; ``building``: the builds still to come."""
+        calm = timing(subjects, rows, gate) if subjects else True
+        for s in subjects:
+            progress(_line(s.measured))
+        todo = building()
+        why = ([CONTENDED] if not calm else []) + \
+            ([f"{len(todo)} compiled step{'s are' if len(todo) > 1 else ' is'} still being built"] if todo else [])
+        choice = choose(generator, machine, paths, pending=_pending(paths), provisional="; ".join(why), tries=tries)
+        if save:
+            save_choice(choice)
+        return choice
+
+    todo: list[str] = []
+
+    def first_builds() -> list[str]:  # chosen from the eager steps' times, once they are timed
+        todo[:] = to_build(paths, tries) if build and device.type == "cpu" else []
+        return todo
+
+    choice = settle(first_builds)
+    for i, weights in enumerate(todo):
+        tries[weights] = tries.get(weights, 0) + 1
+        if save:  # the try is counted before the build: a build that kills this process is not begun forever
+            save_choice(choose(generator, machine, paths, pending=choice.pending, provisional=choice.provisional,
+                               tries=tries))
+        progress(f"{weights} compiled: building its step (once on this machine; a minute or more)")
+        if not builder(generator, weights):
+            progress(f"{weights} compiled: its build did not finish")
+            continue
+        tries.pop(weights, None)
+        at = next(j for j, p in enumerate(paths) if (p.weights, p.decode) == (weights, "compiled"))
+        dec, paths[at] = ready(gens[weights], "compiled", tries)
+        if dec is not None and eligible_untimed(paths[at], device):
+            subjects.append(Subject(paths[at], gens[weights], dec))
+        else:
+            progress(_line(paths[at]))
+        choice = settle(lambda: todo[i + 1:])
+    return choice
+
+
+def load_paths(generator: str, device: torch.device, formats: Sequence[str], tries: dict[str, int],
+               load: Callable[..., Generator], gate: RunGate | None, progress: Callable[[str], None]
+               ) -> tuple[list[Measured], list[Subject], dict[str, Generator]]:
+    """Load every format and make each of its paths ready (``ready``): every path as known so far, those worth
+    timing, and the generators they hold by format (kept loaded while the probe runs)."""
     paths: list[Measured] = []
-    for weights in formats or WEIGHT_FORMATS:
+    subjects: list[Subject] = []
+    gens: dict[str, Generator] = {}
+    for weights in formats:
+        quiet_token(gate)
         try:
             gen = load(generator, device=device, weights=weights)
         except Exception as e:  # noqa: BLE001 - a format that does not load here: one line, the next one
             progress(f"{weights}: does not load here ({_one_line(e)})")
             paths += [Measured(weights, d, problem=f"does not load here: {_one_line(e)}") for d in DECODES]
             continue
-        for decode in DECODES:
-            paths.append(path := measure(gen, decode, rows))
-            progress(_line(path))
-        del gen
-        gc.collect()
-    choice = choose(generator, print_, paths, pending=_pending(paths))
-    if save:
-        save_choice(choice)
-    if build and device.type == "cpu" and choice.pending:
-        exact = sorted((p for p in paths if p.decode == "eager" and eligible(p, "cpu")), key=Measured.per_step)
-        for eager in exact[:BUILD_TOP]:
-            if f"{eager.weights} compiled" not in choice.pending:
-                continue
-            progress(f"{eager.weights} compiled: building its step (once on this machine; minutes)")
-            gen = load(generator, device=device, weights=eager.weights)
-            try:
-                prepare(gen)
-            except Exception as e:  # noqa: BLE001
-                progress(f"{eager.weights} compiled: not built ({_one_line(e)})")
-            i = next(i for i, p in enumerate(paths) if (p.weights, p.decode) == (eager.weights, "compiled"))
-            paths[i] = measure(gen, "compiled", rows)
-            progress(_line(paths[i]))
+        if (short := memory_short()) is not None:
+            progress(f"{weights}: left out ({short})")
+            paths += [Measured(weights, d, problem=f"left out: {short}") for d in DECODES]
             del gen
             gc.collect()
-        choice = choose(generator, print_, paths, pending=_pending(paths))
-        if save:
-            save_choice(choice)
-    return choice
+            continue
+        for decode in DECODES:
+            quiet_token(gate)
+            dec, path = ready(gen, decode, tries)
+            paths.append(path)
+            if dec is not None and eligible_untimed(path, device):
+                subjects.append(Subject(path, gen, dec))
+                gens[weights] = gen
+            else:
+                progress(_line(path))
+        del gen
+        gc.collect()
+    return paths, subjects, gens
+
+
+def memory_short() -> str | None:
+    """Why no more formats fit beside the ones loaded (None: they do)."""
+    import psutil
+    memory = psutil.virtual_memory()
+    if memory.available >= MEMORY_FREE_SHARE * memory.total:
+        return None
+    return (f"{memory.available / 2 ** 30:.1f} GiB of {memory.total / 2 ** 30:.0f} GiB free beside the formats "
+            "loaded before it")
+
+
+def eligible_untimed(path: Measured, device: torch.device) -> bool:
+    """A ready path worth timing: on a CPU only an exact one may be chosen."""
+    return path.problem is None and (path.exact is True or device.type != "cpu")
+
+
+def to_build(paths: Sequence[Measured], tries: dict[str, int]) -> list[str]:
+    """The weight formats whose compiled step to build, fastest eager step first: exact ones within REACH of the
+    fastest exact eager step, whose step is pending and has not failed BUILD_TRIES times."""
+    eager = sorted((p for p in paths if p.decode == "eager" and eligible(p, "cpu")), key=Measured.per_step)
+    if not eager:
+        return []
+    pending = {p.weights for p in paths if p.decode == "compiled" and p.pending}
+    return [p.weights for p in eager if p.per_step() <= REACH * eager[0].per_step() and p.weights in pending
+            and tries.get(p.weights, 0) < BUILD_TRIES]
+
+
+def build_step(generator: str, weights: str, threads: int) -> None:
+    """Build and save one format's compiled step (both kinds of run) at ``threads`` CPU threads."""
+    torch.set_num_threads(threads)
+    if not prepare(load_generator(generator, device="cpu", weights=weights)):
+        raise SBoNError(f"the compiled step of {weights} was not saved")
+
+
+def build_in_child(generator: str, weights: str) -> bool:
+    """``build_step`` in a child process that runs only on cores nothing else wants (Linux's SCHED_IDLE; else the
+    lowest priority) and ends with this process: a build takes a minute or more and must not slow a run, while the
+    timing here must not run at that priority (beside any other work, its threads would wait for whole time slices).
+    True where the step was saved."""
+    code = ("import ctypes, os, signal, sys\n"
+            "try:\n"
+            "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with its parent\n"
+            "except (AttributeError, OSError):\n"
+            "    pass\n"
+            "try:\n"
+            "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+            "except (AttributeError, OSError):\n"
+            "    os.nice(19)\n"
+            "from sbon.probe import build_step\n"
+            f"build_step({generator!r}, {weights!r}, {torch.get_num_threads()})\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        log.warning("%s compiled: the build could not start (%s)", weights, _one_line(e))
+        return False
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        why = f"stopped by signal {signal.Signals(-done.returncode).name}" if done.returncode < 0 else last[:200]
+        log.warning("%s compiled: the build failed (%s)", weights, why)
+    return done.returncode == 0
 
 
 def _pending(paths: list[Measured]) -> list[str]:
-    return [p.name for p in paths if p.problem is None and not p.ms]
+    return [p.name for p in paths if p.pending]
 
 
 def _line(p: Measured) -> str:
     if p.problem:
         return f"{p.name}: cannot run here ({p.problem})"
-    if not p.ms:
+    if p.exact is None:
         return f"{p.name}: not built yet"
     exact = "exact" if p.exact else f"NOT exact (a logit differs by up to {p.divergence:.2g})"
-    return f"{p.name}: " + ", ".join(f"{ms:.1f} ms at {r} rows" for r, ms in p.ms.items()) + f"; {exact}"
+    if not p.ms:
+        return f"{p.name}: {exact}; not timed"
+    trust = "" if p.trusted else " (timed beside other work)"
+    return f"{p.name}: " + ", ".join(f"{ms:.1f} ms at {r} rows" for r, ms in p.ms.items()) + f"{trust}; {exact}"
 
 
 def report(choice: Choice) -> str:
@@ -185,13 +380,15 @@ def report(choice: Choice) -> str:
              + (f" (limited by {', '.join(f'{k}={v}' for k, v in fp['limits'].items())})" if fp["limits"] else "")
              + f"; flags: {' '.join(fp['flags']) or 'none read'}",
              f"threads: {fp['threads']}; torch {fp['torch']}; device: {fp['device']}; cache key {choice.key}",
-             f"paths of {choice.generator} (ms per decode step; exact: a row's logits the same bits alone and in a "
-             "batch):"]
+             f"paths of {choice.generator} (ms per decode step, each path's best of rounds timed in turn; exact: a "
+             "row's logits the same bits alone and in a batch):"]
     lines += [f"  {_line(p)}" for p in choice.paths]
     lines.append(f"choice: {choice.reason}" if choice.weights else f"choice: none ({choice.reason})")
+    if choice.provisional:
+        lines.append(f"provisional: {choice.provisional}; the app measures again (python -m sbon machine does now)")
     if choice.pending:
-        lines.append(f"not built yet: {', '.join(choice.pending)} (python -m sbon machine --build builds the fastest "
-                     "exact one's step, minutes)")
+        lines.append(f"not built yet: {', '.join(choice.pending)} (python -m sbon machine --build builds the compiled "
+                     f"steps of the exact formats within {REACH}x of the fastest, a minute or more each)")
     return "\n".join(lines)
 
 
@@ -214,9 +411,3 @@ def check_forced(generator: str, device: str | torch.device, weights: str | None
         name = " ".join(x for x in (weights, decode) if x)
         raise SBoNError(f"the decode path '{name}' cannot run on this machine ({asked[0].problem}): use one of "
                         f"{runs} (python -m sbon machine measures them)")
-
-
-def safe_now(generator: str, device: str | torch.device = "cpu") -> tuple[str, str]:
-    """The path a run takes now: the cached choice where this machine has one, else the safe path."""
-    choice = cached_choice(generator, device)
-    return (choice.weights, choice.decode) if choice and choice.weights else safe_path(device)

@@ -1,6 +1,6 @@
 """A static KV slab: every layer's keys and values in one buffer allocated once per batch, rows x maximum length.
 
-Why: a compiled decode step (sbon.compiled) and a CUDA graph need the cache's memory to stay where it is,
+Why: a compiled decode step (sbon.decoders) and a CUDA graph need the cache's memory to stay where it is,
 and `transformers`' growable caches reallocate as rows grow and leave. Here a batch's slab is allocated when the
 batch starts (the prompt's KV copied to every row) and never again: a new token is written in place, and when
 candidates finish or are pruned the live rows are compacted to the front of the slab by index

@@ -47,9 +47,9 @@ def test_sbon_decode_forces_a_path_and_a_mistyped_one_stops_the_app_in_one_line(
         "SBON_DECODE: unknown decode 'fast': use one of auto, eager, compiled"]
 
 
-def save(choice_paths, name=NAME):
+def save(choice_paths, name=NAME, provisional=""):
     from sbon.machine import choose, decode_threads, fingerprint, save_choice
-    return save_choice(choose(name, fingerprint("cpu", decode_threads()), choice_paths))
+    return save_choice(choose(name, fingerprint("cpu", decode_threads()), choice_paths, provisional=provisional))
 
 
 def measured(weights, decode, ms, exact=True):
@@ -57,21 +57,30 @@ def measured(weights, decode, ms, exact=True):
     return Measured(weights, decode, ms={7: ms}, exact=exact)
 
 
-def test_auto_measures_in_one_child_on_idle_cores_and_runs_the_safe_path_meanwhile(gen, unmeasured_machine):
+def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_it_is_killed(gen, unmeasured_machine,
+                                                                                             caplog):
     steps = DecodePaths()  # gen: the float32 generator, the path that is exact without measuring
     try:
         assert steps.decode(NAME, gen) == "eager"
         child = steps._children[NAME]
         assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child  # one child, not two
-        assert _idle_soon(child)  # a run on the same cores goes first
-        assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: measuring every decode path of this machine "
-                                             "in the background") and "float32 weights and activations, op by op" in \
-            steps.status(NAME)
+        # it reads the runs' gate, so it times nothing while a run generates here
+        environ = Path(f"/proc/{child.pid}/environ").read_bytes().split(b"\0")
+        assert f"SBON_RUN_GATE={steps.gate.path}".encode() in environ
+        assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: measuring how fast each way of decoding "
+                                             "runs on this machine in the background") and \
+            "float32 weights and activations, op by op, exact without measuring" in steps.status(NAME)
     finally:
         child.kill()
         child.wait()
-    # A child that ended without a choice: runs stay on the safe path, the page says why, no second child.
-    assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child
+    # A child that ended without a choice (killed): runs stay on the safe path, one logged line, the page says why,
+    # no second child.
+    import logging
+    with caplog.at_level(logging.WARNING, logger="components.decode_paths"):
+        assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child
+        assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child
+    assert [r.getMessage() for r in caplog.records if r.name == "components.decode_paths"] == [
+        f"measuring {NAME}'s decode paths stopped (exit status -9): runs keep fp32 eager"]
     assert "measuring this machine's decode paths failed" in steps.status(NAME)
 
 
@@ -135,7 +144,7 @@ def test_the_model_cache_loads_the_measured_format_and_switches_at_the_next_load
     monkeypatch.setattr(mc, "_warm_up", lambda gen: None)
     monkeypatch.setattr(DecodePaths, "_measure", lambda self, name: None)  # no child here
     cache = ModelCache(load_gen=load_gen, load_rew=lambda name, generator, device: ("reward", generator.weights),
-                       steps=DecodePaths())
+                       decode_paths=DecodePaths())
     gen, reward = cache.get(NAME, "likelihood")
     assert gen.weights == "fp32" and cache.is_loaded(NAME, "likelihood") and cache.decode_status(NAME) == ""
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])
@@ -150,16 +159,6 @@ def test_the_model_cache_loads_the_measured_format_and_switches_at_the_next_load
         torch.set_num_threads(threads)  # the load took the choice's thread count
     assert (gen.weights, reward) == ("int4", ("reward", "int4")) and loads == ["fp32", "int4"]
     assert cache.get(NAME, "likelihood")[0] is gen and loads == ["fp32", "int4"]  # loaded once
-
-
-def _idle_soon(child: subprocess.Popen) -> bool:
-    """The child runs only on idle cores (or at a lower priority than this process) once its first lines ran."""
-    for _ in range(100):
-        if os.sched_getscheduler(child.pid) == os.SCHED_IDLE or \
-                os.getpriority(os.PRIO_PROCESS, child.pid) > os.getpriority(os.PRIO_PROCESS, 0):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.slow
@@ -180,3 +179,52 @@ def test_once_the_child_has_measured_and_built_the_step_runs_decode_compiled_and
     config = RunConfig(method="bon", n=3, max_new_tokens=6, decode=steps.decode(NAME, gen_int4))
     result = run(events(gen_int4, CallableReward(lambda prompt, responses: [0.0] * len(responses)), "Hi", config))
     assert result.decode == "compiled"
+
+
+def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradicting_run_has_it_measured_again(
+        gen_int4, unmeasured_machine, monkeypatch):
+    """A choice timed beside other work: runs take it, and a child measures again once RETRY_S has passed (twice as
+    long after each try); a quiet run that decoded far slower than its path was measured has the choice measured
+    again; a busy one does not."""
+    import components.decode_paths as dp
+    from sbon.results import RunResult
+
+    started = []
+    monkeypatch.setattr(dp, "_measure_in_child", lambda name, gate: started.append(name) or
+                        SimpleNamespace(poll=lambda: 0, returncode=0))
+    steps = DecodePaths()
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)],
+         provisional="other work used the cores while the paths were timed")
+    assert steps.path(NAME).weights == "int4" and steps.decode(NAME, gen_int4) == "eager"
+    assert started == [NAME]  # a provisional choice is measured again at once on a start
+    assert "provisional: other work used the cores" in steps.status(NAME) and started == [NAME]  # not before RETRY_S
+    monkeypatch.setattr(dp, "RETRY_S", 0.0)
+    steps.status(NAME)
+    assert started == [NAME, NAME]
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])  # final now
+    monkeypatch.setattr(dp, "RETRY_S", 1e9)
+    steps.status(NAME)
+    assert started == [NAME, NAME]
+
+    def run(ms_per_step, others_cores):
+        return RunResult(method="bon", prompt="Hi", generator=NAME, reward="likelihood", settings={}, prompt_tokens=1,
+                         candidates=[], timings={"decode": ms_per_step * 100 / 1e3}, weights="int4", decode="eager",
+                         load={"others_cores": others_cores, "cores": 2})
+
+    monkeypatch.setattr(RunResult, "decode_steps", property(lambda self: 100))
+    steps.observe(NAME, run(60.0, 0.0))  # as measured: nothing to do
+    steps.observe(NAME, run(400.0, 1.5))  # slow, but beside other work: nothing to do
+    assert started == [NAME, NAME]
+    steps.observe(NAME, run(400.0, 0.0))  # slow on a quiet machine: measured again at once
+    assert started == [NAME, NAME, NAME]
+
+
+def test_a_run_holds_the_gate_the_probe_reads(unmeasured_machine):
+    from components.runs import MODELS
+    from sbon.machine_load import RunGate
+
+    child_view = RunGate(MODELS.decode_paths.gate.path)
+    before = child_view.token()
+    with MODELS.generating():
+        assert child_view.token() is None
+    assert child_view.token() == before + 1

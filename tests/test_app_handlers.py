@@ -245,7 +245,7 @@ def test_importing_the_app_starts_nothing_loads_nothing_and_sets_nothing():
     probe = ("import threading, torch; threads = torch.get_num_threads(); running = threading.active_count(); "
              "import app; from components.model_cache import MODELS; "
              "print(threads, torch.get_num_threads(), running, threading.active_count(), MODELS.loaded(), "
-             "len(MODELS.steps._children), sep='|')")
+             "len(MODELS.decode_paths._children), sep='|')")
     env = {**os.environ, "SBON_THREADS": "7", "SBON_DECODE": "fast"}
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)

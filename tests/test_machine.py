@@ -49,38 +49,250 @@ def test_the_choice_follows_the_measured_times_and_excludes_an_inexact_path_on_a
     assert none.weights is None and "runs keep fp32 eager" in none.reason
 
 
-def test_the_probe_measures_every_weight_format_and_a_failing_one_is_one_line_and_skipped():
+class Loaded:
+    """A stand-in generator: only its weight format."""
+
+    def __init__(self, weights):
+        self.weights = weights
+
+
+def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: True):
+    """sbon.probe with stand-ins for everything that needs a model: ``ready`` (a compiled step is ready where its
+    format is in ``compiled_saved``, pending elsewhere) and the timing (``times``: weight format -> ms per step
+    eager; a compiled step takes half); returns the formats timed in each timing."""
+    import sbon.probe as probe_module
+    timed_sets = []
+
+    def ready(gen, decode, tries=None):
+        path = Measured(gen.weights, decode)
+        if decode == "compiled" and gen.weights not in compiled_saved:
+            if (tries or {}).get(gen.weights, 0) >= probe_module.BUILD_TRIES:
+                path.problem = "its build did not finish"
+            return None, path
+        path.exact, path.divergence = exact(gen.weights), 0.0
+        return object(), path
+
+    def timing(subjects, rows, gate):
+        timed_sets.append([s.measured.name for s in subjects])
+        for s in subjects:
+            ms = times[s.measured.weights] / (2 if s.measured.decode == "compiled" else 1)
+            s.measured.ms, s.measured.trusted = {r: ms for r in rows}, 3
+        return True
+
+    monkeypatch.setattr(probe_module, "ready", ready)
+    return timing, timed_sets
+
+
+def test_the_probe_loads_every_weight_format_and_a_failing_one_is_one_line_and_skipped(monkeypatch):
     from sbon.probe import probe
 
-    class Loaded:
-        def __init__(self, weights):
-            self.weights = weights
-
     def load(name, device, weights):
-        if weights == "int8":
-            raise SBoNError("int8 weights need a kernel this CPU lacks")
+        if weights == "int4-bf16dot":
+            raise SBoNError("int4-bf16dot needs AVX-512 BF16, which this CPU lacks")
         return Loaded(weights)
 
-    times = {name: 50.0 + i for i, name in enumerate(WEIGHT_FORMATS)}  # every format slower than bf16 but int8's
+    times = {name: 50.0 + i for i, name in enumerate(WEIGHT_FORMATS)}
     times["bf16"] = 30.0
+    timing, timed_sets = stand_in_probe(monkeypatch, times, compiled_saved=("bf16",))
     lines = []
-    choice = probe(NAME, "cpu", load=load, save=False, progress=lines.append,
-                   measure=lambda gen, decode, rows: timed(gen.weights, decode, times[gen.weights] / (
-                       2 if decode == "compiled" else 1)))
+    choice = probe(NAME, "cpu", load=load, save=False, progress=lines.append, timing=timing)
     assert [p.name for p in choice.paths] == [f"{w} {d}" for w in WEIGHT_FORMATS for d in ("eager", "compiled")]
-    assert (choice.weights, choice.decode) == ("bf16", "compiled")
-    assert [line for line in lines if line.startswith("int8")] == [
-        "int8: does not load here (int8 weights need a kernel this CPU lacks)"]
+    assert (choice.weights, choice.decode) == ("bf16", "compiled") and not choice.provisional
+    assert "int4-bf16dot: does not load here (int4-bf16dot needs AVX-512 BF16, which this CPU lacks)" in lines
+    # every ready path in one timing, the saved compiled step beside the eager ones; the unbuilt steps pending
+    assert timed_sets == [["fp32 eager", "bf16 eager", "bf16 compiled", "int4 eager", "int4-fp32 eager"]]
+    assert "int4 compiled" in choice.pending and "bf16 compiled" not in choice.pending
 
 
-def test_step_times_come_from_the_timer(gen):
-    """The real step, timed by a stand-in clock that advances 5 ms per reading: 5 ms per step at each row count."""
+def test_the_probe_builds_the_compiled_steps_of_the_exact_formats_within_reach_fastest_first(monkeypatch):
+    """The eager steps rank what to build, not what to choose: every exact format within REACH of the fastest is
+    built (not bf16, out of reach, nor fp32, not exact), the fastest first, and the choice is the fastest of what
+    was built; it is saved provisional until the last build."""
+    import sbon.probe as probe_module
+    from sbon.probe import REACH, probe
+
+    times = {"fp32": 10.0, "bf16": 80.0, "int4-bf16dot": 25.0, "int4-fp32": 30.0, "int4": 25.0 * REACH - 1}
+    built, saved, ready_now = [], [], set()
+
+    def builder(name, weights):
+        built.append(weights)
+        ready_now.add(weights)
+        return weights != "int4-bf16dot"  # its build did not finish (killed, say)
+
+    timing, timed_sets = stand_in_probe(monkeypatch, times, compiled_saved=ready_now,
+                                        exact=lambda weights: weights != "fp32")
+
+    def timing_compiled(subjects, rows, gate):  # int4's compiled step is the fastest, its eager step the slowest
+        timing(subjects, rows, gate)
+        for s in subjects:
+            if s.measured.name == "int4 compiled":
+                s.measured.ms = {r: 5.0 for r in rows}
+        return True
+
+    monkeypatch.setattr(probe_module, "save_choice", saved.append)
+    choice = probe(NAME, "cpu", build=True, load=lambda name, device, weights: Loaded(weights),
+                   progress=lambda line: None, timing=timing_compiled, builder=builder)
+    assert built == ["int4-bf16dot", "int4-fp32", "int4"]
+    assert (choice.weights, choice.decode) == ("int4", "compiled") and not choice.provisional
+    assert choice.tries == {"int4-bf16dot": 1}  # the build that did not finish is counted; the others are done
+    assert saved[0].provisional == "3 compiled steps are still being built"
+    assert saved[-1] is not None and not saved[-1].provisional
+    assert len(timed_sets) == 3 and "int4-fp32 compiled" in timed_sets[1]  # timed again after each finished build
+
+
+def test_a_format_that_leaves_too_little_memory_free_is_left_out_in_one_line(monkeypatch):
+    import psutil
+    from types import SimpleNamespace
+
+    from sbon.probe import probe
+
+    loaded = []
+
+    def load(name, device, weights):
+        loaded.append(weights)
+        return Loaded(weights)
+
+    # the second format loaded leaves 1 GiB of 16 free
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(
+        total=16 * 2 ** 30, available=(8 if len(loaded) < 2 else 1) * 2 ** 30))
+    timing, _ = stand_in_probe(monkeypatch, {w: 10.0 for w in WEIGHT_FORMATS})
+    lines = []
+    choice = probe(NAME, "cpu", formats=("int4", "fp32"), load=load, save=False, progress=lines.append,
+                   timing=timing)
+    assert "fp32: left out (1.0 GiB of 16 GiB free beside the formats loaded before it)" in lines
+    assert [p.problem for p in choice.paths if p.weights == "fp32"] == [
+        "left out: 1.0 GiB of 16 GiB free beside the formats loaded before it"] * 2
+    assert choice.weights == "int4"
+
+
+def test_a_build_that_did_not_finish_twice_is_not_begun_again(monkeypatch, unmeasured_machine):
+    from sbon.machine import choose, save_choice
+    from sbon.probe import BUILD_TRIES, probe
+
+    timing, _ = stand_in_probe(monkeypatch, {w: 10.0 for w in WEIGHT_FORMATS})
+    save_choice(choose(NAME, fingerprint("cpu"), [], tries={"int4": BUILD_TRIES}))  # an earlier probe's tries
+    built = []
+    choice = probe(NAME, "cpu", build=True, formats=("fp32", "int4"), load=lambda name, device, weights: Loaded(weights),
+                   progress=lambda line: None, timing=timing, builder=lambda name, weights: built.append(weights))
+    assert built == ["fp32"]  # the stand-in builder returns None: not finished, counted
+    assert cached_choice(NAME, "cpu").tries == {"int4": BUILD_TRIES, "fp32": 1}
+    int4 = next(p for p in choice.paths if p.name == "int4 compiled")
+    assert int4.problem == "its build did not finish"
+
+
+def test_paths_are_timed_in_rounds_and_keep_their_best_trusted_time():
+    """Rounds A B A B ...; a timing taken while the process waited for its cores is not kept where every path has
+    a trusted one; a path with none makes every path keep its best of all rounds, and the timing says so."""
+    from sbon.machine_load import Contention
+    from sbon.probe import Subject, time_paths
+
+    order, waits = [], iter([])
+
+    class Meter(Contention):
+        def start(self):
+            return self
+
+        def stop(self):
+            self.waited_cores = next(waits)
+            return self.waited_cores
+
+    def block(gen, dec, prefix, rows, timer):
+        order.append(gen.weights)
+        return {"a": [9.0, 4.0, 5.0, 6.0], "b": [3.0, 7.0, 8.0, 9.0]}[gen.weights][order.count(gen.weights) - 1]
+
+    class Gen(Loaded):
+        def prefill(self, ids):
+            return None
+
+        def encode_prompt(self, text):
+            return []
+
+    subjects = [Subject(Measured(w, "eager"), Gen(w), None) for w in ("a", "b")]
+    # b's 3.0 ms was taken beside other work (waited 1.0 core): its trusted best is 7.0
+    waits = iter([0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 5)) is True
+    assert order == ["a", "b", "a", "b", "a", "b"]  # interleaved; the third round gave b its second trusted one
+    assert subjects[0].measured.ms == {2: 4.0} and subjects[1].measured.ms == {2: 7.0}
+    assert [s.measured.trusted for s in subjects] == [3, 2]
+    # b never trusted: every path keeps its best of all rounds, and the timing is not calm
+    order.clear()
+    waits = iter([0.0, 1.0] * 5)
+    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 3)) is False
+    assert subjects[0].measured.ms == {2: 4.0} and subjects[1].measured.ms == {2: 3.0} and subjects[1].measured.trusted == 0
+
+
+def test_a_timing_a_run_started_during_is_thrown_away_and_none_is_taken_while_a_run_generates(tmp_path, monkeypatch):
+    from sbon.machine_load import RunGate
+    import sbon.probe as probe_module
+    from sbon.probe import Subject, time_paths
+
+    app = RunGate(tmp_path / "runs")
+    probe_gate = RunGate(tmp_path / "runs")  # the child reads the same file
+    assert probe_gate.token() == 0  # no file yet: no run known
+    run = app.generating()
+    taken = []
+
+    class Gen(Loaded):
+        def prefill(self, ids):
+            return None
+
+        def encode_prompt(self, text):
+            return []
+
+    def block(gen, dec, prefix, rows, timer):
+        taken.append(probe_gate.token())
+        if len(taken) == 1:
+            run.__enter__()  # a run starts while the first timing goes on
+        return 5.0
+
+    slept = []
+
+    def sleep(seconds):  # the run ends while the probe waits for it
+        slept.append(seconds)
+        run.__exit__(None, None, None)
+
+    monkeypatch.setattr(probe_module.time, "sleep", sleep)
+    subject = Subject(Measured("a", "eager"), Gen("a"), None)
+    time_paths([subject], rows=(2,), gate=probe_gate, block=block, rounds=(1, 1))
+    assert taken == [0, 1] and slept  # the first timing thrown away; the second after the run, never during it
+    assert subject.measured.ms == {2: 5.0}
+
+
+def test_waiting_for_a_core_is_measured():
+    """Three busy processes on this process's first core, and this thread timing a busy loop there: its threads
+    waited for the core for most of the timing (the contention measure reads the kernel's run-queue delays)."""
+    from sbon.machine_load import Contention, _threads_waited
+
+    if _threads_waited() is None:
+        pytest.skip("this kernel keeps no run-queue delays per thread")
+    core = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    spin = "import os, time\nos.sched_setaffinity(0, {%d})\nend = time.time() + 5\nwhile time.time() < end: pass\n" % core
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(3)]
+    try:
+        os.sched_setaffinity(0, {core})
+        import time
+        time.sleep(0.5)
+        meter = Contention().start()
+        end = time.perf_counter() + 0.5
+        while time.perf_counter() < end:
+            pass
+        assert meter.stop() > 0.3 and not meter.trusted
+    finally:
+        os.sched_setaffinity(0, before)
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
+def test_block_ms_comes_from_the_timer(gen):
+    """The real step, timed by a stand-in clock that advances 5 ms per reading: 5 ms per step."""
     from sbon.decoders import EagerDecoder
-    from sbon.probe import step_times
+    from sbon.probe import block_ms
 
     clock = iter(range(10_000))
-    times = step_times(gen, EagerDecoder(gen), rows=(3, 1), timer=lambda: 0.005 * next(clock))
-    assert list(times) == [3, 1] and times == pytest.approx({3: 5.0, 1: 5.0})
+    prefix = gen.prefill(gen.encode_prompt("Hi"))
+    assert block_ms(gen, EagerDecoder(gen), prefix, 3, timer=lambda: 0.005 * next(clock)) == pytest.approx(5.0)
 
 
 def test_the_cache_key_changes_with_the_machine_the_limits_the_threads_and_torch(monkeypatch):
@@ -124,15 +336,15 @@ def test_a_forced_path_that_cannot_run_here_says_so_in_one_line(unmeasured_machi
 
     paths = [timed("fp32", "eager", 50.0), timed("int4", "eager", 20.0),
              Measured("int4", "compiled", problem="no C++ compiler for torch.compile's CPU kernels (install g++)"),
-             Measured("int8", "eager", problem="does not load here: int8 weights run on the CPU only"),
-             Measured("int8", "compiled", problem="does not load here: int8 weights run on the CPU only")]
+             Measured("int4-bf16dot", "eager", problem="does not load here: this CPU has no AVX-512 BF16"),
+             Measured("int4-bf16dot", "compiled", problem="does not load here: this CPU has no AVX-512 BF16")]
     save_choice(choose(NAME, fingerprint("cpu"), paths))
     check_forced(NAME, "cpu", "int4", "eager")  # runs here: nothing to say
-    monkeypatch.setenv("SBON_WEIGHTS", "int8")
+    monkeypatch.setenv("SBON_WEIGHTS", "int4-bf16dot")
     with pytest.raises(SBoNError) as refused:
         check_forced(NAME, "cpu")
-    assert str(refused.value) == ("the decode path 'int8' cannot run on this machine (does not load here: int8 "
-                                  "weights run on the CPU only): use one of fp32 eager, int4 eager (python -m sbon "
+    assert str(refused.value) == ("the decode path 'int4-bf16dot' cannot run on this machine (does not load here: "
+                                  "this CPU has no AVX-512 BF16): use one of fp32 eager, int4 eager (python -m sbon "
                                   "machine measures them)")
     monkeypatch.delenv("SBON_WEIGHTS")
     assert main(["run", "--weights", "int4", "--decode", "compiled", "--n", "2", "--max-new-tokens", "2"]) != 0
@@ -144,10 +356,18 @@ def test_python_m_sbon_machine_prints_the_fingerprint_every_path_and_the_choice(
     """The real probe, two formats, one row count: eager paths timed and checked in seconds, compiled ones pending."""
     from sbon.probe import probe, report
 
-    choice = probe(NAME, "cpu", formats=("fp32", "int4"), rows=(2,), progress=lambda line: None)
+    import re
+    from functools import partial
+
+    from sbon.probe import time_paths
+
+    choice = probe(NAME, "cpu", formats=("fp32", "int4"), rows=(2,), progress=lambda line: None,
+                   timing=partial(time_paths, rounds=(1, 2)))
     text = report(choice)
     assert f"cache key {choice.key}" in text and f"threads: {torch.get_num_threads()}" in text
-    assert "int4 eager: " in text and " ms at 2 rows; " in text and "int4 compiled: not built yet" in text
+    assert re.search(r"int4 eager: [0-9.]+ ms at 2 rows( \(timed beside other work\))?; (NOT )?exact", text)
+    assert "int4 compiled: not built yet" in text
+    assert bool(choice.provisional) == ("provisional: " in text) == any(p.trusted == 0 for p in choice.paths if p.ms)
     eager = {p.weights: p for p in choice.paths if p.decode == "eager"}
     assert eager["int4"].exact is not None and eager["fp32"].exact is not None
     assert cached_choice(NAME, "cpu").to_json() == choice.to_json()  # saved under this machine's key
@@ -213,3 +433,26 @@ def test_under_each_emulated_cpu_class_a_tiny_run_takes_a_measured_path_that_kee
     assert survivors and all(out["sbon"][k] == out["bon"][k] for k in survivors)
     if out["weights"] == "fp32":
         assert out["bon"] == out["fp32"]
+
+
+def test_a_half_written_choice_is_ignored_in_one_line_and_measured_again(unmeasured_machine, caplog, monkeypatch):
+    """A choice file cut short (a process killed while writing it elsewhere, a full disk): not used, one logged line
+    however often it is asked, and the app's decode paths start measuring again."""
+    import logging
+
+    from components.decode_paths import DecodePaths
+    from sbon.machine import choice_path, decode_threads
+
+    choice = choose(NAME, fingerprint("cpu", decode_threads()), [timed("int4", "eager", 20.0)])
+    path = save_choice(choice)
+    assert path == choice_path(NAME, fingerprint("cpu", decode_threads()))
+    path.write_text(choice.to_json()[:100])
+    with caplog.at_level(logging.WARNING, logger="sbon.machine"):
+        assert cached_choice(NAME, "cpu", decode_threads()) is None
+        assert cached_choice(NAME, "cpu", decode_threads()) is None
+    assert len([r for r in caplog.records if r.name == "sbon.machine"]) == 1
+    started = []
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: started.append(name))
+    steps = DecodePaths()
+    steps._measure(NAME)
+    assert started == [NAME] and steps.path(NAME).weights == "fp32"  # the safe path meanwhile
