@@ -368,12 +368,12 @@ def build_tradeoff_tab(ui: SimpleNamespace) -> None:
 
 def build_signals_tab(ui: SimpleNamespace) -> None:
     with gr.Tab("Pruning signals", id="signals-tab", elem_id="signals-tab"):
-        gr.Markdown(page_text.SIGNALS_NOTE)
-        ui.signals_summary = gr.Dataframe(label="Per signal and decision point (one cut at the run's α)",
+        ui.signals_note = gr.Markdown(elem_id="signals-note")  # first: which rows are the run's, which a what-if
+        ui.signals_summary = gr.Dataframe(label="Per signal and decision point: this run's cuts, then the what-ifs",
                                           interactive=False, elem_id="signals-summary")
         ui.signals_plot = gr.Plot(elem_id="signals-plot", show_label=False)
-        ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ cut, · finished before the decision "
-                                                   "point): click a row to open it under Candidates",
+        ui.signals_candidates = gr.Dataframe(label="Candidates (✓ kept, ✗ pruned, · finished before the decision "
+                                                   "point, – pruned earlier): click a row to open it under Candidates",
                                              interactive=False, elem_id="signals-candidates")
 
 

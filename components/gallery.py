@@ -46,6 +46,8 @@ class GalleryEntry:
         "help": "the story's claim that some candidate was pruned after it had already broken an instruction"})
     open_pruned: bool = field(default=False, metadata={
         "help": "the story's claim that some candidate was pruned while an instruction was still open"})
+    weak: bool = field(default=False, metadata={
+        "help": "the story's claim that its partial rewards did not predict (see prediction): its caption says why"})
 
     file_name: str = field(default="", metadata={"help": "its file, under assets/ or absolute, when not assets/gallery/<key>.json"})
 
@@ -68,8 +70,12 @@ FIRST_EXAMPLE = "Hi, I'd like to make my own peanut brittle. Can you give me a r
 FLUENCY = dict(reward="likelihood", prune_by="logprob", prompt=FIRST_EXAMPLE)
 
 GALLERY: dict[str, GalleryEntry] = {e.key: e for e in (
-    # The run the page opens on (assets/recorded_run.json) is the gallery's first story.
+    # The run the page opens on (assets/recorded_run.json) is the gallery's first story: of the page's defaults
+    # recorded with several seeds, the one whose partial rewards predicted best (prediction; python -m
+    # components.record --seeds chooses it, and the page's default seed is its seed).
     GalleryEntry("default", "The page's defaults", winner="kept", file_name="recorded_run.json"),
+    GalleryEntry("coin-toss", "A weak case: partial rewards no better than a coin toss",
+                 settings=dict(seed=0), winner="kept", weak=True),
     GalleryEntry("early-violation", "Follow instructions: an early violation prunes safely",
                  settings=IFEVAL, ifeval_key=2798, winner="kept", violation_pruned=True),
     GalleryEntry("open-instruction", "Follow instructions: an open instruction, Best-of-N's winner pruned",
@@ -109,6 +115,7 @@ class Facts:
     token_rate: float
     violation_pruned: int  # pruned candidates that had already broken an instruction (rewards that explain)
     open_pruned: int  # pruned candidates whose instructions were all still open or followed
+    weakness: str = ""  # why its partial rewards did not predict ('' when they did): see weakness()
 
     def story_errors(self, entry: GalleryEntry) -> list[str]:
         """Where this run does not tell the entry's story ([] when it does)."""
@@ -119,12 +126,39 @@ class Facts:
             errors.append("no candidate was pruned after breaking an instruction")
         if entry.open_pruned and not self.open_pruned:
             errors.append("no candidate was pruned while its instructions were open")
+        if entry.weak and not self.weakness:
+            errors.append("its partial rewards predicted: not a weak case")
         expected = {**{"method": "sbon", "alpha": None}, **entry.settings}
         if self.method != expected["method"] or (expected["alpha"] is not None and self.alpha != expected["alpha"]):
             errors.append(f"recorded with {self.method}, α={self.alpha}, not the entry's settings")
         if self.points == 0:
             errors.append("the run has no decision point")
         return errors
+
+
+def prediction(comp: Comparison) -> tuple[int, float]:
+    """How well a run's partial rewards predicted, the measure that chooses the run the page opens on: (decision
+    points whose cut was not a coin toss, i.e. some live contender lay outside the reward's noise of the cut
+    (components.reasons.coin_toss); Kendall of the partial with the final rewards at the first decision point),
+    compared in that order, higher is better."""
+    from .reasons import coin_toss  # the captions' own test of a coin toss
+
+    points = comp.sbon.decision_points
+    kendall = decision_quality(comp.bon, comp.sbon)[0]["kendall"] if points else float("nan")
+    return sum(not coin_toss(p) for p in points), kendall
+
+
+def weakness(comp: Comparison) -> str:
+    """Why a run's partial rewards did not predict, in words from its data ('' when they did: some cut outside the
+    reward's noise and a positive Kendall at the first decision point)."""
+    decided, kendall = prediction(comp)
+    points = len(comp.sbon.decision_points)
+    if decided and kendall > 0:
+        return ""
+    noise = (f"at {'every' if not decided else f'{points - decided} of {points}'} decision point"
+             f"{'' if not decided else 's'} the scores were within the reward's noise of the cut")
+    return (f"{noise}, and at the first the partial rewards' Kendall with the final rewards was {kendall:.2f}: "
+            "close to a coin toss")
 
 
 def facts(comp: Comparison) -> Facts:
@@ -139,7 +173,8 @@ def facts(comp: Comparison) -> Facts:
                  reward=comp.sbon.reward, points=len(comp.sbon.decision_points),
                  pruned=sum(len(p.pruned) for p in comp.sbon.decision_points), n=comp.n, winner=winner,
                  winner_round=winner_round, same_answer=comp.sbon.best_id == comp.bon.best_id,
-                 token_rate=comp.metrics["token_rate"], violation_pruned=violated, open_pruned=open_)
+                 token_rate=comp.metrics["token_rate"], violation_pruned=violated, open_pruned=open_,
+                 weakness=weakness(comp))
 
 
 def _instruction_fates(comp: Comparison) -> tuple[int, int]:
@@ -175,7 +210,8 @@ def caption(comp: Comparison, entry: GalleryEntry | None = None) -> str:
               "pruned": f"Best-of-N's winner pruned in round {f.winner_round}"}[f.winner]
     answer = "same answer as Best-of-N" if f.same_answer else "a different answer than Best-of-N"
     head = f"{entry.title}: " if entry else ""
-    return f"{head}{what}; {winner}, {answer}, {f.token_rate:.0%} of Best-of-N's tokens."
+    weak = f" Why it is weak: {f.weakness}." if entry is not None and entry.weak and f.weakness else ""
+    return f"{head}{what}; {winner}, {answer}, {f.token_rate:.0%} of Best-of-N's tokens.{weak}"
 
 
 # -- the shipped gallery, loaded once ---------------------------------------------------------------

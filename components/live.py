@@ -27,6 +27,7 @@ from sbon.config import METHOD_SPECS
 from sbon.results import DecisionPoint, RunResult
 
 from .fates import fate_color
+from .reasons import marked_undecided
 from .rounds import UNDECIDED_COLOR, UNDECIDED_NAME, round_caption
 from .style import BON_COLOR, axis_titles, hall_name, ring, styled, wrap_title
 
@@ -56,8 +57,9 @@ class MethodClock:
 
 
 class LiveTracker:
-    def __init__(self, max_new_tokens: int, started: float | None = None, clock=time.perf_counter):
+    def __init__(self, max_new_tokens: int, started: float | None = None, clock=time.perf_counter, *, reward: str):
         self.max_new_tokens = max_new_tokens
+        self.reward = reward  # the run's reward: its round captions take its words (components.reasons.tie_text)
         self.clock = clock
         self.started = clock() if started is None else started  # e.g. the click, to count model loading
         self.first_round_at: float | None = None  # seconds from start to the first decision point
@@ -191,8 +193,9 @@ class LiveTracker:
         if self.phase == method:  # answered; Best-of-N starts next
             return f"{answered}Best-of-N next · {clock}"
         if self.phase in METHOD_SPECS:
-            where = round_caption(self.views[-1]) if self.views else "Speculative Rejection: before the first decision point"
-            return f"{where} · now {self.tokens} of {self.max_new_tokens} tokens · {clock}"
+            where = (round_caption(self.views[-1], reward=self.reward) if self.views
+                     else "Speculative Rejection: before the first decision point")
+            return f"{where} · now {self.tokens} tokens · {clock}"  # short: the caption holds to two lines
         if self.phase == "counterfactual":
             return f"{answered}both runs done · preparing the what-if views · {clock}"
         return f"{answered}done in {clock}"
@@ -270,8 +273,9 @@ def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
                                            name=f"Speculative Rejection: {fate}", marker_color=fate_color(fate),
                                            offsetgroup="sbon", hovertemplate="candidate %{y}: %{x} tokens<extra></extra>"),
                                    fate))
-        # Candidates some decision point could not tell apart from its cut, marked at their bar's end.
-        unsure = sorted({k for p in sbon.decision_points for k in p.undecided if k not in p.final})
+        # Candidates some decision point could not tell apart from its cut, where that set them apart from others,
+        # marked at their bar's end (a coin toss marks none: components.reasons.marked_undecided).
+        unsure = sorted({k for p in sbon.decision_points for k in marked_undecided(p)})
         fig.add_trace(go.Scatter(x=[sbon.candidates[k].tokens_generated for k in unsure], y=unsure, mode="markers",
                                  name=UNDECIDED_NAME, showlegend=bool(unsure),
                                  marker=ring("square-open", UNDECIDED_COLOR, 13, 2),

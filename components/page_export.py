@@ -82,7 +82,8 @@ def page_html(comp: Comparison, caption: str = "", origin: str = "", reward: obj
     candidates = "".join(
         f"<details{' open' if k == tables.first_pruned(comp) else ''}><summary>{html.escape(label)}</summary>"
         f"{tables.candidate_detail_html(comp, k, reward)}</details>" for label, k in tables.candidate_choices(comp))
-    data_tables = "".join(f"<section><h2>{html.escape(h)}</h2>{_table(df)}</section>" for h, df in (
+    notes = {"Pruning signals per decision point": _MD.render(signals_view.signals_note(comp))}  # what the rows are
+    data_tables = "".join(f"<section><h2>{html.escape(h)}</h2>{notes.get(h, '')}{_table(df)}</section>" for h, df in (
         ("Every candidate", tables.candidates_table(comp)), ("Savings", tables.savings_table(comp)),
         ("Partial vs final reward of Best-of-N's candidates at each τ", tables.correlation_table(comp)),
         ("Pruning signals per decision point", signals_view.summary_table(comp))))

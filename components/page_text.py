@@ -32,11 +32,6 @@ TRADEOFF_NOTE = ("Speculative Best-of-N with decision token τ and rejection rat
                  "Best-of-N candidates** (no new generation): what each setting would have returned "
                  "and how many tokens it would have generated.")
 
-SIGNALS_NOTE = ("Every pruning signal on the **same Best-of-N candidates**, at each decision point of the "
-                "Speculative Rejection run, with its α: which candidates each would have cut, and whether "
-                "Best-of-N's winner survives. Signals other than the reward were watched while Best-of-N "
-                "generated (no extra forward pass); the reward's scores are its partial rewards.")
-
 GALLERY_NOTE = "Recorded runs that open at once, without generating: pick one."
 
 

@@ -108,30 +108,73 @@ UNDECIDED_KEPT = {"paper": "kept by the order of the scores all the same (the pa
 UNDECIDED_PRUNED = {"paper": "pruned by the order of the scores all the same (the paper's rule)",
                     "random": "pruned by a random draw",
                     "prune": "pruned", "defer": "pruned by a random draw after waiting a decision point"}
-UNDECIDED_DONE = {"paper": "ranked by their scores all the same (the paper's rule)",
-                  "prune": "all kept: only candidates clearly below the cut were pruned",
-                  "defer": "kept to wait for the next decision point, or drawn at random if they had waited",
-                  "random": "kept or pruned by a random draw"}
+UNDECIDED_DONE = {"paper": "ranked anyway", "prune": "none pruned for its score", "defer": "kept to wait a round, or drawn",
+                  "random": "drawn at random"}
 INSTRUCTION_REWARD = "ifeval"  # the reward whose ties are broken by length, and whose scores are instructions followed
+# Said once, in words, when every live contender was within the signal's noise of the cut: a mark on each would
+# separate none of them (sbon.score_noise: the noise a reward's partial scores carry).
+COIN_TOSS = "every score is within the reward's noise of the cut: a coin toss"
 
 
-def tie_text(point: DecisionPoint, reward: str = "") -> str:
+def coin_toss_text(point: DecisionPoint, short: bool = False) -> str:
+    """What a decision point whose live contenders were all undecided did, by its rule: under the paper's the cut is
+    close to a coin toss; under another rule, what that rule did with them. ``short``: the round caption's words."""
+    rule = point.undecided_rule
+    if short:
+        return f"scores within the noise: {'a coin toss' if rule == 'paper' else UNDECIDED_DONE[rule]}"
+    return COIN_TOSS if rule == "paper" else f"every score is within the reward's noise of the cut: {UNDECIDED_DONE[rule]}"
+
+
+def live_contenders(point: DecisionPoint) -> list[int]:
+    """The contenders still generating (the ones the signal scored)."""
+    return [k for k in point.contenders if k not in point.final]
+
+
+def coin_toss(point: DecisionPoint) -> bool:
+    """Whether every live contender (two or more) was undecided: the signal could not tell any of them apart from
+    the cut, so the cut says nothing about which of them is better."""
+    live = live_contenders(point)
+    return len(live) > 1 and set(live) <= set(point.undecided)
+
+
+def marked_undecided(point: DecisionPoint) -> list[int]:
+    """The live contenders a view marks as undecided: only where the mark separates some from others (none in a
+    coin toss, which is said once in words instead)."""
+    return [] if coin_toss(point) else [k for k in live_contenders(point) if k in point.undecided]
+
+
+def tie_broken_by_score(point: DecisionPoint) -> bool:
+    """Whether, in a cut among live scores all alike up to the signal's tie term, the scores still differed where
+    the cut fell (the tie term ordered them: sbon.cut.cut ranks by score, then the lower id): the lowest live
+    survivor scores above the best live candidate pruned for its score. False: equal there, the candidate number
+    decided (or nothing was pruned for its score)."""
+    score = point.score_of()
+    kept = [score[k] for k in live_contenders(point) if k in point.survivors]
+    below = [score[k] for k in point.pruned if k not in point.forced]
+    return bool(kept and below) and min(kept) != max(below)
+
+
+def tie_text(point: DecisionPoint, reward: str, short: bool = False) -> str:
     """When every live contender's score was alike up to the signal's tie term: what that says about them, and
-    what the cut fell to (by the run's rule); '' otherwise."""
+    what decided the cut by the rule the run applied; '' otherwise. ``reward``: the run's reward (whose tie term
+    it was); ``short``: the round caption's words for the same reason. The one place that says why such a cut fell
+    where it did: every caption, title and reason calls it."""
     if not point.tied:
         return ""
     live = [s for k, s in zip(point.contenders, point.scores) if k not in point.final]
     if reward == INSTRUCTION_REWARD:
         from sbon.ifeval.reward import TIE_BREAK
 
-        who = ("no candidate can still follow these instructions" if live and max(live) <= TIE_BREAK else
-               "every candidate was as likely as the others to follow these instructions")
-        paper = "the cut fell to the shortest"
+        none = live and max(live) <= TIE_BREAK
+        who = (("none can still pass" if short else "no candidate can still follow the instructions") if none else
+               ("all as likely to pass" if short else "all as likely to follow the instructions"))
     else:
-        who, paper = "every candidate scored the same", "the cut fell to the lower candidate numbers"
-    fell = {"paper": paper, "random": "the cut fell to a random draw",
-            "prune": "none was pruned for its score", "defer": "none was pruned for its score yet"}
-    return f"{who}; {fell.get(point.undecided_rule, paper)}"
+        who = "all scored the same"
+    paper = ("shortest kept" if reward == INSTRUCTION_REWARD else "higher tie-break kept") \
+        if tie_broken_by_score(point) else "lowest numbers kept" if short else "the lowest candidate numbers kept"
+    fell = {"paper": paper, "random": "kept by a random draw",
+            "prune": "none pruned for its score", "defer": "none pruned for its score yet"}
+    return f"{who}: {fell.get(point.undecided_rule, paper)}"
 
 
 def point_reasons(point: DecisionPoint, reward: str = "") -> dict[int, CutReason]:

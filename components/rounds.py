@@ -25,7 +25,8 @@ import plotly.graph_objects as go
 from sbon.results import DecisionPoint, RunResult, pruned_in
 
 from .fates import fate_color
-from .reasons import UNDECIDED_DONE, point_reasons, pruning_cost, reward_scale, tie_text
+from .reasons import (UNDECIDED_DONE, coin_toss, coin_toss_text, marked_undecided, point_reasons, pruning_cost,
+                      reward_scale, tie_text)
 from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
                     hall_name, ring, styled, wrap_title)
 
@@ -105,35 +106,49 @@ def _spread(view: DecisionPoint, span: float) -> tuple[dict[int, float], float]:
     return shown, cut
 
 
+def count_clauses(view: DecisionPoint) -> list[str]:
+    """The caption's counts, each with its own reason: kept, pruned below the cut, halted by the KV budget, drawn
+    at random, finished below the cut; then what the scores said (a tie, a coin toss, or how many could not be
+    told apart from the cut). Clauses with a zero count are left out."""
+    forced, undecided = set(view.forced), set(view.undecided)
+    drawn = [k for k in view.pruned if k in undecided and k not in forced and view.undecided_rule in ("random", "defer")]
+    below = [k for k in view.pruned if k not in forced and k not in drawn]
+    parts = [f"{len(view.survivors)} of {len(view.contenders)} kept"]
+    for count, why in ((len(below), "pruned below the cut"), (len(view.forced), "halted by the KV budget"),
+                       (len(drawn), "pruned by a random draw"), (len(view.retired), "finished below the cut, still eligible")):
+        if count:
+            parts.append(f"{count} {why}")
+    return parts
+
+
 def round_caption(view: DecisionPoint, rounds: int | None = None, bon_best: int | None = None,
-                  pruned_before: dict[int, int] | None = None, reward: str = "") -> str:
-    """One line for a decision point, from the run's data: e.g. 'Round 2 of 3 · after 51 tokens · 13
-    contenders · 10 kept · 3 pruned · the answer Best-of-N will pick is still alive'. ``rounds``: how many
-    the run has (unknown while it runs); ``bon_best``: Best-of-N's returned candidate (known once it ran);
-    ``pruned_before``: candidate -> the round that pruned it, for the rounds before this one; ``reward``: the run's
-    reward, for the words of a cut among scores that were all alike."""
+                  pruned_before: dict[int, int] | None = None, *, reward: str) -> str:
+    """One line for a decision point, from the run's data: e.g. 'Round 2 of 3 · after 51 tokens · 10 of 13 kept ·
+    3 pruned below the cut · Best-of-N's pick still in'. ``rounds``: how many the run has (unknown while it runs);
+    ``bon_best``: Best-of-N's returned candidate (known once it ran); ``pruned_before``: candidate -> the round that
+    pruned it, for the rounds before this one; ``reward``: the run's reward, whose words a cut among scores all
+    alike takes (``tie_text``): required, so that the live caption and the final one give one reason."""
     parts = [f"Round {view.round}" + (f" of {rounds}" if rounds else ""), f"after {view.tokens} tokens",
-             f"{len(view.contenders)} contender{'' if len(view.contenders) == 1 else 's'}", f"{len(view.survivors)} kept",
-             f"{len(view.pruned)} pruned"]
-    undecided = [k for k in view.undecided if k not in view.final]
+             *count_clauses(view)]
+    marked = marked_undecided(view)
     if view.tied:
-        parts.append(tie_text(view, reward))
-    elif undecided:
-        parts.append(f"{len(undecided)} could not be told apart from the cut: {UNDECIDED_DONE[view.undecided_rule]}")
-    if view.retired:
-        parts.append(f"{len(view.retired)} finished below the cut (still eligible)")
+        parts.append(tie_text(view, reward, short=True))
+    elif coin_toss(view):
+        parts.append(coin_toss_text(view, short=True))
+    elif marked:
+        parts.append(f"{len(marked)} within the noise: {UNDECIDED_DONE[view.undecided_rule]}")
     if bon_best is not None:
-        pick = "the answer Best-of-N will pick"
+        pick = "Best-of-N's pick"
         if bon_best in view.survivors:
-            parts.append(f"{pick} is still alive")
+            parts.append(f"{pick} still in")
         elif bon_best in view.pruned:
-            parts.append(f"{pick} is pruned here")
+            parts.append(f"{pick} pruned here")
         elif bon_best in view.retired:
-            parts.append(f"{pick} has finished below the cut, still eligible")
+            parts.append(f"{pick} finished below the cut, still eligible")
         elif (pruned_before or {}).get(bon_best):
-            parts.append(f"{pick} was pruned in round {pruned_before[bon_best]}")
+            parts.append(f"{pick} pruned in round {pruned_before[bon_best]}")
         else:
-            parts.append(f"{pick} had finished before this decision point")
+            parts.append(f"{pick} had finished before")
     return " · ".join(parts)
 
 
@@ -144,7 +159,7 @@ def run_captions(comp: Any) -> list[str]:
     winner = comp.bon.best_id if comp.twin(comp.bon.best_id) else None
     captions = []
     for v in views:
-        captions.append(round_caption(v, len(views), winner, before, comp.sbon.reward))
+        captions.append(round_caption(v, len(views), winner, before, reward=comp.sbon.reward))
         before.update({k: v.round for k in v.pruned})
     return captions
 
@@ -190,7 +205,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
         marker=ring("circle-open", "#000000", 20, 2.5),
         customdata=[[pruning_cost(comp, k)] for k in costly],
         hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"), HALL_NAMES[COST_NAME]))
-    undecided = [k for k in view.undecided if k in scores and k not in final]
+    undecided = [k for k in marked_undecided(view) if k in scores]  # none in a coin toss: the title says it
     traces.append(go.Scatter(
         x=[scores[k] for k in undecided], y=undecided, mode="markers", name=UNDECIDED_NAME,
         marker=ring("square-open", UNDECIDED_COLOR, 17, 2),
@@ -210,9 +225,9 @@ def _shown_in_legend(trace: go.Scatter) -> bool:
 
 def _title(view: DecisionPoint, reward: str = "") -> str:
     """The frame's title; a cut among scores that were all alike says so on its second line."""
-    tied = tie_text(view, reward)
+    said = tie_text(view, reward) or (coin_toss_text(view) if coin_toss(view) else "")
     return (f"Round {view.round}: decision point after {view.tokens} tokens<br>"
-            + (tied[0].upper() + tied[1:] if tied else f"kept {len(view.survivors)} of {len(view.contenders)} contenders"))
+            + (said[0].upper() + said[1:] if said else f"kept {len(view.survivors)} of {len(view.contenders)} contenders"))
 
 
 def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "") -> None:

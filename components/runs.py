@@ -29,7 +29,7 @@ from .live import LiveTracker, ProgressChart
 from .model_cache import MODELS, hub_fetches, sources
 from .torch_thread import on_one_thread
 from .replays import GALLERY
-from .rounds import round_caption, round_figure
+from .rounds import round_figure
 from .updates import WARNING, Refused, Update
 from .views import NOT_PRESENTING, SHOWN, Shown, as_look, restored, show
 
@@ -127,7 +127,7 @@ class Runs:
         methods = (settings.method, "bon")
         if settings.instructions.strip() and settings.run_instructions is None:  # said, never silently dropped
             yield {WARNING: ignored(settings.reward)}
-        tracker = LiveTracker(settings.max_new_tokens, started=clicked)
+        tracker = LiveTracker(settings.max_new_tokens, started=clicked, reward=settings.reward)
         yield {"status": "Starting…", "stop_btn": Update(visible=True), **NOT_PRESENTING,
                "live_plot": look.apply(round_figure(None, settings.n), live=True), "caption": tracker.caption(),
                "sbon_text": Update(label="Speculative Rejection returned", value=""),
@@ -147,7 +147,7 @@ class Runs:
             for event in on_one_thread(self.events(settings), heartbeat_s=STATUS_EVERY_S):
                 if tracker.update(event):  # a decision point: one new frame
                     yield {"status": tracker.status(), "summary": tracker.race(methods) + answer,
-                           "caption": round_caption(tracker.views[-1], reward=settings.reward),
+                           "caption": tracker.caption(),  # the same line the clock's updates send
                            "live_plot": look.apply(round_figure(tracker.views[-1], tracker.n, title_prefix="Live · ",
                                                                 earlier=tracker.views[:-1], reward=settings.reward),
                                                    live=True)}

@@ -1,12 +1,17 @@
-"""The "Pruning signals" view: per pruning signal, which candidates it would have cut at each of the
+"""The "Pruning signals" view: per pruning signal, which candidates it cut or would have cut at each of the
 Speculative Rejection run's decision points, and whether Best-of-N's winner survives the cut.
 
-The cut is the one of ``python -m benchmarks signals``: at a decision point of t tokens, the Best-of-N
-candidates still generating are ranked by the signal and round((1 - alpha) * live) of them kept, with
-the run's alpha; candidates that finished before t stay eligible. Coupled sampling makes every
-Best-of-N candidate the same response Speculative Rejection would have continued, so the cost of a
-cut is counted, not estimated. The reward's scores are the comparison's partial rewards; the other
-signals' are ``Comparison.signal_scores``, recorded while Best-of-N generated.
+Two kinds of rows, and the view says which is which in its first line (:func:`signals_note`):
+
+- **the run's own signal** (the one it pruned by): the run's own decision points, read from its result: its
+  contenders, its pruned candidates and its survivors, the numbers of the round captions;
+- **every other signal: a what-if**, the cut of ``python -m benchmarks signals``: at a decision point of t
+  tokens, *all* of Best-of-N's candidates still generating are ranked by the signal and round((1 - alpha) *
+  live) of them kept, with the run's alpha and no earlier cut; candidates that finished before t stay
+  eligible. Its counts are therefore Best-of-N's, not the run's. Coupled sampling makes every Best-of-N
+  candidate the same response Speculative Rejection would have continued, so the cost of a cut is counted,
+  not estimated. The reward's scores are the comparison's partial rewards; the other signals' are
+  ``Comparison.signal_scores``, recorded while Best-of-N generated.
 
 Plain data in, pandas tables and plotly figures out (no Gradio).
 """
@@ -47,18 +52,34 @@ class Cut:
     finished: list[int]  # finished before t: stay eligible
     winner_kept: bool
     kendall: float  # of the signal's scores with the final reward, over the run's live contenders there
-    scores: list[float | None]  # by candidate id
+    scores: list[float | None]  # by candidate id (None: not scored there)
+    own: bool = False  # the run's own cut, read from its decision point; else a what-if on Best-of-N's candidates
+
+    @property
+    def contenders(self) -> int:
+        """Candidates in contention at this cut: those ranked or kept eligible (finished), as the round captions
+        count them."""
+        return len(self.live) + len(self.finished)
 
 
 def has_signal_scores(comp: Comparison | None) -> bool:
     return comp is not None and bool(comp.signal_scores)
 
 
+def own_signal(comp: Comparison) -> str | None:
+    """The pruning signal the Speculative Rejection run ranked its contenders by (None: no decision point)."""
+    points = comp.sbon.decision_points
+    return points[0].signal if points else None
+
+
 def signal_names(comp: Comparison) -> list[str]:
-    """The reward first (if the comparison scored its decision points), then the watched signals."""
+    """The run's own signal first, then the reward (if the comparison scored its decision points) and the watched
+    signals."""
     taus = decision_taus(comp)
-    names = (["reward"] if any(t in comp.partials for _, t in taus) else []) + list(comp.signal_scores)
-    return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+    own = own_signal(comp)
+    names = set((["reward"] if any(t in comp.partials for _, t in taus) else []) + list(comp.signal_scores))
+    names.discard(own)
+    return ([own] if own else []) + sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
 
 
 def decision_taus(comp: Comparison) -> list[tuple[int, int]]:
@@ -71,15 +92,30 @@ def scores_of(comp: Comparison, signal: str, t: int) -> list[float | None] | Non
     return by_t.get(t)
 
 
+def run_cuts(comp: Comparison) -> list[Cut]:
+    """The run's own cuts, from its decision points: its live contenders ranked by the scores it ranked them by,
+    the survivors, the pruned, and the contenders that had finished (ranked by their final reward or not)."""
+    winner, out, gone = comp.bon.best_id, [], set()  # gone: pruned at this decision point or an earlier one
+    for p in comp.sbon.decision_points:
+        score = p.score_of()
+        live = sorted((k for k in p.contenders if k not in p.final), key=lambda k: (-score[k], k))
+        gone |= set(p.pruned)
+        scores = [score.get(k) if k in live else None for k in range(comp.n)]
+        out.append(Cut(p.signal, p.round, p.tokens, live, [k for k in live if k in p.survivors], list(p.pruned),
+                       list(p.final), winner not in gone, decision_kendall(comp, p, p.signal, scores), scores, own=True))
+    return out
+
+
 def cuts(comp: Comparison) -> list[Cut]:
-    """Every signal's cut at every decision point, with the run's alpha."""
+    """Every signal's cut at every decision point, with the run's alpha: the run's own signal's are the run's
+    (:func:`run_cuts`), every other signal's a what-if on all of Best-of-N's candidates."""
     if not has_signal_scores(comp):
         return []
     alpha = float(comp.sbon.settings.get("alpha", 0.5))
     winner = comp.bon.best_id
     points = {p.round: p for p in comp.sbon.decision_points}
-    out = []
-    for name in signal_names(comp):
+    out = run_cuts(comp)
+    for name in signal_names(comp)[1:]:
         for round, t in decision_taus(comp):
             score = scores_of(comp, name, t)
             if score is None:
@@ -101,7 +137,7 @@ def decision_kendall(comp: Comparison, point: Any, signal: str, score: Sequence[
     the run's live contenders there, their final rewards): the run's own signal by the scores the run ranked by,
     another signal by its scores of the same candidates in Best-of-N's run."""
     own = point.signal == signal
-    scores = dict(zip(point.contenders, point.scores)) if own else dict(enumerate(score))
+    scores = point.score_of() if own else dict(enumerate(score))
     return live_kendall(point, scores, comp.final_reward)[0]
 
 
@@ -111,21 +147,62 @@ def _mark(c: Cut, winner: int | None) -> str:
     return "✓" if c.winner_kept else "✗"
 
 
+KIND = {True: "this run", False: "what-if"}
+
+
+def _counts(cs: Sequence[Cut], count) -> str:
+    return " / ".join(str(count(c)) for c in cs)
+
+
+def signals_note(comp: Comparison | None) -> str:
+    """The view's first lines: which rows are the run's own cuts and which are a what-if, what the what-if
+    assumes, and how its counts differ from the run's (the numbers of both, from the same cuts the table shows)."""
+    if not has_signal_scores(comp):
+        return NO_SCORES
+    all_cuts = cuts(comp)
+    own = [c for c in all_cuts if c.own]
+    other = [c for c in all_cuts if not c.own and c.signal == (signal_names(comp)[1:] or [""])[0]]
+    alpha = float(comp.sbon.settings.get("alpha", 0.5))
+    lines = []
+    if other:
+        lines.append(f"**What-if rows: what each signal would have cut if it had judged all {comp.n} of Best-of-N's "
+                     f"candidates at each decision point**, one cut at the run's α = {alpha:g} with no cut before it; "
+                     f"so they count {_counts(other, lambda c: c.contenders)} contenders and "
+                     f"{_counts(other, lambda c: len(c.cut))} pruned, where this run had "
+                     f"{_counts(own, lambda c: c.contenders)} and {_counts(own, lambda c: len(c.cut))}.")
+    if own:
+        title = signal_title(own[0].signal)
+        lines.append(f"**{title[0].upper() + title[1:]}** is the signal this run pruned by: its rows are the run's own "
+                     f"cuts ({_counts(own, lambda c: c.contenders)} contenders, {_counts(own, lambda c: len(c.cut))} "
+                     "pruned, as in the round captions).")
+    lines.append("Signals other than the reward were watched while Best-of-N generated (no extra forward pass); the "
+                 "reward's scores are its partial rewards. Kendall is over the run's live contenders at each "
+                 "decision point.")
+    return "\n\n".join(lines)
+
+
 def summary_table(comp: Comparison | None) -> pd.DataFrame:
-    """One row per signal x decision point: live, cut, Best-of-N winner kept, Kendall with final reward."""
+    """One row per signal x decision point: whose cut it is (this run's or a what-if), contenders, pruned, Best-of-N
+    winner kept, Kendall with final reward."""
     if not has_signal_scores(comp):
         return pd.DataFrame({"note": [NO_SCORES]})
     winner = comp.bon.best_id
-    return pd.DataFrame([{"signal": signal_title(c.signal), "decision point": f"round {c.round} · {c.t} tokens",
-                          "live": len(c.live), "cut": len(c.cut), "winner kept": _mark(c, winner),
+    return pd.DataFrame([{"signal": signal_title(c.signal), "cuts": KIND[c.own],
+                          "decision point": f"round {c.round} · {c.t} tokens",
+                          "contenders": c.contenders, "pruned": len(c.cut), "winner kept": _mark(c, winner),
                           "Kendall with final reward": None if math.isnan(c.kendall) else round(c.kendall, 2)}
                          for c in cuts(comp)])
 
 
+def column_title(comp: Comparison, signal: str) -> str:
+    """A signal's column in the candidate table: its name and whose cuts they are."""
+    return f"{signal_title(signal)} ({KIND[signal == own_signal(comp)]})"
+
+
 def candidate_table(comp: Comparison | None) -> pd.DataFrame:
     """One row per candidate (the first column is its id, for a click to open it): its final reward
-    and, per signal, its fate at each decision point in order (✓ kept, ✗ cut, · finished before
-    it, – no scores there)."""
+    and, per signal, its fate at each decision point in order (✓ kept, ✗ pruned, · finished before
+    it, – not judged there: pruned earlier by the run, or no scores)."""
     if not has_signal_scores(comp):
         return pd.DataFrame({"note": [NO_SCORES]})
     by_key = {(c.signal, c.t): c for c in cuts(comp)}
@@ -135,7 +212,7 @@ def candidate_table(comp: Comparison | None) -> pd.DataFrame:
         row: dict[str, Any] = {"candidate": k, "final reward": round(comp.bon.candidates[k].final_reward, 3),
                                "Best-of-N winner": "★" if k == comp.bon.best_id else ""}
         for name in signal_names(comp):
-            row[signal_title(name)] = " ".join(_fate_mark(by_key.get((name, t)), k) for t in taus)
+            row[column_title(comp, name)] = " ".join(_fate_mark(by_key.get((name, t)), k) for t in taus)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -143,7 +220,7 @@ def candidate_table(comp: Comparison | None) -> pd.DataFrame:
 def _fate_mark(c: Cut | None, k: int) -> str:
     if c is None:
         return "–"  # the signal has no scores at this decision point
-    return "·" if k in c.finished else "✓" if k in c.kept else "✗"
+    return "·" if k in c.finished else "✓" if k in c.kept else "✗" if k in c.cut else "–"  # –: pruned earlier
 
 
 def candidate_for_select(row_value: Sequence[Any] | None) -> int | None:
@@ -157,8 +234,9 @@ def candidate_for_select(row_value: Sequence[Any] | None) -> int | None:
 
 
 def cuts_figure(comp: Comparison | None) -> go.Figure:
-    """One panel per decision point; rows: signals, x: candidate id; a filled marker for kept, a cross
-    for cut, a grey ring for finished before t; Best-of-N's winner in a highlighted column."""
+    """One panel per decision point; rows: signals (the run's own first, then the what-ifs), x: candidate id; a
+    filled marker for kept, a cross for pruned, a grey ring for finished before t; Best-of-N's winner in a
+    highlighted column."""
     if not has_signal_scores(comp):
         return empty_figure(NO_SCORES, height=220)
     taus = decision_taus(comp)
@@ -168,7 +246,7 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
                         subplot_titles=[f"round {r} · {t} tokens" for r, t in taus])
     winner = comp.bon.best_id
     styles = {"kept": dict(symbol="circle", color=KEPT_COLOR, size=10),
-              "cut": dict(symbol="x", color=CUT_COLOR, size=9),
+              "pruned": dict(symbol="x", color=CUT_COLOR, size=9),
               "finished": dict(symbol="circle-open", color=FINISHED_COLOR, size=9)}
     by_key = {(c.signal, c.t): c for c in cuts(comp)}
     for col, (round, t) in enumerate(taus, start=1):
@@ -178,12 +256,12 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
                 c = by_key.get((name, t))
                 if c is None:
                     continue
-                ids = {"kept": c.kept, "cut": c.cut, "finished": c.finished}[fate]
+                ids = {"kept": c.kept, "pruned": c.cut, "finished": c.finished}[fate]
                 for k in ids:
                     s = c.scores[k]
                     xs.append(k)
-                    ys.append(signal_title(name))
-                    data.append([k, "—" if s is None else f"{s:.3f}", fate, signal_title(name)])
+                    ys.append(column_title(comp, name))
+                    data.append([k, "—" if s is None else f"{s:.3f}", fate, column_title(comp, name)])
             fig.add_scatter(x=xs, y=ys, mode="markers", marker=marker, name=fate, legendgroup=fate,
                             showlegend=col == 1, customdata=data, row=1, col=col,
                             hovertemplate="candidate %{customdata[0]}<br>%{customdata[3]} score %{customdata[1]}"
@@ -192,8 +270,8 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
             fig.add_vrect(x0=winner - 0.45, x1=winner + 0.45, fillcolor=WINNER_COLOR, opacity=0.3, line_width=0, layer="below",
                           row=1, col=col)
     fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // 8), title_text="candidate")
-    fig.update_yaxes(categoryorder="array", categoryarray=[signal_title(n) for n in reversed(names)])
-    styled(fig, f"Which candidates each signal would cut (α = {alpha:g}, one cut per decision point); "
-                f"shaded: Best-of-N's winner (candidate {winner})", height=160 + 40 * len(names), top=80)
+    fig.update_yaxes(categoryorder="array", categoryarray=[column_title(comp, n) for n in reversed(names)])
+    styled(fig, f"What-if rows judge all {comp.n} of Best-of-N's candidates, one cut each at α = {alpha:g}; “this run”: "
+                f"the run's own cuts; shaded: Best-of-N's winner ({winner})", height=160 + 40 * len(names), top=80)
     fig.update_layout(legend=dict(orientation="h", y=-0.25, x=0, xanchor="left", yanchor="top"))
     return fig

@@ -50,7 +50,7 @@ HALL_FONT_PX = 20  # the smallest text of a presenter-view figure, in CSS pixels
 HALL_SCALE = HALL_FONT_PX / min(FONT_SIZE, LEGEND_SIZE)  # every size and gap of the style grows by this
 HALL_TITLE_CHARS = 60  # a presenter-view figure spans one column of at least 853 CSS pixels
 HALL_AXIS_CHARS = 44  # an x-axis title is centred on the plot area, narrower than the figure by the legend
-HALL_LEGEND_CHARS = 16  # characters per legend line beside the data
+HALL_LEGEND_CHARS = 18  # characters per legend line beside the data ("pruned in round 4" on one line)
 HALL_MIN_PLOT_PX = 150
 SHAPE_KEYS = "shape keys"  # the legend group of legend-only entries that explain a marker's shape
 

@@ -113,6 +113,7 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "rounds_plot": lambda s: rounds_animation(s.comp.sbon, comp=s.comp),
     "tradeoff_plot": lambda s: figures.tradeoff_figure(s.comp, s.kind),
     "correlations": lambda s: tables.correlation_table(s.comp).rename(columns=CORRELATION_NAMES),
+    "signals_note": lambda s: signals_view.signals_note(s.comp),
     "signals_summary": lambda s: signals_view.summary_table(s.comp),
     "signals_plot": lambda s: signals_view.cuts_figure(s.comp),
     "signals_candidates": lambda s: signals_view.candidate_table(s.comp),

@@ -123,6 +123,7 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     _tab(page, "Pruning signals")  # every signal's cut on the same candidates; a row opens its candidate
     summary = page.locator("#signals-summary")
     summary.locator("[role=gridcell]", has_text="DeepConf").first.wait_for()
+    assert _text(page, "#signals-note").startswith("What-if rows: what each signal would have cut")  # said first
     for name in ("partial reward", "mean log-probability", "DeepConf", "model certainty"):
         assert summary.locator("[role=gridcell]", has_text=name).count() >= 1, name
     assert page.locator("#signals-plot .scatterlayer .point").count() > 6

@@ -299,7 +299,9 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert "Speculative Rejection answered: candidate" in updates[answered]["caption"]
     progress = [u["live_plot"] for u in updates[answered:ready] if u.get("live_plot") is not None]
     assert progress and "Best-of-N" in progress[-1].layout.title.text
-    assert any(t.name == "Best-of-N so far" and len(t.x) for t in progress[-1].data)
+    assert any(t.name in ("Best-of-N generating", "Best-of-N finished") and len(t.x) for t in progress[-1].data)
+    # and the caption narrates Best-of-N's steps against Speculative Rejection's
+    assert any(str(u.get("caption", "")).startswith("Best-of-N so far:") for u in updates[answered:ready])
 
     shown = updates[ready]
     assert set(app.SHOWN) <= set(shown) and shown["comparison"].partials == {}

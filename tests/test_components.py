@@ -83,7 +83,7 @@ def test_round_views_are_the_decision_points_as_recorded(comparison):
 
 
 def test_live_tracker_builds_the_same_frames_as_the_replay(comparison_events, comparison):
-    tracker = LiveTracker(24)
+    tracker = LiveTracker(24, reward="likelihood")
     new_rounds = [tracker.update(e) for e in comparison_events]
     assert sum(new_rounds) == 2 and tracker.first_round_at is not None
     replay = Comparison.from_json(comparison.to_json())  # a saved run replays the same frames
@@ -103,7 +103,7 @@ def test_runs_saved_before_decision_points_carried_scores_still_load():
 
 
 def test_live_status_names_the_phase(comparison_events):
-    tracker, seen = LiveTracker(24), set()
+    tracker, seen = LiveTracker(24, reward="likelihood"), set()
     for e in comparison_events:
         tracker.update(e)
         seen.add(tracker.status().split("**")[1] if "**" in tracker.status() else tracker.status().split()[0])
@@ -426,7 +426,7 @@ def test_every_legend_entry_has_marks_of_its_own(comparison):
 
 def test_live_race_has_a_clock_per_method(comparison_events):
     ticks = iter(range(10_000))
-    tracker = LiveTracker(24, started=0, clock=lambda: next(ticks))
+    tracker = LiveTracker(24, started=0, clock=lambda: next(ticks), reward="likelihood")
     boards = []
     for e in comparison_events:
         tracker.update(e)
@@ -518,7 +518,11 @@ def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
     assert round_figure(point, 6).data[1].x == pruned.x  # deterministic
 
 
-def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window():
+@pytest.mark.parametrize("path", [
+    "assets/gallery/coin-toss.json",  # three rounds
+    RECORDED,  # four rounds: a "pruned in round r" legend row each, one line apiece
+])
+def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window(path):
     """Look(hall=True): every text of every figure at least HALL_FONT_PX (CSS px), the legend beside the
     data, the decision-point charts no taller than the window (a long legend may make a tab's chart taller),
     and the live chart exactly the height the window leaves it."""
@@ -528,7 +532,7 @@ def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window():
         views = comp.sbon.decision_points
         return look.apply(round_figure(views[-1], comp.n, earlier=views[:-1], comp=comp), live=True)
 
-    comp = Comparison.load(RECORDED)
+    comp = Comparison.load(path)
     look = Look(hall=True, screen_px=480, live_px=300)
     figs = [figures.partial_final_scatter(comp), figures.tokens_per_candidate(comp), figures.phase_times(comp),
             figures.tradeoff_figure(comp), rounds_animation(comp.sbon, comp=comp)]
@@ -554,9 +558,9 @@ def test_captions_tell_each_round_from_the_run_s_data():
     assert len(captions) == len(comp.sbon.decision_points)
     for caption, point in zip(captions, comp.sbon.decision_points):
         assert caption.startswith(f"Round {point.round} of {len(captions)} · after {point.tokens} tokens · "
-                                  f"{len(point.contenders)} contenders · {len(point.survivors)} kept")
+                                  f"{len(point.survivors)} of {len(point.contenders)} kept · ")
         alive = comp.bon.best_id in point.survivors
-        assert ("the answer Best-of-N will pick is still alive" in caption) == alive
+        assert ("Best-of-N's pick still in" in caption) == alive
 
 
 def test_a_long_step_sends_heartbeats_so_the_page_can_show_it_is_working():
@@ -593,7 +597,7 @@ def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_
 
     comp = Comparison.load(RECORDED)
     for look in (Look(), Look(hall=True, live_px=600)):
-        tracker, chart = LiveTracker(comp.sbon.settings["max_new_tokens"]), ProgressChart(comp.n, look)
+        tracker, chart = LiveTracker(comp.sbon.settings["max_new_tokens"], reward=comp.sbon.reward), ProgressChart(comp.n, look)
         tracker.results["sbon"] = comp.sbon
         frames = []
         for tokens in (1, 7, 60, 99, 128):
@@ -611,10 +615,12 @@ def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
     from components import views
     from components.live import LiveTracker, progress_figure
 
-    comp = Comparison.load(RECORDED)
-    assert any(p.undecided for p in comp.sbon.decision_points)  # the recording has undecided marks to draw
+    from components.reasons import marked_undecided
+
+    comp = Comparison.load(Path(RECORDED).parent / "gallery" / "early-violation.json")
+    assert any(marked_undecided(p) for p in comp.sbon.decision_points)  # the recording has undecided marks to draw
     shown = views.show(views.Shown(comp, "recorded"))
-    tracker = LiveTracker(int(comp.sbon.settings["max_new_tokens"]))
+    tracker = LiveTracker(int(comp.sbon.settings["max_new_tokens"]), reward=comp.sbon.reward)
     tracker.results["sbon"] = comp.sbon
     figs = [f for f in shown.values() if isinstance(f, go.Figure)] + [progress_figure(tracker, comp.n)]
     traces = [t for f in figs for t in (*f.data, *(t for fr in f.frames or () for t in fr.data))]

@@ -24,7 +24,8 @@ def test_the_gallery_holds_the_six_stories_each_recorded_with_its_settings_and_c
     for key, entry in GALLERY.items():
         line = index[key]
         comp = Comparison.load(entry.file)
-        assert line["commit"] and line["command"].startswith("python -m components.record --gallery " + key)
+        made_by = "python -m components.record " + ("--seeds " if key == "default" else f"--gallery {key}")
+        assert line["commit"] and line["command"].startswith(made_by)
         # The settings the index says made the file are the ones the file's runs record, and the entry's own.
         for name, value in {**entry.settings, "n": comp.n}.items():
             assert line["settings"][name] == value
@@ -184,3 +185,23 @@ def test_a_visitor_waiting_for_the_generation_slot_sees_their_place_and_an_estim
     assert "3 runs ahead of yours" in status and "place 4" in status and "about 120 s to wait" in status
     slot.generating, slot.waiting = 0, lambda: 0
     assert slot.request(None)["status"] == "Starting…"
+
+
+def test_the_page_opens_on_the_recorded_seed_whose_partial_rewards_predicted_best_and_the_weak_case_says_why():
+    from components.controls import OPENING_SEED, RunSettings
+    from components.gallery import prediction, weakness
+
+    runs = {key: GalleryRuns({key: GALLERY[key]}).get(key).comp for key in ("default", "coin-toss")}
+    opening, weak = runs["default"], runs["coin-toss"]
+    seeds = [int(s) for s in read_index()["default"]["command"].split("--seeds")[1].split()]
+    # the seed the page opens on is the page's default seed, one of those the command measured
+    assert opening.sbon.settings["seed"] == OPENING_SEED == RunSettings().seed and OPENING_SEED in seeds
+    assert weak.sbon.settings["seed"] in seeds and weak.sbon.prompt == opening.sbon.prompt  # the same defaults
+    assert prediction(opening) > prediction(weak)  # the measure chose it over the weak case
+    decided, kendall = prediction(opening)
+    assert decided >= 1 and kendall > 0 and weakness(opening) == ""
+    decided, kendall = prediction(weak)
+    assert decided == 0 and kendall < 0
+    text = GalleryRuns({"coin-toss": GALLERY["coin-toss"]}).get("coin-toss").caption
+    assert f"Why it is weak: at every decision point the scores were within the reward's noise of the cut, and at the " \
+           f"first the partial rewards' Kendall with the final rewards was {kendall:.2f}: close to a coin toss." in text

@@ -128,7 +128,7 @@ def test_random_pruning_over_rounds_matches_pruning_at_random_round_by_round():
     lengths = [c.tokens_generated for c in comp.bon.candidates]
     finals = [c.final_reward for c in comp.bon.candidates]
     points = [(p.tokens, p.survivors, p.final) for p in comp.sbon.decision_points]
-    assert len(points) == 3
+    assert len(points) >= 3  # several rounds of random pruning
     spread = max(finals) - min(finals)
     assert random_pruning_reward(comp.bon, comp.sbon) == pytest.approx(simulate(lengths, finals, points, 20_000),
                                                                        abs=0.01 * spread)
@@ -208,3 +208,166 @@ def test_the_kendall_list_does_not_run_into_the_sentence_after_it(comparison):
     items = re.findall(r"<li>(.*?)</li>", html, re.S)
     assert len(items) == len(comparison.sbon.decision_points) and all(item.endswith(".") for item in items)
     assert re.search(r"</ul>\s*<p>(At the first|The scores ranked)", html)  # the verdict is a paragraph of its own
+
+
+# -- every clause of every round caption, checked against the run's data ------------------------------------
+
+CAPTION_FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf")  # a wide sans: the browser's fallback
+CAPTION_PX, CAPTION_LINES = 800, 2  # the presenter view's caption: 20 px bold, 853 CSS px wide less the page's margins
+RECORDED_RUNS = [RECORDED, *sorted((ROOT / "assets" / "gallery").glob("*.json"))]
+RECORDED_RUNS.remove(ROOT / "assets" / "gallery" / "index.json")
+
+
+def caption_lines(text: str) -> int:
+    """Lines the caption wraps to at CAPTION_PX in the presenter view's type (greedy, at the spaces, as a browser)."""
+    from PIL import ImageFont
+
+    font, lines, line = ImageFont.truetype(str(CAPTION_FONT), 20), 1, ""
+    for word in text.split(" "):
+        longer = f"{line} {word}".strip()
+        if line and font.getlength(longer) > CAPTION_PX:
+            lines, line = lines + 1, word
+        else:
+            line = longer
+    return lines
+
+
+def caption_errors(caption: str, point: DecisionPoint, reward: str, rounds: int | None = None,
+                   bon_best: int | None = None, pruned_before: dict[int, int] | None = None) -> list[str]:
+    """Every clause of a round caption ('·'-separated) read against the decision point: a clause no check knows, or
+    one whose count or reason the data does not bear out, is an error."""
+    from components.reasons import INSTRUCTION_REWARD, UNDECIDED_DONE
+    from sbon.ifeval.reward import TIE_BREAK
+    from sbon.score_noise import noise_of
+
+    score, errors = point.score_of(), []
+    live = [k for k in point.contenders if k not in point.final]
+    undecided, forced = set(point.undecided), set(point.forced)
+    drawn = [k for k in point.pruned if k in undecided and k not in forced and point.undecided_rule in ("random", "defer")]
+    kept_live = [score[k] for k in live if k in point.survivors]
+    noise = noise_of(reward)
+
+    def check(ok: bool, clause: str) -> None:
+        if not ok:
+            errors.append(clause)
+
+    for clause in caption.split(" · "):
+        if m := re.fullmatch(r"Round (\d+)(?: of (\d+))?", clause):
+            check(int(m[1]) == point.round and (int(m[2]) if m[2] else None) == rounds, clause)
+        elif m := re.fullmatch(r"after (\d+) tokens", clause):
+            check(int(m[1]) == point.tokens, clause)
+        elif m := re.fullmatch(r"now (\d+) tokens|[\d.]+ s", clause):  # the live caption's progress and clock
+            check(m[1] is None or int(m[1]) >= point.tokens, clause)
+        elif m := re.fullmatch(r"(\d+) of (\d+) kept", clause):
+            check((int(m[1]), int(m[2])) == (len(point.survivors), len(point.contenders)), clause)
+        elif m := re.fullmatch(r"(\d+) pruned below the cut", clause):
+            below = [k for k in point.pruned if k not in forced and k not in drawn]
+            check(int(m[1]) == len(below) > 0 and all(score[k] <= point.cut for k in below), clause)
+        elif m := re.fullmatch(r"(\d+) halted by the KV budget", clause):
+            check(int(m[1]) == len(forced) > 0 and forced <= set(point.pruned), clause)
+        elif m := re.fullmatch(r"(\d+) pruned by a random draw", clause):
+            check(int(m[1]) == len(drawn) > 0, clause)
+        elif m := re.fullmatch(r"(\d+) finished below the cut, still eligible", clause):
+            check(int(m[1]) == len(point.retired) > 0 and all(score[k] <= point.cut and k in point.final
+                                                              for k in point.retired), clause)
+        elif m := re.fullmatch(r"scores within the noise: (.+)", clause):
+            done = "a coin toss" if point.undecided_rule == "paper" else UNDECIDED_DONE[point.undecided_rule]
+            check(len(live) > 1 and set(live) <= undecided and not point.tied and m[1] == done, clause)
+            if noise is not None:  # and the scores bear it out: each within two noises of a side of the cut
+                high = max(score[k] for k in point.contenders if k not in point.survivors and k not in forced)
+                check(all(min(abs(score[k] - point.cut), abs(score[k] - high)) <= 2 * noise + 1e-9 for k in live), clause)
+        elif m := re.fullmatch(r"(\d+) within the noise: (.+)", clause):
+            marked = [k for k in live if k in undecided]
+            check(int(m[1]) == len(marked) and 0 < len(marked) < len(live) and not point.tied
+                  and m[2] == UNDECIDED_DONE[point.undecided_rule], clause)
+        elif m := re.fullmatch(r"(none can still pass|all as likely to pass|all scored the same): (.+)", clause):
+            scores = [score[k] for k in live]
+            said = {"none can still pass": reward == INSTRUCTION_REWARD and max(scores) <= TIE_BREAK,
+                    "all as likely to pass": reward == INSTRUCTION_REWARD and max(scores) > TIE_BREAK,
+                    "all scored the same": reward != INSTRUCTION_REWARD and len(set(scores)) == 1}[m[1]]
+            below = [score[k] for k in point.pruned if k not in forced]
+            kept = [k for k in live if k in point.survivors]
+            fell = {"shortest kept": reward == INSTRUCTION_REWARD and bool(below) and min(kept_live) > max(below),
+                    "lowest numbers kept": bool(below) and min(kept_live) == max(below)
+                    and max(k for k in kept if score[k] == min(kept_live)) < min(k for k in point.pruned if score[k] == max(below)),
+                    "none pruned for its score": point.undecided_rule == "prune",
+                    "none pruned for its score yet": point.undecided_rule == "defer",
+                    "kept by a random draw": point.undecided_rule == "random"}.get(m[2], False)
+            check(point.tied and said and fell, clause)
+        elif m := re.fullmatch(r"Best-of-N's pick (still in|pruned here|pruned in round (\d+)|"
+                               r"finished below the cut, still eligible|had finished before)", clause):
+            fate = {"still in": bon_best in point.survivors, "pruned here": bon_best in point.pruned,
+                    "finished below the cut, still eligible": bon_best in point.retired,
+                    "had finished before": bon_best not in point.contenders and not (pruned_before or {}).get(bon_best)}
+            check(fate[m[1]] if not m[2] else (pruned_before or {}).get(bon_best) == int(m[2]), clause)
+        else:
+            errors.append(f"unchecked clause: {clause}")
+    if CAPTION_FONT.exists():  # the presenter view's width, where this machine has the font to measure it
+        check(caption_lines(caption) <= CAPTION_LINES, f"more than {CAPTION_LINES} lines at {CAPTION_PX} px: {caption}")
+    return errors
+
+
+def final_caption_errors(comp: Comparison) -> list[str]:
+    from components.rounds import run_captions
+
+    before, winner, errors = {}, (comp.bon.best_id if comp.twin(comp.bon.best_id) else None), []
+    for point, caption in zip(comp.sbon.decision_points, run_captions(comp), strict=True):
+        errors += [f"round {point.round}: {e}" for e in caption_errors(
+            caption, point, comp.sbon.reward, len(comp.sbon.decision_points), winner, before)]
+        before.update({k: point.round for k in point.pruned})
+    return errors
+
+
+@pytest.mark.parametrize("path", RECORDED_RUNS, ids=lambda p: p.name)
+def test_every_clause_of_every_round_caption_reads_true_on_the_recorded_runs(path):
+    comp = Comparison.load(path)
+    assert comp.sbon.decision_points
+    assert final_caption_errors(comp) == []
+
+
+# Each scenario of the page, short, plus the own-instructions run whose captions once changed their reason:
+# (scenario, prompt, instructions) -> the run's live captions at each decision point and its comparison.
+OWN_INSTRUCTIONS = json.dumps([{"id": "change_case:english_lowercase"}, {"id": "punctuation:no_comma"}])
+FRESH_RUNS = {"instructions": None, "helpful": None, "fluency": None,
+              "own-instructions": ("instructions", "Write a short poem about autumn", OWN_INSTRUCTIONS)}
+
+
+@pytest.fixture(scope="module", params=list(FRESH_RUNS))
+def fresh_run(request, gen):
+    """A short run of a scenario as the page starts it (its reward, pruning signal and first example prompt), every
+    live caption taken as the page shows it at each decision point, stopped once both answers are in."""
+    from components.controls import RunSettings
+    from components.live import LiveTracker
+    from components.scenarios import SCENARIOS
+    from sbon.analysis.comparison import ComparisonReady, comparison_events as events
+    from sbon.models import load_reward
+
+    key, prompt, instructions = FRESH_RUNS[request.param] or (request.param, None, "")
+    scenario = SCENARIOS[key]
+    settings = RunSettings(**{**scenario.settings(), "prompt": prompt or scenario.prompts[0], "max_new_tokens": 24},
+                           n=6, seed=1, instructions=instructions, bon_same_memory=False)
+    settings.check()
+    reward = settings.reward_for_run(load_reward(settings.reward, generator=gen))
+    tracker, live = LiveTracker(settings.max_new_tokens, reward=settings.reward), []
+    for event in events(gen, reward, settings.prompt, settings.config(), signals=()):
+        if tracker.update(event):
+            live.append(tracker.caption())
+        if isinstance(event, ComparisonReady):
+            return live, event.comparison
+    raise AssertionError("the run stopped without both answers")
+
+
+def test_every_clause_of_every_round_caption_reads_true_live_and_at_the_end_of_a_fresh_run(fresh_run):
+    live, comp = fresh_run
+    points = comp.sbon.decision_points
+    assert points and len(live) == len(points)
+    assert final_caption_errors(comp) == []
+    errors = [e for point, caption in zip(points, live) for e in caption_errors(caption, point, comp.sbon.reward)]
+    assert errors == []
+    # one cut, one reason: the live caption says what the final one says of the round, less what only the end knows
+    from components.rounds import run_captions
+
+    for caption, final, point in zip(live, run_captions(comp), points):
+        told = [c for c in final.split(" · ") if not c.startswith("Best-of-N's pick")]
+        told[0] = f"Round {point.round}"
+        assert caption.split(" · ")[:len(told)] == told

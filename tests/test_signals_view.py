@@ -112,23 +112,48 @@ def test_summary_table_rows(comparison):
     names = sv.signal_names(comparison)
     dps = comparison.sbon.decision_points
     assert names[0] == "reward" and set(names[1:]) == set(comparison.signal_scores)
-    # The reward has a row where the comparison computed partial rewards (this fixture passes its own
-    # taus, which miss a decision point); every watched signal has one at every decision point.
-    reward_rows = sum(p.tokens in comparison.partials for p in dps)
-    assert 1 <= reward_rows < len(dps)
-    assert len(table) == (len(names) - 1) * len(dps) + reward_rows
+    # The run's own signal has the run's rows at every decision point; every watched signal a what-if at each.
+    assert len(table) == len(names) * len(dps)
     alpha = comparison.sbon.settings["alpha"]
     winner = comparison.bon.best_id
     for c, (_, row) in zip(sv.cuts(comparison), table.iterrows()):
         assert row["signal"] == signal_title(c.signal) and row["decision point"] == f"round {c.round} · {c.t} tokens"
+        assert row["cuts"] == ("this run" if c.own else "what-if") and c.own == (c.signal == "reward")
+        assert row["winner kept"].startswith("✓") == (winner in c.kept or winner in c.finished)
+        if c.own:
+            continue
         live = [k for k, s in enumerate(c.scores) if s is not None]
-        assert row["live"] == len(live) and row["cut"] == len(live) - survivors_count(len(live), alpha)
+        assert row["contenders"] == comparison.n  # the what-if judges all of Best-of-N's candidates
+        assert row["pruned"] == len(live) - survivors_count(len(live), alpha)
         # The cut keeps the best-scored live candidates.
         assert min(c.scores[k] for k in c.kept) >= max((c.scores[k] for k in c.cut), default=float("-inf"))
-        assert row["winner kept"].startswith("✓") == (winner in c.kept or winner in c.finished)
-    # The reward's cut uses the comparison's own partial rewards.
-    reward_cut = next(c for c in sv.cuts(comparison) if c.signal == "reward")
-    assert reward_cut.scores == comparison.partials[reward_cut.t]
+
+
+@pytest.mark.parametrize("file", ["recorded_run.json", "gallery/reward-free.json"])
+def test_the_run_own_signal_shows_the_run_own_cuts_and_the_what_if_says_so_first(file):
+    comp = Comparison.load(ROOT / "assets" / file)
+    dps = comp.sbon.decision_points
+    own = [c for c in sv.cuts(comp) if c.own]
+    assert [c.signal for c in own] == [p.signal for p in dps] and own[0].signal == sv.own_signal(comp)
+    for c, p in zip(own, dps):  # the run's contenders, pruned and survivors, as the round captions count them
+        assert (c.round, c.t, c.contenders, sorted(c.cut), c.finished) == (p.round, p.tokens, len(p.contenders),
+                                                                              p.pruned, p.final)
+        assert set(c.kept) == set(p.survivors) - set(p.final)
+    table = sv.summary_table(comp)
+    mine = table[table["cuts"] == "this run"]
+    assert list(mine["contenders"]) == [len(p.contenders) for p in dps]
+    assert list(mine["pruned"]) == [len(p.pruned) for p in dps]
+    first, *rest = sv.signals_note(comp).split("\n\n")
+    counts = lambda values: " / ".join(map(str, values))  # noqa: E731
+    assert first.startswith("**What-if rows: what each signal would have cut if it had judged all")
+    assert f"this run had {counts(len(p.contenders) for p in dps)} and {counts(len(p.pruned) for p in dps)}" in first
+    whatif = table[table["signal"] == table[table["cuts"] == "what-if"]["signal"].iloc[0]]
+    assert f"count {counts(whatif['contenders'])} contenders and {counts(whatif['pruned'])} pruned" in first
+    marks = sv.candidate_table(comp)[sv.column_title(comp, own[0].signal)]
+    for k, row in enumerate(marks):  # a candidate pruned at round r reads ✗ there and – after it
+        r = comp.sbon.candidates[k].pruned_round
+        if r is not None:
+            assert row.split()[r - 1:] == ["✗"] + ["–"] * (len(dps) - r)
 
 
 def test_candidate_table_and_click(comparison):
@@ -138,8 +163,7 @@ def test_candidate_table_and_click(comparison):
     dps = len(comparison.sbon.decision_points)
     for name in sv.signal_names(comparison):
         assert all(len(marks.split()) == dps and set(marks.split()) <= {"✓", "✗", "·", "–"}
-                   for marks in table[signal_title(name)])
-    assert "–" in table[signal_title("reward")][0]  # the decision point without partial rewards
+                   for marks in table[sv.column_title(comparison, name)])
     assert sv.candidate_for_select(table.iloc[3].tolist()) == 3
     assert sv.candidate_for_select(None) is None
 
@@ -148,9 +172,10 @@ def test_cuts_figure(comparison):
     fig = sv.cuts_figure(comparison)
     names = sv.signal_names(comparison)
     marked = sum(len(trace.x) for trace in fig.data)
-    panels = (len(names) - 1) * len(comparison.sbon.decision_points) + sum(
-        p.tokens in comparison.partials for p in comparison.sbon.decision_points)
-    assert marked == panels * comparison.n  # every candidate in every (signal, decision point) row
-    assert {trace.name for trace in fig.data} <= {"kept", "cut", "finished"}
+    dps = comparison.sbon.decision_points
+    # every candidate in every what-if (signal, decision point) row; the run's own rows: its contenders there
+    assert marked == (len(names) - 1) * len(dps) * comparison.n + sum(len(p.contenders) for p in dps)
+    assert {trace.name for trace in fig.data} <= {"kept", "pruned", "finished"}
+    assert fig.layout.title.text.startswith("What-if rows judge all")
     assert all(row[0] in range(comparison.n) for trace in fig.data for row in trace.customdata)
     assert len(fig.layout.shapes) == len(comparison.sbon.decision_points)  # the winner's column in each panel

@@ -16,7 +16,7 @@ from sbon.analysis.comparison import Comparison, coupling_note, headline_text, w
 from sbon.ifeval.instructions import parse_instructions
 from sbon.metrics import decision_quality
 
-RECORDED = ASSETS / "recorded_run.json"
+RECORDED = ASSETS / "gallery" / "coin-toss.json"  # three rounds; its candidates 3, 6 and 10 are parted below
 PARTED_WINNER, PARTED_PRUNED, PARTED_SHORTER = 3, 6, 10  # Best-of-N's winner, a pruned one, one shorter in Best-of-N
 
 
@@ -191,7 +191,7 @@ def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(co
 def test_live_lines_count_in_words_and_say_what_a_person_waits_for(comparison_events, comparison):
     from components.live import LiveTracker
 
-    tracker, lines = LiveTracker(24), []
+    tracker, lines = LiveTracker(24, reward="likelihood"), []
     for event in comparison_events:
         tracker.update(event)
         lines += [tracker.caption(), tracker.status()]

@@ -161,6 +161,7 @@ def open_instruction_run(gen, ifeval):
 
 def test_the_page_marks_undecided_candidates_and_says_what_was_done(open_instruction_run):
     from components import views
+    from components.reasons import coin_toss, marked_undecided
     from components.rounds import UNDECIDED_NAME, present_step, run_captions
 
     comp = open_instruction_run
@@ -170,25 +171,27 @@ def test_the_page_marks_undecided_candidates_and_says_what_was_done(open_instruc
     live = shown["live_plot"]
     marks = [t for t in live.data if t.name == UNDECIDED_NAME]
     last = comp.sbon.decision_points[-1]
-    assert len(marks) == 1 and marks[0].showlegend is (bool([k for k in last.undecided if k not in last.final]))
+    assert len(marks) == 1 and marks[0].showlegend is bool(marked_undecided(last))
     animation = shown["rounds_plot"]
     drawn = [t for t in animation.data if t.name == UNDECIDED_NAME and t.y is not None and len(t.y)]
-    assert drawn and all("could not be told apart from the cut" in d[0] or "no candidate" in d[0]
-                         for t in drawn for d in t.customdata)
+    assert bool(drawn) == any(marked_undecided(p) for p in points)
+    assert all("could not be told apart from the cut" in d[0] or "no candidate" in d[0] for t in drawn for d in t.customdata)
     captions = run_captions(comp)
     for point, caption in zip(comp.sbon.decision_points, captions):
         if point.tied:
-            assert "no candidate can still follow these instructions" in caption or "as likely" in caption
+            assert "none can still pass" in caption or "as likely" in caption
+        elif coin_toss(point):
+            assert "scores within the noise: a coin toss" in caption
         elif point.undecided:
-            assert "could not be told apart from the cut" in caption and "next decision point" in caption
+            assert "within the noise: kept to wait a round, or drawn" in caption
     assert present_step(comp, 0)[1] == captions[0]
     from components.live import LiveTracker, progress_figure
 
-    tracker = LiveTracker(24)
+    tracker = LiveTracker(24, reward=comp.sbon.reward)
     tracker.results["sbon"] = comp.sbon  # Best-of-N's phase of the live chart: Speculative Rejection has answered
     bars = [t for t in progress_figure(tracker, comp.n).data if t.name == UNDECIDED_NAME]
-    assert len(bars) == 1 and bars[0].showlegend and set(bars[0].y) == {k for p in points for k in p.undecided
-                                                                         if k not in p.final}
+    marked = {k for p in points for k in marked_undecided(p)}  # only where the mark sets some apart from others
+    assert len(bars) == 1 and bars[0].showlegend is bool(marked) and set(bars[0].y) == marked
     table = shown["table"]
     assert table["last decision"].str.contains("could not be told apart from the cut|no candidate can still").any()
 
@@ -200,9 +203,12 @@ def test_a_cut_among_scores_all_alike_says_so_and_the_chart_shows_it():
     point = DecisionPoint(1, 16, [0, 1, 2, 3], [0, 1], [2, 3], 0.00088, scores=[0.00092, 0.00088, 0.00085, 0.00082],
                           undecided=[0, 1, 2, 3], tied=True)
     reason = point_reasons(point, "ifeval")[3].text()
-    assert reason.startswith("no candidate can still follow these instructions; the cut fell to the shortest")
+    assert reason.startswith("no candidate can still follow the instructions: shortest kept")
     assert "<" not in reason  # no comparison with the cut, as if the score meant something
-    assert "no candidate can still follow these instructions" in round_caption(point, reward="ifeval")
-    assert "every candidate scored the same" in point_reasons(point, "minilm-pref")[3].text()
+    assert "none can still pass: shortest kept" in round_caption(point, reward="ifeval")
     title = round_figure(point, 4, reward="ifeval").layout.title.text.replace("<br>", " ")
-    assert "No candidate can still follow these instructions" in title
+    assert "No candidate can still follow the instructions: shortest kept" in title
+    # scores equal where the cut fell: the candidate number decided it, whatever the reward
+    equal = DecisionPoint(1, 16, [0, 1, 2, 3], [0, 1], [2, 3], 0.0, scores=[0.0] * 4, tied=True)
+    assert round_caption(equal, reward="ifeval").endswith("none can still pass: lowest numbers kept")
+    assert round_caption(equal, reward="minilm-pref").endswith("all scored the same: lowest numbers kept")
