@@ -179,7 +179,7 @@ def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(co
     assert "Press" not in elsewhere and "Intel Xeon (AVX2)" in elsewhere and here in elsewhere
     other_path = tables.reproduction_note(comparison, here, comparison.sbon.weights,
                                           "compiled" if path == "eager" else "eager")
-    assert "Press" not in other_path and "path" in other_path
+    assert "Press" not in other_path and "decoding" in other_path
     unnamed = copy.deepcopy(comparison)
     unnamed.sbon.machine = None
     assert "Press" not in tables.reproduction_note(unnamed, here, comparison.sbon.weights, path)
@@ -211,7 +211,7 @@ def test_best_of_n_s_phase_is_narrated_step_by_step_against_speculative_rejectio
 
     events = comparison_events(gen, likelihood, COMPARISON_PROMPT, 6, alpha=0.5, max_new_tokens=24, seed=2, taus=[8],
                                bon_same_memory=True, signals=())
-    tracker, captions = LiveTracker(24), []
+    tracker, captions = LiveTracker(24, reward="likelihood"), []
     for event in events:
         tracker.update(event)
         if isinstance(event, ComparisonReady):
