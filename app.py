@@ -60,7 +60,7 @@ from components.tuning import on_tune_upload, on_use_tuned  # noqa: E402
 from components.updates import WARNING, FrozenFigure, Refused, Update  # noqa: E402
 from components.views import (CORRELATION_NOTE, NO_RUN, SHOWN, on_decision_point, on_pick, on_play,  # noqa: E402
                               on_row_select, on_tradeoff_kind)
-from sbon.analysis.comparison import Comparison, comparison_events  # noqa: E402
+from sbon.analysis.comparison import Comparison  # noqa: E402
 from sbon.config import FIRST_DECISION_TOKENS  # noqa: E402
 from sbon.errors import SBoNError  # noqa: E402
 from sbon.zerogpu import GPU, gpu_duration, load_before_launch  # noqa: E402
@@ -87,12 +87,8 @@ def comparison_on_gpu(settings: RunSettings) -> Iterator:
 
 
 def comparison_with(models: ModelCache, settings: RunSettings) -> Iterator:
-    """The comparison's events for these settings, with the models from `models`."""
-    gen, reward = models.get(settings.generator, settings.reward)
-    config = settings.config().replace(decode=models.decode(settings.generator, gen))
-    # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
-    yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
-                                 bon_same_memory=settings.bon_same_memory)
+    """The comparison's events for these settings, with the models from `models` (ModelCache.comparison)."""
+    yield from models.comparison(settings)
 
 
 def compare_endpoint(runs: Runs) -> Callable[..., str]:

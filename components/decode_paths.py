@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Iterator
 
 from sbon.cache import cache_dir
-from sbon.decoders import check_decode, compile_problem, compiled_state, prepare
+from sbon.cuda_graphs import plan
+from sbon.decoders import check_decode, compile_problem, compiled_state, graphs, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.machine import AutoPath, Choice, auto_path, decode_threads, title
@@ -30,8 +31,11 @@ from .torch_thread import TORCH_THREAD
 
 log = logging.getLogger(__name__)
 
-# The graphs a GPU builds ahead: the row buckets of a page-default run (N=16), with and without hidden states.
-GPU_GRAPHS = [(rows, hidden) for rows in (16, 8, 4, 2) for hidden in (False, True)]
+
+def gpu_graphs(gen: Generator) -> list[tuple[int, int]]:
+    """The CUDA graphs (rows, slab length) a GPU captures at model load: those a page-default run replays."""
+    from .controls import DEFAULTS
+    return plan(DEFAULTS.n, len(gen.encode_prompt(DEFAULTS.prompt)), DEFAULTS.max_new_tokens)
 
 
 def app_decode() -> str:
@@ -70,7 +74,7 @@ class DecodePaths:
     them beside the eager ones and saves the choice after each (sbon.probe). Runs take the saved choice at their
     start (the model cache loads the generator in its format; ``decode`` loads its compiled step once saved), the
     safe path until there is one. Each run records the path it decoded with (RunResult.decode). On a GPU the compiled
-    step is CUDA graphs, built in this process between runs.
+    step is CUDA graphs, captured in this process at model load (seconds).
 
     A child, not this process: measuring loads every weight format and times them; here it would hold TORCH_THREAD,
     so that no run could start meanwhile. It runs at this process's priority, since a timing beside other work would
@@ -148,8 +152,8 @@ class DecodePaths:
         asked = app_decode()
         if asked != "auto":
             return asked
-        if gen.device.type == "cuda":
-            return "compiled" if name in self._gpu_ready else "eager"
+        if gen.device.type == "cuda":  # CUDA graphs from the first run after the load (_gpu_decode)
+            return "compiled" if name in self._started and name not in self._failed else "eager"
         return self._cpu_decode(name, gen, load=False)
 
     def _cpu_decode(self, name: str, gen: Generator, load: bool) -> str:
@@ -185,37 +189,39 @@ class DecodePaths:
             self._measure(name)
 
     def _gpu_decode(self, name: str, gen: Generator) -> str:
-        """On a GPU: the compiled step with CUDA graphs once built, eagerly until then. Its graphs are built on
-        TORCH_THREAD (CUDA graphs replay on the thread that captured them), one graph per task, so a run asked for
-        meanwhile waits for one graph's compile at most, not for all of them."""
-        if name in self._gpu_ready:
-            return "compiled"
-        if on_zerogpu():  # a lent GPU worker lives for one run: nothing built there outlasts it
+        """On a GPU: CUDA graphs from the first run on (sbon.cuda_graphs). The page-default run's graphs are
+        captured at model load, one graph per task on TORCH_THREAD, so that a run asked for meanwhile goes between
+        two captures; a run captures any other graph it needs where it first needs it (well under a second each).
+        Eagerly where the step cannot be captured (the page says why), and on ZeroGPU (untried there)."""
+        if on_zerogpu() or name in self._failed or compile_problem(gen) is not None:
             return "eager"
-        if name not in self._started and compile_problem(gen) is None:
+        if graphs(gen).failed:
+            self._failed[name] = f"its CUDA graphs could not be captured ({graphs(gen).failed})"
+            return "eager"
+        if name not in self._started:
             self._started[name] = time.perf_counter()
-            TORCH_THREAD.submit(self._build_gpu, name, gen, list(GPU_GRAPHS))
-        return "eager"
+            TORCH_THREAD.submit(self._build_gpu, name, gen, gpu_graphs(gen))
+        return "compiled"
 
-    def _build_gpu(self, name: str, gen: Generator, todo: list[tuple[int, bool]]) -> None:
-        """Build the first graph of ``todo``, then queue the rest behind whatever was asked for meanwhile."""
+    def _build_gpu(self, name: str, gen: Generator, todo: list[tuple[int, int]]) -> None:
+        """Capture the first graph of ``todo``, then queue the rest behind whatever was asked for meanwhile."""
+        dec = graphs(gen)
         try:
-            from sbon.decoders import _compiled
-            rows, hidden = todo[0]
-            dec, prefix = _compiled(gen), gen.prefill(gen.encode_prompt("Hi"))
-            batch = dec.start(prefix, list(range(rows)), hidden, 2)
-            dec.forward(batch, prefix.logits.argmax(-1).expand(rows))
+            rows, length = todo[0]
+            dec.capture_ahead(rows, length, gen.prefill(gen.encode_prompt("Hi")))
             gen.synchronize()
-        except Exception as e:  # noqa: BLE001 - runs stay eager and the page says why
-            log.warning("the compiled step of %s was not built: %s: %s", name, type(e).__name__, e)
-            self._failed[name] = f"its compiled step with CUDA graphs could not be built ({type(e).__name__})"
+        except Exception as e:  # noqa: BLE001 - runs capture on demand, or stay eager, and the page says why
+            log.warning("the CUDA graphs of %s were not captured: %s: %s", name, type(e).__name__, e)
+            self._failed[name] = f"its CUDA graphs could not be captured ({type(e).__name__})"
             return
-        if todo[1:]:
+        if dec.failed:
+            self._failed[name] = f"its CUDA graphs could not be captured ({dec.failed})"
+        elif todo[1:]:
             TORCH_THREAD.submit(self._build_gpu, name, gen, todo[1:])
         else:
             self._gpu_ready.add(name)
-            log.info("the compiled step of %s with CUDA graphs is built (%.0f s)", name,
-                     time.perf_counter() - self._started[name])
+            log.info("the CUDA graphs of %s are captured (%.1f s after its load; %.1f s capturing)", name,
+                     time.perf_counter() - self._started[name], dec.capture_s)
 
     def status(self, name: str) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say)."""
@@ -238,9 +244,9 @@ class DecodePaths:
             return (f"{generator_title(name)} decodes with {now}: measuring this machine's decode paths failed "
                     f"(exit status {child.returncode}; the app's log says why).")
         if name in self._gpu_ready:
-            return f"{generator_title(name)} decodes with its compiled step with CUDA graphs."
+            return f"{generator_title(name)} decodes with CUDA graphs."
         if name in self._started and default_device().type == "cuda":
-            return f"⚙ {generator_title(name)}: building its compiled step with CUDA graphs (runs decode op by op until then)."
+            return f"⚙ {generator_title(name)}: capturing its CUDA graphs (seconds)."
         if choice is not None:
             return f"{generator_title(name)} decodes with {choice.words}." if choice.weights else f"{generator_title(name)}: {choice.words}."
         return ""

@@ -21,10 +21,11 @@ from contextlib import nullcontext
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
+from sbon.analysis.comparison import comparison_events
 from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.cache import cache_dir
@@ -206,6 +207,15 @@ class ModelCache:
         names another)."""
         gen = self._generators.get((generator, str(self.device())))
         return gen is None or not self.decode_paths or gen.weights == self.decode_paths.path(generator).weights
+
+    def comparison(self, settings) -> Iterator:
+        """The comparison's events for these run settings (components.controls.RunSettings): the app's one run path,
+        its models from here, decoded as ``decode`` says."""
+        gen, reward = self.get(settings.generator, settings.reward)
+        config = settings.config().replace(decode=self.decode(settings.generator, gen))
+        # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
+        yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
+                                     bon_same_memory=settings.bon_same_memory)
 
     def decode(self, generator: str, gen: Generator) -> str:
         """The decode path (sbon.decoders) of a run of this generator that starts now: see DecodePaths."""

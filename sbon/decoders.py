@@ -4,10 +4,9 @@
 - ``compiled``: one `torch.compile`d decode step over a static KV slab (``sbon.static_cache``), as gpt-fast
   does it, over at least two rows (the bf16 format's kernels' smallest, ``sbon.engine.WEIGHT_FORMATS``), padding
   rows' results dropped: on a CPU, inductor's C++ kernels with the row count and the length symbolic (one graph
-  for every batch, two where a run keeps hidden states); on a CUDA device the same step as CUDA graphs
-  (``mode="reduce-overhead"``) for power-of-two row buckets over the slab's whole length (shapes a graph can
-  replay), the unwritten end masked. Each row's numbers depend on that row only, at any row count
-  (tests/test_compiled_step.py).
+  for every batch, two where a run keeps hidden states); on a CUDA device CUDA graphs captured from the eager step
+  (sbon.cuda_graphs: no compiler, seconds), one per row bucket over the slab's whole length, the unwritten end
+  masked. Each row's numbers depend on that row only, at any row count (tests/test_compiled_step.py).
 - ``auto``: the path measured on this machine (sbon.machine, ``python -m sbon machine``): on a CPU ``compiled`` where
   the fastest path whose coupling was measured exact is this weight format's compiled step, ``eager`` elsewhere and
   before anything is measured; on a GPU ``compiled`` (CUDA graphs) unless the measurement chose eager.
@@ -30,6 +29,7 @@ import torch
 
 from . import aot_step
 from .attention import load_kernel
+from .cuda_graphs import GraphDecoder
 from .engine import Batch, Generator, Prefix
 from .errors import SBoNError
 from .static_cache import SlabCache
@@ -259,8 +259,19 @@ def decoder(gen: Generator, decode: str = "auto"):
 RECOMPILE_LIMIT = 64
 
 
-def _compiled(gen: Generator) -> CompiledDecoder:
-    """One compiled decoder per generator, reused by every run (its graphs stay compiled)."""
+def graphs(gen: Generator) -> GraphDecoder:
+    """The generator's CUDA-graph decoder (sbon.cuda_graphs), one per generator, its graphs captured as runs need
+    them or ahead; off CUDA its "graphs" run the step eagerly (what the tests and gpu-check's dry run use)."""
+    if getattr(gen, "_graph_decoder", None) is None:
+        gen._graph_decoder = GraphDecoder(gen, _step)
+    return gen._graph_decoder
+
+
+def _compiled(gen: Generator) -> CompiledDecoder | GraphDecoder:
+    """One compiled decoder per generator, reused by every run (its graphs stay compiled): on a CUDA device, or
+    where graphs were made for the generator, the CUDA-graph one."""
+    if gen.device.type == "cuda" or getattr(gen, "_graph_decoder", None) is not None:
+        return graphs(gen)
     _use_our_inductor_cache()
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     if getattr(gen, "_compiled_decoder", None) is None:

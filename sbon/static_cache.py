@@ -32,14 +32,20 @@ class SlabLayer(StaticLayer):
         with torch.inference_mode(False):
             self.slab_keys = keys.new_zeros(capacity, heads, max_len, dim)
             self.slab_values = values.new_zeros(capacity, heads, max_len, values.shape[-1])
-            self.slab_keys[:, :, :length] = keys  # a prefix of one row broadcasts to every row
-            self.slab_values[:, :, :length] = values
             self.cumulative_length = torch.tensor(length, device=keys.device)
         if self.device.type == "cuda":  # one tensor for the slab's life: marked once (see view)
             torch._dynamo.mark_static_address(self.cumulative_length, guard=False)
-        self.length, self.rows = length, capacity
         self.is_initialized = True
-        self.view(capacity, length)
+        self.load(keys, values)
+
+    def load(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Start again from a prefix of one row, copied to every row (what lies beyond it stays, masked)."""
+        length = keys.shape[-2]
+        self.slab_keys[:, :, :length] = keys  # a prefix of one row broadcasts to every row
+        self.slab_values[:, :, :length] = values
+        self.cumulative_length.fill_(length)
+        self.length, self.rows = length, self.slab_keys.shape[0]
+        self.view(self.rows, length)
 
     def view(self, rows: int, length: int) -> None:
         """What the model reads: the first ``rows`` rows, ``length`` tokens (written ones, and the next)."""
@@ -77,6 +83,11 @@ class SlabCache(Cache):
     def __init__(self, prefix: Cache, capacity: int, max_len: int):
         super().__init__(layers=[SlabLayer(layer.keys, layer.values, capacity, max_len) for layer in prefix.layers])
 
+    def load(self, prefix: Cache) -> None:
+        """Start a new batch in the same slab (a CUDA graph's addresses stay): the prefix copied to every row."""
+        for layer, source in zip(self.layers, prefix.layers):
+            layer.load(source.keys, source.values)
+
     @property
     def capacity(self) -> int:
         return self.layers[0].slab_keys.shape[0]
@@ -103,8 +114,10 @@ class SlabCache(Cache):
             layer.cumulative_length.fill_(layer.length)
             layer.view(rows, length or layer.length + 1)
 
-    def advance(self, tokens: int = 1) -> None:
-        """After a step: ``tokens`` more are written in every live row; the view goes back to the live rows."""
+    def advance(self, tokens: int = 1, views: bool = True) -> None:
+        """After a step: ``tokens`` more are written in every live row; the view goes back to the live rows
+        (``views=False``: not yet; a CUDA graph reads the slab itself, and whatever reads the views next makes them)."""
         for layer in self.layers:
             layer.length += tokens
-            layer.view(layer.rows, layer.length)
+            if views:
+                layer.view(layer.rows, layer.length)

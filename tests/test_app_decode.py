@@ -10,16 +10,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from components.decode_paths import GPU_GRAPHS, DecodePaths, app_decode
+from components.decode_paths import DecodePaths, app_decode
 from components.model_cache import ModelCache
-from components.torch_thread import TORCH_THREAD
 from sbon.models import generator_title
 from sbon.decoders import compiled_state
 from sbon.errors import SBoNError
@@ -82,35 +80,6 @@ def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_i
     assert [r.getMessage() for r in caplog.records if r.name == "components.decode_paths"] == [
         f"measuring {NAME}'s decode paths stopped (exit status -9): runs keep fp32 eager"]
     assert "measuring this machine's decode paths failed" in steps.status(NAME)
-
-
-def test_on_a_gpu_a_run_waits_for_one_graph_of_the_build_not_all_then_runs_compiled(monkeypatch):
-    """Stand-ins for a GPU generator and its compiled decoder (the graphs' compile is minutes on a GPU): the build
-    goes one graph per task on the torch thread, so a run asked for while it builds goes second, eagerly."""
-    built = []
-
-    class Decoder:
-        def start(self, prefix, rows, hidden, _chunk):
-            return len(rows), hidden
-
-        def forward(self, batch, tokens):
-            time.sleep(0.02)
-            built.append(batch)
-
-    gpu = SimpleNamespace(device=torch.device("cuda"), encode_prompt=lambda text: [1], synchronize=lambda: None,
-                          prefill=lambda ids: SimpleNamespace(logits=torch.zeros(1, 8)))
-    monkeypatch.setenv("SBON_DECODE", "auto")
-    monkeypatch.setattr("components.decode_paths.compile_problem", lambda gen: None)
-    monkeypatch.setattr("sbon.decoders._compiled", lambda gen: Decoder())
-    steps = DecodePaths()
-    assert steps.decode(NAME, gpu) == "eager"
-    TORCH_THREAD.submit(built.append, "run").result()
-    assert built.index("run") == 1 and steps.decode(NAME, gpu) == "eager"
-    deadline = time.monotonic() + 10
-    while NAME not in steps._gpu_ready and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert [b for b in built if b != "run"] == GPU_GRAPHS and steps.decode(NAME, gpu) == "compiled"
-    assert "compiled step with CUDA graphs" in steps.status(NAME)
 
 
 def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, unmeasured_machine):

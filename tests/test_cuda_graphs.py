@@ -1,0 +1,194 @@
+"""The CUDA-graph decoder (sbon.cuda_graphs) without CUDA: its slabs, row buckets and buffers are the same on a CPU,
+where a "graph" runs the step eagerly at each replay; what a capture would record is checked on the op stream; a
+capture that fails is simulated. Then the app's side (components.decode_paths): captures at model load, one per
+task on the torch thread, a run asked for meanwhile, the fallback, and ZeroGPU's worker."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+import time
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from benchmarks import gpu_stand_ins
+from components import decode_paths
+from components.decode_paths import DecodePaths
+from components.torch_thread import TORCH_THREAD
+from sbon import algorithms
+from sbon.config import RunConfig
+from sbon.cuda_graphs import GRAPH_MIN_ROWS, GraphDecoder, graph_rows, plan, slab_length
+from sbon.decoders import _step, decoder, graphs
+from sbon.engine import Generator
+from sbon.rewards import CallableReward
+
+NAME = "smollm2-135m"
+PROMPT = "Give three tips for staying healthy."
+ZERO = CallableReward(lambda prompt, responses: [float(len(r)) for r in responses])
+
+
+def fresh(gen: Generator, dtype: torch.dtype | None = None) -> Generator:
+    """The same model as another Generator (a decoder hangs on its generator: the fixture's stays untouched); in
+    another dtype, a copy."""
+    model = gen.model if dtype is None else copy.deepcopy(gen.model).to(dtype)
+    return Generator(model, gen.tokenizer, name=gen.name, weights=gen.weights)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Generator:
+    """A tiny random Llama with SmolLM2's tokenizer and SDPA attention, the attention a CUDA device runs."""
+    torch.manual_seed(0)
+    model = gpu_stand_ins.random_llama(gpu_stand_ins.smollm2_tokenizer(), torch.device("cpu"), torch.float32,
+                                   {**gpu_stand_ins.SMOLLM2_135M, **gpu_stand_ins.TINY_ARCH})
+    assert model.config._attn_implementation == "sdpa"
+    return Generator(model, gpu_stand_ins.smollm2_tokenizer(), name=NAME)
+
+
+def run(gen: Generator, method: str, decode: str, n: int = 5, tokens: int = 8, reward=ZERO):
+    config = RunConfig(method=method, n=n, alpha=0.5, max_new_tokens=tokens, prune_by="reward", decode=decode)
+    return algorithms.run(algorithms.events(gen, reward, PROMPT, config))
+
+
+# -- buckets --------------------------------------------------------------------------------------------
+
+def test_every_run_of_up_to_sixteen_candidates_decodes_through_one_shape():
+    assert GRAPH_MIN_ROWS == 16
+    assert [graph_rows(n) for n in (1, 2, 7, 16, 17, 33, 128)] == [16, 16, 16, 16, 32, 64, 128]
+    assert [slab_length(t) for t in (10, 256, 257, 1000)] == [256, 256, 512, 1024]
+    assert plan(16, 40, 128) == [(16, 256)]  # the page default: one graph
+    assert plan(64, 300, 128) == [(64, 512), (32, 512), (16, 512)]
+
+
+# -- the decoder -----------------------------------------------------------------------------------------
+
+def test_graphs_decode_the_eager_tokens_and_later_batches_reuse_the_slab_and_its_graph(tiny):
+    """In float32: Speculative Rejection (pruning compacts the slab's rows) and Best-of-N in
+    batches through the graph decoder give the eager decoder's tokens; every batch of the same length takes the
+    same slab, and one graph serves both methods."""
+    own = fresh(tiny)
+    dec = graphs(own)
+    assert decoder(own, "compiled") is dec and dec.name == "compiled"
+    for method in ("sbon", "bon"):
+        eager, graph = run(own, method, "eager"), run(own, method, "compiled")
+        assert graph.decode == "compiled"
+        assert [c.token_ids for c in graph.candidates] == [c.token_ids for c in eager.candidates]
+        assert any(c.pruned_round for c in graph.candidates) or method == "bon"
+    assert len(dec.slabs) == 1 and list(dec.slabs[0].graphs) == [16]
+
+
+def test_a_survivor_s_logits_are_its_best_of_n_twin_s_bits_in_bfloat16(tiny):
+    """bfloat16, where a batch's rounding may depend on its rows: a candidate's row gives the same bits whichever
+    rows share its 16-row step and wherever it sits in it, so Speculative Rejection's survivors are their Best-of-N
+    twins token for token."""
+    own = fresh(tiny, torch.bfloat16)
+    dec = graphs(own)
+    prefix = own.prefill(own.encode_prompt(PROMPT))
+    many = dec.start(prefix, [0, 1, 2, 3, 4, 5, 6], False, 8)
+    dec.forward(many, torch.tensor([3, 1, 4, 1, 5, 9, 2]) + 200)
+    two = dec.start(prefix, [4, 0], False, 8)  # the same candidates' tokens, other neighbours and places
+    dec.forward(two, torch.tensor([5, 3]) + 200)
+    assert torch.equal(two.logits[0], many.logits[4]) and torch.equal(two.logits[1], many.logits[0])
+    sbon, bon = run(own, "sbon", "compiled", n=8, tokens=12), run(own, "bon", "compiled", n=8, tokens=12)
+    twins = {c.id: c.token_ids for c in bon.candidates}
+    assert sum(c.pruned_round is None for c in sbon.candidates) >= 2
+    assert all(c.token_ids == twins[c.id] for c in sbon.candidates if c.pruned_round is None)
+    assert all(c.token_ids == twins[c.id][:len(c.token_ids)] for c in sbon.candidates)
+
+
+class Kernels(TorchDispatchMode):
+    """Every operation dispatched, with its tensors' shapes, strides, offsets and dtypes and its other arguments:
+    what a CUDA graph would record of it, but the addresses."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def plain(x):
+            return (tuple(x.shape), x.stride(), x.storage_offset(), x.dtype) if isinstance(x, torch.Tensor) else x
+        self.ops.append((str(func), tree_map(plain, args), tree_map(plain, kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_captured_step_is_the_same_kernels_at_every_length_and_never_waits_for_the_host(tiny):
+    """A graph replays what it recorded: the step must launch the same operations with the same arguments at every
+    length of the slab (the length reaches it only as a tensor), and none that reads a value back to Python (a
+    capture refuses those)."""
+    dec = GraphDecoder(tiny, _step)
+    batch = dec.start(tiny.prefill(tiny.encode_prompt(PROMPT)), [0, 1, 2], False, 16)
+    slab, traces = dec._slab_of(batch), []
+    with torch.inference_mode():
+        for _ in range(3):
+            slab.length.fill_(slab.cache.get_seq_length())
+            with Kernels() as kernels:
+                slab.body(tiny.model, _step, 16)()
+            slab.cache.advance()
+            traces.append(kernels.ops)
+    assert traces[0] == traces[1] == traces[2] and len(traces[0]) > 50
+    assert not [op for op, *_ in traces[0] if op in ("aten._local_scalar_dense.default", "aten.item.default")]
+
+
+def test_a_capture_that_fails_is_one_logged_line_and_the_run_goes_on_eagerly(tiny, caplog):
+    own = fresh(tiny)
+    eager = run(own, "sbon", "eager")
+
+    def broken(body, pool):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+    own._graph_decoder = GraphDecoder(own, _step, capture=broken)
+    with caplog.at_level(logging.WARNING, logger="sbon.cuda_graphs"):
+        result = run(own, "sbon", "compiled")
+    assert [c.token_ids for c in result.candidates] == [c.token_ids for c in eager.candidates]
+    assert result.decode == "eager"  # the run says the path it really took
+    lines = [r.getMessage() for r in caplog.records if r.name == "sbon.cuda_graphs"]
+    assert len(lines) == 1 and "RuntimeError: operation not permitted when stream is capturing" in lines[0]
+    steps = DecodePaths()  # the app learns it at the next run's start, and the page says why
+    assert steps._gpu_decode(NAME, own) == "eager" and "could not be captured" in steps.status(NAME)
+
+
+# -- the app's side -----------------------------------------------------------------------------------------
+
+def test_captures_at_load_go_one_per_task_and_a_run_asked_for_meanwhile_goes_between(tiny, monkeypatch):
+    """The page-default graphs are captured on the torch thread one per task: a run asked for while they are
+    captured waits for one capture at most; it decodes on graphs (capturing what it needs itself), and so does
+    the first run after them."""
+    order = []
+
+    def slow(body, pool):
+        order.append("capture")
+        time.sleep(0.05)
+        return body
+    own = fresh(tiny)
+    own._graph_decoder = GraphDecoder(own, _step, capture=slow)
+    prompt_tokens = len(own.encode_prompt(PROMPT))
+    monkeypatch.setattr(decode_paths, "gpu_graphs", lambda gen: plan(64, prompt_tokens, 12))
+    steps = DecodePaths()
+    assert steps._gpu_decode(NAME, own) == "compiled"  # at load: graphs from the first run on
+    TORCH_THREAD.submit(order.append, "run").result()
+    assert order.index("run") == 1
+    deadline = time.monotonic() + 20
+    while NAME not in steps._gpu_ready and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(order) == 4 and NAME in steps._gpu_ready and "decodes with CUDA graphs" in steps.status(NAME)
+    slab = own._graph_decoder.slabs[0]
+    assert (slab.capacity, sorted(slab.graphs)) == (64, [16, 32, 64])
+    result = TORCH_THREAD.submit(run, own, "sbon", steps._gpu_decode(NAME, own), 6, 12).result()
+    assert result.decode == "compiled" and len(order) == 4  # the run found its graph captured
+
+
+def test_zerogpu_s_worker_decodes_eagerly_and_only_plain_data_crosses(tiny, monkeypatch):
+    """A ZeroGPU worker lives for one call: nothing is captured there, and what it yields is plain data."""
+    monkeypatch.setattr(decode_paths, "on_zerogpu", lambda: True)
+    steps = DecodePaths()
+    own = fresh(tiny)
+    assert steps._gpu_decode(NAME, own) == "eager" and NAME not in steps._started
+    assert getattr(own, "_graph_decoder", None) is None
+    decode = steps._gpu_decode(NAME, own)
+    events = [e for method in ("sbon", "bon") for e in algorithms.events(own, ZERO, PROMPT, RunConfig(
+        method=method, n=4, alpha=0.5, max_new_tokens=6, prune_by="reward", decode=decode))]
+    for event in events:  # a tensor would pickle with torch's rebuild functions named in it
+        assert b"torch" not in pickle.dumps(event)
+    assert events[-1].result.decode == "eager"
