@@ -241,12 +241,19 @@ def build_prompt_inputs(ui: SimpleNamespace) -> None:
     ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt", value=DEFAULTS.prompt)
     gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
                 example_labels=[e.label for e in EXAMPLES], examples_per_page=10)
-    with gr.Accordion("Instructions (for the Follow instructions reward)", open=False, elem_id="instructions-block"):
+    with gr.Accordion("Instructions the answer must follow (checked by the Follow instructions reward)", open=False,
+                      elem_id="instructions-block"):
         ui.instruction_types = gr.Dropdown(instruction_choices.type_choices(), multiselect=True,
                                            label="Add an instruction", elem_id="instruction-types")
-        ui.instructions = gr.Textbox(label="The instructions the reward checks (editable)", lines=3,
-                                     placeholder=instruction_choices.PLACEHOLDER, elem_id="instructions")
         ui.instructions_note = gr.Markdown(elem_id="instructions-note")
+        with gr.Row():
+            ui.clear_instructions = gr.Button("Clear the instructions", size="sm", scale=0, min_width=180,
+                                              elem_id="clear-instructions")
+        with gr.Accordion("Edit as JSON (IFEval's instruction ids and arguments)", open=False,
+                          elem_id="instructions-json"):
+            ui.instructions = gr.Textbox(label="The instructions as the reward takes them: change a number or a word, "
+                                               "or remove a line", lines=3,
+                                         placeholder=instruction_choices.PLACEHOLDER, elem_id="instructions")
     gr.Markdown(page_text.CONTENT_NOTE, elem_id="content-note")
     ui.prompt_note = gr.Markdown(visible=False, elem_id="prompt-note")
 
@@ -432,7 +439,7 @@ def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
     """Run and Stop. Two steps: the request is answered at once (refused, queued or starting), then the run
     itself waits for the one generation slot."""
     request = ui.run_btn.click(by_name(ui, runs.request), inputs=ui.running,
-                               outputs=el(ui, "running", "status", "stop_btn", "summary"), concurrency_limit=None,
+                               outputs=el(ui, "running", "status", "caption", "stop_btn", "summary"), concurrency_limit=None,
                                show_progress="hidden", **PRIVATE)
     run_event = request.success(by_name(ui, runs.run),
                                 inputs=el(ui, *SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
@@ -441,7 +448,7 @@ def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
                                 **PRIVATE)
     ui.run_btn.click(None, js=SCROLL_TO_LIVE_JS)  # in the presenter view, the live chart comes into sight
     ui.stop_btn.click(by_name(ui, on_stop), inputs=el(ui, "comparison", "origin"),
-                      outputs=el(ui, "status", "running", "stop_btn", "source", "summary"), cancels=[run_event],
+                      outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary"), cancels=[run_event],
                       **PRIVATE)
 
 
@@ -454,7 +461,7 @@ def wire_settings(ui: SimpleNamespace) -> None:
     ui.prompt.change(by_name(ui, instruction_choices.on_prompt), inputs=el(ui, "prompt", "instructions"),
                      outputs=ui.instructions, **PRIVATE)
     # .input: the visitor's choice only, so the dropdown following the settings (below) sets nothing back.
-    ui.scenario.input(by_name(ui, on_scenario), inputs=ui.scenario,
+    ui.scenario.input(by_name(ui, on_scenario), inputs=el(ui, "scenario", "prompt"),
                       outputs=el(ui, "reward", "prune_by", "max_new_tokens", "prompt", "scenario_prompts"), **PRIVATE)
     for control in el(ui, "reward", "prune_by", "max_new_tokens"):
         control.change(by_name(ui, on_settings_scenario), inputs=el(ui, "reward", "prune_by", "max_new_tokens"),
@@ -463,11 +470,17 @@ def wire_settings(ui: SimpleNamespace) -> None:
                                **PRIVATE)
     ui.scenario_prompts.change(by_name(ui, instruction_choices.on_example), inputs=ui.scenario_prompts,
                                outputs=el(ui, "instructions", "instruction_types"), **PRIVATE)
+    # Instructions given under another reward switch the run to the instruction reward; the note under them says
+    # which reward checks them, or that the reward chosen since ignores them.
     ui.instruction_types.input(by_name(ui, instruction_choices.on_types),
-                               inputs=el(ui, "instruction_types", "instructions"),
-                               outputs=el(ui, "instructions", "instruction_types"), **PRIVATE)
-    ui.instructions.change(by_name(ui, instruction_choices.on_text), inputs=ui.instructions,
-                           outputs=el(ui, "instructions_note", "instruction_types"), **PRIVATE)
+                               inputs=el(ui, "instruction_types", "instructions", "reward"),
+                               outputs=el(ui, "instructions", "instruction_types", "reward"), **PRIVATE)
+    ui.instructions.input(by_name(ui, instruction_choices.on_typed), inputs=el(ui, "instructions", "reward"),
+                          outputs=ui.reward, **PRIVATE)
+    ui.clear_instructions.click(lambda: "", outputs=ui.instructions, **PRIVATE)
+    for source in (ui.instructions, ui.reward):
+        source.change(by_name(ui, instruction_choices.on_text), inputs=el(ui, "instructions", "reward"),
+                      outputs=ui.instructions_note, **PRIVATE)
     ui.model_timer.tick(by_name(ui, on_model_timer), outputs=el(ui, "model_status", "model_timer"),
                         show_progress="hidden", **PRIVATE)
     ui.tune_file.upload(by_name(ui, on_tune_upload), inputs=ui.tune_file,

@@ -179,12 +179,22 @@ def run_controls_beside_plot(page) -> dict[str, Any]:
 # bar, and the smallest text of the live chart.
 _PRESENTER_SCREEN = """() => { const r = (s) => document.querySelector(s).getBoundingClientRect();
   const h = window.innerHeight, w = window.innerWidth, run = r('#run'), cap = r('#round-caption');
-  const chart = r('#live-plot .main-svg'), bar = r('#run-bar');
+  const chart = r('#live-plot .main-svg'), bar = r('#run-bar'), legend = document.querySelector('#live-plot .legend');
   const inside = (b) => b.top >= 0 && b.bottom <= h + 0.5 && b.left >= 0 && b.right <= w + 0.5;
-  const sizes = [...document.querySelectorAll('#live-plot svg text')].filter((t) => t.textContent.trim()
-      && t.getBoundingClientRect().width).map((t) => parseFloat(getComputedStyle(t).fontSize));
+  const texts = [...document.querySelectorAll('#live-plot svg text')].filter((t) => t.textContent.trim()
+      && t.getBoundingClientRect().width);
+  const sizes = texts.map((t) => parseFloat(getComputedStyle(t).fontSize));
+  const rows = [...document.querySelectorAll('#live-plot .ytick text')].filter((t) => t.getBoundingClientRect().width)
+      .map((t) => t.textContent.trim());
+  const words = document.querySelector('#round-caption .prose, #round-caption .md') || document.querySelector('#round-caption');
+  const line = parseFloat(getComputedStyle(words).lineHeight) || 26;
+  const box = (b) => b && [Math.round(b.top), Math.round(b.bottom)];
+  const lb = legend && legend.getBoundingClientRect();
   return {run: inside(run), caption: inside(cap) && cap.top >= bar.bottom - 1,
-          chart: inside(chart) && chart.top >= bar.bottom - 1, chart_box: [chart.top, chart.bottom],
+          chart: inside(chart) && chart.top >= cap.bottom - 1 && chart.top >= bar.bottom - 1,
+          legend_inside: !lb || (lb.top >= chart.top - 1 && lb.bottom <= chart.bottom + 1 && lb.right <= chart.right + 1),
+          run_box: box(run), caption_box: box(cap), chart_box: box(chart), legend_box: box(lb),
+          caption_lines: Math.round(words.scrollHeight / line), labelled_rows: rows,
           caption_text: document.querySelector('#round-caption').innerText, min_text_px: Math.min(...sizes),
           viewport: [w, h]}; }"""
 # The savings table: both method columns inside the window and nothing scrolled off to the side.

@@ -220,6 +220,10 @@ def signal_labels() -> list[tuple[str, str]]:
 
 # -- examples -------------------------------------------------------------------------------------
 
+# Where an example prompt comes from, in words (the example file keeps the data sets' names).
+SOURCE_WORDS = {"alpaca_eval": "everyday request", "hh-rlhf": "deliberately harmful"}
+
+
 @dataclass
 class Example:
     prompt: str
@@ -230,7 +234,7 @@ class Example:
     def label(self) -> str:
         warning = "⚠ " if self.content_note else ""
         short = self.prompt if len(self.prompt) <= 60 else self.prompt[:57] + "…"
-        return f"{warning}[{self.source}] {short}"
+        return f"{warning}{short} ({SOURCE_WORDS.get(self.source, self.source)})"
 
 
 def load_examples(path: Path = EXAMPLES_FILE) -> list[Example]:

@@ -228,20 +228,20 @@ class DecodePaths:
         if name in self._children:  # a provisional choice is measured again once its wait is over
             self._measure(name)
         if name in self._failed:
-            return f"{generator_title(name)} decodes op by op, the slower way: {self._failed[name]}."
+            return f"{generator_title(name)} decodes one operation at a time (slower): {self._failed[name]}."
         child = self._children.get(name)
         running = child is not None and child.poll() is None
         path = self.path(name)
         choice = path.choice
         now = title(path.weights, path.decode, str(default_device()))
         if running:
-            doing = ("building the compiled steps of the fastest exact paths" if choice else
+            doing = ("compiling its fastest ways of decoding" if choice else
                      "measuring how fast each way of decoding runs on this machine")
             return (f"⚙ {generator_title(name)}: {doing} in the background (for "
                     f"{time.perf_counter() - self._started[name]:.0f} s; runs go first and meanwhile use {now}"
                     + ("" if path.measured else ", exact without measuring") + ").")
         if child is not None and child.returncode and choice is None:
-            return (f"{generator_title(name)} decodes with {now}: measuring this machine's decode paths failed "
+            return (f"{generator_title(name)} decodes with {now}: measuring how fast each way of decoding runs here failed "
                     f"(exit status {child.returncode}; the app's log says why).")
         if name in self._gpu_ready:
             return f"{generator_title(name)} decodes with CUDA graphs."

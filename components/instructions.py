@@ -1,6 +1,8 @@
-"""The page's Instructions builder: pick IFEval instruction types, edit their arguments as JSON, read
-one line per instruction. Plain data in, values by page element name out; the checks and the
-registration are sbon.ifeval.instructions' (the command line and /compare use the same)."""
+"""The page's Instructions builder: pick instructions by what they ask, read each in words with its arguments, edit
+the arguments as JSON (IFEval's ids, behind "Edit as JSON"). Giving instructions switches the run's reward to the
+instruction reward, which checks them; another reward chosen afterwards is said, in one line, to ignore them. Plain
+data in, values by page element name out; the checks and the registration are sbon.ifeval.instructions' (the
+command line and /compare use the same)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ from typing import Any
 from sbon.errors import SBoNError
 from sbon.ifeval.data import SHIPPED_FILE, load_prompts
 from sbon.ifeval.instructions import DESCRIPTIONS, EXAMPLE_ARGS, by_frequency, parse_instructions, to_json
+from sbon.models import reward_title
 
 PLACEHOLDER = '[{"id": "punctuation:no_comma"}, {"id": "change_case:english_lowercase"}]'
+INSTRUCTION_REWARD = "ifeval"  # the reward that checks the instructions (the Follow instructions scenario's)
+SWITCHED = "The run's reward is *Follow instructions*: it checks each of these."
 
 
 def instruction_title(instruction: Any) -> str:
@@ -22,8 +27,8 @@ def instruction_title(instruction: Any) -> str:
 
 
 def type_choices() -> list[tuple[str, str]]:
-    """(label, id) of every instruction type, the most frequent in IFEval first."""
-    return [(f"{instruction_title(i)} — {DESCRIPTIONS[i]}", i) for i in by_frequency()]
+    """(label, id) of every instruction type, by what it asks, the most frequent in IFEval first."""
+    return [(DESCRIPTIONS[i], i) for i in by_frequency()]
 
 
 def _current(text: str) -> list[tuple[str, dict]]:
@@ -33,19 +38,45 @@ def _current(text: str) -> list[tuple[str, dict]]:
         return []  # the box holds something unfinished: start from the picked types
 
 
-def on_types(ids: list[str] | None, text: str) -> dict[str, Any]:
+def on_types(ids: list[str] | None, text: str, reward: str | None = INSTRUCTION_REWARD) -> dict[str, Any]:
     """A click in the list adds that instruction to the box (with example arguments), keeping every instruction
     already there with its arguments; the list empties again, so the next click adds too (an instruction is
-    removed by editing the box)."""
+    removed under "Edit as JSON", or all by Clear). Instructions given under another reward switch it to the
+    instruction reward (the note says so)."""
     current = _current(text)
     have = {i for i, _ in current}
     added = [(i, EXAMPLE_ARGS.get(i, {})) for i in ids or [] if i not in have]
     chosen = current + added
-    return {"instructions": to_json(chosen) if chosen else (text or ""), "instruction_types": []}
+    return {"instructions": to_json(chosen) if chosen else (text or ""), "instruction_types": [],
+            **switched(chosen, reward)}
 
 
-def on_text(text: str) -> dict[str, Any]:
-    """One line per instruction with what it asks, or the one-line reason the box is refused."""
+def on_typed(text: str, reward: str | None) -> dict[str, Any]:
+    """Instructions typed (or pasted) into the JSON box switch the reward as picked ones do."""
+    return switched(_current(text), reward)
+
+
+def switched(instructions: list, reward: str | None) -> dict[str, Any]:
+    """The reward to switch to: the instruction reward, where instructions are given under another."""
+    return {"reward": INSTRUCTION_REWARD} if instructions and reward != INSTRUCTION_REWARD else {}
+
+
+def ignored(reward: str) -> str:
+    """The one line that says a reward ignores the instructions given."""
+    return (f"⚠ The reward now, {reward_title(reward) if reward else 'none'}, ignores these instructions: choose the "
+            "*Follow instructions* scenario to have them checked.")
+
+
+def in_words(kwargs: dict) -> str:
+    """An instruction's arguments in words: 'num words: 60, relation: less than'."""
+    def value(v: Any) -> str:
+        return ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+    return ", ".join(f"{k.replace('_', ' ')}: {value(v)}" for k, v in kwargs.items())
+
+
+def on_text(text: str, reward: str | None = INSTRUCTION_REWARD) -> dict[str, Any]:
+    """One line per instruction, in words, with its arguments; a line first when the run's reward ignores them (or has
+    just been switched to check them); or the one-line reason the box is refused."""
     if not text or not text.strip():
         return {"instructions_note": "No instructions: the *Follow instructions* reward then judges only the "
                                      "IFEval example prompts."}
@@ -53,9 +84,9 @@ def on_text(text: str) -> dict[str, Any]:
         parsed = parse_instructions(text)
     except SBoNError as e:
         return {"instructions_note": f"⚠ {e}"}
-    lines = [f"- **{instruction_title(i)}** — {DESCRIPTIONS[i]}"
-             + (f" ({', '.join(f'{k}={v!r}' for k, v in kw.items())})" if kw else "") for i, kw in parsed]
-    return {"instructions_note": "\n".join(lines)}
+    lines = [f"- **{DESCRIPTIONS[i]}**" + (f" ({in_words(kw)})" if kw else "") for i, kw in parsed]
+    first = [SWITCHED if reward == INSTRUCTION_REWARD else ignored(reward or "")]
+    return {"instructions_note": "\n".join(first + lines)}
 
 
 def shipped_instructions(prompt: str) -> list[tuple[str, dict]] | None:

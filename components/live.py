@@ -20,7 +20,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from sbon.algorithms import CandidateFinished, DecisionTaken, Done, RoundStarted, TokensGenerated
+from sbon.algorithms import CandidateFinished, CandidatesScored, DecisionTaken, Done, RoundStarted, TokensGenerated
 from sbon.analysis.comparison import (ComparisonDone, ComparisonEvent, ComparisonReady, CounterfactualScored,
                                      MethodEvent)
 from sbon.config import METHOD_SPECS
@@ -29,7 +29,7 @@ from sbon.results import DecisionPoint, RunResult
 from .fates import fate_color
 from .reasons import marked_undecided
 from .rounds import UNDECIDED_COLOR, UNDECIDED_NAME, round_caption
-from .style import BON_COLOR, axis_titles, ring, styled, wrap_title
+from .style import BON_COLOR, axis_titles, hall_name, ring, styled, wrap_title
 
 PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Preparing the what-if views"}
 
@@ -75,6 +75,11 @@ class LiveTracker:
         self.clocks: dict[str, MethodClock] = {}  # one per method, in the order they ran
         self.tokens_of: dict[str, dict[int, int]] = {}  # method -> candidate -> tokens it has generated so far
         self.results: dict[str, RunResult] = {}  # the methods that are done, by name
+        self.finished_of: dict[str, set[int]] = {}  # method -> the candidates that have finished
+        self.steps_of: dict[str, int] = {}  # method -> decode steps so far (one token for every live candidate of a batch)
+        self.rewards_of: dict[str, dict[int, float]] = {}  # method -> candidate -> final reward, once scored
+        self.batch: list[int] = []  # the candidates of the batch generating now (all N, unless in batches)
+        self.batch_size = 0  # the method's batch size: its first batch's (the last may be smaller)
 
     @property
     def elapsed(self) -> float:
@@ -97,17 +102,25 @@ class LiveTracker:
         if event.method != self.phase and not isinstance(e, Done):
             # A new algorithm has started: its counters begin from zero.
             self.phase, self.round, self.tokens, self.finished, self.pruned = event.method, 0, 0, 0, 0
+            self.batch, self.batch_size = [], 0
         clock = self.clocks.setdefault(event.method, MethodClock(event.method, self.clock()))
         if isinstance(e, RoundStarted):
             self.round, self.live, self.tokens = e.round, list(e.live), e.tokens
             self.n = max(self.n, len(e.live))
         elif isinstance(e, TokensGenerated):
             self.tokens, self.live = e.tokens, list(e.candidate_ids)
+            if not set(e.candidate_ids) <= set(self.batch):  # a batch's first step has every candidate of it
+                self.batch = list(e.candidate_ids)
+                self.batch_size = max(self.batch_size, len(self.batch))
             clock.generated += len(e.candidate_ids)
+            self.steps_of[event.method] = self.steps_of.get(event.method, 0) + 1
             self.tokens_of.setdefault(event.method, {}).update(dict.fromkeys(e.candidate_ids, e.tokens))
         elif isinstance(e, CandidateFinished):
             self.finished += 1
+            self.finished_of.setdefault(event.method, set()).add(e.candidate_id)
             self.tokens_of.setdefault(event.method, {})[e.candidate_id] = e.tokens
+        elif isinstance(e, CandidatesScored) and all(e.final):
+            self.rewards_of.setdefault(event.method, {}).update(zip(e.candidate_ids, e.rewards))
         elif isinstance(e, Done):
             clock.ended, clock.live = self.clock(), 0
             self.results[event.method] = e.result
@@ -176,9 +189,7 @@ class LiveTracker:
         if self.phase == "bon" and not self.tokens_of.get("bon"):  # its first batch's size is known at its first token
             return f"{answered}Best-of-N starting · {clock}"
         if self.phase == "bon":
-            live = len(self.live)
-            return (f"{answered}Best-of-N generating: {self.tokens} of {self.max_new_tokens} tokens · "
-                    f"{live} {plural(live, 'candidate')} at once · {clock}")
+            return self.bon_caption(done)
         if self.phase == method:  # answered; Best-of-N starts next
             return f"{answered}Best-of-N next · {clock}"
         if self.phase in METHOD_SPECS:
@@ -189,12 +200,63 @@ class LiveTracker:
             return f"{answered}both runs done · preparing the what-if views · {clock}"
         return f"{answered}done in {clock}"
 
+    def bon_caption(self, sbon: RunResult | None) -> str:
+        """Best-of-N's progress against Speculative Rejection's finished run, in two lines (one Markdown line break):
+        steps and tokens so far against Speculative Rejection's in all; then its batch (when it runs in batches),
+        how many candidates have finished, and its best final reward so far against Speculative Rejection's answer.
+        Each line leaves out its least needed parts to stay within CAPTION_LINE_CHARS (the presenter view shows two
+        lines), and the steps move at every token, so the caption never stands still while Best-of-N works."""
+        steps, tokens = self.steps_of.get("bon", 0), sum(self.tokens_of.get("bon", {}).values())
+        race = [f"Best-of-N so far: {steps} {plural(steps, 'step')}, {tokens:,} tokens"]
+        if sbon is not None:
+            race.append(f"Speculative Rejection used {sbon.decode_steps} and {sbon.total_tokens:,}")
+        n, size = self.n or len(self.tokens_of.get("bon", {})), max(1, self.batch_size)
+        batches = -(-n // size)
+        batch = f"batch {min(self.batch, default=0) // size + 1} of {batches}" if batches > 1 else ""
+        rewards, answer = self.rewards_of.get("bon", {}), sbon.best if sbon is not None else None
+        if rewards:
+            k = max(rewards, key=lambda c: (rewards[c], -c))
+            best = f"its best {rewards[k]:.2f} (candidate {k})" + (
+                f", Speculative Rejection's {answer.final_reward:.2f}"
+                if answer is not None and answer.final_reward is not None else "")
+        else:
+            best = "rewards come as each batch ends" if batches > 1 else "rewards come at the end"
+        state = [batch, f"{len(self.finished_of.get('bon', ()))} of {n} done", best, f"{self.elapsed:.0f} s"]
+        return fit_line(race, drop=(1,)) + "  \n" + fit_line(state, drop=(3, 0))
+
+
+CAPTION_LINE_CHARS = 86  # a line of the round caption at the presenter view's 20 px on an 853 px window
+
+
+def fit_line(parts: list[str], drop: tuple[int, ...] = (), width: int = CAPTION_LINE_CHARS) -> str:
+    """``parts`` joined with " · ", leaving out the parts ``drop`` names (by index, in that order) until the line fits
+    ``width`` characters; empty parts are left out."""
+    shown = [part for part in parts if part]
+    for i in drop:
+        if len(" · ".join(shown)) <= width:
+            break
+        if parts[i] in shown:
+            shown.remove(parts[i])
+    return " · ".join(shown)
+
 
 def progress_title(tracker: LiveTracker) -> str:
     bon = sum(tracker.tokens_of.get("bon", {}).values())
     sbon = next((r for m, r in tracker.results.items() if METHOD_SPECS[m].prunes), None)
     done = sum(c.tokens_generated for c in sbon.candidates) if sbon is not None else 0
     return f"Live · Best-of-N: {bon} tokens so far · Speculative Rejection needed {done} in all"
+
+
+BON_NAMES = ("Best-of-N generating", "Best-of-N finished")
+BON_FINISHED_COLOR = "#495057"
+
+
+def bon_bars(tracker: LiveTracker) -> tuple[tuple[list[int], list[int]], tuple[list[int], list[int]]]:
+    """(candidates, tokens so far) of Best-of-N's candidates still generating, then of those that have finished."""
+    tokens, done = tracker.tokens_of.get("bon", {}), tracker.finished_of.get("bon", set())
+    going = [k for k in tokens if k not in done]
+    finished = [k for k in tokens if k in done]
+    return (going, [tokens[k] for k in going]), (finished, [tokens[k] for k in finished])
 
 
 def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
@@ -207,9 +269,10 @@ def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
         fates = {c.id: sbon.fate(c.id) for c in sbon.candidates}
         for fate in dict.fromkeys(fates.values()):
             ids = [k for k in range(n) if fates.get(k) == fate]
-            fig.add_trace(go.Bar(y=ids, x=[sbon.candidates[k].tokens_generated for k in ids], orientation="h",
-                                 name=f"Speculative Rejection: {fate}", marker_color=fate_color(fate),
-                                 offsetgroup="sbon", hovertemplate="candidate %{y}: %{x} tokens<extra></extra>"))
+            fig.add_trace(hall_name(go.Bar(y=ids, x=[sbon.candidates[k].tokens_generated for k in ids], orientation="h",
+                                           name=f"Speculative Rejection: {fate}", marker_color=fate_color(fate),
+                                           offsetgroup="sbon", hovertemplate="candidate %{y}: %{x} tokens<extra></extra>"),
+                                   fate))
         # Candidates some decision point could not tell apart from its cut, where that set them apart from others,
         # marked at their bar's end (a coin toss marks none: components.reasons.marked_undecided).
         unsure = sorted({k for p in sbon.decision_points for k in marked_undecided(p)})
@@ -218,10 +281,9 @@ def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
                                  marker=ring("square-open", UNDECIDED_COLOR, 13, 2),
                                  hovertemplate="candidate %{y}: could not be told apart from the cut at a decision "
                                                "point<extra></extra>"))
-    bon = tracker.tokens_of.get("bon", {})
-    fig.add_trace(go.Bar(y=list(bon), x=list(bon.values()), orientation="h", name="Best-of-N so far",
-                         marker_color=BON_COLOR, offsetgroup="bon",
-                         hovertemplate="candidate %{y}: %{x} tokens so far<extra>Best-of-N</extra>"))
+    for name, color, (ids, tokens) in zip(BON_NAMES, (BON_COLOR, BON_FINISHED_COLOR), bon_bars(tracker)):
+        fig.add_trace(go.Bar(y=ids, x=tokens, orientation="h", name=name, marker_color=color, offsetgroup="bon",
+                             showlegend=bool(ids), hovertemplate=f"candidate %{{y}}: %{{x}} tokens<extra>{name}</extra>"))
     styled(fig, progress_title(tracker))
     fig.update_layout(barmode="group", bargap=0.2, height=max(360, 15 * n + 200))
     axis_titles(fig, "tokens generated", "candidate")
@@ -247,9 +309,9 @@ class ProgressChart:
             fig = progress_figure(tracker, self.n)
             self.fig = self.look.apply(fig, live=True) if self.look is not None else fig
             return self.fig
-        bon = tracker.tokens_of.get("bon", {})
         with self.fig.batch_update():
-            self.fig.data[-1].update(y=list(bon), x=list(bon.values()))
+            for trace, (ids, tokens) in zip(self.fig.data[-2:], bon_bars(tracker)):
+                trace.update(y=ids, x=tokens, showlegend=bool(ids))
             if shown:  # the presenter view's live chart has no title: the round caption over it is one
                 self.fig.layout.title.text = title
         return self.fig

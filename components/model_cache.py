@@ -243,7 +243,7 @@ class ModelCache:
         if not self.decode_paths:
             return ""
         if not self.is_current(generator):  # measured since it loaded: a run never changes its path midway
-            return (f"{generator_title(generator)}: this machine's fastest exact path is measured, "
+            return (f"{generator_title(generator)}: a faster way of decoding was measured here, "
                     f"{self.decode_paths.choice(generator).words}; the next run loads it (seconds).")
         return self.decode_paths.status(generator)
 

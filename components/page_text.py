@@ -19,8 +19,8 @@ and *prunes* the lowest fraction α, so the *survivors* finish with far fewer to
 Both runs below use the same seed, so candidate k is the same text in both: a pruned candidate is a prefix
 of its Best-of-N twin, whose *final reward* tells what pruning it cost."""
 
-REWARD_TITLE = "The default reward is a small preference head, not a judge of quality: why"
-REWARD_NOTE = f"""**`minilm-pref`, the default reward, is a small preference head: among samples of one model it mostly rewards length.**
+REWARD_TITLE = "The default reward is a small model of which answer people prefer, not a judge of quality: why"
+REWARD_NOTE = f"""**The default reward is a small model trained on which of two answers people preferred (its name in the API: `minilm-pref`); among answers of one model it mostly rewards length.**
 It is the default because, on held-out prompts, its partial rewards beat pruning at random by the widest margin of the page's scenarios and never tie;
 pick *Follow instructions* for verdicts you can check, or *Fluency* for the generator's own likelihood ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why this default]({DOCS_URL}method.md))."""
 
@@ -43,7 +43,8 @@ def device_words(device: object) -> str:
 
 def models_note(device: str, threads: int | None) -> str:
     """Where the models run, under Models and sampling (the CPU threads only on a CPU)."""
-    on = f"**{device_words(device)}**" + (f" ({threads} CPU threads)" if device == "cpu" and threads else "")
+    cores = f" ({threads} of its cores at work)" if threads != 1 else " (one of its cores at work)"
+    on = f"**{device_words(device)}**" + (cores if device == "cpu" and threads else "")
     return (f"Models run on {on}; the defaults load when the app starts, others on the Run that asks for them, "
             "and they stay loaded.")
 

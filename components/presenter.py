@@ -36,32 +36,34 @@ CSS = """
 .sbon-candidate p { margin: 0.3em 0; }
 #round-caption { min-height: 1.6em; font-weight: 600; }
 #round-caption p { margin: 0.2em 0; }
-/* The presenter view (the Presenter toggle, or ?view=presenter): one column, the run bar, the round
-   caption and the live chart first, type for a hall. Its figures are drawn for it (components.style.Look). */
+/* The presenter view (the Presenter toggle, or ?view=presenter): one column, and on a 1280×720 projector at 150 %
+   (853×480 CSS px) the run bar, a two-line round caption and the whole live chart in one window, type for a hall.
+   The run bar is one row (the status line is left out: the caption over the chart says where the run is), the
+   caption is two lines high, the gaps are small; the live chart takes the height left under them (VIEWPORT_JS,
+   components.style.Look). Gradio also adds every rule here prefixed with ".gradio-container... .contain", which
+   outranks a "body.presenter" rule (and never matches one): hence the !important weights. */
 body.presenter #intro, body.presenter #reward-accordion, body.presenter #seed, body.presenter #new-seed { display: none; }
-body.presenter #main-row { flex-direction: column; }
+body.presenter .main { padding: 2px 8px !important; max-width: none !important; }
+body.presenter .contain > .column, body.presenter #live-column { gap: 4px !important; }
+body.presenter #main-row { flex-direction: column; gap: 8px !important; }
 body.presenter #live-column { order: -1; }
-body.presenter #run-bar { flex-wrap: wrap; font-size: 20px; }
-body.presenter #run-bar button { font-size: 18px; }
-body.presenter #status { flex-basis: 100%; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+body.presenter #run-bar { flex-wrap: nowrap !important; font-size: 20px; padding: 2px 4px !important; gap: 6px !important; }
+body.presenter #run-bar button { font-size: 18px; padding-top: 4px !important; padding-bottom: 4px !important; }
+body.presenter #run-bar #status { display: none !important; }
 #present-timed, #presenter { flex: none !important; width: auto !important; min-width: 0 !important; white-space: nowrap; }
 #present-rounds { min-width: fit-content !important; }
-body.presenter #round-caption, body.presenter #round-caption * { font-size: 20px !important; line-height: 1.3; }
-body.presenter #round-caption { min-height: 2.7em; }
+body.presenter #round-caption, body.presenter #round-caption * { font-size: 20px !important; line-height: 1.3 !important; }
+body.presenter #round-caption { min-height: 0 !important; height: calc(2 * 1.3 * 20px + 2px); overflow: hidden; }
+body.presenter #round-caption p { margin: 0 !important; }
 body.presenter #headline *, body.presenter #run-source *, body.presenter #savings-table * { font-size: 20px !important; }
 body.presenter .tab-container button, body.presenter .tabs button[role=tab] { font-size: 18px; }
 /* The status line wraps rather than cutting a method's name ("Specul…") when the run bar is narrow. */
 #status { min-width: 12em; flex: 1 1 12em !important; overflow-wrap: anywhere; }
-body.presenter #status { white-space: normal; overflow: visible; }
-/* Gradio also adds every rule above prefixed with ".gradio-container... .contain", which outranks a
-   "body.presenter" rule (and never matches one): the presenter view's run bar wraps, and its status line
-   takes a row of its own under the buttons, only with these weights. Beside the buttons the status would
-   be a narrow column of many lines, pushing the live chart below a projector's window. */
-body.presenter #run-bar { flex-wrap: wrap !important; }
-body.presenter #run-bar #status { flex: 1 1 100% !important; }
-/* A phone: the run bar wraps inside the screen, and the live chart comes right under it, before the settings. */
+/* A phone: the run bar wraps inside the screen, and the live chart comes right under it, before the settings. Wrapped,
+   it is a quarter of a phone's height: pinned, it would lie over what the visitor scrolls to (a table's header), so
+   there it scrolls away with the page. */
 @media (max-width: 640px) {
-  #run-bar { flex-wrap: wrap; }
+  #run-bar { flex-wrap: wrap; position: static !important; }
   #run-bar > * { min-width: 0 !important; flex: 0 0 auto !important; width: auto !important; }
   #run-bar button { min-width: fit-content !important; padding-left: 8px; padding-right: 8px; }
   #main-row { flex-direction: column; }
@@ -70,13 +72,13 @@ body.presenter #run-bar #status { flex: 1 1 100% !important; }
 }
 """
 
-# How much of the window the live chart may take: the window less the run bar and a two-line caption.
-# Sent with every request that draws figures for the presenter view (components.style.Look).
-VIEWPORT_JS = """() => { const bar = document.querySelector('#run-bar');
-  const cap = document.querySelector('#round-caption');
-  const caption = Math.max(cap ? cap.offsetHeight : 0, 2 * 1.3 * 20 + 8);
-  const top = bar ? Math.max(bar.offsetHeight, bar.getBoundingClientRect().bottom) : 80;
-  return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - caption - 52)}; }"""
+# How much of the window the live chart may take in the presenter view: from its top, with the page at its top (as
+# Run and Present rounds leave it), to the window's foot. The caption over it is two lines high in that view, so the
+# chart's top does not move from round to round. Sent with every request that draws figures for the presenter view
+# (components.style.Look).
+VIEWPORT_JS = """() => { const plot = document.querySelector('#live-plot');
+  const top = plot ? plot.getBoundingClientRect().top + window.scrollY : 200;
+  return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - 4)}; }"""
 # The view follows the URL (?view=presenter) and the toggle, which keeps the URL in step, so a reload or a
 # shared link opens in the same view.
 PRESENTER_JS = """(on) => { document.body.classList.toggle('presenter', on);
@@ -98,7 +100,7 @@ def look_for(presenter: bool, viewport: dict | None) -> Look:
     """The look the page asked for: the presenter view, sized to the window the browser reported."""
     viewport = viewport if isinstance(viewport, dict) else {}
     px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
-    return Look(presenter=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
+    return Look(hall=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
 
 
 def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,

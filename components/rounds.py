@@ -39,7 +39,7 @@ RETIRED_NAME = "finished, still eligible"  # short: one phone-wide legend column
 UNDECIDED_NAME = "undecided"
 # Shorter legend names for the presenter view's live chart, whose legend is one narrow column beside the data
 # (style.hall_name); the hover says each in full.
-PRESENTER_NAMES = {RETIRED_NAME: "finished, eligible", COST_NAME: "○ cost reward"}
+HALL_NAMES = {RETIRED_NAME: "finished, eligible", COST_NAME: "○ cost reward"}
 UNDECIDED_COLOR = "#e8a317"  # amber: neither the survivors' nor the pruned's colour
 TIE_FRACTION = 0.004  # scores closer than this fraction of the axis look like one spot: they are spread
 TIE_STEP = 0.012  # the gap between two tied contenders, as a fraction of the axis
@@ -190,8 +190,8 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
                         symbol=[FINAL_SYMBOL if k in final else PARTIAL_SYMBOL for k in ids]),
             customdata=[[reasons[k].text()] for k in ids],
             hovertemplate="candidate %{y}: " + name + "<br>%{customdata[0]}<extra></extra>"))
-        if name in PRESENTER_NAMES:
-            hall_name(traces[-1], PRESENTER_NAMES[name])
+        if name in HALL_NAMES:
+            hall_name(traces[-1], HALL_NAMES[name])
     traces.insert(2, go.Scatter(x=[cut, cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
                                 line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
     earlier = _earlier(views, reward)
@@ -204,7 +204,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
         x=[scores[k] for k in costly], y=costly, mode="markers", name=COST_NAME,
         marker=ring("circle-open", "#000000", 20, 2.5),
         customdata=[[pruning_cost(comp, k)] for k in costly],
-        hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"), PRESENTER_NAMES[COST_NAME]))
+        hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"), HALL_NAMES[COST_NAME]))
     undecided = [k for k in marked_undecided(view) if k in scores]  # none in a coin toss: the title says it
     traces.append(go.Scatter(
         x=[scores[k] for k in undecided], y=undecided, mode="markers", name=UNDECIDED_NAME,

@@ -24,6 +24,7 @@ from sbon.models import generator_title, reward_title
 from . import tables
 from .controls import DEFAULTS, RunSettings, settings_from
 from .page_text import device_words
+from .instructions import ignored
 from .live import LiveTracker, ProgressChart
 from .model_cache import MODELS, hub_fetches, sources
 from .torch_thread import on_one_thread
@@ -38,7 +39,7 @@ LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are r
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # How the run decoded (RunResult.decode), for the status line (the app's default: components.decode_paths.DecodePaths)
-DECODED = {"compiled": "on the fast path prepared for this machine", "eager": "on the plain path"}
+DECODED = {"compiled": "decoded with a step compiled ahead for this processor", "eager": "decoded with PyTorch's standard step"}
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
 IDLE = {"running": None, "stop_btn": Update(visible=False)}  # what a run leaves when it ends
@@ -86,7 +87,8 @@ class Runs:
         status = (f"⏳ Queued: {ahead} run{'s' if ahead > 1 else ''} ahead of yours for the one generation slot of "
                   f"this device (place {ahead + 1}), about {ahead * self.expected_s():.0f} s to wait; the gallery "
                   "opens at once meanwhile." if busy else "Starting…")
-        return {"running": time.time(), "status": status, "stop_btn": Update(visible=True),
+        # The caption too: the presenter view shows the caption, not the status line.
+        return {"running": time.time(), "status": status, "caption": status, "stop_btn": Update(visible=True),
                 "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}."}
 
     def run(self, *values: Any) -> Iterator[dict[str, Any]]:
@@ -123,6 +125,8 @@ class Runs:
             return
         clicked = time.perf_counter()
         methods = (settings.method, "bon")
+        if settings.instructions.strip() and settings.run_instructions is None:  # said, never silently dropped
+            yield {WARNING: ignored(settings.reward)}
         tracker = LiveTracker(settings.max_new_tokens, started=clicked, reward=settings.reward)
         yield {"status": "Starting…", "stop_btn": Update(visible=True), **NOT_PRESENTING,
                "live_plot": look.apply(round_figure(None, settings.n), live=True), "caption": tracker.caption(),
@@ -191,7 +195,7 @@ def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
     scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
     status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
               "stay empty" if scoring else "Stopped: the views still show the previous run")
-    return {"status": status, **IDLE, **restored(comp, origin)}
+    return {"status": status, "caption": status, **IDLE, **restored(comp, origin)}
 
 
 # -- the models: what is loaded, the defaults' load at start ------------------------------------------

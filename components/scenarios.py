@@ -11,7 +11,7 @@ from typing import Any
 from sbon.ifeval import load_prompts
 from sbon.ifeval.data import SHIPPED_FILE
 
-from .controls import EXAMPLES
+from .controls import DEFAULTS, EXAMPLES
 from .updates import Update
 
 # IFEval prompts of the evaluation split (even key) with one instruction each: some are decided early
@@ -83,15 +83,23 @@ def scenario_prompt_choices(key: str | None) -> list[tuple[str, str]]:
     return [(p[:90] + ("…" if len(p) > 90 else ""), p) for p in prompts]
 
 
-def on_scenario(key: str) -> dict[str, Any]:
+def typed(prompt: str | None) -> bool:
+    """Whether ``prompt`` is the visitor's own: neither empty nor one of the page's examples."""
+    examples = {p for s in SCENARIOS.values() for p in s.prompts} | set(HELPFUL_EXAMPLES) | {DEFAULTS.prompt}
+    return bool(prompt and prompt.strip()) and prompt not in examples
+
+
+def on_scenario(key: str, prompt: str | None = None) -> dict[str, Any]:
     """A scenario sets the reward that can judge its prompts, the pruning signal and the answer length that
-    fit it, and offers its example prompts."""
+    fit it, and offers its example prompts; it puts its first example in the prompt box only where the box holds no
+    prompt of the visitor's own (a typed prompt is never replaced)."""
     if key not in SCENARIOS:
         return {}
     settings = SCENARIOS[key].settings()
+    example = None if typed(prompt) else settings["prompt"]
     return {"reward": settings["reward"], "prune_by": settings["prune_by"],
-            "max_new_tokens": settings["max_new_tokens"], "prompt": settings["prompt"],
-            "scenario_prompts": Update(choices=scenario_prompt_choices(key), value=settings["prompt"])}
+            "max_new_tokens": settings["max_new_tokens"], **({"prompt": example} if example else {}),
+            "scenario_prompts": Update(choices=scenario_prompt_choices(key), value=example)}
 
 
 def on_settings_scenario(reward: str, prune_by: str, max_new_tokens: Any) -> dict[str, Any]:

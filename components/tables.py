@@ -17,7 +17,7 @@ from sbon.machine_load import busy
 from sbon.config import METHOD_SPECS
 from sbon.metrics import decision_quality
 from sbon.models import generator_title, reward_title
-from sbon.results import RunResult
+from sbon.results import DecisionPoint, RunResult
 from sbon.signals import signal_description, signal_title
 
 from .fates import fate_color, fate_help
@@ -33,6 +33,11 @@ def _round(x: float | None, digits: int = 3) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), digits)
 
 
+def partial_column(point: DecisionPoint) -> str:
+    """The candidates table's column of one decision point's scores: 'score in round 1 (32 tokens)'."""
+    return f"score in round {point.round} ({point.tokens} tokens)"
+
+
 def candidates_table(comp: Comparison) -> pd.DataFrame:
     """One row per candidate: fate, tokens, partial reward at each decision point, final reward, text."""
     points = comp.speculative.decision_points
@@ -45,7 +50,7 @@ def candidates_table(comp: Comparison) -> pd.DataFrame:
                "tokens": c.tokens_generated, "tokens in Best-of-N": comp.bon.candidates[c.id].tokens_generated}
         for p in points:
             partial = c.partial_reward_at(p.round)
-            row[f"partial r{p.round} (t={p.tokens})"] = "" if partial is None else f"{partial:.{digits[p.round]}f}"
+            row[partial_column(p)] = "" if partial is None else f"{partial:.{digits[p.round]}f}"
         row["final reward"] = _round(comp.final_reward(c.id), final_digits)
         reasons = candidate_reasons(comp.speculative, c.id)
         row["last decision"] = f"round {reasons[-1].round}: {reasons[-1].text()}" if reasons else ""
@@ -146,7 +151,7 @@ def savings_table(comp: Comparison) -> pd.DataFrame:
         ("random pruning, same survivor counts: normalized score", "", f"{m['random_pruning_normalized_score']:.1f}"),
         ("wall time (s)" + (f" on {sbon.machine}" if sbon.machine else ", machine not recorded"), f"{bon.wall_time:.2f}",
          f"{sbon.wall_time:.2f}"),
-        ("wall-time speedup (T_BoN / T_SBoN)", "", f"{m['speedup']:.2f}×"),
+        (SPEEDUP, "", f"{m['speedup']:.2f}×"),
         ("tokens per second", f"{bon.total_tokens / bon.wall_time:.1f}", f"{sbon.total_tokens / sbon.wall_time:.1f}"),
         ("machine busy (other processes' cores)", _busy(bon), _busy(sbon)),
         (f"Best-of-M at the same time (M={m['best_of_m']}): normalized score", "",
@@ -164,6 +169,8 @@ def _busy(run: RunResult) -> str:
 
 
 TOKEN_SHARE = "share of Best-of-N's tokens generated"
+ORACLE_CUT = "prunable, keeping the best (c*)"  # views.CORRELATION_NAMES names it the same
+SPEEDUP = "times faster (Best-of-N's wall time ÷ Speculative Rejection's)"
 
 # Every column, row and metric the views show, by its name there -> one line saying what it means (for a tooltip
 # or a legend). Pruning signals explain themselves in their registry (sbon.signals: title, description).
@@ -174,7 +181,7 @@ HELP: dict[str, str] = {
     "round pruned": "the decision point at which it was pruned (empty: never pruned)",
     "tokens": "tokens it generated in Speculative Rejection's run",
     "tokens in Best-of-N": "tokens its twin generated in Best-of-N's run (the whole response)",
-    "partial": "its score at that decision point (t = tokens generated then) by the run's pruning signal",
+    "score in round": "its partial score at that decision point (after that many tokens) by the run's pruning signal",
     "final reward": "the reward model's score of the complete response (from Best-of-N when it was pruned)",
     "last decision": "where it stood at its last decision point: rank, score and the cut it had to reach",
     "cost of pruning": "what pruning it cost: its Best-of-N twin was the winner, or beat the returned response",
@@ -198,7 +205,7 @@ HELP: dict[str, str] = {
                                                               "points, same survivor counts) scores on average, from "
                                                               "Best-of-N's candidates",
     "wall time (s)": "seconds this machine took: it depends on the machine and on what else ran on it",
-    "wall-time speedup (T_BoN / T_SBoN)": "Best-of-N's wall time / Speculative Rejection's (the paper's speedup)",
+    SPEEDUP: "Best-of-N's wall time / Speculative Rejection's (the paper's speedup, T_BoN / T_SBoN)",
     "tokens per second": "tokens generated / wall time",
     "machine busy (other processes' cores)": "whether other processes used more than half a core on average while "
                                              "the run ran: then its wall time is an upper bound",
@@ -208,16 +215,16 @@ HELP: dict[str, str] = {
     "live candidates": "Best-of-N's candidates still generating at τ: those the correlations are over",
     "Pearson": "linear correlation of partial and final rewards (1 = perfectly linear)",
     "Kendall": "rank correlation of partial and final rewards (1 = same order, 0 = no relation)",
-    "oracle cut c*": "the largest fraction that could be pruned there and still keep Best-of-N's winner",
+    ORACLE_CUT: "the largest fraction that could be pruned there and still keep Best-of-N's winner (the oracle cut c*)",
 }
 
 
 def column_help(name: str) -> str:
     """The one-line explanation of a column, row or metric of these tables ('' for none): by its exact name, or
-    by the name it starts with ('partial r2 (t=51)', 'Best-of-M at the same time (M=6)…'), or a pruning signal's."""
+    by the name it starts with ('score in round 2 (51 tokens)', 'Best-of-M at the same time (M=6)…'), or a pruning signal's."""
     if name in HELP:
         return HELP[name]
-    start = next((key for key in HELP if name.startswith(key.split(" (")[0] if key == "partial" else key)), None)
+    start = next((key for key in HELP if name.startswith(key)), None)
     return HELP[start] if start else fate_help(name) or signal_description(name)
 
 
@@ -229,7 +236,7 @@ def _bon_batch_size(bon: RunResult) -> int:
 def _batches(bon: RunResult) -> str:
     size = _bon_batch_size(bon)
     count = -(-len(bon.candidates) // size)
-    return f"{count} of ≤{size} (same memory as SBoN)" if count > 1 else "1"
+    return f"{count} of ≤{size} (the memory Speculative Rejection needed)" if count > 1 else "1"
 
 
 def md_escape(text: str) -> str:
@@ -256,7 +263,18 @@ def run_description(comp: Comparison, origin: str) -> str:
             f"{instructions}")
 
 
-PATH_WORDS = {"compiled": "the fast path prepared for its machine", "eager": "the plain path"}  # RunResult.decode
+# How a run decoded (RunResult.decode) and how its weights were stored (RunResult.weights), in a student's words; the
+# exact terms stay in brackets, as the docs and the saved run name them.
+PATH_WORDS = {"compiled": "a decoding step compiled ahead for that kind of processor (faster)",
+              "eager": "PyTorch's standard step-by-step decoding (not compiled)"}
+WEIGHT_WORDS = {"fp32": "32-bit floating-point numbers", "bf16": "16-bit floating-point numbers", "int8": "8-bit integers",
+                "int4": "4-bit integers"}
+
+
+def weights_words(weights: str) -> str:
+    """A weight format in words, its name in brackets: '4-bit integers (int4)'; a format not listed by its name."""
+    base = next((words for name, words in WEIGHT_WORDS.items() if weights.startswith(name)), None)
+    return f"{base} ({weights})" if base else weights
 
 
 def reproduction_note(comp: Comparison, machine: str, weights: str | None, decode: str | None) -> str:
@@ -270,17 +288,17 @@ def reproduction_note(comp: Comparison, machine: str, weights: str | None, decod
     if run.machine != machine:
         differ.append(f"it ran on {run.machine}, this machine is {machine}")
     if run.weights and weights and run.weights != weights:
-        differ.append(f"its weights were {run.weights}, here they are {weights}")
+        differ.append(f"its model's numbers were stored as {weights_words(run.weights)}, here as {weights_words(weights)}")
     if run.decode and decode and run.decode != decode:
-        differ.append(f"it ran on {PATH_WORDS.get(run.decode, run.decode)}, a Run here takes "
+        differ.append(f"it ran with {PATH_WORDS.get(run.decode, run.decode)}, a Run here with "
                       f"{PATH_WORDS.get(decode, decode)}")
     if differ:
         return (f"A Run here with its settings may give other candidates than this recording: {'; '.join(differ)}, "
                 "and they round differently.")
     if decode is None and run.decode:
-        return (f"It ran on this class of machine, on {PATH_WORDS.get(run.decode, run.decode)}: a Run here "
-                "reproduces it once the models are loaded on the same path.")
-    return "Press ▶ Run to reproduce it: this machine and its decode path give the same candidates."
+        return (f"It ran on this kind of machine, with {PATH_WORDS.get(run.decode, run.decode)}: a Run here "
+                "reproduces it once the models are loaded to decode the same way.")
+    return "Press ▶ Run to reproduce it: this machine, decoding the same way, gives the same candidates."
 
 
 def headline_parts(comp: Comparison) -> tuple[str, str]:
@@ -370,7 +388,7 @@ def returned_texts(comp: Comparison) -> tuple[str, str, str, str]:
 
 
 CORRELATION_COLUMNS = {"tau": "decision token τ", "candidates": "live candidates", "pearson": "Pearson",
-                       "kendall": "Kendall", "oracle_cut": "oracle cut c*"}  # the analysis' names -> the page's
+                       "kendall": "Kendall", "oracle_cut": ORACLE_CUT}  # the analysis' names -> the page's
 
 
 def correlation_table(comp: Comparison) -> pd.DataFrame:

@@ -305,6 +305,8 @@ class WeightFormat:
                                                        "rows (see pad_linear_rows)"})
     prepack: bool = field(default=False, metadata={"help": "on the CPU, Linear weights are prepacked for oneDNN "
                                                            "once (see prepack_linears)"})
+    words: str = field(default="", metadata={"help": "the format as the page names it, for a student (default: the "
+                                                     "description up to its first aside)"})
 
     def prepare(self, model: torch.nn.Module, device: torch.device | None = None,
                 gguf: str | None = None) -> torch.nn.Module:
@@ -324,24 +326,28 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     # on any thread count (prepack_linears); the plain call's BLAS did so on one thread only.
     "fp32": WeightFormat("float32 weights and activations (the path exact on any CPU without measuring, "
                          "sbon.machine.safe_path)",
-                         torch.float32, batch_invariant=True, min_rows=2, prepack=True),
+                         torch.float32, batch_invariant=True, min_rows=2, prepack=True,
+                         words="full-precision numbers"),
     "bf16": WeightFormat("bfloat16 weights and activations (a GPU's path before anything is measured): half the "
                          "weight traffic, and on a CPU that computes bfloat16 natively its matmuls give each row the "
                          "same bits at any batch size of two rows or more",
-                         torch.bfloat16, batch_invariant=True, min_rows=2, prepack=True),
+                         torch.bfloat16, batch_invariant=True, min_rows=2, prepack=True,
+                         words="half-precision numbers"),
     # The 4-bit kernel gives a row the same bits at any batch size from one row up; the LM head, in bfloat16,
     # needs bf16's two rows.
     "int4": WeightFormat("4-bit Linear weights in blocks of 32 (the embedded generator's own GGUF blocks; other "
                          "models are quantized at load), bfloat16 activations and LM head (CPU only): a quarter of "
                          "bf16's weight traffic",
-                         torch.bfloat16, batch_invariant=True, convert=_int4, min_rows=2, prepack=True),
+                         torch.bfloat16, batch_invariant=True, convert=_int4, min_rows=2, prepack=True,
+                         words="4-bit weights"),
     # The same 4-bit layers for a CPU without bfloat16 matmuls: every other operation and the LM head in float32,
     # which such a CPU computes natively (bf16's LM head is emulated there: slow, and a row's bits change with its
     # batch). The 4-bit kernel still takes bfloat16 in and out (sbon.int4.Int4Linear); its rows stay independent.
     # Its float32 LM head is prepacked as fp32's, exact from two rows up.
     "int4-fp32": WeightFormat("4-bit Linear weights as int4, float32 activations and LM head (CPU only): for CPUs "
                               "without bfloat16 matmuls, where bf16's LM head is emulated",
-                              torch.float32, batch_invariant=True, convert=_int4, min_rows=2, prepack=True),
+                              torch.float32, batch_invariant=True, convert=_int4, min_rows=2, prepack=True,
+                              words="4-bit weights with full-precision arithmetic"),
     # int4 with sbon's own matmuls on the CPU's bfloat16 dot products (sbon.int4): the same blocks, sums in another
     # order, and the file's 8-bit LM head where it has one; each row's numbers its own at any row count.
     "int4-bf16dot": WeightFormat("4-bit Linear weights as int4 and the file's 8-bit LM head, multiplied with the "
@@ -349,7 +355,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                                  "only): twice the work per instruction of torch's 4-bit kernel, half the bytes of "
                                  "a bfloat16 LM head",
                                  torch.bfloat16, batch_invariant=True, convert=_int4_bf16dot, min_rows=2,
-                                 prepack=True),
+                                 prepack=True, words="4-bit weights on the CPU's own half-precision products"),
 }
 # The format each dtype loads as when only a dtype is given.
 DTYPE_FORMATS = {fmt.dtype: name for name, fmt in reversed(WEIGHT_FORMATS.items())}

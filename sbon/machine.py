@@ -18,6 +18,7 @@ the app all ask.
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import logging
 import os
@@ -183,14 +184,13 @@ class Choice:
 
 
 def title(weights: str, decode: str, device: str = "cpu") -> str:
-    """A path in words (no identifiers): the weight format's own description up to its first aside, and the step."""
+    """A path in words a student reads (no identifiers): the weight format's ``words`` (else its description up to
+    its first aside), and the step."""
     from .engine import WEIGHT_FORMATS
     fmt = WEIGHT_FORMATS.get(weights)
-    words = fmt.description if fmt else weights
-    for stop in (" (", ":", ","):
-        words = words.split(stop)[0]
-    step = ("compiled step with CUDA graphs" if torch.device(device).type == "cuda" else "one compiled step") \
-        if decode == "compiled" else "op by op"
+    words = weights if fmt is None else fmt.words or re.split(r" \(|:|,", fmt.description)[0]
+    step = ("recorded once and replayed on the GPU (CUDA graphs)" if torch.device(device).type == "cuda"
+            else "compiled into one step") if decode == "compiled" else "one operation at a time"
     return f"{words}, {step}"
 
 
@@ -218,8 +218,10 @@ def choose(generator: str, machine: dict, paths: list[Measured], pending: Sequen
                 if device != "cpu" and best.divergence else "")
     choice.reason = (f"{best.weights} weights, {best.decode} step: {best.at():.1f} ms per step at {REPORT_ROWS} rows"
                      f"{beside}, {rule} measured on this machine{diverges}")
-    choice.words = (f"{title(best.weights, best.decode, device)}: {best.at():.1f} ms per step at {REPORT_ROWS} "
-                    f"rows, {rule} measured on this machine{beside_words}{diverges}{later}")
+    rule_words = ("the fastest way measured on this machine that gives each candidate the same text in both methods"
+                  if device == "cpu" else "the fastest way measured on this machine")
+    choice.words = (f"{title(best.weights, best.decode, device)}: {best.at():.1f} ms per step for {REPORT_ROWS} "
+                    f"candidates, {rule_words}{beside_words}{diverges}{later}")
     return choice
 
 

@@ -64,7 +64,8 @@ GENERATORS: dict[str, Preset] = {
     "llama-3-8b-instruct": Preset("meta-llama/Meta-Llama-3-8B-Instruct", "Llama 3 8B Instruct"),
     # A current small instruct model for GPU users (gated on the hub: accept its license, set HF_TOKEN).
     "llama-3.2-1b-instruct": Preset("meta-llama/Llama-3.2-1B-Instruct",
-                                    "Llama 3.2 1B Instruct (1.2B parameters; needs network and HF_TOKEN, gated)"),
+                                    "Llama 3.2 1B Instruct (1.2B parameters; needs the network, and a Hugging Face access token in HF_TOKEN "
+                                    "for its license)"),
 }
 
 def _likelihood(name: str, kind: str) -> Callable[..., RewardModel]:
@@ -212,7 +213,7 @@ def check_name(name: str, presets: dict[str, Preset], kind: str) -> None:
 
 
 def _hub_error(name: str, error: Exception, kind: str) -> SBoNError:
-    hint = "is the hub reachable (network, HF_TOKEN for gated models)?"
+    hint = "is the Hugging Face hub reachable (network), and for a model behind a license, is your access token in HF_TOKEN?"
     return SBoNError(f"cannot load {kind} '{name}': {hint} ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
 
 

@@ -144,7 +144,7 @@ class LowestGroupConfidence(PruningSignal):
     DeepConf's). Cost: the last `window` confidences per candidate, no extra pass.
     """
     name = "deepconf"
-    title = "DeepConf lowest group confidence"
+    title = "confidence in its weakest stretch (DeepConf)"
     description = ("the generator's confidence over its weakest 16-token stretch so far (DeepConf, Fu et al. 2025); "
                    "reward-free")
 

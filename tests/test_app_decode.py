@@ -67,7 +67,7 @@ def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_i
         assert f"SBON_RUN_GATE={steps.gate.path}".encode() in environ
         assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: measuring how fast each way of decoding "
                                              "runs on this machine in the background") and \
-            "float32 weights and activations, op by op, exact without measuring" in steps.status(NAME)
+            "full-precision numbers, one operation at a time, exact without measuring" in steps.status(NAME)
     finally:
         child.kill()
         child.wait()
@@ -79,15 +79,15 @@ def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_i
         assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child
     assert [r.getMessage() for r in caplog.records if r.name == "components.decode_paths"] == [
         f"measuring {NAME}'s decode paths stopped (exit status -9): runs keep fp32 eager"]
-    assert "measuring this machine's decode paths failed" in steps.status(NAME)
+    assert "measuring how fast each way of decoding runs here failed" in steps.status(NAME)
 
 
 def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, unmeasured_machine):
     steps = DecodePaths()
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])  # nothing compiled was measured
     assert steps.decode(NAME, gen_int4) == "eager" and NAME not in steps._children  # measured: no child
-    assert steps.status(NAME).startswith(f"{generator_title(NAME)} decodes with 4-bit Linear weights in blocks of 32, op by op: "
-                                         "50.0 ms per step at 7 rows")
+    assert steps.status(NAME).startswith(f"{generator_title(NAME)} decodes with 4-bit weights, one operation at a time: "
+                                         "50.0 ms per step for 7 candidates")
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0), measured("int4", "compiled", 20.0)])
     assert compiled_state(gen_int4) is None  # chosen, but its step is not saved on this machine: eager
     assert steps.decode(NAME, gen_int4) == "eager"

@@ -484,6 +484,54 @@ def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_t
         page.context.close()
 
 
+def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_the_end(browser, server, tmp_path):
+    """A 1280×720 projector at 150 % (853×480 CSS px): in every round of the recorded run (Present rounds), in the
+    result step, while Best-of-N runs after Speculative Rejection has answered (a live run of 16 candidates), and
+    at the end of that run, the Run button, the caption and the whole live chart lie inside the window, the caption
+    over the chart and the chart's legend inside it; every one of the 16 candidates' rows is labelled, no text of the
+    chart is under 20 px, and every caption takes at most two lines. The screenshots are left in the test's folder."""
+    from benchmarks.browser import PRESENTER, SCREENS, presenter_screen
+
+    (width, height), ratio = SCREENS["projector"]
+    page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
+    seen = {}
+
+    def check(name: str, rows: bool = True, lines: bool = True) -> None:
+        seen[name] = found = presenter_screen(page)
+        page.screenshot(path=str(tmp_path / f"presenter-{name}.png"))
+        assert found["run"] and found["caption"] and found["chart"] and found["legend_inside"], (name, found)
+        assert found["min_text_px"] >= 20, (name, found)
+        if rows:
+            assert sorted(map(int, found["labelled_rows"])) == list(range(16)), (name, found)
+        if lines:
+            assert found["caption_lines"] <= 2, (name, found)
+
+    caption = "document.querySelector('#round-caption').innerText"
+    try:
+        page.goto(server + PRESENTER)
+        page.wait_for_selector("#scatter .scatterlayer .point", timeout=180_000)
+        page.locator("#present-rounds").click()
+        rounds = len(Comparison.from_json(RECORDED).speculative.decision_points)
+        assert rounds >= 3
+        for step in range(1, rounds + 1):  # one click at a time: each moves from the step the last one showed
+            page.wait_for_function(f"{caption}.startsWith('Round {step}')")
+            check(f"round-{step}")
+            page.locator("#present-next").click()
+        page.wait_for_function(f"{caption}.startsWith('Result')")
+        check("result", rows=False)
+        _settings(page, "Give three tips for staying healthy.", n=16, tokens=40)
+        page.locator("#run").click()
+        page.wait_for_function(f"{caption}.startsWith('Best-of-N so far')", timeout=RUN_TIMEOUT_MS, polling=100)
+        check("best-of-n")
+        page.wait_for_function(ENDED, timeout=RUN_TIMEOUT_MS)
+        page.wait_for_function(f"{caption}.startsWith('After')")
+        check("end")
+    finally:
+        page.context.close()
+    print({name: {k: found[k] for k in ("run_box", "caption_box", "chart_box", "legend_box", "caption_lines")}
+           for name, found in seen.items()})
+
+
 def test_present_rounds_steps_through_the_recorded_run_one_caption_each(page):
     """"Present rounds" on the recorded run: the button, then → (a key, or a clicker's PageDown) and the ▶ button
     step one decision point each, every caption generated from the recorded data, then the result; ← goes back."""

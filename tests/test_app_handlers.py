@@ -269,6 +269,13 @@ def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
     assert "\n" not in str(e.value)
     assert scenarios.on_scenario("fluency")["prune_by"] == "logprob"
     assert "length" in SCENARIOS["helpful"].label  # the caveat is in the dropdown itself
+    # a prompt the visitor typed is never replaced by a scenario's example; an example prompt is
+    own = "Write a short poem about autumn in all lowercase, no commas."
+    kept = scenarios.on_scenario("instructions", own)
+    assert "prompt" not in kept and kept["reward"] == "ifeval" and kept["scenario_prompts"].value is None
+    assert scenarios.on_scenario("instructions", SCENARIOS["helpful"].prompts[0])["prompt"] in \
+        SCENARIOS["instructions"].prompts
+    assert scenarios.on_scenario("instructions", "  ")["prompt"] == SCENARIOS["instructions"].prompts[0]
 
 
 def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app, slot, monkeypatch):
@@ -292,7 +299,9 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert "Speculative Rejection answered: candidate" in updates[answered]["caption"]
     progress = [u["live_plot"] for u in updates[answered:ready] if u.get("live_plot") is not None]
     assert progress and "Best-of-N" in progress[-1].layout.title.text
-    assert any(t.name == "Best-of-N so far" and len(t.x) for t in progress[-1].data)
+    assert any(t.name in ("Best-of-N generating", "Best-of-N finished") and len(t.x) for t in progress[-1].data)
+    # and the caption narrates Best-of-N's steps against Speculative Rejection's
+    assert any(str(u.get("caption", "")).startswith("Best-of-N so far:") for u in updates[answered:ready])
 
     shown = updates[ready]
     assert set(app.SHOWN) <= set(shown) and shown["comparison"].partials == {}

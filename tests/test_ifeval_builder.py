@@ -42,6 +42,21 @@ def test_an_example_fills_the_builder_and_a_typed_prompt_runs_with_it():
     RunSettings(prompt=SEA, reward="ifeval", instructions=box).check()  # the sea poem is accepted
 
 
+def test_instructions_given_under_another_reward_switch_it_or_are_said_to_be_ignored():
+    """Picking or typing instructions under the default reward switches the run to the instruction reward; a reward
+    chosen afterwards is said, in one line, to ignore them; the note reads them in words, never as JSON."""
+    picked = builder.on_types(["change_case:english_lowercase"], "", "minilm-pref")
+    assert picked["reward"] == "ifeval"
+    assert "reward" not in builder.on_types(["punctuation:no_comma"], picked["instructions"], "ifeval")
+    assert builder.on_typed('["punctuation:no_comma"]', "minilm-pref") == {"reward": "ifeval"}
+    assert builder.on_typed('["punctuation:no_co', "minilm-pref") == {}  # unfinished: nothing switches
+    note = builder.on_text(picked["instructions"], "ifeval")["instructions_note"]
+    assert "checks each" in note and "lowercase" in note and "{" not in note and "change_case" not in note
+    ignored = builder.on_text(picked["instructions"], "minilm-pref")["instructions_note"].splitlines()[0]
+    assert ignored.startswith("⚠") and "ignores these instructions" in ignored
+    assert all("{" not in label and ":" not in label for label, _ in builder.type_choices())
+
+
 def test_the_note_reads_each_instruction_or_the_one_line_refusal():
     note = builder.on_text('[{"id": "punctuation:no_comma"}]')["instructions_note"]
     assert "no commas" in note

@@ -36,9 +36,9 @@ def test_the_choice_follows_the_measured_times_and_excludes_an_inexact_path_on_a
     assert (choice.weights, choice.decode) == ("int4", "compiled")  # bf16 is faster, but not exact here
     assert choice.reason == ("int4 weights, compiled step: 25.7 ms per step at 7 rows (fp32 eager: 120.5), the "
                              "fastest exact path measured on this machine")
-    assert choice.words == ("4-bit Linear weights in blocks of 32, one compiled step: 25.7 ms per step at 7 rows, the "
-                            "fastest exact path measured on this machine (float32 weights and activations, op by op: "
-                            "120.5 ms)")  # in words: no format or step identifiers
+    assert choice.words == ("4-bit weights, compiled into one step: 25.7 ms per step for 7 candidates, the fastest "
+                            "way measured on this machine that gives each candidate the same text in both methods "
+                            "(full-precision numbers, one operation at a time: 120.5 ms)")  # no identifiers
     paths[1] = timed("int4", "eager", 20.0)  # the times change: so does the choice
     assert (choose(NAME, CPU, paths).weights, choose(NAME, CPU, paths).decode) == ("int4", "eager")
     # on a GPU the divergence is reported, not a rule: the fastest path, with its divergence in the reason

@@ -179,7 +179,7 @@ def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(co
     assert "Press" not in elsewhere and "Intel Xeon (AVX2)" in elsewhere and here in elsewhere
     other_path = tables.reproduction_note(comparison, here, comparison.speculative.weights,
                                           "compiled" if path == "eager" else "eager")
-    assert "Press" not in other_path and "path" in other_path
+    assert "Press" not in other_path and "decoding" in other_path
     unnamed = copy.deepcopy(comparison)
     unnamed.speculative.machine = None
     assert "Press" not in tables.reproduction_note(unnamed, here, comparison.speculative.weights, path)
@@ -195,9 +195,49 @@ def test_live_lines_count_in_words_and_say_what_a_person_waits_for(comparison_ev
     for event in comparison_events:
         tracker.update(event)
         lines += [tracker.caption(), tracker.status()]
-    at_once = [int(m) for line in lines for m in re.findall(r"(\d+) candidates? at once", line)]
-    batch = comparison.bon.settings.get("batch_size") or comparison.n
-    assert at_once and max(at_once) <= batch  # never all N before Best-of-N's first batch has a token
-    assert not any(re.search(r"\b1 candidates\b", line) for line in lines)
+    assert not any(re.search(r"\b1 (candidates|steps)\b", line) for line in lines)
     assert any(re.search(r"Preparing the what-if views\*\*: \d+ of \d+", line) for line in lines)
     assert not any("Counterfactual" in line or "prefixes" in line for line in lines)
+
+
+def test_best_of_n_s_phase_is_narrated_step_by_step_against_speculative_rejection(gen, likelihood):
+    """While Best-of-N runs in batches after Speculative Rejection has answered, the caption moves at every step: its
+    steps and tokens so far against Speculative Rejection's in all, its batch, how many candidates have finished, and
+    its best final reward so far (known batch by batch) against Speculative Rejection's answer; two lines, each short
+    enough for the presenter view."""
+    from components.live import CAPTION_LINE_CHARS, LiveTracker
+    from sbon.analysis.comparison import ComparisonReady, comparison_events
+    from conftest import COMPARISON_PROMPT
+
+    events = comparison_events(gen, likelihood, COMPARISON_PROMPT, 6, alpha=0.5, max_new_tokens=24, seed=2, taus=[8],
+                               bon_same_memory=True, signals=())
+    tracker, captions = LiveTracker(24, reward="likelihood"), []
+    for event in events:
+        tracker.update(event)
+        if isinstance(event, ComparisonReady):
+            comp = event.comparison
+            break
+        if tracker.phase == "bon" and tracker.tokens_of.get("bon"):
+            captions.append(tracker.caption())
+    size = comp.bon.settings["batch_size"]
+    batches = -(-comp.n // size)
+    assert batches > 1, "the same-memory baseline runs in batches here"
+    assert all(len(line) <= CAPTION_LINE_CHARS for c in captions for line in c.split("  \n")) and \
+        all(c.count("  \n") == 1 for c in captions)
+    steps = [int(re.search(r"Best-of-N so far: (\d+) steps?", c).group(1)) for c in captions]
+    assert steps == sorted(steps) and steps[-1] == comp.bon.decode_steps
+    assert set(steps) == set(range(1, steps[-1] + 1))  # every step moves it
+    assert all(f"Speculative Rejection used {comp.speculative.decode_steps} and {comp.speculative.total_tokens:,}" in c
+               for c in captions)
+    # the batch, where the line has room for it (a long reward leaves it out before the best so far)
+    seen = [int(b) for c in captions for b in re.findall(r"batch (\d+) of \d+", c)]
+    assert seen and seen[0] == 1 and seen == sorted(seen) and set(seen) <= set(range(1, batches + 1))
+    assert all(f"of {batches}" in m for c in captions for m in re.findall(r"batch \d+ of \d+", c))
+    finished = [int(re.search(r"(\d+) of %d done" % comp.n, c).group(1)) for c in captions]
+    assert finished == sorted(finished) and finished[-1] == comp.n
+    first_scored = next(i for i, c in enumerate(captions) if "its best" in c)
+    assert 0 < first_scored < len(captions) - 1  # the first batch's rewards come before the last batch ends
+    assert (f"its best {comp.bon.best.final_reward:.2f} (candidate {comp.bon.best_id}), Speculative Rejection's "
+            f"{comp.speculative.best.final_reward:.2f}") in captions[-1]
+
+
