@@ -29,7 +29,7 @@ from sbon.results import DecisionPoint, RunResult
 from .fates import fate_color
 from .reasons import marked_undecided
 from .rounds import UNDECIDED_COLOR, UNDECIDED_NAME, round_caption
-from .style import BON_COLOR, axis_titles, hall_name, ring, styled, wrap_title
+from .style import BON_COLOR, axis_titles, presenter_name, ring, styled, wrap_title
 
 PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Preparing the what-if views"}
 
@@ -269,7 +269,7 @@ def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
         fates = {c.id: sbon.fate(c.id) for c in sbon.candidates}
         for fate in dict.fromkeys(fates.values()):
             ids = [k for k in range(n) if fates.get(k) == fate]
-            fig.add_trace(hall_name(go.Bar(y=ids, x=[sbon.candidates[k].tokens_generated for k in ids], orientation="h",
+            fig.add_trace(presenter_name(go.Bar(y=ids, x=[sbon.candidates[k].tokens_generated for k in ids], orientation="h",
                                            name=f"Speculative Rejection: {fate}", marker_color=fate_color(fate),
                                            offsetgroup="sbon", hovertemplate="candidate %{y}: %{x} tokens<extra></extra>"),
                                    fate))

@@ -100,7 +100,7 @@ def look_for(presenter: bool, viewport: dict | None) -> Look:
     """The look the page asked for: the presenter view, sized to the window the browser reported."""
     viewport = viewport if isinstance(viewport, dict) else {}
     px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
-    return Look(hall=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
+    return Look(presenter=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
 
 
 def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,

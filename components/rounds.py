@@ -28,7 +28,7 @@ from .fates import fate_color
 from .reasons import (UNDECIDED_DONE, coin_toss, coin_toss_text, marked_undecided, point_reasons, pruning_cost,
                       reward_scale, tie_text)
 from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
-                    hall_name, ring, styled, wrap_title)
+                    presenter_name, ring, styled, wrap_title)
 
 ROW_PX = 15  # plot height per candidate
 COST_NAME = "○ pruning it cost reward (hover)"
@@ -38,8 +38,8 @@ RETIRED_NAME = "finished, still eligible"  # short: one phone-wide legend column
 # explanation say it in full ("could not be told apart from the cut").
 UNDECIDED_NAME = "undecided"
 # Shorter legend names for the presenter view's live chart, whose legend is one narrow column beside the data
-# (style.hall_name); the hover says each in full.
-HALL_NAMES = {RETIRED_NAME: "finished, eligible", COST_NAME: "○ cost reward"}
+# (style.presenter_name); the hover says each in full.
+PRESENTER_NAMES = {RETIRED_NAME: "finished, eligible", COST_NAME: "○ cost reward"}
 UNDECIDED_COLOR = "#e8a317"  # amber: neither the survivors' nor the pruned's colour
 TIE_FRACTION = 0.004  # scores closer than this fraction of the axis look like one spot: they are spread
 TIE_STEP = 0.012  # the gap between two tied contenders, as a fraction of the axis
@@ -190,8 +190,8 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
                         symbol=[FINAL_SYMBOL if k in final else PARTIAL_SYMBOL for k in ids]),
             customdata=[[reasons[k].text()] for k in ids],
             hovertemplate="candidate %{y}: " + name + "<br>%{customdata[0]}<extra></extra>"))
-        if name in HALL_NAMES:
-            hall_name(traces[-1], HALL_NAMES[name])
+        if name in PRESENTER_NAMES:
+            presenter_name(traces[-1], PRESENTER_NAMES[name])
     traces.insert(2, go.Scatter(x=[cut, cut], y=[-0.5, n - 0.5], mode="lines", name="cut",
                                 line=dict(color=CUT_COLOR, dash="dash", width=2), hoverinfo="skip"))
     earlier = _earlier(views, reward)
@@ -200,11 +200,11 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
         marker=dict(color=EARLIER_COLOR, size=9, symbol=PARTIAL_SYMBOL, opacity=0.6),
         customdata=[[why] for _, why in earlier.values()], hovertemplate="candidate %{y}<br>%{customdata[0]}<extra></extra>"))
     costly = [k for k in view.pruned if comp is not None and pruning_cost(comp, k)]
-    traces.append(hall_name(go.Scatter(
+    traces.append(presenter_name(go.Scatter(
         x=[scores[k] for k in costly], y=costly, mode="markers", name=COST_NAME,
         marker=ring("circle-open", "#000000", 20, 2.5),
         customdata=[[pruning_cost(comp, k)] for k in costly],
-        hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"), HALL_NAMES[COST_NAME]))
+        hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"), PRESENTER_NAMES[COST_NAME]))
     undecided = [k for k in marked_undecided(view) if k in scores]  # none in a coin toss: the title says it
     traces.append(go.Scatter(
         x=[scores[k] for k in undecided], y=undecided, mode="markers", name=UNDECIDED_NAME,
@@ -214,7 +214,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
     # The shape keys only when both shapes are drawn: a lone shape needs no key.
     both = any(k in final for k in view.contenders) and any(k not in final for k in view.contenders)
     traces += [_marker_key("● partial reward", PARTIAL_SYMBOL).update(visible=both),
-               hall_name(_marker_key("◆ finished: final reward", FINAL_SYMBOL).update(visible=both), "◆ final reward")]
+               presenter_name(_marker_key("◆ finished: final reward", FINAL_SYMBOL).update(visible=both), "◆ final reward")]
     return traces
 
 

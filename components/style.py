@@ -7,8 +7,8 @@ into short lines, the legend sits under the data (below the x-axis title: any ro
 rows do not need is left at the figure's foot, never between the title and the data), and the
 margins are computed from how many lines each needs on a phone-wide plot.
 
-The presenter view (:class:`Look` with ``hall=True``) redraws any finished figure for a lecture hall:
-every text at least HALL_FONT_PX CSS pixels, the legend beside the data, and the figure no taller
+The presenter view (:class:`Look` with ``presenter=True``) redraws any finished figure for a lecture hall:
+every text at least PRESENTER_FONT_PX CSS pixels, the legend beside the data, and the figure no taller
 than the window it is shown in.
 """
 
@@ -46,12 +46,12 @@ TITLE_LEFT_PX = 8  # the title starts this far from the figure's left edge (on a
 NARROW_FIGURE_PX = 326  # a phone-wide figure
 SLIDER_PX = 80  # room under the legend for a rounds slider and its current value
 # The presenter view: text for a hall (a 1280×720 projector at 150 % zoom shows 853×480 CSS pixels).
-HALL_FONT_PX = 20  # the smallest text of a presenter-view figure, in CSS pixels
-HALL_SCALE = HALL_FONT_PX / min(FONT_SIZE, LEGEND_SIZE)  # every size and gap of the style grows by this
-HALL_TITLE_CHARS = 60  # a presenter-view figure spans one column of at least 853 CSS pixels
-HALL_AXIS_CHARS = 44  # an x-axis title is centred on the plot area, narrower than the figure by the legend
-HALL_LEGEND_CHARS = 18  # characters per legend line beside the data ("pruned in round 4" on one line)
-HALL_MIN_PLOT_PX = 150
+PRESENTER_FONT_PX = 20  # the smallest text of a presenter-view figure, in CSS pixels
+PRESENTER_SCALE = PRESENTER_FONT_PX / min(FONT_SIZE, LEGEND_SIZE)  # every size and gap of the style grows by this
+PRESENTER_TITLE_CHARS = 60  # a presenter-view figure spans one column of at least 853 CSS pixels
+PRESENTER_AXIS_CHARS = 44  # an x-axis title is centred on the plot area, narrower than the figure by the legend
+PRESENTER_LEGEND_CHARS = 18  # characters per legend line beside the data ("pruned in round 4" on one line)
+PRESENTER_MIN_PLOT_PX = 150
 SHAPE_KEYS = "shape keys"  # the legend group of legend-only entries that explain a marker's shape
 
 
@@ -86,7 +86,7 @@ def legend_rows(fig: go.Figure) -> int:
 
 
 def scale_of(fig: go.Figure) -> float:
-    """How much larger than the page's style this figure is drawn: 1, or HALL_SCALE in the presenter view."""
+    """How much larger than the page's style this figure is drawn: 1, or PRESENTER_SCALE in the presenter view."""
     size = fig.layout.font.size if fig.layout.font and fig.layout.font.size else FONT_SIZE
     return size / FONT_SIZE
 
@@ -96,23 +96,23 @@ def fit_margins(fig: go.Figure, bottom_extra: int = 0) -> go.Figure:
     beside the data in the presenter view) and a rounds slider (under the legend); called again
     whenever one of them or the height changes."""
     s = scale_of(fig)
-    hall = s > 1
+    presenter = s > 1
     title = fig.layout.title.text if fig.layout.title else None
     x_title = fig.layout.xaxis.title.text if fig.layout.xaxis and fig.layout.xaxis.title else None
     slider = SLIDER_PX * s if fig.layout.sliders else 0
     top = max(30, (TITLE_TOP_PX + 4 + _lines(title) * LINE_PX) * s + (4 if title else 0))
     axis = (TICKS_PX + _lines(x_title) * LINE_PX) * s + 10
     names = _legend_names(fig)
-    legend_px = 0 if hall else legend_rows(fig) * LEGEND_ROW_PX * s
+    legend_px = 0 if presenter else legend_rows(fig) * LEGEND_ROW_PX * s
     bottom = axis + legend_px + slider + bottom_extra
     right = 20
-    if hall and names:  # beside the data: as wide as its widest (wrapped) line
+    if presenter and names:  # beside the data: as wide as its widest (wrapped) line
         widest = max(len(line) for name in names for line in name.split("<br>"))
         right = int((LEGEND_ITEM_PX * 0.7 + CHAR_PX * widest) * s) + 10
-    min_plot = HALL_MIN_PLOT_PX if hall else MIN_PLOT_PX
+    min_plot = PRESENTER_MIN_PLOT_PX if presenter else MIN_PLOT_PX
     height = max(fig.layout.height or 450, top + bottom + min_plot)
     fig.update_layout(height=height, margin=dict(l=int(70 * s), r=right, t=int(top), b=int(bottom)))
-    if hall:
+    if presenter:
         fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", yref="paper",
                                       font=dict(size=LEGEND_SIZE * s)))
     else:
@@ -168,7 +168,7 @@ def _rewrap(text: str | None, width: int) -> str | None:
 @dataclass(frozen=True)
 class Look:
     """How this page draws its figures: the page's style, or the presenter view's."""
-    hall: bool = field(default=False, metadata={"help": "the presenter view: type for a hall, legends beside the data"})
+    presenter: bool = field(default=False, metadata={"help": "the presenter view: type for a hall, legends beside the data"})
     screen_px: int | None = field(default=None, metadata={
         "help": "the window's height in CSS pixels: no presenter-view figure is taller"})
     live_px: int | None = field(default=None, metadata={
@@ -176,38 +176,38 @@ class Look:
 
     def apply(self, fig: go.Figure, live: bool = False) -> go.Figure:
         """``fig`` as this look draws it (the presenter view's text, legend and height; else unchanged)."""
-        if not self.hall:
+        if not self.presenter:
             return fig
         if live:  # the round caption over the live chart is its title in the presenter view
             fig.update_layout(title=None)
-            return live_for_hall(for_hall(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
-        return for_hall(fig, self.screen_px or None)
+            return live_for_presenter(for_presenter(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
+        return for_presenter(fig, self.screen_px or None)
 
 
-HALL_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %)
-HALL_ROW_PX = 18  # the least height of a candidate's row in the presenter view's live chart: its label still fits
-HALL_LIVE_TOP_PX = 8  # over the live chart's data: nothing (no title, the legend is beside it)
+PRESENTER_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %)
+PRESENTER_ROW_PX = 18  # the least height of a candidate's row in the presenter view's live chart: its label still fits
+PRESENTER_LIVE_TOP_PX = 8  # over the live chart's data: nothing (no title, the legend is beside it)
 
 
-def hall_name(trace: go.BaseTraceType, short: str) -> go.BaseTraceType:
+def presenter_name(trace: go.BaseTraceType, short: str) -> go.BaseTraceType:
     """Give ``trace`` the shorter legend name the presenter view's live chart shows (its page name stays in
     the page's views and the hover), so that the legend beside the data stays one narrow column."""
-    trace.meta = {**(trace.meta if isinstance(trace.meta, dict) else {}), "hall_name": short}
+    trace.meta = {**(trace.meta if isinstance(trace.meta, dict) else {}), "presenter_name": short}
     return trace
 
 
-def live_for_hall(fig: go.Figure, width_px: int = HALL_WIDTH_PX, max_height: int | None = None) -> go.Figure:
+def live_for_presenter(fig: go.Figure, width_px: int = PRESENTER_WIDTH_PX, max_height: int | None = None) -> go.Figure:
     """The presenter view's live chart: exactly ``max_height`` tall (the height the window leaves it under the run bar
-    and a two-line caption), its legend beside the data in one narrow column of short names (hall_name), one line
+    and a two-line caption), its legend beside the data in one narrow column of short names (presenter_name), one line
     each, so the legend never takes height from the data; every candidate's row labelled while a row keeps
-    HALL_ROW_PX; the x-axis title on one line, or none where keeping it would cost the rows their labels (the
+    PRESENTER_ROW_PX; the x-axis title on one line, or none where keeping it would cost the rows their labels (the
     caption over the chart says what is drawn). Without ``max_height`` it keeps its height."""
     s = scale_of(fig)
     if not fig.data:  # text only (the result step's answers): no legend, no axes, the whole height for the text
         fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
         return fig
     for t in fig.data:
-        short = t.meta.get("hall_name") if isinstance(t.meta, dict) else None
+        short = t.meta.get("presenter_name") if isinstance(t.meta, dict) else None
         if short or t.name:
             t.name = short or t.name.replace("<br>", " ")
         if t.type == "scatter":  # rows as tall as a label: the first and last rows' marks reach past the plot area
@@ -220,39 +220,39 @@ def live_for_hall(fig: go.Figure, width_px: int = HALL_WIDTH_PX, max_height: int
     plot_width = width_px - 16 - 70 * s - right
     if x and x.title and x.title.text:
         x.title.text = _rewrap(x.title.text, max(20, int(plot_width / (CHAR_PX * s * 1.1))))
-        if _lines(x.title.text) > 1 or height - HALL_LIVE_TOP_PX - (TICKS_PX + LINE_PX) * s - 10 < rows * HALL_ROW_PX:
+        if _lines(x.title.text) > 1 or height - PRESENTER_LIVE_TOP_PX - (TICKS_PX + LINE_PX) * s - 10 < rows * PRESENTER_ROW_PX:
             x.title.text = None
     bottom = int((TICKS_PX + _lines(x.title.text if x and x.title else None) * LINE_PX) * s * 0.85) + 6
-    fig.update_layout(height=height, margin=dict(t=HALL_LIVE_TOP_PX, r=right, b=bottom),
+    fig.update_layout(height=height, margin=dict(t=PRESENTER_LIVE_TOP_PX, r=right, b=bottom),
                       legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yref="paper", yanchor="top",
                                   font=dict(size=LEGEND_SIZE * s), itemsizing="constant", tracegroupgap=0))
     y = fig.layout.yaxis
-    if rows and y.dtick is not None:  # a row per candidate: each labelled while a row keeps HALL_ROW_PX
-        per_row = (height - HALL_LIVE_TOP_PX - bottom) / rows
-        y.dtick = 1 if per_row >= HALL_ROW_PX else math.ceil(HALL_ROW_PX / per_row)
+    if rows and y.dtick is not None:  # a row per candidate: each labelled while a row keeps PRESENTER_ROW_PX
+        per_row = (height - PRESENTER_LIVE_TOP_PX - bottom) / rows
+        y.dtick = 1 if per_row >= PRESENTER_ROW_PX else math.ceil(PRESENTER_ROW_PX / per_row)
     return fig
 
 
-def for_hall(fig: go.Figure, max_height: int | None = None, fill: bool = False) -> go.Figure:
-    """Any of the page's finished figures redrawn for a lecture hall: every text HALL_SCALE times its
-    size (so none is below HALL_FONT_PX), titles re-wrapped for one wide column, legend names wrapped
+def for_presenter(fig: go.Figure, max_height: int | None = None, fill: bool = False) -> go.Figure:
+    """Any of the page's finished figures redrawn for a lecture hall: every text PRESENTER_SCALE times its
+    size (so none is below PRESENTER_FONT_PX), titles re-wrapped for one wide column, legend names wrapped
     beside the data, and the figure at most ``max_height`` pixels tall (its plot area shrinks, never
-    below HALL_MIN_PLOT_PX); ``fill``: exactly ``max_height`` tall (the live chart takes the screen it is
+    below PRESENTER_MIN_PLOT_PX); ``fill``: exactly ``max_height`` tall (the live chart takes the screen it is
     given). Applied once, to a figure in the page's style."""
     if scale_of(fig) > 1:
         return fig
-    s = HALL_SCALE
+    s = PRESENTER_SCALE
     old = fig.layout.margin
     plot_px = (fig.layout.height or 450) - (old.t or 0) - (old.b or 0)
     fig.update_layout(font=dict(size=FONT_SIZE * s))
     if fig.layout.title and fig.layout.title.text:
-        fig.update_layout(title=dict(text=_rewrap(fig.layout.title.text, HALL_TITLE_CHARS)))
+        fig.update_layout(title=dict(text=_rewrap(fig.layout.title.text, PRESENTER_TITLE_CHARS)))
     for axis in (fig.layout.xaxis, fig.layout.yaxis):
         if axis and axis.title and axis.title.text:
-            axis.title.text = _rewrap(axis.title.text, HALL_AXIS_CHARS)
+            axis.title.text = _rewrap(axis.title.text, PRESENTER_AXIS_CHARS)
     for t in fig.data:
         if t.name:
-            t.name = _rewrap(t.name, HALL_LEGEND_CHARS)
+            t.name = _rewrap(t.name, PRESENTER_LEGEND_CHARS)
         if getattr(t, "textfont", None) is not None and t.textfont.size:
             t.textfont.size = t.textfont.size * s
         if getattr(t, "marker", None) is not None and getattr(t.marker, "size", None) and \
@@ -269,7 +269,7 @@ def for_hall(fig: go.Figure, max_height: int | None = None, fill: bool = False) 
     m = fig.layout.margin
     height = m.t + m.b + plot_px
     if max_height:
-        height = max(m.t + m.b + HALL_MIN_PLOT_PX, max_height if fill else min(height, max_height))
+        height = max(m.t + m.b + PRESENTER_MIN_PLOT_PX, max_height if fill else min(height, max_height))
     if not fill:  # the legend beside the data never runs below it, into the x-axis title
         lines = sum(name.count("<br>") + 1 for name in _legend_names(fig))
         height = max(height, m.t + m.b + lines * LEGEND_ROW_PX * s)

@@ -523,24 +523,24 @@ def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
     RECORDED,  # four rounds: a "pruned in round r" legend row each, one line apiece
 ])
 def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window(path):
-    """Look(hall=True): every text of every figure at least HALL_FONT_PX (CSS px), the legend beside the
+    """Look(presenter=True): every text of every figure at least PRESENTER_FONT_PX (CSS px), the legend beside the
     data, the decision-point charts no taller than the window (a long legend may make a tab's chart taller),
     and the live chart exactly the height the window leaves it."""
-    from components.style import HALL_FONT_PX, Look
+    from components.style import PRESENTER_FONT_PX, Look
 
     def last_round(comp, look=Look()):  # the live chart at the end of a run, as the page draws it
         views = comp.speculative.decision_points
         return look.apply(round_figure(views[-1], comp.n, earlier=views[:-1], comp=comp), live=True)
 
     comp = Comparison.load(path)
-    look = Look(hall=True, screen_px=480, live_px=300)
+    look = Look(presenter=True, screen_px=480, live_px=300)
     figs = [figures.partial_final_scatter(comp), figures.tokens_per_candidate(comp), figures.phase_times(comp),
             figures.tradeoff_figure(comp), rounds_animation(comp.speculative, comp=comp)]
     for fig in map(look.apply, figs):
         sizes = [fig.layout.font.size, fig.layout.legend.font.size]
         sizes += [fig.layout.title.font.size] if fig.layout.title.text else []
         sizes += [t.textfont.size for t in fig.data if getattr(t, "textfont", None) is not None and t.textfont.size]
-        assert min(sizes) >= HALL_FONT_PX, (fig.layout.title.text, sizes)
+        assert min(sizes) >= PRESENTER_FONT_PX, (fig.layout.title.text, sizes)
         assert fig.layout.legend.orientation == "v"
     assert all(look.apply(f).layout.height <= 480 for f in (figures.partial_final_scatter(comp),
                                                              rounds_animation(comp.speculative, comp=comp)))
@@ -596,7 +596,7 @@ def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_
     from components.style import Look
 
     comp = Comparison.load(RECORDED)
-    for look in (Look(), Look(hall=True, live_px=600)):
+    for look in (Look(), Look(presenter=True, live_px=600)):
         tracker, chart = LiveTracker(comp.speculative.settings["max_new_tokens"], reward=comp.speculative.reward), ProgressChart(comp.n, look)
         tracker.results["sbon"] = comp.speculative
         frames = []
