@@ -137,7 +137,7 @@ def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind
     done = run_offline(tmp_path, "-m", "sbon", "run", "--prompt", "hi", flag, name, "--max-new-tokens", "4")
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: cannot load {kind} '{name}': is the hub reachable") and "Traceback" not in done.stderr
+    assert last.startswith(f"error: cannot load {kind} '{name}': is the Hugging Face hub reachable") and "Traceback" not in done.stderr
 
 
 def test_the_page_and_the_command_line_start_from_the_same_scenario():

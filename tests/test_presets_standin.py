@@ -117,7 +117,7 @@ def point_preset_at(monkeypatch):
                                           (models.GENERATORS, "llama-3.2-1b-instruct")])
 def test_new_presets_say_their_size_and_that_they_need_the_network(presets, name):
     description = presets[name].description
-    assert "B parameters" in description and "needs network" in description
+    assert "B parameters" in description and "needs the network" in description
     assert presets[name].hub_id.count("/") == 1 and not presets[name].offline
 
 
