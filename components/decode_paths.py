@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.machine import AutoPath, Choice, auto_path, decode_threads, title
 from sbon.machine_load import RunGate, busy
+from sbon.probe import child_argv
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
 from sbon.results import RunResult
 from sbon.zerogpu import on_zerogpu
@@ -256,13 +256,8 @@ def _measure_in_child(name: str, gate: RunGate) -> subprocess.Popen:
     """A child process that measures the generator's decode paths and builds the compiled steps within reach
     (``python -m sbon machine --build``), reading ``gate`` to time nothing while a run generates here, and ending
     with this process (its lines go to this process's stderr)."""
-    code = ("import ctypes, signal, sys\n"
-            "try:\n"
-            "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with the app\n"
-            "except (AttributeError, OSError):\n"
-            "    pass\n"
-            "from sbon.cli import main\n"
+    code = ("import sys\nfrom sbon.cli import main\n"
             f"sys.exit(main(['machine', '--build', '--generator', {name!r}, '--device', 'cpu']))\n")
     log.info("measuring %s's decode paths in a child process (runs use the safe path until it has chosen)", name)
-    return subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+    return subprocess.Popen(child_argv(code), cwd=Path(__file__).resolve().parent.parent,
                             env={**os.environ, RunGate.ENV: str(gate.path)}, stdout=subprocess.DEVNULL)

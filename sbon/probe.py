@@ -327,24 +327,30 @@ def build_step(generator: str, weights: str, threads: int) -> None:
         raise SBoNError(f"the compiled step of {weights} was not saved")
 
 
+def child_argv(code: str, idle: bool = False) -> list[str]:
+    """A Python child running ``code`` that ends with this process (Linux's PR_SET_PDEATHSIG) and, with ``idle``,
+    runs only on cores nothing else wants (SCHED_IDLE; else the lowest priority): the probe's and its builds'."""
+    preamble = ("import ctypes, os, signal\n"
+                "try:\n"
+                "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with its parent\n"
+                "except (AttributeError, OSError):\n"
+                "    pass\n")
+    if idle:
+        preamble += ("try:\n"
+                     "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+                     "except (AttributeError, OSError):\n"
+                     "    os.nice(19)\n")
+    return [sys.executable, "-c", preamble + code]
+
+
 def build_in_child(generator: str, weights: str) -> bool:
     """``build_step`` in a child process that runs only on cores nothing else wants (Linux's SCHED_IDLE; else the
     lowest priority) and ends with this process: a build takes a minute or more and must not slow a run, while the
     timing here must not run at that priority (beside any other work, its threads would wait for whole time slices).
     True where the step was saved."""
-    code = ("import ctypes, os, signal, sys\n"
-            "try:\n"
-            "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with its parent\n"
-            "except (AttributeError, OSError):\n"
-            "    pass\n"
-            "try:\n"
-            "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
-            "except (AttributeError, OSError):\n"
-            "    os.nice(19)\n"
-            "from sbon.probe import build_step\n"
-            f"build_step({generator!r}, {weights!r}, {torch.get_num_threads()})\n")
+    code = f"from sbon.probe import build_step\nbuild_step({generator!r}, {weights!r}, {torch.get_num_threads()})\n"
     try:
-        done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+        done = subprocess.run(child_argv(code, idle=True), cwd=Path(__file__).resolve().parent.parent,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     except OSError as e:
         log.warning("%s compiled: the build could not start (%s)", weights, _one_line(e))
