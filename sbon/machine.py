@@ -119,6 +119,9 @@ class Measured:
     trusted: int = field(default=0, metadata={"help": "rounds timed at every row count while this process had its "
                                                       "cores (sbon.machine_load.Contention); 0: its times are upper "
                                                       "bounds taken beside other work"})
+    products_ms: dict[int, float] = field(default_factory=dict, metadata={
+        "help": "eager paths on a CPU: rows -> milliseconds of the step's matrix products alone (its Linear layers and "
+                "LM head), which a compiled step runs unchanged: what orders and bounds the builds (sbon.probe)"})
 
     @property
     def name(self) -> str:
@@ -179,7 +182,9 @@ class Choice:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Choice":
-        paths = [Measured(**{**p, "ms": {int(k): v for k, v in p["ms"].items()}}) for p in d["paths"]]
+        rows = lambda ms: {int(k): v for k, v in ms.items()}  # noqa: E731 - JSON's keys are strings
+        paths = [Measured(**{**p, "ms": rows(p["ms"]), "products_ms": rows(p.get("products_ms", {}))})
+                 for p in d["paths"]]
         return cls(**{**d, "paths": paths})
 
 

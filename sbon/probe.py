@@ -18,11 +18,15 @@ The timing is made to survive shared cores:
 - while a run generates in the app beside it (``sbon.machine_load.RunGate``), nothing is timed, and a timing that a
   run started during is thrown away and taken again.
 
-On a CPU ``build=True`` then ranks what will really run: it builds the compiled step of every exact weight format
-whose eager step is within ``REACH`` of the fastest exact one's (the fastest first, each in a child process on idle
-cores, saved to disk: ``sbon.aot_step``), and times the built steps beside the eager ones; after each build the choice
-is saved again, provisional until the last. A build that did not finish ``BUILD_TRIES`` times (killed, out of memory)
-is not begun again. A path that cannot run here (no compiler, a kernel this CPU lacks) is one logged line.
+On a CPU ``build=True`` then ranks what will really run: it builds compiled steps (each in a child process on idle
+cores, saved to disk: ``sbon.aot_step``) and times the built steps beside the eager ones; after each build the choice
+is saved again, provisional until the last. A build costs minutes, so the eager steps do not decide which to build:
+a compiled step runs its format's matrix products unchanged (kernels the compiler calls, not code it fuses) and
+little else, so each format's products are timed alone beside the paths (``MatrixProducts``), and a format's step is
+predicted as its products plus the rest of a step as the built steps measured it. The best predicted is built first;
+after each build, only formats predicted within ``MARGIN`` of the fastest path measured are built (``to_build``).
+A build that did not finish ``BUILD_TRIES`` times (killed, out of memory) is not begun again. A path that cannot run
+here (no compiler, a kernel this CPU lacks) is one logged line.
 """
 
 from __future__ import annotations
@@ -55,7 +59,10 @@ ROUNDS_TRUSTED = 3  # a path's timing is done once this many rounds were trusted
 ROUNDS_MAX = 12  # ... or after this many rounds, whatever the machine did meanwhile (then: provisional) ...
 ROUNDS_BUDGET_S = 90.0  # ... or once this long has passed after ROUNDS_TRUSTED rounds: a loaded machine waits less
 GATE_POLL_S = 0.5  # while a run generates beside the probe: how often it looks whether the run ended
-REACH = 1.6  # on a CPU, compiled steps are built for exact formats whose eager step is within this of the fastest
+# On a CPU, a format's compiled step is built where it is predicted within this share of the fastest path measured:
+# room for what the prediction misses (a format's own elementwise work, noise), little enough that a format that
+# cannot win costs no build.
+MARGIN = 0.1
 BUILD_TRIES = 2
 # Every format stays loaded while the paths are timed in turn: one that leaves less than this share of the memory
 # free is left out (a large generator's float32 copy on a small machine), with one line.
@@ -67,6 +74,7 @@ EXACT_ROWS, EXACT_STEPS = 6, 6
 EXACT_SPLITS = ([[0], [1, 2, 3, 4, 5]], [[0, 1, 2, 3], [4, 5]])
 EXACT_SEED = 7
 DECODES = tuple(d for d in DECODE_PATHS if d != "auto")
+PRODUCTS = "matrix products"  # what a format's MatrixProducts are measured as (not a path: never chosen)
 CONTENDED = "other work used the cores while the paths were timed, so their times are upper bounds"
 
 
@@ -143,6 +151,30 @@ def ready(gen: Generator, decode: str, tries: dict[str, int] | None = None) -> t
     return dec, path
 
 
+class MatrixProducts:
+    """A format's matrix products alone, in the decoder protocol ``block_ms`` times: every Linear layer of its model
+    (its LM head and 4- or 8-bit layers too) on one row per candidate. A compiled step calls these kernels as they
+    are, so its time is theirs plus the rest of a step, which is much the same in every format (sbon.probe's
+    docstring)."""
+
+    def __init__(self, gen: Generator):
+        self.gen = gen
+
+    def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int
+              ) -> list[tuple[torch.nn.Module, torch.Tensor]]:
+        """Each layer with its input: one row per candidate, the model's activations' type."""
+        layers = [m for m in self.gen.model.modules()
+                  if hasattr(m, "in_features") and hasattr(m, "out_features") and next(m.children(), None) is None]
+        seed = torch.Generator().manual_seed(EXACT_SEED)
+        inputs = {width: torch.randn(len(candidate_ids), 1, width, generator=seed).to(self.gen.model.dtype)
+                  for width in {m.in_features for m in layers}}
+        return [(m, inputs[m.in_features]) for m in layers]
+
+    def forward(self, layers: list[tuple[torch.nn.Module, torch.Tensor]], tokens: torch.Tensor) -> None:
+        for layer, x in layers:
+            layer(x)
+
+
 # -- timing paths in rounds --------------------------------------------------------------------------------------
 
 @dataclass
@@ -206,7 +238,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
           timing: Callable[..., bool] = time_paths, builder: Callable[[str, str], bool] | None = None) -> Choice:
     """Measure every path (every weight format × eager and compiled) of ``generator`` on ``device`` at the thread
     count in use, choose, and save the choice (``sbon.machine.cached_choice`` finds it); with ``build``, on a CPU,
-    build and time the compiled steps within REACH as the module says. ``formats``: the weight formats to measure
+    build and time the compiled steps worth building as the module says. ``formats``: the weight formats to measure
     (default: all); ``rows``: the row counts timed; ``gate``: the app's runs (default: SBON_RUN_GATE's);
     ``load``/``timing``/``builder``: what loads a format, times the paths and builds a compiled step (the tests give
     stand-ins)."""
@@ -218,27 +250,35 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     tries = dict(previous.tries) if previous is not None else {}
     paths, subjects, gens = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress)
 
-    def settle(building: Callable[[], list[str]]) -> Choice:
-        """Time every path ready now, then choose and save; ``building``: the builds still to come."""
-        calm = timing(subjects, rows, gate) if subjects else True
-        for s in subjects:
-            progress(_line(s.measured))
-        todo = building()
+    building = build and device.type == "cpu"
+    products = [Subject(Measured(s.measured.weights, PRODUCTS), s.gen, MatrixProducts(s.gen))
+                for s in subjects if building and s.measured.decode == "eager"]
+    calm, begun = True, set()
+
+    def decide() -> tuple[Choice, list[str]]:
+        """Choose from what is measured so far and save; the builds still worth beginning (``to_build``)."""
+        todo = [w for w in to_build(paths, tries) if w not in begun] if building else []
         why = ([CONTENDED] if not calm else []) + \
-            ([f"{len(todo)} compiled step{'s are' if len(todo) > 1 else ' is'} still being built"] if todo else [])
+            ([f"{len(todo)} compiled step{'s' if len(todo) > 1 else ''} may still be built"] if todo else [])
         choice = choose(generator, machine, paths, pending=_pending(paths), provisional="; ".join(why), tries=tries)
         if save:
             save_choice(choice)
-        return choice
+        return choice, todo
 
-    todo: list[str] = []
+    def settle() -> tuple[Choice, list[str]]:
+        """Time every path ready now (and each format's matrix products, where steps are built), then decide."""
+        nonlocal calm
+        calm = timing(subjects + products, rows, gate) if subjects else True
+        for s in subjects:
+            progress(_line(s.measured))
+        for m in products:
+            next(p for p in paths if (p.weights, p.decode) == (m.measured.weights, "eager")).products_ms = m.measured.ms
+        return decide()
 
-    def first_builds() -> list[str]:  # chosen from the eager steps' times, once they are timed
-        todo[:] = to_build(paths, tries) if build and device.type == "cpu" else []
-        return todo
-
-    choice = settle(first_builds)
-    for i, weights in enumerate(todo):
+    choice, todo = settle()
+    while todo:
+        weights = todo[0]
+        begun.add(weights)
         tries[weights] = tries.get(weights, 0) + 1
         if save:  # the try is counted before the build: a build that kills this process is not begun forever
             save_choice(choose(generator, machine, paths, pending=choice.pending, provisional=choice.provisional,
@@ -246,6 +286,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
         progress(f"{weights} compiled: building its step (once on this machine; a minute or more)")
         if not builder(generator, weights):
             progress(f"{weights} compiled: its build did not finish")
+            choice, todo = decide()
             continue
         tries.pop(weights, None)
         at = next(j for j, p in enumerate(paths) if (p.weights, p.decode) == (weights, "compiled"))
@@ -254,7 +295,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
             subjects.append(Subject(paths[at], gens[weights], dec))
         else:
             progress(_line(paths[at]))
-        choice = settle(lambda: todo[i + 1:])
+        choice, todo = settle()
     return choice
 
 
@@ -310,14 +351,25 @@ def eligible_untimed(path: Measured, device: torch.device) -> bool:
 
 
 def to_build(paths: Sequence[Measured], tries: dict[str, int]) -> list[str]:
-    """The weight formats whose compiled step to build, fastest eager step first: exact ones within REACH of the
-    fastest exact eager step, whose step is pending and has not failed BUILD_TRIES times."""
-    eager = sorted((p for p in paths if p.decode == "eager" and eligible(p, "cpu")), key=Measured.per_step)
-    if not eager:
+    """The weight formats whose compiled step is worth building, the fastest predicted first: exact formats whose
+    step is pending (and did not fail BUILD_TRIES times) and is predicted within MARGIN of the fastest path measured.
+    A format's step is predicted as its matrix products (``Measured.products_ms``) plus the rest of a step: the least
+    that a built compiled step took beyond its own format's products, at each row count; nothing before any is
+    built, so that the first prediction is a bound no step beats."""
+    eager = {p.weights: p for p in paths if p.decode == "eager" and eligible(p, "cpu") and p.products_ms}
+    built = [p for p in paths if p.decode == "compiled" and eligible(p, "cpu") and p.weights in eager]
+    ok = [p.per_step() for p in paths if eligible(p, "cpu")]
+    if not eager or not ok:
         return []
-    pending = {p.weights for p in paths if p.decode == "compiled" and p.pending}
-    return [p.weights for p in eager if p.per_step() <= REACH * eager[0].per_step() and p.weights in pending
-            and tries.get(p.weights, 0) < BUILD_TRIES]
+    rest = {r: min((max(0.0, p.ms[r] - eager[p.weights].products_ms[r]) for p in built if r in p.ms), default=0.0)
+            for r in next(iter(eager.values())).products_ms}
+
+    def predicted(weights: str) -> float:
+        return sum(ms + rest.get(r, 0.0) for r, ms in eager[weights].products_ms.items()) / len(rest)
+
+    pending = [p.weights for p in paths if p.decode == "compiled" and p.pending and p.weights in eager
+               and tries.get(p.weights, 0) < BUILD_TRIES]
+    return sorted((w for w in pending if predicted(w) <= (1 + MARGIN) * min(ok)), key=predicted)
 
 
 def build_step(generator: str, weights: str, threads: int) -> None:
@@ -375,7 +427,10 @@ def _line(p: Measured) -> str:
     if not p.ms:
         return f"{p.name}: {exact}; not timed"
     trust = "" if p.trusted else " (timed beside other work)"
-    return f"{p.name}: " + ", ".join(f"{ms:.1f} ms at {r} rows" for r, ms in p.ms.items()) + f"{trust}; {exact}"
+    products = (f" (its matrix products alone: {', '.join(f'{ms:.1f}' for ms in p.products_ms.values())})"
+                if p.products_ms else "")
+    return (f"{p.name}: " + ", ".join(f"{ms:.1f} ms at {r} rows" for r, ms in p.ms.items()) + f"{trust}{products}; "
+            f"{exact}")
 
 
 def report(choice: Choice) -> str:
@@ -393,8 +448,8 @@ def report(choice: Choice) -> str:
     if choice.provisional:
         lines.append(f"provisional: {choice.provisional}; the app measures again (python -m sbon machine does now)")
     if choice.pending:
-        lines.append(f"not built yet: {', '.join(choice.pending)} (python -m sbon machine --build builds the compiled "
-                     f"steps of the exact formats within {REACH}x of the fastest, a minute or more each)")
+        lines.append(f"not built yet: {', '.join(choice.pending)} (python -m sbon machine --build builds those "
+                     f"predicted within {MARGIN:.0%} of the fastest path, a minute or more each)")
     return "\n".join(lines)
 
 

@@ -56,10 +56,12 @@ class Loaded:
         self.weights = weights
 
 
-def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: True):
+def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: True, products=None):
     """sbon.probe with stand-ins for everything that needs a model: ``ready`` (a compiled step is ready where its
     format is in ``compiled_saved``, pending elsewhere) and the timing (``times``: weight format -> ms per step
-    eager; a compiled step takes half); returns the formats timed in each timing."""
+    eager; ``products``: its matrix products alone, a third of that by default; a compiled step takes half the
+    eager step); returns the paths timed in each timing."""
+    from sbon.probe import PRODUCTS
     import sbon.probe as probe_module
     timed_sets = []
 
@@ -75,7 +77,9 @@ def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: 
     def timing(subjects, rows, gate):
         timed_sets.append([s.measured.name for s in subjects])
         for s in subjects:
-            ms = times[s.measured.weights] / (2 if s.measured.decode == "compiled" else 1)
+            weights = s.measured.weights
+            ms = ((products or {}).get(weights, times[weights] / 3) if s.measured.decode == PRODUCTS
+                  else times[weights] / (2 if s.measured.decode == "compiled" else 1))
             s.measured.ms, s.measured.trusted = {r: ms for r in rows}, 3
         return True
 
@@ -104,14 +108,20 @@ def test_the_probe_loads_every_weight_format_and_a_failing_one_is_one_line_and_s
     assert "int4 compiled" in choice.pending and "bf16 compiled" not in choice.pending
 
 
-def test_the_probe_builds_the_compiled_steps_of_the_exact_formats_within_reach_fastest_first(monkeypatch):
-    """The eager steps rank what to build, not what to choose: every exact format within REACH of the fastest is
-    built (not bf16, out of reach, nor fp32, not exact), the fastest first, and the choice is the fastest of what
-    was built; it is saved provisional until the last build."""
+def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and_only_those_that_can_win(monkeypatch):
+    """The eager steps rank neither what to choose nor what to build: a format's compiled step is predicted from its
+    matrix products (timed alone) plus the rest of a step as the built steps measured it. The best predicted is
+    built first even where its eager step is the slowest; after it, only formats predicted within MARGIN of the
+    fastest path are built (int4-bf16dot, not int4-fp32 nor bf16), and fp32, not exact, never is. The choice is
+    the fastest of what was built, saved provisional until no build is left worth beginning."""
     import sbon.probe as probe_module
-    from sbon.probe import REACH, probe
+    from sbon.probe import MARGIN, probe
 
-    times = {"fp32": 10.0, "bf16": 80.0, "int4-bf16dot": 25.0, "int4-fp32": 30.0, "int4": 25.0 * REACH - 1}
+    eager = {"fp32": 10.0, "bf16": 80.0, "int4-bf16dot": 25.0, "int4-fp32": 30.0, "int4": 40.0}
+    products = {"fp32": 5.0, "bf16": 60.0, "int4": 12.0, "int4-fp32": 20.0}
+    rest = 3.0  # what a compiled step takes beyond its matrix products
+    best = products["int4"] + rest
+    products["int4-bf16dot"] = best * (1 + MARGIN) - rest - 0.5  # predicted just within MARGIN of int4's step
     built, saved, ready_now = [], [], set()
 
     def builder(name, weights):
@@ -119,25 +129,29 @@ def test_the_probe_builds_the_compiled_steps_of_the_exact_formats_within_reach_f
         ready_now.add(weights)
         return weights != "int4-bf16dot"  # its build did not finish (killed, say)
 
-    timing, timed_sets = stand_in_probe(monkeypatch, times, compiled_saved=ready_now,
+    timing, timed_sets = stand_in_probe(monkeypatch, eager, compiled_saved=ready_now, products=products,
                                         exact=lambda weights: weights != "fp32")
 
-    def timing_compiled(subjects, rows, gate):  # int4's compiled step is the fastest, its eager step the slowest
+    def timing_compiled(subjects, rows, gate):
         timing(subjects, rows, gate)
         for s in subjects:
-            if s.measured.name == "int4 compiled":
-                s.measured.ms = {r: 5.0 for r in rows}
+            if s.measured.decode == "compiled":
+                s.measured.ms = {r: products[s.measured.weights] + rest for r in rows}
         return True
 
     monkeypatch.setattr(probe_module, "save_choice", saved.append)
     choice = probe(NAME, "cpu", build=True, load=lambda name, device, weights: Loaded(weights),
                    progress=lambda line: None, timing=timing_compiled, builder=builder)
-    assert built == ["int4-bf16dot", "int4-fp32", "int4"]
+    assert built == ["int4", "int4-bf16dot"]
     assert (choice.weights, choice.decode) == ("int4", "compiled") and not choice.provisional
-    assert choice.tries == {"int4-bf16dot": 1}  # the build that did not finish is counted; the others are done
-    assert saved[0].provisional == "3 compiled steps are still being built"
-    assert saved[-1] is not None and not saved[-1].provisional
-    assert len(timed_sets) == 3 and "int4-fp32 compiled" in timed_sets[1]  # timed again after each finished build
+    assert choice.tries == {"int4-bf16dot": 1}  # the build that did not finish is counted; the other is done
+    # saved after each timing, before each build (its try counted) and after the failed one; before the first build
+    # the prediction is a bound (three formats within it), after it a measure (one)
+    assert [c.provisional for c in saved] == ["3 compiled steps may still be built"] * 2 + [
+        "1 compiled step may still be built"] * 2 + [""]
+    assert {"bf16 compiled", "int4-fp32 compiled", "fp32 compiled"} <= set(choice.pending)
+    assert next(p for p in choice.paths if p.name == "int4 eager").products_ms == {r: 12.0 for r in (16, 7, 1)}
+    assert len(timed_sets) == 2 and "int4 compiled" in timed_sets[1]  # timed again after the finished build
 
 
 def test_a_format_that_leaves_too_little_memory_free_is_left_out_in_one_line(monkeypatch):
