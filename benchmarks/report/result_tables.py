@@ -208,19 +208,6 @@ def tune(results_dir: Path, name: str) -> str:
                                            "winner kept", "Kendall"], rows)
 
 
-def signal_cost(results_dir: Path) -> str:
-    """CPU time a reward-free signal's `observe()` adds to a decode step's forward pass."""
-    path = results_dir / MACHINE / "signals" / "signals_observer_cost.json"
-    d = json.loads(path.read_text())
-    sizes = sorted(d["rows"], key=int, reverse=True)
-    by = {rows: {r["signal"]: r for r in d["rows"][rows]} for rows in sizes}
-    names = [r["signal"] for r in d["rows"][sizes[0]] if r["signal"] != "forward"]
-    table = markdown_table(["signal"] + [f"% of the forward pass at {rows} rows" for rows in sizes],
-                           [[f"`{n}`"] + [num(by[rows][n]["pct_of_forward"], 1) for rows in sizes] for n in names])
-    return (f"{link(results_dir, path)} ({d['settings']['timer']}, load average {load_avg(d['environment'])}):"
-            f"\n\n{table}")
-
-
 def span(clicks: Sequence[dict], key: str) -> str:
     """The range of one timing over several clicks: `2.8–3.5 s`, or one value, or a dash for none."""
     vals = sorted(c[key] for c in clicks)
@@ -446,15 +433,6 @@ def recorded_run(results_dir: Path, path: Path = RECORDED_RUN) -> str:
         [[setting, tokens, num(m["kendall_first_decision"], 2), "pruned" if m["bon_winner_pruned"] else "kept",
           times(m["speedup"]), num(m["normalized_score"]), num(m["token_rate"], 2),
           f"Best-of-{m['best_of_m']}: {num(m['best_of_m_normalized_score'])}"]])
-
-
-DEFAULTS_FILES = ("n32_t128_p1.json", "n32_t128_p2.json", "n32_t128_p3.json", "n32_t128_p4-8.json")
-
-
-def median(xs: Sequence[float]) -> float:
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def ifeval(results_dir: Path) -> str:
@@ -722,7 +700,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "signals-likelihood": partial(signals, name="signals_alpaca20_hh20_likelihood.json"),
     "tune": partial(tune, name="tune.json"),
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
-    "signal-cost": signal_cost,
     "app": partial(app_timing, folder="app"),
     "app-latest": partial(app_timing, folder="app", only=("app_compiled_default.json", "app_eager_same_session.json")),
     "step": step,
