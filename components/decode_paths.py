@@ -92,7 +92,7 @@ class DecodePaths:
         self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
         self._lock = threading.Lock()  # runs start children; so does the model line's timer
-        self.gate = RunGate(cache_dir() / "machine" / f"runs-{os.getpid()}")
+        self.gate = RunGate.of_this_process(cache_dir() / "machine")
 
     def path(self, name: str) -> AutoPath:
         """``auto``'s path for a run of the generator starting now, at the thread count the choice was measured at."""

@@ -20,6 +20,7 @@ must not time beside the app's own runs, which the app tells it through a file (
 
 from __future__ import annotations
 
+import atexit
 import os
 import resource
 import threading
@@ -186,6 +187,19 @@ class RunGate:
         self._lock = threading.Lock()
 
     @classmethod
+    def of_this_process(cls, folder: str | os.PathLike) -> "RunGate":
+        """This process's gate, ``runs-<pid>`` in ``folder``, removed when the process exits; the gates there of
+        processes that no longer run (killed before they could remove theirs) are removed first."""
+        folder = Path(folder)
+        for old in folder.glob("runs-*"):
+            pid = old.name[len("runs-"):].split(".")[0]
+            if pid.isdigit() and not _running(int(pid)):
+                old.unlink(missing_ok=True)
+        gate = cls(folder / f"runs-{os.getpid()}")
+        atexit.register(gate.path.unlink, missing_ok=True)
+        return gate
+
+    @classmethod
     def from_env(cls) -> "RunGate | None":
         path = os.environ.get(cls.ENV)
         return cls(path) if path else None
@@ -221,3 +235,13 @@ class RunGate:
         except (OSError, ValueError):
             return 0
         return None if now > 0 else started
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

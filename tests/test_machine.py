@@ -456,3 +456,24 @@ def test_a_half_written_choice_is_ignored_in_one_line_and_measured_again(unmeasu
     steps = DecodePaths()
     steps._measure(NAME)
     assert started == [NAME] and steps.path(NAME).weights == "fp32"  # the safe path meanwhile
+
+
+def test_a_run_gate_is_removed_with_its_process_and_gates_of_ended_processes_are_swept(tmp_path):
+    import subprocess
+    import sys
+    from sbon.machine_load import RunGate
+
+    code = ("import sys\nfrom sbon.machine_load import RunGate\n"
+            "gate = RunGate.of_this_process(sys.argv[1])\n"
+            "with gate.generating():\n    print(gate.path.name, RunGate(gate.path).token())\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    name, token = done.stdout.split()
+    assert name.startswith("runs-") and token == "None"  # its file said a run was generating ...
+    assert not list(tmp_path.glob("runs-*"))  # ... and is gone with the process
+    # a gate left by a process killed before it could remove it: swept by the next start; a live one's stays
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / f"runs-{ended.stdout.strip()}").write_text("1 1")
+    (tmp_path / f"runs-{os.getppid()}").write_text("0 3")
+    mine = RunGate.of_this_process(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("runs-*")) == [f"runs-{os.getppid()}"]
+    assert mine.path.name == f"runs-{os.getpid()}" and mine.token() == 0
