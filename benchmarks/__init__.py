@@ -7,8 +7,7 @@ explorer itself. `python -m benchmarks <experiment> ...` (`--help` lists them); 
   weight format next to the machine's roofline and llama.cpp), machines (every decode path under each emulated
   CPU class), gpu-check (one command on a bare GPU machine);
 - the method's choices: signals (pruning signals side by side on the same candidates), tune (alpha and first
-  decision point from saved signals data), ifeval (IFEval prompts with the ifeval reward), undecided (rules for
-  candidates the signal cannot tell apart), scenarios (each page scenario on held-out prompts);
+  decision point from saved signals data), ifeval (IFEval prompts with the ifeval reward);
 - the app: app (click-to-frame times in a browser), load (simulated visitors during a generation);
 - report: the docs' result tables, rewritten from the result files.
 

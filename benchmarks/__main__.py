@@ -8,9 +8,8 @@ from typing import Sequence
 
 from sbon.options import HelpFormatter
 
-from . import (app_timing, common, counterfactual, default_scenario, efficiency, engine_vs_generate,
-               gpu_check, ifeval, machines, memory, perplexity, report, signals_compared, step,
-               table1, tune, undecided, visitors_load)
+from . import (app_timing, common, counterfactual, efficiency, engine_vs_generate, gpu_check, ifeval, machines,
+               memory, perplexity, report, signals_compared, step, table1, tune, visitors_load)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,8 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Reproduce the Speculative Rejection paper's measurements.")
     sub = parser.add_subparsers(dest="experiment", required=True)
     for module in (table1, counterfactual, memory, efficiency, perplexity, engine_vs_generate, app_timing,
-                   signals_compared, tune, step, machines, visitors_load, ifeval, gpu_check,
-                   undecided, default_scenario, report):
+                   signals_compared, tune, step, machines, visitors_load, ifeval, gpu_check, report):
         module.add_parser(sub)
     for experiment in sub.choices.values():  # one formatter: each default shown once, resolved ones as resolved here
         if experiment.formatter_class is argparse.ArgumentDefaultsHelpFormatter:

@@ -156,68 +156,6 @@ def plot(result: dict[str, Any], n: int, alpha: float):
     return fig
 
 
-def overhead(gen: Generator, reward: RewardModel, prompts: Sequence[dict], signals: Sequence[str], *, n: int,
-             max_new_tokens: int, repeats: int, seed: int = 0, quiet: bool = False) -> dict[str, Any]:
-    """Best-of-N decode time with and without each reward-free signal watching (same seed, so the
-    same tokens; configurations interleaved within each repeat so that load drifts hit all alike)."""
-    from sbon.algorithms import events
-    from sbon.signals import make_signal
-
-    configs = {"none": []} | {name: [name] for name in signals} | {"all": list(signals)}
-    config = RunConfig(method="bon", n=n, max_new_tokens=max_new_tokens, seed=seed)
-    common.warm_up(gen, reward, config.sampling)
-    times: dict[str, list[float]] = {name: [] for name in configs}
-    bar = common.progress(repeats * len(prompts) * len(configs), "overhead", disable=quiet)
-    load_before = common.environment()["load_average"]
-    for r in range(repeats):
-        for p in prompts:
-            for name, watched in configs.items():
-                observers = [make_signal(s, gen, reward) for s in watched]
-                result = common.timed_run(events(gen, reward, p["instruction"], config, observers=observers))
-                times[name].append(result.timings["decode"])
-                bar.update()
-    bar.close()
-    base = np.asarray(times["none"])
-    rows = []
-    for name, t in times.items():
-        t = np.asarray(t)
-        rows.append({"signals": name, "decode_s_median": float(np.median(t)),
-                     "overhead_pct_of_medians": 100 * (np.median(t) / np.median(base) - 1),
-                     "overhead_pct_median_paired": float(100 * np.median(t / base - 1)), "runs": len(t)})
-    return {"rows": rows, "times": times, "load_average_before": load_before,
-            "load_average_after": common.environment()["load_average"]}
-
-
-def observer_cost(gen: Generator, reward: RewardModel, prompt: str, signals: Sequence[str], rows: int = 32,
-                  steps: int = 24, seed: int = 0) -> list[dict[str, Any]]:
-    """CPU time (this thread's, so other processes' load does not count) of each signal's observe()
-    per decode step, against the CPU time of the step's forward pass (with hidden states kept, the
-    costlier case), on the real generator with `rows` live candidates."""
-    import time
-
-    from sbon.engine import coupled_uniforms, sample
-    from sbon.signals import Step, make_signal
-
-    observers = {name: make_signal(name, gen, reward) for name in signals}
-    prefix = gen.prefill(gen.encode_prompt(prompt))
-    batch = gen.start(prefix, list(range(rows)), keep_hidden=True)
-    uniforms = coupled_uniforms(seed, range(rows), steps)
-    cpu = {"forward": 0.0, **dict.fromkeys(signals, 0.0)}
-    for t in range(steps):
-        logits = batch.logits
-        tokens = sample(logits, uniforms[:, t], SamplingConfig())
-        start = time.thread_time()
-        gen.forward(batch, tokens)
-        cpu["forward"] += time.thread_time() - start
-        step = Step(list(range(rows)), tokens, logits, batch.hidden, list(range(rows)))
-        for name, signal in observers.items():
-            start = time.thread_time()
-            signal.observe(step)
-            cpu[name] += time.thread_time() - start
-    return [{"signal": name, "cpu_ms_per_step": 1000 * cpu[name] / steps,
-             "pct_of_forward": 100 * cpu[name] / cpu["forward"]} for name in cpu]
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("signals", help="pruning signals side by side: winner kept, normalized score, Kendall and "
                        "tokens saved per signal x decision point x alpha", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -235,37 +173,10 @@ def add_parser(sub) -> None:
                    help="also record these rewards' final scores of every candidate (e.g. likelihood)")
     g.add_argument("--final-reward", default=None, metavar="REWARD",
                    help="read the matrix against this recorded extra final reward instead of --reward")
-    g.add_argument("--overhead", type=int, default=0, metavar="REPEATS",
-                   help="instead: time Best-of-N decode with and without each reward-free signal, REPEATS times")
     p.set_defaults(main=main)
 
 
-def main_overhead(args: argparse.Namespace) -> int:
-    from sbon.signals import REWARD_FREE
-
-    prompts = load_prompt_sets(args)
-    gen, reward = runners.setup(args)
-    signals = [s for s in args.signals if s in REWARD_FREE]
-    cost = observer_cost(gen, reward, prompts[0]["instruction"], signals, rows=args.n)
-    common.print_table(f"CPU time of observe() per decode step, {args.n} rows:", pd.DataFrame(cost))
-    result = overhead(gen, reward, prompts, signals, n=args.n, max_new_tokens=args.max_new_tokens,
-                      repeats=args.overhead, seed=args.seed, quiet=args.quiet)
-    result["observer_cpu_time"] = cost
-    json_path, _ = common.result_paths(args, "signals_overhead")
-    settings = {**common.base_settings(args, gen, reward), "hh_k": args.hh_k, "repeats": args.overhead,
-                "signals": signals, "timed": "RunResult.timings['decode'] of Best-of-N (sampling, forward, observers)"}
-    common.write_json({"experiment": "signals_overhead", "settings": settings, "environment": common.environment(gen),
-                       **result}, json_path)
-    common.print_table(f"decode-time overhead of watching signals ({len(prompts)} prompts x {args.overhead} repeats, "
-                       f"load average {result['load_average_before']} -> {result['load_average_after']}):",
-                       pd.DataFrame(result["rows"]))
-    print(f"wrote {json_path}")
-    return 0
-
-
 def main(args: argparse.Namespace) -> int:
-    if args.overhead:
-        return main_overhead(args)
     json_path, html_path = common.result_paths(args, "signals")
     raw_path = json_path.with_name(json_path.stem.replace("signals", "signals_raw", 1) + ".json")
     if args.from_file:

@@ -16,7 +16,7 @@ hits every column alike:
   (`pip install llama-cpp-python`; not a requirement of this project: the column is skipped).
 - the compiled step (`sbon.decoders`, every bucket compiled first; the cold compile's seconds in the file),
   also with Dynamo's guards checked only where they tell its graphs apart (what the guards cost per step),
-  and its top operators (torch.profiler); with ``--inductor-variants``, also compiled with other inductor settings;
+  and its top operators (torch.profiler);
 - the int4 format (`sbon.int4`: torch's 4-bit weight-only CPU kernel on the GGUF file's own Q4_1 blocks, a
   quarter of bf16's bytes) beside bf16, eager and compiled.
 
@@ -59,9 +59,6 @@ class StepSettings:
                 "uses the first)"})
     compiled: list[str] = field(default_factory=lambda: ["bf16", "int4"], metadata={
         "help": "formats also timed with the compiled step over a static KV slab (sbon.decoders; none: --compiled with no format)"})
-    inductor_variants: list[str] = field(default_factory=list, metadata={
-        "help": "more compiled columns, each with inductor settings name=value[,name=value] (e.g. cpp_wrapper=true) "
-                "for every format of --compiled: its step compiled and saved with them, timed beside the default"})
     profile_rows: list[int] = field(default_factory=lambda: [1, 7, 16], metadata={
         "help": "row counts whose compiled step is profiled (torch.profiler): the top operators go in the file"})
     threads: int = field(default=2, metadata={"help": "torch (and llama.cpp) CPU threads"})
@@ -330,26 +327,21 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
     prefixes = {name: g.prefill(prompt_ids) for name, g in gens.items()}
     columns = {column_name(f, a): (f, a) for f in gens for a in s.attentions}
     compiled, compile_s, decoders, warm_start = {}, {}, {}, {}
-    for fmt, variant in [(f, v) for f in s.compiled for v in (None, *s.inductor_variants)]:
+    for fmt in s.compiled:
         # the first step compiles and saves the step (loads it where it is saved already)
         gens[fmt].model.set_attn_implementation(DECODE_ATTENTION)
-        name, options = (fmt, None) if variant is None else (f"{fmt} compiled, {variant}", inductor_options(variant))
-        compiled[name] = dec = decoder(gens[fmt], "compiled") if variant is None else CompiledDecoder(gens[fmt],
-                                                                                                   inductor=options)
+        compiled[fmt] = dec = decoder(gens[fmt], "compiled")
         start = time.perf_counter()
         engine_step_ms(gens[fmt], prefixes[fmt], 2, StepSettings(warm_steps=1, steps=1), sampling, dec)
-        compile_s[name] = time.perf_counter() - start
+        compile_s[fmt] = time.perf_counter() - start
         start = time.perf_counter()  # every other bucket the row counts use, before any is timed
         for rows in s.rows:
             engine_step_ms(gens[fmt], prefixes[fmt], rows, StepSettings(warm_steps=1, steps=1), sampling, dec)
-        compile_s[f"{name} other row counts"] = time.perf_counter() - start
-        fresh = fresh_process_step(gens[fmt].name, fmt, s.threads, inductor=options)
-        compile_s[f"{name} warm start"], warm_start[name] = fresh["seconds"], fresh["step"]
-        if variant is None:
-            columns[f"{fmt} compiled"] = columns[f"{fmt} compiled{GUARDS_SKIPPED}"] = (fmt, DECODE_ATTENTION)
-            decoders[f"{fmt} compiled"], decoders[f"{fmt} compiled{GUARDS_SKIPPED}"] = dec, SkipGuards(dec)
-        else:
-            columns[name], decoders[name] = (fmt, DECODE_ATTENTION), dec
+        compile_s[f"{fmt} other row counts"] = time.perf_counter() - start
+        fresh = fresh_process_step(gens[fmt].name, fmt, s.threads)
+        compile_s[f"{fmt} warm start"], warm_start[fmt] = fresh["seconds"], fresh["step"]
+        columns[f"{fmt} compiled"] = columns[f"{fmt} compiled{GUARDS_SKIPPED}"] = (fmt, DECODE_ATTENTION)
+        decoders[f"{fmt} compiled"], decoders[f"{fmt} compiled{GUARDS_SKIPPED}"] = dec, SkipGuards(dec)
     bar = common.progress(s.repeats, "step", disable=quiet)
     for rep in range(s.repeats):
         add("matmul_fp32_gflops", matmul_gflops(torch.float32, s.matmul_size))
@@ -378,7 +370,7 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
                           "gflops": 2 * count * rows / med[f"{name}/{rows}"] / 1e6})
         if llama is not None:
             table.append({"format": "llama.cpp (GGUF)", "rows": rows, "ms_per_step": med[f"llama.cpp/{rows}"]})
-    profiles = {f"{name if ' ' in name else name + ' compiled'}/{rows}": engine_step_ms(
+    profiles = {f"{name} compiled/{rows}": engine_step_ms(
                     gens[dec.gen.weights], prefixes[dec.gen.weights], rows, s, sampling, dec, profile=True)
                 for name, dec in compiled.items() for rows in s.profile_rows}
     return {"probes": {k: med[k] for k in ("matmul_fp32_gflops", "matmul_bf16_gflops", "copy_gbps")},
@@ -426,18 +418,16 @@ def speedups(table: list[dict], rows: int = 16) -> list[str]:
 
 
 # A fresh process's first compiled step, with the disk cache this process filled: what a restarted app waits.
-# Arguments: format, threads, generator, inductor's settings (JSON, null: the default), then the formats of models it
-# loads first (whatever else a process holds).
+# Arguments: format, threads, generator, then the formats of models it loads first (whatever else a process holds).
 FRESH_PROCESS = """
 import json, sys, time, torch
 from torch._dynamo.utils import counters
-from sbon.decoders import CompiledDecoder, decoder
+from sbon.decoders import decoder
 from sbon.models import load_generator
 torch.set_num_threads(int(sys.argv[2]))
-others = [load_generator(sys.argv[3], device="cpu", weights=w) for w in sys.argv[5:]]
+others = [load_generator(sys.argv[3], device="cpu", weights=w) for w in sys.argv[4:]]
 gen = load_generator(sys.argv[3], device="cpu", weights=sys.argv[1])
-options = json.loads(sys.argv[4])
-dec = decoder(gen, "compiled") if options is None else CompiledDecoder(gen, inductor=options)
+dec = decoder(gen, "compiled")
 batch = dec.start(gen.prefill(gen.encode_prompt("Hello")), [0, 1], False, 8)
 start = time.perf_counter()
 dec.forward(batch, torch.tensor([100, 200]))
@@ -449,31 +439,15 @@ print(json.dumps({"seconds": seconds, "inductor": dict(counters["inductor"]),
 
 
 def fresh_process_step(generator: str, fmt: str, threads: int, first: Sequence[str] = (),
-                       env: dict[str, str] | None = None, inductor: dict | None = None) -> dict[str, Any]:
-    """A fresh process's first compiled step in ``fmt`` (after loading models in the ``first`` formats; its step
-    compiled with ``inductor``'s settings, default sbon.aot_step's): its seconds,
-    how it got the step (``step``: ``loaded`` from the disk, ``built``: compiled and saved there, ``traced`` in the
-    process where it could not be saved) and inductor's counters (cache hits and misses)."""
+                       env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A fresh process's first compiled step in ``fmt`` (after loading models in the ``first`` formats): its
+    seconds, how it got the step (``step``: ``loaded`` from the disk, ``built``: compiled and saved there,
+    ``traced`` in the process where it could not be saved) and inductor's counters (cache hits and misses)."""
     import json
     import subprocess
-    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS, fmt, str(threads), generator, json.dumps(inductor),
-                          *first], env=env,
+    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS, fmt, str(threads), generator, *first], env=env,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.splitlines()[-1])
-
-
-def inductor_options(variant: str) -> dict[str, Any]:
-    """Inductor's settings from ``name=value[,name=value]`` (values as JSON where they parse: true, 2; text
-    otherwise)."""
-    import json
-    options = {}
-    for part in variant.split(","):
-        name, _, value = part.partition("=")
-        try:
-            options[name.strip()] = json.loads(value)
-        except ValueError:
-            options[name.strip()] = value
-    return options
 
 
 def inductor_cache() -> str:
@@ -550,7 +524,7 @@ def main(args: argparse.Namespace) -> int:
                 "a fresh process's first step (the saved step loaded)" if key.endswith(" warm start") else
                 "first step (compile and save, or load where saved)")
         name = key.removesuffix(" other row counts").removesuffix(" warm start")
-        print(f"{name if ' ' in name else name + ' compiled'}: {what}, inductor cache {inductor_cache()}: "
+        print(f"{name} compiled: {what}, inductor cache {inductor_cache()}: "
               f"{seconds:.1f} s")
     for t in result["targets"]:
         print(f"target {t['rows']} rows {t['target']}: {t['column']} {t['ms']:.1f} ms, {'met' if t['met'] else 'MISSED'}")

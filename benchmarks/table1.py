@@ -160,29 +160,19 @@ def run_table1(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
     def col(name):
         return [r.get(name) for r in rows]
 
+    # Kendall and the oracle cut: over the runs that had a decision point (nan where none did).
+    summarized = ["sbon_score", "bom_score", "token_rate", "sbon_reward_share", "bon_time", "sbon_time",
+                  "bon_tok_per_s", "sbon_tok_per_s", "decision_points", "kendall_first_decision",
+                  "oracle_cut_first_decision"] + (["bom_speedup", "bom_time"] if best_of_m else [])
     summary = {
         "prompts": len(rows), "best_of_m": m_size, "bon_memory": bon_memory,
-        "bon_batch_size": common.summarize(batches),
-        "speedup": common.summarize(speedups),
-        "sbon_score": common.summarize(col("sbon_score")),
-        "bom_score": common.summarize(col("bom_score")),
-        "token_rate": common.summarize(col("token_rate")),
-        "sbon_reward_share": common.summarize(col("sbon_reward_share")),
-        "bon_time": common.summarize(col("bon_time")),
-        "sbon_time": common.summarize(col("sbon_time")),
-        "bon_tok_per_s": common.summarize(col("bon_tok_per_s")),
-        "sbon_tok_per_s": common.summarize(col("sbon_tok_per_s")),
-        "decision_points": common.summarize(col("decision_points")),
+        "bon_batch_size": common.summarize(batches), "speedup": common.summarize(speedups),
+        **{name: common.summarize(col(name)) for name in summarized},
         "runs_with_3_or_more_decision_points": sum(d >= 3 for d in col("decision_points")) / len(rows),
-        # over the runs that had a decision point (nan where none did)
-        "kendall_first_decision": common.summarize(col("kendall_first_decision")),
-        "oracle_cut_first_decision": common.summarize(col("oracle_cut_first_decision")),
         "bon_winner_pruned": sum(col("bon_winner_pruned")) / len(rows),
     }
     if best_of_m:
-        summary.update({"bom_speedup": common.summarize(col("bom_speedup")),
-                        "bom_time": common.summarize(col("bom_time")),
-                        "bom_runs_agree": sum(bool(a) for a in col("bom_run_agrees")) / len(rows)})
+        summary["bom_runs_agree"] = sum(bool(a) for a in col("bom_run_agrees")) / len(rows)
     targets = {
         f"median speedup >= {TARGET_SPEEDUP}": summary["speedup"]["median"] >= TARGET_SPEEDUP,
         f"mean normalized score >= {TARGET_SCORE}": summary["sbon_score"]["mean"] >= TARGET_SCORE,

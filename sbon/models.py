@@ -184,7 +184,7 @@ DEFAULT_REWARD = "minilm-pref"
 @dataclass(frozen=True)
 class Start:
     """Where the page and ``python -m sbon run`` both start: one scenario of the page (components/scenarios.py),
-    chosen on held-out prompts by ``python -m benchmarks scenarios`` (docs/method.md, "The default scenario")."""
+    chosen by measuring each scenario on held-out prompts (docs/method.md, "The default scenario")."""
     reward: str = field(metadata={"help": "the reward preset"})
     prune_by: str = field(metadata={"help": "the pruning signal that fits it"})
     prompt: str = field(metadata={"help": "the prompt the page opens with and the command line answers without --prompt"})

@@ -208,19 +208,6 @@ def tune(results_dir: Path, name: str) -> str:
                                            "winner kept", "Kendall"], rows)
 
 
-def signal_cost(results_dir: Path) -> str:
-    """CPU time a reward-free signal's `observe()` adds to a decode step's forward pass."""
-    path = results_dir / MACHINE / "signals" / "signals_observer_cost.json"
-    d = json.loads(path.read_text())
-    sizes = sorted(d["rows"], key=int, reverse=True)
-    by = {rows: {r["signal"]: r for r in d["rows"][rows]} for rows in sizes}
-    names = [r["signal"] for r in d["rows"][sizes[0]] if r["signal"] != "forward"]
-    table = markdown_table(["signal"] + [f"% of the forward pass at {rows} rows" for rows in sizes],
-                           [[f"`{n}`"] + [num(by[rows][n]["pct_of_forward"], 1) for rows in sizes] for n in names])
-    return (f"{link(results_dir, path)} ({d['settings']['timer']}, load average {load_avg(d['environment'])}):"
-            f"\n\n{table}")
-
-
 def span(clicks: Sequence[dict], key: str) -> str:
     """The range of one timing over several clicks: `2.8–3.5 s`, or one value, or a dash for none."""
     vals = sorted(c[key] for c in clicks)
@@ -448,15 +435,6 @@ def recorded_run(results_dir: Path, path: Path = RECORDED_RUN) -> str:
           f"Best-of-{m['best_of_m']}: {num(m['best_of_m_normalized_score'])}"]])
 
 
-DEFAULTS_FILES = ("n32_t128_p1.json", "n32_t128_p2.json", "n32_t128_p3.json", "n32_t128_p4-8.json")
-
-
-def median(xs: Sequence[float]) -> float:
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
 def ifeval(results_dir: Path) -> str:
     """`python -m benchmarks ifeval`: each method's answer checked by IFEval's instructions, and per instruction
     type whether partial verdicts at the first decision point predicted the final ones."""
@@ -497,118 +475,6 @@ def ifeval(results_dir: Path) -> str:
             ["instruction type", "live candidates", "verdict settled", "Kendall (partial value vs followed)",
              "pruned while open", "of those, would have followed it"], types))
     return "\n\n".join(out)
-
-
-def scenarios(results_dir: Path) -> str:
-    """`python -m benchmarks scenarios`: each page scenario on held-out prompts at the page's settings; the table
-    the default scenario is chosen by (docs/method.md)."""
-    path = results_dir / MACHINE / "scenarios" / "scenarios.json"
-    d = load(results_dir, "scenarios", "scenarios.json")
-    from components.scenarios import SCENARIOS
-
-    rows = []
-    for key, s in d["summary"].items():
-        followed = f"; every instruction followed {pct(s['sbon_all_followed'])}" if s.get("sbon_all_followed") is not None else ""
-        rows.append([f"{SCENARIOS[key].name} (`{SCENARIOS[key].reward}`)", str(s["prompts"]),
-                     num(s["normalized_score"]), num(s["random_pruning_normalized_score"]),
-                     num(s["kendall_first_decision"], 2), pct(s["tied_pairs_first"]), pct(s["bon_winner_pruned"]),
-                     times(s["step_speedup"]), num(s["token_rate"], 2),
-                     f"{pct(s['sbon_readable'])} (loops {pct(s['sbon_repeated_trigrams'])} of trigrams; ended "
-                     f"{pct(s['sbon_ended'])}; English {pct(s['sbon_english'])}{followed})"])
-    return (f"{link(results_dir, path)}: N={d['settings']['page']['n']}, α={d['settings']['page']['alpha']}, each "
-            f"scenario's reward, pruning signal and answer length, Best-of-N under the same memory; {d['settings']['k']} "
-            f"held-out prompts per scenario; {scenario_runs(d)}. Means over "
-            "prompts; Best-of-N's answer scores 100, its worst candidate 0.\n\n" + markdown_table(
-                ["scenario", "prompts", "Speculative Rejection's normalized score", "random pruning (same counts)",
-                 "Kendall at the first decision point", "tied pairs there", "Best-of-N's winner pruned",
-                 "speedup in decode steps", "token rate", "Speculative Rejection's answer reads well"], rows))
-
-
-def undecided(results_dir: Path) -> str:
-    """`python -m benchmarks undecided`: each rule for candidates the signal cannot tell apart from the cut, against
-    Best-of-N and random pruning at the same counts, pooled over every file of a prompt set (docs/method.md)."""
-    sets = undecided_sets(results_dir)
-    unit = {"ifeval": "prompts that follow every instruction", "helpful": "normalized score (Best-of-N's answer = 100)"}
-    rows, notes = [], []
-    for name, (files, label, s) in sets.items():
-        digits = 2 if name == "ifeval" else 1
-        for rule in s["rules"]:
-            r = s[rule]
-            rows.append([label, f"`{rule}`", str(s["prompts"]),
-                         num(r["quality"], digits), num(r["random"], digits), num(s["bon"], digits),
-                         num(r["quality"] - r["random"], digits), num(s["bon"] - r["random"], digits),
-                         num(r["token_rate"], 2), num(r["decision_points"], 1),
-                         pct(r["points_with_undecided"]), num(r["undecided_per_point"], 1), pct(r["bon_winner_pruned"]),
-                         pct(r["bon_winner_pruned_undecided"]),
-                         f"{r.get('real_runs_agree', 0)} of {r.get('real_runs_checked', 0)}"])
-        loads = [la for _, d in files for la in (d["load_average_at_start"][0], d["load_average"][0])]
-        notes.append(f"{name}: {unit[name]}; " + "; ".join(link(results_dir, f) for f, _ in files)
-                     + f", load average {min(loads):.1f}–{max(loads):.1f}")
-    first = next(iter(sets.values()))[0][0][1]
-    cpu = first["environment_at_start"].get("cpu_model", "")
-    return (f"N={first['settings']['n']}, {first['settings']['max_new_tokens']} tokens, α={first['settings']['alpha']}, "
-            f"memory-budget rounds with their default budget, seed {first['settings']['seed']}; {cpu}; commands in the files "
-            "(each rule replayed on Best-of-N's candidates). "
-            + "; ".join(notes) + ".\n\n" + markdown_table(
-                ["prompts", "rule", "prompts run", "Speculative Rejection", "random pruning (same counts)", "Best-of-N",
-                 "Speculative Rejection − random", "Best-of-N − random (the most it can gain)", "token rate",
-                 "decision points", "decision points with undecided",
-                 "undecided per decision point", "Best-of-N's winner pruned", "… while undecided",
-                 "real runs that equal the replay"], rows))
-
-
-def undecided_sets(results_dir: Path) -> dict[str, tuple[list[tuple[Path, dict]], str, dict]]:
-    """The undecided benchmark's result files by prompt set: its files (path, contents), its label and their rows
-    pooled by `benchmarks.undecided.summarize` (with the rules they ran, `rules`)."""
-    from benchmarks.undecided import summarize
-
-    sets: dict[str, list[tuple[Path, dict]]] = {}
-    for f in sorted((results_dir / MACHINE / "undecided").glob("*.json")):
-        d = json.loads(f.read_text())
-        sets.setdefault(d["settings"]["set"], []).append((f, d))
-    out = {}
-    for name, files in sets.items():
-        st = files[0][1]["settings"]
-        pooled = summarize([r for _, d in files for r in d["rows"]], st["rules"])
-        out[name] = (files, f"{name} (`{st['reward']}`)", {**pooled, "rules": st["rules"]})
-    return out
-
-
-def undecided_winner(results_dir: Path) -> str:
-    """`python -m benchmarks undecided`: how each rule pruned Best-of-N's winner while it was undecided, and what
-    ``defer``'s waits bought: how long they lasted and how many waiting candidates were still undecided after them
-    (docs/method.md)."""
-    from benchmarks.undecided import PRUNED_HOW
-
-    rows = []
-    for _, label, s in undecided_sets(results_dir).values():
-        for rule in s["rules"]:
-            r, w = s[rule], s[rule].get("waits") or {}
-            by = r.get("bon_winner_pruned_undecided_by") or {}
-            waited = w.get("waited") or 0
-            rows.append([label, f"`{rule}`", str(s["prompts"]), str(sum(by.values())), *(str(by.get(h, 0)) for h in PRUNED_HOW),
-                         str(r.get("bon_winner_pruned_undecided_after_wait", 0)),
-                         str(w.get("count", 0)), num(w.get("tokens_mean"), 1), str(waited),
-                         pct(w["still_undecided"] / waited) if waited else "–",
-                         pct(w["kept"] / waited) if waited else "–"])
-    return ("Prompts on which each rule pruned Best-of-N's winner while it was undecided, by how: ranked below the "
-            "cut (the paper's order), not drawn (a random draw; `defer`'s after the wait), halted for the memory "
-            "budget; and `defer`'s waits, from a decision point that kept undecided candidates to the next one. "
-            "Same files as above.\n\n" + markdown_table(
-                ["prompts", "rule", "prompts run", "winner pruned while undecided", "… ranked below the cut",
-                 "… not drawn", "… halted for the budget", "… after waiting a decision point", "waits",
-                 "tokens a wait lasted (mean)", "candidates that waited", "still undecided after the wait",
-                 "kept after the wait"], rows))
-
-
-def scenario_runs(d: dict) -> str:
-    """The commands that made the rows of scenarios.json (one run, or a re-run of some scenarios) and the load
-    average at the start of each prompt."""
-    runs = {}
-    for r in d["rows"]:
-        runs.setdefault(r.get("command") or d["command"], []).append(r["load"]["sbon"]["load_average_start"])
-    return "; ".join(f"`{command}`: {', '.join(sorted({r['scenario'] for r in d['rows'] if (r.get('command') or d['command']) == command}))}, "
-                     f"load average at a prompt's start {min(loads):.1f}–{max(loads):.1f}" for command, loads in runs.items())
 
 
 def dtype_coupling(results_dir: Path) -> str:
@@ -834,7 +700,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "signals-likelihood": partial(signals, name="signals_alpaca20_hh20_likelihood.json"),
     "tune": partial(tune, name="tune.json"),
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
-    "signal-cost": signal_cost,
     "app": partial(app_timing, folder="app"),
     "app-latest": partial(app_timing, folder="app", only=("app_compiled_default.json", "app_eager_same_session.json")),
     "step": step,
@@ -846,9 +711,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ray": ray,
     "recorded-run": recorded_run,
     "ifeval": ifeval,
-    "scenarios": scenarios,
-    "undecided": undecided,
-    "undecided-winner": undecided_winner,
     "dtype-coupling": dtype_coupling,
     "class-load": class_load,
     "class-holds": class_holds,
