@@ -9,7 +9,7 @@ instead of tracing again. The first process on a machine compiles and saves it.
 The step takes the model and the KV slab as Python objects, which Dynamo guards by identity; such guards cannot be
 saved, so they are left out (``_serializable``). What they checked is in the file's name instead: a hash of
 everything that changes the step's graph or its numbers (``step_key``): the model's weights, configuration and
-attention, the weight format, whether hidden states are kept, the torch, transformers and Python versions, this
+attention, the weight format, the torch, transformers and Python versions, this
 package's decode code, the CPU's vector instructions and the thread count inductor generated its kernels for.
 Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked before each
 call: all of them where the caller says something but a dynamic dimension's size may have changed since they last
@@ -43,14 +43,14 @@ STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "
                 "cpp_kernels.py", "kernels/int4_bf16dot.cpp", "kernels/decode_attention.cpp")
 
 
-def step_key(gen, keep_hidden: bool, options: dict[str, Any]) -> str:
+def step_key(gen, options: dict[str, Any]) -> str:
     """The saved step's name: a hash of everything its graph and numbers depend on (see the module's docstring)."""
     import transformers
 
     h = hashlib.blake2b(digest_size=16)
     here = Path(__file__).parent
     for part in (torch.__version__, transformers.__version__, sys.version, cpu_features(),
-                 torch.get_num_threads(), gen.weights, keep_hidden, gen.model.config.to_json_string(),
+                 torch.get_num_threads(), gen.weights, gen.model.config.to_json_string(),
                  getattr(gen.model.config, "_attn_implementation", None),
                  # whether the step calls the attention kernel: asked here too (built where it is not yet), so that a
                  # process that has not made a compiled decoder yet names the step as the one that saved it did
@@ -84,11 +84,11 @@ def weights_hash(model: torch.nn.Module) -> str:
     return model._sbon_weights_hash
 
 
-def step_path(gen, keep_hidden: bool, options: dict[str, Any]) -> Path:
+def step_path(gen, options: dict[str, Any]) -> Path:
     """Beside inductor's own caches ($SBON_CACHE/inductor, or TORCHINDUCTOR_CACHE_DIR): one folder to empty, or
     to point elsewhere, for a cold compile."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
-    return Path(cache_dir()) / "sbon-step" / f"{step_key(gen, keep_hidden, options)}.pt"
+    return Path(cache_dir()) / "sbon-step" / f"{step_key(gen, options)}.pt"
 
 
 def _serializable(guards: Sequence[Any]) -> list[bool]:

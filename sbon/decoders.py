@@ -4,7 +4,8 @@
 - ``compiled``: one `torch.compile`d decode step over a static KV slab (``sbon.static_cache``), as gpt-fast
   does it, over at least two rows (the bf16 format's kernels' smallest, ``sbon.engine.WEIGHT_FORMATS``), padding
   rows' results dropped: on a CPU, inductor's C++ kernels with the row count and the length symbolic (one graph
-  for every batch, two where a run keeps hidden states); on a CUDA device CUDA graphs captured from the eager step
+  for every batch, which returns the last hidden states too: a run whose pruning signals do not read them drops
+  them, and one build serves both kinds of run); on a CUDA device CUDA graphs captured from the eager step
   (sbon.cuda_graphs: no compiler, seconds), one per row bucket over the slab's whole length, the unwritten end
   masked. Each row's numbers depend on that row only, at any row count (tests/test_compiled_step.py).
 - ``auto``: the path measured on this machine (sbon.machine, ``python -m sbon machine``): on a CPU ``compiled`` where
@@ -85,9 +86,9 @@ class CompiledDecoder:
         self.graphs = gen.device.type == "cuda" if graphs is None else graphs
         self.compiled = compile
         self.saved = compile and not self.graphs if saved is None else saved
-        # By (hidden states kept, threads): Dynamo's guards hold the thread count its kernels were generated for.
-        # None: traced in this process.
-        self.loaded: dict[tuple[bool, int], aot_step.SavedStep | None] = {}
+        # By thread count: Dynamo's guards hold the thread count its kernels were generated for. None: traced in this
+        # process.
+        self.loaded: dict[int, aot_step.SavedStep | None] = {}
         self.announced = not compile  # the first compiled step says it is compiling: it takes a while
         if compile and gen.device.type == "cpu" and (problem := load_kernel()):
             log.warning("decode compiled: the attention kernel %s; the step's attention uses matmuls", problem)
@@ -125,7 +126,8 @@ class CompiledDecoder:
         # A copy, not a view: an input that aliases another input the step writes to (the slab's length) makes
         # AOTAutograd merge the two, and a merged input is not static, so CUDA graphs would skip the step.
         positions = cache.layers[0].cumulative_length.view(1, 1).expand(rows, 1).clone()
-        return self.gen.model, tokens.view(-1, 1), positions, cache, batch.keep_hidden
+        # The last hidden states always (the module's docstring): one graph for every run.
+        return self.gen.model, tokens.view(-1, 1), positions, cache, True
 
     @staticmethod
     def likeness(args: tuple) -> tuple:
@@ -148,7 +150,7 @@ class CompiledDecoder:
 
     @torch.inference_mode()
     def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
-        live, which = len(tokens), (batch.keep_hidden, torch.get_num_threads())
+        live, which = len(tokens), torch.get_num_threads()
         if self.saved and which not in self.loaded:
             self.loaded[which] = self.load_or_build(self.inputs(batch, tokens))
         # The saved step's guards reject inputs marked dynamic, as the ones it was compiled from are: fresh ones.
@@ -174,15 +176,15 @@ class CompiledDecoder:
         if batch.keep_hidden:
             batch.hidden = hidden[:live]
 
-    def saved_step(self, keep_hidden: bool = False) -> aot_step.SavedStep | None:
+    def saved_step(self) -> aot_step.SavedStep | None:
         """The saved step this process uses now (None: none yet, or traced here)."""
-        return self.loaded.get((keep_hidden, torch.get_num_threads()))
+        return self.loaded.get(torch.get_num_threads())
 
     def load_or_build(self, args: tuple) -> aot_step.SavedStep | None:
         """The saved step for these arguments: loaded from the disk, or compiled and saved first; None (and one
         logged line saying why) where neither works, and this process traces the step itself."""
         try:
-            path = aot_step.step_path(self.gen, args[-1], self.inductor)
+            path = aot_step.step_path(self.gen, self.inductor)
         except Exception as e:  # noqa: BLE001 - any reason the step cannot be named: the traced step still runs
             return self._not_saved(f"the step cannot be named ({_reason(e)})")
         if path.exists():
@@ -294,34 +296,28 @@ def _use_our_inductor_cache() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
 
 
-# A run keeps the last hidden states or not (its pruning signals' needs): one saved step each.
-HIDDEN_KINDS = (False, True)
-
-
 def compiled_state(gen: Generator) -> str | None:
-    """How far this generator's compiled step is on this machine, for both kinds of run: "loaded" (in this process),
-    "saved" (on the disk, for this thread count: ``prepare`` loads it in seconds) or None (neither)."""
+    """How far this generator's compiled step is on this machine: "loaded" (in this process), "saved" (on the disk,
+    for this thread count: ``prepare`` loads it in seconds) or None (neither)."""
     _use_our_inductor_cache()  # where the saved steps are
     dec = getattr(gen, "_compiled_decoder", None)
-    if dec is not None and all(dec.saved_step(hidden) is not None for hidden in HIDDEN_KINDS):
+    if dec is not None and dec.saved_step() is not None:
         return "loaded"
     options = dec.inductor if dec is not None else aot_step.INDUCTOR_OPTIONS
     try:
-        return "saved" if all(aot_step.step_path(gen, hidden, options).exists() for hidden in HIDDEN_KINDS) else None
+        return "saved" if aot_step.step_path(gen, options).exists() else None
     except Exception as e:  # noqa: BLE001 - a step that cannot be named is never saved (load_or_build says so too)
         log.warning("decode compiled: the saved step cannot be named (%s)", _reason(e))
         return None
 
 
 def prepare(gen: Generator, decode: str = "compiled") -> bool:
-    """Load the compiled step for both kinds of run into this process, where ``decode`` compiles (as ``decoder``
-    decides): from the disk, or compiled and saved there first where it is not yet (a minute or more each on two
-    cores). True where both are saved steps, loaded; False where ``decode`` decodes eagerly."""
+    """Load the compiled step into this process, where ``decode`` compiles (as ``decoder`` decides): from the disk,
+    or compiled and saved there first where it is not yet (a minute or more on two cores). True where it is a saved
+    step, loaded; False where ``decode`` decodes eagerly."""
     dec = decoder(gen, decode)
     if not isinstance(dec, CompiledDecoder):
         return False
     prefix = gen.prefill(gen.encode_prompt("Hi"))
-    for hidden in HIDDEN_KINDS:
-        batch = dec.start(prefix, [0, 1], hidden, 2)
-        dec.forward(batch, prefix.logits.argmax(-1).expand(2))
+    dec.forward(dec.start(prefix, [0, 1], False, 2), prefix.logits.argmax(-1).expand(2))
     return compiled_state(gen) == "loaded"

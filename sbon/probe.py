@@ -373,7 +373,7 @@ def to_build(paths: Sequence[Measured], tries: dict[str, int]) -> list[str]:
 
 
 def build_step(generator: str, weights: str, threads: int) -> None:
-    """Build and save one format's compiled step (both kinds of run) at ``threads`` CPU threads."""
+    """Build and save one format's compiled step at ``threads`` CPU threads."""
     torch.set_num_threads(threads)
     if not prepare(load_generator(generator, device="cpu", weights=weights)):
         raise SBoNError(f"the compiled step of {weights} was not saved")
