@@ -127,10 +127,11 @@ class DecodePaths:
             if child is not None and choice is None:
                 return  # the child failed: runs stay on the safe path, the model line says why
             contradicted = name in self._stale
-            waited = time.perf_counter() - self._started.get(name, -1e9)
-            if not (choice is None or choice.provisional or contradicted) or (
-                    child is not None and not contradicted and waited < RETRY_S * 2 ** (self._tries[name] - 1)):
+            if not (choice is None or choice.provisional or contradicted):
                 return
+            if child is not None and not contradicted and \
+                    time.perf_counter() - self._started[name] < RETRY_S * 2 ** (self._tries[name] - 1):
+                return  # a provisional choice: measured again once its wait is over
             self._stale.discard(name)
             self._children[name], self._started[name] = _measure_in_child(name, self.gate), time.perf_counter()
             self._tries[name] = self._tries.get(name, 0) + 1

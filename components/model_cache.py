@@ -164,7 +164,7 @@ class ModelCache:
         with self._lock:
             gkey = (generator, str(dev))
             wanted = self.decode_paths.path(generator) if self.decode_paths else None
-            if gkey in self._generators and not self.is_current(generator):
+            if gkey in self._generators and wanted and self._generators[gkey].weights != wanted.weights:
                 self._drop(generator, str(dev))  # this machine's measured choice came since: load it in that format
             if gkey not in self._generators:
                 source = generator_source(generator)
