@@ -30,7 +30,7 @@ DEFAULT_TIME_LIMIT_S = 540
 RESERVE_S = 10
 # Each part's own limit at the default time limit, in seconds (a --time-limit scales them all): past it the part
 # stops with what it has and the next part starts. `--parts all` (app, compiled, coupling, engine) fits the default
-# limit whole, so none of them is ever left out.
+# limit whole, so each of them always starts.
 PART_LIMIT_S = {"app": 210.0, "compiled": 90.0, "coupling": 90.0, "engine": 120.0, "paper-scale": 240.0, "vllm": 150.0}
 
 
@@ -149,17 +149,18 @@ def part_limits(time_limit: float) -> dict[str, float]:
 def run_parts(ctx: Any, parts: Mapping[str, Callable[[Any, dict], None]], out: Path, deadline: float,
               environment: dict, limits: Mapping[str, float]) -> dict[str, dict[str, Any]]:
     """Run the parts in order, each part's file written as it ends, and say of each what became of it: its
-    ``outcome`` (done, stopped, failed or not run), ``why`` where it is not done, and its ``seconds``. A part
-    starts only where its own limit (``limits``) fits in the time left before ``deadline`` (time.monotonic);
-    else it is not run, with one line saying so, and the next part is tried. A part still running at its limit
-    stops where it is, its file says so, and the next part starts; a part that fails does not stop the others."""
+    ``outcome`` (done, stopped, failed or not run), ``why`` where it is not done, its ``seconds`` and ``limit_s``.
+    A part starts only where its own limit (``limits``) fits in the time left before ``deadline``
+    (time.monotonic); else it is not run, with one line saying so, and the next part is tried. A part still running
+    at its limit stops where it is, its file says so, and the next part starts; a part that fails does not stop
+    the others."""
     outcomes: dict[str, dict[str, Any]] = {}
     for name, part in parts.items():
         left, limit = deadline - time.monotonic(), limits[name]
         shown = f"{round(limit, 1):g} s"
         if limit > left:
             why = f"its limit ({shown}) does not fit in the {max(0.0, left):.0f} s left"
-            outcomes[name] = {"outcome": "not run", "why": why, "seconds": 0.0}
+            outcomes[name] = {"outcome": "not run", "why": why, "seconds": 0.0, "limit_s": limit}
             print(f"{name}: not run: {why}", file=sys.stderr)
             continue
         print(f"== {name} (at most {shown})", file=sys.stderr)
@@ -178,5 +179,5 @@ def run_parts(ctx: Any, parts: Mapping[str, Callable[[Any, dict], None]], out: P
             print(f"{name}: failed ({outcome['why']}); going on with the next part", file=sys.stderr)
         record["seconds"] = outcome["seconds"] = time.perf_counter() - start
         common.write_json(record, out / f"{name}.json")
-        outcomes[name] = outcome
+        outcomes[name] = {**outcome, "limit_s": limit}
     return outcomes

@@ -390,12 +390,11 @@ def main(args: argparse.Namespace) -> int:
     environment = {**common.environment(), "device": str(device)}
     if device.type == "cuda":
         environment["gpu"] = torch.cuda.get_device_name(device)
-    limits = part_limits(args.time_limit)
     parts = run_parts(ctx, {name: PARTS[name] for name in args.parts}, out, started + args.time_limit - RESERVE_S,
-                      environment, limits)
+                      environment, part_limits(args.time_limit))
     summary = {"command": common.command_line(args), "environment": environment,
                "device": str(device), "tiny": args.tiny, "generator": ctx.model_record(), "sizes": asdict(sizes),
-               "time_limit": args.time_limit, "reserve_s": RESERVE_S, "part_limits": limits, "parts": parts,
+               "time_limit": args.time_limit, "reserve_s": RESERVE_S, "parts": parts,
                "seconds": time.monotonic() - started}
     common.write_json(summary, out / "summary.json")
     ran = ", ".join(f"{name} {o['outcome']} {o['seconds']:.0f} s" for name, o in parts.items())

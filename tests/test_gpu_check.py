@@ -238,6 +238,7 @@ def test_a_part_whose_limit_does_not_fit_the_time_left_is_not_started_and_the_su
     parts = json.loads((tmp_path / "summary.json").read_text())["parts"]
     assert [parts[name]["outcome"] for name in ("engine", "paper-scale", "coupling")] == ["stopped", "not run", "done"]
     assert parts["engine"]["why"] == "its limit (6 s) passed" and 6 <= parts["engine"]["seconds"] < 9
+    assert [parts[name]["limit_s"] for name in ("engine", "paper-scale", "coupling")] == [6, 12, 4.5]
     assert parts["paper-scale"]["why"].startswith("its limit (12 s) does not fit in the ")
     assert json.loads((tmp_path / "engine.json").read_text())["done"] == "first"  # what it had when it stopped
     err = capsys.readouterr().err
