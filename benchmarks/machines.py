@@ -20,7 +20,8 @@ from them. The cores may be shared: every file records the load average at its s
 one fresh start on quiet cores, then N fresh starts each beside one busy loop (a process spinning on one core) with
 one page-default run pressed while the app measures; each start records when each choice was saved, the path it
 named and whether it was provisional, and the run's seconds. After the last, the busy loop stopped, the page-default
-comparison warm in that start's cache, against the quiet start's. A fresh start has its own ``$SBON_CACHE`` without
+comparison warm in that start's cache, against the quiet start's. Its summary gives, per start, when its runs took
+the quiet start's final path for good (``fast_path_after_s``) and when its measuring ended (``settled_after_s``). A fresh start has its own ``$SBON_CACHE`` without
 a measured choice; its compiled steps are those already saved on this machine unless ``--fresh-steps``.
 """
 
@@ -315,14 +316,26 @@ def neighbour(name: str, args: argparse.Namespace) -> dict[str, Any]:
     quiet_compare = _start(name, args, quiet_cache, busy=False, mode="compare")
     for used in {quiet_cache, cache}:
         shutil.rmtree(used, ignore_errors=True)  # links, a choice and (with --fresh-steps) steps built for the test
-    same = [s.get("choice") and quiet.get("choice") and (s["choice"]["weights"], s["choice"]["decode"])
-            == (quiet["choice"]["weights"], quiet["choice"]["decode"]) for s in starts]
+    fast = _path(quiet.get("choice"))
     median = lambda r: sorted(r["seconds"])[len(r["seconds"]) // 2] if r.get("seconds") else None  # noqa: E731
     return {"class": name, "quiet_start": quiet, "starts": starts, "compare_after": after,
             "compare_quiet": quiet_compare, "summary": {
-                "same_choice_as_quiet": sum(bool(x) for x in same), "starts": len(starts),
-                "compare_after_s": median(after), "compare_quiet_s": median(quiet_compare),
-                "fast_path_after_s": [s["choices"][-1]["s"] if s.get("choices") else None for s in starts]}}
+                "same_choice_as_quiet": sum(fast is not None and _path(s.get("choice")) == fast for s in starts),
+                "starts": len(starts), "compare_after_s": median(after), "compare_quiet_s": median(quiet_compare),
+                "quiet_fast_path_s": reached(quiet, fast), "fast_path_after_s": [reached(s, fast) for s in starts],
+                "settled_after_s": [s["choices"][-1]["s"] if s.get("choices") else None for s in starts]}}
+
+
+def _path(choice: dict | None) -> tuple[str, str] | None:
+    return (choice["weights"], choice["decode"]) if choice else None
+
+
+def reached(start: dict, fast: tuple[str, str] | None) -> float | None:
+    """Seconds from a start until its runs took ``fast``, the quiet start's final path, and kept it (None: never)."""
+    since = None
+    for choice in start.get("choices", []):
+        since = None if _path(choice) != fast else since if since is not None else choice["s"]
+    return since
 
 
 def add_parser(sub) -> None:

@@ -41,6 +41,7 @@ from sbon.attention import NAME as DECODE_ATTENTION
 from sbon.decoders import CompiledDecoder, EagerDecoder, decoder
 from sbon.engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from sbon.int4 import Int4Linear
+from sbon.probe import MatrixProducts
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, _package_dir, load_generator
 
 from . import common
@@ -153,21 +154,13 @@ def profile_ops(fn: Callable[[], Any], steps: int, top: int = 15) -> list[dict]:
 
 
 @torch.inference_mode()
-def linear_ms(gen: Generator, rows: int, reps: int = 3) -> float | None:
-    """Milliseconds for one step's Linear layers alone (the model's own layers, `rows` rows);
-    None for formats whose Linear layers are not plain ones."""
-    linears = [m for m in gen.model.modules() if type(m) is torch.nn.Linear or isinstance(m, Int4Linear)]
-    if not linears:
-        return None
-    dtype = next(gen.model.parameters()).dtype
-    inputs = [torch.randn(rows, m.in_features, dtype=dtype, device=gen.device) for m in linears]
-
-    def all_linears() -> None:  # each layer's own forward: prepacked and padded as the format makes it
-        for m, x in zip(linears, inputs):
-            m(x)
-
-    all_linears()
-    return median_ms(all_linears, reps)
+def linear_ms(gen: Generator, rows: int, reps: int = 3) -> float:
+    """Milliseconds for one step's matrix products alone at `rows` rows (sbon.probe.MatrixProducts: every Linear
+    layer and the LM head as the format makes them, what the app's probe predicts compiled steps from)."""
+    products = MatrixProducts(gen)
+    layers = products.start(None, range(rows), False, 0)
+    products.forward(layers, None)
+    return median_ms(lambda: products.forward(layers, None), reps)
 
 
 # -- llama.cpp ---------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ CONTRADICTED = 2.0
 class DecodePaths:
     """``auto``'s decode path per generator (sbon.machine.auto_path), measured by a child process once per machine:
     it loads every weight format, times their eager steps in rounds and saves a provisional choice (seconds), builds
-    the compiled steps of the exact formats within reach on idle cores (a minute or more each, saved to disk), times
+    the compiled steps predicted fastest on idle cores (a minute or more each, saved to disk), times
     them beside the eager ones and saves the choice after each (sbon.probe). Runs take the saved choice at their
     start (the model cache loads the generator in its format; ``decode`` loads its compiled step once saved), the
     safe path until there is one. Each run records the path it decoded with (RunResult.decode). On a GPU the compiled
@@ -253,7 +253,7 @@ class DecodePaths:
 
 
 def _measure_in_child(name: str, gate: RunGate) -> subprocess.Popen:
-    """A child process that measures the generator's decode paths and builds the compiled steps within reach
+    """A child process that measures the generator's decode paths and builds the compiled steps predicted fastest
     (``python -m sbon machine --build``), reading ``gate`` to time nothing while a run generates here, and ending
     with this process (its lines go to this process's stderr)."""
     code = ("import sys\nfrom sbon.cli import main\n"

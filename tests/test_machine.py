@@ -491,3 +491,38 @@ def test_a_run_gate_is_removed_with_its_process_and_gates_of_ended_processes_are
     mine = RunGate.of_this_process(tmp_path)
     assert sorted(p.name for p in tmp_path.glob("runs-*")) == [f"runs-{os.getppid()}"]
     assert mine.path.name == f"runs-{os.getpid()}" and mine.token() == 0
+
+
+@pytest.mark.parametrize("cls", list(CPU_CLASSES))
+def test_on_every_measured_cpu_class_the_first_build_is_the_fastest_compiled_step(cls):
+    """The build rule (sbon.probe.to_build) on each CPU class's committed step table (benchmarks machines: every
+    format's eager step, its compiled step and its matrix products alone, measured in one run): the first build is
+    the step that was fastest, the builds stop before every format is built, and the chosen step is within 5% of
+    the fastest."""
+    from sbon.machine import Measured
+    from sbon.probe import to_build
+
+    record = json.loads((ROOT / "benchmarks/results/cpu-2core-epyc/machines" / f"{cls}.json").read_text())
+    exact = {f for f, d in record["divergence"].items() if d["rate"] == 0}
+    rows = {}
+    for r in record["table"]:
+        rows.setdefault(r["format"], {})[r["rows"]] = r
+    compiled = {name.split()[0]: {n: r["ms_per_step"] for n, r in by.items()}
+                for name, by in rows.items() if name.endswith(" compiled")}
+    paths = []
+    for name, by in rows.items():
+        weights = name.split()[0]
+        if name.endswith("decode-attn"):
+            paths.append(Measured(weights, "eager", {n: r["ms_per_step"] for n, r in by.items()},
+                                  exact=weights in exact, products_ms={n: r["linear_ms"] for n, r in by.items()}))
+            paths.append(Measured(weights, "compiled", problem=None if weights in compiled else "not measured"))
+    mean = {w: sum(ms.values()) / len(ms) for w, ms in compiled.items() if w in exact}
+    built = []
+    while todo := [w for w in to_build(paths, {}) if w not in built]:
+        built.append(todo[0])
+        step = next(p for p in paths if (p.weights, p.decode) == (todo[0], "compiled"))
+        step.ms, step.exact = compiled[todo[0]], True
+    assert len(mean) >= 2  # a choice to make
+    assert built[0] == min(mean, key=mean.get)
+    assert len(built) < len(mean)  # a format predicted slower by more than MARGIN is never built
+    assert min(mean[w] for w in built) <= 1.05 * min(mean.values())
