@@ -1,42 +1,36 @@
-"""The GPU check's sizes and budget: how big each part runs (``Sizes``: the GPU defaults, ``TINY`` for a CPU), what
-the device does (measured in seconds before the run), the estimated seconds of each piece of work, and which pieces
-fit the time limit, most important first. Each part also has its own limit (``PART_LIMIT_S``): a part that runs
-past it stops there, and the parts after it still run."""
+"""The GPU check's sizes and time budget: how big each part runs (``Sizes``: the GPU defaults, ``TINY`` for a CPU),
+what the parts measure of the device, and the one rule that bounds the command's time (``run_parts``): each part
+has its own limit (``PART_LIMIT_S``), a part starts only where that limit fits in the time left before the check's
+limit, less the reserve for the files, and a part still running at its limit stops there with what it has."""
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 import re
+import signal
+import sys
+import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
-import numpy as np
 import torch
 
-from sbon.algorithms import best_of_n
-from sbon.config import resolve_first_decision
-from sbon.engine import DTYPES, Generator
-
 from . import common
-from .gpu_stand_ins import LLAMA_3_8B, SMOLLM2_135M, TINY_ARCH, forced_lengths, random_llama, smollm2_tokenizer, stand_in
+from .gpu_stand_ins import TINY_ARCH
 
 # The check fits one command of SESSION_S on a lent GPU machine (rented and shared GPUs often cap a command or a
 # job at ten minutes, and a check that stops early leaves every later part unmeasured). The limit counts from the
-# command's start, after Python's imports (STARTUP_S at most), and RESERVE_S of it is kept for writing the result files.
+# command's start, after Python's imports (STARTUP_S at most), and RESERVE_S of it is kept for writing the files.
 SESSION_S = 600
 STARTUP_S = 30
 DEFAULT_TIME_LIMIT_S = 540
 RESERVE_S = 10
-SETUP_S = 15  # the device measurements and the tokenizer, before the plan is printed
-MODEL_BUILD_S = 5.0  # allowance for building one random model on the device (its modules and initial weights)
-VLLM_S = 120.0  # allowance for loading vLLM and its run
-APP_S = 150.0  # allowance for the app part: building its models, capturing its graphs, one untimed and the timed runs
-CAPTURE_S = 5.0  # allowance for capturing the CUDA graph of one row bucket (warm-up steps included)
-INDUCTOR_S = 60.0  # allowance for compiling the step with inductor for one row bucket (an H100 took 45 s)
-# Each part's own limit, in seconds: past it the part stops with what it has and the next part starts.
+# Each part's own limit at the default time limit, in seconds (a --time-limit scales them all): past it the part
+# stops with what it has and the next part starts. `--parts all` (app, compiled, coupling, engine) fits the default
+# limit whole, so each of them always starts.
 PART_LIMIT_S = {"app": 210.0, "compiled": 90.0, "coupling": 90.0, "engine": 120.0, "paper-scale": 240.0, "vllm": 150.0}
 
 
@@ -80,7 +74,6 @@ TINY = Sizes(engine_n=(4,), engine_tokens=8, engine_median_length=4, engine_prom
              app_runs=1, app_n=2, app_max_new_tokens=4, bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
 
 
-
 # -- measuring the device ---------------------------------------------------------------------------
 
 def machine_name() -> str:
@@ -119,224 +112,72 @@ def measure_bandwidth(device: torch.device, nbytes: int) -> float:
     return 2 * nbytes / best_seconds(device, lambda: dst.copy_(src))
 
 
-def measure_matmul(device: torch.device, dtype: str, size: int) -> float:
-    """FLOP/s of a square matrix product in this dtype, best of a few."""
-    a = torch.randn(size, size, device=device).to(DTYPES[dtype])
-    return 2 * size ** 3 / best_seconds(device, lambda: a @ a, repeats=3)
-
-
 def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-# -- the budget -------------------------------------------------------------------------------------
+# -- the time budget --------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Figures:
-    """What the budget assumes of a device."""
-    device: str
-    bandwidth: float = field(metadata={"help": "bytes per second a large copy moves (read + write)"})
-    flops: dict[str, float] = field(metadata={"help": "FLOP/s of a large matrix product, by dtype"})
-    layer_step_s: float = field(metadata={"help": "fixed seconds per layer per decode step of a whole run "
-                                                  "(kernel launches, Python, sampling): what bounds small batches"})
-    source: str = ""
+class TimeUp(Exception):
+    """A part's limit passed: the part stops where it is and keeps what it has."""
 
 
-H100_ENGINE_FILE = common.DEFAULT_OUT_DIR / "gpu-h100" / "engine.json"
+def run_within(seconds: float, work: Callable[[], Any]) -> None:
+    """Run ``work``; raise TimeUp inside it once ``seconds`` have passed (SIGALRM: the main thread of a Unix
+    process; elsewhere the work runs to its end)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        work()
+        return
+
+    def alarm(signum, frame):
+        raise TimeUp
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        work()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
-def h100_figures() -> Figures:
-    """An H100's figures for the budget test: its nominal bandwidth and the bfloat16 rate its large matmuls reach
-    in practice (below the data sheet's), and the fixed cost per layer and step of the slower engine in the H100 engine
-    run committed here (SmolLM2-135M, both engines eager)."""
-    d = json.loads(H100_ENGINE_FILE.read_text())
-    per_step = max(sum(r[f"{who}_time"] for r in d["rows"]) / sum(r[f"{who}_steps"] for r in d["rows"])
-                   for who in ("ours", "hf"))
-    return Figures("NVIDIA H100 (nominal)", 3.3e12, {"bfloat16": 800e12, "float16": 800e12, "float32": 50e12},
-                   per_step / SMOLLM2_135M["num_hidden_layers"],
-                   f"bandwidth and bfloat16 rate nominal; fixed cost per layer and step from {H100_ENGINE_FILE.name}")
+def part_limits(time_limit: float) -> dict[str, float]:
+    """Each part's own limit under this time limit: its PART_LIMIT_S, in proportion to the default limit."""
+    return {name: seconds * time_limit / DEFAULT_TIME_LIMIT_S for name, seconds in PART_LIMIT_S.items()}
 
 
-def measure_figures(device: torch.device, sizes: Sizes, dtypes: Sequence[str], prompt: str) -> Figures:
-    """This device's figures, measured in a few seconds: a large copy, a matrix product per dtype, and a short
-    Best-of-N run of the SmolLM2 stand-in (its wall time per step and layer)."""
-    from .engine_vs_generate import NO_REWARD
-
-    size = 8192 if device.type == "cuda" else 256
-    flops = {dtype: measure_matmul(device, dtype, size) for dtype in dtypes}
-    arch = {**SMOLLM2_135M, **(sizes.arch or {})}
-    gen = stand_in(smollm2_tokenizer(), device, dtypes[0], arch)
-    steps = 16 if device.type == "cuda" else 4
-    run = functools.partial(best_of_n, gen, NO_REWARD, prompt, 2, max_new_tokens=steps)
-    common.timed_run(run())  # warm-up
-    per_step = common.timed_run(run()).wall_time / steps
-    del gen
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else common.cpu_model()
-    return Figures(name, measure_bandwidth(device, sizes.bandwidth_bytes), flops,
-                   per_step / arch["num_hidden_layers"], "measured on this device before the run")
-
-
-def meta_generator(arch: dict, dtype: str) -> Generator:
-    """A stand-in built on the meta device: its sizes and its prompts' tokens, without memory or weights."""
-    return Generator(random_llama(smollm2_tokenizer(), torch.device("meta"), DTYPES[dtype], arch), smollm2_tokenizer())
-
-
-def prompt_tokens(prompt: str) -> int:
-    """Tokens of the prompt as the stand-ins see it (a user turn of the chat template)."""
-    return len(meta_generator(TINY_ARCH, "float32").encode_prompt(prompt))
-
-
-@dataclass(frozen=True)
-class Arch:
-    """What the budget needs of a model."""
-    params: int
-    layers: int
-    hidden: int
-    kv_bytes: int  # KV cache bytes per token
-    itemsize: int
-
-    @classmethod
-    def of(cls, arch: dict, dtype: str) -> "Arch":
-        gen = meta_generator(arch, dtype)
-        cfg = gen.model.config
-        return cls(sum(p.numel() for p in gen.model.parameters()), cfg.num_hidden_layers, cfg.hidden_size,
-                   gen.kv_bytes_per_token(), DTYPES[dtype].itemsize)
-
-
-def step_s(a: Arch, f: Figures, dtype: str, rows: int, context: int) -> float:
-    """One decode step of ``rows`` rows whose caches hold ``context`` tokens: the longer of moving the weights
-    and caches once and of its matmuls, plus the fixed cost of its layers."""
-    moved = a.params * a.itemsize + rows * context * a.kv_bytes
-    flops = 2 * rows * (a.params + 2 * context * a.hidden * a.layers)
-    return max(moved / f.bandwidth, flops / f.flops[dtype]) + a.layers * f.layer_step_s
-
-
-def forward_s(a: Arch, f: Figures, dtype: str, tokens: int, calls: int = 1) -> float:
-    """``calls`` full forward passes over ``tokens`` tokens in all (a prefill, a reward's scoring)."""
-    return max(calls * a.params * a.itemsize / f.bandwidth, 2 * tokens * a.params / f.flops[dtype]) + \
-        calls * a.layers * f.layer_step_s
-
-
-def alive(lengths: Sequence[int]) -> list[int]:
-    """Rows still generating at each step: a candidate of length L is in the batch at steps 1..L."""
-    lengths = np.asarray(list(lengths))
-    return [int((lengths >= t).sum()) for t in range(1, int(lengths.max(initial=0)) + 1)]
-
-
-def decode_s(a: Arch, f: Figures, dtype: str, rows: Sequence[int], prompt_tokens: int) -> float:
-    """Decoding with ``rows[t - 1]`` rows at step t."""
-    return sum(step_s(a, f, dtype, r, prompt_tokens + t) for t, r in enumerate(rows, 1) if r)
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One piece of work the plan keeps or leaves out."""
-    part: str
-    key: str
-    seconds: float
-    rank: int  # the lower, the sooner it is kept when not everything fits
-
-
-def estimate(sizes: Sizes, f: Figures, parts: Sequence[str], prompt_tokens: int, seed: int = 0,
-             stand_in_generator: bool = True) -> list[Unit]:
-    """Every piece of work of these parts with its estimated seconds, in running order. Speculative Rejection's
-    decoding is costed as Best-of-N's with all its candidates at once (an upper bound), its scoring as twice
-    that of all candidates (its decision points score fewer and fewer); a real --generator as the SmolLM2
-    stand-in with every candidate at the length limit."""
-    units: list[Unit] = []
-    arch = sizes.arch or {}
-    P = prompt_tokens
-
-    def lengths(n: int, median: int, limit: int) -> list[int]:
-        return list(forced_lengths(n, median, limit, seed).values()) if stand_in_generator else [limit] * n
-
-    if "engine" in parts:
-        for i, dtype in enumerate(sizes.dtypes):
-            a = Arch.of({**SMOLLM2_135M, **arch}, dtype)
-            for j, n in enumerate(sizes.engine_n):
-                ls = lengths(n, sizes.engine_median_length, sizes.engine_tokens)
-                runs = decode_s(a, f, dtype, [n] * max(ls), P) + \
-                    len(sizes.engine_chunks) * decode_s(a, f, dtype, alive(ls), P)
-                prefills = (1 + len(sizes.engine_chunks)) * forward_s(a, f, dtype, P)
-                units.append(Unit("engine", f"{dtype} N={n}", MODEL_BUILD_S + sizes.engine_prompts * (runs + prefills),
-                                  0 if i == j == 0 else 3))
-    if "paper-scale" in parts:
-        a = Arch.of({**LLAMA_3_8B, **arch}, "bfloat16")
-        n, ls = sizes.paper_n, lengths(sizes.paper_n, sizes.paper_median_length, sizes.paper_tokens)
-        first = resolve_first_decision(None, sizes.paper_tokens)
-        batch = max(1, min(n, n * (P + first) // (P + sizes.paper_tokens)))  # same_memory_batch_size's rule
-        score_all = forward_s(a, f, "bfloat16", n * (P + sizes.paper_median_length), calls=math.ceil(n / 32))
-        sbon = decode_s(a, f, "bfloat16", alive(ls), P) + 2 * score_all
-        bon = sum(decode_s(a, f, "bfloat16", alive(ls[k:k + batch]), P) + forward_s(a, f, "bfloat16", P)
-                  for k in range(0, n, batch)) + score_all
-        units.append(Unit("paper-scale", "Speculative Rejection vs memory-bound Best-of-N",
-                          2 * MODEL_BUILD_S + sbon + bon, 2))
-        steps = sum(forward_s(a, f, "bfloat16", sizes.step_context) +
-                    (sizes.step_repeats + 1) * step_s(a, f, "bfloat16", rows, sizes.step_context)
-                    for rows in sizes.step_batches)
-        units.append(Unit("paper-scale", "decode ms per step", MODEL_BUILD_S + steps, 1))
-    if "coupling" in parts:
-        for dtype in sizes.coupling_dtypes:
-            a = Arch.of({**SMOLLM2_135M, **arch}, dtype)
-            n, ls = sizes.coupling_n, lengths(sizes.coupling_n, coupling_median(sizes), sizes.coupling_tokens)
-            score = forward_s(a, f, dtype, n * (P + max(ls)))
-            both = len(sizes.coupling_decodes) * (2 * decode_s(a, f, dtype, alive(ls), P) + 3 * score)
-            units.append(Unit("coupling", dtype, MODEL_BUILD_S + sizes.coupling_prompts * both, 4))
-    if "compiled" in parts:
-        a = Arch.of({**SMOLLM2_135M, **arch}, "bfloat16")
-        for rows in sizes.compiled_rows:
-            steps = (2 + sizes.inductor) * (sizes.compiled_repeats + 3) * step_s(a, f, "bfloat16", rows,
-                                                                                 P + sizes.compiled_context)
-            units.append(Unit("compiled", f"rows={rows}", CAPTURE_S + INDUCTOR_S * sizes.inductor + steps, 1))
-    if "app" in parts:
-        units.append(Unit("app", "page-default comparison, warm", APP_S, 0))
-    if "vllm" in parts:
-        units.append(Unit("vllm", "Best-of-N on vLLM", VLLM_S if vllm_runs(stand_in_generator) is None else 0.0, 5))
-    return units
-
-
-def choose(units: Sequence[Unit], budget: float) -> tuple[list[Unit], list[Unit]]:
-    """The units kept, most important first while they fit in the budget (seconds), and those left out."""
-    kept, left, total = [], [], 0.0
-    for u in sorted(units, key=lambda u: u.rank):
-        if total + u.seconds <= budget:
-            kept.append(u)
-            total += u.seconds
-        else:
-            left.append(u)
-    return kept, left
-
-
-def budget_s(time_limit: float, spent: float) -> float:
-    """Seconds the plan may fill: the limit, less what was spent before it and the reserve for the files."""
-    return time_limit - spent - RESERVE_S
-
-
-def print_plan(f: Figures, kept: Sequence[Unit], left: Sequence[Unit], budget: float, limit: float) -> None:
-    flops = ", ".join(f"{v / 1e12:.3g} TFLOP/s {k}" for k, v in f.flops.items())
-    print(f"gpu-check budget on {f.device} ({f.source}): {f.bandwidth / 1e12:.3g} TB/s, {flops}, "
-          f"{1000 * f.layer_step_s:.3g} ms per layer per decode step")
-    for u in kept:
-        print(f"  {u.part:<12} {u.key:<48} ~{u.seconds:6.0f} s")
-    for u in left:
-        print(f"  left out: {u.part} {u.key} (~{u.seconds:.0f} s): it would not fit in the {limit:g} s limit "
-              f"(raise --time-limit or lower --size)")
-    print(f"  planned ~{sum(u.seconds for u in kept):.0f} s of the {budget:.0f} s left")
-
-
-def coupling_median(sizes: Sizes) -> int:
-    """The coupling part's median forced length: most candidates are still going at the first decision point."""
-    return sizes.coupling_tokens * 3 // 4
-
-
-def vllm_runs(stand_in_generator: bool) -> str | None:
-    """Why the vllm part cannot run here, or None."""
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed"
-    if not torch.cuda.is_available():
-        return "vLLM needs a CUDA GPU"
-    if stand_in_generator:
-        return "vLLM loads a model's files: name a real --generator"
-    return None
+def run_parts(ctx: Any, parts: Mapping[str, Callable[[Any, dict], None]], out: Path, deadline: float,
+              environment: dict, limits: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """Run the parts in order, each part's file written as it ends, and say of each what became of it: its
+    ``outcome`` (done, stopped, failed or not run), ``why`` where it is not done, its ``seconds`` and ``limit_s``.
+    A part starts only where its own limit (``limits``) fits in the time left before ``deadline``
+    (time.monotonic); else it is not run, with one line saying so, and the next part is tried. A part still running
+    at its limit stops where it is, its file says so, and the next part starts; a part that fails does not stop
+    the others."""
+    outcomes: dict[str, dict[str, Any]] = {}
+    for name, part in parts.items():
+        left, limit = deadline - time.monotonic(), limits[name]
+        shown = f"{round(limit, 1):g} s"
+        if limit > left:
+            why = f"its limit ({shown}) does not fit in the {max(0.0, left):.0f} s left"
+            outcomes[name] = {"outcome": "not run", "why": why, "seconds": 0.0, "limit_s": limit}
+            print(f"{name}: not run: {why}", file=sys.stderr)
+            continue
+        print(f"== {name} (at most {shown})", file=sys.stderr)
+        record: dict[str, Any] = {"part": name, "environment": environment, "limit_s": limit}
+        outcome: dict[str, Any] = {"outcome": "done"}
+        start = time.perf_counter()
+        try:
+            run_within(limit, lambda: part(ctx, record))
+        except TimeUp:
+            outcome = {"outcome": "stopped", "why": f"its limit ({shown}) passed"}
+            record["stopped"] = outcome["why"] + ": what this file holds is what the part had done by then"
+            print(f"{name}: stopped at its limit ({shown}); going on with the next part", file=sys.stderr)
+        except Exception as e:  # one command: a part that breaks must not cost the parts after it
+            record["error"] = "".join(traceback.format_exception(e))[-4000:]
+            outcome = {"outcome": "failed", "why": f"{type(e).__name__}: {e}".splitlines()[0]}
+            print(f"{name}: failed ({outcome['why']}); going on with the next part", file=sys.stderr)
+        record["seconds"] = outcome["seconds"] = time.perf_counter() - start
+        common.write_json(record, out / f"{name}.json")
+        outcomes[name] = {**outcome, "limit_s": limit}
+    return outcomes

@@ -26,10 +26,11 @@ paper-scale part. Its parts (``--parts``; ``all`` is engine, compiled, coupling 
 
 Random weights never choose to stop, so in the engine, coupling and paper-scale parts every candidate stops at a
 length drawn from a long-tailed distribution, the same in both engines (graphs do not force lengths: there every
-candidate runs to the limit). Before anything runs it measures the device and plans (benchmarks/gpu_budget.py):
-what would not fit in ``--time-limit`` is left out with a line saying so; each part stops at its own limit
-(``PART_LIMIT_S``) and the next starts; at the overall limit the run stops (SIGALRM) with what it has. Each part's
-file is written as it ends, in one folder (``--out-dir``), with ``summary.json``.
+candidate runs to the limit). Each part has its own limit (``PART_LIMIT_S`` in benchmarks/gpu_budget.py, in
+proportion to ``--time-limit``): a part starts only where its limit fits in the time left, else it is not run, with
+a line saying so; a part still running at its limit stops there with what it has and the next part starts. Each
+part's file is written as it ends, in one folder (``--out-dir``), with ``summary.json``, which says of every part
+asked for whether it ran to its end, stopped at its limit, failed or was not run, and why.
 
 ``--tiny`` runs the same code on tiny random configs and sizes, in a minute or two on a CPU, where graphs replay
 by running the step eagerly: that is its test (tests/test_gpu_check.py, which also runs it with the packages a GPU
@@ -39,14 +40,11 @@ machine lacks blocked). Tiny numbers measure nothing but that the code runs.
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-import threading
+import importlib.util
 import time
-import traceback
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -63,53 +61,21 @@ from sbon.rewards import SequenceClassifierReward
 
 from . import common
 from .gpu_app import part_app
-from .gpu_budget import (DEFAULT_TIME_LIMIT_S, GPU, PART_LIMIT_S, RESERVE_S, TINY, Sizes, budget_s, choose,
-                         coupling_median, estimate, machine_name, measure_bandwidth, measure_figures, print_plan,
-                         prompt_tokens, sync, vllm_runs, weight_bytes)
+from .gpu_budget import (DEFAULT_TIME_LIMIT_S, GPU, RESERVE_S, TINY, Sizes, machine_name, measure_bandwidth,
+                         part_limits, run_parts, sync, weight_bytes)
 from .gpu_stand_ins import (LLAMA_3_8B, SMOLLM2_135M, STAND_IN, ForcedLengthGenerator, forced_lengths, random_llama,
                             smollm2_tokenizer, stand_in)
-
-# -- the hard limit ---------------------------------------------------------------------------------
-
-class TimeUp(Exception):
-    """The time limit passed: the part stops where it is and keeps what it has."""
-
-
-def run_within(seconds: float, work: Callable[[], Any]) -> None:
-    """Run ``work``; raise TimeUp inside it once ``seconds`` have passed (SIGALRM: the main thread of a Unix
-    process; elsewhere the work runs to its end)."""
-    if seconds <= 0:
-        raise TimeUp
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        work()
-        return
-
-    def alarm(signum, frame):
-        raise TimeUp
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        work()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
 
 # -- the parts --------------------------------------------------------------------------------------
 
 @dataclass
 class Context:
-    """What every part gets: the parsed command line, the sizes, the device, the prompts and the plan."""
+    """What every part gets: the parsed command line, the sizes, the device and the prompts."""
     args: argparse.Namespace
     sizes: Sizes
     device: torch.device
     prompts: list[dict]
     sampling: SamplingConfig
-    planned: set[tuple[str, str]] = field(default_factory=set)  # (part, key) of the units kept
-
-    def keeps(self, part: str, key: str) -> bool:
-        return (part, key) in self.planned
 
     @property
     def stand_in(self) -> bool:
@@ -154,13 +120,10 @@ def part_engine(ctx: Context, record: dict) -> None:
     record.update(generator=ctx.model_record(), tokens=s.engine_tokens, forced_length_median=s.engine_median_length,
                   rows=rows, summary=[])
     for dtype in s.dtypes:
-        todo = [n for n in s.engine_n if ctx.keeps("engine", f"{dtype} N={n}")]
-        if not todo:
-            continue
         gen = ctx.generator(dtype)
         common.warm_up(gen, NO_REWARD, ctx.sampling)
         hf_generate(gen, gen.encode_prompt("Say hello."), 2, 4, ctx.sampling, ctx.args.seed)
-        for n in todo:
+        for n in s.engine_n:
             ctx.force(gen, n, s.engine_median_length, s.engine_tokens)
             for p in ctx.prompts[:s.engine_prompts]:
                 prompt_ids = gen.encode_prompt(p["instruction"])
@@ -215,10 +178,9 @@ def part_coupling(ctx: Context, record: dict) -> None:
     record.update(generator=ctx.model_record(), reward="likelihood", alpha=0.5, n=s.coupling_n,
                   tokens=s.coupling_tokens, by_dtype=by_decode.get("eager", {}), graphs=by_decode.get("compiled", {}))
     for dtype in s.coupling_dtypes:
-        if not ctx.keeps("coupling", dtype):
-            continue
         gen = ctx.generator(dtype)
-        ctx.force(gen, s.coupling_n, coupling_median(s), s.coupling_tokens)
+        # Most candidates are still going at the first decision point.
+        ctx.force(gen, s.coupling_n, s.coupling_tokens * 3 // 4, s.coupling_tokens)
         reward = load_reward("likelihood", generator=gen)
         if "compiled" in by_decode:
             graphs(gen)  # the compiled step is the graphs' here, also without CUDA (where they run eagerly)
@@ -245,40 +207,38 @@ def part_paper_scale(ctx: Context, record: dict) -> None:
                   parameters=sum(p.numel() for p in gen.model.parameters()), n=s.paper_n,
                   max_new_tokens=s.paper_tokens, prompt_tokens=len(gen.encode_prompt(prompt)),
                   forced_length_median=s.paper_median_length)
-    if ctx.keeps("paper-scale", "Speculative Rejection vs memory-bound Best-of-N"):
-        reward = SequenceClassifierReward(random_llama(tokenizer, ctx.device, torch.bfloat16, arch, classifier=True),
-                                          tokenizer, name="random-llama-3-8b-classifier", batch_size=32)
-        sampling = SamplingConfig(temperature=1.0, top_p=1.0)
-        common.warm_up(gen, reward, sampling)
-        sbon = common.timed_run(speculative_rejection(gen, reward, prompt, s.paper_n, alpha=0.5,
-                                                      max_new_tokens=s.paper_tokens, sampling=sampling,
-                                                      seed=ctx.args.seed))
-        batch = same_memory_batch_size(sbon)  # Best-of-N gets the KV memory Speculative Rejection peaked at
-        record.update(peak_kv_tokens=peak_kv_tokens(sbon), bon_batch_size=batch,
-                      sbon={"wall_time": sbon.wall_time, "timings": sbon.timings, "tokens": sbon.total_tokens})
-        bon = common.timed_run(best_of_n(gen, reward, prompt, s.paper_n, batch_size=batch,
-                                         max_new_tokens=s.paper_tokens, sampling=sampling, seed=ctx.args.seed))
-        record.update(bon={"wall_time": bon.wall_time, "timings": bon.timings, "tokens": bon.total_tokens},
-                      speedup=bon.wall_time / sbon.wall_time)
-        print(f"paper scale: Speculative Rejection {sbon.wall_time:.1f} s, memory-bound Best-of-N "
-              f"{bon.wall_time:.1f} s (batches of {batch}): speedup {record['speedup']:.2f}x")
-        del reward  # the classifier's memory goes to the decode measurement's caches
-        if ctx.device.type == "cuda":
-            torch.cuda.empty_cache()
-    if ctx.keeps("paper-scale", "decode ms per step"):
-        bandwidth = measure_bandwidth(ctx.device, s.bandwidth_bytes)
-        weights = weight_bytes(gen.model)
-        steps: list[dict] = []
-        record.update(bandwidth_bytes_per_s=bandwidth, weight_bytes=weights, decode_steps=steps)
-        for rows in s.step_batches:
-            ms = time_steps(EagerDecoder(gen), gen.prefill(list(range(1, s.step_context + 1))), rows,
-                            s.step_repeats)["ms_per_step"]
-            kv = rows * (s.step_context + 1) * gen.kv_bytes_per_token()
-            floor = 1000 * (weights + kv) / bandwidth
-            steps.append({"rows": rows, "context": s.step_context, "ms_per_step": ms, "floor_ms": floor,
-                          "of_floor": ms / floor})
-            print(f"decode {rows} rows x {s.step_context} tokens: {ms:.1f} ms/step; bandwidth floor {floor:.1f} ms "
-                  f"({ms / floor:.1f}x)")
+    reward = SequenceClassifierReward(random_llama(tokenizer, ctx.device, torch.bfloat16, arch, classifier=True),
+                                      tokenizer, name="random-llama-3-8b-classifier", batch_size=32)
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0)
+    common.warm_up(gen, reward, sampling)
+    sbon = common.timed_run(speculative_rejection(gen, reward, prompt, s.paper_n, alpha=0.5,
+                                                  max_new_tokens=s.paper_tokens, sampling=sampling,
+                                                  seed=ctx.args.seed))
+    batch = same_memory_batch_size(sbon)  # Best-of-N gets the KV memory Speculative Rejection peaked at
+    record.update(peak_kv_tokens=peak_kv_tokens(sbon), bon_batch_size=batch,
+                  sbon={"wall_time": sbon.wall_time, "timings": sbon.timings, "tokens": sbon.total_tokens})
+    bon = common.timed_run(best_of_n(gen, reward, prompt, s.paper_n, batch_size=batch,
+                                     max_new_tokens=s.paper_tokens, sampling=sampling, seed=ctx.args.seed))
+    record.update(bon={"wall_time": bon.wall_time, "timings": bon.timings, "tokens": bon.total_tokens},
+                  speedup=bon.wall_time / sbon.wall_time)
+    print(f"paper scale: Speculative Rejection {sbon.wall_time:.1f} s, memory-bound Best-of-N "
+          f"{bon.wall_time:.1f} s (batches of {batch}): speedup {record['speedup']:.2f}x")
+    del reward  # the classifier's memory goes to the decode measurement's caches
+    if ctx.device.type == "cuda":
+        torch.cuda.empty_cache()
+    bandwidth = measure_bandwidth(ctx.device, s.bandwidth_bytes)
+    weights = weight_bytes(gen.model)
+    steps: list[dict] = []
+    record.update(bandwidth_bytes_per_s=bandwidth, weight_bytes=weights, decode_steps=steps)
+    for rows in s.step_batches:
+        ms = time_steps(EagerDecoder(gen), gen.prefill(list(range(1, s.step_context + 1))), rows,
+                        s.step_repeats)["ms_per_step"]
+        kv = rows * (s.step_context + 1) * gen.kv_bytes_per_token()
+        floor = 1000 * (weights + kv) / bandwidth
+        steps.append({"rows": rows, "context": s.step_context, "ms_per_step": ms, "floor_ms": floor,
+                      "of_floor": ms / floor})
+        print(f"decode {rows} rows x {s.step_context} tokens: {ms:.1f} ms/step; bandwidth floor {floor:.1f} ms "
+              f"({ms / floor:.1f}x)")
 
 
 @torch.inference_mode()
@@ -321,8 +281,6 @@ def part_compiled(ctx: Context, record: dict) -> None:
     record.update(generator=f"{STAND_IN} in bfloat16", context=s.compiled_context, repeats=s.compiled_repeats,
                   graphs=ctx.device.type == "cuda", steps=steps)
     for rows in s.compiled_rows:
-        if not ctx.keeps("compiled", f"rows={rows}"):
-            continue
         e = time_steps(eager, prefix, rows, s.compiled_repeats)
         c = time_steps(compiled, prefix, rows, s.compiled_repeats)
         diff = (c["logits"] - e["logits"]).abs()
@@ -340,8 +298,11 @@ def part_compiled(ctx: Context, record: dict) -> None:
 
 
 def part_vllm(ctx: Context, record: dict) -> None:
-    if (why := vllm_runs(ctx.stand_in)) is not None or ctx.device.type != "cuda":
-        record["skipped"] = why or "vLLM needs a CUDA GPU"
+    why = ("vLLM is not installed" if importlib.util.find_spec("vllm") is None else
+           "vLLM needs a CUDA GPU" if ctx.device.type != "cuda" else
+           "vLLM loads a model's files: name a real --generator" if ctx.stand_in else None)
+    if why:
+        record["skipped"] = why
         return
     from .vllm_bon import run_vllm_bon
 
@@ -359,37 +320,6 @@ PARTS: dict[str, Callable[[Context, dict], None]] = {
 ALL = ["app", "compiled", "coupling", "engine"]
 # Without --parts: every part but the app (`--parts app` asks for it, or `all`).
 DEFAULT_PARTS = ["engine", "paper-scale", "coupling", "compiled", "vllm"]
-
-
-def run_parts(ctx: Context, names: Sequence[str], out: Path, stop_at: float, environment: dict,
-              limits: dict[str, float] = PART_LIMIT_S) -> dict[str, Any]:
-    """Run the parts in order, each part's file written as it ends. A part still running at its own limit
-    (``limits``, seconds) stops where it is, its file says so, and the next part starts; at ``stop_at``
-    (time.monotonic) the running part stops likewise and the parts after it are not started."""
-    seconds: dict[str, float] = {}
-    failed: list[str] = []
-    for name in names:
-        record: dict[str, Any] = {"part": name, "environment": environment}
-        print(f"== {name}", file=sys.stderr)
-        start, left = time.perf_counter(), stop_at - time.monotonic()
-        own = limits.get(name, float("inf")) < left
-        try:
-            run_within(min(left, limits.get(name, float("inf"))), lambda: PARTS[name](ctx, record))
-        except TimeUp:
-            record["stopped"] = (f"its own limit ({limits[name]:g} s) passed" if own else "the time limit passed") + \
-                ": what this file holds is what the part had done by then"
-        except Exception as e:  # one command: a part that breaks must not cost the parts after it
-            record["error"] = "".join(traceback.format_exception(e))[-4000:]
-            failed.append(name)
-            print(f"{name}: failed ({type(e).__name__}: {e}); going on with the next part", file=sys.stderr)
-        record["seconds"] = seconds[name] = time.perf_counter() - start
-        common.write_json(record, out / f"{name}.json")
-        if "stopped" in record and not own:
-            print(f"{name}: stopped by the time limit; the parts after it did not run", file=sys.stderr)
-            return {"seconds": seconds, "stopped_in": name, "failed": failed}
-        if "stopped" in record:
-            print(f"{name}: stopped at its own limit; going on with the next part", file=sys.stderr)
-    return {"seconds": seconds, "stopped_in": None, "failed": failed}
 
 
 # -- the command ------------------------------------------------------------------------------------
@@ -432,8 +362,8 @@ def add_parser(sub) -> None:
                    help=f"generator of the engine, coupling and vllm parts ({STAND_IN}: SmolLM2-135M's architecture "
                         "with random weights and its tokenizer, needing no download; or a preset, folder or hub id)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
-                   help="seconds from the check's start (after Python's imports): what would not fit is left out "
-                        "before it starts, and the run stops at the limit with what it has")
+                   help="seconds from the check's start (after Python's imports); each part's own limit is in "
+                        "proportion to it, and a part starts only where its limit fits in the time left")
     resolved(p.add_argument("--device", default=None, help="cpu, cuda ... (by default cuda where there is one)"), default_device)
     p.add_argument("--machine", default=None, help="results folder name (default: from the device, e.g. gpu-h100)")
     p.add_argument("--out-dir", default=None, help="the folder of the result files, at most 5 "
@@ -457,26 +387,16 @@ def main(args: argparse.Namespace) -> int:
     sampling = SamplingConfig(protocol.temperature, protocol.top_p, protocol.top_k)
     prompts = common.load_prompts(max(sizes.engine_prompts, sizes.coupling_prompts, 1))
     ctx = Context(args, sizes, device, prompts, sampling)
-    dtypes = list(dict.fromkeys(["bfloat16", *sizes.dtypes, *sizes.coupling_dtypes]))
-    figures = measure_figures(device, sizes, dtypes, prompts[0]["instruction"])
-    units = estimate(sizes, figures, args.parts, prompt_tokens(prompts[0]["instruction"]), args.seed, ctx.stand_in)
-    budget = budget_s(args.time_limit, time.monotonic() - started)
-    kept, left = choose(units, budget)
-    print_plan(figures, kept, left, budget, args.time_limit)
-    ctx.planned = {(u.part, u.key) for u in kept}
-    names = [name for name in args.parts if any(u.part == name for u in kept)]
     environment = {**common.environment(), "device": str(device)}
     if device.type == "cuda":
         environment["gpu"] = torch.cuda.get_device_name(device)
-    ran = run_parts(ctx, names, out, started + args.time_limit - RESERVE_S, environment)
+    parts = run_parts(ctx, {name: PARTS[name] for name in args.parts}, out, started + args.time_limit - RESERVE_S,
+                      environment, part_limits(args.time_limit))
     summary = {"command": common.command_line(args), "environment": environment,
                "device": str(device), "tiny": args.tiny, "generator": ctx.model_record(), "sizes": asdict(sizes),
-               "time_limit": args.time_limit,
-               "plan": {"figures": asdict(figures), "budget_s": budget,
-                        "kept": [asdict(u) for u in kept], "left_out": [asdict(u) for u in left]},
-               "parts": ran["seconds"], "stopped_in": ran["stopped_in"], "failed": ran["failed"],
+               "time_limit": args.time_limit, "reserve_s": RESERVE_S, "parts": parts,
                "seconds": time.monotonic() - started}
     common.write_json(summary, out / "summary.json")
-    print(f"wrote {out}/ ({', '.join(f'{k} {v:.0f} s' for k, v in ran['seconds'].items())}; "
-          f"{summary['seconds']:.0f} s in all)")
+    ran = ", ".join(f"{name} {o['outcome']} {o['seconds']:.0f} s" for name, o in parts.items())
+    print(f"wrote {out}/ ({ran}; {summary['seconds']:.0f} s in all)")
     return 0

