@@ -368,32 +368,7 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
                 for name, dec in compiled.items() for rows in s.profile_rows}
     return {"probes": {k: med[k] for k in ("matmul_fp32_gflops", "matmul_bf16_gflops", "copy_gbps")},
             "table": table, "samples": samples, "compile_s": compile_s, "warm_start_step": warm_start,
-            "profiles": profiles,
-            "targets": targets(table)}
-
-
-# The compiled step's targets on 2 quiet cores: ms per step at these row counts, and faster than llama.cpp from
-# TARGET_LLAMA_FROM rows up.
-TARGET_MS = {1: 12.0, 7: 20.0, 16: 30.0}
-TARGET_LLAMA_FROM = 4
-
-
-def targets(table: list[dict]) -> list[dict]:
-    """Each column of the engine's step (eager with its own attention, or compiled) against the compiled step's
-    targets (TARGET_MS, TARGET_LLAMA_FROM), met or missed, with the number."""
-    ms = {(r["format"], r["rows"]): r["ms_per_step"] for r in table}
-    out = []
-    for (name, rows), value in ms.items():
-        if not (name.endswith(" compiled") or name.endswith(" decode-attn")):
-            continue
-        if rows in TARGET_MS:
-            out.append({"column": name, "rows": rows, "target": f"<= {TARGET_MS[rows]:g} ms", "ms": value,
-                        "met": value <= TARGET_MS[rows]})
-        llama = ms.get(("llama.cpp (GGUF)", rows))
-        if llama is not None and rows >= TARGET_LLAMA_FROM:
-            out.append({"column": name, "rows": rows, "target": f"faster than llama.cpp ({llama:.1f} ms)",
-                        "ms": value, "met": value < llama})
-    return out
+            "profiles": profiles}
 
 
 def speedups(table: list[dict], rows: int = 16) -> list[str]:
@@ -519,8 +494,6 @@ def main(args: argparse.Namespace) -> int:
         name = key.removesuffix(" other row counts").removesuffix(" warm start")
         print(f"{name} compiled: {what}, inductor cache {inductor_cache()}: "
               f"{seconds:.1f} s")
-    for t in result["targets"]:
-        print(f"target {t['rows']} rows {t['target']}: {t['column']} {t['ms']:.1f} ms, {'met' if t['met'] else 'MISSED'}")
     for key, ops in result["profiles"].items():
         print(f"profile {key}: " + "; ".join(f"{o['op']} {o['self_ms_per_step']:.2f} ms" for o in ops[:6]))
     print(f"wrote {json_path}")

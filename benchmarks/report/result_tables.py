@@ -277,22 +277,6 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
              f"fp32, {num(p['matmul_bf16_gflops'], 0)} bf16, copy {num(p['copy_gbps'])} GB/s):",
              markdown_table(["column"] + [f"{n} rows (ms)" for n in row_counts] + ["divergence"], rows),
              "\n".join(f"- {line}" for line in speedups(d["table"]))]
-    if d.get("targets"):
-        goals = list(dict.fromkeys((t["rows"], t["target"].split(" (")[0]) for t in d["targets"]))
-        cells = {(t["column"], t["rows"], t["target"].split(" (")[0]): f"{num(t['ms'])} ms, {'met' if t['met'] else 'missed'}"
-                 for t in d["targets"]}
-        columns = list(dict.fromkeys(t["column"] for t in d["targets"]))
-        parts += ["The compiled step's targets:", markdown_table(
-            ["column"] + [f"{rows} rows {goal}" for rows, goal in goals],
-            [[f"`{c}`"] + [cells.get((c, rows, goal), "–") for rows, goal in goals] for c in columns])]
-    if d.get("compile_s"):
-        how = d.get("warm_start_step")  # files from before the saved step have none: their warm start traced
-        warm = ("a fresh process's, the saved step " + " / ".join(f"{f} {v}" for f, v in how.items()) if how else
-                "a fresh process's, the kernels from the disk cache")
-        parts.append(f"First compiled steps (`first`: trace and compile; `warm start`: {warm}): "
-                     + "; ".join(f"{k if ' ' in k else k + ' first'} {num(v, 0 if v >= 10 else 1)} s"
-                                 for k, v in d["compile_s"].items())
-                     + f" (inductor cache: `{st.get('inductor_cache')}`).")
     return "\n\n".join(part for part in parts if part)
 
 
@@ -703,8 +687,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "app": partial(app_timing, folder="app"),
     "app-latest": partial(app_timing, folder="app", only=("app_compiled_default.json", "app_eager_same_session.json")),
     "step": step,
-    "step-compiled": partial(step, name="step_compiled_threads2.json"),
-    "step-int4": partial(step, name="step_int4_threads2.json"),
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
     "cli-runs": cli_runs,
