@@ -347,43 +347,18 @@ def machines_readme(results_dir: Path) -> str:
                            "fastest exact step, 1 row", "load average"], rows)
 
 
-CLI_FILES = (("cpu-2core-epyc", "cli"), ("cpu-2core-xeon", "cli"), ("gpu-h100", ""))
-
-
-def cli_files(results_dir: Path):
-    """(path, machine, contents) of every file `python -m sbon run --out FILE` wrote, by machine."""
-    for machine, folder in CLI_FILES:
-        for path in sorted((results_dir / machine / folder).glob("*.json")):
-            yield path, machine, json.loads(path.read_text())
-
-
 def cli(results_dir: Path) -> str:
     """`python -m sbon run --compare --out FILE`: one prompt, Best-of-N against Speculative Rejection."""
     rows = []
-    for path, machine, d in cli_files(results_dir):
-        if d.get("format", "").split("/")[0] != "sbon-comparison":
-            continue
+    for path in sorted((results_dir / MACHINE / "cli").glob("*.json")):
+        d = json.loads(path.read_text())
         m, bs = d["metrics"], d["bon"]["settings"]
         memory = "all at once" if bs.get("batch_size") in (None, bs["n"]) else f"batches of {bs['batch_size']}"
-        rows.append([link(results_dir, path), machine, f"N={bs['n']}, {bs['max_new_tokens']}", memory,
+        rows.append([link(results_dir, path), f"N={bs['n']}, {bs['max_new_tokens']}", memory,
                      f"{num(m['bon_time'])} s", f"{num(m['sbon_time'])} s", times(m["speedup"]),
                      f"{m['bon_tokens']} → {m['sbon_tokens']}", num(m["token_rate"], 2), num(m["normalized_score"])])
-    return markdown_table(["file", "machine", "N, new tokens", "Best-of-N decodes", "Best-of-N", "SR", "speedup",
+    return markdown_table(["file", "N, new tokens", "Best-of-N decodes", "Best-of-N", "SR", "speedup",
                            "tokens", "token rate", "normalized score"], rows)
-
-
-def cli_runs(results_dir: Path) -> str:
-    """`python -m sbon run --out FILE` without `--compare`: one Speculative Rejection run, its time by phase."""
-    rows = []
-    for path, machine, d in cli_files(results_dir):
-        if "candidates" not in d or "timings" not in d:
-            continue
-        st, tm = d["settings"], d["timings"]
-        rows.append([link(results_dir, path), machine, d["method"], d["reward"], f"N={st['n']}, {st['max_new_tokens']}",
-                     str(len(d["decision_points"])), str(sum(c["tokens_generated"] for c in d["candidates"])),
-                     f"{num(tm['total'])} s", pct(tm["reward"] / tm["total"])])
-    return markdown_table(["file", "machine", "method", "reward", "N, new tokens", "decision points",
-                           "tokens generated", "wall time", "reward scoring share"], rows)
 
 
 def ray(results_dir: Path) -> str:
@@ -689,7 +664,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "step": step,
     "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
-    "cli-runs": cli_runs,
     "ray": ray,
     "recorded-run": recorded_run,
     "ifeval": ifeval,
