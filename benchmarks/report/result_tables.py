@@ -436,19 +436,6 @@ def ifeval(results_dir: Path) -> str:
     return "\n\n".join(out)
 
 
-def dtype_coupling(results_dir: Path) -> str:
-    """`gpu-check --parts coupling`: how often a reduced-precision survivor's text differs from its Best-of-N twin."""
-    d = load(results_dir, "dtype", "coupling.json")
-    path = results_dir / MACHINE / "dtype" / "coupling.json"
-    rows = [[dtype, str(len(r["rows"])), f"{r['survivors']}", f"{sum(x['survivors_differ'] for x in r['rows'])}",
-             f"{r['pruned']}", f"{sum(x['pruned_not_prefix'] for x in r['rows'])}"] for dtype, r in d["by_dtype"].items()]
-    return (f"{link(results_dir, path)}: reward `{d['reward']}`, N = {d['n']}, {d['tokens']} tokens, α = {d['alpha']}, "
-            f"{d['environment'].get('device', 'cpu')}, torch {d['environment']['torch']} (load average at the end "
-            f"{load_avg(d['environment'])}).\n\n"
-            + markdown_table(["dtype", "prompts", "survivors", "survivors whose text differs from the twin",
-                              "pruned", "pruned that are not a prefix of the twin"], rows))
-
-
 def latest_gpu_engine(results_dir: Path) -> Path:
     """The newest `python -m benchmarks engine` result measured on a GPU (by the time its environment records),
     in any folder under results/."""
@@ -667,7 +654,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ray": ray,
     "recorded-run": recorded_run,
     "ifeval": ifeval,
-    "dtype-coupling": dtype_coupling,
     "class-load": class_load,
     "class-holds": class_holds,
     "gpu-check-engine": gpu_check_engine,
