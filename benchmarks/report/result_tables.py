@@ -649,7 +649,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "app": partial(app_timing, folder="app"),
     "app-latest": partial(app_timing, folder="app", only=("app_compiled_default.json", "app_eager_same_session.json")),
     "step": step,
-    "app-first-load": partial(app_timing, folder="app-first-load"),
     "cli": cli,
     "ray": ray,
     "recorded-run": recorded_run,
