@@ -149,7 +149,7 @@ def step_table(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from .step import StepSettings, divergence_rate, run_step
 
-    s = StepSettings(rows=args.rows, formats=args.formats, compiled=args.compiled, profile_rows=[],
+    s = StepSettings(rows=args.rows, formats=args.formats, compiled=args.compiled,
                      threads=args.threads, warm_steps=args.warm_steps, steps=args.steps, repeats=args.repeats,
                      divergence_n=6, divergence_split=2, divergence_tokens=args.divergence_tokens, divergence_prompts=1)
     torch.set_num_threads(s.threads)

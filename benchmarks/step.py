@@ -15,8 +15,7 @@ hits every column alike:
 - llama.cpp on the same GGUF file (4-bit), R sequences one token each, where `llama_cpp` imports
   (`pip install llama-cpp-python`; not a requirement of this project: the column is skipped).
 - the compiled step (`sbon.decoders`, every bucket compiled first; the cold compile's seconds in the file),
-  also with Dynamo's guards checked only where they tell its graphs apart (what the guards cost per step),
-  and its top operators (torch.profiler);
+  also with Dynamo's guards checked only where they tell its graphs apart (what the guards cost per step);
 - the int4 format (`sbon.int4`: torch's 4-bit weight-only CPU kernel on the GGUF file's own Q4_1 blocks, a
   quarter of bf16's bytes) beside bf16, eager and compiled.
 
@@ -60,8 +59,6 @@ class StepSettings:
                 "uses the first)"})
     compiled: list[str] = field(default_factory=lambda: ["bf16", "int4"], metadata={
         "help": "formats also timed with the compiled step over a static KV slab (sbon.decoders; none: --compiled with no format)"})
-    profile_rows: list[int] = field(default_factory=lambda: [1, 7, 16], metadata={
-        "help": "row counts whose compiled step is profiled (torch.profiler): the top operators go in the file"})
     threads: int = field(default=2, metadata={"help": "torch (and llama.cpp) CPU threads"})
     warm_steps: int = field(default=4, metadata={"help": "untimed steps before each timing"})
     steps: int = field(default=16, metadata={"help": "timed steps per timing"})
@@ -118,9 +115,9 @@ def weights(gen: Generator) -> tuple[int, int]:
 # -- our engine --------------------------------------------------------------------------------
 
 def engine_step_ms(gen: Generator, prefix: Prefix, rows: int, s: StepSettings, sampling: SamplingConfig,
-                   dec=None, profile: bool = False) -> float | list[dict]:
+                   dec=None) -> float:
     """Milliseconds per decode step of `rows` candidates: sample, stop check, forward (through ``dec``, a
-    `sbon.decoders` decoder; default the eager one). With ``profile``, the timed steps' top operators instead."""
+    `sbon.decoders` decoder; default the eager one)."""
     dec = dec or EagerDecoder(gen)
     batch = dec.start(prefix, list(range(rows)), False, s.warm_steps + s.steps)
     uniforms = coupled_uniforms(s.seed, range(rows), s.warm_steps + s.steps)
@@ -133,24 +130,11 @@ def engine_step_ms(gen: Generator, prefix: Prefix, rows: int, s: StepSettings, s
     for t in range(s.warm_steps):
         step(t)
     gen.synchronize()
-    if profile:
-        return profile_ops(lambda: [step(t) for t in range(s.warm_steps, s.warm_steps + s.steps)], s.steps)
     start = time.perf_counter()
     for t in range(s.warm_steps, s.warm_steps + s.steps):
         step(t)
     gen.synchronize()
     return 1e3 * (time.perf_counter() - start) / s.steps
-
-
-def profile_ops(fn: Callable[[], Any], steps: int, top: int = 15) -> list[dict]:
-    """The operators that take most of the CPU time of ``fn`` (``steps`` decode steps), ms per step each."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    ops = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    return [{"op": e.key, "self_ms_per_step": e.self_cpu_time_total / 1e3 / steps, "calls_per_step": e.count / steps}
-            for e in ops]
 
 
 @torch.inference_mode()
@@ -319,11 +303,11 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
 
     prefixes = {name: g.prefill(prompt_ids) for name, g in gens.items()}
     columns = {column_name(f, a): (f, a) for f in gens for a in s.attentions}
-    compiled, compile_s, decoders, warm_start = {}, {}, {}, {}
+    compile_s, decoders, warm_start = {}, {}, {}
     for fmt in s.compiled:
         # the first step compiles and saves the step (loads it where it is saved already)
         gens[fmt].model.set_attn_implementation(DECODE_ATTENTION)
-        compiled[fmt] = dec = decoder(gens[fmt], "compiled")
+        dec = decoder(gens[fmt], "compiled")
         start = time.perf_counter()
         engine_step_ms(gens[fmt], prefixes[fmt], 2, StepSettings(warm_steps=1, steps=1), sampling, dec)
         compile_s[fmt] = time.perf_counter() - start
@@ -363,12 +347,8 @@ def run_step(gens: dict[str, Generator], prompt_ids: Sequence[int], s: StepSetti
                           "gflops": 2 * count * rows / med[f"{name}/{rows}"] / 1e6})
         if llama is not None:
             table.append({"format": "llama.cpp (GGUF)", "rows": rows, "ms_per_step": med[f"llama.cpp/{rows}"]})
-    profiles = {f"{name} compiled/{rows}": engine_step_ms(
-                    gens[dec.gen.weights], prefixes[dec.gen.weights], rows, s, sampling, dec, profile=True)
-                for name, dec in compiled.items() for rows in s.profile_rows}
     return {"probes": {k: med[k] for k in ("matmul_fp32_gflops", "matmul_bf16_gflops", "copy_gbps")},
-            "table": table, "samples": samples, "compile_s": compile_s, "warm_start_step": warm_start,
-            "profiles": profiles}
+            "table": table, "samples": samples, "compile_s": compile_s, "warm_start_step": warm_start}
 
 
 def speedups(table: list[dict], rows: int = 16) -> list[str]:
@@ -494,7 +474,5 @@ def main(args: argparse.Namespace) -> int:
         name = key.removesuffix(" other row counts").removesuffix(" warm start")
         print(f"{name} compiled: {what}, inductor cache {inductor_cache()}: "
               f"{seconds:.1f} s")
-    for key, ops in result["profiles"].items():
-        print(f"profile {key}: " + "; ".join(f"{o['op']} {o['self_ms_per_step']:.2f} ms" for o in ops[:6]))
     print(f"wrote {json_path}")
     return 0
