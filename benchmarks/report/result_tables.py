@@ -347,20 +347,6 @@ def machines_readme(results_dir: Path) -> str:
                            "fastest exact step, 1 row", "load average"], rows)
 
 
-def cli(results_dir: Path) -> str:
-    """`python -m sbon run --compare --out FILE`: one prompt, Best-of-N against Speculative Rejection."""
-    rows = []
-    for path in sorted((results_dir / MACHINE / "cli").glob("*.json")):
-        d = json.loads(path.read_text())
-        m, bs = d["metrics"], d["bon"]["settings"]
-        memory = "all at once" if bs.get("batch_size") in (None, bs["n"]) else f"batches of {bs['batch_size']}"
-        rows.append([link(results_dir, path), f"N={bs['n']}, {bs['max_new_tokens']}", memory,
-                     f"{num(m['bon_time'])} s", f"{num(m['sbon_time'])} s", times(m["speedup"]),
-                     f"{m['bon_tokens']} → {m['sbon_tokens']}", num(m["token_rate"], 2), num(m["normalized_score"])])
-    return markdown_table(["file", "N, new tokens", "Best-of-N decodes", "Best-of-N", "SR", "speedup",
-                           "tokens", "token rate", "normalized score"], rows)
-
-
 def ray(results_dir: Path) -> str:
     """`--ray`: one `table1` sweep on k workers; k=1 against k=2, per round of runs (rounds differ in load)."""
     path = results_dir / MACHINE / "ray" / "scaling.json"
@@ -649,7 +635,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "app": partial(app_timing, folder="app"),
     "app-latest": partial(app_timing, folder="app", only=("app_compiled_default.json", "app_eager_same_session.json")),
     "step": step,
-    "cli": cli,
     "ray": ray,
     "recorded-run": recorded_run,
     "ifeval": ifeval,
