@@ -70,24 +70,6 @@ def counterfactual(results_dir: Path, name: str) -> str:
             f"{st['max_new_tokens']} new tokens; {cheapest}.\n\n{table}")
 
 
-def first_decision(results_dir: Path, tau: int = 32, alpha: float = 0.5) -> str:
-    """What the default first decision (τ = 32) gives with each reward's counterfactual data, next to the cheapest
-    setting that keeps a mean normalized score ≥ 98 with that reward."""
-    rows = []
-    for name in ("counterfactual.json", "counterfactual_likelihood.json"):
-        path = results_dir / MACHINE / "counterfactual" / name
-        d = json.loads(path.read_text())
-        at = next(g for g in d["grid"] if g["tau"] == tau and g["alpha"] == alpha)
-        kendall = next(c["kendall"] for c in d["correlations"] if c["tau"] == tau)
-        best = d.get("cheapest_setting_with_score_98")
-        rows.append([f"`{d['settings']['reward']}` ({link(results_dir, path)})", num(kendall, 2),
-                     f"{num(at['normalized_score'])} at token rate {num(at['token_rate'], 2)}",
-                     f"τ = {best['tau']:.0f}, α = {best['alpha']}: {num(best['normalized_score'])} at "
-                     f"{num(best['token_rate'], 2)}" if best else "none"])
-    return markdown_table(["reward", f"Kendall at τ = {tau}", f"score at τ = {tau}, α = {alpha}",
-                           "cheapest setting with a mean score ≥ 98"], rows)
-
-
 def efficiency(results_dir: Path) -> str:
     """The NeurIPS metric (Section 5): score against Best-of-B's reward range, and accelerator compute."""
     path = results_dir / MACHINE / "efficiency" / "efficiency.json"
@@ -623,7 +605,6 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "table1-likelihood": table1_likelihood_quality,
     "counterfactual": partial(counterfactual, name="counterfactual.json"),
     "counterfactual-likelihood": partial(counterfactual, name="counterfactual_likelihood.json"),
-    "first-decision": first_decision,
     "efficiency": efficiency,
     "perplexity": perplexity,
     "memory": memory,
