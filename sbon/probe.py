@@ -269,10 +269,10 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
         """Time every path ready now (and each format's matrix products, where steps are built), then decide."""
         nonlocal calm
         calm = timing(subjects + products, rows, gate) if subjects else True
-        for s in subjects:
-            progress(_line(s.measured))
         for m in products:
             next(p for p in paths if (p.weights, p.decode) == (m.measured.weights, "eager")).products_ms = m.measured.ms
+        for s in subjects:
+            progress(_line(s.measured))
         return decide()
 
     choice, todo = settle()

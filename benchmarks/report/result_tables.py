@@ -329,6 +329,33 @@ def machines_readme(results_dir: Path) -> str:
                            "fastest exact step, 1 row", "load average"], rows)
 
 
+def machines_neighbour(results_dir: Path) -> str:
+    """`python -m benchmarks machines --neighbour N`: per CPU class, the quiet start's choice and when its runs took
+    it, then the starts beside a busy loop: how many chose the same, when their runs took that path, and the
+    page-default comparison after the loop stopped against the quiet start's."""
+    from ..cpu_classes import CPU_CLASSES  # no torch at import
+
+    rows = []
+    for name, cls in CPU_CLASSES.items():
+        path = results_dir / MACHINE / "machines" / f"neighbour-{name}.json"
+        if not path.exists():
+            continue
+        d = json.loads(path.read_text())
+        s, quiet = d["summary"], d["quiet_start"].get("choice") or {}
+        reached = [x for x in s.get("fast_path_after_s", []) if x is not None]
+        rows.append([cls.title, link(results_dir, path), f"`{quiet.get('weights')}` {quiet.get('decode')}",
+                     f"{num(s['quiet_fast_path_s'], 0)} s" if s.get("quiet_fast_path_s") is not None else "–",
+                     f"{s['same_choice_as_quiet']} of {s['starts']}",
+                     f"{num(min(reached), 0)}–{num(max(reached), 0)} s" if reached else "–",
+                     f"{num(s['compare_after_s'])} s against {num(s['compare_quiet_s'])} s",
+                     "built anew by each start" if "--fresh-steps" in d["command"] else "saved on the machine (else built by the quiet start)"])
+    if not rows:
+        return "No result files yet: `python -m benchmarks machines --neighbour 5`."
+    return markdown_table(["CPU (emulated on these cores)", "file", "quiet start's choice", "its runs took it after",
+                           "starts beside a busy loop choosing the same", "their runs took it after",
+                           "page-default run after the loop stopped, against quiet", "compiled steps"], rows)
+
+
 def ray(results_dir: Path) -> str:
     """`--ray`: one `table1` sweep on k workers; k=1 against k=2, per round of runs (rounds differ in load)."""
     path = results_dir / MACHINE / "ray" / "scaling.json"
@@ -627,4 +654,5 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "gpu-check-coupling": gpu_check_coupling,
     "machines": machines,
     "machines-readme": machines_readme,
+    "machines-neighbour": machines_neighbour,
 }
