@@ -36,17 +36,6 @@ def table1(results_dir: Path) -> str:
                            "normalized score", "token rate", "Best-of-M at equal time"], rows)
 
 
-def table1_likelihood_quality(results_dir: Path) -> str:
-    """How well the likelihood reward pruned by `logprob` predicted in the Table 1 run that used it."""
-    path = results_dir / MACHINE / "table1" / "table1_budget_likelihood_logprob.json"
-    s = json.loads(path.read_text())["summary"]
-    return markdown_table(
-        ["file", "decision points per run", "Kendall at the first decision point", "oracle cut c* there",
-         "Best-of-N's winner pruned"],
-        [[link(results_dir, path), mean_median(s["decision_points"]), mean_median(s["kendall_first_decision"], 2),
-          mean_median(s["oracle_cut_first_decision"], 2), pct(s["bon_winner_pruned"])]])
-
-
 def counterfactual(results_dir: Path, name: str) -> str:
     """Partial vs final reward per τ (Figure 3, Appendix D) and the single-decision-token method's score at
     α = 0.5, replayed on Best-of-N's candidates; then the cheapest (τ, α) that keeps a mean score ≥ 98."""
@@ -629,7 +618,6 @@ def class_holds(results_dir: Path) -> str:
 TABLES: dict[str, Callable[[Path], str]] = {
     "headline": headline,
     "table1": table1,
-    "table1-likelihood": table1_likelihood_quality,
     "counterfactual": partial(counterfactual, name="counterfactual.json"),
     "counterfactual-likelihood": partial(counterfactual, name="counterfactual_likelihood.json"),
     "efficiency": efficiency,
