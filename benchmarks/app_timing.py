@@ -12,10 +12,9 @@ chart alone. ``--screenshots DIR`` then saves a picture of each view of the last
 run: the README's screenshots are made this way. Needs `pip install -r requirements-dev.txt` and
 Debian's chromium.
 
-``--fresh-cache`` gives the app an empty model cache (SBON_CACHE in a new temporary folder), as on a
-fresh machine: the app then converts the packaged generator once while it serves. It also measures
-app start → page ready (the recorded run drawn) and app start → models ready (from the app's log),
-and clicks Run as soon as the page is ready, as an impatient first visitor would.
+Every run also measures app start → page ready (the recorded run drawn) and app start → models ready (from the
+app's log), and clicks Run as soon as the page is ready. `SBON_CACHE=$(mktemp -d)` before the command times a fresh
+machine's first minute: the app, which inherits it, converts the packaged generator once while it serves.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -165,9 +163,7 @@ def models_ready_after(log: Path, started: datetime) -> float | None:
 def main(args: argparse.Namespace) -> int:
     json_path, _ = common.result_paths(args, "app")
     log = json_path.with_name(json_path.stem + "_server.log")
-    env = {"SBON_CACHE": tempfile.mkdtemp(prefix="sbon-fresh-cache-")} if args.fresh_cache else {}
-    if args.weights:
-        env["SBON_WEIGHTS"] = args.weights
+    env = {"SBON_WEIGHTS": args.weights} if args.weights else {}
     rows, startup = [], {"load_average_at_start": list(os.getloadavg())}
     started, t0 = datetime.now(), time.perf_counter()
     with serve_app(log, env=env) as url, chromium() as browser:
@@ -182,8 +178,7 @@ def main(args: argparse.Namespace) -> int:
         set_controls(page, args)
         prompt = page.locator("#prompt textarea").input_value()
         for i in range(1 + args.runs):
-            first = "loading" + (" (fresh cache)" if args.fresh_cache else "")
-            row = {"click": i + 1, "models": first if i == 0 else "loaded", **click_run(page),
+            row = {"click": i + 1, "models": "loading" if i == 0 else "loaded", **click_run(page),
                    "load_average_after": list(os.getloadavg())}  # busy cores make every number here an upper bound
             first = "none" if row["first_round_s"] is None else f"after {row['first_round_s']:.1f} s"
             print(f"click {row['click']} (models {row['models']}): first decision point {first}, Speculative "
@@ -204,7 +199,7 @@ def main(args: argparse.Namespace) -> int:
                                                      "SBON_THREADS": os.environ.get("SBON_THREADS"),
                                                      "weights": args.weights or default_weights(torch.device("cpu"),
                                                                                                 DEFAULT_GENERATOR),
-                                                     "fresh_cache": args.fresh_cache},
+                                                     "SBON_CACHE": os.environ.get("SBON_CACHE")},
                        "environment": env, "startup": startup, "clicks": rows}, json_path)
     df = pd.DataFrame(rows)[["click", "models", "first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s",
                              "server_done_s", "longest_still_s", "chart_longest_still_s"]]
@@ -227,8 +222,6 @@ def add_parser(sub) -> None:
     p.add_argument("--bon-same-memory", action="store_true", help="tick 'Best-of-N under the same memory'")
     p.add_argument("--weights", default=None, choices=list(WEIGHT_FORMATS),
                    help="the generator's weight format in the app (SBON_WEIGHTS; default: the app's)")
-    p.add_argument("--fresh-cache", action="store_true",
-                   help="an empty model cache, as on a fresh machine (the app converts the generator once)")
     p.add_argument("--screenshots", default=None, help="save a picture of each view of the last run in this folder")
     p.add_argument("--out-dir", default=str(common.DEFAULT_OUT_DIR), help="where result files go")
     p.add_argument("--tag", default=None, help="suffix for the result file names")

@@ -190,7 +190,7 @@ def span(clicks: Sequence[dict], key: str) -> str:
 
 def app_timing(results_dir: Path, folder: str, only: Sequence[str] = ("*.json",)) -> str:
     """`python -m benchmarks app`: seconds from a click on Run to the first decision point drawn and to the final
-    frame, one row per result file (those ``only`` names, in its order; and, with `--fresh-cache`, the start-up)."""
+    frame, and the start-up, one row per result file (those ``only`` names, in its order)."""
     rows = []
     for path in (p for name in only for p in sorted((results_dir / MACHINE / folder).glob(name))):
         d = json.loads(path.read_text())
