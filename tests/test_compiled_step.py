@@ -173,6 +173,8 @@ def test_auto_compiles_where_this_machine_s_measured_choice_is_the_compiled_step
     import sbon.machine
     from sbon.machine import Choice
 
+    monkeypatch.delenv("SBON_DECODE", raising=False)  # the suite's default (tests/conftest.py) would force eager
+
     def measured(weights, decode):
         choice = Choice("smollm2-135m", {}, [], weights, decode)
         monkeypatch.setattr(sbon.machine, "cached_choice", lambda *args, **kwargs: choice)
