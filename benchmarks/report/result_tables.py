@@ -337,7 +337,10 @@ def machines_neighbour(results_dir: Path) -> str:
                      f"{s['same_choice_as_quiet']} of {s['starts']}",
                      f"{num(min(reached), 0)}–{num(max(reached), 0)} s" if reached else "–",
                      f"{num(s['compare_after_s'])} s against {num(s['compare_quiet_s'])} s",
-                     "built anew by each start" if "--fresh-steps" in d["command"] else "saved on the machine (else built by the quiet start)"])
+                     "built anew by each start" if "--fresh-steps" in d["command"] else
+                     "built by the quiet start, reused by the others" if any(
+                         "still be built" in (c.get("provisional") or "") for c in d["quiet_start"].get("choices", []))
+                     else "saved on the machine before"])
     if not rows:
         return "No result files yet: `python -m benchmarks machines --neighbour 5`."
     return markdown_table(["CPU (emulated on these cores)", "file", "quiet start's choice", "its runs took it after",
