@@ -324,12 +324,12 @@ def machines_neighbour(results_dir: Path) -> str:
     page-default comparison after the loop stopped against the quiet start's."""
     from ..cpu_classes import CPU_CLASSES  # no torch at import
 
+    folder = results_dir / MACHINE / "machines"
+    files = [(json.loads(path.read_text()), path) for path in folder.glob("neighbour-*.json")]
+    order = list(CPU_CLASSES)
     rows = []
-    for name, cls in CPU_CLASSES.items():
-        path = results_dir / MACHINE / "machines" / f"neighbour-{name}.json"
-        if not path.exists():
-            continue
-        d = json.loads(path.read_text())
+    for d, path in sorted(files, key=lambda f: (order.index(f[0]["class"]), f[1].name)):
+        cls = CPU_CLASSES[d["class"]]
         s, quiet = d["summary"], d["quiet_start"].get("choice") or {}
         reached = [x for x in s.get("fast_path_after_s", []) if x is not None]
         rows.append([cls.title, link(results_dir, path), f"`{quiet.get('weights')}` {quiet.get('decode')}",
