@@ -317,7 +317,8 @@ def neighbour(name: str, args: argparse.Namespace) -> dict[str, Any]:
     for used in {quiet_cache, cache}:
         shutil.rmtree(used, ignore_errors=True)  # links, a choice and (with --fresh-steps) steps built for the test
     fast = _path(quiet.get("choice"))
-    median = lambda r: sorted(r["seconds"])[len(r["seconds"]) // 2] if r.get("seconds") else None  # noqa: E731
+    # the lower median: of two runs the faster, so that one run slowed by something else does not decide alone
+    median = lambda r: sorted(r["seconds"])[(len(r["seconds"]) - 1) // 2] if r.get("seconds") else None  # noqa: E731
     return {"class": name, "quiet_start": quiet, "starts": starts, "compare_after": after,
             "compare_quiet": quiet_compare, "summary": {
                 "same_choice_as_quiet": sum(fast is not None and _path(s.get("choice")) == fast for s in starts),
