@@ -80,8 +80,8 @@ class DecodePaths:
     so that no run could start meanwhile. It runs at this process's priority, since a timing beside other work would
     measure that work, but times nothing while a run generates here: runs hold ``generating()``, which the child reads
     through a file (sbon.machine_load.RunGate). It ends with the app. A choice the child could only time beside other
-    work is provisional: runs take it, and a child measures again RETRY_S later, then twice as long after each try;
-    a later start measures again too."""
+    work is provisional: runs take it, and a child measures again RETRY_S later, then twice as long after each try,
+    started between runs (the page's model line asks), never beside one; a later start measures again too."""
 
     def __init__(self) -> None:
         self._children: dict[str, subprocess.Popen] = {}
@@ -129,6 +129,8 @@ class DecodePaths:
             contradicted = name in self._stale
             if not (choice is None or choice.provisional or contradicted):
                 return
+            if choice is not None and self.gate.generating_now:
+                return  # measured again between runs: the child's loading would slow the run beside it
             if child is not None and not contradicted and \
                     time.perf_counter() - self._started[name] < RETRY_S * 2 ** (self._tries[name] - 1):
                 return  # a provisional choice: measured again once its wait is over
@@ -226,8 +228,8 @@ class DecodePaths:
 
     def status(self, name: str) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say)."""
-        if name in self._children:  # a provisional choice is measured again once its wait is over
-            self._measure(name)
+        if name in self._children or self.choice(name) is not None:
+            self._measure(name)  # a provisional choice is measured again between runs, once its wait is over
         if name in self._failed:
             return f"{generator_title(name)} decodes one operation at a time (slower): {self._failed[name]}."
         child = self._children.get(name)
