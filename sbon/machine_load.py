@@ -190,10 +190,11 @@ class RunGate:
     def of_this_process(cls, folder: str | os.PathLike) -> "RunGate":
         """This process's gate, ``runs-<pid>`` in ``folder``, removed when the process exits; the gates there of
         processes that no longer run (killed before they could remove theirs) are removed first."""
+        import psutil
         folder = Path(folder)
         for old in folder.glob("runs-*"):
             pid = old.name[len("runs-"):].split(".")[0]
-            if pid.isdigit() and not _running(int(pid)):
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 old.unlink(missing_ok=True)
         gate = cls(folder / f"runs-{os.getpid()}")
         atexit.register(gate.path.unlink, missing_ok=True)
@@ -236,12 +237,3 @@ class RunGate:
             return 0
         return None if now > 0 else started
 
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
