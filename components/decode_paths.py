@@ -228,14 +228,14 @@ class DecodePaths:
 
     def status(self, name: str) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say)."""
-        if name in self._children or self.choice(name) is not None:
+        path = self.path(name)  # the choice file, read once per tick
+        choice = path.choice
+        if name in self._children or choice is not None:
             self._measure(name)  # a provisional choice is measured again between runs, once its wait is over
         if name in self._failed:
             return f"{generator_title(name)} decodes one operation at a time (slower): {self._failed[name]}."
         child = self._children.get(name)
         running = child is not None and child.poll() is None
-        path = self.path(name)
-        choice = path.choice
         now = title(path.weights, path.decode, str(default_device()))
         if running:
             doing = ("compiling its fastest ways of decoding" if choice else

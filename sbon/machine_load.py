@@ -236,4 +236,3 @@ class RunGate:
         except (OSError, ValueError):
             return 0
         return None if now > 0 else started
-
