@@ -21,8 +21,9 @@ one fresh start on quiet cores, then N fresh starts each beside one busy loop (a
 one page-default run pressed while the app measures; each start records when each choice was saved, the path it
 named and whether it was provisional, and the run's seconds. After the last, the busy loop stopped, the page-default
 comparison warm in that start's cache, against the quiet start's. Its summary gives, per start, when its runs took
-the quiet start's final path for good (``fast_path_after_s``) and when its measuring ended (``settled_after_s``). A fresh start has its own ``$SBON_CACHE`` without
-a measured choice; its compiled steps are those already saved on this machine unless ``--fresh-steps``.
+the quiet start's final path for good (``fast_path_after_s``) and when its measuring ended (``settled_after_s``). A
+fresh start has its own ``$SBON_CACHE`` without a measured choice; its compiled steps are those already saved on this
+machine unless ``--fresh-steps``.
 """
 
 from __future__ import annotations
@@ -335,7 +336,10 @@ def reached(start: dict, fast: tuple[str, str] | None) -> float | None:
     """Seconds from a start until its runs took ``fast``, the quiet start's final path, and kept it (None: never)."""
     since = None
     for choice in start.get("choices", []):
-        since = None if _path(choice) != fast else since if since is not None else choice["s"]
+        if _path(choice) != fast:
+            since = None
+        elif since is None:
+            since = choice["s"]
     return since
 
 

@@ -18,11 +18,11 @@ the app all ask.
 from __future__ import annotations
 
 import hashlib
-import re
 import json
 import logging
 import os
 import platform
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
