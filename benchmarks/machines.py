@@ -11,7 +11,9 @@ checks that the limits hold (:func:`benchmarks.cpu_classes.isa_check`), then:
   (:func:`app_path`);
 - the page-default comparison through the app's own run path (``Runs.compare``, what `/compare` calls), warm:
   the models loaded and the compiled step ready where the app would use it, one untimed run, then ``--runs`` timed
-  ones, each with the decode path it took and how many candidates diverged from their Best-of-N twin.
+  ones, each with the decode path it took and how many candidates diverged from their Best-of-N twin; with
+  ``--every-path``, the same on the compiled step of every other exact format of ``--compiled``, so that the
+  choice stands against each alternative in one file.
 
 One result file per class (``--out-dir``); `python -m benchmarks report` makes the docs' and the README's tables
 from them. The cores may be shared: every file records the load average at its start and end.
@@ -137,9 +139,28 @@ def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
         print(f"{name}: page-default /compare, warm: "
               + ", ".join(f"{r['seconds']:.1f} s ({r['weights']}, {r['decode']})" for r in record["compare"]["runs"]),
               file=sys.stderr, flush=True)
+        if args.every_path:
+            record["compare_every_path"] = every_path(name, args, record)
     record.update(on_torch(step_table, name, args))
     record["environment"] = common.environment()
     return record
+
+
+def every_path(name: str, args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
+    """The page-default comparison on the compiled step of every other format of ``--compiled`` that the probe
+    measured exact here (each in its own process, its path forced, its step built first where it is not saved), so
+    that the app's choice stands against each alternative in one file."""
+    from sbon.cache import cache_dir
+    chosen = (record["app_path"]["weights"], record["app_path"]["decode"])
+    exact = {p["weights"] for p in record.get("probe", {}).get("paths", []) if p.get("exact")}
+    out = {}
+    for fmt in [f for f in args.compiled if f in exact]:
+        if (fmt, "compiled") != chosen:
+            out[fmt] = _start(name, args, cache_dir(), busy=False, mode="compare",
+                              force={"SBON_WEIGHTS": fmt, "SBON_DECODE": "compiled"})
+            print(f"{name}: page-default /compare, warm, on {fmt}'s compiled step: "
+                  + ", ".join(f"{s:.1f} s" for s in out[fmt].get("seconds", [])), file=sys.stderr, flush=True)
+    return out
 
 
 def step_table(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -181,11 +202,16 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
     paths = sorted({f for f, _ in ms}, key=lambda f: ms.get((f, 1), float("inf")))
     fastest = next((p for p in paths if p.split()[0] in exact), None)
     cls = CPU_CLASSES[record["class"]]
-    seconds = record.get("compare", {}).get("seconds") or []
-    median = sorted(seconds)[len(seconds) // 2] if seconds else None
+    median = lambda seconds: sorted(seconds)[len(seconds) // 2] if seconds else None  # noqa: E731
+    compare = median(record.get("compare", {}).get("seconds"))
+    by_path = {f"{fmt} compiled": median(r.get("seconds")) for fmt, r in record.get("compare_every_path", {}).items()
+               if r.get("seconds")}
+    if by_path and compare is not None:
+        by_path[f"{record['app_path']['weights']} {record['app_path']['decode']}"] = compare
     return {"fastest_exact": fastest, "fastest_exact_ms": ms.get((fastest, 1)) if fastest else None,
-            "step_target_ms": STEP_TARGET_MS[cls.bf16], "compare_s": median,
-            "compare_target_s": COMPARE_TARGET_S.get(record["class"])}
+            "step_target_ms": STEP_TARGET_MS[cls.bf16], "compare_s": compare,
+            "compare_target_s": COMPARE_TARGET_S.get(record["class"]), "compare_by_path_s": by_path,
+            "chosen_against_fastest": compare / min(by_path.values()) if by_path else None}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -271,10 +297,12 @@ def fresh_start(args: argparse.Namespace) -> dict[str, Any]:
     return record
 
 
-def _start(name: str, args: argparse.Namespace, cache: Path, busy: bool, mode: str) -> dict[str, Any]:
+def _start(name: str, args: argparse.Namespace, cache: Path, busy: bool, mode: str,
+           force: dict[str, str] | None = None) -> dict[str, Any]:
     """One child under class ``name``'s limits with ``cache`` as its $SBON_CACHE: a fresh start (``mode``
-    "start") or the warm comparison ("compare"); beside one busy loop where ``busy``."""
-    env = {**CPU_CLASSES[name].environ(), "SBON_CACHE": str(cache)}
+    "start") or the warm comparison ("compare"); beside one busy loop where ``busy``; ``force``: the
+    SBON_WEIGHTS/SBON_DECODE that force its path (sbon.machine.auto_path)."""
+    env = {**CPU_CLASSES[name].environ(), "SBON_CACHE": str(cache), **(force or {})}
     argv = [sys.executable, "-m", "benchmarks", "machines", "--in-class", name, "--in-mode", mode,
             "--runs", str(args.runs)]
     loop = subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) if busy else None
@@ -359,6 +387,9 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=2, help="interleaved rounds of the step table")
     p.add_argument("--divergence-tokens", type=int, default=16, help="tokens per candidate of the exactness check")
     p.add_argument("--runs", type=int, default=2, help="timed page-default comparisons per class (0: none)")
+    p.add_argument("--every-path", action="store_true",
+                   help="also the page-default comparison on the compiled step of every other exact format of "
+                        "--compiled (built first where it is not saved: minutes each), against the app's choice")
     p.add_argument("--no-probe", dest="probe", action="store_false",
                    help="skip the app's probe (sbon.probe): the app's path is then whatever this machine cached before")
     p.add_argument("--generator", default="smollm2-135m")

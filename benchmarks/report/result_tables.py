@@ -295,10 +295,20 @@ def machines(results_dir: Path) -> str:
                   + (f"its page-default comparison, warm: {seconds_span(compare['seconds'])} s"
                      f"{met(s['compare_s'], s['compare_target_s'])} ({took}; {sum(r['diverged'] for r in runs)} "
                      "candidates diverged from Best-of-N)." if runs else
-                     "the page-default comparison was not run (`--runs 0`).")]
+                     "the page-default comparison was not run (`--runs 0`).")
+                  + every_path(s.get("compare_by_path_s") or {}, s.get("chosen_against_fastest"))]
     if not parts:
         return "No result files yet: `python -m benchmarks machines`."
     return "\n\n".join(parts)
+
+
+def every_path(seconds: dict[str, float], ratio: float | None) -> str:
+    """`--every-path`: the page-default comparison on each exact format's compiled step, fastest first."""
+    if not seconds:
+        return ""
+    return (" The same comparison on each exact format's compiled step (median): "
+            + ", ".join(f"`{path}` {num(s)} s" for path, s in sorted(seconds.items(), key=lambda kv: kv[1]))
+            + f"; the app's path took {num(ratio, 2)}× the fastest.")
 
 
 def machines_readme(results_dir: Path) -> str:
