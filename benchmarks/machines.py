@@ -9,11 +9,12 @@ checks that the limits hold (:func:`benchmarks.cpu_classes.isa_check`), then:
   each format keeps the coupling exact here (a row's tokens the same in one batch and in smaller ones);
 - the app's probe of every path (sbon.probe, as `python -m sbon machine` runs it) and the path it chose
   (:func:`app_path`);
-- the page-default comparison through the app's own run path (``Runs.compare``, what `/compare` calls), warm:
-  the models loaded and the compiled step ready where the app would use it, one untimed run, then ``--runs`` timed
-  ones, each with the decode path it took and how many candidates diverged from their Best-of-N twin; with
-  ``--every-path``, the same on the compiled step of every other exact format of ``--compiled``, so that the
-  choice stands against each alternative in one file.
+- the page-default comparison through the app's own run path (``Runs.compare``, what `/compare` calls), warm, in a
+  process of its own (as the app's runs: not in the process that measured every path): the models loaded and the
+  compiled step ready where the app would use it, one untimed run, then ``--runs`` timed ones, each with the decode
+  path it took and how many candidates diverged from their Best-of-N twin; with ``--every-path``, the same on the
+  compiled step of every other exact format of ``--compiled``, so that the choice stands against each alternative
+  in one file.
 
 One result file per class (``--out-dir``); `python -m benchmarks report` makes the docs' and the README's tables
 from them. The cores may be shared: every file records the load average at its start and end.
@@ -114,7 +115,7 @@ def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
     the app's one torch thread (components.torch_thread), as in the app: once a second thread has called torch,
     the thread that decodes runs markedly slower on two cores, and the comparison and the step table would time
     that instead."""
-    from components.torch_thread import TORCH_THREAD, configure_threads
+    from components.torch_thread import TORCH_THREAD
 
     def on_torch(fn, *a, **kw):
         return TORCH_THREAD.submit(fn, *a, **kw).result()
@@ -133,12 +134,10 @@ def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
             f"{name}: probe: {line}", file=sys.stderr, flush=True))
         record["probe"] = json.loads(choice.to_json())
     record["app_path"] = app_path(args.generator)
-    if args.runs:  # first, as the app: its thread count
-        threads = on_torch(configure_threads)
-        record["compare"] = {"torch_threads": threads, **compare_warm(args.runs)}
-        print(f"{name}: page-default /compare, warm: "
-              + ", ".join(f"{r['seconds']:.1f} s ({r['weights']}, {r['decode']})" for r in record["compare"]["runs"]),
-              file=sys.stderr, flush=True)
+    if args.runs:  # in a process of its own, as the app's runs: not in the one that measured every path
+        from sbon.cache import cache_dir
+        record["compare"] = _start(name, args, cache_dir(), busy=False, mode="compare")
+        print(f"{name}: page-default /compare, warm: {_runs(record['compare'])}", file=sys.stderr, flush=True)
         if args.every_path:
             record["compare_every_path"] = every_path(name, args, record)
     record.update(on_torch(step_table, name, args))
@@ -158,9 +157,15 @@ def every_path(name: str, args: argparse.Namespace, record: dict[str, Any]) -> d
         if (fmt, "compiled") != chosen:
             out[fmt] = _start(name, args, cache_dir(), busy=False, mode="compare",
                               force={"SBON_WEIGHTS": fmt, "SBON_DECODE": "compiled"})
-            print(f"{name}: page-default /compare, warm, on {fmt}'s compiled step: "
-                  + ", ".join(f"{s:.1f} s" for s in out[fmt].get("seconds", [])), file=sys.stderr, flush=True)
+            print(f"{name}: page-default /compare, warm, on {fmt}'s compiled step: {_runs(out[fmt])}",
+                  file=sys.stderr, flush=True)
     return out
+
+
+def _runs(compare: dict[str, Any]) -> str:
+    """A comparison's runs in one line: each one's seconds and path, or why there are none."""
+    return ", ".join(f"{r['seconds']:.1f} s ({r['weights']}, {r['decode']})" for r in compare.get("runs", [])) \
+        or f"failed ({compare.get('failed')})"
 
 
 def step_table(name: str, args: argparse.Namespace) -> dict[str, Any]:
