@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -501,7 +502,8 @@ def test_on_every_measured_cpu_class_the_first_build_is_the_fastest_compiled_ste
     """The build rule (sbon.probe.to_build) on each CPU class's committed step table (benchmarks machines: every
     format's eager step, its compiled step and its matrix products alone, measured in one run): the first build is
     the step that was fastest, the builds stop before every format is built, and the chosen step is within 5% of
-    the fastest."""
+    the fastest; so is the page-default comparison on the app's path, against it on each other exact compiled
+    step."""
     from sbon.machine import Measured
     from sbon.probe import to_build
 
@@ -529,3 +531,6 @@ def test_on_every_measured_cpu_class_the_first_build_is_the_fastest_compiled_ste
     assert built[0] == min(mean, key=mean.get)
     assert len(built) < len(mean)  # a format predicted slower by more than MARGIN is never built
     assert min(mean[w] for w in built) <= 1.05 * min(mean.values())
+    # the page-default comparison on the app's path against it on every other exact compiled step (--every-path)
+    others = [statistics.median(r["seconds"]) for r in record["compare_every_path"].values()]
+    assert others and statistics.median(record["compare"]["seconds"]) <= 1.05 * min(others)
