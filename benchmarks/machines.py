@@ -111,10 +111,10 @@ def compare_warm(runs: int, settings=None) -> dict[str, Any]:
 
 
 def run_class(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """This process, already under class ``name``'s limits: everything the file records. Every torch call runs on
-    the app's one torch thread (components.torch_thread), as in the app: once a second thread has called torch,
-    the thread that decodes runs markedly slower on two cores, and the comparison and the step table would time
-    that instead."""
+    """This process, already under class ``name``'s limits: everything the file records (each comparison in a child
+    process of its own). Every torch call runs on the app's one torch thread (components.torch_thread), as in the
+    app: once a second thread has called torch, the thread that decodes runs markedly slower on two cores, and the
+    step table would time that instead."""
     from components.torch_thread import TORCH_THREAD
 
     def on_torch(fn, *a, **kw):
