@@ -65,10 +65,15 @@ def browser():
 
 
 @pytest.fixture
-def unmeasured_machine(monkeypatch, tmp_path):
+def unmeasured_machine(monkeypatch, tmp_path, gen):
     """A machine on which nothing is measured and no compiled step was ever saved: its own $SBON_CACHE holding the
-    models' copies (links to this machine's), without a saved choice or inductor's caches; no forced path."""
+    models' copies (links to this machine's), without a saved choice or inductor's caches; no forced path. What a
+    machine converts and builds once whatever it measures (the generator's float32 copy, made by ``gen``; int4
+    blocks; C++ kernels) is this machine's, linked even before it exists: a fresh machine pays for it once, not in
+    every test (both are written whole, then renamed)."""
     from sbon.cache import cache_dir
+    for shared in ("int4-blocks", "kernels"):
+        (cache_dir() / shared).mkdir(parents=True, exist_ok=True)
     for entry in cache_dir().iterdir():
         if entry.name not in ("machine", "inductor"):
             (tmp_path / entry.name).symlink_to(entry)
