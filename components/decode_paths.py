@@ -109,21 +109,22 @@ class DecodePaths:
         with self.gate.generating():
             yield
 
-    def _measure(self, name: str) -> None:
+    def _measure(self, name: str, path: AutoPath | None = None) -> None:
         """Start the child that measures (and builds) where this machine has no choice, a provisional one, or one a
-        quiet run contradicted; one child at a time, none again after a child that failed."""
+        quiet run contradicted; one child at a time, none again after a child that failed. ``path``: ``self.path``
+        as the caller just read it (default: read here)."""
         if on_zerogpu() or default_device().type != "cpu" or name in self._failed:
             return
         with self._lock:
             child = self._children.get(name)
             if child is not None and child.poll() is None:
                 return
+            path = path if path is not None else self.path(name)
             if child is not None and child.returncode and name not in self._said:
                 self._said.add(name)
-                path = self.path(name)
                 log.warning("measuring %s's decode paths stopped (exit status %s): runs keep %s %s", name,
                             child.returncode, path.weights, path.decode)
-            choice = self.choice(name)
+            choice = path.choice
             if child is not None and choice is None:
                 return  # the child failed: runs stay on the safe path, the model line says why
             contradicted = name in self._stale
@@ -231,7 +232,7 @@ class DecodePaths:
         path = self.path(name)  # the choice file, read once per tick
         choice = path.choice
         if name in self._children or choice is not None:
-            self._measure(name)  # a provisional choice is measured again between runs, once its wait is over
+            self._measure(name, path)  # a provisional choice is measured again between runs, once its wait is over
         if name in self._failed:
             return f"{generator_title(name)} decodes one operation at a time (slower): {self._failed[name]}."
         child = self._children.get(name)

@@ -153,8 +153,8 @@ def test_once_the_child_has_measured_and_built_the_step_runs_decode_compiled_and
 def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradicting_run_has_it_measured_again(
         gen_int4, unmeasured_machine, monkeypatch):
     """A choice timed beside other work: runs take it, and a child measures again once RETRY_S has passed (twice as
-    long after each try), between runs, not beside one; a quiet run that decoded far slower than its path was measured has the choice measured
-    again; a busy one does not."""
+    long after each try), between runs, not beside one; a quiet run that decoded far slower than its path was
+    measured has the choice measured again; a busy one does not."""
     import components.decode_paths as dp
     from sbon.results import RunResult
 
