@@ -34,11 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     # One option per RunConfig setting, with its help and default (sbon.config); three take more here.
     add_options(r, RunConfig(), overrides={
         "prune_by": dict(default=START.prune_by),  # the page's and the command line's one start (sbon.models.START)
-        "n": dict(default=None, help=f"candidates to start with (default {DEFAULT_N}; for sbon with --kv-budget: "
-                                     "as many as it holds)"),
-        "kv_budget": dict(type=kv_budget_arg, help="sbon: KV cache budget in tokens, or 'auto': 80%% of the device's "
-                                                   "free memory (the rest left to the reward model), N from it, at "
-                                                   "most 1000 (default: N candidates of prompt + first-decision tokens)"),
+        "n": dict(default=None, help=f"default: {DEFAULT_N}; for sbon with --kv-budget: as many as it holds"),
+        "kv_budget": dict(type=kv_budget_arg, help="or 'auto': 80%% of the device's free memory, the rest left to the "
+                                                   "reward model, and N from it, at most 1000"),
     })
     r.add_argument("--generator", default=DEFAULT_GENERATOR, help="preset name, local folder or hub id")
     r.add_argument("--reward", default=START.reward, help="preset name, local folder or hub id")
@@ -53,9 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  "exact here; before that float32 on a CPU, bfloat16 on a GPU: "
                                  "sbon.models.default_weights)"), default_dtype_name)
     r.add_argument("--weights", choices=list(WEIGHT_FORMATS), default=None,
-                   help="generator weight format instead of --dtype (by default the one python -m sbon machine "
-                        "measured fastest and exact here, else as --dtype; SBON_WEIGHTS sets it): " + "; ".join(
-                       f"{name}: {fmt.description}" for name, fmt in WEIGHT_FORMATS.items()))
+                   help="generator weight format instead of --dtype (SBON_WEIGHTS sets it too): " + "; ".join(
+                       f"{name}: {fmt.description}" for name, fmt in WEIGHT_FORMATS.items())
+                        + " (default: the one python -m sbon machine measured fastest and exact here, else as --dtype)")
     r.add_argument("--compare", action="store_true",
                    help="also run Best-of-N with the same seed and print the metrics; --out then saves both runs "
                         "as a comparison the app can replay")

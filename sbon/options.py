@@ -18,7 +18,8 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defau
     """Add ``--field-name`` for each field of the dataclass instance ``defaults`` (its values are the
     defaults), or for the fields named in ``only``. Booleans get ``--x/--no-x``; ``int | None`` fields
     take a number or ``none``. ``overrides`` replaces argparse keywords of single options (e.g. a type
-    that also takes 'auto', or a default that another option decides; its "help" is added to the field's).
+    that also takes 'auto', or a default that another option decides; its "help" is added to the field's, and
+    where it says "default: ...", that is the default shown).
     ``show_default=False`` for parsers whose formatter shows defaults itself."""
     hints = typing.get_type_hints(type(defaults))
     metadata = _metadata(type(defaults))
@@ -31,9 +32,13 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defau
         default = getattr(defaults, f.name)
         kind, optional = field_kind(hints[f.name])
         meta = metadata.get(f.name, {})
+        override = dict(overrides.get(f.name, {}))
         help_text = meta.get("help", "")
-        kwargs: dict[str, Any] = {"default": default,
-                                  "help": f"{help_text} (default: {_show(default)})" if show_default else help_text}
+        if "help" in override:  # a suffix to the field's own help, before the default it shows
+            help_text = f"{help_text} ({override.pop('help')})"
+        if show_default and "(default" not in help_text:
+            help_text = f"{help_text} (default: {_show(override.get('default', default))})"
+        kwargs: dict[str, Any] = {"default": default, "help": help_text}
         if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
@@ -41,9 +46,6 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, defau
         choices = meta.get("choices")
         if choices is not None:
             kwargs["choices"] = choices()
-        override = dict(overrides.get(f.name, {}))
-        if "help" in override:  # a suffix to the field's own help
-            kwargs["help"] = f"{help_text} ({override.pop('help')})"
         kwargs.update(override)
         parser.add_argument("--" + f.name.replace("_", "-"), **kwargs)
 
