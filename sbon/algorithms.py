@@ -391,12 +391,21 @@ def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: in
     if kv_budget is None:
         if n is None:
             free_tokens = int(AUTO_BUDGET_SHARE * gen.free_memory_bytes() / gen.kv_bytes_per_token())
-            n = min(MAX_AUTO_CANDIDATES, free_tokens // (prompt_tokens + max(first_decision, MIN_ROUND_TOKENS)))
-            kv_budget = max(free_tokens, one_full) if n >= 1 else free_tokens
+            round_one = prompt_tokens + max(first_decision, MIN_ROUND_TOKENS)
+            n = min(MAX_AUTO_CANDIDATES, free_tokens // round_one)
+            if n < 1:
+                raise SBoNError(f"{AUTO_BUDGET_SHARE:.0%} of the device's free memory holds {free_tokens} tokens of KV "
+                                f"cache, not one candidate's {round_one} (prompt and first round): free some memory, "
+                                "shorten the prompt or give N")
+            kv_budget = max(free_tokens, one_full)
         else:
             kv_budget = max(n * per_candidate, one_full)
     if n is None:
         n = kv_budget // per_candidate
+        if n < 1:
+            raise SBoNError(f"a KV budget of {kv_budget} tokens holds no candidate up to its first decision point "
+                            f"({prompt_tokens} prompt + {first_decision} new tokens): raise kv_budget to at least "
+                            f"{per_candidate}")
     if n < 1:
         raise SBoNError(f"N must be at least 1, got {n}")
     if kv_budget < one_full:

@@ -42,6 +42,8 @@ def no_decoding(monkeypatch):
     (lambda g, r: speculative_bon_tau(g, r, PROMPT, 8, tau=64, max_new_tokens=64), "must be below max_new_tokens"),
     (lambda g, r: speculative_rejection(g, r, PROMPT, 8, kv_budget=20, max_new_tokens=64), "cannot hold one complete"),
     (lambda g, r: speculative_rejection(g, r, PROMPT, 64, kv_budget=200, max_new_tokens=16), "cannot hold 64 candidates"),
+    (lambda g, r: speculative_rejection(g, r, PROMPT, None, kv_budget=5), "KV budget of 5 tokens holds no candidate .*"
+                                                                              "raise kv_budget to at least"),
     (lambda g, r: best_of_n(g, r, "   "), "the prompt is empty"),
     (lambda g, r: best_of_n(g, r, "word " * 9000, 2, max_new_tokens=16), "exceeds the model's context"),
     (lambda g, r: best_of_n(g, r, PROMPT, 2, sampling=SamplingConfig(top_p=0)), "top_p must be in"),
@@ -50,6 +52,12 @@ def no_decoding(monkeypatch):
 def test_bad_input_raises_before_generation(gen, likelihood, no_decoding, make, message):
     with pytest.raises(SBoNError, match=message):
         next(make(gen, likelihood))
+
+
+def test_n_from_a_memory_that_holds_no_candidate_says_what_to_free(gen, likelihood, no_decoding, monkeypatch):
+    monkeypatch.setattr(gen, "free_memory_bytes", lambda: 10 * gen.kv_bytes_per_token())
+    with pytest.raises(SBoNError, match="free memory holds 8 tokens of KV cache, not one candidate's .* give N"):
+        next(speculative_rejection(gen, likelihood, PROMPT, None))
 
 
 def test_unknown_generator_name_fails_fast():
