@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -91,6 +92,21 @@ def kv_budget_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number of tokens or 'auto', got {text!r}") from None
 
 
+def check_out(path: str | None) -> None:
+    """--out's folder, made before the run: a run of minutes is not lost to a path it cannot write at the end."""
+    if path is None:
+        return
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SBoNError(f"--out {path}: cannot make its folder ({e.strerror or e})") from None
+    if out.is_dir():
+        raise SBoNError(f"--out {path} is a folder: give a file path, e.g. {out / 'run.json'}")
+    if not os.access(out.parent, os.W_OK):
+        raise SBoNError(f"--out {path}: its folder is not writable")
+
+
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The run's settings from the command line, checked: which options go together, then N and the
     budget (sbon given a budget, or 'auto', and no N starts as many candidates as the budget holds, as
@@ -158,6 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.instructions is not None and args.reward != "ifeval":
         raise SBoNError(f"--instructions applies to --reward ifeval, not {args.reward}")
     check_reward_prompt(args.reward, args.prompt, args.instructions)
+    check_out(args.out)
     from .probe import check_forced
     check_forced(args.generator, args.device or default_device(), args.weights,
                  args.decode if args.decode == "compiled" else None)

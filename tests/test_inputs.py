@@ -76,6 +76,17 @@ def test_cli_errors_are_one_line(capsys):
         assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
 
 
+def test_an_out_path_that_cannot_be_written_fails_in_one_line_before_loading(tmp_path, capsys, monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the models were loaded despite an --out that cannot be written")
+    monkeypatch.setattr("sbon.cli.load_generator", forbidden)
+    (tmp_path / "a-file").write_text("")
+    for out, message in ((tmp_path / "a-file" / "run.json", "cannot make its folder"), (tmp_path, "is a folder")):
+        assert main(["run", "--prompt", "hi", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: --out ") and message in err and "\n" not in err
+
+
 def test_result_json_round_trip(gen, likelihood, tmp_path):
     result = run(speculative_bon_tau(gen, likelihood, PROMPT, 4, alpha=0.5, tau=3, max_new_tokens=8, seed=2))
     path = tmp_path / "run.json"
@@ -91,7 +102,7 @@ def test_result_json_round_trip(gen, likelihood, tmp_path):
 
 def test_cli_run_writes_every_field(tmp_path, capsys, monkeypatch, gen):
     monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)  # reuse the session's model
-    out = tmp_path / "r.json"
+    out = tmp_path / "new folder" / "r.json"  # made for it
     code = main(["run", "--prompt", PROMPT, "--method", "sbon", "--n", "6", "--alpha", "0.5", "--max-new-tokens", "12",
                  "--kv-budget", str(6 * 45), "--seed", "0", "--out", str(out)])
     assert code == 0
