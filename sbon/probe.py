@@ -429,8 +429,8 @@ def _line(p: Measured) -> str:
     trust = "" if p.trusted else " (timed beside other work)"
     products = (f" (its matrix products alone: {', '.join(f'{ms:.1f}' for ms in p.products_ms.values())})"
                 if p.products_ms else "")
-    return (f"{p.name}: " + ", ".join(f"{ms:.1f} ms at {r} rows" for r, ms in p.ms.items()) + f"{trust}{products}; "
-            f"{exact}")
+    times = ", ".join(f"{ms:.1f} ms at {r} row{'s' * (r != 1)}" for r, ms in p.ms.items())
+    return f"{p.name}: {times}{trust}{products}; {exact}"
 
 
 def report(choice: Choice) -> str:
