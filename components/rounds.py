@@ -8,8 +8,9 @@ and the replay animation are drawn by the same code from the same objects.
 
 Scores that tie (closer than TIE_FRACTION of the axis; e.g. a signal that gives many candidates the
 same score, separated only by the cut's tie-break) are drawn spread by their rank, the better-ranked to
-the right (the pruned left of the kept, as the cut's tie-break put them), at most TIE_SPREAD of the axis in all, and the cut line between the kept and the pruned of
-the tie; the hover gives each candidate's true score. Each frame also has a one-line caption
+the right (the pruned left of the kept, as the cut's tie-break put them), at most TIE_SPREAD of the axis in all:
+a tie on one side of the cut stays on that side, and the cut line inside a tie goes between its kept and its
+pruned; the hover gives each candidate's true score. Each frame also has a one-line caption
 (:func:`round_caption`), the sentence a presenter says over it.
 """
 
@@ -93,9 +94,15 @@ def _spread(view: DecisionPoint, span: float) -> tuple[dict[int, float], float]:
         step = min(TIE_STEP, TIE_SPREAD / max(1, len(group) - 1)) * span
         # pruned leftmost, kept rightmost (the cut's tie-break decided between them), then by rank
         ordered = sorted(group, key=lambda kx: (OUTCOME_ORDER[reasons[kx[0]].outcome], -order[kx[0]]))
-        for j, (k, _) in enumerate(ordered):
-            shown[k] = centre + (j - (len(ordered) - 1) / 2) * step if len(group) > 1 else group[0][1]
-            group_of[k] = i
+        drawn = {k: centre + (j - (len(ordered) - 1) / 2) * step for j, (k, _) in enumerate(ordered)}
+        # a tie on one side of the cut stays there: spread, its dots move by the least that keeps them on it
+        scores = [x for _, x in group]
+        if min(scores) >= view.cut:
+            drawn = {k: x + max(0.0, min(scores) - min(drawn.values())) for k, x in drawn.items()}
+        elif max(scores) < view.cut:
+            drawn = {k: x + min(0.0, max(scores) - max(drawn.values())) for k, x in drawn.items()}
+        for k, x in drawn.items():
+            shown[k], group_of[k] = x, i
     cut = view.cut
     kept = [k for k in view.survivors if k in shown]
     pruned = [k for k in view.pruned if k in shown]

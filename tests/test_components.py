@@ -99,7 +99,8 @@ def test_runs_saved_before_decision_points_carried_scores_still_load():
         for k, score in p.score_of().items():
             c = old.speculative.candidates[k]
             assert score == (c.final_reward if k in p.final else c.partial_reward_at(p.round))
-    assert round_figure(old.speculative.decision_points[0], old.n).data[2].x[0] == old.speculative.decision_points[0].cut
+    survived, pruned, cut = round_figure(old.speculative.decision_points[0], old.n).data[:3]
+    assert max(pruned.x) < cut.x[0] <= min(survived.x)  # drawn from the derived scores, each on its side
 
 
 def test_live_status_names_the_phase(comparison_events):
@@ -516,6 +517,18 @@ def test_tied_scores_are_drawn_apart_kept_right_of_pruned_and_the_cut_between():
     assert kept_x[4] == 1.0 and kept_x[5] == 2.0  # untied scores stay where they are
     assert all("0.00" in why[0] for why in pruned.customdata)  # the hover says the true score
     assert round_figure(point, 6).data[1].x == pruned.x  # deterministic
+
+
+def test_a_tie_on_one_side_of_the_cut_is_spread_without_crossing_it():
+    """Kept candidates whose scores tie just above the cut (and pruned ones just below it) are drawn apart on
+    their own side of the line: a survivor drawn left of the cut would contradict the rule on the screen."""
+    from sbon.results import DecisionPoint
+
+    point = DecisionPoint(round=1, tokens=8, contenders=list(range(6)), survivors=[0, 1, 3], pruned=[2, 4, 5],
+                          cut=4.979, scores=[4.9791, 4.9800, 4.9500, 4.9800, 4.9490, 3.0])
+    survived, pruned, cut = round_figure(point, 6).data[:3]
+    assert cut.x[0] == pytest.approx(4.979)
+    assert min(survived.x) >= cut.x[0] > max(pruned.x) and len(set(survived.x)) == 3 and len(set(pruned.x)) == 3
 
 
 @pytest.mark.parametrize("path", [
