@@ -220,10 +220,6 @@ def signal_labels() -> list[tuple[str, str]]:
 
 # -- examples -------------------------------------------------------------------------------------
 
-# Where an example prompt comes from, in words (the example file keeps the data sets' names).
-SOURCE_WORDS = {"alpaca_eval": "everyday request", "hh-rlhf": "deliberately harmful"}
-
-
 @dataclass
 class Example:
     prompt: str
@@ -232,9 +228,10 @@ class Example:
 
     @property
     def label(self) -> str:
-        warning = "⚠ " if self.content_note else ""
+        """The prompt, shortened, and what kind of request it is: a harmful one is marked by its content note, not
+        by its data set (HH-RLHF's prompts are harmless ones too)."""
         short = self.prompt if len(self.prompt) <= 60 else self.prompt[:57] + "…"
-        return f"{warning}{short} ({SOURCE_WORDS.get(self.source, self.source)})"
+        return f"⚠ {short} (deliberately harmful)" if self.content_note else f"{short} (everyday request)"
 
 
 def load_examples(path: Path = EXAMPLES_FILE) -> list[Example]:

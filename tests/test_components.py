@@ -260,6 +260,9 @@ def test_examples_carry_a_content_note_on_harmful_prompts():
     assert {e.source for e in examples} == {"alpaca_eval", "hh-rlhf"}
     noted = [e for e in examples if e.content_note]
     assert noted and all(e.source == "hh-rlhf" and e.label.startswith("⚠") for e in noted)
+    # a harmless prompt from the red-teaming data set is not called harmful
+    assert all("harmful" not in e.label and "⚠" not in e.label for e in examples if not e.content_note)
+    assert any(e.source == "hh-rlhf" and not e.content_note for e in examples)
 
 
 def test_model_cache_loads_once_per_name_and_device(monkeypatch):
