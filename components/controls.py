@@ -77,6 +77,8 @@ class RunSettings(RunConfig):
             raise SBoNError(f"N={self.n} is more than this app runs at once ({MAX_N})")
         if self.max_new_tokens > MAX_NEW_TOKENS:
             raise SBoNError(f"max new tokens={self.max_new_tokens} is more than this app allows ({MAX_NEW_TOKENS})")
+        if self.seed > MAX_SEED:  # a number box holds larger ones only rounded
+            raise SBoNError(f"the seed must be at most {MAX_SEED:,}, got {self.seed:,}")
         self.config().validate(self.prompt)
         check_name(self.generator, GENERATORS, "generator")
         check_name(self.reward, REWARDS, "reward")
@@ -101,8 +103,14 @@ class RunSettings(RunConfig):
         return asdict(self)
 
 
+# Each number control's name in its messages, as its label says it ("max new tokens", not max_new_tokens).
+IN_WORDS = {"n": "N", "alpha": "α", "tau": "τ", "kv_budget": "the KV budget", "first_decision": "the first decision point",
+            "max_new_tokens": "max new tokens", "top_p": "top-p", "top_k": "top-k", "seed": "the seed"}
+
+
 def _coerce(name: str, value: Any, hint: Any) -> Any:
     kind, optional = field_kind(hint)
+    name = IN_WORDS.get(name, name)
     if kind is bool:
         return bool(value)
     if kind is str:

@@ -404,16 +404,16 @@ def plan_budget(gen: Generator, prompt_tokens: int, n: int | None, kv_budget: in
         n = kv_budget // per_candidate
         if n < 1:
             raise SBoNError(f"a KV budget of {kv_budget} tokens holds no candidate up to its first decision point "
-                            f"({prompt_tokens} prompt + {first_decision} new tokens): raise kv_budget to at least "
+                            f"({prompt_tokens} prompt + {first_decision} new tokens): raise the KV budget to at least "
                             f"{per_candidate}")
     if n < 1:
         raise SBoNError(f"N must be at least 1, got {n}")
     if kv_budget < one_full:
         raise SBoNError(f"a KV budget of {kv_budget} tokens cannot hold one complete candidate "
-                        f"({prompt_tokens} prompt + {max_new_tokens} new tokens): raise kv_budget to at least {one_full}")
+                        f"({prompt_tokens} prompt + {max_new_tokens} new tokens): raise the KV budget to at least {one_full}")
     if kv_budget < n * (prompt_tokens + 1):
         raise SBoNError(f"a KV budget of {kv_budget} tokens cannot hold {n} candidates for even one token: "
-                        f"raise kv_budget to at least {n * (prompt_tokens + 1)} or lower N")
+                        f"raise the KV budget to at least {n * (prompt_tokens + 1)} or lower N")
     return n, kv_budget
 
 

@@ -48,12 +48,15 @@ def resolve_first_decision(first_decision: int | None, max_new_tokens: int) -> i
     """The first decision point in tokens: the given one (checked), else the default, or half of
     ``max_new_tokens`` for shorter responses."""
     if first_decision is None:
+        if max_new_tokens < 2:
+            raise SBoNError(f"max new tokens={max_new_tokens} leaves no room for a decision point: Speculative "
+                            "Rejection needs at least 2")
         return max(1, min(FIRST_DECISION_TOKENS, max_new_tokens // 2))
     if first_decision < 1:
-        raise SBoNError(f"first_decision must be at least 1 token, got {first_decision}")
+        raise SBoNError(f"the first decision point must be at least 1 token, got {first_decision}")
     if first_decision >= max_new_tokens:
-        raise SBoNError(f"first_decision={first_decision} must be below max_new_tokens={max_new_tokens}, "
-                        "or no candidate is ever pruned")
+        raise SBoNError(f"the first decision point ({first_decision} tokens) must come before max new tokens "
+                        f"({max_new_tokens}), or no candidate is ever pruned")
     return first_decision
 
 
@@ -139,23 +142,25 @@ class RunConfig:
         if self.n is not None and self.n < 1:
             raise SBoNError(f"N must be at least 1, got {self.n}")
         if self.max_new_tokens < 1:
-            raise SBoNError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+            raise SBoNError(f"max new tokens must be at least 1, got {self.max_new_tokens}")
+        if self.seed < 0:
+            raise SBoNError(f"the seed must be a whole number of at least 0, got {self.seed}")
         if not 0 <= self.alpha < 1:
             raise SBoNError(f"alpha (the rejection rate) must be in [0, 1), got {self.alpha}")
         if self.method == "sbon-tau":
             if self.tau < 1:
-                raise SBoNError(f"tau (the decision token) must be at least 1, got {self.tau}")
+                raise SBoNError(f"τ (the decision token) must be at least 1, got {self.tau}")
             if self.tau >= self.max_new_tokens:
-                raise SBoNError(f"tau={self.tau} must be below max_new_tokens={self.max_new_tokens}, "
+                raise SBoNError(f"τ={self.tau} (the decision token) must be below max new tokens={self.max_new_tokens}, "
                                 "or no candidate is ever pruned")
         if self.kv_budget is not None and self.kv_budget < 1:
-            raise SBoNError(f"kv_budget must be a positive number of tokens, got {self.kv_budget}")
+            raise SBoNError(f"the KV budget must be a positive number of tokens, got {self.kv_budget}")
         if self.decode_chunk is not None and self.decode_chunk < 1:
-            raise SBoNError(f"decode_chunk must be at least 1 token (1 = check for finished candidates after "
+            raise SBoNError(f"the decode chunk must be at least 1 token (1 = check for finished candidates after "
                             f"every token), got {self.decode_chunk}")
         check_decode(self.decode)
         if self.batch_size is not None and self.batch_size < 1:
-            raise SBoNError(f"batch_size must be at least 1, got {self.batch_size}")
+            raise SBoNError(f"the batch size must be at least 1, got {self.batch_size}")
         if self.method == "sbon":
             resolve_first_decision(self.first_decision, self.max_new_tokens)
         if self.spec.prunes:

@@ -87,11 +87,11 @@ class SamplingConfig:
 
     def validate(self) -> None:
         if self.temperature < 0:
-            raise SBoNError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+            raise SBoNError(f"temperature must be at least 0 (0 = greedy), got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise SBoNError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise SBoNError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise SBoNError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+            raise SBoNError(f"top-k must be at least 0 (0 = off), got {self.top_k}")
 
 
 def check_prompt(prompt: str) -> None:
@@ -522,8 +522,8 @@ class Generator:
 
     def check_length(self, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
         if self.max_context and len(prompt_ids) + max_new_tokens > self.max_context:
-            raise SBoNError(f"the prompt has {len(prompt_ids)} tokens; with max_new_tokens={max_new_tokens} that "
-                            f"exceeds the model's context of {self.max_context}: shorten the prompt or lower max_new_tokens")
+            raise SBoNError(f"the prompt has {len(prompt_ids)} tokens; with max new tokens={max_new_tokens} that "
+                            f"exceeds the model's context of {self.max_context}: shorten the prompt or lower max new tokens")
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)

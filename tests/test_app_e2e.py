@@ -317,13 +317,13 @@ def test_stop_cancels_within_two_seconds_and_the_app_stays_usable(page, server):
     (dict(alpha=-0.1), r"must be in \[0, 1\)"),
     (dict(generator="no-such-model"), "unknown generator 'no-such-model'"),
     (dict(reward="no-such-reward"), "unknown reward 'no-such-reward'"),
-    (dict(max_new_tokens=-5), "max_new_tokens must be at least 1"),
+    (dict(max_new_tokens=-5), "max new tokens must be at least 1"),
     (dict(method="beam-search"), "unknown method"),
-    (dict(kv_budget=-1), "kv_budget must be a positive"),
-    (dict(method="sbon-tau", tau=-3), "tau .* must be at least 1"),
+    (dict(kv_budget=-1), "the KV budget must be a positive"),
+    (dict(method="sbon-tau", tau=-3), "τ .* must be at least 1"),
     (dict(prune_by="vibes"), "unknown pruning signal 'vibes'"),
-    (dict(first_decision=500), "first_decision=500 must be below max_new_tokens"),
-    (dict(top_p=0), "top_p must be in"),
+    (dict(first_decision=500), r"the first decision point \(500 tokens\) must come before max new tokens"),
+    (dict(top_p=0), "top-p must be in"),
 ])
 def test_compare_api_refuses_bad_input_in_one_line(client, bad, message):
     with pytest.raises(Exception) as refused:

@@ -149,8 +149,8 @@ def test_missing_file(tmp_path):
 @pytest.mark.parametrize("settings, message", [
     (dict(method="bon"), "method must be one of"),
     (dict(alpha=1.0), "alpha"),
-    (dict(method="sbon-tau", tau=64, max_new_tokens=64), "tau=64 must be below"),
-    (dict(kv_budget=-1), "kv_budget"),
+    (dict(method="sbon-tau", tau=64, max_new_tokens=64), "τ=64 .* must be below"),
+    (dict(kv_budget=-1), "the KV budget"),
     (dict(n=0), "N must be at least 1"),
 ])
 def test_bad_settings_fail_before_any_model_is_touched(settings, message):

@@ -146,7 +146,7 @@ def test_the_settings_reach_the_command_line_and_bad_ones_are_one_line():
     config = run_config(args)
     assert config.decode_chunk == 8 and config.decode == "eager"
     assert not {"decode_chunk", "decode"} & set(config.settings())  # how the run decodes, not what it gives
-    with pytest.raises(SBoNError, match=r"^decode_chunk must be at least 1 token .*got 0$"):
+    with pytest.raises(SBoNError, match=r"^the decode chunk must be at least 1 token .*got 0$"):
         RunConfig(decode_chunk=0).validate()
     # unset: chunks on a GPU, where each check is a sync; one token per check on a CPU; a set one everywhere
     default = run_config(build_parser().parse_args(["run"]))

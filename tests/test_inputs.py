@@ -38,16 +38,17 @@ def no_decoding(monkeypatch):
     (lambda g, r: best_of_n(g, r, PROMPT, 0), "N must be at least 1"),
     (lambda g, r: speculative_rejection(g, r, PROMPT, 8, alpha=1.0), r"alpha .* must be in \[0, 1\)"),
     (lambda g, r: speculative_rejection(g, r, PROMPT, 8, alpha=-0.1), r"alpha .* must be in \[0, 1\)"),
-    (lambda g, r: speculative_bon_tau(g, r, PROMPT, 8, tau=0), "tau .* must be at least 1"),
-    (lambda g, r: speculative_bon_tau(g, r, PROMPT, 8, tau=64, max_new_tokens=64), "must be below max_new_tokens"),
+    (lambda g, r: speculative_bon_tau(g, r, PROMPT, 8, tau=0), "τ .* must be at least 1"),
+    (lambda g, r: speculative_bon_tau(g, r, PROMPT, 8, tau=64, max_new_tokens=64), "must be below max new tokens"),
     (lambda g, r: speculative_rejection(g, r, PROMPT, 8, kv_budget=20, max_new_tokens=64), "cannot hold one complete"),
     (lambda g, r: speculative_rejection(g, r, PROMPT, 64, kv_budget=200, max_new_tokens=16), "cannot hold 64 candidates"),
     (lambda g, r: speculative_rejection(g, r, PROMPT, None, kv_budget=5), "KV budget of 5 tokens holds no candidate .*"
-                                                                              "raise kv_budget to at least"),
+                                                                              "raise the KV budget to at least"),
     (lambda g, r: best_of_n(g, r, "   "), "the prompt is empty"),
     (lambda g, r: best_of_n(g, r, "word " * 9000, 2, max_new_tokens=16), "exceeds the model's context"),
-    (lambda g, r: best_of_n(g, r, PROMPT, 2, sampling=SamplingConfig(top_p=0)), "top_p must be in"),
-    (lambda g, r: best_of_n(g, r, PROMPT, 2, batch_size=0), "batch_size must be at least 1"),
+    (lambda g, r: best_of_n(g, r, PROMPT, 2, sampling=SamplingConfig(top_p=0)), "top-p must be in"),
+    (lambda g, r: best_of_n(g, r, PROMPT, 2, batch_size=0), "the batch size must be at least 1"),
+    (lambda g, r: best_of_n(g, r, PROMPT, 2, seed=-5), "the seed must be a whole number of at least 0"),
 ])
 def test_bad_input_raises_before_generation(gen, likelihood, no_decoding, make, message):
     with pytest.raises(SBoNError, match=message):
