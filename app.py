@@ -447,9 +447,9 @@ def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
                                 concurrency_id=GENERATION, show_progress="minimal", show_progress_on=ui.status,
                                 **PRIVATE)
     ui.run_btn.click(None, js=SCROLL_TO_LIVE_JS)  # in the presenter view, the live chart comes into sight
-    ui.stop_btn.click(by_name(ui, on_stop), inputs=el(ui, "comparison", "origin"),
-                      outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary"), cancels=[run_event],
-                      **PRIVATE)
+    ui.stop_btn.click(by_name(ui, on_stop), inputs=el(ui, "comparison", "origin", "look"),
+                      outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary", "live_plot",
+                                 "sbon_text", "bon_text"), cancels=[run_event], **PRIVATE)
 
 
 def wire_settings(ui: SimpleNamespace) -> None:

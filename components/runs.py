@@ -117,11 +117,11 @@ class Runs:
     def _run(self, *values: Any) -> Iterator[dict[str, Any]]:
         *setting_values, kind, shown, origin, look = values
         look = as_look(look)
-        idle = {**IDLE, **restored(shown, origin)}  # a run that ends without a result puts the headline back
+        idle = {**IDLE, **restored(shown, origin, look)}  # a run that ends without a result puts the views back
         try:
             settings = settings_from(setting_values)
-        except SBoNError as e:
-            yield {"status": f"⚠ {e}", **idle, WARNING: str(e)}
+        except SBoNError as e:  # the caption too: the presenter view shows it, not the status line
+            yield {"status": f"⚠ {e}", "caption": f"⚠ {e}", **idle, WARNING: str(e)}
             return
         clicked = time.perf_counter()
         methods = (settings.method, "bon")
@@ -184,18 +184,19 @@ class Runs:
                         update["live_plot"] = progress.frame(tracker)
                     yield update
         except SBoNError as e:
-            yield {"status": f"⚠ {e}", "model_status": models_status(), **idle, WARNING: str(e)}
+            yield {"status": f"⚠ {e}", "caption": f"⚠ {e}", "model_status": models_status(), **idle, WARNING: str(e)}
         except Exception as e:  # keep serving: one failed run must not take the app down
             log.exception("run failed")
-            yield {"status": f"⚠ the run failed: {type(e).__name__}: {e}", "model_status": models_status(), **idle,
-                   WARNING: f"the run failed: {type(e).__name__}: {e}"}
+            failed = f"the run failed: {type(e).__name__}: {e}"
+            yield {"status": f"⚠ {failed}", "caption": f"⚠ {failed}", "model_status": models_status(), **idle,
+                   WARNING: failed}
 
 
-def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+def on_stop(comp: Comparison | None, origin: str | None, look: Any = None) -> dict[str, Any]:
     scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
     status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
               "stay empty" if scoring else "Stopped: the views still show the previous run")
-    return {"status": status, "caption": status, **IDLE, **restored(comp, origin)}
+    return {"status": status, "caption": status, **IDLE, **restored(comp, origin, as_look(look))}
 
 
 # -- the models: what is loaded, the defaults' load at start ------------------------------------------

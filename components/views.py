@@ -139,13 +139,15 @@ def show(shown: Shown, status: str = "") -> dict[str, Any]:
             "status": status, "live_plot": last_round(shown.comp, shown.look), **NOT_PRESENTING}
 
 
-def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
-    """The description and headline of the run the views still show (a run replaced them with its
-    progress while it went)."""
+def restored(comp: Comparison | None, origin: str | None, look: Look = Look()) -> dict[str, Any]:
+    """What a run that ended without a result (refused, failed, stopped) gives back to the run the views still
+    show: the description, the headline, the live chart at its last round and both answers (the run replaced
+    them with its progress while it went)."""
     if comp is None:
         return {"source": "", "summary": ""}
-    shown = Shown(comp, origin or "the run shown before")
-    return {"source": VIEWS["source"](shown), "summary": VIEWS["summary"](shown)}
+    shown = Shown(comp, origin or "the run shown before", look=look)
+    return {**{name: VIEWS[name](shown) for name in ("source", "summary", "sbon_text", "bon_text")},
+            "live_plot": last_round(comp, look)}
 
 
 # -- one view redrawn ------------------------------------------------------------------------------

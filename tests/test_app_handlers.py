@@ -85,6 +85,11 @@ def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, slo
     assert updates[0]["status"].startswith("⚠ alpha") and "\n" not in updates[0]["status"]
     assert updates[0]["running"] is None and updates[0]["stop_btn"].visible is False
     assert updates[0]["source"] == recorded["source"] and updates[0]["summary"] == recorded["summary"]
+    # the caption above the chart says it too (the Run click had set it to "Starting…"; the presenter view shows
+    # the caption, not the status line), over the chart and answers of the run still shown
+    assert updates[0]["caption"] == updates[0]["status"]
+    assert updates[0]["live_plot"] == recorded["live_plot"]
+    assert updates[0]["sbon_text"].value == recorded["sbon_text"].value != ""
 
 
 def test_each_method_shows_its_own_knobs(app):
@@ -321,6 +326,8 @@ def test_stop_says_what_the_views_show(app):
     recorded = app.show_recorded("curves")["comparison"]
     before = runs.on_stop(recorded, "the recorded run")
     assert before["status"] == "Stopped: the views still show the previous run" and before["running"] is None
+    shown = app.show_recorded("curves")  # and they do: the stopped run's half-drawn chart and answers are replaced
+    assert before["live_plot"] == shown["live_plot"] and before["bon_text"].value == shown["bon_text"].value != ""
     ready = dataclasses.replace(recorded, partials={})  # a run stopped after its final frame, before its prefixes
     during = runs.on_stop(ready, "your run")
     assert "Trade-off and Pruning-signals views of this run stay empty" in during["status"]
