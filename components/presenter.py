@@ -77,8 +77,9 @@ body.presenter .tab-container button, body.presenter .tabs button[role=tab] { fo
 # chart's top does not move from round to round. Sent with every request that draws figures for the presenter view
 # (components.style.Look).
 VIEWPORT_JS = """() => { const plot = document.querySelector('#live-plot');
-  const top = plot ? plot.getBoundingClientRect().top + window.scrollY : 200;
-  return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - 4)}; }"""
+  const box = plot ? plot.getBoundingClientRect() : null, top = box ? box.top + window.scrollY : 200;
+  return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - 4),
+          width: Math.round(box && box.width ? box.width : window.innerWidth)}; }"""
 # The view follows the URL (?view=presenter) and the toggle, which keeps the URL in step, so a reload or a
 # shared link opens in the same view.
 PRESENTER_JS = """(on) => { document.body.classList.toggle('presenter', on);
@@ -100,7 +101,7 @@ def look_for(presenter: bool, viewport: dict | None) -> Look:
     """The look the page asked for: the presenter view, sized to the window the browser reported."""
     viewport = viewport if isinstance(viewport, dict) else {}
     px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
-    return Look(presenter=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"))
+    return Look(presenter=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"), width_px=px.get("width"))
 
 
 def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,
@@ -126,7 +127,7 @@ def on_present(comp: Comparison | None, running: float | None, look: Look, step:
         return {"caption": result_caption(comp)}
     step = 0 if step is None else step + move
     step = step % steps if loop else max(0, min(step, steps - 1))
-    figure, caption = present_step(comp, step)
+    figure, caption = present_step(comp, step, look.chars())
     return {"present": step, "live_plot": look.apply(figure, live=True), "caption": caption,
             "present_prev": Update(visible=True, interactive=step > 0),
             "present_next": Update(visible=True, interactive=step < steps - 1)}

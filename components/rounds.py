@@ -334,17 +334,20 @@ def present_steps(comp: Any) -> int:
 ANSWER_CHARS, ANSWER_LINES = 60, 2  # an answer's excerpt on the result step: lines that fit a projector's width
 
 
-def answers_figure(comp: Any) -> go.Figure:
+def answers_figure(comp: Any, chars: int | None = None) -> go.Figure:
     """The end of a run on the projector: the answer each method returned (label, then its first lines), Best-of-N's
-    first, as text on a figure in the live chart's place."""
+    first, as text on a figure in the live chart's place; lines of at most ``chars`` characters (the chart's width,
+    where known: a phone's is narrower than a projector's), ANSWER_CHARS at most."""
     from .tables import returned_texts  # the same labels and texts as the Savings tab's boxes
 
+    chars = min(ANSWER_CHARS, chars or ANSWER_CHARS)
     bon_label, bon_text, sbon_label, sbon_text = returned_texts(comp)
     fig = go.Figure()
     for i, (label, text) in enumerate(((bon_label, bon_text), (sbon_label, sbon_text))):
-        lines = textwrap.wrap(" ".join(text.split()), ANSWER_CHARS) or ["(empty)"]
+        lines = textwrap.wrap(" ".join(text.split()), chars) or ["(empty)"]
         excerpt = "<br>".join(html.escape(line, quote=False) for line in lines[:ANSWER_LINES]) + (" …" if len(lines) > ANSWER_LINES else "")
-        fig.add_annotation(text=f"<b>{html.escape(label, quote=False)}</b><br>{excerpt}", x=0, xref="paper", xanchor="left",
+        title = "<br>".join(html.escape(line, quote=False) for line in textwrap.wrap(label, chars))
+        fig.add_annotation(text=f"<b>{title}</b><br>{excerpt}", x=0, xref="paper", xanchor="left",
                            y=1 - 0.52 * i, yref="paper", yanchor="top", showarrow=False, align="left",
                            font=dict(size=16))
     styled(fig, "", height=320, top=10)
@@ -364,13 +367,14 @@ def result_lines(comp: Any) -> str:
     return " · ".join((lines + marked)[:2])
 
 
-def present_step(comp: Any, step: int) -> tuple[go.Figure, str]:
+def present_step(comp: Any, step: int, chars: int | None = None) -> tuple[go.Figure, str]:
     """(frame, caption) of step ``step`` of "Present rounds": decision point ``step`` (0-based) drawn as the
     live view drew it, on one x range for all rounds so a move is a move on the page; the last step is the
-    run's result: the answer each method returned, under the headline's first two statements."""
+    run's result: the answer each method returned (in lines of ``chars``), under the headline's first two
+    statements."""
     views = round_views(comp.speculative)
     step = max(0, min(step, len(views)))
     if step == len(views):
-        return answers_figure(comp), f"Result · {result_lines(comp)}"
+        return answers_figure(comp, chars), f"Result · {result_lines(comp)}"
     fig = round_figure(views[step], comp.n, _x_range(views), earlier=views[:step], comp=comp, reward=comp.speculative.reward)
     return fig, run_captions(comp)[step]

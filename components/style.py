@@ -173,6 +173,8 @@ class Look:
         "help": "the window's height in CSS pixels: no presenter-view figure is taller"})
     live_px: int | None = field(default=None, metadata={
         "help": "the height left for the live chart under the run bar and the round caption, in CSS pixels"})
+    width_px: int | None = field(default=None, metadata={
+        "help": "the live chart's width in CSS pixels: text drawn as a figure (the result step's answers) wraps to it"})
 
     def apply(self, fig: go.Figure, live: bool = False) -> go.Figure:
         """``fig`` as this look draws it (the presenter view's text, legend and height; else unchanged)."""
@@ -182,6 +184,13 @@ class Look:
             fig.update_layout(title=None)
             return live_for_presenter(for_presenter(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
         return for_presenter(fig, self.screen_px or None)
+
+    def chars(self, font_px: float = FONT_SIZE) -> int | None:
+        """Characters of text at ``font_px`` (the page's size; larger in the presenter view) per line of the live
+        chart, or None where the browser reported no width."""
+        if not self.width_px:
+            return None
+        return max(16, int((self.width_px - 24) / (CHAR_PX / LEGEND_SIZE * font_px * (PRESENTER_SCALE if self.presenter else 1))))
 
 
 PRESENTER_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %)

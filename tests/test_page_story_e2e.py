@@ -147,12 +147,26 @@ def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(bro
         page.locator("#live-plot").scroll_into_view_if_needed()
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "phone.png"))
+        # Present rounds, to its last step: the answers each method returned, as text in the chart's place
+        page.locator("#present-rounds").click()
+        page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Round 1')")
+        while page.locator("#present-next").is_enabled():
+            page.locator("#present-next").click()
+            page.wait_for_timeout(300)
+        page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Result')")
+        page.wait_for_function("document.querySelectorAll('#live-plot .annotation-text').length == 2")
+        result = page.evaluate("""() => { const chart = document.querySelector('#live-plot .main-svg')
+            .getBoundingClientRect();
+          return {chart: chart.right, text: [...document.querySelectorAll('#live-plot .annotation-text')]
+            .map((t) => t.getBoundingClientRect().right)}; }""")
+        page.screenshot(path=str(SHOTS / "phone-result.png"))
     finally:
         page.context.close()
     print(f"\nphone: live chart starts {seen['top']:.0f} px down ({seen['screen']} px a screen)")
     assert seen["top"] < 2 * seen["screen"], seen
     assert not seen["off"] and seen["page"] <= seen["width"] + 1, seen
     assert not seen["overlap"], seen  # the run bar's controls side by side or wrapped, never on top of each other
+    assert result["text"] and max(result["text"]) <= result["chart"] + 1, result  # the answers inside the chart
 
 
 def test_a_gallery_link_sets_the_controls_to_its_story(browser, server):
