@@ -119,6 +119,9 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "signals_candidates": lambda s: signals_view.candidate_table(s.comp),
     "download": lambda s: Update(value=str(s.file) if s.file else save_for_download(s.comp)),
     "caption": lambda s: result_caption(s.comp),
+    # Share's link and the page export belong to the run they were made for: another run shown empties them
+    "share_link": lambda s: "",
+    "page_file": lambda s: None,
 }
 SHOWN = (*VIEWS, "status", "live_plot", "present", "present_prev", "present_next")  # what showing a comparison updates
 NOT_PRESENTING = {"present": None, "present_prev": Update(visible=False), "present_next": Update(visible=False)}

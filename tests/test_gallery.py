@@ -163,6 +163,9 @@ def test_gallery_links_share_and_page_export_work_in_chromium(server, browser):
     # A run that is not in the gallery is kept on the server under a run id, and its link reopens it.
     page.locator("#upload-run input[type=file]").set_input_files(str(ROOT / "tests" / "data" / "recorded_run_v1.json"))
     page.wait_for_function(f"{status}.includes('Replaying the uploaded run')", timeout=120_000)
+    # the gallery run's link and page went with it: they would share another run than the one on the screen
+    assert page.locator("#share-link textarea, #share-link input").first.input_value() == ""
+    assert page.locator("#page-file a").count() == 0
     page.locator("#share").click()
     page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?run=')",
                            timeout=60_000)
