@@ -80,7 +80,7 @@ GALLERY: dict[str, GalleryEntry] = {e.key: e for e in (
                  settings=IFEVAL, ifeval_key=2798, winner="kept", violation_pruned=True),
     GalleryEntry("open-instruction", "Follow instructions: an open instruction, Best-of-N's winner pruned",
                  settings=dict(IFEVAL, seed=3), ifeval_key=102, winner="pruned", open_pruned=True),
-    GalleryEntry("high-alpha", "A high α: most candidates cut at each decision point", settings=dict(alpha=0.8, **FLUENCY)),
+    GalleryEntry("high-alpha", "A high α: most candidates cut at the first decision point", settings=dict(alpha=0.8, **FLUENCY)),
     GalleryEntry("reward-free", "A reward-free pruning signal (how certain the generator is)",
                  settings=dict(reward="minilm-pref", prune_by="self-certainty", prompt=FIRST_EXAMPLE)),
     GalleryEntry("single-tau", "The single-τ variant: one decision point at τ", settings=dict(method="sbon-tau", **FLUENCY)),

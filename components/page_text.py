@@ -24,11 +24,11 @@ REWARD_NOTE = f"""**The default reward is a small model trained on which of two 
 It is the default because, on held-out prompts, its partial rewards beat pruning at random by the widest margin of the page's scenarios and never tie;
 pick *Follow instructions* for verdicts you can check, or *Fluency* for the generator's own likelihood ([what the embedded rewards can judge]({DOCS_URL}usage.md), [why this default]({DOCS_URL}method.md))."""
 
-CONTENT_NOTE = ("⚠ marks prompts from the Anthropic HH-RLHF red-teaming set: they deliberately ask for harmful or "
-                "offensive things, to show a reward model steering generation away from harmful completions. "
+CONTENT_NOTE = ("⚠ marks prompts that deliberately ask for harmful or offensive things (from Anthropic's HH-RLHF "
+                "red-teaming set), to show a reward model steering generation away from harmful completions. "
                 "The small model may still write something offensive.")
 
-TRADEOFF_NOTE = ("Speculative Best-of-N with decision token τ and rejection rate α, **replayed on the "
+TRADEOFF_NOTE = ("Speculative Rejection with one decision token τ and rejection rate α, **replayed on the "
                  "Best-of-N candidates** (no new generation): what each setting would have returned "
                  "and how many tokens it would have generated.")
 
