@@ -133,7 +133,9 @@ def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: n
         return values or gr.skip()
 
     def refused(e: Refused) -> gr.Error:
-        return gr.Error(str(e), **({} if e.duration_s is None else {"duration": e.duration_s}))
+        # titled as what it is (not an "Error": nothing went wrong), and no traceback in the server's log
+        return gr.Error(str(e), title="Not now", print_exception=False,
+                        **({} if e.duration_s is None else {"duration": e.duration_s}))
 
     if inspect.isgeneratorfunction(handler):
         @functools.wraps(handler)

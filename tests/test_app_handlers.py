@@ -72,7 +72,7 @@ def test_the_one_converter_gives_gradio_what_the_plain_handlers_mean(app):
         yield
     with pytest.raises(gr.Error, match="not now") as e:
         list(app.for_gradio(refuse)(None))
-    assert e.value.duration == 6
+    assert e.value.duration == 6 and e.value.title == "Not now"  # nothing went wrong: not titled "Error"
 
 
 def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, slot, monkeypatch):
