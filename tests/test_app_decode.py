@@ -93,6 +93,17 @@ def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(ge
     assert steps.decode(NAME, gen_int4) == "eager"
 
 
+
+def test_a_forced_path_is_the_one_the_model_line_names(gen_int4, unmeasured_machine, monkeypatch):
+    steps = DecodePaths()
+    save([measured("fp32", "eager", 100.0), measured("int4", "compiled", 20.0)])
+    assert "compiled" in steps.status(NAME) and "SBON_" not in steps.status(NAME)
+    monkeypatch.setenv("SBON_DECODE", "eager")  # the runs then decode op by op, whatever was measured fastest
+    assert steps.decode(NAME, gen_int4) == "eager"
+    assert steps.status(NAME) == f"{generator_title(NAME)} decodes with 4-bit weights, one operation at a time, " \
+                                 "as this app was started to."
+
+
 def test_the_model_cache_loads_the_measured_format_and_switches_at_the_next_load(unmeasured_machine, monkeypatch):
     """Loaded before anything is measured: the safe format; once a choice names another, the next get (a run's
     start, never a run midway) loads the generator in that format, and drops the rewards that score with it."""
