@@ -117,11 +117,13 @@ class Runs:
     def _run(self, *values: Any) -> Iterator[dict[str, Any]]:
         *setting_values, kind, shown, origin, look = values
         look = as_look(look)
-        idle = {**IDLE, **restored(shown, origin, look)}  # a run that ends without a result puts the views back
+        def idle() -> dict[str, Any]:  # a run that ends without a result puts the views back (drawn only then)
+            return {**IDLE, **restored(shown, origin, look)}
+
         try:
             settings = settings_from(setting_values)
         except SBoNError as e:  # the caption too: the presenter view shows it, not the status line
-            yield {"status": f"⚠ {e}", "caption": f"⚠ {e}", **idle, WARNING: str(e)}
+            yield {"status": f"⚠ {e}", "caption": f"⚠ {e}", **idle(), WARNING: str(e)}
             return
         clicked = time.perf_counter()
         methods = (settings.method, "bon")
@@ -184,11 +186,11 @@ class Runs:
                         update["live_plot"] = progress.frame(tracker)
                     yield update
         except SBoNError as e:
-            yield {"status": f"⚠ {e}", "caption": f"⚠ {e}", "model_status": models_status(), **idle, WARNING: str(e)}
+            yield {"status": f"⚠ {e}", "caption": f"⚠ {e}", "model_status": models_status(), **idle(), WARNING: str(e)}
         except Exception as e:  # keep serving: one failed run must not take the app down
             log.exception("run failed")
             failed = f"the run failed: {type(e).__name__}: {e}"
-            yield {"status": f"⚠ {failed}", "caption": f"⚠ {failed}", "model_status": models_status(), **idle,
+            yield {"status": f"⚠ {failed}", "caption": f"⚠ {failed}", "model_status": models_status(), **idle(),
                    WARNING: failed}
 
 

@@ -185,12 +185,13 @@ class Look:
             return live_for_presenter(for_presenter(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
         return for_presenter(fig, self.screen_px or None)
 
-    def chars(self, font_px: float = FONT_SIZE) -> int | None:
-        """Characters of text at ``font_px`` (the page's size; larger in the presenter view) per line of the live
-        chart, or None where the browser reported no width."""
+    def chars(self) -> int | None:
+        """Characters of the page's text (FONT_SIZE; larger in the presenter view) per line of the live chart, or
+        None where the browser reported no width."""
         if not self.width_px:
             return None
-        return max(16, int((self.width_px - 24) / (CHAR_PX / LEGEND_SIZE * font_px * (PRESENTER_SCALE if self.presenter else 1))))
+        char_px = CHAR_PX / LEGEND_SIZE * FONT_SIZE * (PRESENTER_SCALE if self.presenter else 1)
+        return max(16, int((self.width_px - 24) / char_px))
 
 
 PRESENTER_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %)

@@ -4,13 +4,19 @@ operator whose schema the module that calls it defines (with the shape function 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: builds there are not guarded against a builder killed midway
+    fcntl = None
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +40,25 @@ def build(name: str, flags: Sequence[str], what: str) -> str | None:
             log.warning("%s: compiling its kernel once on this machine (seconds) in %s", what, folder)
         # -fopenmp: at::parallel_for splits the work over torch's threads only where it is compiled with OpenMP, as
         # inductor's kernels are.
-        load(name=f"sbon_{name}_{key}", sources=[str(source)], extra_cflags=[*flags, "-fopenmp"],
-             extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False, verbose=False)
+        with _building(folder):
+            load(name=f"sbon_{name}_{key}", sources=[str(source)], extra_cflags=[*flags, "-fopenmp"],
+                 extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: the caller does without it
         first = (str(e).strip().splitlines() or [""])[0][:200]
         return f"does not build here ({type(e).__name__}: {first})"
     return None
+
+
+@contextlib.contextmanager
+def _building(folder: Path) -> Iterator[None]:
+    """One process at a time builds or loads ``folder``'s kernel, under a lock the system drops when its holder ends,
+    however it ends. torch's own lock there (a file its builder deletes when done) is then left only by a builder
+    that was killed midway (a measuring child ends with the app, by a signal): every later load would wait on it
+    forever, so it is removed."""
+    if fcntl is None:
+        yield
+        return
+    with open(folder / "build.flock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (folder / "lock").unlink(missing_ok=True)
+        yield
