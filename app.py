@@ -50,8 +50,8 @@ from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SC
 from components.priority import serve_below_generation, start_generation  # noqa: E402
 from components.replays import (GALLERY, PAGES, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
                                 on_upload, open_link, show_recorded, warm_gallery)
-from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, models_status, on_model_timer,  # noqa: E402
-                             on_stop, start_loading_models)
+from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, after_stop, models_status,  # noqa: E402
+                             on_model_timer, on_stop, start_loading_models)
 from components.static_pages import PREFIX as PAGES_PREFIX  # noqa: E402
 from components.scenarios import (on_scenario, on_scenario_prompt, on_settings_scenario, scenario_choices,  # noqa: E402
                                   scenario_of, scenario_prompt_choices)
@@ -449,9 +449,12 @@ def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
                                 concurrency_id=GENERATION, show_progress="minimal", show_progress_on=ui.status,
                                 **PRIVATE)
     ui.run_btn.click(None, js=SCROLL_TO_LIVE_JS)  # in the presenter view, the live chart comes into sight
-    ui.stop_btn.click(by_name(ui, on_stop), inputs=el(ui, "comparison", "origin", "look"),
-                      outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary", "live_plot",
-                                 "sbon_text", "bon_text"), cancels=[run_event], **PRIVATE)
+    stop = ui.stop_btn.click(by_name(ui, on_stop), inputs=el(ui, "comparison", "origin"),
+                             outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary"),
+                             cancels=[run_event], **PRIVATE)
+    stop.then(by_name(ui, after_stop), inputs=el(ui, "comparison", "origin", "look"),
+              outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary", "live_plot", "sbon_text",
+                         "bon_text"), **PRIVATE)
 
 
 def wire_settings(ui: SimpleNamespace) -> None:

@@ -194,11 +194,18 @@ class Runs:
                    WARNING: failed}
 
 
-def on_stop(comp: Comparison | None, origin: str | None, look: Any = None) -> dict[str, Any]:
+def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+    """The Stop click's answer, at once (it cancels the run): what the views show now."""
     scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
     status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
               "stay empty" if scoring else "Stopped: the views still show the previous run")
-    return {"status": status, "caption": status, **IDLE, **restored(comp, origin, as_look(look))}
+    return {"status": status, "caption": status, **IDLE, **restored(comp, origin)}
+
+
+def after_stop(comp: Comparison | None, origin: str | None, look: Any = None) -> dict[str, Any]:
+    """Once the run is cancelled: the live chart and both answers it had replaced put back, and the stop said again
+    over any progress line the run had sent before it ended."""
+    return {**on_stop(comp, origin), **restored(comp, origin, as_look(look))}
 
 
 # -- the models: what is loaded, the defaults' load at start ------------------------------------------

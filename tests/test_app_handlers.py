@@ -326,8 +326,10 @@ def test_stop_says_what_the_views_show(app):
     recorded = app.show_recorded("curves")["comparison"]
     before = runs.on_stop(recorded, "the recorded run")
     assert before["status"] == "Stopped: the views still show the previous run" and before["running"] is None
-    shown = app.show_recorded("curves")  # and they do: the stopped run's half-drawn chart and answers are replaced
-    assert before["live_plot"] == shown["live_plot"] and before["bon_text"].value == shown["bon_text"].value != ""
+    # ... and once the run is cancelled, they do: the stopped run's half-drawn chart and answers are replaced
+    after, shown = runs.after_stop(recorded, "the recorded run"), app.show_recorded("curves")
+    assert after["status"] == before["status"] and after["running"] is None
+    assert after["live_plot"] == shown["live_plot"] and after["bon_text"].value == shown["bon_text"].value != ""
     ready = dataclasses.replace(recorded, partials={})  # a run stopped after its final frame, before its prefixes
     during = runs.on_stop(ready, "your run")
     assert "Trade-off and Pruning-signals views of this run stay empty" in during["status"]
