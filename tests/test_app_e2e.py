@@ -298,9 +298,9 @@ def test_stop_cancels_within_two_seconds_and_the_app_stays_usable(page, server):
     # overwritten the views before.
     assert _within(30, lambda: server.log.read_text().count("run ended") > ended), "the stopped run never ended"
     assert "Stopped" in _text(page, "#status") and "recorded run" in _text(page, "#run-source")
-    # and the views are the recorded run's again: its live chart, not the stopped run's last frame
-    title = "document.querySelector('#live-plot .gtitle')?.textContent || ''"
-    assert _within(10, lambda: not page.evaluate(title).startswith("Live")), page.evaluate(title)
+    # and the views are the recorded run's again: its live chart (a dot per candidate), not the stopped run's frame
+    dots = "document.querySelectorAll('#live-plot .scatterlayer .point').length"
+    assert _within(10, lambda: page.evaluate(dots) >= 16), page.evaluate(dots)
     # The generation slot is free: a small run now finishes, and the stopped one never did (had it kept
     # running, this run would have queued behind it and the log would show it finishing first).
     _settings(page, "Name a colour.", n=4, tokens=8)
