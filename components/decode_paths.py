@@ -251,8 +251,7 @@ class DecodePaths:
             return f"{generator_title(name)} decodes with CUDA graphs."
         if name in self._started and default_device().type == "cuda":
             return f"⚙ {generator_title(name)}: capturing its CUDA graphs (seconds)."
-        if any(os.environ.get(v) not in (None, "", "auto") for v in ("SBON_WEIGHTS", "SBON_DECODE")):
-            # forced: the path the runs take, not the measured choice they were told to leave
+        if path.forced:  # the path the runs take, not the measured choice they were told to leave
             return f"{generator_title(name)} decodes with {now}, as this app was started to."
         if choice is not None:
             return f"{generator_title(name)} decodes with {choice.words}." if choice.weights else f"{generator_title(name)}: {choice.words}."

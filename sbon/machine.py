@@ -279,6 +279,7 @@ class AutoPath:
     decode: str  # "eager" or "compiled"
     threads: int | None = None  # the CPU threads it was measured at (None: nothing measured, or a GPU)
     choice: Choice | None = None  # this machine's measured choice (None: nothing measured yet)
+    forced: bool = False  # SBON_WEIGHTS or SBON_DECODE chose part of it, not the measured choice
 
     @property
     def measured(self) -> bool:
@@ -312,7 +313,7 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
                        key=Measured.per_step)
         path = (fmt, steps[0].decode if steps else ("eager" if cpu else "compiled"))
     return AutoPath(path[0], decode or path[1], measured.fingerprint.get("threads") if measured and cpu else None,
-                    choice)
+                    choice, forced=bool(weights or decode))
 
 
 # -- the class of machine a run names ----------------------------------------------------------------------------
