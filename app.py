@@ -453,8 +453,7 @@ def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
                              outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary"),
                              cancels=[run_event], **PRIVATE)
     stop.then(by_name(ui, after_stop), inputs=el(ui, "comparison", "origin", "look"),
-              outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary", "live_plot", "sbon_text",
-                         "bon_text"), **PRIVATE)
+              outputs=el(ui, "status", "caption", "running", "stop_btn", "live_plot", "sbon_text", "bon_text"), **PRIVATE)
 
 
 def wire_settings(ui: SimpleNamespace) -> None:

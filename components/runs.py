@@ -31,7 +31,7 @@ from .torch_thread import on_one_thread
 from .replays import GALLERY
 from .rounds import round_figure
 from .updates import WARNING, Refused, Update
-from .views import NOT_PRESENTING, SHOWN, Shown, as_look, restored, show
+from .views import NOT_PRESENTING, SHOWN, Shown, as_look, redrawn, restored, show
 
 LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames, so the screen
@@ -118,7 +118,7 @@ class Runs:
         *setting_values, kind, shown, origin, look = values
         look = as_look(look)
         def idle() -> dict[str, Any]:  # a run that ends without a result puts the views back (drawn only then)
-            return {**IDLE, **restored(shown, origin, look)}
+            return {**IDLE, **restored(shown, origin), **redrawn(shown, look)}
 
         try:
             settings = settings_from(setting_values)
@@ -196,16 +196,20 @@ class Runs:
 
 def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
     """The Stop click's answer, at once (it cancels the run): what the views show now."""
-    scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
-    status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
-              "stay empty" if scoring else "Stopped: the views still show the previous run")
-    return {"status": status, "caption": status, **IDLE, **restored(comp, origin)}
+    return {**_stopped(comp, origin), **IDLE, **restored(comp, origin)}
 
 
 def after_stop(comp: Comparison | None, origin: str | None, look: Any = None) -> dict[str, Any]:
     """Once the run is cancelled: the live chart and both answers it had replaced put back, and the stop said again
     over any progress line the run had sent before it ended."""
-    return {**on_stop(comp, origin), **restored(comp, origin, as_look(look))}
+    return {**_stopped(comp, origin), **IDLE, **redrawn(comp, as_look(look))}
+
+
+def _stopped(comp: Comparison | None, origin: str | None) -> dict[str, str]:
+    scoring = comp is not None and origin == "your run" and not comp.partials  # stopped after the final frame
+    status = ("Stopped while Best-of-N's prefixes were scored: the Trade-off and Pruning-signals views of this run "
+              "stay empty" if scoring else "Stopped: the views still show the previous run")
+    return {"status": status, "caption": status}
 
 
 # -- the models: what is loaded, the defaults' load at start ------------------------------------------

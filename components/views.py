@@ -142,16 +142,23 @@ def show(shown: Shown, status: str = "") -> dict[str, Any]:
             "status": status, "live_plot": last_round(shown.comp, shown.look), **NOT_PRESENTING}
 
 
-def restored(comp: Comparison | None, origin: str | None, look: Look | None = None) -> dict[str, Any]:
-    """What a run that ended without a result (refused, failed, stopped) gives back to the run the views still
-    show: the description and the headline, and with ``look`` also the live chart at its last round and both
-    answers (the run replaced them with its progress while it went)."""
+def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
+    """The description and headline of the run the views still show (a run replaced them with its
+    progress while it went)."""
     if comp is None:
         return {"source": "", "summary": ""}
-    shown = Shown(comp, origin or "the run shown before", look=look or Look())
-    drawn = {"live_plot": last_round(comp, look), "sbon_text": VIEWS["sbon_text"](shown),
-             "bon_text": VIEWS["bon_text"](shown)} if look is not None else {}
-    return {"source": VIEWS["source"](shown), "summary": VIEWS["summary"](shown), **drawn}
+    shown = Shown(comp, origin or "the run shown before")
+    return {"source": VIEWS["source"](shown), "summary": VIEWS["summary"](shown)}
+
+
+def redrawn(comp: Comparison | None, look: Look) -> dict[str, Any]:
+    """The live chart at its last round and both answers of the run the views still show, which a run that
+    ended without a result (refused, failed, stopped) had replaced with its own."""
+    if comp is None:
+        return {}
+    shown = Shown(comp, "the run shown before", look=look)
+    return {"live_plot": last_round(comp, look), "sbon_text": VIEWS["sbon_text"](shown),
+            "bon_text": VIEWS["bon_text"](shown)}
 
 
 # -- one view redrawn ------------------------------------------------------------------------------
