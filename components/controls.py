@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sbon.config import METHOD_SPECS, PRUNING_METHODS, RunConfig, setting
+from sbon.config import IN_WORDS, METHOD_SPECS, PRUNING_METHODS, RunConfig, setting
 from sbon.cut import UNDECIDED
 from sbon.errors import SBoNError
 from sbon.options import field_kind
@@ -101,11 +101,6 @@ class RunSettings(RunConfig):
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# Each number control's name in its messages, as its label says it ("max new tokens", not max_new_tokens).
-IN_WORDS = {"n": "N", "alpha": "α", "tau": "τ", "kv_budget": "the KV budget", "first_decision": "the first decision point",
-            "max_new_tokens": "max new tokens", "top_p": "top-p", "top_k": "top-k", "seed": "the seed"}
 
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:

@@ -44,6 +44,12 @@ PRUNING_METHODS = tuple(name for name, spec in METHOD_SPECS.items() if spec.prun
 COMMON_PARAMS = ("n", "max_new_tokens", "temperature", "top_p", "top_k", "seed")
 
 
+# A setting's name in a message, as the page labels it and as validate's messages say it ("max new tokens", not
+# max_new_tokens); a setting not listed is named as it is.
+IN_WORDS = {"n": "N", "alpha": "α", "tau": "τ", "kv_budget": "the KV budget", "first_decision": "the first decision point",
+            "max_new_tokens": "max new tokens", "top_p": "top-p", "top_k": "top-k", "seed": "the seed"}
+
+
 def resolve_first_decision(first_decision: int | None, max_new_tokens: int) -> int:
     """The first decision point in tokens: the given one (checked), else the default, or half of
     ``max_new_tokens`` for shorter responses."""
