@@ -25,6 +25,13 @@ def prompts():
     return common.load_prompts(2)
 
 
+@pytest.fixture(scope="module")
+def short(prompts):
+    """The first benchmark prompt with a short instruction, for the benchmarks that need more new tokens than the
+    prompt has tokens (at batch size 1 the steps are many and slow, one per token)."""
+    return [{**prompts[0], "instruction": "Name a colour."}]
+
+
 def test_parser_knows_every_experiment():
     parser = build_parser()
     for name in ("table1", "counterfactual", "memory", "engine"):
@@ -124,11 +131,10 @@ def test_counterfactual_and_recompute_from_file(gen, likelihood, prompts, tmp_pa
     assert len(again["grid"]) == 4 and again["settings"]["alphas"] == [0.5, 0.9]
 
 
-def test_memory(gen, likelihood, prompts, tmp_path):
+def test_memory(gen, likelihood, short, tmp_path):
     # 2B candidates must fit in B x (prompt + new tokens) at their first token: new tokens > prompt
-    # (one prompt: at batch size 1 the steps are many and slow)
-    tokens = len(gen.encode_prompt(prompts[0]["instruction"])) + 4
-    result = memory.run_memory(gen, likelihood, prompts[:1], b=1, factor=2, max_new_tokens=tokens, quiet=True)
+    tokens = len(gen.encode_prompt(short[0]["instruction"])) + 4
+    result = memory.run_memory(gen, likelihood, short, b=1, factor=2, max_new_tokens=tokens, quiet=True)
     assert result["sizes"] == [1, 2] and not result["summary"]["skipped_prompts"]
     for r in result["rows"]:
         assert r["bo1_time"] <= r["bo2_time"] and r["bo1_reward"] <= r["bo2_reward"]
@@ -144,16 +150,16 @@ def neg_perplexity(gen):
 
 
 @pytest.fixture(scope="module")
-def small_efficiency(gen, neg_perplexity, prompts):
+def small_efficiency(gen, neg_perplexity, short):
     """Best-of-1 and Best-of-2 on two accelerators vs Speculative Rejection from 2 in the budget of 1
-    complete candidate (one prompt: at batch size 1 the steps are many and slow), scored by the perplexity
-    benchmark's reward: one run serves both benchmarks' tests (the efficiency one holds for any reward)."""
-    tokens = len(gen.encode_prompt(prompts[0]["instruction"])) + 4  # 2 (p + 1) <= 1 (p + tokens)
-    return efficiency.run_efficiency(gen, neg_perplexity, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
+    complete candidate, scored by the perplexity benchmark's reward: one run serves both benchmarks' tests (the
+    efficiency one holds for any reward)."""
+    tokens = len(gen.encode_prompt(short[0]["instruction"])) + 4  # 2 (p + 1) <= 1 (p + tokens)
+    return efficiency.run_efficiency(gen, neg_perplexity, short, b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
                                      quiet=True)
 
 
-def test_efficiency(gen, neg_perplexity, small_efficiency, prompts, tmp_path):
+def test_efficiency(gen, neg_perplexity, small_efficiency, short, tmp_path):
     result = small_efficiency
     (row,) = result["rows"]
     s = result["summary"]
@@ -175,7 +181,7 @@ def test_efficiency(gen, neg_perplexity, small_efficiency, prompts, tmp_path):
     path = common.write_json({"settings": {}, **result}, tmp_path / "efficiency.json")
     _, saved = efficiency.saved_rows(str(path))
     tokens = row["kv_budget"] - row["prompt_tokens"]
-    again = efficiency.run_efficiency(gen, neg_perplexity, prompts[:1], b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
+    again = efficiency.run_efficiency(gen, neg_perplexity, short, b=1, n=2, alphas=[0.5], max_new_tokens=tokens,
                                       quiet=True, saved=saved)
     assert again["summary"]["bon"] == s["bon"] and again["rows"][0]["batch_s"] == row["batch_s"]
     assert again["rows"][0]["sbon"][0.5]["best"] == row["sbon"][0.5]["best"]

@@ -415,14 +415,14 @@ budget = 4 * (len(gen.encode_prompt("Hi")) + 4)
 config = RunConfig(method="sbon", n=4, alpha=0.5, max_new_tokens=8, kv_budget=budget, decode="auto", seed=3)
 comp = drive(comparison_events(gen, reward, "Hi", config, taus=[4]), ComparisonDone).comparison
 ref = loaded["fp32"]
-ref_run = run(events(ref, load_reward("likelihood", generator=ref), "Hi",
-                     config.replace(decode="eager", method="bon", kv_budget=None)))
+ref_run = gen.weights == "fp32" and run(events(ref, load_reward("likelihood", generator=ref), "Hi",
+                                               config.replace(decode="eager", method="bon", kv_budget=None)))
 print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "weights": gen.weights,
                   "chosen": [choice.weights, choice.decode], "decode": comp.speculative.decode,
                   "exact": {p.weights: p.exact for p in choice.paths if p.decode == "eager"},
                   "sbon": {c.id: c.token_ids for c in comp.speculative.candidates},
                   "bon": {c.id: c.token_ids for c in comp.bon.candidates},
-                  "fp32": {c.id: c.token_ids for c in ref_run.candidates}}))
+                  "fp32": ref_run and {c.id: c.token_ids for c in ref_run.candidates}}))
 """
 
 
