@@ -227,35 +227,42 @@ class DecodePaths:
             log.info("the CUDA graphs of %s are captured (%.1f s after its load; %.1f s capturing)", name,
                      time.perf_counter() - self._started[name], dec.capture_s)
 
-    def status(self, name: str) -> str:
-        """One line for the page about this generator's decode path ('' where it has nothing to say)."""
+    def status(self, name: str, alone: bool = False) -> str:
+        """One line for the page about this generator's decode path ('' where it has nothing to say). ``alone``: the
+        line follows one that named this generator, the only one loaded, so it says "It" instead of the name again."""
+        who, lead = ("It", "") if alone else (generator_title(name), f"{generator_title(name)}: ")
         path = self.path(name)  # the choice file, read once per tick
         choice = path.choice
         if name in self._children or choice is not None:
             self._measure(name, path)  # a provisional choice is measured again between runs, once its wait is over
         if name in self._failed:
-            return f"{generator_title(name)} decodes one operation at a time (slower): {self._failed[name]}."
+            return f"{who} decodes one operation at a time (slower): {self._failed[name]}."
         child = self._children.get(name)
         running = child is not None and child.poll() is None
         now = title(path.weights, path.decode, str(default_device()))
         if running:
             doing = ("compiling its fastest ways of decoding" if choice else
                      "measuring how fast each way of decoding runs on this machine")
-            return (f"⚙ {generator_title(name)}: {doing} in the background (for "
+            return (f"⚙ {sentence(lead + doing)} in the background (for "
                     f"{time.perf_counter() - self._started[name]:.0f} s; runs go first and meanwhile use {now}"
                     + ("" if path.measured else ", exact without measuring") + ").")
         if child is not None and child.returncode and choice is None:
-            return (f"{generator_title(name)} decodes with {now}: measuring how fast each way of decoding runs here failed "
+            return (f"{who} decodes with {now}: measuring how fast each way of decoding runs here failed "
                     f"(exit status {child.returncode}; the app's log says why).")
         if name in self._gpu_ready:
-            return f"{generator_title(name)} decodes with CUDA graphs."
+            return f"{who} decodes with CUDA graphs."
         if name in self._started and default_device().type == "cuda":
-            return f"⚙ {generator_title(name)}: capturing its CUDA graphs (seconds)."
+            return f"⚙ {sentence(lead + 'capturing its CUDA graphs')} (seconds)."
         if path.forced:  # the path the runs take, not the measured choice they were told to leave
-            return f"{generator_title(name)} decodes with {now}, as this app was started to."
+            return f"{who} decodes with {now}, as this app was started to."
         if choice is not None:
-            return f"{generator_title(name)} decodes with {choice.words}." if choice.weights else f"{generator_title(name)}: {choice.words}."
+            return f"{who} decodes with {choice.words}." if choice.weights else f"{sentence(lead + choice.words)}."
         return ""
+
+
+def sentence(text: str) -> str:
+    """``text`` with a capital first letter: where a line drops the name it would have started with."""
+    return text[:1].upper() + text[1:]
 
 
 def _measure_in_child(name: str, gate: RunGate) -> subprocess.Popen:

@@ -35,7 +35,7 @@ from sbon.results import RunResult
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
 
-from .decode_paths import DecodePaths, app_decode
+from .decode_paths import DecodePaths, app_decode, sentence
 from .torch_thread import TORCH_THREAD
 
 log = logging.getLogger(__name__)
@@ -238,14 +238,16 @@ class ModelCache:
         if self.decode_paths:
             self.decode_paths.observe(result.generator, result)
 
-    def decode_status(self, generator: str) -> str:
-        """One line for the page about this generator's decode path ('' where there is nothing to say)."""
+    def decode_status(self, generator: str, alone: bool = False) -> str:
+        """One line for the page about this generator's decode path ('' where there is nothing to say); ``alone`` as
+        in DecodePaths.status."""
         if not self.decode_paths:
             return ""
         if not self.is_current(generator):  # measured since it loaded: a run never changes its path midway
-            return (f"{generator_title(generator)}: a faster way of decoding was measured here, "
-                    f"{self.decode_paths.choice(generator).words}; the next run loads it (seconds).")
-        return self.decode_paths.status(generator)
+            lead = "" if alone else f"{generator_title(generator)}: "
+            return (sentence(f"{lead}a faster way of decoding was measured here, "
+                             f"{self.decode_paths.choice(generator).words}; the next run loads it (seconds)."))
+        return self.decode_paths.status(generator, alone)
 
     def load_async(self, generator: str, reward: str) -> Future:
         """Start loading in the background thread (or join the load already under way) and return

@@ -229,7 +229,7 @@ def models_status() -> str:
                      f", judged by {', '.join(reward_title(r) for r in rews) or 'no reward yet'}.")
     elif not step:
         parts.append("No model is loaded: the next Run loads the ones it asks for.")
-    parts += [line for g in gens if (line := MODELS.decode_status(g))]
+    parts += [line for g in gens if (line := MODELS.decode_status(g, alone=len(gens) == 1))]
     for (g, r), why in MODELS.failures().items():
         parts.append(f"⚠ loading {generator_title(g)} with {reward_title(r)} failed: {why}")
     return " ".join(parts)

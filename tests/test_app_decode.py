@@ -68,6 +68,8 @@ def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_i
         assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: measuring how fast each way of decoding "
                                              "runs on this machine in the background") and \
             "full-precision numbers, one operation at a time, exact without measuring" in steps.status(NAME)
+        # after a line that named the generator, the only one loaded, the line does not name it again
+        assert steps.status(NAME, alone=True).startswith("⚙ Measuring how fast each way of decoding runs on this machine")
     finally:
         child.kill()
         child.wait()
@@ -88,6 +90,7 @@ def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(ge
     assert steps.decode(NAME, gen_int4) == "eager" and NAME not in steps._children  # measured: no child
     assert steps.status(NAME).startswith(f"{generator_title(NAME)} decodes with 4-bit weights, one operation at a time: "
                                          "50.0 ms per step for 7 candidates")
+    assert steps.status(NAME, alone=True).startswith("It decodes with 4-bit weights, one operation at a time: ")
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0), measured("int4", "compiled", 20.0)])
     assert compiled_state(gen_int4) is None  # chosen, but its step is not saved on this machine: eager
     assert steps.decode(NAME, gen_int4) == "eager"
