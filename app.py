@@ -220,7 +220,7 @@ def build_run_bar(ui: SimpleNamespace) -> None:
         ui.run_btn = gr.Button("▶ Run", variant="primary", elem_id="run", scale=0, min_width=90)
         ui.stop_btn = gr.Button("■ Stop", variant="stop", visible=False, elem_id="stop", scale=0, min_width=80)
         ui.seed = gr.Number(DEFAULTS.seed, label="seed", show_label=False, precision=0, elem_id="seed", scale=0,
-                            min_width=80, container=False)
+                            min_width=140, container=False)
         ui.new_seed = gr.Button("↻ New seed", elem_id="new-seed", scale=0, min_width=110)
         ui.present_btn = gr.Button("▶ Present rounds", elem_id="present-rounds", scale=0, min_width=150)
         ui.present_prev = gr.Button("◀", elem_id="present-prev", scale=0, min_width=50, visible=False)

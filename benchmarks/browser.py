@@ -162,7 +162,8 @@ def check_plots(page, shots: Path | None = None, prefix: str = "") -> dict[str, 
 
 def run_controls_beside_plot(page) -> dict[str, Any]:
     """Scroll as a lecturer would, so the live plot's drawing area is in the middle of the window (the
-    run bar sticks to the top), and say whether the Run button and that whole area are on screen together."""
+    run bar sticks to the top), and say whether the Run button and that whole area are on screen together, and
+    which of the run bar's controls run off its right end or out of it (``cut_off``, by their ids)."""
     page.evaluate("""() => { const bar = document.querySelector('#run-bar').getBoundingClientRect();
         const area = document.querySelector('#live-plot .nsewdrag');
         const r = area.getBoundingClientRect();
@@ -170,8 +171,11 @@ def run_controls_beside_plot(page) -> dict[str, Any]:
     time.sleep(0.3)
     return page.evaluate("""() => { const r = (s) => document.querySelector(s).getBoundingClientRect();
         const run = r('#run'), area = r('#live-plot .nsewdrag'), h = window.innerHeight;
-        return {run_visible: run.top >= 0 && run.bottom <= h, plot_visible: area.top >= r('#run-bar').bottom - 1 && area.bottom <= h,
-                run: [run.top, run.bottom], plot_area: [area.top, area.bottom], viewport: h}; }""")
+        const bar = r('#run-bar'), right = Math.min(bar.right, window.innerWidth) + 1;
+        const cut = [...document.querySelectorAll('#run-bar > *')].filter((e) => e.getBoundingClientRect().width
+            && (e.getBoundingClientRect().right > right || e.getBoundingClientRect().bottom > bar.bottom + 1));
+        return {run_visible: run.top >= 0 && run.bottom <= h, plot_visible: area.top >= bar.bottom - 1 && area.bottom <= h,
+                cut_off: cut.map((e) => e.id), run: [run.top, run.bottom], plot_area: [area.top, area.bottom], viewport: h}; }""")
 
 
 # The presenter view's promise, measured in CSS pixels (a 1280×720 projector at 150 % is 853×480 of them):

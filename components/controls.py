@@ -262,6 +262,7 @@ UNDECIDED_CHOICES = [("rank them anyway (the paper's rule)", "paper"),
                      ("decide by a fair random draw", "random")]
 METHOD_KNOBS = ("tau", "kv_budget", "first_decision")  # controls that only some methods read (METHOD_SPECS' params)
 MAX_SEED = 2**31 - 1
+NEW_SEEDS = 10**6  # New seed draws below this: six digits at most
 
 
 def controls_for(comp: Any, automatic: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -295,10 +296,11 @@ def on_method(method: str) -> dict[str, Any]:
 
 
 def on_new_seed(seed: Any) -> int:
-    """A fresh seed for the next run (other candidates, same settings), never the one shown."""
+    """A fresh seed for the next run (other candidates, same settings), never the one shown. At most six digits, so a
+    class reads it off the screen and types it in; any seed up to MAX_SEED can be typed."""
     current = int(seed) if isinstance(seed, (int, float)) and math.isfinite(seed) else -1
-    fresh = random.randrange(MAX_SEED)
-    return fresh if fresh != current else (fresh + 1) % MAX_SEED
+    fresh = random.randrange(NEW_SEEDS)
+    return fresh if fresh != current else (fresh + 1) % NEW_SEEDS
 
 
 def on_prompt(text: str) -> dict[str, Any]:

@@ -26,11 +26,18 @@ CSS = """
            border-bottom: 1px solid var(--border-color-primary); padding: 6px 4px; align-items: center; }
 #run-bar button { min-width: 6em; white-space: nowrap; }
 #run-bar { flex-wrap: nowrap; gap: 8px; }
+/* A window too narrow for the whole run bar and a status line beside it wraps the bar rather than cutting off its
+   right end (the presenter view keeps one row: it leaves the seed and the status line out). */
+@media (max-width: 1100px) { #run-bar { flex-wrap: wrap; } }
 .js-plotly-plot, #live-plot, #scatter, #rounds-plot { scroll-margin-top: 90px; }  /* not under the run bar */
 /* Plotly's toolbar lies over the title's first line: shown only while the pointer is on the plot, never on a phone */
 .js-plotly-plot .modebar-container { opacity: 0; transition: opacity 0.2s; }
 .js-plotly-plot:hover .modebar-container { opacity: 1; }
 @media (max-width: 640px) { .js-plotly-plot .modebar-container { display: none; } }
+/* The seed box has no room for a label over it in the run bar: its name stands inside it, before the number. */
+#seed label { display: flex; align-items: center; }
+#seed input { flex: 1 1 auto; width: calc(6ch + 2em); min-width: 0; }  /* six digits: New seed's */
+#seed label::before { content: "Seed"; padding-left: 8px; color: var(--body-text-color-subdued); white-space: nowrap; }
 #status { min-height: 1.5em; }
 #status p { margin: 0; }
 .sbon-candidate p { margin: 0.3em 0; }
@@ -50,7 +57,8 @@ body.presenter #live-column { order: -1; }
 body.presenter #run-bar { flex-wrap: nowrap !important; font-size: 20px; padding: 2px 4px !important; gap: 6px !important; }
 body.presenter #run-bar button { font-size: 18px; padding-top: 4px !important; padding-bottom: 4px !important; }
 body.presenter #run-bar #status { display: none !important; }
-#present-timed, #presenter { flex: none !important; width: auto !important; min-width: 0 !important; white-space: nowrap; }
+#present-timed, #presenter { flex: none !important; width: auto !important; min-width: 0 !important; white-space: nowrap;
+                             margin: 0 !important; }
 #present-rounds { min-width: fit-content !important; }
 body.presenter #round-caption, body.presenter #round-caption * { font-size: 20px !important; line-height: 1.3 !important; }
 body.presenter #round-caption { min-height: 0 !important; height: calc(2 * 1.3 * 20px + 2px); overflow: hidden; }

@@ -439,7 +439,7 @@ def test_run_controls_and_the_live_plot_share_one_screen(browser, server, screen
         seen = run_controls_beside_plot(page)
     finally:
         page.context.close()
-    assert seen["run_visible"] and seen["plot_visible"], seen
+    assert seen["run_visible"] and seen["plot_visible"] and not seen["cut_off"], seen
 
 
 def test_a_run_replaces_the_headline_with_its_race_and_refuses_a_second_click(page):
