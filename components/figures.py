@@ -18,7 +18,7 @@ from sbon.results import PHASES
 from .fates import fate_color, fate_order
 from .reasons import decimals, point_reasons, pruning_cost, reward_scale
 from .rounds import COST_NAME
-from .style import BON_COLOR, FINAL_SYMBOL, LEGEND_SIZE, PARTIAL_SYMBOL, axis_titles, ring, styled
+from .style import BON_COLOR, FINAL_SYMBOL, LEGEND_SIZE, PARTIAL_SYMBOL, axis_titles, ring, shape_keys, styled
 
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
 
@@ -87,10 +87,8 @@ def partial_final_scatter(comp: Comparison, round: int = 1) -> go.Figure:
                              showlegend=not costly.empty,
                              marker=ring("circle-open", "#000000", 22, 2.5)))
     both = not live.empty and bool(df.finished.any())  # a lone shape needs no key
-    for label, symbol in (("● partial reward", PARTIAL_SYMBOL), ("◆ finished: final reward", FINAL_SYMBOL)):
-        if both:
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=label, hoverinfo="skip",
-                                     marker=dict(color="#6c757d", size=10, symbol=symbol)))
+    if both:
+        fig.add_traces(shape_keys())
     fig.add_vline(x=point.cut, line=dict(color="#264653", dash="dash", width=2),
                   annotation_text=f"cut {point.cut:.{dx}f}", annotation_position="top left")
     styled(fig, f"Partial vs final reward at round {round} (after {point.tokens} tokens) · "

@@ -28,8 +28,8 @@ from sbon.results import DecisionPoint, RunResult, pruned_in
 from .fates import fate_color
 from .reasons import (UNDECIDED_DONE, coin_toss, coin_toss_text, marked_undecided, point_reasons, pruning_cost,
                       reward_scale, tie_text)
-from .style import (SHAPE_KEYS, CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
-                    presenter_name, ring, styled, wrap_title)
+from .style import (CUT_COLOR, axis_titles, fit_margins, EARLIER_COLOR, FINAL_SYMBOL, FINISHED_EARLY_COLOR, PARTIAL_SYMBOL, SURVIVED_COLOR,
+                    presenter_name, ring, shape_keys, styled, wrap_title)
 
 ROW_PX = 15  # plot height per candidate
 COST_NAME = "○ pruning it cost reward (hover)"
@@ -171,12 +171,6 @@ def run_captions(comp: Any) -> list[str]:
     return captions
 
 
-def _marker_key(name: str, symbol: str) -> go.Scatter:
-    """A legend-only entry for a marker shape (the fate traces mix shapes)."""
-    return go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip", legendgroup=SHAPE_KEYS,
-                      marker=dict(color="#6c757d", size=10, symbol=symbol))
-
-
 def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: str = "") -> list[go.Scatter]:
     """The frame of the last of ``views``: survived, pruned, cut, retired, pruned earlier, the cost
     ring, the undecided mark and the two shape keys, always these nine traces, so animation frames line up.
@@ -220,8 +214,7 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
         hovertemplate="candidate %{y}: %{customdata[0]}<extra></extra>"))
     # The shape keys only when both shapes are drawn: a lone shape needs no key.
     both = any(k in final for k in view.contenders) and any(k not in final for k in view.contenders)
-    traces += [_marker_key("● partial reward", PARTIAL_SYMBOL).update(visible=both),
-               presenter_name(_marker_key("◆ finished: final reward", FINAL_SYMBOL).update(visible=both), "◆ final reward")]
+    traces += shape_keys(visible=both)
     return traces
 
 

@@ -53,6 +53,18 @@ PRESENTER_AXIS_CHARS = 44  # an x-axis title is centred on the plot area, narrow
 PRESENTER_LEGEND_CHARS = 18  # characters per legend line beside the data ("pruned in round 4" on one line)
 PRESENTER_MIN_PLOT_PX = 150
 SHAPE_KEYS = "shape keys"  # the legend group of legend-only entries that explain a marker's shape
+# Those entries: a shape and what it marks (the legend draws the shape beside the name, so the name does not repeat it),
+# and the shorter name of the presenter view's legend.
+PARTIAL_KEY, FINAL_KEY = "partial reward", "finished: final reward"
+SHAPE_KEY_NAMES = ((PARTIAL_SYMBOL, PARTIAL_KEY, PARTIAL_KEY), (FINAL_SYMBOL, FINAL_KEY, "final reward"))
+
+
+def shape_keys(visible: bool = True) -> list[go.Scatter]:
+    """The legend-only entries for the two marker shapes (figures that mix them): shown only where ``visible``."""
+    return [presenter_name(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+                                      legendgroup=SHAPE_KEYS, visible=visible,
+                                      marker=dict(color="#6c757d", size=10, symbol=symbol)), short)
+            for symbol, name, short in SHAPE_KEY_NAMES]
 
 
 def ring(symbol: str, color: str, size: float, width: float) -> dict:

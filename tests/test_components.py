@@ -42,7 +42,7 @@ def test_scatter_has_one_point_per_contender_and_the_correlations(comparison, ro
         if trace.name in fates:
             assert trace.marker.color == fate_color(trace.name)
         else:  # the cost ring and the shape keys: legend entries only where marks of theirs are drawn
-            assert trace.name in (COST_NAME, "● partial reward", "◆ finished: final reward")
+            assert trace.name in (COST_NAME, "partial reward", "finished: final reward")
     # y is the final reward, from Best-of-N for the pruned
     ys = sorted(y for t in fig.data if t.name in fates for y in t.y)
     assert ys == pytest.approx(sorted(comparison.final_reward(k) for k in point.contenders))
