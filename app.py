@@ -355,7 +355,9 @@ def build_tradeoff_tab(ui: SimpleNamespace) -> None:
         ui.correlations = gr.Dataframe(label="Partial vs final reward of Best-of-N's candidates at each "
                                              "decision token τ", interactive=False, elem_id="correlations")
         gr.Markdown(CORRELATION_NOTE, elem_id="correlations-note")
-        with gr.Accordion("Tuned settings for a model and reward (python -m benchmarks tune)", open=False):
+        with gr.Accordion("Tuned settings for a model and reward", open=False):
+            gr.Markdown("A tuning run on the command line (`python -m benchmarks tune`) finds the cheapest decision "
+                        "point and α that keep the answer's quality; load the file it writes to use them here.")
             ui.tuning = gr.State(None)
             ui.tune_file = gr.File(label="Load a tuning result (tune.json)", file_types=[".json"],
                                    type="filepath", elem_id="tune-file")
