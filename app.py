@@ -45,7 +45,7 @@ from components import page_text  # noqa: E402
 from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES, UNDECIDED_CHOICES, RunSettings,  # noqa: E402
                                  api_parameter, generator_choices, method_choices, on_method, on_new_seed, on_prompt,
                                  reads, reward_choices, signal_labels)
-from components.presenter import (CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
+from components.presenter import (CAPTION_FIT_JS, CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
 from components.priority import serve_below_generation, start_generation  # noqa: E402
 from components.replays import (GALLERY, PAGES, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
@@ -544,6 +544,7 @@ def wire_replays(ui: SimpleNamespace, demo: gr.Blocks) -> None:
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
                  f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **LIGHT)
     demo.load(None, js=KEYS_JS)
+    demo.load(None, js=CAPTION_FIT_JS)
     ui.gallery.change(by_name(ui, on_gallery), inputs=el(ui, "gallery", "tradeoff_kind", "look"),
                       outputs=el(ui, *SHOWN, *SETTING_NAMES), api_name="gallery_open", show_progress="minimal", **LIGHT)
     ui.link_run.submit(by_name(ui, open_link), inputs=el(ui, "link_run", "tradeoff_kind", "look"),

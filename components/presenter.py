@@ -60,7 +60,8 @@ body.presenter #run-bar #status { display: none !important; }
 #present-timed, #presenter { flex: none !important; width: auto !important; min-width: 0 !important; white-space: nowrap;
                              margin: 0 !important; }
 #present-rounds { min-width: fit-content !important; }
-body.presenter #round-caption, body.presenter #round-caption * { font-size: 20px !important; line-height: 1.3 !important; }
+body.presenter #round-caption, body.presenter #round-caption * { font-size: var(--caption-px, 20px) !important;
+                                                                 line-height: 1.3 !important; }
 body.presenter #round-caption { min-height: 0 !important; height: calc(2 * 1.3 * 20px + 2px); overflow: hidden; }
 body.presenter #round-caption p { margin: 0 !important; }
 body.presenter #headline *, body.presenter #run-source *, body.presenter #savings-table * { font-size: 20px !important; }
@@ -103,6 +104,18 @@ KEYS_JS = """() => { document.addEventListener('keydown', (e) => {
   if (!forward && !back) return;
   const button = document.querySelector(forward ? '#present-next' : '#present-prev');
   if (button && button.offsetParent) { e.preventDefault(); button.click(); } }); }"""
+
+
+# The presenter view's caption box is two lines of 20 px high, so the chart under it never moves; a caption that needs
+# more (many clauses, a narrow window) is set smaller, down to CAPTION_MIN_PX, rather than losing its last words.
+CAPTION_MIN_PX = 15
+CAPTION_FIT_JS = """() => { const box = document.querySelector('#round-caption'); if (!box) return;
+  const fit = () => { box.style.removeProperty('--caption-px');
+    if (!document.body.classList.contains('presenter')) return;
+    for (let px = 19; px >= %d && box.scrollHeight > box.clientHeight + 1; px--) box.style.setProperty('--caption-px', px + 'px'); };
+  new MutationObserver(fit).observe(box, {childList: true, subtree: true, characterData: true});
+  new MutationObserver(fit).observe(document.body, {attributes: true, attributeFilter: ['class']});
+  window.addEventListener('resize', fit); fit(); }""" % CAPTION_MIN_PX
 
 
 def look_for(presenter: bool, viewport: dict | None) -> Look:

@@ -123,6 +123,14 @@ def test_the_presenters_last_step_shows_both_answers_and_the_headline_inside_the
         assert not scrolls, scrolls
         # the diamonds (finished contenders, by their final reward) have their legend entry where they are drawn
         assert any("partial reward" in legend and "final reward" in legend for legend in legends), legends
+        # a caption longer than its box's two lines (more clauses, a narrower window) is set smaller, not cut off
+        longer = page.evaluate("""async () => { const box = document.querySelector('#round-caption');
+            const p = box.querySelector('p') || box;
+            p.textContent += ' · and a clause more than two lines of twenty-pixel type can hold here';
+            await new Promise((done) => setTimeout(done, 200));
+            return {fits: box.scrollHeight <= box.clientHeight + 1, px: parseFloat(getComputedStyle(p).fontSize),
+                    chars: p.textContent.length}; }""")
+        assert longer["fits"] and 15 <= longer["px"] < 20, longer
     finally:
         page.context.close()
 
