@@ -1,11 +1,24 @@
-"""SBoN Explorer: Speculative Rejection (fast Best-of-N decoding) on any transformers model."""
+"""SBoN Explorer: Speculative Rejection (fast Best-of-N decoding) on any transformers model.
 
-from .algorithms import METHODS, best_of_n, events, run, speculative_bon_tau, speculative_rejection
-from .config import RunConfig
-from .engine import Generator, SamplingConfig
-from .errors import SBoNError
-from .models import load_generator, load_reward
-from .results import Candidate, RunResult
+The names below load their module on first use (PEP 562): ``import sbon.machine_load`` or ``python -m sbon.cache`` do
+not import torch and transformers' model stack first, which takes seconds."""
 
-__all__ = ["METHODS", "RunConfig", "best_of_n", "events", "run", "speculative_bon_tau", "speculative_rejection",
-           "Generator", "SamplingConfig", "SBoNError", "load_generator", "load_reward", "Candidate", "RunResult"]
+import importlib
+
+_MODULE_OF = {"METHODS": "algorithms", "best_of_n": "algorithms", "events": "algorithms", "run": "algorithms",
+              "speculative_bon_tau": "algorithms", "speculative_rejection": "algorithms", "RunConfig": "config",
+              "Generator": "engine", "SamplingConfig": "engine", "SBoNError": "errors", "load_generator": "models",
+              "load_reward": "models", "Candidate": "results", "RunResult": "results"}
+__all__ = list(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'sbon' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
