@@ -117,13 +117,16 @@ class Runs:
     def _run(self, *values: Any) -> Iterator[dict[str, Any]]:
         *setting_values, kind, shown, origin, look = values
         look = as_look(look)
-        def idle() -> dict[str, Any]:  # a run that ends without a result puts the views back (drawn only then)
-            return {**IDLE, **restored(shown, origin), **redrawn(shown, look)}
+        def ended(why: str) -> dict[str, Any]:
+            """A run that ends without a result: why, in the status line, the caption (the presenter view shows it, not
+            the status line) and a warning; the views it had replaced put back (drawn only then)."""
+            return {"status": f"⚠ {why}", "caption": f"⚠ {why}", WARNING: why, **IDLE, **restored(shown, origin),
+                    **redrawn(shown, look)}
 
         try:
             settings = settings_from(setting_values)
-        except SBoNError as e:  # the caption too: the presenter view shows it, not the status line
-            yield {"status": f"⚠ {e}", "caption": f"⚠ {e}", **idle(), WARNING: str(e)}
+        except SBoNError as e:
+            yield ended(str(e))
             return
         clicked = time.perf_counter()
         methods = (settings.method, "bon")
@@ -186,12 +189,10 @@ class Runs:
                         update["live_plot"] = progress.frame(tracker)
                     yield update
         except SBoNError as e:
-            yield {"status": f"⚠ {e}", "caption": f"⚠ {e}", "model_status": models_status(), **idle(), WARNING: str(e)}
+            yield {**ended(str(e)), "model_status": models_status()}
         except Exception as e:  # keep serving: one failed run must not take the app down
             log.exception("run failed")
-            failed = f"the run failed: {type(e).__name__}: {e}"
-            yield {"status": f"⚠ {failed}", "caption": f"⚠ {failed}", "model_status": models_status(), **idle(),
-                   WARNING: failed}
+            yield {**ended(f"the run failed: {type(e).__name__}: {e}"), "model_status": models_status()}
 
 
 def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
