@@ -230,7 +230,7 @@ class DecodePaths:
     def status(self, name: str, alone: bool = False) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say). ``alone``: the
         line follows one that named this generator, the only one loaded, so it says "It" instead of the name again."""
-        who, lead = ("It", "") if alone else (generator_title(name), f"{generator_title(name)}: ")
+        who, lead = subject(name, alone)
         path = self.path(name)  # the choice file, read once per tick
         choice = path.choice
         if name in self._children or choice is not None:
@@ -258,6 +258,12 @@ class DecodePaths:
         if choice is not None:
             return f"{who} decodes with {choice.words}." if choice.weights else f"{sentence(lead + choice.words)}."
         return ""
+
+
+def subject(name: str, alone: bool) -> tuple[str, str]:
+    """How a model line names the generator ``name``: as the subject of a sentence, and as the lead before a colon ('' =
+    the line starts with what follows, made a sentence). ``alone``: the line before named it, the only one loaded."""
+    return ("It", "") if alone else (generator_title(name), f"{generator_title(name)}: ")
 
 
 def sentence(text: str) -> str:

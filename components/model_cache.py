@@ -35,7 +35,7 @@ from sbon.results import RunResult
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
 
-from .decode_paths import DecodePaths, app_decode, sentence
+from .decode_paths import DecodePaths, app_decode, sentence, subject
 from .torch_thread import TORCH_THREAD
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class ModelCache:
         if not self.decode_paths:
             return ""
         if not self.is_current(generator):  # measured since it loaded: a run never changes its path midway
-            lead = "" if alone else f"{generator_title(generator)}: "
+            _, lead = subject(generator, alone)
             return (sentence(f"{lead}a faster way of decoding was measured here, "
                              f"{self.decode_paths.choice(generator).words}; the next run loads it (seconds)."))
         return self.decode_paths.status(generator, alone)
