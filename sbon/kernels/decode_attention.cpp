@@ -9,8 +9,9 @@
 // Each (row, KV head) is computed by one thread, its sums in one fixed order, so a row's result does not depend on
 // the other rows of its batch or on the thread count: the coupled sampling stays exact. The scores and weights are
 // rounded to the cache's type where the eager step's matmuls round them.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <cmath>
