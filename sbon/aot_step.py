@@ -85,10 +85,20 @@ def weights_hash(model: torch.nn.Module) -> str:
 
 
 def step_path(gen, options: dict[str, Any]) -> Path:
+    return _steps() / f"{step_key(gen, options)}.pt"
+
+
+def any_saved() -> bool:
+    """Whether this machine holds any saved step. Naming one (``step_key``) builds the attention kernel where it is
+    not built yet and hashes the weights: seconds that a machine which never saved a step need not wait for."""
+    return any(_steps().glob("*.pt"))
+
+
+def _steps() -> Path:
     """Beside inductor's own caches ($SBON_CACHE/inductor, or TORCHINDUCTOR_CACHE_DIR): one folder to empty, or
     to point elsewhere, for a cold compile."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
-    return Path(cache_dir()) / "sbon-step" / f"{step_key(gen, options)}.pt"
+    return Path(cache_dir()) / "sbon-step"
 
 
 def _serializable(guards: Sequence[Any]) -> list[bool]:

@@ -305,7 +305,7 @@ def compiled_state(gen: Generator) -> str | None:
         return "loaded"
     options = dec.inductor if dec is not None else aot_step.INDUCTOR_OPTIONS
     try:
-        return "saved" if aot_step.step_path(gen, options).exists() else None
+        return "saved" if aot_step.any_saved() and aot_step.step_path(gen, options).exists() else None
     except Exception as e:  # noqa: BLE001 - a step that cannot be named is never saved (load_or_build says so too)
         log.warning("decode compiled: the saved step cannot be named (%s)", _reason(e))
         return None

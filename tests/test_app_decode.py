@@ -96,6 +96,20 @@ def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(ge
     assert steps.decode(NAME, gen_int4) == "eager"
 
 
+def test_a_machine_that_never_saved_a_step_does_not_name_one(gen_int4, unmeasured_machine, monkeypatch):
+    """Naming the saved step builds the attention kernel where it is not built yet and hashes the weights (seconds on
+    a fresh machine, before its first run): a cache without any saved step answers without naming one."""
+    named = []
+    monkeypatch.setattr("sbon.aot_step.step_key", lambda gen, options: named.append(gen.weights) or "another-step")
+    assert compiled_state(gen_int4) is None and named == []
+    saved = unmeasured_machine / "inductor" / "sbon-step"  # where this machine's steps are (its inductor cache)
+    saved.mkdir(parents=True)
+    (saved / "another-step.pt").touch()
+    assert compiled_state(gen_int4) == "saved" and named == ["int4"]
+    (saved / "another-step.pt").rename(saved / "a-third-step.pt")
+    assert compiled_state(gen_int4) is None and named == ["int4", "int4"]
+
+
 
 def test_a_forced_path_is_the_one_the_model_line_names(gen_int4, unmeasured_machine, monkeypatch):
     steps = DecodePaths()
