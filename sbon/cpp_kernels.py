@@ -13,11 +13,6 @@ from pathlib import Path
 
 import torch
 
-try:
-    import fcntl
-except ImportError:  # not on Windows: builds there are not guarded against a builder killed midway
-    fcntl = None
-
 log = logging.getLogger(__name__)
 
 SOURCES = Path(__file__).parent / "kernels"
@@ -51,14 +46,12 @@ def build(name: str, flags: Sequence[str], what: str) -> str | None:
 
 @contextlib.contextmanager
 def _building(folder: Path) -> Iterator[None]:
-    """One process at a time builds or loads ``folder``'s kernel, under a lock the system drops when its holder ends,
-    however it ends. torch's own lock there (a file its builder deletes when done) is then left only by a builder
-    that was killed midway (a measuring child ends with the app, by a signal): every later load would wait on it
-    forever, so it is removed."""
-    if fcntl is None:
-        yield
-        return
-    with open(folder / "build.flock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        (folder / "lock").unlink(missing_ok=True)
+    """One process at a time builds or loads ``folder``'s kernel (sbon.cache.one_at_a_time). torch's own lock there
+    (a file its builder deletes when done) is then left only by a builder that was killed midway (a measuring child
+    ends with the app, by a signal): every later load would wait on it forever, so it is removed, where the lock is
+    held (where it is not, a builder may be at work)."""
+    from .cache import one_at_a_time
+    with one_at_a_time(folder / "build.flock") as held:
+        if held:
+            (folder / "lock").unlink(missing_ok=True)
         yield

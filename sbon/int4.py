@@ -182,21 +182,24 @@ def _kept(path: str | Path, key: str, what: str, read: Callable[[], dict[str, to
     vocabulary) and unpacking its blocks take many times longer than reading them back."""
     from safetensors.torch import load_file, save_file
 
-    from .cache import cache_dir
+    from .cache import cache_dir, one_at_a_time
 
     st = Path(path).stat()
     kept = cache_dir() / "int4-blocks" / f"{Path(path).stem}-{st.st_size}-{st.st_mtime_ns}-{key}.safetensors"
     if kept.is_file():
         return load_file(kept)
-    tensors = read()
-    part = kept.with_name(f".{kept.name}.{os.getpid()}.part")  # written whole, then renamed: never read half
-    try:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        save_file(tensors, part)
-        os.replace(part, kept)
-    except OSError as e:  # a cache that cannot be written costs the next load time, never this one
-        part.unlink(missing_ok=True)
-        log.warning("int4 weights: %s were not kept in %s (%s)", what, kept.parent, e)
+    with one_at_a_time(kept.with_name(f".{kept.name}.lock")):
+        if kept.is_file():  # kept by another process meanwhile
+            return load_file(kept)
+        tensors = read()
+        part = kept.with_name(f".{kept.name}.{os.getpid()}.part")  # written whole, then renamed: never read half
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            save_file(tensors, part)
+            os.replace(part, kept)
+        except OSError as e:  # a cache that cannot be written costs the next load time, never this one
+            part.unlink(missing_ok=True)
+            log.warning("int4 weights: %s were not kept in %s (%s)", what, kept.parent, e)
     return tensors
 
 

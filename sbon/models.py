@@ -21,7 +21,7 @@ import torch
 from .attention import use_decode_attention
 from .engine import DTYPE_FORMATS, Generator, check_device, weight_format
 from .errors import SBoNError
-from .cache import cache_dir
+from .cache import cache_dir, one_at_a_time
 from .machine import auto_path
 from .rewards import LikelihoodReward, RewardModel, SequenceClassifierReward
 
@@ -249,11 +249,18 @@ def _dequantized_copy(name: str, folder: Path, gguf_file: str) -> Path:
     on every load (about 20 s for SmolLM2-135M with _gguf_parsed_once, 48 s without), the copy loads in
     about a second.
     Returns the package folder itself when the cache cannot be written."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     target = dequantized_copy_dir(name, gguf_file)
     if (target / "config.json").exists():
         return target
+    with one_at_a_time(target.with_name(f"{target.name}.lock")):
+        if (target / "config.json").exists():  # made by another process meanwhile
+            return target
+        return _dequantize(folder, gguf_file, target)
+
+
+def _dequantize(folder: Path, gguf_file: str, target: Path) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     try:
         with _gguf_parsed_once():

@@ -502,6 +502,34 @@ def test_int4_blocks_are_the_float32_copy_s_weights(gen):
     assert all(torch.equal(dequantize(*b), modules[name].weight.cpu()) for name, b in blocks.items())
 
 
+def test_two_loads_at_once_read_a_gguf_file_s_blocks_once(tmp_path, monkeypatch):
+    """The app and a command line started together on a fresh machine: the second load waits for the blocks the
+    first reads from the GGUF file and keeps in sbon's cache, instead of reading them too on the same cores."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sbon.int4 import _kept
+
+    monkeypatch.setenv("SBON_CACHE", str(tmp_path))
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF")
+    reads, both = [], threading.Barrier(2)
+
+    def read():
+        reads.append(threading.get_ident())
+        time.sleep(0.5)  # the other load asks meanwhile
+        return {"w": torch.arange(6.0)}
+
+    def load(_):
+        both.wait()
+        return _kept(path, "blocks", "the blocks", read)
+
+    with ThreadPoolExecutor(2) as pool:
+        loaded = list(pool.map(load, range(2)))
+    assert len(reads) == 1 and all(torch.equal(one["w"], torch.arange(6.0)) for one in loaded)
+
+
 def test_the_file_s_8_bit_head_is_the_float32_copy_s_lm_head_and_is_read_from_the_file_once(gen, monkeypatch):
     """The GGUF file's Q8_0 LM head as sbon.int4 reads it, dequantized: the float32 copy's LM head bit for bit; once
     read, later loads take it from sbon's cache without parsing the file again (seconds each, for its vocabulary)."""
