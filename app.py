@@ -36,6 +36,7 @@ if __name__ == "__main__":
 
 import gradio as gr  # noqa: E402
 from gradio.components.plot import PlotData  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 from starlette.routing import Mount  # noqa: E402
 
 import gradio_adapter  # noqa: E402
@@ -576,8 +577,10 @@ def main() -> None:
     load_before_launch(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
     generation = start_generation()  # the torch thread, at the priority the app was started with
     # What a visitor only reads is served as files beside the page (components/static_pages.py), never through the queue.
+    # An open page that waits for nothing stays idle (gradio_adapter.IdleTimers).
     demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True,
-                app_kwargs={"routes": [Mount(PAGES_PREFIX, app=PAGES.routes())]})
+                app_kwargs={"routes": [Mount(PAGES_PREFIX, app=PAGES.routes())],
+                            "middleware": [Middleware(gradio_adapter.IdleTimers)]})
     serve_below_generation(generation)  # the server's threads, and every one started from here on, below the torch thread
     start_loading_models()
     threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()

@@ -1,14 +1,18 @@
-"""The two things the page needs from Gradio that its public API does not offer, in one place.
+"""The three things the page needs from Gradio that its public API does not offer, in one place.
 
 - How many events wait in one concurrency group of the queue (the generation slot's line, for the
   "place N, about S s to wait" status): Gradio counts them but does not expose the count.
 - A description, type range and choices for each parameter and the return of an endpoint made by
   ``gr.api``: Gradio derives only the types from the signature; its API components keep their
   schema in ``_api_info``.
+- A page that stays idle when nothing happens (HEAD): Gradio's status tracker times a pending event with a
+  requestAnimationFrame loop that only the event's end stops, and the loader shown while the page opens is removed
+  before that end reaches it. Its loop then runs at the display's frame rate for as long as the page stays open, on
+  every visitor's machine (about a tenth of a core in headless Chromium, more on a slow laptop).
 
-Both read Gradio's internals, which change between major versions: SUPPORTED_GRADIO is the range
-requirements.txt allows, and tests/test_gradio_adapter.py checks both calls on a real Blocks with
-the installed version.
+All three read Gradio's internals, which change between major versions: SUPPORTED_GRADIO is the range
+requirements.txt allows; tests/test_gradio_adapter.py checks the first two on a real Blocks with the installed
+version, and tests/test_app_e2e.py checks that an opened page stays idle.
 """
 
 from __future__ import annotations
@@ -42,3 +46,57 @@ def describe_endpoint(demo: gr.Blocks, api_name: str, parameter: Callable[[str],
         component.label = name
     for component in fn.outputs:
         component._api_info = {**component._api_info, "description": returns}
+
+
+
+# The frames of a status tracker's timer (they only set the elapsed time it shows: Gradio 6's callback reads
+# performance.now() and divides by 1e3) are dropped while no tracker is on the page's screen: no timer is shown then,
+# and a tracker whose timer is shown starts its loop afresh when its next event is pending. Any other callback, or a
+# timer's callback in a Gradio that words it otherwise, passes unchanged. It must run before Gradio's modules, which
+# keep the browser's requestAnimationFrame as they load: first in the page's <head> (IdleTimers), where a ``head``
+# given to Gradio is inserted by those modules.
+IDLE_TIMERS_JS = """(() => {
+  const request = window.requestAnimationFrame.bind(window);
+  window.requestAnimationFrame = (callback) => {
+    const source = String(callback);
+    if (!(source.includes("performance.now()") && source.includes("/1e3"))) return request(callback);
+    return request((time) => {
+      if (document.querySelector("[data-testid=status-tracker]:not(.hide)")) callback(time);
+    });
+  };
+})();"""
+
+
+class IdleTimers:
+    """ASGI middleware (``Middleware(IdleTimers)`` in the app's middleware): IDLE_TIMERS_JS first in the <head> of the
+    page Gradio serves at "/"; every other response passes untouched."""
+
+    SCRIPT = f"<script>{IDLE_TIMERS_JS}</script>".encode()
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "GET" or scope.get("path") != "/":
+            return await self.app(scope, receive, send)
+        start, body = None, []
+
+        async def with_script(message):
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message  # sent with the body, once its length is known
+                return
+            if message["type"] != "http.response.body" or start is None:
+                return await send(message)
+            body.append(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            page, headers = b"".join(body), list(start["headers"])
+            html = any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers)
+            if html and b"<head>" in page:
+                page = page.replace(b"<head>", b"<head>" + self.SCRIPT, 1)
+                headers = [(k, str(len(page)).encode() if k.lower() == b"content-length" else v) for k, v in headers]
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": page})
+
+        await self.app(scope, receive, with_script)
