@@ -28,8 +28,19 @@ def client(server):
     return pytest.importorskip("gradio_client").Client(server, verbose=False)
 
 
+# Counts the frames Gradio's status trackers ask for (their timers): test_page_opens_on_the_recorded_run.
+COUNT_TIMER_FRAMES = """window.__timer_frames = 0;
+    const request = window.requestAnimationFrame.bind(window);
+    window.requestAnimationFrame = (callback) => {
+      if ((new Error().stack || '').includes('statustracker')) window.__timer_frames++;
+      return request(callback);
+    };"""
+
+
 def _open(browser, server):
-    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(COUNT_TIMER_FRAMES)
+    page = context.new_page()
     page.goto(server)
     page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)  # the recorded run is shown on start
     return page
@@ -82,29 +93,15 @@ def test_page_opens_on_the_recorded_run(page):
     assert page.locator("#scatter .scatterlayer .point").count() == len(first["contenders"])
     assert "Pearson" in _text(page, "#scatter") and "Round" in _text(page, "#live-plot")
     assert page.locator("#scenario input").input_value().startswith("Be helpful")  # the defaults are its settings
-
-
-def test_an_open_page_that_waits_for_nothing_draws_no_frames_for_a_status_timer(browser, server):
-    """Gradio's status tracker times a pending event with a frame loop that only the event's end stops; the loader
-    shown while the page opens is removed before that end reaches it, so without gradio_adapter.IdleTimers its
-    loop runs at the display's frame rate for as long as the page stays open, on every visitor's machine."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.add_init_script("""window.__timer_frames = 0;
-        const request = window.requestAnimationFrame.bind(window);
-        window.requestAnimationFrame = (callback) => {
-          if ((new Error().stack || '').includes('statustracker')) window.__timer_frames++;
-          return request(callback);
-        };""")
-    page = context.new_page()
-    page.goto(server)
-    page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
-    page.wait_for_timeout(1000)
+    # Once open, the page waits for nothing and draws nothing. Gradio's status tracker times a pending event with a
+    # frame loop that only the event's end stops, and the loader shown while the page opens is removed before that
+    # end reaches it: without gradio_adapter.IdleTimers its loop runs at the display's frame rate while the page
+    # stays open, on every visitor's machine.
     opening = page.evaluate("window.__timer_frames")
-    page.wait_for_timeout(3000)
+    page.wait_for_timeout(2000)
     idle = page.evaluate("window.__timer_frames") - opening
-    context.close()
-    assert opening > 0  # the trackers' timers are the frames counted (the loader's among them)
-    assert idle <= 6, f"{idle} timer frames in 3 s of an idle page"  # a model-line refresh starts (and ends) two
+    assert opening > 0  # the frames counted are the trackers' timers (the loader's among them)
+    assert idle <= 4, f"{idle} timer frames in 2 s of an idle page"  # a model-line refresh starts (and ends) two
 
 
 def test_live_run_fills_every_view_then_the_recording_replays(page):
