@@ -21,9 +21,6 @@ from __future__ import annotations
 import functools
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 NAME = "sbon_decode"
 
@@ -74,6 +71,7 @@ def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     slab = attention_mask is not None and attention_mask.dtype == torch.bool and attention_mask.shape[-2] == 1
     if (q_len != 1 or (attention_mask is not None and not slab) or dropout or kwargs.get("output_attentions")
             or any(kwargs.get(name) is not None for name in _NEEDS_SDPA)):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     kv_heads = key.shape[1]
@@ -95,14 +93,23 @@ def decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     return out.reshape(rows, heads, 1, dim).transpose(1, 2), None
 
 
-AttentionInterface.register(NAME, decode_attention)
-ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # masks are built as for sdpa (None for a plain step)
+@functools.cache
+def register() -> None:
+    """Register :func:`decode_attention` with `transformers` as NAME, once, when a model is first switched to it:
+    importing this module (and the command line, whose help needs it) does not import `transformers`' model stack,
+    seconds of imports."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(NAME, decode_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # masks are built as for sdpa (None for a plain step)
 
 
 def use_decode_attention(model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
     """Switch a model bound for the CPU (``device``, default: where its weights are) from SDPA to
     :func:`decode_attention`; other devices and models whose attention is not SDPA (eager-only
     architectures, flash attention) are left as they are."""
+    register()
     config = getattr(model, "config", None)
     on_cpu = (device or next(model.parameters()).device).type == "cpu"
     if on_cpu and getattr(config, "_attn_implementation", None) == "sdpa":
