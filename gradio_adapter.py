@@ -82,17 +82,17 @@ class IdleTimers:
 
         async def with_script(message):
             nonlocal start
-            if message["type"] == "http.response.start":
-                start = message  # sent with the body, once its length is known
+            if message["type"] == "http.response.start" and any(
+                    k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in message["headers"]):
+                start = message  # the page's: sent with its body, once the body's length is known
                 return
             if message["type"] != "http.response.body" or start is None:
                 return await send(message)
             body.append(message.get("body", b""))
             if message.get("more_body"):
                 return
-            page, headers = b"".join(body), list(start["headers"])
-            html = any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers)
-            if html and b"<head>" in page:
+            page, headers = b"".join(body), start["headers"]
+            if b"<head>" in page:
                 page = page.replace(b"<head>", b"<head>" + self.SCRIPT, 1)
                 headers = [(k, str(len(page)).encode() if k.lower() == b"content-length" else v) for k, v in headers]
             await send({**start, "headers": headers})
