@@ -1,7 +1,7 @@
 """SBoN Explorer: Speculative Rejection (fast Best-of-N decoding) on any transformers model.
 
-The names below load their module on first use (PEP 562): ``import sbon.machine_load`` or ``python -m sbon.cache`` do
-not import torch and transformers' model stack first, which takes seconds."""
+The names below load their module on first use (PEP 562): a process that needs one light module, such as
+``import sbon.machine_load``, does not import torch and transformers' model stack first, which takes seconds."""
 
 import importlib
 
