@@ -209,6 +209,10 @@ class GraphDecoder:
                 self.capture_s += time.perf_counter() - start
         return slab.graphs[rows]
 
+    def ready(self) -> None:
+        """Nothing loads per process: graphs are captured where a step first needs them (well under a second each)
+        or ahead (``capture_ahead``)."""
+
     @torch.inference_mode()
     def capture_ahead(self, rows: int, length: int, prefix: Prefix) -> None:
         """Capture the graph of ``rows`` rows over a free slab of ``length`` tokens (made from ``prefix`` where

@@ -1,9 +1,12 @@
 """Best-of-N and Speculative Rejection on the real embedded model."""
 
+import time
+
 import pytest
 
-from sbon.algorithms import (CandidateFinished, DecisionTaken, Done, best_of_n, run, speculative_bon_tau,
-                             speculative_rejection, survivors_count)
+from sbon import decoders
+from sbon.algorithms import (CandidateFinished, DecisionTaken, Done, RunConfig, best_of_n, events, run,
+                             speculative_bon_tau, speculative_rejection, survivors_count)
 from sbon.analysis.counterfactual import prefix_rewards, simulate_tau
 from sbon.engine import Generator
 from sbon.rewards import CallableReward
@@ -241,3 +244,28 @@ def test_first_decision_point_comes_from_the_budget(gen, likelihood):
     assert first.tokens == FIRST_DECISION_TOKENS
     chosen = run(speculative_rejection(gen, likelihood, PROMPT, 4, max_new_tokens=16, seed=0, first_decision=12))
     assert chosen.decision_points[0].tokens == 12 and chosen.settings["first_decision"] == 12
+
+
+def test_a_process_s_first_run_does_not_count_loading_its_saved_step_as_decoding(gen, likelihood, monkeypatch):
+    """A saved compiled step takes seconds to load into a process. Loaded in the first run's first decode step, it
+    made that run's decode time (and the first of a comparison's two runs) seconds longer than its steps."""
+    load_s = 2.0
+
+    class Saved:  # a saved step that takes `load_s` to load, then runs the step as it is
+        def fits(self, *args, like=None):
+            return True
+
+        def __call__(self, *args):
+            return decoders._step(*args)
+
+    def slow_load(self, args):
+        time.sleep(load_s)
+        return Saved()
+
+    monkeypatch.setattr(decoders, "_use_our_inductor_cache", lambda: None)  # nothing is compiled here
+    monkeypatch.setattr(decoders.CompiledDecoder, "load_or_build", slow_load)
+    dec = decoders.CompiledDecoder(gen, compile=False, saved=True)
+    monkeypatch.setattr(gen, "_compiled_decoder", dec, raising=False)
+    result = run(events(gen, likelihood, PROMPT, RunConfig(method="bon", n=2, max_new_tokens=4, decode="compiled")))
+    assert result.decode == "compiled" and dec.saved_step() is not None
+    assert result.timings["decode"] < load_s, result.timings
