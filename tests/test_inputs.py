@@ -150,6 +150,17 @@ def test_cli_budget_without_n_starts_as_many_candidates_as_it_holds(tmp_path, mo
     assert len(data["candidates"]) == data["settings"]["n"] == 3 and data["settings"]["kv_budget"] == budget
 
 
+def test_cli_says_why_a_run_took_no_decision_point(capsys, monkeypatch, gen, likelihood):
+    """A budget that holds every candidate to its end (as `--kv-budget auto` can on a large memory) prunes nothing:
+    the run is Best-of-N's, and the summary says why."""
+    monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)
+    monkeypatch.setattr("sbon.cli.load_reward", lambda *a, **k: likelihood)
+    budget = 3 * (len(gen.encode_prompt(PROMPT)) + 6)
+    assert main(["run", "--prompt", PROMPT, "--n", "3", "--kv-budget", str(budget), "--max-new-tokens", "6"]) == 0
+    assert f"no decision point: the KV budget ({budget} tokens) holds all 3 candidates up to token 6" in \
+        capsys.readouterr().out
+
+
 @pytest.mark.parametrize("flag, name, kind", [("--generator", "gpt2", "generator"),
                                               ("--reward", "rm-mistral-7b", "reward model")])
 def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind):
