@@ -31,7 +31,7 @@ import torch
 from . import aot_step
 from .attention import load_kernel
 from .cuda_graphs import GraphDecoder
-from .engine import Batch, Generator, Prefix
+from .engine import CACHE_KEYWORD, Batch, Generator, Prefix
 from .errors import SBoNError
 from .static_cache import SlabCache
 
@@ -68,7 +68,7 @@ class EagerDecoder:
 
 def _step(model: torch.nn.Module, tokens: torch.Tensor, positions: torch.Tensor, cache: SlabCache,
           keep_hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    out = model(input_ids=tokens, position_ids=positions, past_key_values=cache, use_cache=True,
+    out = model(input_ids=tokens, position_ids=positions, **{CACHE_KEYWORD: cache}, use_cache=True,
                 output_hidden_states=keep_hidden)
     return out.logits[:, -1, :], out.hidden_states[-1][:, -1, :] if keep_hidden else None
 

@@ -24,10 +24,15 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .errors import SBoNError
 
 log = logging.getLogger(__name__)
+
+# The keyword a model's forward takes its KV cache by, and the output field it returns it in: transformers 5.24 renamed
+# both from `past_key_values` to `cache` (the old name deprecated, to be removed in 5.40); earlier 5.x know only the old.
+CACHE_KEYWORD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 # End-of-turn markers used by common chat templates, beside the model's own EOS id(s).
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "</s>", "<|endoftext|>")
@@ -534,8 +539,8 @@ class Generator:
     def prefill(self, prompt_ids: Sequence[int]) -> Prefix:
         cache = DynamicCache()
         ids = torch.tensor([list(prompt_ids)], device=self.device)
-        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return Prefix(list(prompt_ids), out.past_key_values, out.logits[:, -1, :])
+        out = self.model(input_ids=ids, **{CACHE_KEYWORD: cache}, use_cache=True, logits_to_keep=1)
+        return Prefix(list(prompt_ids), out[CACHE_KEYWORD], out.logits[:, -1, :])
 
     def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool = False) -> Batch:
         """A batch with one row per candidate, each a copy of the prefilled prompt."""
@@ -549,9 +554,9 @@ class Generator:
     def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
         """Feed one new token per row; the batch's logits become the next-token logits (and, if the batch
         keeps them, its hidden states the final-layer states of the fed tokens: the same forward pass)."""
-        out = self.model(input_ids=tokens.view(-1, 1), past_key_values=batch.cache, use_cache=True,
+        out = self.model(input_ids=tokens.view(-1, 1), **{CACHE_KEYWORD: batch.cache}, use_cache=True,
                          output_hidden_states=batch.keep_hidden)
-        batch.cache = out.past_key_values
+        batch.cache = out[CACHE_KEYWORD]
         batch.logits = out.logits[:, -1, :]
         if batch.keep_hidden:
             batch.hidden = out.hidden_states[-1][:, -1, :]

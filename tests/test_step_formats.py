@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sbon.engine import (WEIGHT_FORMATS, SamplingConfig, coupled_uniforms, growable_cache, pad_linear_rows,
-                         sample)
+from sbon.engine import (CACHE_KEYWORD, WEIGHT_FORMATS, SamplingConfig, coupled_uniforms, growable_cache,
+                         pad_linear_rows, sample)
 from sbon.errors import SBoNError
 from sbon.models import load_generator
 
@@ -115,7 +115,7 @@ def test_growable_rows_give_the_logits_of_concatenated_ones(gen):
             if t == 2:
                 cache.batch_select_indices(torch.tensor([0, 2]))
                 tokens = tokens[[0, 2]]
-            step = gen.model(input_ids=tokens.view(-1, 1) + t, past_key_values=cache, use_cache=True)
+            step = gen.model(input_ids=tokens.view(-1, 1) + t, **{CACHE_KEYWORD: cache}, use_cache=True)
             out.append(step.logits[:, -1])
         logits[name] = out
     assert caches["growable"].get_seq_length() == caches["dynamic"].get_seq_length()
