@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import torch
 from tqdm import tqdm
 
-from .algorithms import Done, RoundStarted, TokensGenerated, drive, events
+from .algorithms import Done, RoundStarted, TokensGenerated, UndecidedFallback, drive, events
 from .analysis.comparison import (Comparison, ComparisonDone, MethodEvent, comparison_events, headline_text,
                                   wall_time_text)
 from .config import METHOD_SPECS, RunConfig
@@ -223,8 +224,17 @@ def cmd_presets() -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning) -> None:
+    """A run's own notes (a setting it cannot apply, and what it does instead) in one line, without a source path."""
+    if issubclass(category, UndecidedFallback):
+        print(f"note: {message}", file=sys.stderr if file is None else file)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _show_warning
     # Library warnings (hub retries, GGUF notes) would bury our one-line errors.
     from huggingface_hub.utils import logging as hub_logging
     from transformers.utils import logging as tf_logging

@@ -161,6 +161,15 @@ def test_cli_says_why_a_run_took_no_decision_point(capsys, monkeypatch, gen, lik
         capsys.readouterr().out
 
 
+def test_cli_says_in_one_line_when_the_signal_cannot_apply_the_undecided_rule(capsys, monkeypatch, gen, likelihood):
+    monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)
+    monkeypatch.setattr("sbon.cli.load_reward", lambda *a, **k: likelihood)
+    assert main(["run", "--prompt", PROMPT, "--n", "3", "--max-new-tokens", "4", "--prune-by", "logprob",
+                 "--undecided", "defer"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "no uncertainty" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and ".py" not in notes[0], notes
+
+
 @pytest.mark.parametrize("flag, name, kind", [("--generator", "gpt2", "generator"),
                                               ("--reward", "rm-mistral-7b", "reward model")])
 def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind):
