@@ -5,6 +5,7 @@ import json
 import pytest
 
 from sbon.errors import SBoNError
+from sbon.ifeval.checkers import build
 from sbon.ifeval.data import SHIPPED_FILE, is_calibration, load_prompts
 from sbon.ifeval.progress import ProgressModel
 from sbon.ifeval.reward import TIE_BREAK, IFEvalReward, tie_break
@@ -106,6 +107,15 @@ def test_prompt_without_instructions_is_refused_in_one_line():
         IFEvalReward.register("x", ["punctuation:no_semicolon"], [{}])
     with pytest.raises(SBoNError, match="mode"):
         IFEvalReward(mode="lenient")
+
+
+@pytest.mark.parametrize("typed, meant", [("no_comma", "punctuation:no_comma"),
+                                           ("change_case:english_lowercas", "change_case:english_lowercase"),
+                                           ("punctuation:no_semicolon", None)])
+def test_an_unknown_instruction_names_the_one_meant_where_it_is_clear(typed, meant):
+    with pytest.raises(SBoNError) as e:
+        build(typed, {})
+    assert str(e.value) == f"unknown IFEval instruction '{typed}'" + (f": did you mean '{meant}'?" if meant else "")
 
 
 def test_shipped_file_has_every_type_and_both_splits():

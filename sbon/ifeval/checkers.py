@@ -18,6 +18,7 @@ settled (``house`` may still become ``houses``).
 from __future__ import annotations
 
 import collections
+import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -792,7 +793,11 @@ def build(instruction_id: str, kwargs: dict | None) -> Instruction:
     a one-line SBoNError on an unknown id or a missing or mistyped argument."""
     cls = CHECKERS.get(instruction_id)
     if cls is None:
-        raise SBoNError(f"unknown IFEval instruction '{instruction_id}'")
+        # The part after the colon is what people remember ("no_comma" for "punctuation:no_comma").
+        close = [i for i in CHECKERS if i.split(":")[-1] == instruction_id.split(":")[-1]] or \
+            difflib.get_close_matches(instruction_id, CHECKERS, n=1, cutoff=0.9)
+        raise SBoNError(f"unknown IFEval instruction '{instruction_id}'" +
+                        (f": did you mean '{close[0]}'?" if close else ""))
     kwargs = {k: v for k, v in (kwargs or {}).items() if v is not None}
     for name, kind in cls.args.items():
         value = kwargs.get(name)
