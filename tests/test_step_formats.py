@@ -6,6 +6,7 @@ logits not to depend on how many rows share its batch; these tests check it bit 
 
 import copy
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,17 @@ def test_padding_keeps_small_batches_on_the_big_batches_kernel():
     finally:
         torch.set_num_threads(before)
     assert torch.allclose(layer(x[:1]), plain, atol=1e-5)  # the same numbers up to rounding
+
+
+def test_the_engine_hands_transformers_the_cache_by_the_name_it_takes(gen):
+    """transformers renamed a forward's past_key_values to cache, warning on every call with the old name until a
+    later release drops it: the engine's prefill and step use whichever name the installed one takes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        prefix = gen.prefill(gen.encode_prompt(PROMPT))
+        batch = gen.start(prefix, [0, 1])
+        gen.forward(batch, prefix.logits.argmax(-1).expand(2))
+    assert batch.cache.get_seq_length() == len(prefix.prompt_ids) + 1
 
 
 def test_growable_rows_give_the_logits_of_concatenated_ones(gen):
