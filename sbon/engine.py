@@ -237,8 +237,9 @@ def _(x, weight, bias, key):
 
 
 def tensor_bytes(t: torch.Tensor):
-    """A CPU tensor's bytes, as a buffer a hash can read (what a key of its values is made from)."""
-    return t.detach().contiguous().view(torch.uint8).numpy()
+    """A CPU tensor's bytes, as a buffer a hash can read (what a key of its values is made from); a 0-d tensor (Gemma's
+    embedding scale) is one element's."""
+    return t.detach().reshape(-1).contiguous().view(torch.uint8).numpy()
 
 
 def _weight_key(weight: torch.Tensor) -> str:

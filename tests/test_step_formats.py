@@ -656,3 +656,24 @@ def test_int4_bf16dot_takes_int4_s_blocks_and_stays_close_to_it(gen_int4_bf16dot
         got = model(seq).logits[0].float().log_softmax(-1)
     kl = (ref.exp() * (ref - got)).sum(-1)
     assert kl.mean() < 0.01 and (ref.argmax(-1) == got.argmax(-1)).float().mean() > 0.95
+
+
+def test_a_gemma_model_s_saved_step_can_be_named():
+    """Gemma's embedding scale is a 0-d buffer: the weights' hash (part of the saved step's name) reads its value too,
+    instead of failing and leaving every Gemma generator to trace its step in each process."""
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    from sbon.aot_step import weights_hash
+
+    config = Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=16, vocab_size=128)
+    hashes = []
+    for scale in (1.0, 2.0):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config)
+        scales = [t for t in model.buffers() if t.dim() == 0]
+        assert scales  # the case under test: a 0-d buffer
+        for t in scales:
+            t.fill_(scale)
+        hashes.append(weights_hash(model))
+    assert hashes[0] != hashes[1]
