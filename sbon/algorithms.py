@@ -110,7 +110,8 @@ class _Run:
         # (candidates, max_new_tokens) on the generator's device: each step gathers its rows' numbers there.
         self.uniforms = coupled_uniforms(config.seed, range(n), config.max_new_tokens).to(gen.device)
         self.decoder = decoder(gen, config.decode)
-        self.decoder.ready()  # what it loads once per process is not this run's decode time
+        # What it loads once per process, or captures once for runs of this shape, is not this run's decode time.
+        self.decoder.ready(self.settings.get("batch_size") or n, len(self.prompt_ids), config.max_new_tokens)
         self.chunk = config.chunk_on(gen.device)
         self.forward = self.decoder.forward
         self.signal: PruningSignal | None = make_signal(config.prune_by, gen, reward) if config.spec.prunes else None

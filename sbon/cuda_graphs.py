@@ -14,8 +14,9 @@ small model's step on a GPU), that is most of the step's time.
   on that row only: a survivor's logits are its Best-of-N twin's bits. A launch-bound step costs about the same
   for 16 rows as for 4. Above GRAPH_MIN_ROWS the shapes of the two methods can differ, and so can the bits.
 - **Graphs.** One per (slab, rows), each computing the last hidden states too (a run whose pruning signal reads
-  them takes them, others drop them: the logits are the same either way). Captured where a step first needs
-  them, or ahead (``capture``: components.decode_paths captures the page-default run's at model load).
+  them takes them, others drop them: the logits are the same either way). Captured before a run's timers start
+  (``ready``: the graphs of its plan), where a step first needs them, or ahead (``capture_ahead``:
+  components.decode_paths captures the page-default run's at model load).
 - **Where capture fails**, one logged line says why and the decoder runs the same step eagerly over the same slab
   from then on (``failed``; its runs record the ``eager`` path).
 
@@ -170,9 +171,8 @@ class GraphDecoder:
     def _slab(self, prefix: Prefix, rows: int, length: int) -> Slab:
         """A free slab of this length with at least ``rows`` rows (the smallest), loaded with the prefix; a new one
         where none is free (the least recently used free ones beyond MAX_SLABS dropped, with their graphs)."""
-        free = [s for s in self.slabs if s.free() and s.max_len == length and s.capacity >= rows]
-        if free:
-            slab = min(free, key=lambda s: s.capacity)
+        slab = self._free_slab(rows, length)
+        if slab is not None:
             slab.cache.load(prefix.cache)
         else:
             slab = Slab(prefix, rows, length)
@@ -182,6 +182,11 @@ class GraphDecoder:
                 self.slabs.remove(s)
         slab.used = time.monotonic()
         return slab
+
+    def _free_slab(self, rows: int, length: int) -> Slab | None:
+        """The slab a batch of ``rows`` rows and this length takes (the smallest free one that fits; None: none)."""
+        free = [s for s in self.slabs if s.free() and s.max_len == length and s.capacity >= rows]
+        return min(free, key=lambda s: s.capacity, default=None)
 
     def _slab_of(self, batch: Batch) -> Slab:
         return next(s for s in self.slabs if s.cache is batch.cache)
@@ -209,9 +214,21 @@ class GraphDecoder:
                 self.capture_s += time.perf_counter() - start
         return slab.graphs[rows]
 
-    def ready(self) -> None:
-        """Nothing loads per process: graphs are captured where a step first needs them (well under a second each)
-        or ahead (``capture_ahead``)."""
+    @torch.inference_mode()
+    def ready(self, rows: int | None = None, prompt_tokens: int = 0, max_new_tokens: int = 0) -> None:
+        """Capture the graphs a run will replay (``plan``: its batches of up to ``rows`` candidates on a prompt of
+        ``prompt_tokens``), over the slab its first batch will take, where they are not captured yet: a run asks
+        before its timers start, so that its first steps count decoding, not capturing. Nothing without ``rows``."""
+        if rows is None or self.failed:
+            return
+        todo = plan(rows, prompt_tokens, max_new_tokens)
+        widest, length = todo[0]
+        slab = self._free_slab(widest, length)
+        if slab is None or not all(r in slab.graphs for r, _ in todo):
+            slab = self._slab(self.gen.prefill(self.gen.encode_prompt("Hi")), widest, length)
+            slab.owner = None
+            for r, _ in todo:
+                self.graph(slab, r)
 
     @torch.inference_mode()
     def capture_ahead(self, rows: int, length: int, prefix: Prefix) -> None:

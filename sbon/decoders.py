@@ -62,7 +62,7 @@ class EagerDecoder:
     def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
         self.gen.forward(batch, tokens)
 
-    def ready(self) -> None:
+    def ready(self, rows: int | None = None, prompt_tokens: int = 0, max_new_tokens: int = 0) -> None:
         """Nothing to load: transformers' forward is ready with the model."""
 
 
@@ -179,10 +179,11 @@ class CompiledDecoder:
         if batch.keep_hidden:
             batch.hidden = hidden[:live]
 
-    def ready(self) -> None:
+    def ready(self, rows: int | None = None, prompt_tokens: int = 0, max_new_tokens: int = 0) -> None:
         """Load this thread count's saved step now (compiled and saved first where the disk holds none), with one
         two-row step on a short prompt, rather than in a run's first decode step: a run asks before its timers
-        start, so that a process's first run counts its own steps as decoding, not seconds of loading."""
+        start, so that a process's first run counts its own steps as decoding, not seconds of loading. One step
+        serves every run's shape (the run's ``rows`` and lengths, which the CUDA-graph decoder reads)."""
         if self.saved and torch.get_num_threads() not in self.loaded:
             prefix = self.gen.prefill(self.gen.encode_prompt("Hi"))
             self.forward(self.start(prefix, [0, 1], False, 2), prefix.logits.argmax(-1).expand(2))
@@ -254,9 +255,10 @@ def auto_compiles(gen: Generator) -> bool:
 
 
 def decoder(gen: Generator, decode: str = "auto"):
-    """The decoder a run uses: ``decoder.ready()`` (what it loads once per process, asked before a run's timers
-    start), ``decoder.start(prefix, ids, keep_hidden, max_new_tokens) -> Batch`` and ``decoder.forward(batch,
-    tokens)``. Asked for ``compiled`` where it cannot be, one logged line says why."""
+    """The decoder a run uses: ``decoder.ready(rows, prompt_tokens, max_new_tokens)`` (what it loads once per process,
+    or captures once for runs of that shape: their widest batch and lengths; asked before a run's timers start),
+    ``decoder.start(prefix, ids, keep_hidden, max_new_tokens) -> Batch`` and ``decoder.forward(batch, tokens)``.
+    Asked for ``compiled`` where it cannot be, one logged line says why."""
     check_decode(decode)
     if decode == "eager" or (decode == "auto" and not auto_compiles(gen)):
         return EagerDecoder(gen)

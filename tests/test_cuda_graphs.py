@@ -132,6 +132,25 @@ def test_the_captured_step_is_the_same_kernels_at_every_length_and_never_waits_f
     assert not [op for op, *_ in traces[0] if op in ("aten._local_scalar_dense.default", "aten.item.default")]
 
 
+def test_a_run_captures_the_graphs_it_will_replay_before_its_timers_start(tiny):
+    """A process's first run on graphs captures them before its timers start, so that its decode time counts
+    decoding (captured in its first steps, they made the first of a comparison's two runs the slower), over the
+    slab it then decodes in: a later run of the same shape captures nothing."""
+    capture_s, captured = 1.5, []
+
+    def slow(body, pool):
+        captured.append(body)
+        time.sleep(capture_s)
+        return body
+    own = fresh(tiny)
+    own._graph_decoder = GraphDecoder(own, _step, capture=slow)
+    first = run(own, "sbon", "compiled", n=20, tokens=8)  # 32 rows, then 16 once half of them are pruned
+    assert first.decode == "compiled" and len(first.decision_points) == 1 and len(captured) == 2
+    assert first.timings["decode"] < capture_s, first.timings
+    later = run(own, "bon", "compiled", n=20, tokens=8)
+    assert later.decode == "compiled" and len(captured) == 2 and len(own._graph_decoder.slabs) == 1
+
+
 def test_a_capture_that_fails_is_one_logged_line_and_the_run_goes_on_eagerly(tiny, caplog):
     own = fresh(tiny)
     eager = run(own, "sbon", "eager")
