@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from sbon.algorithms import Done, Event, best_of_n
 from sbon.config import RunConfig
+from sbon.decoders import auto_compiles
 from sbon.engine import Generator, SamplingConfig
 from sbon.options import add_options, resolved
 from sbon.models import (DEFAULT_GENERATOR, DEFAULT_REWARD, default_device, default_dtype_name, load_generator,
@@ -304,6 +305,9 @@ def environment(gen: Generator | None = None, runner: Runner = LOCAL) -> dict[st
     if gen is not None:
         env["device"] = str(gen.device)
         env["dtype"] = str(gen.model.dtype).removeprefix("torch.")
+        env["weights"] = gen.weights
+        # The decode path of runs left at the default (``auto``) here; a run's own result says which it took.
+        env["auto_decode"] = "compiled" if auto_compiles(gen) else "eager"
         if gen.device.type == "cuda":
             env["gpu"] = torch.cuda.get_device_name(gen.device)
     return env

@@ -114,10 +114,11 @@ class RunConfig:
                                              "never crosses a decision point or the max new tokens, so the run is the "
                                              "same (1 = check after every token; none: 8 on a GPU, where each check "
                                              "is a device-to-host sync, and 1 elsewhere)")
-    decode: str = setting("eager", "how the decode step runs: eager (transformers' forward op by op), compiled (one "
-                                   "torch.compile'd step over a static KV slab; CUDA graphs on a GPU) or auto "
-                                   "(the path python -m sbon machine measured fastest here, exact on a CPU; eager before "
-                                   "anything is measured)", choices=lambda: list(DECODE_PATHS))
+    decode: str = setting("auto", "how the decode step runs: eager (transformers' forward op by op), compiled (one "
+                                  "torch.compile'd step over a static KV slab; CUDA graphs on a GPU) or auto (the "
+                                  "path python -m sbon machine measured fastest here, exact on a CPU; before anything "
+                                  "is measured, eager on a CPU and CUDA graphs on a GPU; SBON_DECODE overrides it)",
+                          choices=lambda: list(DECODE_PATHS))
 
     @classmethod
     def build(cls, sampling: SamplingConfig | None = None, **settings: Any) -> "RunConfig":

@@ -18,6 +18,7 @@ import torch
 from benchmarks.cpu_classes import CPU_CLASSES
 from sbon.engine import WEIGHT_FORMATS
 from sbon.errors import SBoNError
+from sbon.config import RunConfig
 from sbon.machine import (Measured, cache_key, cached_choice, choose, fingerprint, save_choice)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -343,6 +344,24 @@ def test_a_choice_cached_on_another_machine_or_torch_is_never_used(unmeasured_ma
     save_choice(choose(NAME, {**fingerprint("cpu"), "limits": {"ATEN_CPU_CAPABILITY": "avx2"}},
                        [timed("bf16", "eager", 5.0)]))
     assert cached_choice(NAME, "cpu") is None
+
+
+def test_the_command_line_and_the_library_decode_on_the_measured_path_by_default(unmeasured_machine):
+    """Unless told otherwise a run decodes on auto's path, as the app's do: op by op before anything is measured,
+    the compiled step once the measured choice is it (the weights already followed the choice; the step did not)."""
+    from sbon.cli import build_parser, run_config
+    from sbon.decoders import CompiledDecoder, EagerDecoder, decoder
+    from sbon.models import load_generator
+
+    config = run_config(build_parser().parse_args(["run"]))
+    gen = load_generator(NAME, device="cpu")
+    assert gen.weights == "fp32" and isinstance(decoder(gen, config.decode), EagerDecoder)
+    save_choice(choose(NAME, fingerprint("cpu"), [timed("fp32", "eager", 50.0), timed("int4", "eager", 20.0),
+                                                  timed("int4", "compiled", 10.0)]))
+    gen = load_generator(NAME, device="cpu")
+    assert gen.weights == "int4"
+    assert isinstance(decoder(gen, config.decode), CompiledDecoder)
+    assert isinstance(decoder(gen, RunConfig().decode), CompiledDecoder)
 
 
 def test_a_forced_path_that_cannot_run_here_says_so_in_one_line(unmeasured_machine, monkeypatch, capsys):
