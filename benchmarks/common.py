@@ -130,12 +130,13 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(args.temperature, args.top_p, args.top_k)
 
 
-def warm_up(gen: Generator, reward: RewardModel, sampling: SamplingConfig, runner: "Runner | None" = None) -> None:
-    """One tiny run, so that one-time costs (lazy initialisation, allocator growth) are not timed.
-    On a remote runner (--ray) the workers time the runs, and each warms up its own models."""
+def warm_up(gen: Generator, reward: RewardModel, sampling: SamplingConfig, runner: "Runner | None" = None,
+            decode: str = "auto") -> None:
+    """One tiny run on the decode path the timed runs take, so that one-time costs (lazy initialisation, allocator
+    growth) are not timed. On a remote runner (--ray) the workers time the runs, and each warms up its own models."""
     if runner is not None and runner.remote:
         return
-    timed_run(best_of_n(gen, reward, "Say hello.", 2, max_new_tokens=4, sampling=sampling, seed=0))
+    timed_run(best_of_n(gen, reward, "Say hello.", 2, max_new_tokens=4, sampling=sampling, seed=0, decode=decode))
 
 
 # -- running ----------------------------------------------------------------------------------

@@ -54,8 +54,9 @@ def hf_generate(gen: Generator, prompt_ids: Sequence[int], n: int, max_new_token
 
 def ours(gen: Generator, text: str, n: int, max_new_tokens: int, sampling: SamplingConfig, seed: int,
          decode_chunk: int = 1) -> dict[str, Any]:
+    # Op by op, as generate runs: the engines are compared here, not the decode steps (python -m benchmarks step).
     config = RunConfig.build(sampling, method="bon", n=n, max_new_tokens=max_new_tokens, seed=seed,
-                             decode_chunk=decode_chunk)
+                             decode_chunk=decode_chunk, decode="eager")
     start = time.perf_counter()
     r = common.timed_run(events(gen, NO_REWARD, text, config))
     elapsed = time.perf_counter() - start
@@ -70,7 +71,7 @@ def run_engine(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
     from transformers.utils import logging as tf_logging
 
     tf_logging.set_verbosity_error()
-    common.warm_up(gen, reward, sampling)
+    common.warm_up(gen, reward, sampling, decode="eager")
     hf_generate(gen, gen.encode_prompt("Say hello."), 2, 4, sampling, seed)
     rows = []
     bar = common.progress(len(prompts) * (3 if reward_share else 2), "engine", disable=quiet)
@@ -95,7 +96,7 @@ def run_engine(gen: Generator, reward: RewardModel, prompts: Sequence[dict], *, 
         if reward_share:
             bar.set_description(f"engine prompt {p['id']} SBoN reward share")
             sbon = common.timed_run(speculative_rejection(gen, reward, text, n, max_new_tokens=max_new_tokens,
-                                                      sampling=sampling, seed=seed))
+                                                      sampling=sampling, seed=seed, decode="eager"))
             row.update({"sbon_time": sbon.wall_time, "sbon_timings": sbon.timings,
                         "sbon_reward_share": sbon.timings["reward"] / sbon.wall_time})
             bar.update()

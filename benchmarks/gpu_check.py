@@ -121,7 +121,7 @@ def part_engine(ctx: Context, record: dict) -> None:
                   rows=rows, summary=[])
     for dtype in s.dtypes:
         gen = ctx.generator(dtype)
-        common.warm_up(gen, NO_REWARD, ctx.sampling)
+        common.warm_up(gen, NO_REWARD, ctx.sampling, decode="eager")
         hf_generate(gen, gen.encode_prompt("Say hello."), 2, 4, ctx.sampling, ctx.args.seed)
         for n in s.engine_n:
             ctx.force(gen, n, s.engine_median_length, s.engine_tokens)
@@ -210,15 +210,17 @@ def part_paper_scale(ctx: Context, record: dict) -> None:
     reward = SequenceClassifierReward(random_llama(tokenizer, ctx.device, torch.bfloat16, arch, classifier=True),
                                       tokenizer, name="random-llama-3-8b-classifier", batch_size=32)
     sampling = SamplingConfig(temperature=1.0, top_p=1.0)
-    common.warm_up(gen, reward, sampling)
+    # Op by op: the forced lengths are applied in the generator's own forward (ForcedLengthGenerator).
+    common.warm_up(gen, reward, sampling, decode="eager")
     sbon = common.timed_run(speculative_rejection(gen, reward, prompt, s.paper_n, alpha=0.5,
                                                   max_new_tokens=s.paper_tokens, sampling=sampling,
-                                                  seed=ctx.args.seed))
+                                                  seed=ctx.args.seed, decode="eager"))
     batch = same_memory_batch_size(sbon)  # Best-of-N gets the KV memory Speculative Rejection peaked at
     record.update(peak_kv_tokens=peak_kv_tokens(sbon), bon_batch_size=batch,
                   sbon={"wall_time": sbon.wall_time, "timings": sbon.timings, "tokens": sbon.total_tokens})
     bon = common.timed_run(best_of_n(gen, reward, prompt, s.paper_n, batch_size=batch,
-                                     max_new_tokens=s.paper_tokens, sampling=sampling, seed=ctx.args.seed))
+                                     max_new_tokens=s.paper_tokens, sampling=sampling, seed=ctx.args.seed,
+                                     decode="eager"))
     record.update(bon={"wall_time": bon.wall_time, "timings": bon.timings, "tokens": bon.total_tokens},
                   speedup=bon.wall_time / sbon.wall_time)
     print(f"paper scale: Speculative Rejection {sbon.wall_time:.1f} s, memory-bound Best-of-N "

@@ -472,20 +472,21 @@ def events(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
 
 
 def best_of_n(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, batch_size: int | None = None,
-              max_new_tokens: int = 128, sampling: SamplingConfig | None = None, seed: int = 0) -> Iterator[Event]:
+              max_new_tokens: int = 128, sampling: SamplingConfig | None = None, seed: int = 0,
+              decode: str = "auto") -> Iterator[Event]:
     """Best-of-N: N complete candidates (in batches of ``batch_size``), the best by final reward."""
     return events(gen, reward, prompt, RunConfig.build(sampling, method="bon", n=n, batch_size=batch_size,
-                                               max_new_tokens=max_new_tokens, seed=seed))
+                                               max_new_tokens=max_new_tokens, seed=seed, decode=decode))
 
 
 def speculative_rejection(gen: Generator, reward: RewardModel, prompt: str, n: int | None = 16, *,
                           alpha: float = 0.5, kv_budget: int | None = None, first_decision: int | None = None,
                           max_new_tokens: int = 128, sampling: SamplingConfig | None = None, seed: int = 0,
-                          prune_by: str = "reward") -> Iterator[Event]:
+                          prune_by: str = "reward", decode: str = "auto") -> Iterator[Event]:
     """Speculative Rejection with memory-budget rounds (see :func:`_speculative_rejection`)."""
     return events(gen, reward, prompt, RunConfig.build(sampling, method="sbon", n=n, alpha=alpha, kv_budget=kv_budget,
                                                first_decision=first_decision, max_new_tokens=max_new_tokens,
-                                               seed=seed, prune_by=prune_by))
+                                               seed=seed, prune_by=prune_by, decode=decode))
 
 
 def speculative_bon_tau(gen: Generator, reward: RewardModel, prompt: str, n: int = 16, *, alpha: float = 0.5,
