@@ -246,12 +246,13 @@ def auto_compiles(gen: Generator) -> bool:
     loaded where a process on this machine saved it, compiled and saved otherwise); on a GPU CUDA graphs unless the
     measured choice for this format is eager."""
     from .machine import auto_path
-    if compile_problem(gen) is not None:
-        return False
     path = auto_path(gen.name, gen.device)
     if gen.device.type == "cuda":
-        return path.weights != gen.weights or path.decode == "compiled"
-    return (path.weights, path.decode) == (gen.weights, "compiled")
+        compiles = path.decode == "compiled" or path.weights != gen.weights
+    else:
+        compiles = path.decode == "compiled" and path.weights == gen.weights
+    # asked last: where auto decodes eagerly anyway, nothing of the model is read (a scripted stand-in has none)
+    return compiles and compile_problem(gen) is None
 
 
 def decoder(gen: Generator, decode: str = "auto"):
