@@ -195,7 +195,7 @@ class DecodePaths:
     def _gpu_decode(self, name: str, gen: Generator) -> str:
         """On a GPU: CUDA graphs from the first run on (sbon.cuda_graphs). The page-default run's graphs are
         captured at model load, one graph per task on TORCH_THREAD, so that a run asked for meanwhile goes between
-        two captures; a run captures any other graph it needs where it first needs it (well under a second each).
+        two captures; a run captures any other graph it needs before its timers start (well under a second each).
         Eagerly where the step cannot be captured (the page says why), and on ZeroGPU (untried there)."""
         if on_zerogpu() or name in self._failed or compile_problem(gen) is not None:
             return "eager"
