@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from benchmarks.cpu_classes import CPU_CLASSES
+from sbon.config import RunConfig
 from sbon.engine import WEIGHT_FORMATS
 from sbon.errors import SBoNError
-from sbon.config import RunConfig
 from sbon.machine import (Measured, cache_key, cached_choice, choose, fingerprint, save_choice)
 
 ROOT = Path(__file__).resolve().parents[1]
