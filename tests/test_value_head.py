@@ -1,5 +1,7 @@
 """The prefix value head: its features, its training step, and the shipped heads on the real generator."""
 
+import warnings
+
 import pytest
 import torch
 from scipy.stats import kendalltau
@@ -27,6 +29,13 @@ def test_batched_sampling_draws_the_candidates_best_of_n_draws(gen, sampled):
     reference = run(best_of_n(gen, silent, PROMPTS[1], n=4, max_new_tokens=20, seed=0)).candidates
     assert [c.token_ids for c in sampled[1]] == [c.token_ids for c in reference]
     assert [c.stop_reason for c in sampled[1]] == [c.stop_reason for c in reference]
+
+
+def test_decoding_training_samples_passes_the_cache_by_the_name_transformers_expects(gen):
+    """transformers renamed a forward's past_key_values to cache (warning until 5.40 drops the old name)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        decode_prompts(gen, PROMPTS[:1], n=2, max_new_tokens=3)
 
 
 def test_decode_states_are_the_final_layer_post_norm_states_of_a_full_forward_pass(gen, sampled):

@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from transformers import DynamicCache
 
-from sbon.engine import SamplingConfig, coupled_uniforms, sample
+from sbon.engine import CACHE_KEYWORD, SamplingConfig, coupled_uniforms, sample
 from sbon.preference_reward import PreferenceReward, word_count
 from sbon.value_head import prefix_features
 from .pairs import SEED, check_data, is_validation, read_jsonl
@@ -90,7 +90,7 @@ def decode_prompts(gen, prompts: list[str], n: int, max_new_tokens: int, seed: i
     position = (mask.cumsum(-1) - 1).clamp_min(0)
     uniforms = torch.cat([coupled_uniforms(seed, range(n), max_new_tokens) for _ in prompts])
     cache = DynamicCache()
-    h = model.model(input_ids=ids, attention_mask=mask, position_ids=position, past_key_values=cache,
+    h = model.model(input_ids=ids, attention_mask=mask, position_ids=position, **{CACHE_KEYWORD: cache},
                     use_cache=True).last_hidden_state[:, -1]
     logits = model.lm_head(h).float()
     position = position[:, -1]
@@ -107,7 +107,7 @@ def decode_prompts(gen, prompts: list[str], n: int, max_new_tokens: int, seed: i
         mask = torch.cat([mask, torch.ones(rows, 1, dtype=torch.long)], dim=-1)
         position = position + 1
         h = model.model(input_ids=tok[:, None], attention_mask=mask, position_ids=position[:, None],
-                        past_key_values=cache, use_cache=True).last_hidden_state[:, -1]
+                        **{CACHE_KEYWORD: cache}, use_cache=True).last_hidden_state[:, -1]
         states.append(h.float())
         logits = model.lm_head(h).float()
     tokens_, states_, logprobs_ = torch.stack(tokens, 1), torch.stack(states, 1), torch.stack(logprobs, 1)
