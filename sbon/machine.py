@@ -7,7 +7,7 @@ on its batch there; ``choose`` picks the fastest path that meets the rule: on a 
 (the same bits for a row decoded alone and within a batch), on a GPU the measured divergence is reported. The choice is
 cached under a hash of the fingerprint, so a choice measured on another CPU, under other instruction-set limits, with
 another thread count, another torch version or another version of the probe is never used. Until a choice is
-measured, runs use the path that is exact without measuring (``safe_path``). A choice whose timings were taken while
+measured, runs use the safe path (``safe_path``: on a CPU the one exact without measuring). A choice whose timings were taken while
 other work held the cores, or whose compiled steps are still being built, is provisional (``Choice.provisional``):
 runs take it, and it is measured again.
 
@@ -151,8 +151,8 @@ def eligible(path: Measured, device: str) -> bool:
 
 def safe_path(device: str | torch.device = "cpu") -> tuple[str, str]:
     """The path runs take before anything is measured: on a CPU float32 op by op (on SAFE_THREADS threads: exact
-    without measuring), on a GPU bfloat16 op by op (its compiled step is built first)."""
-    return ("fp32", "eager") if torch.device(device).type == "cpu" else ("bf16", "eager")
+    without measuring), on a GPU bfloat16 on CUDA graphs (captured in seconds, no compiler: sbon.cuda_graphs)."""
+    return ("fp32", "eager") if torch.device(device).type == "cpu" else ("bf16", "compiled")
 
 
 @dataclass
@@ -292,8 +292,8 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
     command line and the app (``components.decode_paths``) all follow.
 
     SBON_WEIGHTS and SBON_DECODE force their part. Otherwise this machine's measured choice, final or provisional;
-    with a forced weight format, the fastest eligible step measured for it. Where nothing is measured, the path that
-    is exact without measuring: float32 op by op on a CPU; on a GPU bfloat16 with its compiled step (CUDA graphs)."""
+    with a forced weight format, the fastest eligible step measured for it. Where nothing is measured, the safe path
+    (``safe_path``): float32 op by op on a CPU, exact without measuring; on a GPU bfloat16 on CUDA graphs."""
     from .engine import weight_format
     device = torch.device(device)
     cpu = device.type == "cpu"
@@ -311,7 +311,7 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
         fmt = weights or safe_path(device)[0]
         steps = sorted((p for p in (choice.paths if choice else []) if p.weights == fmt and eligible(p, device.type)),
                        key=Measured.per_step)
-        path = (fmt, steps[0].decode if steps else ("eager" if cpu else "compiled"))
+        path = (fmt, steps[0].decode if steps else safe_path(device)[1])
     return AutoPath(path[0], decode or path[1], measured.fingerprint.get("threads") if measured and cpu else None,
                     choice, forced=bool(weights or decode))
 

@@ -49,6 +49,8 @@ def test_the_choice_follows_the_measured_times_and_excludes_an_inexact_path_on_a
     # nothing exact: no choice, and runs keep the safe path
     none = choose(NAME, CPU, [paths[3]])
     assert none.weights is None and "runs keep fp32 eager" in none.reason
+    # nothing ran on a GPU: runs keep what auto takes there unmeasured, bfloat16 on CUDA graphs
+    assert "runs keep bf16 compiled" in choose(NAME, GPU, [Measured("bf16", "eager", problem="out of memory")]).reason
 
 
 class Loaded:
