@@ -7,9 +7,9 @@ on its batch there; ``choose`` picks the fastest path that meets the rule: on a 
 (the same bits for a row decoded alone and within a batch), on a GPU the measured divergence is reported. The choice is
 cached under a hash of the fingerprint, so a choice measured on another CPU, under other instruction-set limits, with
 another thread count, another torch version or another version of the probe is never used. Until a choice is
-measured, runs use the safe path (``safe_path``: on a CPU the one exact without measuring). A choice whose timings were taken while
-other work held the cores, or whose compiled steps are still being built, is provisional (``Choice.provisional``):
-runs take it, and it is measured again.
+measured, runs use the safe path (``safe_path``: on a CPU the one exact without measuring). A choice whose timings
+were taken while other work held the cores, or whose compiled steps are still being built, is provisional
+(``Choice.provisional``): runs take it, and it is measured again.
 
 ``auto_path`` is ``auto``'s one rule: the path a run that starts now takes, which the library, the command line and
 the app all ask.
