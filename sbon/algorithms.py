@@ -14,6 +14,7 @@ Every method takes a :class:`~sbon.config.RunConfig`: :func:`events` runs any me
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ import torch
 
 from .config import FIRST_DECISION_TOKENS, RunConfig, resolve_first_decision
 from .cut import Cut, cut, survivors_count
-from .decoders import decoder
+from .decoders import EagerDecoder, decoder
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .machine import machine_class
@@ -35,12 +36,34 @@ from .signals import PruningSignal, Step, make_signal, on_reward_scale, without_
 __all__ = ["FIRST_DECISION_TOKENS", "RunConfig", "Cut", "cut", "survivors_count", "events", "best_of_n", "speculative_rejection",
            "speculative_bon_tau", "run", "drive"]
 
+log = logging.getLogger(__name__)
+
 # The `auto` budget (from free memory), as in the official code: at most this many candidates, each
 # with room for at least MIN_ROUND_TOKENS before the first decision, and a share of the free memory
-# left to the reward model's activations at decision points and to the allocator.
+# left to the reward model's activations at decision points and to the allocator (the share a compiled
+# step's static KV slab may take too: ``fitting``).
 MAX_AUTO_CANDIDATES = 1000
 MIN_ROUND_TOKENS = 8
 AUTO_BUDGET_SHARE = 0.8
+
+
+def fitting(dec, gen: Generator, decode: str, rows: int, prompt_tokens: int, max_new_tokens: int):
+    """``dec``, or where its static KV slab (every row's whole length at once) would take more than AUTO_BUDGET_SHARE
+    of the free memory: with ``auto`` the eager decoder, whose cache grows with the tokens (and which a KV budget
+    bounds), said in one logged line; with ``compiled`` one line saying what to change."""
+    slab = getattr(dec, "slab_tokens", None)
+    need = slab(rows, prompt_tokens, max_new_tokens) * gen.kv_bytes_per_token() if slab else 0
+    if not need:
+        return dec
+    free = AUTO_BUDGET_SHARE * gen.free_memory_bytes()
+    if need <= free:
+        return dec
+    why = (f"its static KV cache for {rows} candidates of up to {prompt_tokens + max_new_tokens} tokens takes "
+           f"{need / 2**30:.1f} GiB, more than {AUTO_BUDGET_SHARE:.0%} of the free memory ({free / 2**30:.1f} GiB)")
+    if decode == "compiled":
+        raise SBoNError(f"decode compiled: {why}: decode eagerly, or run fewer candidates or new tokens")
+    log.warning("decode %s: %s; decoding eagerly", decode, why)
+    return EagerDecoder(gen)
 
 
 class UndecidedFallback(UserWarning):
@@ -109,9 +132,11 @@ class _Run:
         self.candidates = [Candidate(k) for k in range(n)]
         # (candidates, max_new_tokens) on the generator's device: each step gathers its rows' numbers there.
         self.uniforms = coupled_uniforms(config.seed, range(n), config.max_new_tokens).to(gen.device)
-        self.decoder = decoder(gen, config.decode)
+        widest = self.settings.get("batch_size") or n
+        self.decoder = fitting(decoder(gen, config.decode), gen, config.decode, widest, len(self.prompt_ids),
+                               config.max_new_tokens)
         # What it loads once per process, or captures once for runs of this shape, is not this run's decode time.
-        self.decoder.ready(self.settings.get("batch_size") or n, len(self.prompt_ids), config.max_new_tokens)
+        self.decoder.ready(widest, len(self.prompt_ids), config.max_new_tokens)
         self.chunk = config.chunk_on(gen.device)
         self.forward = self.decoder.forward
         self.signal: PruningSignal | None = make_signal(config.prune_by, gen, reward) if config.spec.prunes else None

@@ -188,6 +188,12 @@ class GraphDecoder:
         free = [s for s in self.slabs if s.free() and s.max_len == length and s.capacity >= rows]
         return min(free, key=lambda s: s.capacity, default=None)
 
+    def slab_tokens(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
+        """KV tokens a run of batches of up to ``rows`` candidates newly allocates: its slab's rows times its whole
+        length, none where a free slab of that shape is kept already."""
+        widest, length = graph_rows(rows), run_length(prompt_tokens, max_new_tokens)
+        return 0 if self._free_slab(widest, length) is not None else widest * length
+
     def _slab_of(self, batch: Batch) -> Slab:
         return next(s for s in self.slabs if s.cache is batch.cache)
 

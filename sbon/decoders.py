@@ -111,12 +111,21 @@ class CompiledDecoder:
         live = max(MIN_ROWS, live)
         return 1 << (live - 1).bit_length() if self.graphs else live
 
-    def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
+    @staticmethod
+    def slab_length(prompt_tokens: int, max_new_tokens: int) -> int:
         # One token more than a step ever reads on a CPU: a view of the slab's whole length is contiguous, which the
         # compiled graph is not made for (its guards refuse such a view).
-        length = len(prefix.prompt_ids) + max_new_tokens + 1
-        cache = SlabCache(prefix.cache, self.rows(len(candidate_ids)), -(-length // SLAB_LENGTH_STEP) * SLAB_LENGTH_STEP)
+        return -(-(prompt_tokens + max_new_tokens + 1) // SLAB_LENGTH_STEP) * SLAB_LENGTH_STEP
+
+    def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
+        cache = SlabCache(prefix.cache, self.rows(len(candidate_ids)),
+                          self.slab_length(len(prefix.prompt_ids), max_new_tokens))
         return Batch(list(candidate_ids), cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
+
+    def slab_tokens(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
+        """KV tokens a batch of ``rows`` candidates takes at once: every row's whole length (a growable cache holds
+        only the tokens written so far)."""
+        return self.rows(rows) * self.slab_length(prompt_tokens, max_new_tokens)
 
     def inputs(self, batch: Batch, tokens: torch.Tensor) -> tuple:
         """The step's arguments for these tokens (the slab made ready for them; calling it again gives the same)."""

@@ -151,6 +151,29 @@ def test_a_run_captures_the_graphs_it_will_replay_before_its_timers_start(tiny):
     assert later.decode == "compiled" and len(captured) == 2 and len(own._graph_decoder.slabs) == 1
 
 
+def test_a_slab_the_free_memory_cannot_hold_decodes_eagerly_under_auto_and_stops_compiled_in_one_line(
+        tiny, monkeypatch, caplog):
+    """A static slab holds every row's whole length at once, where eager's cache grows with the tokens (and a KV
+    budget bounds it): where the slab would not fit, auto decodes eagerly and says so; compiled says what to change."""
+    import sbon.decoders
+    from sbon.errors import SBoNError
+
+    own = fresh(tiny)
+    own._graph_decoder = GraphDecoder(own, _step)
+    monkeypatch.setattr(sbon.decoders, "auto_compiles", lambda gen: True)  # auto's path here: the graphs
+    slab = GRAPH_MIN_ROWS * slab_length(len(own.encode_prompt(PROMPT)) + 8 + 1) * own.kv_bytes_per_token()
+    monkeypatch.setattr(own, "free_memory_bytes", lambda: slab)  # its 80 % cannot hold the slab
+    with caplog.at_level(logging.WARNING, logger="sbon"):
+        assert run(own, "sbon", "auto").decode == "eager" and not own._graph_decoder.slabs
+    [line] = [r.getMessage() for r in caplog.records if r.name.startswith("sbon")]
+    assert line.startswith("decode auto: its static KV cache for 5 candidates of up to ") and "eagerly" in line
+    with pytest.raises(SBoNError, match=r"^decode compiled: .* GiB, more than 80% of the free memory .*: decode "
+                                        r"eagerly, or run fewer candidates or new tokens$"):
+        run(own, "sbon", "compiled")
+    monkeypatch.setattr(own, "free_memory_bytes", lambda: 2 * slab)
+    assert run(own, "sbon", "auto").decode == "compiled"
+
+
 def test_a_capture_that_fails_is_one_logged_line_and_the_run_goes_on_eagerly(tiny, caplog):
     own = fresh(tiny)
     eager = run(own, "sbon", "eager")

@@ -497,6 +497,20 @@ def test_a_static_kv_slab_gives_the_growable_cache_s_logits(gen_bf16):
     assert all(torch.allclose(a.float(), b.float(), atol=0.1, rtol=0) for a, b in zip(logits["eager"], logits["graph"]))
 
 
+def test_a_slab_takes_the_kv_tokens_the_run_s_memory_check_counts(gen_bf16):
+    """sbon.algorithms.fitting counts a static slab's KV tokens before the run (decoder.slab_tokens): the slab a
+    batch then takes holds that many, on a CPU and in the CUDA-graph layout."""
+    from sbon.cuda_graphs import GraphDecoder
+    from sbon.decoders import CompiledDecoder, _step
+
+    prefix = gen_bf16.prefill(gen_bf16.encode_prompt(PROMPT))
+    for dec in (CompiledDecoder(gen_bf16, graphs=False, compile=False), GraphDecoder(gen_bf16, _step)):
+        for rows, new in ((3, 8), (20, 100)):
+            counted = dec.slab_tokens(rows, len(prefix.prompt_ids), new)
+            layer = dec.start(prefix, list(range(rows)), False, new).cache.layers[0]
+            assert counted == layer.slab_keys.shape[0] * layer.slab_keys.shape[2]
+
+
 def test_int4_blocks_are_the_float32_copy_s_weights(gen):
     """The GGUF file's Q4_1 blocks as sbon.int4 reads them (rows in `transformers`' order; from the file the first
     time on a machine, then from sbon's cache), dequantized: the float32 copy's weights bit for bit, every row of
