@@ -164,7 +164,8 @@ def summary(result: RunResult) -> str:
     table = pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.3f}")
     timings = ", ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
     notes = [n for n in (result.why_no_decision_point(), busy_note({result.method: result.load})) if n]
-    return (f"{table}\n\n{result.method}: {len(result.candidates)} candidates, {result.total_tokens} tokens generated in "
+    count = len(result.candidates)
+    return (f"{table}\n\n{result.method}: {count} candidate{'s' * (count != 1)}, {result.total_tokens} tokens generated in "
             f"{result.decode_steps} sequential decode steps; wall time {timings}" + "".join(f"\n{n}" for n in notes))
 
 

@@ -109,6 +109,7 @@ def test_cli_run_writes_every_field(tmp_path, capsys, monkeypatch, gen):
     assert code == 0
     printed = capsys.readouterr().out
     assert "best response (candidate" in printed and "pruned in round 1" in printed
+    assert "sbon: 6 candidates, " in printed
     data = json.loads(out.read_text())
     assert set(data["timings"]) == {"prefill", "decode", "reward", "rejection", "total"}
     for c in data["candidates"]:
@@ -117,6 +118,13 @@ def test_cli_run_writes_every_field(tmp_path, capsys, monkeypatch, gen):
         assert c["tokens_generated"] == len(c["token_ids"])
     assert any(c["pruned_round"] == 1 for c in data["candidates"])
     assert any(c["partial_rewards"] for c in data["candidates"])
+
+
+def test_cli_counts_one_candidate_in_the_singular(capsys, monkeypatch, gen, likelihood):
+    monkeypatch.setattr("sbon.cli.load_generator", lambda *a, **k: gen)
+    monkeypatch.setattr("sbon.cli.load_reward", lambda *a, **k: likelihood)
+    assert main(["run", "--prompt", PROMPT, "--method", "bon", "--n", "1", "--max-new-tokens", "4"]) == 0
+    assert "bon: 1 candidate, " in capsys.readouterr().out
 
 
 def test_cli_compare_saves_a_comparison_the_app_can_replay(tmp_path, capsys, monkeypatch, gen, likelihood):
