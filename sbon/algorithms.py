@@ -493,6 +493,9 @@ def events(gen: Generator, reward: RewardModel, prompt: str, config: RunConfig,
     pruning (to compare signals on the same candidates: query them when the events say a length
     was reached)."""
     config.validate(prompt)
+    check = getattr(reward, "check_prompt", None)  # a reward that cannot judge this prompt says so now
+    if check is not None:
+        check(prompt)
     yield from _IMPLEMENTATIONS[config.method](gen, reward, prompt, config, observers)
 
 

@@ -11,6 +11,7 @@ from typing import Iterable, Iterator, Sequence
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .algorithms import Done, RoundStarted, TokensGenerated, UndecidedFallback, drive, events
 from .analysis.comparison import (Comparison, ComparisonDone, MethodEvent, comparison_events, headline_text,
@@ -133,7 +134,13 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 def with_progress(events: Iterable, max_new_tokens: int, label: str) -> Iterator:
     """Pass events through unchanged, showing a tqdm bar per algorithm (tokens, round, live candidates).
-    Takes one algorithm's events or a comparison's (each algorithm's events wrapped in MethodEvent)."""
+    Takes one algorithm's events or a comparison's (each algorithm's events wrapped in MethodEvent). Log lines
+    meanwhile (a reward that cuts long responses, a step compiled) print above the bar, not after its text."""
+    with logging_redirect_tqdm():
+        yield from _progress(events, max_new_tokens, label)
+
+
+def _progress(events: Iterable, max_new_tokens: int, label: str) -> Iterator:
     bar, name = None, None
     try:
         for event in events:

@@ -6,15 +6,21 @@ which is what lets the generator and the reward model use different tokenizers.
 
 Capabilities beyond ``score``, found by name: ``score_partial`` (unfinished responses, scored otherwise than
 complete ones), ``explain`` (why a response scored what it did), ``with_instructions(prompt, instructions)``
-(a copy that judges the prompt by the instructions one run brings: ``bind_instructions``) and
-``instructions_of(prompt)`` (those instructions, as a saved run records them).
+(a copy that judges the prompt by the instructions one run brings: ``bind_instructions``),
+``instructions_of(prompt)`` (those instructions, as a saved run records them) and ``check_prompt(prompt)`` (a
+one-line SBoNError on a prompt it cannot judge, asked before anything is generated: sbon.algorithms.events).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import torch
+
+from .errors import SBoNError
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -83,6 +89,8 @@ class SequenceClassifierReward:
         config = getattr(self.model, "config", None)
         if config is not None and getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = self.tokenizer.pad_token_id
+        self._rooms: dict[str, int] = {}  # response_room, per prompt
+        self._cut: set[str] = set()  # prompts whose responses were cut (said once each)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, device: str | torch.device = "cpu",
@@ -98,17 +106,51 @@ class SequenceClassifierReward:
         model = auto.from_pretrained(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code).to(device)
         return cls(model, tokenizer, name=str(name_or_path), batch_size=batch_size, scoring=scoring, template=template)
 
-    def _encode(self, prompt: str, responses: Sequence[str]):
+    @property
+    def max_tokens(self) -> int | None:
+        """The most tokens the reward model reads at once (its tokenizer's ``model_max_length``; None where the
+        tokenizer sets no limit)."""
+        limit = getattr(self.tokenizer, "model_max_length", None)
+        return limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None  # unset: about 1e30
+
+    def _encode(self, prompt: str, responses: Sequence[str], truncation: bool = True, tensors: bool = True):
+        """The model's inputs; ``truncation`` cuts each to :attr:`max_tokens` the tokenizer's way: a formatted
+        text loses its end (the response's), a text pair the longer text's end first."""
         tok = self.tokenizer
+        kwargs = dict(padding=tensors, truncation=truncation, return_tensors="pt" if tensors else None, verbose=False)
         if self.template is not None:
-            texts = [self.template.format(prompt=prompt, response=r) for r in responses]
-            return tok(texts, padding=True, truncation=True, return_tensors="pt")
+            return tok([self.template.format(prompt=prompt, response=r) for r in responses], **kwargs)
         if tok.chat_template:
             texts = [tok.apply_chat_template([{"role": "user", "content": prompt},
                                               {"role": "assistant", "content": r}], tokenize=False)
                      for r in responses]
-            return tok(texts, padding=True, truncation=True, return_tensors="pt", add_special_tokens=False)
-        return tok([prompt] * len(responses), list(responses), padding=True, truncation=True, return_tensors="pt")
+            return tok(texts, add_special_tokens=False, **kwargs)
+        return tok([prompt] * len(responses), list(responses), **kwargs)
+
+    def response_room(self, prompt: str) -> int | None:
+        """How many tokens of a response the model reads after ``prompt`` (None: no limit). Where the prompt's
+        formatted text leaves none, every response would be cut away and score the same: a one-line SBoNError.
+        A text pair is cut the longer text first, so a response keeps at least half the limit."""
+        limit = self.max_tokens
+        if limit is None:
+            return None
+        if prompt not in self._rooms:
+            used = len(self._encode(prompt, [""], truncation=False, tensors=False)["input_ids"][0])
+            if self.template is None and not self.tokenizer.chat_template:
+                room = max(limit - used, limit // 2)
+            elif used >= limit:
+                raise SBoNError(f"reward '{self.name}' reads at most {limit} tokens, and this prompt takes {used} of "
+                                "them: no response would be read, so every one would score the same; shorten the "
+                                "prompt or use a reward model that reads more")
+            else:
+                room = limit - used
+            self._rooms[prompt] = room
+        return self._rooms[prompt]
+
+    def check_prompt(self, prompt: str) -> None:
+        """Before anything is generated (sbon.algorithms.events): a one-line SBoNError where no response would be
+        read after this prompt."""
+        self.response_room(prompt)
 
     def _rewards(self, output) -> torch.Tensor:
         """One reward per row from the model's output, the way its card reads it."""
@@ -122,10 +164,18 @@ class SequenceClassifierReward:
 
     @torch.inference_mode()
     def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
+        room = self.response_room(prompt)
         scores: list[float] = []
         for i in range(0, len(responses), self.batch_size):
-            batch = self._encode(prompt, responses[i:i + self.batch_size]).to(self.model.device)
-            scores += self._rewards(self.model(**batch)).tolist()
+            batch = self._encode(prompt, responses[i:i + self.batch_size])
+            if room is not None and batch["input_ids"].shape[1] >= self.max_tokens and prompt not in self._cut:
+                longest = max(len(ids) for ids in self._encode(prompt, responses[i:i + self.batch_size],
+                                                               truncation=False, tensors=False)["input_ids"])
+                if longest > self.max_tokens:
+                    self._cut.add(prompt)
+                    log.warning("reward '%s' reads at most %d tokens of prompt and response: a response longer "
+                                "than %d tokens here is judged on its beginning", self.name, self.max_tokens, room)
+            scores += self._rewards(self.model(**batch.to(self.model.device))).tolist()
         return scores
 
 

