@@ -144,6 +144,9 @@ class SequenceClassifierReward:
                                 "prompt or use a reward model that reads more")
             else:
                 room = limit - used
+            if len(self._rooms) >= 1024:  # a long-lived server sees many prompts: keep the memory bounded
+                self._rooms.clear()
+                self._cut.clear()
             self._rooms[prompt] = room
         return self._rooms[prompt]
 
