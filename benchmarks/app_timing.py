@@ -100,8 +100,14 @@ def click_run(page) -> dict[str, Any]:
     return {"first_round_s": first if "first decision point" in status else None, "sbon_answer_s": answered,
             "final_frame_s": final, "views_ready_s": views, "server_done_s": float(server.group(1)) if server else None,
             "longest_still_s": still, "longest_still_from_s": still_at, "chart_longest_still_s": chart_still,
-            "decode": "compiled" if "decoded with the compiled step" in status else "eager",
+            "decode": decoded_with(status),
             "status": page.locator("#status").inner_text(), "headline": headline}
+
+
+def decoded_with(status: str) -> str | None:
+    """The decode path a finished run's status line names (its words: components.runs.DECODED); None if none."""
+    from components.runs import DECODED
+    return next((path for path, words in DECODED.items() if words in status), None)
 
 
 def set_controls(page, args: argparse.Namespace) -> None:

@@ -115,6 +115,7 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     print(f"\nlive run N=6, 24 tokens: first round drawn after {timing['first_round_s']:.1f} s, "
           f"final frame after {timing['final_frame_s']:.1f} s ({timing['status']})")
     assert 0 < timing["first_round_s"] < timing["final_frame_s"] and timing["server_done_s"] <= timing["final_frame_s"]
+    assert timing["decode"] == "eager"  # the path the status line names (the test server decodes eagerly)
 
     assert "your run" in _text(page, "#run-source") and "What is Atlantis?" in _text(page, "#run-source")
     assert page.locator("#scatter .scatterlayer .point").count() == 6  # every candidate contends at round 1

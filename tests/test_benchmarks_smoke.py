@@ -276,3 +276,13 @@ def test_step_times_every_format_with_both_attentions_and_reports_the_ratios(tmp
     assert 0.2 < mb["int4"] / mb["fp32"] < 0.35
     lines = step.speedups(saved["table"], rows=3)
     assert len(lines) == 4 and all(step.BASELINE in line for line in lines)
+
+
+def test_the_app_benchmark_reads_the_decode_path_from_the_status_line_s_own_words():
+    from benchmarks.app_timing import decoded_with
+    from components.runs import DECODED
+
+    for path, words in DECODED.items():
+        assert decoded_with(f"Done in 11.2 s from the click; first decision point drawn after 1.4 s; {words}; every "
+                            "view ready after 12.8 s") == path
+    assert decoded_with("Done in 11.2 s from the click") is None
