@@ -205,6 +205,9 @@ def main(args: argparse.Namespace) -> int:
                                                      "SBON_THREADS": os.environ.get("SBON_THREADS"),
                                                      "weights": args.weights or default_weights(torch.device("cpu"),
                                                                                                 DEFAULT_GENERATOR),
+                                                     # set: forced for the app; None: the app's own (measured) choice
+                                                     "SBON_WEIGHTS": args.weights or os.environ.get("SBON_WEIGHTS"),
+                                                     "SBON_DECODE": os.environ.get("SBON_DECODE"),
                                                      "SBON_CACHE": os.environ.get("SBON_CACHE")},
                        "environment": env, "startup": startup, "clicks": rows}, json_path)
     df = pd.DataFrame(rows)[["click", "models", "first_round_s", "sbon_answer_s", "final_frame_s", "views_ready_s",

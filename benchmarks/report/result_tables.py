@@ -199,7 +199,9 @@ def app_timing(results_dir: Path, folder: str, only: Sequence[str] = ("*.json",)
         setting = setting or f"the app's defaults at commit {d['environment'].get('git_commit', '?')}"
         if st.get("SBON_THREADS"):
             setting += f", SBON_THREADS={st['SBON_THREADS']}"
-        if st.get("weights") not in (None, "app default"):
+        if "SBON_WEIGHTS" in st and not st["SBON_WEIGHTS"]:  # files that say whether the format was forced
+            setting += f", weights {st['weights']} (the app's measured choice)"
+        elif st.get("weights") not in (None, "app default"):
             setting += f", SBON_WEIGHTS={st['weights']}"
         decoded = list(dict.fromkeys(c["decode"] for c in d["clicks"] if "decode" in c))  # none: files from before the compiled step, eager
         if decoded:
@@ -642,7 +644,7 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "tune": partial(tune, name="tune.json"),
     "tune-likelihood": partial(tune, name="tune_likelihood.json"),
     "app": partial(app_timing, folder="app"),
-    "app-latest": partial(app_timing, folder="app", only=("app_compiled_default.json", "app_eager_same_session.json")),
+    "app-latest": partial(app_timing, folder="app", only=("app_auto_default.json", "app_fp32_eager_same_session.json")),
     "step": step,
     "ray": ray,
     "recorded-run": recorded_run,
