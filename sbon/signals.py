@@ -20,7 +20,7 @@ import torch
 
 from .errors import SBoNError
 from .score_noise import noise_of
-from .value_head import ASSETS
+from .value_head import ASSETS, feature_dim
 
 DEFAULT_HEAD = "smollm2_value_likelihood"  # the shipped prefix value head (sbon/assets)
 
@@ -258,10 +258,23 @@ class ValueHeadSignal(PruningSignal):
     def __init__(self, head: str = DEFAULT_HEAD):
         from .value_head import PrefixFeatures, ValueHead
 
-        self.head, config = ValueHead.load(head)
-        self.uses_logprob = config["uses_logprob"]
+        self.head, self.config = ValueHead.load(head)
+        self.uses_logprob = self.config["uses_logprob"]
         self.new_features = PrefixFeatures
         self.features, self.ids = None, []
+
+    @classmethod
+    def build(cls, gen, reward) -> "ValueHeadSignal":
+        """The head for a run of ``gen``: a one-line SBoNError where its hidden states are not as wide as those the
+        head was trained on (another generator's head would read them as nonsense, or fail on their shape)."""
+        signal = cls()
+        width = getattr(getattr(getattr(gen, "model", None), "config", None), "hidden_size", None)
+        if width is not None and feature_dim(width, signal.uses_logprob) != signal.config["feature_dim"]:
+            trained = (signal.config["feature_dim"] - 1 - signal.uses_logprob) // 2
+            raise SBoNError(f"the prefix value head reads the hidden states of {signal.config['generator']} "
+                            f"({trained} wide), and generator '{gen.name}' has {width}: prune by another signal, or "
+                            "train a head on this generator (python -m training.train_value_head)")
+        return signal
 
     def observe(self, step):
         if step.hidden is None:

@@ -105,3 +105,24 @@ def test_shipped_head_loads_and_scores_candidates_of_the_real_generator(gen, sam
 def test_an_unknown_head_is_one_clear_error():
     with pytest.raises(SBoNError, match="no value head"):
         ValueHead.load("no-such-head")
+
+
+def test_the_head_on_another_generator_s_hidden_states_is_one_clear_error_before_anything_is_generated(gen, likelihood,
+                                                                                                       tmp_path):
+    """The shipped head reads the embedded generator's states; a generator of another width stops the run in one
+    line, where it used to fail on a shape deep inside the decode loop."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sbon.algorithms import run, speculative_rejection
+    from sbon.models import load_generator
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(gen.tokenizer), hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                 eos_token_id=gen.tokenizer.eos_token_id)).save_pretrained(tmp_path)
+    gen.tokenizer.save_pretrained(tmp_path)
+    other = load_generator(str(tmp_path), weights="fp32")
+    with pytest.raises(SBoNError, match=r"reads the hidden states of smollm2-135m \(576 wide\), and generator .* has 32"):
+        run(speculative_rejection(other, likelihood, PROMPTS[0], n=4, max_new_tokens=8, prune_by="value-head"))
+    result = run(speculative_rejection(gen, likelihood, PROMPTS[0], n=4, max_new_tokens=8, prune_by="value-head"))
+    assert result.decision_points  # the generator it was trained on still prunes by it
