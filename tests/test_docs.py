@@ -125,6 +125,7 @@ def test_the_readme_is_short_and_keeps_the_space_front_matter():
 NOT_MEASURED = {
     "2410.20290",  # the paper's arXiv id
     "2.13", "3.10",  # torch and Python versions
+    "3.1", "3.2",  # model names: Llama 3.1 and 3.2
     "6.3",  # a section of the paper
     "0.1", "0.5", "0.8", "0.95",  # settings: α, temperature, top-p
     "20 %", "80 %",  # the share of free memory `--kv-budget auto` takes and leaves
