@@ -258,23 +258,19 @@ class ValueHeadSignal(PruningSignal):
     def __init__(self, head: str = DEFAULT_HEAD):
         from .value_head import PrefixFeatures, ValueHead
 
-        self.head, self.config = ValueHead.load(head)
-        self.uses_logprob = self.config["uses_logprob"]
+        self.head, config = ValueHead.load(head)
+        self.uses_logprob = config["uses_logprob"]
         self.new_features = PrefixFeatures
         self.features, self.ids = None, []
 
     @classmethod
     def build(cls, gen, reward) -> "ValueHeadSignal":
-        """The head for a run of ``gen``: a one-line SBoNError where its hidden states are not as wide as those the
-        head was trained on (another generator's head would read them as nonsense, or fail on their shape)."""
-        signal = cls()
-        width = getattr(getattr(getattr(gen, "model", None), "config", None), "hidden_size", None)
-        if width is not None and feature_dim(width, signal.uses_logprob) != signal.config["feature_dim"]:
-            trained = (signal.config["feature_dim"] - 1 - signal.uses_logprob) // 2
-            raise SBoNError(f"the prefix value head reads the hidden states of {signal.config['generator']} "
-                            f"({trained} wide), and generator '{gen.name}' has {width}: prune by another signal, or "
-                            "train a head on this generator (python -m training.train_value_head)")
-        return signal
+        """The head for a run of ``gen``: a one-line SBoNError where it cannot read ``gen``'s hidden states."""
+        problem = head_misfit(gen)
+        if problem:
+            raise SBoNError(f"{problem}: prune by another signal, or train a head on this generator "
+                            "(python -m training.train_value_head)")
+        return cls()
 
     def observe(self, step):
         if step.hidden is None:
@@ -309,11 +305,25 @@ SIGNALS: dict[str, type[PruningSignal]] = {
 REWARD_FREE = ("logprob", "deepconf", "self-certainty", "consistency")  # no reward model at decision points
 
 
+def head_misfit(gen, head: str = DEFAULT_HEAD) -> str | None:
+    """Why the shipped value head cannot read ``gen``'s hidden states, None where it can: they must be as wide as
+    those it was trained on (another width fails on its shape; a generator without a model, scripted, is not
+    asked)."""
+    config = json.loads((ASSETS / head / "config.json").read_text())
+    width = getattr(getattr(getattr(gen, "model", None), "config", None), "hidden_size", None)
+    if width is None or feature_dim(width, config.get("uses_logprob", False)) == config["feature_dim"]:
+        return None
+    trained = (config["feature_dim"] - 1 - config.get("uses_logprob", False)) // 2
+    return (f"the prefix value head reads the hidden states of {config['generator']} ({trained} wide), and generator "
+            f"'{getattr(gen, 'name', '?')}' has {width}")
+
+
 def watched_by_default(gen) -> list[str]:
     """The signals a comparison watches unless told otherwise: the reward-free ones, and the value
-    head when the shipped head was trained on this generator's hidden states."""
+    head when the shipped head was trained on this generator's hidden states (its name, at their width)."""
     config = ASSETS / DEFAULT_HEAD / "config.json"
-    head_fits = config.is_file() and json.loads(config.read_text()).get("generator") == getattr(gen, "name", None)
+    head_fits = (config.is_file() and json.loads(config.read_text()).get("generator") == getattr(gen, "name", None)
+                 and head_misfit(gen) is None)
     return list(REWARD_FREE) + (["value-head"] if head_fits else [])
 
 
