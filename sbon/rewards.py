@@ -134,7 +134,8 @@ class SequenceClassifierReward:
         limit = self.max_tokens
         if limit is None:
             return None
-        if prompt not in self._rooms:
+        room = self._rooms.get(prompt)
+        if room is None:
             used = len(self._encode(prompt, [""], truncation=False, tensors=False)["input_ids"][0])
             if self.template is None and not self.tokenizer.chat_template:
                 room = max(limit - used, limit // 2)
@@ -148,7 +149,7 @@ class SequenceClassifierReward:
                 self._rooms.clear()
                 self._cut.clear()
             self._rooms[prompt] = room
-        return self._rooms[prompt]
+        return room
 
     def check_prompt(self, prompt: str) -> None:
         """Before anything is generated (sbon.algorithms.events): a one-line SBoNError where no response would be
