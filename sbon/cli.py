@@ -80,8 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
 def instructions_arg(text: str) -> str:
     """--instructions: JSON text, or the path of a JSON file, read here (the page and /compare take text only)."""
     path = Path(text)
-    if text.strip()[:1] not in ("[", "{", '"') and path.is_file():
-        return path.read_text(encoding="utf-8")
+    if text.strip()[:1] not in ("[", "{", '"'):
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+        if path.suffix.lower() == ".json":
+            raise argparse.ArgumentTypeError(f"no file {text}: give JSON text or the path of a JSON file")
     return text
 
 

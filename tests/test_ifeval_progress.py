@@ -144,3 +144,9 @@ def test_instructions_from_a_file_reach_the_reward(tmp_path):
     verdicts = IFEvalReward().with_instructions(prompt, given).explain(prompt, "the sea is wide and grey")
     assert [(v.instruction_id, v.status) for v in verdicts] == [
         ("change_case:english_lowercase", "pass"), ("punctuation:no_comma", "pass")]
+
+
+def test_a_missing_instructions_file_is_named_as_missing(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--instructions", str(tmp_path / "mine.json")])
+    assert f"no file {tmp_path / 'mine.json'}: give JSON text or the path of a JSON file" in capsys.readouterr().err
