@@ -11,6 +11,7 @@ a signal only decides which live candidates go on. To add one: a class (with its
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -23,6 +24,12 @@ from .score_noise import noise_of
 from .value_head import ASSETS, feature_dim
 
 DEFAULT_HEAD = "smollm2_value_likelihood"  # the shipped prefix value head (sbon/assets)
+
+
+@functools.cache
+def head_config(head: str = DEFAULT_HEAD) -> dict:
+    """A shipped value head's config.json (sbon/assets/<head>/): what it was trained on, read once."""
+    return json.loads((ASSETS / head / "config.json").read_text())
 
 
 @dataclass
@@ -253,7 +260,7 @@ class ValueHeadSignal(PruningSignal):
                    "reward; use with the likelihood reward")
     needs_hidden = True
     one_batch = True
-    reward_scale = json.loads((ASSETS / DEFAULT_HEAD / "config.json").read_text())["reward"]  # distilled from it
+    reward_scale = head_config()["reward"]  # distilled from it
 
     def __init__(self, head: str = DEFAULT_HEAD):
         from .value_head import PrefixFeatures, ValueHead
@@ -309,7 +316,7 @@ def head_misfit(gen, head: str = DEFAULT_HEAD) -> str | None:
     """Why the shipped value head cannot read ``gen``'s hidden states, None where it can: they must be as wide as
     those it was trained on (another width fails on its shape; a generator without a model, scripted, is not
     asked)."""
-    config = json.loads((ASSETS / head / "config.json").read_text())
+    config = head_config(head)
     width = getattr(getattr(getattr(gen, "model", None), "config", None), "hidden_size", None)
     if width is None or feature_dim(width, config.get("uses_logprob", False)) == config["feature_dim"]:
         return None
@@ -321,9 +328,7 @@ def head_misfit(gen, head: str = DEFAULT_HEAD) -> str | None:
 def watched_by_default(gen) -> list[str]:
     """The signals a comparison watches unless told otherwise: the reward-free ones, and the value
     head when the shipped head was trained on this generator's hidden states (its name, at their width)."""
-    config = ASSETS / DEFAULT_HEAD / "config.json"
-    head_fits = (config.is_file() and json.loads(config.read_text()).get("generator") == getattr(gen, "name", None)
-                 and head_misfit(gen) is None)
+    head_fits = head_config().get("generator") == getattr(gen, "name", None) and head_misfit(gen) is None
     return list(REWARD_FREE) + (["value-head"] if head_fits else [])
 
 
