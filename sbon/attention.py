@@ -1,4 +1,5 @@
-"""Attention for the decode step on a CPU: one query token per row, read straight from the KV cache.
+"""Attention for the decode step on a CPU, and for the steps a CUDA graph records: one query token per row, read
+straight from the KV cache.
 
 Why: in a decode step each row attends with a single query to its own cached keys. torch's SDPA
 kernel for the CPU is built for long queries; at one query and a few hundred keys its set-up costs
@@ -14,11 +15,18 @@ one-query step (a prefill, a mask, a sliding window, a soft cap, attention weigh
 `transformers`' own SDPA function, so a model gives the same results there as with ``sdpa``.
 Each row's result depends only on that row (batched matmuls over rows), which keeps the coupled
 sampling exact: tests/test_step_formats.py checks it bit for bit.
+
+On a GPU the model keeps SDPA, whose kernels are exact for a growable cache, and only the step a CUDA graph records
+reads through this function (``one_query_steps``): over a masked static slab SDPA takes its memory-efficient kernel,
+which gave one row different bits from one run to the next on an H200, so that Best-of-N's candidate and its
+Speculative Rejection twin drifted apart (benchmarks/results/gpu-h200/NOTE.md).
 """
 
 from __future__ import annotations
 
 import functools
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
@@ -115,3 +123,20 @@ def use_decode_attention(model: torch.nn.Module, device: torch.device | None = N
     if on_cpu and getattr(config, "_attn_implementation", None) == "sdpa":
         model.set_attn_implementation(NAME)
     return model
+
+
+@contextmanager
+def one_query_steps(model: torch.nn.Module) -> Iterator[None]:
+    """For the block, a model whose attention is SDPA reads its plain one-query steps through
+    :func:`decode_attention` (anything else still goes to SDPA from there); other models as they are. What a CUDA
+    graph records its step under (see the module's docstring)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        yield
+        return
+    register()
+    config._attn_implementation = NAME  # read at every call; sub-configs follow
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"

@@ -17,6 +17,8 @@ small model's step on a GPU), that is most of the step's time.
   them takes them, others drop them: the logits are the same either way). Captured before a run's timers start
   (``ready``: the graphs of its plan), where a step first needs them, or ahead (``capture_ahead``:
   components.decode_paths captures the page-default run's at model load).
+- **Attention.** The step reads the slab through sbon.attention's one-query matmuls, not SDPA: SDPA's kernel for a
+  masked slab gave a row different bits from run to run on a GPU, which broke the coupling above.
 - **Where capture fails**, one logged line says why and the decoder runs the same step eagerly over the same slab
   from then on (``failed``; its runs record the ``eager`` path).
 
@@ -34,6 +36,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from .attention import one_query_steps
 from .engine import Batch, Generator, Prefix
 from .static_cache import SlabCache
 
@@ -132,7 +135,8 @@ class Slab:
                 layer.view(rows, self.max_len)
                 layer.cumulative_length.copy_(self.length)  # the step writes there (and counts it up)
             positions = self.length.view(1, 1).expand(rows, 1).clone()
-            logits, hidden = step(model, self.tokens[:rows], positions, self.cache, True)
+            with one_query_steps(model):  # sbon.attention: SDPA's kernel for a masked slab is not exact here
+                logits, hidden = step(model, self.tokens[:rows], positions, self.cache, True)
             return logits, hidden
         return run
 

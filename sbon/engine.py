@@ -111,10 +111,11 @@ def coupled_uniforms(seed: int, candidate_ids: Sequence[int], length: int) -> to
     return torch.from_numpy(np.stack(rows)) if rows else torch.empty(0, length, dtype=torch.float64)
 
 
-# Top-p looks for the nucleus among this many most likely tokens first, then among more, then in the whole
-# sorted vocabulary: sorting the vocabulary every step costs more than the forward pass of a small model on
-# a CPU, and a top-64 costs an eighth of a top-1024. Each row widens on its own, so a row's token never
-# depends on which rows share its batch.
+# On a CPU top-p looks for the nucleus among this many most likely tokens first, then among more, then in the
+# whole sorted vocabulary: sorting the vocabulary every step costs more than the forward pass of a small model
+# there, and a top-64 costs an eighth of a top-1024. Each row widens on its own, so a row's token never depends on
+# which rows share its batch. A GPU sorts the whole vocabulary at once: the sort takes microseconds there, and
+# each widening would wait for the device (a host sync per step).
 NUCLEUS_WIDTHS = (64, 1024)
 
 
@@ -134,6 +135,8 @@ def sample(logits: torch.Tensor, uniforms: torch.Tensor, cfg: SamplingConfig) ->
         return _pick(top / top.sum(-1, keepdim=True), order, uniforms, cfg.top_p)
     if cfg.top_p >= 1:
         return _pick(probs, None, uniforms, 1.0)
+    if probs.is_cuda:
+        return _pick_sorted(probs, uniforms, cfg.top_p)
     picked = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
     rows = torch.arange(probs.shape[0], device=probs.device)  # rows whose nucleus is not found yet
     for width in (*(w for w in NUCLEUS_WIDTHS if w < probs.shape[-1]), None):
@@ -145,6 +148,13 @@ def sample(logits: torch.Tensor, uniforms: torch.Tensor, cfg: SamplingConfig) ->
         if not len(rows):
             break
     return picked
+
+
+def _pick_sorted(probs: torch.Tensor, uniforms: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Top-p over the whole vocabulary sorted at once (a GPU's way: see NUCLEUS_WIDTHS). A stable sort puts tied
+    tokens in id order, so a row's order is its own whatever rows share its batch."""
+    top, order = probs.sort(dim=-1, descending=True, stable=True)
+    return _pick(top, order, uniforms, top_p)
 
 
 def _pick(probs: torch.Tensor, order: torch.Tensor | None, uniforms: torch.Tensor, top_p: float) -> torch.Tensor:

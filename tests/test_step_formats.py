@@ -10,9 +10,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+import numpy as np
 import torch
 
-from sbon.engine import (CACHE_KEYWORD, WEIGHT_FORMATS, SamplingConfig, coupled_uniforms, growable_cache,
+from sbon.engine import (CACHE_KEYWORD, _pick_sorted, WEIGHT_FORMATS, SamplingConfig, coupled_uniforms, growable_cache,
                          pad_linear_rows, sample)
 from sbon.errors import SBoNError
 from sbon.models import load_generator
@@ -454,6 +455,30 @@ def test_the_nucleus_widens_row_by_row_and_matches_a_full_sort():
     assert torch.equal(picked, full_sort(logits, uniforms, cfg))
     for i in range(4):
         assert torch.equal(sample(logits[i:i + 1], uniforms[i:i + 1], cfg), picked[i:i + 1])
+    # A GPU's way, the whole vocabulary sorted at once: the same tokens
+    probs = torch.softmax(logits / cfg.temperature, -1)
+    assert torch.equal(_pick_sorted(probs, uniforms, cfg.top_p), picked)
+
+
+def test_the_gpu_s_full_sort_gives_a_row_its_own_token_among_ties_whatever_its_batch():
+    """bfloat16 logits tie often; the GPU's top-p (one stable sort of the vocabulary) orders tied tokens by id, so a
+    row's token does not depend on the rows beside it or on its place among them."""
+    torch.manual_seed(1)
+    logits = (torch.randn(6, 49152) * 0.5).to(torch.bfloat16)  # flat rows, thousands of ties each
+    probs = torch.softmax(logits.float() / 0.8, -1)
+    assert probs[0].unique().numel() < probs.shape[-1] // 4
+    uniforms = torch.rand(6, dtype=torch.float64)
+    together = _pick_sorted(probs, uniforms, 0.95)
+    reversed_ = _pick_sorted(probs.flip(0), uniforms.flip(0), 0.95).flip(0)
+    alone = torch.cat([_pick_sorted(probs[i:i + 1], uniforms[i:i + 1], 0.95) for i in range(6)])
+    assert torch.equal(together, alone) and torch.equal(together, reversed_)
+    # tied tokens in id order: the token of numpy's stable argsort
+    for i in range(6):
+        p = probs[i].double().numpy()
+        order = np.argsort(-p, kind="stable")
+        kept = p[order] * ((np.cumsum(p[order]) - p[order]) < 0.95)
+        cdf = np.cumsum(kept)
+        assert together[i] == order[min(np.searchsorted(cdf, uniforms[i].item() * cdf[-1], side="right"), len(p) - 1)]
 
 
 def test_a_model_bound_for_a_gpu_is_neither_prepacked_nor_given_the_cpu_attention():
