@@ -94,7 +94,8 @@ def part_app(ctx, record: dict) -> None:
         if record["first_run_on_graphs_s"] is None and comp.speculative.decode == comp.bon.decode == "compiled":
             record["first_run_on_graphs_s"] = time.perf_counter() - start
         run = {"seconds": seconds, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
-               "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n}
+               "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n,
+               "timings": {"speculative": comp.speculative.timings, "bon": comp.bon.timings}}  # where its time went
         print(f"app: page-default comparison{', warm' if i else ' (untimed)'}: {seconds:.2f} s ({run['weights']} "
               f"weights, {run['decode']} step, {run['diverged']} of {run['n']} candidates diverged)")
         if i:

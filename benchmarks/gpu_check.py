@@ -296,7 +296,9 @@ def part_compiled(ctx: Context, record: dict) -> None:
             steps[-1].update(inductor_ms=i["ms_per_step"], inductor_compile_s=i["first_step_s"])
         print(f"compiled step {rows} rows: eager {e['ms_per_step']:.2f} ms, graphs {c['ms_per_step']:.2f} ms "
               f"({steps[-1]['speedup']:.2f}x), first step with its capture {c['first_step_s']:.2f} s, top-1 agreement "
-              f"{steps[-1]['top1_agreement']:.0%}" + (f"; failed: {compiled.failed}" if compiled.failed else ""))
+              f"{steps[-1]['top1_agreement']:.0%}" + (f"; failed: {compiled.failed}" if compiled.failed else "")
+              + (f"; inductor under the graphs {steps[-1]['inductor_ms']:.2f} ms (first step "
+                 f"{steps[-1]['inductor_compile_s']:.1f} s)" if inductor is not None else ""))
 
 
 def part_vllm(ctx: Context, record: dict) -> None:
