@@ -458,25 +458,32 @@ def gpu_engine_row(results_dir: Path) -> list[str]:
             f"{mean_median(s['tok_per_s_ratio'], 2, times)} ({times(s['tok_per_s_ratio_pooled'])} over all tokens)"]
 
 
-GPU_CHECK = ("gpu-h100", "gpu-check")  # the folder of the newest `python -m benchmarks gpu-check` on a GPU
+# The folders of `python -m benchmarks gpu-check` results the docs show, by the key their tables' names end in ("":
+# the H100's check, which has the paper-scale part), with the parts shown of each.
+GPU_CHECKS = {"": (("gpu-h100", "gpu-check"), ("engine", "paper", "compiled", "coupling")),
+              # before the graphs' attention and sampling fixes
+              "h200-first": (("gpu-h200", "gpu-check-abe3b2b"), ("app", "coupling", "compiled", "engine")),
+              "h200": (("gpu-h200", "gpu-check"), ("app", "coupling", "compiled")),
+              "h200-inductor": (("gpu-h200", "inductor"), ("compiled",))}
+GPU_CHECK = GPU_CHECKS[""][0]
 
 
-def gpu_check_file(results_dir: Path, part: str) -> Path:
-    return results_dir.joinpath(*GPU_CHECK, f"{part}.json")
+def gpu_check_file(results_dir: Path, part: str, folder: tuple[str, ...] = GPU_CHECK) -> Path:
+    return results_dir.joinpath(*folder, f"{part}.json")
 
 
-def gpu_check_part(results_dir: Path, part: str) -> tuple[dict, str]:
+def gpu_check_part(results_dir: Path, part: str, folder: tuple[str, ...] = GPU_CHECK) -> tuple[dict, str]:
     """One part's file of the GPU check, and a line saying where it ran."""
-    path = gpu_check_file(results_dir, part)
+    path = gpu_check_file(results_dir, part, folder)
     d = json.loads(path.read_text())
     env = d["environment"]
     return d, (f"{link(results_dir, path)}: one {env.get('gpu', env['device'])}, torch {env['torch']}, transformers "
                f"{env['transformers']}, {env['time'][:10]}, commit {env.get('git_commit') or 'not recorded'}.")
 
 
-def gpu_check_engine(results_dir: Path) -> str:
+def gpu_check_engine(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
     """`gpu-check`'s engine part: our Best-of-N against `generate` on the random SmolLM2 stand-in."""
-    d, where = gpu_check_part(results_dir, "engine")
+    d, where = gpu_check_part(results_dir, "engine", folder)
     rows = [[f"{o['n']}", "`generate`" if o["engine"] == "generate" else f"ours, decode_chunk {o['decode_chunk']}",
              num(o["tok_per_s"], 0), num(o["ms_per_step"]), times(o["vs_generate"])] for o in d["summary"]]
     return (f"{where} {d['generator']}; {d['tokens']} new tokens at most, forced lengths around "
@@ -484,9 +491,9 @@ def gpu_check_engine(results_dir: Path) -> str:
             + markdown_table(["N", "engine", "tokens/s", "ms per step", "tokens/s / `generate`'s"], rows))
 
 
-def gpu_check_paper(results_dir: Path) -> str:
+def gpu_check_paper(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
     """`gpu-check`'s paper-scale part: 8B-architecture timing, and decode steps against the bandwidth floor."""
-    d, where = gpu_check_part(results_dir, "paper-scale")
+    d, where = gpu_check_part(results_dir, "paper-scale", folder)
     steps = [[f"{st['rows']}", f"{st['context']}", num(st["ms_per_step"]), num(st["floor_ms"]),
               times(st["of_floor"], 1)] for st in d["decode_steps"]]
     return (f"{where} {d['model']}, N = {d['n']}, {d['max_new_tokens']} new tokens at most.\n\n"
@@ -499,25 +506,46 @@ def gpu_check_paper(results_dir: Path) -> str:
             + markdown_table(["rows", "tokens in cache", "ms per step", "floor ms", "of the floor"], steps))
 
 
-def gpu_check_compiled(results_dir: Path) -> str:
-    """`gpu-check`'s compiled part: the slab's compiled step against eager on the stand-in."""
-    d, where = gpu_check_part(results_dir, "compiled")
+def gpu_check_compiled(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
+    """`gpu-check`'s compiled part: the compiled step against eager on the stand-in (on a GPU its CUDA graphs, and
+    inductor's step under the same graphs where the file has it)."""
+    d, where = gpu_check_part(results_dir, "compiled", folder)
+    inductor = any("inductor_ms" in st for st in d["steps"])
     rows = [[f"{st['rows']}", f"{st['computed_rows']}", num(st["eager_ms"], 2), num(st["compiled_ms"], 2),
              times(st["speedup"], 1), num(st["compile_s"]), f"{st.get('cudagraph_skips', '–')}",
-             pct(st["top1_agreement"])] for st in d["steps"]]
+             pct(st["top1_agreement"])]
+            + ([num(st.get("inductor_ms"), 2), num(st.get("inductor_compile_s"))] if inductor else [])
+            for st in d["steps"]]
     return (f"{where} {d['generator']}, {d['context']} tokens in each row's cache, {d['repeats']} timed steps.\n\n"
             + markdown_table(["live rows", "rows computed", "eager ms", "compiled ms", "speedup", "first step s",
-                              "CUDA graph skipped", "top-1 = eager's"], rows))
+                              "CUDA graph skipped", "top-1 = eager's"]
+                             + (["inductor under the graphs ms", "its first step s"] if inductor else []), rows))
 
 
-def gpu_check_coupling(results_dir: Path) -> str:
-    """`gpu-check`'s coupling part on the GPU."""
-    d, where = gpu_check_part(results_dir, "coupling")
-    rows = [[dtype, f"{r['survivors']}", pct(r["survivor_divergence_rate"], 1), f"{r['pruned']}",
-             pct(r["pruned_divergence_rate"], 1)] for dtype, r in d["by_dtype"].items()]
+def gpu_check_coupling(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
+    """`gpu-check`'s coupling part on the GPU: eagerly, and through the graphs where the file has them."""
+    d, where = gpu_check_part(results_dir, "coupling", folder)
+    paths = [("eager", d["by_dtype"]), ("CUDA graphs", d.get("graphs") or {})]
+    rows = [[dtype, path, f"{r['survivors']}", pct(r["survivor_divergence_rate"], 1), f"{r['pruned']}",
+             pct(r["pruned_divergence_rate"], 1)] for path, results in paths for dtype, r in results.items()]
     return (f"{where} {d['generator']}, reward `{d['reward']}`, N = {d['n']}, {d['tokens']} tokens, α = {d['alpha']}."
-            "\n\n" + markdown_table(["dtype", "survivors", "differ from their Best-of-N twin", "pruned",
+            "\n\n" + markdown_table(["dtype", "decoded", "survivors", "differ from their Best-of-N twin", "pruned",
                                       "not a prefix of the twin"], rows))
+
+
+def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
+    """`gpu-check`'s app part: the page-default comparison through the app's run path, warm, and where its time
+    went."""
+    d, where = gpu_check_part(results_dir, "app", folder)
+    rows = [[f"{i + 1}", num(r["seconds"], 2), r["weights"], r["decode"], f"{r['diverged']} of {r['n']}"]
+            + ([num(r["timings"]["speculative"]["decode"], 2), num(r["timings"]["bon"]["decode"], 2)]
+               if "timings" in r else ["–", "–"]) for i, r in enumerate(d["compare"]["runs"])]
+    captures = d.get("captures") or {}
+    return (f"{where} {d['models']}; first run on CUDA graphs {num(d['first_run_on_graphs_s'])} s after the part's "
+            f"start (the models' load, {num(d['load_s'])} s, included; {captures.get('graphs', 0)} graph captured in "
+            f"{num(captures.get('capture_s'), 2)} s).\n\n"
+            + markdown_table(["warm run", "seconds", "weights", "decode", "diverged", "Speculative Rejection's decode s",
+                              "Best-of-N's decode s"], rows))
 
 
 def gpu_check_engine_row(results_dir: Path) -> list[str]:
@@ -630,6 +658,9 @@ def class_holds(results_dir: Path) -> str:
                               "server peak memory, MiB (against the fewest visitors)", "load average"], rows))
 
 
+GPU_CHECK_TABLES = {"engine": gpu_check_engine, "paper": gpu_check_paper, "compiled": gpu_check_compiled,
+                    "coupling": gpu_check_coupling, "app": gpu_check_app}
+
 TABLES: dict[str, Callable[[Path], str]] = {
     "headline": headline,
     "table1": table1,
@@ -651,10 +682,8 @@ TABLES: dict[str, Callable[[Path], str]] = {
     "ifeval": ifeval,
     "class-load": class_load,
     "class-holds": class_holds,
-    "gpu-check-engine": gpu_check_engine,
-    "gpu-check-paper": gpu_check_paper,
-    "gpu-check-compiled": gpu_check_compiled,
-    "gpu-check-coupling": gpu_check_coupling,
+    **{f"gpu-check-{part}" + (f"-{key}" if key else ""): partial(GPU_CHECK_TABLES[part], folder=folder)
+       for key, (folder, parts) in GPU_CHECKS.items() for part in parts},
     "machines": machines,
     "machines-readme": machines_readme,
     "machines-neighbour": machines_neighbour,
