@@ -149,7 +149,9 @@ def part_engine(ctx: Context, record: dict) -> None:
 def coupling_rates(gen: Generator, reward, prompts: list[dict], n: int, max_new_tokens: int,
                    sampling: SamplingConfig, seed: int, decode: str = "eager") -> dict[str, Any]:
     """Speculative Rejection and Best-of-N with the same seed on each prompt, both decoding by ``decode``: how many
-    survivors' texts differ from their Best-of-N twins', and how many pruned candidates are not a prefix of theirs."""
+    survivors' texts differ from their Best-of-N twins', and how many pruned candidates are not a prefix of theirs;
+    then Best-of-N again, and how many of its texts differ from the first Best-of-N's (``repeat_differ``: a path that
+    is not deterministic from run to run, which no batch layout can make exact)."""
     def run(method: str):
         config = RunConfig.build(sampling, method=method, n=n, alpha=0.5, max_new_tokens=max_new_tokens, seed=seed,
                                  decode=decode)
@@ -158,16 +160,19 @@ def coupling_rates(gen: Generator, reward, prompts: list[dict], n: int, max_new_
     rows = []
     for p in prompts:
         sbon, bon = run("sbon"), {c.id: c for c in run("bon").candidates}
+        again = run("bon").candidates
         survivors = [c for c in sbon.candidates if c.pruned_round is None]
         pruned = [c for c in sbon.candidates if c.pruned_round is not None]
         rows.append({"prompt_id": p["id"], "survivors": len(survivors), "pruned": len(pruned), "decode": sbon.decode,
                      "survivors_differ": sum(c.token_ids != bon[c.id].token_ids for c in survivors),
-                     "pruned_not_prefix": sum(c.token_ids != bon[c.id].token_ids[:len(c.token_ids)] for c in pruned)})
+                     "pruned_not_prefix": sum(c.token_ids != bon[c.id].token_ids[:len(c.token_ids)] for c in pruned),
+                     "repeat_differ": sum(c.token_ids != bon[c.id].token_ids for c in again)})
     survivors = sum(r["survivors"] for r in rows)
     pruned = sum(r["pruned"] for r in rows)
     return {"rows": rows, "survivors": survivors, "pruned": pruned,
             "survivor_divergence_rate": sum(r["survivors_differ"] for r in rows) / max(1, survivors),
-            "pruned_divergence_rate": sum(r["pruned_not_prefix"] for r in rows) / max(1, pruned)}
+            "pruned_divergence_rate": sum(r["pruned_not_prefix"] for r in rows) / max(1, pruned),
+            "repeat_divergence_rate": sum(r["repeat_differ"] for r in rows) / max(1, n * len(rows))}
 
 
 def part_coupling(ctx: Context, record: dict) -> None:
@@ -189,7 +194,7 @@ def part_coupling(ctx: Context, record: dict) -> None:
                                                 s.coupling_tokens, ctx.sampling, ctx.args.seed, decode)
             print(f"coupling {dtype} {decode}: {r['survivor_divergence_rate']:.1%} of {r['survivors']} survivors "
                   f"differ from their Best-of-N twin; {r['pruned_divergence_rate']:.1%} of {r['pruned']} pruned are "
-                  f"not its prefix")
+                  f"not its prefix; Best-of-N run twice: {r['repeat_divergence_rate']:.1%} differ")
         del gen, reward
 
 

@@ -526,11 +526,14 @@ def gpu_check_coupling(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -
     """`gpu-check`'s coupling part on the GPU: eagerly, and through the graphs where the file has them."""
     d, where = gpu_check_part(results_dir, "coupling", folder)
     paths = [("eager", d["by_dtype"]), ("CUDA graphs", d.get("graphs") or {})]
+    repeat = any("repeat_divergence_rate" in r for _, results in paths for r in results.values())
     rows = [[dtype, path, f"{r['survivors']}", pct(r["survivor_divergence_rate"], 1), f"{r['pruned']}",
-             pct(r["pruned_divergence_rate"], 1)] for path, results in paths for dtype, r in results.items()]
+             pct(r["pruned_divergence_rate"], 1)] + ([pct(r.get("repeat_divergence_rate"), 1)] if repeat else [])
+            for path, results in paths for dtype, r in results.items()]
     return (f"{where} {d['generator']}, reward `{d['reward']}`, N = {d['n']}, {d['tokens']} tokens, α = {d['alpha']}."
             "\n\n" + markdown_table(["dtype", "decoded", "survivors", "differ from their Best-of-N twin", "pruned",
-                                      "not a prefix of the twin"], rows))
+                                      "not a prefix of the twin"]
+                                     + (["Best-of-N run twice: differ"] if repeat else []), rows))
 
 
 def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
