@@ -9,12 +9,12 @@ import json
 import warnings
 from pathlib import Path
 
-import pytest
 import numpy as np
+import pytest
 import torch
 
-from sbon.engine import (CACHE_KEYWORD, _pick_sorted, WEIGHT_FORMATS, SamplingConfig, coupled_uniforms, growable_cache,
-                         pad_linear_rows, sample)
+from sbon.engine import (CACHE_KEYWORD, WEIGHT_FORMATS, SamplingConfig, _pick_sorted, coupled_uniforms,
+                         growable_cache, pad_linear_rows, sample)
 from sbon.errors import SBoNError
 from sbon.models import load_generator
 
