@@ -10,7 +10,10 @@ machine), stand-ins of their architectures with random weights and their real to
 - ``first_run_on_graphs_s``: seconds from the part's start (the models' load included) to the end of the first
   run that decoded on CUDA graphs: what the first visitor after a start waits at most for a run on graphs;
 - ``compare``: the warm runs in the machines benchmark's shape (``runs[]``: ``seconds``, ``weights``, ``decode``,
-  ``diverged``, ``n``), after one untimed run.
+  ``diverged``, ``n``, and each method's ``timings``), after one untimed run;
+- ``inductor`` (``app_inductor``, where the runs decoded on graphs): the same comparison with inductor's step under the
+  graphs instead (sbon.cuda_graphs' ``inductor``), which the app does not build itself: ``first_run_s``, the compile
+  and capture included, then the warm ``runs`` in the same shape. What building it would gain the page.
 
 Off CUDA (``--device cpu``, the dry run) the app's decode paths take the GPU's path there too, its graphs run
 eagerly (sbon.cuda_graphs): the plumbing end to end, nothing measured.
@@ -21,6 +24,9 @@ from __future__ import annotations
 import importlib.util
 import time
 from typing import Any
+
+from sbon.cuda_graphs import GraphDecoder
+from sbon.decoders import _step
 
 from .gpu_stand_ins import app_generator, app_reward
 
@@ -71,6 +77,20 @@ def compare(models, settings):
     raise RuntimeError("the comparison stopped without a result")
 
 
+def timed_compare(models, settings, label: str) -> tuple[dict[str, Any], Any]:
+    """One page-default comparison, timed: its record in the machines benchmark's shape (with where its time went)
+    and the comparison; one printed line."""
+    began = time.perf_counter()
+    comp = compare(models, settings)
+    seconds = time.perf_counter() - began
+    run = {"seconds": seconds, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
+           "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n,
+           "timings": {"speculative": comp.speculative.timings, "bon": comp.bon.timings}}
+    print(f"app: page-default comparison{label or ', warm'}: {seconds:.2f} s ({run['weights']} weights, "
+          f"{run['decode']} step, {run['diverged']} of {run['n']} candidates diverged)")
+    return run, comp
+
+
 def part_app(ctx, record: dict) -> None:
     """The page-default comparison through the app's run path (see the module's docstring); ``app_n`` and
     ``app_max_new_tokens`` shrink it (the tiny mode)."""
@@ -88,21 +108,23 @@ def part_app(ctx, record: dict) -> None:
     record["compare"] = {"settings": settings.config().settings(), "runs": timed, "seconds": []}
     record["first_run_on_graphs_s"] = None
     for i in range(1 + s.app_runs):
-        began = time.perf_counter()
-        comp = compare(models, settings)
-        seconds = time.perf_counter() - began
+        run, comp = timed_compare(models, settings, "" if i else " (untimed)")
         if record["first_run_on_graphs_s"] is None and comp.speculative.decode == comp.bon.decode == "compiled":
             record["first_run_on_graphs_s"] = time.perf_counter() - start
-        run = {"seconds": seconds, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
-               "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n,
-               "timings": {"speculative": comp.speculative.timings, "bon": comp.bon.timings}}  # where its time went
-        print(f"app: page-default comparison{', warm' if i else ' (untimed)'}: {seconds:.2f} s ({run['weights']} "
-              f"weights, {run['decode']} step, {run['diverged']} of {run['n']} candidates diverged)")
         if i:
             timed.append(run)
-            record["compare"]["seconds"].append(seconds)
+            record["compare"]["seconds"].append(run["seconds"])
     dec = getattr(gen, "_graph_decoder", None)  # sbon.decoders.graphs' (None: the app decoded without graphs)
     record["app_path"] = {"weights": comp.speculative.weights, "decode": comp.speculative.decode,  # what its last run took
                           "status": models.decode_status(settings.generator)}
     record["captures"] = {"graphs": sum(len(slab.graphs) for slab in dec.slabs), "capture_s": dec.capture_s,
                           "failed": dec.failed} if dec else None
+    # Last, so that a failure or the part's limit here leaves everything above in its file.
+    if s.app_inductor and dec is not None and not dec.failed and comp.speculative.decode == "compiled":
+        gen._graph_decoder = GraphDecoder(gen, _step, inductor=True)  # what sbon.decoders.graphs hands the runs
+        try:
+            first, _ = timed_compare(models, settings, " with inductor under the graphs (its compile included)")
+            runs = [timed_compare(models, settings, " with inductor under the graphs")[0] for _ in range(s.app_runs)]
+            record["inductor"] = {"first_run_s": first["seconds"], "runs": runs, "failed": gen._graph_decoder.failed}
+        finally:
+            gen._graph_decoder = dec  # the app's own graphs again

