@@ -17,9 +17,9 @@ Each row's result depends only on that row (batched matmuls over rows), which ke
 sampling exact: tests/test_step_formats.py checks it bit for bit.
 
 On a GPU the model keeps SDPA, whose kernels are exact for a growable cache, and only the step a CUDA graph records
-reads through this function (``one_query_steps``): over a masked static slab SDPA takes its memory-efficient kernel,
-which gave one row different bits from one run to the next on an H200, so that Best-of-N's candidate and its
-Speculative Rejection twin drifted apart (benchmarks/results/gpu-h200/NOTE.md).
+reads through this function (``one_query_steps``): over a masked static slab SDPA cannot take its flash kernel, and
+the kernel it took instead gave one row different bits from one run to the next on an H200, so that Best-of-N's
+candidate and its Speculative Rejection twin drifted apart (benchmarks/results/gpu-h200/NOTE.md).
 """
 
 from __future__ import annotations
