@@ -21,7 +21,7 @@ import torch
 
 from .errors import SBoNError
 from .score_noise import noise_of
-from .value_head import ASSETS, feature_dim
+from .value_head import ASSETS, feature_dim, hidden_size_of
 
 DEFAULT_HEAD = "smollm2_value_likelihood"  # the shipped prefix value head (sbon/assets)
 
@@ -320,7 +320,7 @@ def head_misfit(gen, head: str = DEFAULT_HEAD) -> str | None:
     width = getattr(getattr(getattr(gen, "model", None), "config", None), "hidden_size", None)
     if width is None or feature_dim(width, config.get("uses_logprob", False)) == config["feature_dim"]:
         return None
-    trained = (config["feature_dim"] - 1 - config.get("uses_logprob", False)) // 2
+    trained = hidden_size_of(config["feature_dim"], config.get("uses_logprob", False))
     return (f"the prefix value head reads the hidden states of {config['generator']} ({trained} wide), and generator "
             f"'{getattr(gen, 'name', '?')}' has {width}")
 

@@ -33,6 +33,11 @@ def feature_dim(hidden_size: int, uses_logprob: bool = False) -> int:
     return 2 * hidden_size + 1 + uses_logprob
 
 
+def hidden_size_of(features: int, uses_logprob: bool = False) -> int:
+    """The hidden width a head of ``features`` features reads: feature_dim's inverse."""
+    return (features - 1 - uses_logprob) // 2
+
+
 def prefix_features(hidden: torch.Tensor, logprobs: torch.Tensor | None = None) -> torch.Tensor:
     """Features of one prefix from its (t, d) hidden states (and (t,) token log-probabilities):
     [mean, last, log t(, mean log-probability)]."""
