@@ -11,9 +11,13 @@ machine), stand-ins of their architectures with random weights and their real to
   run that decoded on CUDA graphs: what the first visitor after a start waits at most for a run on graphs;
 - ``compare``: the warm runs in the machines benchmark's shape (``runs[]``: ``seconds``, ``weights``, ``decode``,
   ``diverged``, ``n``, and each method's ``timings``), after one untimed run;
-- ``inductor`` (``app_inductor``, where the runs decoded on graphs): the same comparison with inductor's step under the
-  graphs instead (sbon.cuda_graphs' ``inductor``), which the app does not build itself: ``first_run_s``, the compile
-  and capture included, then the warm ``runs`` in the same shape. What building it would gain the page.
+- ``faster`` on every run: where the app's build of inductor's step under its graphs stood when the run ended
+  (``building``, ``built``, ``adopted``, or None where none was asked for);
+- ``inductor`` (``app_inductor``, where the runs decoded on graphs): the app's own build of inductor's step under
+  its graphs, which it starts once the page-default graphs are captured (components.decode_paths): ``built_s``, the
+  seconds from the part's start until it was built, what it measured (``build``: each row count's milliseconds
+  per replay, plain and with inductor, and those that use inductor), ``failed``, then the same warm ``runs``, the
+  first of which adopts it.
 
 Off CUDA (``--device cpu``, the dry run) the app's decode paths take the GPU's path there too, its graphs run
 eagerly (sbon.cuda_graphs): the plumbing end to end, nothing measured.
@@ -24,9 +28,6 @@ from __future__ import annotations
 import importlib.util
 import time
 from typing import Any
-
-from sbon.cuda_graphs import GraphDecoder
-from sbon.decoders import _step
 
 from .gpu_stand_ins import app_generator, app_reward
 
@@ -40,7 +41,8 @@ def missing_packages() -> list[str]:
 
 def app_models(ctx):
     """The app's model cache for this part: the packaged models, or the stand-ins (where a package is missing, or
-    ``--stand-ins``), on the part's device, with the app's decode paths (off CUDA taking the GPU's path)."""
+    ``--stand-ins``), on the part's device, with the app's decode paths (off CUDA taking the GPU's path), which build
+    inductor's step under the graphs with ``app_inductor``."""
     from components.decode_paths import DecodePaths, app_decode
     from components.model_cache import ModelCache
     from sbon.machine import AutoPath
@@ -57,9 +59,10 @@ def app_models(ctx):
             return asked if asked != "auto" else self._gpu_decode(name, gen)
 
     stand_ins = getattr(ctx.args, "stand_ins", False) or bool(missing_packages())
+    paths = (DecodePaths if ctx.device.type == "cuda" else GraphPaths)(inductor=ctx.sizes.app_inductor)
     models = ModelCache(load_gen=app_generator(ctx.sizes.arch) if stand_ins else load_generator,
                         load_rew=app_reward() if stand_ins else load_reward,  # its head reads the full encoder's width
-                        decode_paths=DecodePaths() if ctx.device.type == "cuda" else GraphPaths())
+                        decode_paths=paths)
     models.device = lambda: ctx.device
     return models, stand_ins
 
@@ -85,10 +88,21 @@ def timed_compare(models, settings, label: str) -> tuple[dict[str, Any], Any]:
     seconds = time.perf_counter() - began
     run = {"seconds": seconds, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
            "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n,
+           "faster": (models.decode_paths.faster(settings.generator) or {}).get("state"),
            "timings": {"speculative": comp.speculative.timings, "bon": comp.bon.timings}}
     print(f"app: page-default comparison{label or ', warm'}: {seconds:.2f} s ({run['weights']} weights, "
-          f"{run['decode']} step, {run['diverged']} of {run['n']} candidates diverged)")
+          f"{run['decode']} step, {run['diverged']} of {run['n']} candidates diverged"
+          + (f"; inductor's step under the graphs {run['faster']}" if run["faster"] else "") + ")")
     return run, comp
+
+
+def wait_for_faster(paths, name: str, limit_s: float) -> dict | None:
+    """The app's build of inductor's step under the graphs (DecodePaths.faster), once built or failed, or after
+    ``limit_s``, whichever comes first."""
+    deadline = time.perf_counter() + limit_s
+    while (paths.faster(name) or {}).get("state") in ("building", None) and time.perf_counter() < deadline:
+        time.sleep(0.2)
+    return paths.faster(name)
 
 
 def part_app(ctx, record: dict) -> None:
@@ -121,10 +135,14 @@ def part_app(ctx, record: dict) -> None:
                           "failed": dec.failed} if dec else None
     # Last, so that a failure or the part's limit here leaves everything above in its file.
     if s.app_inductor and dec is not None and not dec.failed and comp.speculative.decode == "compiled":
-        gen._graph_decoder = GraphDecoder(gen, _step, inductor=True)  # what sbon.decoders.graphs hands the runs
-        try:
-            first, _ = timed_compare(models, settings, " with inductor under the graphs (its compile included)")
-            runs = [timed_compare(models, settings, " with inductor under the graphs")[0] for _ in range(s.app_runs)]
-            record["inductor"] = {"first_run_s": first["seconds"], "runs": runs, "failed": gen._graph_decoder.failed}
-        finally:
-            gen._graph_decoder = dec  # the app's own graphs again
+        record["inductor"] = {"state": "building"}  # what the file says where the part's limit ends the wait
+        faster = wait_for_faster(models.decode_paths, settings.generator, s.app_inductor_wait_s) or {}
+        build = faster.get("build")
+        record["inductor"] = {"state": faster.get("state"), "build": build, "failed": faster.get("failed"), "runs": [],
+                              "built_s": faster["started"] + build["seconds"] - start if build else None}
+        if build is not None:
+            for _ in range(1 + s.app_runs):  # the first adopts it at its start; it is timed as warm too
+                record["inductor"]["runs"].append(
+                    timed_compare(models, settings, " with inductor's step under the graphs where faster")[0])
+            record["inductor"]["state"] = models.decode_paths.faster(settings.generator)["state"]
+            record["app_path"]["status"] = models.decode_status(settings.generator)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Iterator
 
 from sbon.cache import cache_dir
-from sbon.cuda_graphs import plan
+from sbon.cuda_graphs import Faster, plan
 from sbon.decoders import check_decode, compile_problem, compiled_state, graphs, prepare
 from sbon.engine import Generator
-from sbon.errors import SBoNError
+from sbon.errors import SBoNError, one_line
 from sbon.machine import AutoPath, Choice, auto_path, decode_threads, title
 from sbon.machine_load import RunGate, busy
 from sbon.probe import child_argv
@@ -74,7 +74,8 @@ class DecodePaths:
     them beside the eager ones and saves the choice after each (sbon.probe). Runs take the saved choice at their
     start (the model cache loads the generator in its format; ``decode`` loads its compiled step once saved), the
     safe path until there is one. Each run records the path it decoded with (RunResult.decode). On a GPU the compiled
-    step is CUDA graphs, captured in this process at model load (seconds).
+    step is CUDA graphs, captured in this process at model load (seconds); inductor's step under them is then built
+    on a thread of its own (a minute or so) and adopted at a run's start where it was measured faster.
 
     A child, not this process: measuring loads every weight format and times them; here it would hold TORCH_THREAD,
     so that no run could start meanwhile. It runs at this process's priority, since a timing beside other work would
@@ -83,7 +84,10 @@ class DecodePaths:
     work is provisional: runs take it, and a child measures again RETRY_S later, then twice as long after each try,
     started between runs (the page's model line asks), never beside one; a later start measures again too."""
 
-    def __init__(self) -> None:
+    def __init__(self, inductor: bool | None = None) -> None:
+        """``inductor``: build inductor's step under the CUDA graphs in the background (``_build_faster``; default:
+        where the graphs are CUDA's, not the step run eagerly at each replay as off CUDA)."""
+        self.inductor = inductor
         self._children: dict[str, subprocess.Popen] = {}
         self._started: dict[str, float] = {}
         self._tries: dict[str, int] = {}  # children started per generator
@@ -91,6 +95,10 @@ class DecodePaths:
         self._stale: set[str] = set()  # generators whose choice a quiet run contradicted
         self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
+        self._faster: dict[str, float] = {}  # generator -> when its faster graphs' build started (sbon.cuda_graphs)
+        self._built: dict[str, Faster] = {}  # built, for the next run's start to adopt
+        self._adopted: dict[str, Faster] = {}
+        self._faster_failed: dict[str, str] = {}
         self._lock = threading.Lock()  # runs start children; so does the model line's timer
         self.gate = RunGate.of_this_process(cache_dir() / "machine")
 
@@ -196,6 +204,7 @@ class DecodePaths:
         """On a GPU: CUDA graphs from the first run on (sbon.cuda_graphs). The page-default run's graphs are
         captured at model load, one graph per task on TORCH_THREAD, so that a run asked for meanwhile goes between
         two captures; a run captures any other graph it needs before its timers start (well under a second each).
+        A run's start also adopts inductor's step under the graphs where ``_build_faster`` has built it since.
         Eagerly where the step cannot be captured (the page says why), and on ZeroGPU (untried there)."""
         if on_zerogpu() or name in self._failed or compile_problem(gen) is not None:
             return "eager"
@@ -205,6 +214,13 @@ class DecodePaths:
         if name not in self._started:
             self._started[name] = time.perf_counter()
             TORCH_THREAD.submit(self._build_gpu, name, gen, gpu_graphs(gen))
+        built = self._built.pop(name, None)
+        if built is not None:  # a run's start: the comparison's two methods both replay the adopted graphs
+            graphs(gen).adopt(built)
+            self._adopted[name] = built
+            log.info("%s's runs replay %s (%s)", name, f"inductor's step under the CUDA graphs of "
+                     f"{', '.join(map(str, built.inductor_rows))} rows" if built.inductor_rows else
+                     "the plain step's CUDA graphs: inductor's was not faster", _measured(built))
         return "compiled"
 
     def _build_gpu(self, name: str, gen: Generator, todo: list[tuple[int, int]]) -> None:
@@ -226,6 +242,49 @@ class DecodePaths:
             self._gpu_ready.add(name)
             log.info("the CUDA graphs of %s are captured (%.1f s after its load; %.1f s capturing)", name,
                      time.perf_counter() - self._started[name], dec.capture_s)
+            inductor = self.inductor if self.inductor is not None else gen.device.type == "cuda"
+            if inductor:
+                threading.Thread(target=self._build_faster, args=(name, gen), name="sbon-faster", daemon=True).start()
+
+    def _build_faster(self, name: str, gen: Generator) -> None:
+        """On a thread of its own, once the page-default graphs are captured: inductor's step under them where it is
+        measured faster (sbon.cuda_graphs.GraphDecoder.build_faster; a minute or so, timed only between runs), for the
+        next run's start to adopt (``_gpu_decode``). Runs go on meanwhile on the graphs they have."""
+        self._faster[name] = time.perf_counter()
+        try:
+            built = graphs(gen).build_faster(gpu_graphs(gen), self.gate.token)
+        except Exception as e:  # noqa: BLE001 - runs keep the plain step's graphs
+            self._faster_failed[name] = one_line(e)
+            log.warning("inductor's step under the CUDA graphs of %s was not built (%s); runs keep the graphs they "
+                        "have", name, self._faster_failed[name])
+            return
+        self._built[name] = built
+        log.info("inductor's step under the CUDA graphs of %s is built (%.0f s; %s); the next run adopts it", name,
+                 built.seconds, _measured(built))
+
+    def faster(self, name: str) -> dict | None:
+        """Where the build of inductor's step under this generator's CUDA graphs stands (None: none was started):
+        ``state`` ("building", "built", "adopted" or "failed"), ``started`` (its time.perf_counter()), ``build``
+        (what it measured: sbon.cuda_graphs.Faster.summary) and ``failed`` (why not, in one line)."""
+        if name not in self._faster:
+            return None
+        built = self._adopted.get(name) or self._built.get(name)
+        state = ("adopted" if name in self._adopted else "built" if built else
+                 "failed" if name in self._faster_failed else "building")
+        return {"state": state, "started": self._faster[name], "build": built.summary() if built else None,
+                "failed": self._faster_failed.get(name)}
+
+    def _faster_status(self, name: str) -> str:
+        """The end of the model line's sentence about CUDA graphs: where the faster step under them stands."""
+        adopted = self._adopted.get(name)
+        if adopted is not None:
+            return ", each step compiled into fewer, faster GPU kernels" if adopted.inductor_rows else ""
+        if name in self._built:
+            return "; a faster step for them is ready for the next run"
+        if name in self._faster and name not in self._faster_failed:
+            return (f"; compiling a faster step for them in the background (for "
+                    f"{time.perf_counter() - self._faster[name]:.0f} s; runs go on meanwhile)")
+        return ""  # none tried, or it failed (the log says why): runs use the graphs they have
 
     def status(self, name: str, alone: bool = False) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say). ``alone``: the
@@ -250,7 +309,7 @@ class DecodePaths:
             return (f"{who} decodes with {now}: measuring how fast each way of decoding runs here failed "
                     f"(exit status {child.returncode}; the app's log says why).")
         if name in self._gpu_ready:
-            return f"{who} decodes with CUDA graphs."
+            return f"{who} decodes with CUDA graphs{self._faster_status(name)}."
         if name in self._started and default_device().type == "cuda":
             return f"⚙ {sentence(lead + 'capturing its CUDA graphs')} (seconds)."
         if path.forced:  # the path the runs take, not the measured choice they were told to leave
@@ -258,6 +317,12 @@ class DecodePaths:
         if choice is not None:
             return f"{who} decodes with {choice.words}." if choice.weights else f"{sentence(lead + choice.words)}."
         return ""
+
+
+def _measured(built: Faster) -> str:
+    """What a build of faster graphs measured, for a log line: each row count's milliseconds per replay."""
+    return "; ".join(f"{rows} rows: {ms['plain']:.2f} ms plain, {ms['inductor']:.2f} ms with inductor"
+                     for rows, ms in sorted(built.ms.items()))
 
 
 def subject(name: str, alone: bool) -> tuple[str, str]:

@@ -25,6 +25,7 @@ candidate and its Speculative Rejection twin drifted apart (benchmarks/results/g
 from __future__ import annotations
 
 import functools
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -125,18 +126,31 @@ def use_decode_attention(model: torch.nn.Module, device: torch.device | None = N
     return model
 
 
+# Models switched by one_query_steps now: id(config) -> blocks inside (two threads may be: the runs' and one that
+# builds graphs beside them), so that the first to leave does not switch the model back under the other.
+_SWITCHED: dict[int, int] = {}
+_SWITCHING = threading.Lock()
+
+
 @contextmanager
 def one_query_steps(model: torch.nn.Module) -> Iterator[None]:
     """For the block, a model whose attention is SDPA reads its plain one-query steps through
     :func:`decode_attention` (anything else still goes to SDPA from there); other models as they are. What a CUDA
-    graph records its step under (see the module's docstring)."""
+    graph records its step under (see the module's docstring). Blocks on several threads at once may nest: the
+    model reads SDPA again when the last one ends."""
     config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa":
-        yield
-        return
     register()
-    config._attn_implementation = NAME  # read at every call; sub-configs follow
+    with _SWITCHING:
+        switched = id(config) in _SWITCHED or getattr(config, "_attn_implementation", None) == "sdpa"
+        if switched:
+            config._attn_implementation = NAME  # read at every call; sub-configs follow
+            _SWITCHED[id(config)] = _SWITCHED.get(id(config), 0) + 1
     try:
         yield
     finally:
-        config._attn_implementation = "sdpa"
+        if switched:
+            with _SWITCHING:
+                _SWITCHED[id(config)] -= 1
+                if not _SWITCHED[id(config)]:
+                    del _SWITCHED[id(config)]
+                    config._attn_implementation = "sdpa"

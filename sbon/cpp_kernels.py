@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from .errors import one_line
+
 log = logging.getLogger(__name__)
 
 SOURCES = Path(__file__).parent / "kernels"
@@ -39,8 +41,7 @@ def build(name: str, flags: Sequence[str], what: str) -> str | None:
             load(name=f"sbon_{name}_{key}", sources=[str(source)], extra_cflags=[*flags, "-fopenmp"],
                  extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - no compiler, no ninja, a failed build: the caller does without it
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        return f"does not build here ({type(e).__name__}: {first})"
+        return f"does not build here ({one_line(e)})"
     return None
 
 

@@ -22,22 +22,32 @@ small model's step on a GPU), that is most of the step's time.
 - **Where capture fails**, one logged line says why and the decoder runs the same step eagerly over the same slab
   from then on (``failed``; its runs record the ``eager`` path).
 
+- **Inductor under the graphs**, optional: ``build_faster`` compiles the step with inductor (without its own CUDA
+  graphs; a minute or so) and captures it beside the plain step over a slab of its own, on a thread other than the
+  runs', then times the two graphs of each row count against each other where no run generates, and keeps the
+  faster; ``adopt``, on the runs' thread between two runs, hands that slab to the runs. A run therefore never waits
+  for the compiler, and both methods of a comparison replay the same graph of a shape.
+
 Without CUDA (the tests) a "graph" runs the step eagerly at each replay (``run_eagerly``): the slabs, rows and
-buffers are the same, only the replay differs. ``inductor=True`` compiles the step with inductor (without its own
-CUDA graphs) before capturing it: optional, and worth it only where it is measured faster.
+buffers are the same, only the replay differs. ``inductor=True`` compiles every graph's step with inductor (what
+gpu-check's compiled part times), on the runs' own thread.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 import weakref
+from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
 from .attention import one_query_steps
 from .engine import Batch, Generator, Prefix
+from .errors import one_line
 from .static_cache import SlabCache
 
 log = logging.getLogger(__name__)
@@ -46,6 +56,10 @@ GRAPH_MIN_ROWS = 16  # see the module's docstring (rows)
 GRAPH_MIN_LENGTH = 256  # the shortest slab, in tokens; longer ones are powers of two
 MAX_SLABS = 2  # slabs (with their graphs) a decoder keeps; the least recently used free one goes first
 WARM_UP_STEPS = 2  # eager steps on a side stream before a capture: lazy initialisation happens outside the graph
+# build_faster's timing: rounds of replays of each graph in turn, each kept only where no run started or generated
+# meanwhile; the median round decides.
+FASTER_ROUNDS = 5
+FASTER_REPLAYS = 20
 
 Step = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # (model, tokens, positions, cache, keep_hidden)
 Replay = Callable[[], tuple[torch.Tensor, torch.Tensor]]
@@ -102,6 +116,12 @@ def run_eagerly(body: Callable[[], tuple], pool) -> Replay:
     return body
 
 
+def inductor_step(step: Step) -> Step:
+    """``step`` compiled by inductor for one shape (each row count and slab length its own graph), without inductor's
+    own CUDA graphs: the capture around it records its kernels."""
+    return torch.compile(step, fullgraph=True, dynamic=False)
+
+
 class Slab:
     """A static KV slab that outlives its batches, with the static inputs and the graphs captured over it."""
 
@@ -141,6 +161,26 @@ class Slab:
         return run
 
 
+@dataclass
+class Faster:
+    """What ``GraphDecoder.build_faster`` built: a slab of its own with, per row count, the graph measured faster of
+    the two (the plain step's or inductor's), and what it measured."""
+    slab: Slab
+    ms: dict[int, dict[str, float]]  # rows -> {"plain": ms per replay, "inductor": ms per replay}, median rounds
+    compile_s: float  # compiling and capturing, all row counts together
+    seconds: float  # the whole build, its timing included
+
+    @property
+    def inductor_rows(self) -> list[int]:
+        """The row counts whose runs replay inductor's step."""
+        return sorted(rows for rows, ms in self.ms.items() if ms["inductor"] < ms["plain"])
+
+    def summary(self) -> dict:
+        """Plain data for a result file."""
+        return {"ms": {str(rows): ms for rows, ms in sorted(self.ms.items())}, "inductor_rows": self.inductor_rows,
+                "compile_s": self.compile_s, "seconds": self.seconds}
+
+
 class GraphDecoder:
     """The ``compiled`` decoder on a CUDA device (see the module's docstring): ``start`` and ``forward`` as
     sbon.decoders' decoders."""
@@ -151,8 +191,10 @@ class GraphDecoder:
         inductor before capturing it."""
         self.gen = gen
         self.capture = capture or (capture_cuda if gen.device.type == "cuda" else run_eagerly)
-        self.step = torch.compile(step, fullgraph=True, dynamic=False) if inductor else step
+        self.plain_step = step
+        self.step = inductor_step(step) if inductor else step
         self.inductor = inductor
+        self.faster: Faster | None = None  # the build adopted (None: every graph is the plain step's)
         self.slabs: list[Slab] = []
         self.pool = None  # one memory pool for every graph: a replay's outputs are copied out before the next
         self.failed: str | None = None  # why capturing failed (steps then run eagerly over the slabs)
@@ -214,8 +256,7 @@ class GraphDecoder:
                     self.pool = torch.cuda.graph_pool_handle()
                 slab.graphs[rows] = self.capture(body, self.pool)
             except Exception as e:  # noqa: BLE001 - any failure: the same step runs eagerly, the run goes on
-                first = (str(e).strip().splitlines() or [""])[0][:200]
-                self.failed = f"{type(e).__name__}: {first}"
+                self.failed = one_line(e)
                 log.warning("decode compiled: the CUDA graph of %d rows could not be captured (%s); decoding "
                             "eagerly over the same slab", rows, self.failed)
                 return body
@@ -248,6 +289,48 @@ class GraphDecoder:
         slab.owner = None
         self.graph(slab, rows)
 
+    def build_faster(self, todo: Sequence[tuple[int, int]], token: Callable[[], int | None] = lambda: 0,
+                     compiler: Callable[[Step], Step] | None = None) -> Faster:
+        """Inductor's step under the graphs of ``todo`` (``plan``'s (rows, length), one length), where it is faster:
+        compiled, captured beside the plain step over a new slab of the plan's widest rows, both graphs of each row
+        count timed in turns, and the faster kept in the slab (see the module's docstring). On a thread other than
+        the runs': it reads and writes nothing of theirs, in its own memory pool and, on a GPU, its own stream.
+        ``token``: like sbon.machine_load.RunGate.token, None while a run generates, else a count of the runs
+        started; a round of timings taken beside a run is taken again. ``compiler``: how the step is compiled
+        (default: ``inductor_step``). Raises what compiling or capturing raised."""
+        start = time.perf_counter()
+        fast, model = (compiler or inductor_step)(self.plain_step), self.gen.model
+        cuda = self.gen.device.type == "cuda"
+        stream = torch.cuda.Stream(self.gen.device) if cuda else None
+        with torch.inference_mode(), torch.cuda.stream(stream) if cuda else nullcontext():
+            widest, length = todo[0]
+            slab = Slab(self.gen.prefill(self.gen.encode_prompt("Hi")), widest, length)
+            pool = torch.cuda.graph_pool_handle() if cuda else None
+            pairs = {}
+            for rows, _ in todo:
+                pairs[rows] = {"plain": self.capture(slab.body(model, self.plain_step, rows), pool),
+                               "inductor": self.capture(slab.body(model, fast, rows), pool)}
+                for replay in pairs[rows].values():  # the first call compiles where capture did not call it
+                    replay()
+            self.gen.synchronize()
+            compile_s = time.perf_counter() - start
+            ms = {rows: _time_replays(pair, token, self.gen.synchronize) for rows, pair in pairs.items()}
+            slab.cache.advance(0)
+        slab.graphs = {rows: pair["inductor" if ms[rows]["inductor"] < ms[rows]["plain"] else "plain"]
+                       for rows, pair in pairs.items()}
+        return Faster(slab, ms, compile_s, time.perf_counter() - start)
+
+    def adopt(self, faster: Faster) -> None:
+        """Hand ``faster``'s slab and graphs to the runs, in place of a free slab of its shape: on the runs' thread,
+        between two runs (both methods of a comparison then replay the same graphs). Nothing where capturing failed."""
+        if self.failed:
+            return
+        new = faster.slab
+        self.slabs = [s for s in self.slabs if not (s.free() and (s.capacity, s.max_len) == (new.capacity, new.max_len))]
+        new.used = time.monotonic()
+        self.slabs.insert(0, new)
+        self.faster = faster
+
     @torch.inference_mode()
     def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
         slab, live = self._slab_of(batch), len(tokens)
@@ -265,3 +348,26 @@ class GraphDecoder:
         batch.logits = logits[:live].clone()
         if batch.keep_hidden:
             batch.hidden = hidden[:live].clone()
+
+
+def _time_replays(replays: dict[str, Replay], token: Callable[[], int | None], sync: Callable[[], None]) \
+        -> dict[str, float]:
+    """Milliseconds per replay of each of ``replays``: the median of FASTER_ROUNDS rounds, each timing every replay
+    FASTER_REPLAYS times in turn, and kept only where ``token`` said no run generated or started meanwhile."""
+    rounds: list[dict[str, float]] = []
+    while len(rounds) < FASTER_ROUNDS:
+        before = token()
+        if before is None:
+            time.sleep(0.1)
+            continue
+        times = {}
+        for name, replay in replays.items():
+            sync()
+            began = time.perf_counter()
+            for _ in range(FASTER_REPLAYS):
+                replay()
+            sync()
+            times[name] = 1e3 * (time.perf_counter() - began) / FASTER_REPLAYS
+        if token() == before:
+            rounds.append(times)
+    return {name: statistics.median(r[name] for r in rounds) for name in replays}

@@ -32,7 +32,7 @@ from . import aot_step
 from .attention import load_kernel
 from .cuda_graphs import GraphDecoder
 from .engine import CACHE_KEYWORD, Batch, Generator, Prefix
-from .errors import SBoNError
+from .errors import SBoNError, one_line
 from .static_cache import SlabCache
 
 log = logging.getLogger(__name__)
@@ -207,13 +207,13 @@ class CompiledDecoder:
         try:
             path = aot_step.step_path(self.gen, self.inductor)
         except Exception as e:  # noqa: BLE001 - any reason the step cannot be named: the traced step still runs
-            return self._not_saved(f"the step cannot be named ({_reason(e)})")
+            return self._not_saved(f"the step cannot be named ({one_line(e)})")
         if path.exists():
             try:
                 return aot_step.load(_step, path)
             except Exception as e:  # noqa: BLE001 - a stale or damaged file: compiled again below
                 log.warning("decode compiled: the saved step %s does not load (%s); compiling it again", path,
-                            _reason(e))
+                            one_line(e))
         else:
             log.warning("decode compiled: compiling the step once on this machine (a minute or more) and saving it "
                         "to %s", path)
@@ -222,17 +222,11 @@ class CompiledDecoder:
             aot_step.build(_step, args, path, self.inductor)
             return aot_step.load(_step, path, built=True)
         except Exception as e:  # noqa: BLE001 - whatever failed, the traced step still runs
-            return self._not_saved(f"the step cannot be saved ({_reason(e)})")
+            return self._not_saved(f"the step cannot be saved ({one_line(e)})")
 
     def _not_saved(self, why: str) -> None:
         log.warning("decode compiled: %s; tracing it in this process", why)
         self.announced = True
-
-
-def _reason(e: BaseException) -> str:
-    """An exception in one line for a log."""
-    first = (str(e).strip().splitlines() or [""])[0]
-    return f"{type(e).__name__}: {first[:200]}"
 
 
 def compile_problem(gen: Generator) -> str | None:
@@ -331,7 +325,7 @@ def compiled_state(gen: Generator) -> str | None:
     try:
         return "saved" if aot_step.any_saved() and aot_step.step_path(gen, options).exists() else None
     except Exception as e:  # noqa: BLE001 - a step that cannot be named is never saved (load_or_build says so too)
-        log.warning("decode compiled: the saved step cannot be named (%s)", _reason(e))
+        log.warning("decode compiled: the saved step cannot be named (%s)", one_line(e))
         return None
 
 

@@ -46,7 +46,7 @@ import torch
 
 from .decoders import DECODE_PATHS, EagerDecoder, _compiled, compile_problem, compiled_state, prepare
 from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
-from .errors import SBoNError
+from .errors import SBoNError, one_line
 from .machine import ROWS, Choice, Measured, cached_choice, choose, eligible, fingerprint, save_choice
 from .machine_load import Contention, RunGate
 from .models import DEFAULT_GENERATOR, load_generator
@@ -76,11 +76,6 @@ EXACT_SEED = 7
 DECODES = tuple(d for d in DECODE_PATHS if d != "auto")
 PRODUCTS = "matrix products"  # what a format's MatrixProducts are measured as (not a path: never chosen)
 CONTENDED = "other work used the cores while the paths were timed, so their times are upper bounds"
-
-
-def _one_line(e: BaseException) -> str:
-    first = (str(e).strip().splitlines() or [""])[0]
-    return first[:200] if isinstance(e, SBoNError) else f"{type(e).__name__}: {first[:200]}"
 
 
 # -- one path: whether it is exact, and one timing ---------------------------------------------------------------
@@ -146,7 +141,7 @@ def ready(gen: Generator, decode: str, tries: dict[str, int] | None = None) -> t
             dec = _compiled(gen)
         path.exact, path.divergence = exactness(gen, dec)
     except Exception as e:  # noqa: BLE001 - any path that fails is one line, and the probe goes on
-        path.problem = _one_line(e)
+        path.problem = one_line(e)
         return None, path
     return dec, path
 
@@ -312,8 +307,8 @@ def load_paths(generator: str, device: torch.device, formats: Sequence[str], tri
         try:
             gen = load(generator, device=device, weights=weights)
         except Exception as e:  # noqa: BLE001 - a format that does not load here: one line, the next one
-            progress(f"{weights}: does not load here ({_one_line(e)})")
-            paths += [Measured(weights, d, problem=f"does not load here: {_one_line(e)}") for d in DECODES]
+            progress(f"{weights}: does not load here ({one_line(e)})")
+            paths += [Measured(weights, d, problem=f"does not load here: {one_line(e)}") for d in DECODES]
             continue
         if (short := memory_short()) is not None:
             progress(f"{weights}: left out ({short})")
@@ -405,7 +400,7 @@ def build_in_child(generator: str, weights: str) -> bool:
         done = subprocess.run(child_argv(code, idle=True), cwd=Path(__file__).resolve().parent.parent,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     except OSError as e:
-        log.warning("%s compiled: the build could not start (%s)", weights, _one_line(e))
+        log.warning("%s compiled: the build could not start (%s)", weights, one_line(e))
         return False
     if done.returncode:
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]

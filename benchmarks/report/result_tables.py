@@ -538,22 +538,32 @@ def gpu_check_coupling(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -
 
 def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
     """`gpu-check`'s app part: the page-default comparison through the app's run path, warm, and where its time
-    went."""
+    went; then on the graphs with inductor's step under them, where the app built it (benchmarks/gpu_app.py)."""
     d, where = gpu_check_part(results_dir, "app", folder)
     inductor = d.get("inductor") or {}
     runs = [(f"{i + 1}", r) for i, r in enumerate(d["compare"]["runs"])] + \
-        [(f"{i + 1}, inductor under the graphs", r) for i, r in enumerate(inductor.get("runs", []))]
-    rows = [[label, num(r["seconds"], 2), r["weights"], r["decode"], f"{r['diverged']} of {r['n']}"]
+        [(f"{i + 1}, inductor's step under the graphs", r) for i, r in enumerate(inductor.get("runs", []))]
+    faster = any("faster" in r for _, r in runs)  # files since the app builds inductor's step itself
+    rows = [[label, num(r["seconds"], 2), r["weights"], r["decode"]] + ([r.get("faster") or "–"] if faster else [])
+            + [f"{r['diverged']} of {r['n']}"]
             + ([num(r["timings"]["speculative"]["decode"], 2), num(r["timings"]["bon"]["decode"], 2)]
                if "timings" in r else ["–", "–"]) for label, r in runs]
     captures = d.get("captures") or {}
+    build = inductor.get("build")
+    built = ""
+    if build:
+        ms = "; ".join(f"{rows} rows {num(m['plain'], 2)} ms plain, {num(m['inductor'], 2)} ms with inductor"
+                       for rows, m in build["ms"].items())
+        built = (f"; the app built inductor's step under its graphs {num(inductor['built_s'])} s after the start "
+                 f"(compile and captures {num(build['compile_s'])} s; per replay: {ms}; used for "
+                 f"{', '.join(map(str, build['inductor_rows'])) or 'no'} rows)")
+    elif inductor:
+        built = f"; the app's build of inductor's step under its graphs: {inductor.get('failed') or inductor.get('state')}"
     return (f"{where} {d['models']}; first run on CUDA graphs {num(d['first_run_on_graphs_s'])} s after the part's "
             f"start (the models' load, {num(d['load_s'])} s, included; {captures.get('graphs', 0)} graph captured in "
-            f"{num(captures.get('capture_s'), 2)} s)"
-            + (f"; the first run with inductor under the graphs, its compile included, "
-               f"{num(inductor['first_run_s'])} s" if inductor.get("runs") else "") + ".\n\n"
-            + markdown_table(["warm run", "seconds", "weights", "decode", "diverged", "Speculative Rejection's decode s",
-                              "Best-of-N's decode s"], rows))
+            f"{num(captures.get('capture_s'), 2)} s){built}.\n\n"
+            + markdown_table(["warm run", "seconds", "weights", "decode"] + (["inductor's step"] if faster else [])
+                             + ["diverged", "Speculative Rejection's decode s", "Best-of-N's decode s"], rows))
 
 
 def gpu_check_engine_row(results_dir: Path) -> list[str]:
