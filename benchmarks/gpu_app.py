@@ -74,9 +74,10 @@ def compare(models, settings):
 
     settings.check()
     models.load_async(settings.generator, settings.reward).result()
-    for event in on_one_thread(models.comparison(settings)):
-        if isinstance(event, ComparisonDone):
-            return Comparison.from_json(event.comparison.to_json())
+    with models.generating():  # as the page's generation slot: the decode paths' builds wait meanwhile
+        for event in on_one_thread(models.comparison(settings)):
+            if isinstance(event, ComparisonDone):
+                return Comparison.from_json(event.comparison.to_json())
     raise RuntimeError("the comparison stopped without a result")
 
 

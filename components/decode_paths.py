@@ -252,7 +252,7 @@ class DecodePaths:
         next run's start to adopt (``_gpu_decode``). Runs go on meanwhile on the graphs they have."""
         self._faster[name] = time.perf_counter()
         try:
-            built = graphs(gen).build_faster(gpu_graphs(gen), self.gate.token)
+            built = graphs(gen).build_faster(gpu_graphs(gen), self.gate)
         except Exception as e:  # noqa: BLE001 - runs keep the plain step's graphs
             self._faster_failed[name] = one_line(e)
             log.warning("inductor's step under the CUDA graphs of %s was not built (%s); runs keep the graphs they "

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import sys
 import time
 import weakref
 from contextlib import nullcontext
@@ -289,19 +290,32 @@ class GraphDecoder:
         slab.owner = None
         self.graph(slab, rows)
 
-    def build_faster(self, todo: Sequence[tuple[int, int]], token: Callable[[], int | None] = lambda: 0,
+    def build_faster(self, todo: Sequence[tuple[int, int]], runs=None,
                      compiler: Callable[[Step], Step] | None = None) -> Faster:
         """Inductor's step under the graphs of ``todo`` (``plan``'s (rows, length), one length), where it is faster:
         compiled, captured beside the plain step over a new slab of the plan's widest rows, both graphs of each row
         count timed in turns, and the faster kept in the slab (see the module's docstring). On a thread other than
         the runs': it reads and writes nothing of theirs, in its own memory pool and, on a GPU, its own stream.
-        ``token``: like sbon.machine_load.RunGate.token, None while a run generates, else a count of the runs
-        started; a round of timings taken beside a run is taken again. ``compiler``: how the step is compiled
-        (default: ``inductor_step``). Raises what compiling or capturing raised."""
+
+        ``runs``: this process's runs, as sbon.machine_load.RunGate counts them (``generating_now``, ``started``).
+        While one generates, the build waits at its next Python call: compiling is mostly Python, and a thread
+        that holds the interpreter's lock makes a run's thread wait for it at each of its torch calls, which made
+        a run many times slower. A round of timings taken beside a run is taken again. ``compiler``: how the step
+        is compiled (default: ``inductor_step``). Raises what compiling or capturing raised."""
         start = time.perf_counter()
-        fast, model = (compiler or inductor_step)(self.plain_step), self.gen.model
+        if runs is not None:
+            sys.setprofile(_wait_while_generating(runs))  # this thread's calls only
+        try:
+            return self._build_faster(todo, runs, compiler or inductor_step, start)
+        finally:
+            sys.setprofile(None)
+
+    def _build_faster(self, todo: Sequence[tuple[int, int]], runs, compiler: Callable[[Step], Step],
+                      start: float) -> Faster:
+        fast, model = compiler(self.plain_step), self.gen.model
         cuda = self.gen.device.type == "cuda"
         stream = torch.cuda.Stream(self.gen.device) if cuda else None
+        token = (lambda: None if runs.generating_now else runs.started) if runs is not None else (lambda: 0)
         with torch.inference_mode(), torch.cuda.stream(stream) if cuda else nullcontext():
             widest, length = todo[0]
             slab = Slab(self.gen.prefill(self.gen.encode_prompt("Hi")), widest, length)
@@ -348,6 +362,14 @@ class GraphDecoder:
         batch.logits = logits[:live].clone()
         if batch.keep_hidden:
             batch.hidden = hidden[:live].clone()
+
+
+def _wait_while_generating(runs) -> Callable:
+    """A profile function (sys.setprofile) that holds its thread at a call while one of ``runs`` generates."""
+    def hook(frame, event, arg) -> None:
+        while runs.generating_now:
+            time.sleep(0.01)
+    return hook
 
 
 def _time_replays(replays: dict[str, Replay], token: Callable[[], int | None], sync: Callable[[], None]) \

@@ -237,6 +237,26 @@ def test_a_faster_build_keeps_for_each_row_count_the_graph_measured_faster_and_r
     assert dec.slabs == [built.slab]  # the slab it replaced is dropped, with its graphs
 
 
+def test_a_build_waits_at_its_next_call_while_a_run_generates(tiny):
+    """Compiling is mostly Python: a build beside a generating run would make the run's thread wait for the
+    interpreter at each of its torch calls. So it holds still while the process's runs say one generates."""
+    class Runs:
+        generating_now, started = 1, 0
+    own, compiled, out = fresh(tiny), threading.Event(), {}
+
+    def compiler(step):
+        compiled.set()
+        return step
+    dec = GraphDecoder(own, _step)
+    thread = threading.Thread(target=lambda: out.setdefault("built", dec.build_faster(
+        plan(5, len(own.encode_prompt(PROMPT)), 8), Runs, compiler)))
+    thread.start()
+    assert not compiled.wait(0.5)  # a run generates: the build has not gone on to compile
+    Runs.generating_now = 0
+    thread.join(30)
+    assert compiled.is_set() and list(out["built"].ms) == [16]
+
+
 def test_a_round_of_timings_taken_beside_a_run_is_taken_again():
     """The faster graph is chosen by timings where no run generated: a round begun while one generates waits, a
     round during which one started is thrown away."""
