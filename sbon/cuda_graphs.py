@@ -102,9 +102,16 @@ def capture_cuda(body: Callable[[], tuple], pool) -> Replay:
             body()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    # thread_local: an unsafe call on another thread (a page's handler) cannot invalidate this capture
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-        outputs = body()
+    # No pause inside a capture (build_faster's thread waits at its calls while a run generates): the run's thread
+    # may capture a graph of its own meanwhile. Each capture on a stream of its own (torch's default is one stream
+    # for every capture), and thread_local, so that a call on another thread cannot invalidate this one.
+    profile = sys.getprofile()
+    sys.setprofile(None)
+    try:
+        with torch.cuda.graph(graph, pool=pool, stream=torch.cuda.Stream(), capture_error_mode="thread_local"):
+            outputs = body()
+    finally:
+        sys.setprofile(profile)
 
     def replay() -> tuple:
         graph.replay()
