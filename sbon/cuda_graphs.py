@@ -42,7 +42,7 @@ import time
 import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -50,6 +50,9 @@ from .attention import one_query_steps
 from .engine import Batch, Generator, Prefix
 from .errors import one_line
 from .static_cache import SlabCache
+
+if TYPE_CHECKING:
+    from .machine_load import RunGate
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +300,7 @@ class GraphDecoder:
         slab.owner = None
         self.graph(slab, rows)
 
-    def build_faster(self, todo: Sequence[tuple[int, int]], runs=None,
+    def build_faster(self, todo: Sequence[tuple[int, int]], runs: RunGate | None = None,
                      compiler: Callable[[Step], Step] | None = None) -> Faster:
         """Inductor's step under the graphs of ``todo`` (``plan``'s (rows, length), one length), where it is faster:
         compiled, captured beside the plain step over a new slab of the plan's widest rows, both graphs of each row
@@ -317,8 +320,8 @@ class GraphDecoder:
         finally:
             sys.setprofile(None)
 
-    def _build_faster(self, todo: Sequence[tuple[int, int]], runs, compiler: Callable[[Step], Step],
-                      start: float) -> Faster:
+    def _build_faster(self, todo: Sequence[tuple[int, int]], runs: RunGate | None,
+                      compiler: Callable[[Step], Step], start: float) -> Faster:
         fast, model = compiler(self.plain_step), self.gen.model
         cuda = self.gen.device.type == "cuda"
         stream = torch.cuda.Stream(self.gen.device) if cuda else None
@@ -347,7 +350,8 @@ class GraphDecoder:
         if self.failed:
             return
         new = faster.slab
-        self.slabs = [s for s in self.slabs if not (s.free() and (s.capacity, s.max_len) == (new.capacity, new.max_len))]
+        shape = (new.capacity, new.max_len)
+        self.slabs = [s for s in self.slabs if not (s.free() and (s.capacity, s.max_len) == shape)]
         new.used = time.monotonic()
         self.slabs.insert(0, new)
         self.faster = faster
@@ -371,7 +375,7 @@ class GraphDecoder:
             batch.hidden = hidden[:live].clone()
 
 
-def _wait_while_generating(runs) -> Callable:
+def _wait_while_generating(runs: RunGate) -> Callable:
     """A profile function (sys.setprofile) that holds its thread at a call while one of ``runs`` generates."""
     def hook(frame, event, arg) -> None:
         while runs.generating_now:

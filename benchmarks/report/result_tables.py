@@ -558,7 +558,8 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
                  f"(compile and captures {num(build['compile_s'])} s; per replay: {ms}; used for "
                  f"{', '.join(map(str, build['inductor_rows'])) or 'no'} rows)")
     elif inductor:
-        built = f"; the app's build of inductor's step under its graphs: {inductor.get('failed') or inductor.get('state')}"
+        built = ("; the app's build of inductor's step under its graphs: "
+                 f"{inductor.get('failed') or inductor.get('state')}")
     return (f"{where} {d['models']}; first run on CUDA graphs {num(d['first_run_on_graphs_s'])} s after the part's "
             f"start (the models' load, {num(d['load_s'])} s, included; {captures.get('graphs', 0)} graph captured in "
             f"{num(captures.get('capture_s'), 2)} s){built}.\n\n"
