@@ -217,10 +217,13 @@ class DecodePaths:
         built = self._built.pop(name, None)
         if built is not None:  # a run's start: the comparison's two methods both replay the adopted graphs
             graphs(gen).adopt(built)
-            self._adopted[name] = built
-            log.info("%s's runs replay %s (%s)", name, f"inductor's step under the CUDA graphs of "
-                     f"{', '.join(map(str, built.inductor_rows))} rows" if built.inductor_rows else
-                     "the plain step's CUDA graphs: inductor's was not faster", _measured(built))
+            if graphs(gen).faster is not built:
+                self._faster_failed[name] = "built for the model as it was loaded before"
+            else:
+                self._adopted[name] = built
+                log.info("%s's runs replay %s (%s)", name, f"inductor's step under the CUDA graphs of "
+                         f"{', '.join(map(str, built.inductor_rows))} rows" if built.inductor_rows else
+                         "the plain step's CUDA graphs: inductor's was not faster", _measured(built))
         return "compiled"
 
     def _build_gpu(self, name: str, gen: Generator, todo: list[tuple[int, int]]) -> None:

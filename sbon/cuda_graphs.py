@@ -180,6 +180,7 @@ class Faster:
     ms: dict[int, dict[str, float]]  # rows -> {"plain": ms per replay, "inductor": ms per replay}, median rounds
     compile_s: float  # compiling and capturing, all row counts together
     seconds: float  # the whole build, its timing included
+    decoder: weakref.ref  # the decoder it was built for: its graphs read that model's weights
 
     @property
     def inductor_rows(self) -> list[int]:
@@ -342,12 +343,13 @@ class GraphDecoder:
             slab.cache.advance(0)
         slab.graphs = {rows: pair["inductor" if ms[rows]["inductor"] < ms[rows]["plain"] else "plain"]
                        for rows, pair in pairs.items()}
-        return Faster(slab, ms, compile_s, time.perf_counter() - start)
+        return Faster(slab, ms, compile_s, time.perf_counter() - start, weakref.ref(self))
 
     def adopt(self, faster: Faster) -> None:
         """Hand ``faster``'s slab and graphs to the runs, in place of a free slab of its shape: on the runs' thread,
-        between two runs (both methods of a comparison then replay the same graphs). Nothing where capturing failed."""
-        if self.failed:
+        between two runs (both methods of a comparison then replay the same graphs). Nothing where capturing failed,
+        or where ``faster`` was built for another decoder (a model loaded again since: its graphs read the old one)."""
+        if self.failed or faster.decoder() is not self:
             return
         new = faster.slab
         shape = (new.capacity, new.max_len)

@@ -235,6 +235,9 @@ def test_a_faster_build_keeps_for_each_row_count_the_graph_measured_faster_and_r
     kept = "inductor" if slow == "plain" else "plain"
     assert calls[kept] and not calls[slow] and dec.faster is built
     assert dec.slabs == [built.slab]  # the slab it replaced is dropped, with its graphs
+    other = GraphDecoder(fresh(tiny), _step)  # a model loaded again since: the build's graphs read the old one
+    other.adopt(built)
+    assert other.faster is None and not other.slabs
 
 
 def test_a_build_waits_at_its_next_call_while_a_run_generates(tiny):
