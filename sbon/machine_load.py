@@ -174,6 +174,9 @@ class Contention:
 
 # -- runs generating in the app: what a probe beside them must not time -------------------------------------------
 
+_GATES: dict[tuple[int, Path], "RunGate"] = {}  # RunGate.of_this_process's, by process and folder
+
+
 class RunGate:
     """A file through which a process that runs generations (the app) tells a probe in another process when not to
     time: it holds how many runs are generating and a counter that changes whenever one starts. The probe takes a
@@ -188,17 +191,21 @@ class RunGate:
 
     @classmethod
     def of_this_process(cls, folder: str | os.PathLike) -> "RunGate":
-        """This process's gate, ``runs-<pid>`` in ``folder``, removed when the process exits; the gates there of
-        processes that no longer run (killed before they could remove theirs) are removed first."""
+        """This process's gate, ``runs-<pid>`` in ``folder``, removed when the process exits: one object per process
+        and folder, so that every caller counts the same runs into the one file (a second object would overwrite the
+        first's counts). The gates there of processes that no longer run (killed before they could remove theirs)
+        are removed first."""
         import psutil
         folder = Path(folder)
-        for old in folder.glob("runs-*"):
-            pid = old.name[len("runs-"):].split(".")[0]
-            if pid.isdigit() and not psutil.pid_exists(int(pid)):
-                old.unlink(missing_ok=True)
-        gate = cls(folder / f"runs-{os.getpid()}")
-        atexit.register(gate.path.unlink, missing_ok=True)
-        return gate
+        key = (os.getpid(), folder.resolve())
+        if key not in _GATES:
+            for old in folder.glob("runs-*"):
+                pid = old.name[len("runs-"):].split(".")[0]
+                if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                    old.unlink(missing_ok=True)
+            _GATES[key] = gate = cls(folder / f"runs-{os.getpid()}")
+            atexit.register(gate.path.unlink, missing_ok=True)
+        return _GATES[key]
 
     @classmethod
     def from_env(cls) -> "RunGate | None":
