@@ -35,6 +35,8 @@ gpu-check's compiled part times), on the runs' own thread.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
 import statistics
 import sys
@@ -64,6 +66,15 @@ WARM_UP_STEPS = 2  # eager steps on a side stream before a capture: lazy initial
 # meanwhile; the median round decides.
 FASTER_ROUNDS = 5
 FASTER_REPLAYS = 20
+# Where build_faster's thread waits while a run generates: calls made once per traced instruction, operation or graph
+# node in torch's compiler, where no outer frame holds a lock a run could need (a wait anywhere, inside a logging
+# handler or an import, could hold a run up until it ends, which it then never would).
+PAUSE_POINTS = (("torch._dynamo.symbolic_convert", "InstructionTranslatorBase.step"),
+                ("torch.fx.experimental.proxy_tensor", "ProxyTorchDispatchMode.__torch_dispatch__"),
+                ("torch.fx.interpreter", "Interpreter.run_node"),
+                ("torch._inductor.graph", "GraphLowering.run_node"),
+                ("torch._inductor.scheduler", "Scheduler.can_fuse"),
+                ("torch._inductor.codegen.simd", "SIMDScheduling.codegen_node"))
 
 Step = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # (model, tokens, positions, cache, keep_hidden)
 Replay = Callable[[], tuple[torch.Tensor, torch.Tensor]]
@@ -309,9 +320,9 @@ class GraphDecoder:
         the runs': it reads and writes nothing of theirs, in its own memory pool and, on a GPU, its own stream.
 
         ``runs``: this process's runs, as sbon.machine_load.RunGate counts them (``generating_now``, ``started``).
-        While one generates, the build waits at its next Python call: compiling is mostly Python, and a thread
-        that holds the interpreter's lock makes a run's thread wait for it at each of its torch calls, which made
-        a run many times slower. A round of timings taken beside a run is taken again. ``compiler``: how the step
+        While one generates, the build waits at its next step of tracing (PAUSE_POINTS): compiling is mostly Python,
+        and a thread that holds the interpreter's lock makes a run's thread wait for it at each of its torch calls,
+        which made a run many times slower. A round of timings taken beside a run is taken again. ``compiler``: how the step
         is compiled (default: ``inductor_step``). Raises what compiling or capturing raised."""
         start = time.perf_counter()
         if runs is not None:
@@ -378,10 +389,22 @@ class GraphDecoder:
 
 
 def _wait_while_generating(runs: RunGate) -> Callable:
-    """A profile function (sys.setprofile) that holds its thread at a call while one of ``runs`` generates."""
+    """A profile function (sys.setprofile) that holds its thread at a call of one of PAUSE_POINTS while one of
+    ``runs`` generates."""
+    points = set()
+    for module, name in PAUSE_POINTS:  # where a torch has moved or renamed one, the build waits at the others
+        try:
+            fn = importlib.import_module(module)
+            for part in name.split("."):
+                fn = getattr(fn, part)
+            points.add(inspect.unwrap(fn).__code__)  # a decorator's wrapper shares its code with others
+        except (ImportError, AttributeError):
+            continue
+
     def hook(frame, event, arg) -> None:
-        while runs.generating_now:
-            time.sleep(0.01)
+        if event == "call" and runs.generating_now and frame.f_code in points:
+            while runs.generating_now:
+                time.sleep(0.01)
     return hook
 
 

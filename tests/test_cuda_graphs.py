@@ -199,6 +199,13 @@ def test_a_capture_that_fails_is_one_logged_line_and_the_run_goes_on_eagerly(tin
 
 # -- inductor under the graphs -------------------------------------------------------------------------------
 
+def wait_for(condition, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert condition()
+
+
 def slowed(step, seconds: float, calls: dict, name: str):
     """``step`` that counts its calls in ``calls[name]`` and sleeps ``seconds`` first."""
     def counted(*args):
@@ -240,24 +247,31 @@ def test_a_faster_build_keeps_for_each_row_count_the_graph_measured_faster_and_r
     assert other.faster is None and not other.slabs
 
 
-def test_a_build_waits_at_its_next_call_while_a_run_generates(tiny):
+def test_a_build_waits_at_its_next_step_of_tracing_while_a_run_generates(tiny):
     """Compiling is mostly Python: a build beside a generating run would make the run's thread wait for the
-    interpreter at each of its torch calls. So it holds still while the process's runs say one generates."""
+    interpreter at each of its torch calls. So it holds still at its next step of tracing (here an FX graph run
+    node by node, one of the compiler's loops) while the process's runs say one generates, and only there."""
     class Runs:
         generating_now, started = 1, 0
-    own, compiled, out = fresh(tiny), threading.Event(), {}
+    own, traced, out = fresh(tiny), threading.Event(), {}
+    outside = []
 
     def compiler(step):
-        compiled.set()
+        outside.append(Runs.generating_now)  # reached while the run generates: no wait outside the compiler's loops
+        torch.fx.Interpreter(torch.fx.symbolic_trace(lambda x: x + 1)).run(torch.ones(1))
+        traced.set()
         return step
     dec = GraphDecoder(own, _step)
     thread = threading.Thread(target=lambda: out.setdefault("built", dec.build_faster(
         plan(5, len(own.encode_prompt(PROMPT)), 8), Runs, compiler)))
     thread.start()
-    assert not compiled.wait(0.5)  # a run generates: the build has not gone on to compile
-    Runs.generating_now = 0
-    thread.join(30)
-    assert compiled.is_set() and list(out["built"].ms) == [16]
+    try:
+        wait_for(lambda: outside)  # the compiler's modules imported first (seconds, once)
+        assert not traced.wait(0.5) and outside == [1]  # held at the trace's first node
+    finally:
+        Runs.generating_now = 0
+        thread.join(30)
+    assert traced.is_set() and list(out["built"].ms) == [16]
 
 
 def test_a_round_of_timings_taken_beside_a_run_is_taken_again():
@@ -345,13 +359,6 @@ def test_zerogpu_s_worker_decodes_eagerly_and_only_plain_data_crosses(tiny, monk
     for event in events:  # a tensor would pickle with torch's rebuild functions named in it
         assert b"torch" not in pickle.dumps(event)
     assert events[-1].result.decode == "eager"
-
-
-def wait_for(condition, limit_s: float = 30.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert condition()
 
 
 def test_the_faster_step_is_built_beside_the_runs_and_adopted_at_the_next_run_s_start(tiny, monkeypatch):
