@@ -144,6 +144,6 @@ def part_app(ctx, record: dict) -> None:
         if build is not None:
             for _ in range(1 + s.app_runs):  # the first adopts it at its start; it is timed as warm too
                 record["inductor"]["runs"].append(
-                    timed_compare(models, settings, " with inductor's step under the graphs where faster")[0])
+                    timed_compare(models, settings, ", warm, once the build was adopted")[0])
             record["inductor"]["state"] = models.decode_paths.faster(settings.generator)["state"]
             record["app_path"]["status"] = models.decode_status(settings.generator)

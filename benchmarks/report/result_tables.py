@@ -542,7 +542,7 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
     d, where = gpu_check_part(results_dir, "app", folder)
     inductor = d.get("inductor") or {}
     runs = [(f"{i + 1}", r) for i, r in enumerate(d["compare"]["runs"])] + \
-        [(f"{i + 1}, inductor's step under the graphs", r) for i, r in enumerate(inductor.get("runs", []))]
+        [(f"{i + 1}, once the build was adopted", r) for i, r in enumerate(inductor.get("runs", []))]
     faster = any("faster" in r for _, r in runs)  # files since the app builds inductor's step itself
     rows = [[label, num(r["seconds"], 2), r["weights"], r["decode"]] + ([r.get("faster") or "–"] if faster else [])
             + [f"{r['diverged']} of {r['n']}"]
