@@ -12,7 +12,7 @@ machine), stand-ins of their architectures with random weights and their real to
 - ``compare``: the warm runs in the machines benchmark's shape (``runs[]``: ``seconds``, ``weights``, ``decode``,
   ``diverged``, ``n``, and each method's ``timings``), after one untimed run;
 - ``faster`` on every run: where the app's build of inductor's step under its graphs stood when the run ended
-  (``building``, ``built``, ``adopted``, or None where none was asked for);
+  (``building``, ``built``, ``adopted``, ``failed``, or None where none was asked for);
 - ``inductor`` (``app_inductor``, where the runs decoded on graphs): the app's own build of inductor's step under
   its graphs, which it starts once the page-default graphs are captured (components.decode_paths): ``built_s``, the
   seconds from the part's start until it was built, what it measured (``build``: each row count's milliseconds
