@@ -229,7 +229,7 @@ def test_a_faster_build_keeps_for_each_row_count_the_graph_measured_faster_and_r
     assert run(own, "sbon", "compiled").decode == "compiled" and calls["plain"] and not calls["inductor"]
     built = dec.build_faster(plan(5, len(own.encode_prompt(PROMPT)), 8),
                              compiler=lambda step: slowed(_step, 0.002 if slow == "inductor" else 0, calls, "inductor"))
-    assert list(built.ms) == [16] and built.ms[16][slow] > max(built.ms[16].values()) - 1e-9
+    assert list(built.ms) == [16] and built.ms[16][slow] == max(built.ms[16].values())  # the sleeping one
     assert built.inductor_rows == ([16] if slow == "plain" else [])
     assert built.summary()["inductor_rows"] == built.inductor_rows and built.summary()["ms"]["16"] == built.ms[16]
     calls.update(plain=0, inductor=0)
