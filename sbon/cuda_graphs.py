@@ -320,12 +320,15 @@ class GraphDecoder:
         the runs': it reads and writes nothing of theirs, in its own memory pool and, on a GPU, its own stream.
 
         ``runs``: this process's runs, as sbon.machine_load.RunGate counts them (``generating_now``, ``started``).
-        While one generates, the build waits at its next step of tracing (PAUSE_POINTS): compiling is mostly Python,
-        and a thread that holds the interpreter's lock makes a run's thread wait for it at each of its torch calls,
-        which made a run many times slower. A round of timings taken beside a run is taken again. ``compiler``: how the step
-        is compiled (default: ``inductor_step``). Raises what compiling or capturing raised."""
+        The build starts once none generates, and waits at its next step of tracing (PAUSE_POINTS) while one
+        does: compiling is mostly Python, and a thread that holds the interpreter's lock makes a run's thread wait
+        for it at each of its torch calls, which made a run many times slower. A round of timings taken beside a
+        run is taken again. ``compiler``: how the step is compiled (default: ``inductor_step``). Raises what
+        compiling or capturing raised."""
         start = time.perf_counter()
         if runs is not None:
+            while runs.generating_now:  # the compiler's imports (seconds) cannot wait midway: not beside a run
+                time.sleep(0.05)
             sys.setprofile(_wait_while_generating(runs))  # this thread's calls only
         try:
             return self._build_faster(todo, runs, compiler or inductor_step, start)

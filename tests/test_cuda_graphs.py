@@ -249,25 +249,31 @@ def test_a_faster_build_keeps_for_each_row_count_the_graph_measured_faster_and_r
 
 def test_a_build_waits_at_its_next_step_of_tracing_while_a_run_generates(tiny):
     """Compiling is mostly Python: a build beside a generating run would make the run's thread wait for the
-    interpreter at each of its torch calls. So it holds still at its next step of tracing (here an FX graph run
-    node by node, one of the compiler's loops) while the process's runs say one generates, and only there."""
+    interpreter at each of its torch calls. So a build asked for while a run generates starts once it ends, and one
+    that a run starts beside holds still at its next step of tracing (here an FX graph run node by node, one of the
+    compiler's loops) until that run ends."""
+    from sbon import cuda_graphs
+
     class Runs:
         generating_now, started = 1, 0
-    own, traced, out = fresh(tiny), threading.Event(), {}
-    outside = []
+    own, traced, out, compiling = fresh(tiny), threading.Event(), {}, threading.Event()
 
     def compiler(step):
-        outside.append(Runs.generating_now)  # reached while the run generates: no wait outside the compiler's loops
+        compiling.set()
+        Runs.generating_now = 1  # a run starts as the compile begins
         torch.fx.Interpreter(torch.fx.symbolic_trace(lambda x: x + 1)).run(torch.ones(1))
         traced.set()
         return step
     dec = GraphDecoder(own, _step)
+    cuda_graphs._wait_while_generating(Runs)  # the compiler's modules imported now, so that only a wait holds it
     thread = threading.Thread(target=lambda: out.setdefault("built", dec.build_faster(
         plan(5, len(own.encode_prompt(PROMPT)), 8), Runs, compiler)))
     thread.start()
     try:
-        wait_for(lambda: outside)  # the compiler's modules imported first (seconds, once)
-        assert not traced.wait(0.5) and outside == [1]  # held at the trace's first node
+        assert not compiling.wait(0.5)  # asked for during a run: not started
+        Runs.generating_now = 0
+        assert compiling.wait(30)
+        assert not traced.wait(0.5)  # a run began beside it: held at the trace's first node
     finally:
         Runs.generating_now = 0
         thread.join(30)
