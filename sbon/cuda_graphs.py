@@ -44,17 +44,16 @@ import time
 import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from .attention import one_query_steps
 from .engine import Batch, Generator, Prefix
 from .errors import one_line
+from .machine_load import RunGate, quiet_token
 from .static_cache import SlabCache
 
-if TYPE_CHECKING:
-    from .machine_load import RunGate
 
 log = logging.getLogger(__name__)
 
@@ -319,7 +318,7 @@ class GraphDecoder:
         count timed in turns, and the faster kept in the slab (see the module's docstring). On a thread other than
         the runs': it reads and writes nothing of theirs, in its own memory pool and, on a GPU, its own stream.
 
-        ``runs``: this process's runs, as sbon.machine_load.RunGate counts them (``generating_now``, ``started``).
+        ``runs``: this process's runs (sbon.machine_load.RunGate: ``generating_now``, ``token()``).
         The build starts once none generates, and waits at its next step of tracing (PAUSE_POINTS) while one
         does: compiling is mostly Python, and a thread that holds the interpreter's lock makes a run's thread wait
         for it at each of its torch calls, which made a run many times slower. A round of timings taken beside a
@@ -327,8 +326,7 @@ class GraphDecoder:
         compiling or capturing raised."""
         start = time.perf_counter()
         if runs is not None:
-            while runs.generating_now:  # the compiler's imports (seconds) cannot wait midway: not beside a run
-                time.sleep(0.05)
+            quiet_token(runs)  # the compiler's imports (seconds) cannot wait midway: not beside a run
             sys.setprofile(_wait_while_generating(runs))  # this thread's calls only
         try:
             return self._build_faster(todo, runs, compiler or inductor_step, start)
@@ -340,7 +338,6 @@ class GraphDecoder:
         fast, model = compiler(self.plain_step), self.gen.model
         cuda = self.gen.device.type == "cuda"
         stream = torch.cuda.Stream(self.gen.device) if cuda else None
-        token = (lambda: None if runs.generating_now else runs.started) if runs is not None else (lambda: 0)
         with torch.inference_mode(), torch.cuda.stream(stream) if cuda else nullcontext():
             widest, length = todo[0]
             slab = Slab(self.gen.prefill(self.gen.encode_prompt("Hi")), widest, length)
@@ -353,7 +350,7 @@ class GraphDecoder:
                     replay()
             self.gen.synchronize()
             compile_s = time.perf_counter() - start
-            ms = {rows: _time_replays(pair, token, self.gen.synchronize) for rows, pair in pairs.items()}
+            ms = {rows: _time_replays(pair, runs, self.gen.synchronize) for rows, pair in pairs.items()}
             slab.cache.advance(0)
         slab.graphs = {rows: pair["inductor" if ms[rows]["inductor"] < ms[rows]["plain"] else "plain"]
                        for rows, pair in pairs.items()}
@@ -411,16 +408,13 @@ def _wait_while_generating(runs: RunGate) -> Callable:
     return hook
 
 
-def _time_replays(replays: dict[str, Replay], token: Callable[[], int | None], sync: Callable[[], None]) \
-        -> dict[str, float]:
+def _time_replays(replays: dict[str, Replay], runs: RunGate | None, sync: Callable[[], None]) -> dict[str, float]:
     """Milliseconds per replay of each of ``replays``: the median of FASTER_ROUNDS rounds, each timing every replay
-    FASTER_REPLAYS times in turn, and kept only where ``token`` said no run generated or started meanwhile."""
+    FASTER_REPLAYS times in turn, begun where no run generates and kept only where none started meanwhile (as the
+    probe times its paths, sbon.probe.time_paths)."""
     rounds: list[dict[str, float]] = []
     while len(rounds) < FASTER_ROUNDS:
-        before = token()
-        if before is None:
-            time.sleep(0.1)
-            continue
+        before = quiet_token(runs)
         times = {}
         for name, replay in replays.items():
             sync()
@@ -429,6 +423,6 @@ def _time_replays(replays: dict[str, Replay], token: Callable[[], int | None], s
                 replay()
             sync()
             times[name] = 1e3 * (time.perf_counter() - began) / FASTER_REPLAYS
-        if token() == before:
+        if runs is None or runs.token() == before:
             rounds.append(times)
     return {name: statistics.median(r[name] for r in rounds) for name in replays}

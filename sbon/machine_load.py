@@ -243,3 +243,16 @@ class RunGate:
         except (OSError, ValueError):
             return 0
         return None if now > 0 else started
+
+
+GATE_POLL_S = 0.5  # while a run generates beside a timing: how often the timer looks whether the run ended
+
+
+def quiet_token(gate: RunGate | None) -> int:
+    """Wait while a run generates beside a timing; then the gate's token (0 without a gate)."""
+    while gate is not None:
+        token = gate.token()
+        if token is not None:
+            return token
+        time.sleep(GATE_POLL_S)
+    return 0

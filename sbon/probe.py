@@ -48,7 +48,7 @@ from .decoders import DECODE_PATHS, EagerDecoder, _compiled, compile_problem, co
 from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError, one_line
 from .machine import ROWS, Choice, Measured, cached_choice, choose, eligible, fingerprint, save_choice
-from .machine_load import Contention, RunGate
+from .machine_load import Contention, RunGate, quiet_token
 from .models import DEFAULT_GENERATOR, load_generator
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,6 @@ WARM_STEPS, TIMED_STEPS = 1, 3  # per row count and round: the first step pays f
 ROUNDS_TRUSTED = 3  # a path's timing is done once this many rounds were trusted at every row count ...
 ROUNDS_MAX = 12  # ... or after this many rounds, whatever the machine did meanwhile (then: provisional) ...
 ROUNDS_BUDGET_S = 90.0  # ... or once this long has passed after ROUNDS_TRUSTED rounds: a loaded machine waits less
-GATE_POLL_S = 0.5  # while a run generates beside the probe: how often it looks whether the run ended
 # On a CPU, a format's compiled step is built where it is predicted within this share of the fastest path measured:
 # room for what the prediction misses (a format's own elementwise work, noise), little enough that a format that
 # cannot win costs no build.
@@ -178,16 +177,6 @@ class Subject:
     measured: Measured
     gen: Generator
     dec: object
-
-
-def quiet_token(gate: RunGate | None) -> int:
-    """Wait while a run generates beside the probe; then the gate's token (0 without a gate)."""
-    while gate is not None:
-        token = gate.token()
-        if token is not None:
-            return token
-        time.sleep(GATE_POLL_S)
-    return 0
 
 
 def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: RunGate | None = None,
