@@ -12,11 +12,12 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from sbon.cache import cache_dir
-from sbon.cuda_graphs import Faster, plan
+from sbon.cuda_graphs import Faster, GraphDecoder, plan
 from sbon.decoders import check_decode, compile_problem, compiled_state, graphs, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError, one_line
@@ -95,10 +96,7 @@ class DecodePaths:
         self._stale: set[str] = set()  # generators whose choice a quiet run contradicted
         self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
-        self._faster: dict[str, float] = {}  # generator -> when its faster graphs' build started (sbon.cuda_graphs)
-        self._built: dict[str, Faster] = {}  # built, for the next run's start to adopt
-        self._adopted: dict[str, Faster] = {}
-        self._faster_failed: dict[str, str] = {}
+        self._faster: dict[str, FasterBuild] = {}  # generator -> its build of inductor's step under its graphs
         self._lock = threading.Lock()  # runs start children; so does the model line's timer
         self.gate = RunGate.of_this_process(cache_dir() / "machine")
 
@@ -214,16 +212,9 @@ class DecodePaths:
         if name not in self._started:
             self._started[name] = time.perf_counter()
             TORCH_THREAD.submit(self._build_gpu, name, gen, gpu_graphs(gen))
-        built = self._built.pop(name, None)
-        if built is not None:  # a run's start: the comparison's two methods both replay the adopted graphs
-            graphs(gen).adopt(built)
-            if graphs(gen).faster is not built:
-                self._faster_failed[name] = "built for the model as it was loaded before"
-            else:
-                self._adopted[name] = built
-                log.info("%s's runs replay %s (%s)", name, f"inductor's step under the CUDA graphs of "
-                         f"{', '.join(map(str, built.inductor_rows))} rows" if built.inductor_rows else
-                         "the plain step's CUDA graphs: inductor's was not faster", _measured(built))
+        build = self._faster.get(name)
+        if build is not None and build.state == "built":  # a run's start: both methods of a comparison replay it
+            build.adopt(graphs(gen), name)
         return "compiled"
 
     def _build_gpu(self, name: str, gen: Generator, todo: list[tuple[int, int]]) -> None:
@@ -253,15 +244,15 @@ class DecodePaths:
         """On a thread of its own, once the page-default graphs are captured: inductor's step under them where it is
         measured faster (sbon.cuda_graphs.GraphDecoder.build_faster; a minute or so, timed only between runs), for the
         next run's start to adopt (``_gpu_decode``). Runs go on meanwhile on the graphs they have."""
-        self._faster[name] = time.perf_counter()
+        build = self._faster[name] = FasterBuild(time.perf_counter())
         try:
             built = graphs(gen).build_faster(gpu_graphs(gen), self.gate)
         except Exception as e:  # noqa: BLE001 - runs keep the plain step's graphs
-            self._faster_failed[name] = one_line(e)
+            build.fail(one_line(e))
             log.warning("inductor's step under the CUDA graphs of %s was not built (%s); runs keep the graphs they "
-                        "have", name, self._faster_failed[name])
+                        "have", name, build.failed)
             return
-        self._built[name] = built
+        build.built, build.state = built, "built"  # in this order: a run's start reads the state first
         log.info("inductor's step under the CUDA graphs of %s is built (%.0f s; %s); the next run adopts it", name,
                  built.seconds, _measured(built))
 
@@ -269,25 +260,21 @@ class DecodePaths:
         """Where the build of inductor's step under this generator's CUDA graphs stands (None: none was started):
         ``state`` ("building", "built", "adopted" or "failed"), ``started`` (its time.perf_counter()), ``build``
         (what it measured: sbon.cuda_graphs.Faster.summary) and ``failed`` (why not, in one line)."""
-        if name not in self._faster:
-            return None
-        built = self._adopted.get(name) or self._built.get(name)
-        state = ("adopted" if name in self._adopted else "built" if built else
-                 "failed" if name in self._faster_failed else "building")
-        return {"state": state, "started": self._faster[name], "build": built.summary() if built else None,
-                "failed": self._faster_failed.get(name)}
+        build = self._faster.get(name)
+        return None if build is None else {"state": build.state, "started": build.started, "failed": build.failed,
+                                           "build": build.built.summary() if build.built else None}
 
     def _faster_status(self, name: str) -> str:
         """The end of the model line's sentence about CUDA graphs: where the faster step under them stands."""
-        adopted = self._adopted.get(name)
-        if adopted is not None:
-            return ", each step compiled into fewer, faster GPU kernels" if adopted.inductor_rows else ""
-        if name in self._built:
+        build = self._faster.get(name)
+        if build is None or build.state == "failed":
+            return ""  # none tried, or it failed (the log says why): runs use the graphs they have
+        if build.state == "adopted":
+            return ", each step compiled into fewer, faster GPU kernels" if build.built.inductor_rows else ""
+        if build.state == "built":
             return "; a faster step for them is ready for the next run"
-        if name in self._faster and name not in self._faster_failed:
-            return (f"; compiling a faster step for them in the background (for "
-                    f"{time.perf_counter() - self._faster[name]:.0f} s; runs go on meanwhile)")
-        return ""  # none tried, or it failed (the log says why): runs use the graphs they have
+        return (f"; compiling a faster step for them in the background (for "
+                f"{time.perf_counter() - build.started:.0f} s; runs go on meanwhile)")
 
     def status(self, name: str, alone: bool = False) -> str:
         """One line for the page about this generator's decode path ('' where it has nothing to say). ``alone``: the
@@ -320,6 +307,31 @@ class DecodePaths:
         if choice is not None:
             return f"{who} decodes with {choice.words}." if choice.weights else f"{sentence(lead + choice.words)}."
         return ""
+
+
+@dataclass
+class FasterBuild:
+    """One generator's build of inductor's step under its CUDA graphs (DecodePaths._build_faster): ``state``
+    "building", then "built" (``built``: what it built) and "adopted" at a run's start, or "failed" (``failed``: why,
+    in one line)."""
+    started: float  # its time.perf_counter() at the start
+    state: str = "building"
+    built: Faster | None = None
+    failed: str | None = None
+
+    def fail(self, why: str) -> None:
+        self.state, self.built, self.failed = "failed", None, why
+
+    def adopt(self, dec: GraphDecoder, name: str) -> None:
+        """At a run's start, on the runs' thread: hand the build to ``dec``, the generator's graph decoder now."""
+        dec.adopt(self.built)
+        if dec.faster is not self.built:
+            self.fail("built for the model as it was loaded before")
+            return
+        self.state = "adopted"
+        log.info("%s's runs replay %s (%s)", name, f"inductor's step under the CUDA graphs of "
+                 f"{', '.join(map(str, self.built.inductor_rows))} rows" if self.built.inductor_rows else
+                 "the plain step's CUDA graphs: inductor's was not faster", _measured(self.built))
 
 
 def _measured(built: Faster) -> str:
