@@ -552,8 +552,8 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
     build = inductor.get("build")
     built = ""
     if build:
-        ms = "; ".join(f"{rows} rows {num(m['plain'], 2)} ms plain, {num(m['inductor'], 2)} ms with inductor"
-                       for rows, m in build["ms"].items())
+        ms = "; ".join(f"{count} rows {num(m['plain'], 2)} ms plain, {num(m['inductor'], 2)} ms with inductor"
+                       for count, m in build["ms"].items())
         built = (f"; the app built inductor's step under its graphs {num(inductor['built_s'])} s after the start "
                  f"(compile and captures {num(build['compile_s'])} s; per replay: {ms}; used for "
                  f"{', '.join(map(str, build['inductor_rows'])) or 'no'} rows)")
