@@ -17,7 +17,10 @@ machine), stand-ins of their architectures with random weights and their real to
   its graphs, which it starts once the page-default graphs are captured (components.decode_paths): ``built_s``, the
   seconds from the part's start until it was built, what it measured (``build``: each row count's milliseconds
   per replay, plain and with inductor, and those that use inductor), ``failed``, then the same warm ``runs``, the
-  first of which adopts it.
+  first of which adopts it;
+- ``profile`` (``app_profile``), last, on the graphs the app ended on: one more comparison under torch's profiler,
+  the operators that took the most host time. Each run also records its methods' ``steps``
+  (sbon.results.RunResult.decode_steps: Best-of-N's batches one after another), so its decode time reads per step.
 
 Off CUDA (``--device cpu``, the dry run) the app's decode paths take the GPU's path there too, its graphs run
 eagerly (sbon.cuda_graphs): the plumbing end to end, nothing measured.
@@ -29,6 +32,8 @@ import importlib.util
 import sys
 import time
 from typing import Any
+
+from sbon.errors import one_line
 
 from .gpu_stand_ins import app_generator, app_reward
 
@@ -91,11 +96,39 @@ def timed_compare(models, settings, label: str) -> tuple[dict[str, Any], Any]:
     run = {"seconds": seconds, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
            "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n,
            "faster": (models.decode_paths.faster(settings.generator) or {}).get("state"),
+           "steps": {"speculative": comp.speculative.decode_steps, "bon": comp.bon.decode_steps},
            "timings": {"speculative": comp.speculative.timings, "bon": comp.bon.timings}}
     print(f"app: page-default comparison{label or ', warm'}: {seconds:.2f} s ({run['weights']} weights, "
           f"{run['decode']} step, {run['diverged']} of {run['n']} candidates diverged"
           + (f"; inductor's step under the graphs {run['faster']}" if run["faster"] else "") + ")")
     return run, comp
+
+
+def profiled_compare(models, settings, top: int = 25) -> dict[str, Any]:
+    """One more comparison under torch's profiler, started and stopped on the thread that computes it (it records
+    the operators of the thread it starts on): the ``top`` operators by the host time spent in them (a device sync
+    counts in the operator that waits). Host activity only: CUPTI's hooks beside CUDA graphs are not worth the risk
+    to the parts after this one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from components.torch_thread import TORCH_THREAD
+
+    with profile(activities=[ProfilerActivity.CPU]):  # the profiler's library starts up on the thread it was loaded on
+        pass
+    prof = profile(activities=[ProfilerActivity.CPU])
+    TORCH_THREAD.submit(prof.start).result()
+    began = time.perf_counter()
+    try:
+        compare(models, settings)
+    finally:
+        seconds = time.perf_counter() - began
+        TORCH_THREAD.submit(prof.stop).result()
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    found = {"seconds": seconds, "ops": [{"name": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3}
+                                         for e in ops]}
+    print("app: under the profiler, most host time in "
+          + ", ".join(f"{op['name']} {op['self_ms']:.0f} ms" for op in found["ops"][:5]))
+    return found
 
 
 def wait_for_faster(paths, name: str, limit_s: float) -> dict | None:
@@ -151,3 +184,8 @@ def part_app(ctx, record: dict) -> None:
                     timed_compare(models, settings, ", warm, once the build was adopted")[0])
             record["inductor"]["state"] = models.decode_paths.faster(settings.generator)["state"]
             record["app_path"]["status"] = models.decode_status(settings.generator)
+    if s.app_profile:  # on the graphs the app ended on
+        try:
+            record["profile"] = profiled_compare(models, settings)
+        except Exception as e:  # noqa: BLE001 -- a diagnosis, not the check
+            record["profile"] = {"failed": one_line(e)}

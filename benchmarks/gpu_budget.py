@@ -62,6 +62,7 @@ class Sizes:
     app_runs: int = 2  # timed page-default comparisons of the app part (after one untimed)
     app_inductor: bool = True  # the app builds inductor's step under its graphs; the part waits for it, then times
     app_inductor_wait_s: float = 150.0  # the longest the part waits for that build (its compile: a minute or so)
+    app_profile: bool = True  # last, the app part profiles one more comparison: where its host time goes
     app_n: int = 0  # the app part's N and max new tokens (0: the page's defaults)
     app_max_new_tokens: int = 0
     bandwidth_bytes: int = 2 ** 30  # buffer copied to measure memory bandwidth

@@ -170,8 +170,15 @@ def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_pa
         assert run["seconds"] > 0 and run["decode"] == "eager" and run["n"] == 2
         assert run["weights"] == record["app_path"]["weights"]
         assert run["diverged"] == 0  # the app's formats keep the coupling exact on a CPU
+        # Survivors are their Best-of-N twins and the pruned their prefixes: Best-of-N takes at least as many steps.
+        assert 1 <= run["steps"]["speculative"] <= run["steps"]["bon"]
     assert record["compare"]["seconds"] == [r["seconds"] for r in runs]
-    assert "app: page-default comparison, warm" in capsys.readouterr().out
+    # The profiler recorded the torch thread's operators (started on the calling thread, it would record none).
+    ops = {op["name"]: op for op in record["profile"]["ops"]}
+    assert record["profile"]["seconds"] > 0 and any(name.startswith("aten::") and op["calls"] > 0
+                                                    for name, op in ops.items())
+    out = capsys.readouterr().out
+    assert "app: page-default comparison, warm" in out and "app: under the profiler, most host time in " in out
 
 
 def test_without_the_packaged_models_the_app_part_runs_the_stand_ins_on_graphs_from_its_first_run(monkeypatch):

@@ -536,6 +536,12 @@ def gpu_check_coupling(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -
                                      + (["Best-of-N run twice: differ"] if repeat else []), rows))
 
 
+def decode_cell(run: dict, method: str) -> str:
+    """A method's decode seconds in an app-part run, and per step where the file has its steps."""
+    seconds, steps = run["timings"][method]["decode"], run.get("steps", {}).get(method)
+    return num(seconds, 2) + (f" ({steps} steps, {num(1e3 * seconds / steps, 2)} ms each)" if steps else "")
+
+
 def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
     """`gpu-check`'s app part: the page-default comparison through the app's run path, warm, and where its time
     went; then on the graphs with inductor's step under them, where the app built it (benchmarks/gpu_app.py)."""
@@ -546,8 +552,8 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
     faster = any("faster" in r for _, r in runs)  # files since the app builds inductor's step itself
     rows = [[label, num(r["seconds"], 2), r["weights"], r["decode"]] + ([r.get("faster") or "–"] if faster else [])
             + [f"{r['diverged']} of {r['n']}"]
-            + ([num(r["timings"]["speculative"]["decode"], 2), num(r["timings"]["bon"]["decode"], 2)]
-               if "timings" in r else ["–", "–"]) for label, r in runs]
+            + ([decode_cell(r, "speculative"), decode_cell(r, "bon")] if "timings" in r else ["–", "–"])
+            for label, r in runs]
     captures = d.get("captures") or {}
     build = inductor.get("build")
     built = ""
@@ -560,6 +566,12 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
     elif inductor:
         built = ("; the app's build of inductor's step under its graphs: "
                  f"{inductor.get('failed') or inductor.get('state')}")
+    profile = d.get("profile") or {}
+    if profile:
+        built += ("; one more comparison under torch's profiler (" + (profile["failed"] if "failed" in profile else
+                  f"{num(profile['seconds'], 2)} s), most host time in "
+                  + ", ".join(f"{op['name']} {num(op['self_ms'])} ms ({op['calls']} calls)" for op in profile["ops"][:5]))
+                  + ")")
     return (f"{where} {d['models']}; first run on CUDA graphs {num(d['first_run_on_graphs_s'])} s after the part's "
             f"start (the models' load, {num(d['load_s'])} s, included; {captures.get('graphs', 0)} graph captured in "
             f"{num(captures.get('capture_s'), 2)} s){built}.\n\n"
