@@ -20,6 +20,11 @@ def pytest_configure(config):
     # The app decodes eagerly in the tests (and in the servers they start): its default, the compiled step once
     # built, would start a minute-long build in a child process beside them (tests/test_app_decode.py checks it).
     os.environ.setdefault("SBON_DECODE", "eager")
+    # The test processes, the app servers and a browser share the cores: an OpenMP thread that spins while it waits
+    # for a core another process holds makes each parallel region many times slower; passive waiting yields the core.
+    # OpenMP reads this once, when a process loads it: set here, before pytest-xdist starts its processes and the
+    # tests start theirs (this process's own torch is loaded already, and computes nothing).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         share = max(1, (os.cpu_count() or 1) // workers)
