@@ -248,9 +248,10 @@ class DecodePaths:
         try:
             built = graphs(gen).build_faster(gpu_graphs(gen), self.gate)
         except Exception as e:  # noqa: BLE001 - runs keep the plain step's graphs
-            build.fail(one_line(e))
+            why = one_line(e)
             log.warning("inductor's step under the CUDA graphs of %s was not built (%s); runs keep the graphs they "
-                        "have", name, build.failed)
+                        "have", name, why)
+            build.fail(why)  # after the line: whoever sees the state failed finds why in the log
             return
         build.built, build.state = built, "built"  # in this order: a run's start reads the state first
         log.info("inductor's step under the CUDA graphs of %s is built (%.0f s; %s); the next run adopts it", name,
