@@ -155,13 +155,18 @@ def app_context(**args) -> gpu_check.Context:
 
 def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_path(monkeypatch, capsys):
     """The app part on this CPU, tiny, with the packaged models: the app's model cache and run path with the page's
-    settings, warm; each timed run with its wall time, weights, decode path and divergence from Best-of-N."""
+    settings, warm; each timed run with its wall time, weights, decode path, divergence from Best-of-N and steps; then
+    one more comparison under torch's profiler."""
     from sbon.engine import WEIGHT_FORMATS
+
+    import dataclasses
 
     monkeypatch.setenv("SBON_DECODE", "eager")  # as SBON_DECODE says, also here
     assert gpu_app.missing_packages() == []  # this machine has the embedded models
+    ctx = app_context()
+    ctx = dataclasses.replace(ctx, sizes=dataclasses.replace(ctx.sizes, app_profile=True))  # on by default on a GPU
     record: dict = {}
-    gpu_check.part_app(app_context(), record)
+    gpu_check.part_app(ctx, record)
     assert record["models"] == "the packaged models" and record["first_run_on_graphs_s"] is None
     assert record["app_path"]["decode"] == "eager" and record["app_path"]["weights"] in WEIGHT_FORMATS
     runs = record["compare"]["runs"]
