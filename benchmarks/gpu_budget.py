@@ -74,7 +74,8 @@ TINY = Sizes(engine_n=(4,), engine_tokens=8, engine_median_length=4, engine_prom
              coupling_dtypes=("float32", "bfloat16"), coupling_n=4, coupling_tokens=12, coupling_prompts=1,
              paper_n=8, paper_tokens=16, paper_median_length=16, step_batches=(1, 4), step_context=16,
              step_repeats=2, compiled_rows=(1, 4), compiled_context=16, compiled_repeats=2,
-             app_runs=1, app_inductor=False, app_profile=False, app_n=2, app_max_new_tokens=4, bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
+             app_runs=1, app_inductor=False, app_profile=False, app_n=2, app_max_new_tokens=4,
+             bandwidth_bytes=2 ** 22, arch=TINY_ARCH)
 
 
 # -- measuring the device ---------------------------------------------------------------------------
