@@ -157,9 +157,9 @@ def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_pa
     """The app part on this CPU, tiny, with the packaged models: the app's model cache and run path with the page's
     settings, warm; each timed run with its wall time, weights, decode path, divergence from Best-of-N and steps; then
     one more comparison under torch's profiler."""
-    from sbon.engine import WEIGHT_FORMATS
-
     import dataclasses
+
+    from sbon.engine import WEIGHT_FORMATS
 
     monkeypatch.setenv("SBON_DECODE", "eager")  # as SBON_DECODE says, also here
     assert gpu_app.missing_packages() == []  # this machine has the embedded models
