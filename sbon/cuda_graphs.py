@@ -54,7 +54,6 @@ from .errors import one_line
 from .machine_load import RunGate, quiet_token
 from .static_cache import SlabCache
 
-
 log = logging.getLogger(__name__)
 
 GRAPH_MIN_ROWS = 16  # see the module's docstring (rows)
