@@ -26,7 +26,10 @@ named and whether it was provisional, and the run's seconds. After the last, the
 comparison warm in that start's cache, against the quiet start's. Its summary gives, per start, when its runs took
 the quiet start's final path for good (``fast_path_after_s``) and when its measuring ended (``settled_after_s``). A
 fresh start has its own ``$SBON_CACHE`` without a measured choice; its compiled steps are those already saved on this
-machine unless ``--fresh-steps``.
+machine unless ``--fresh-steps``. Last, the warm comparison in the quiet start's cache beside a busy loop, as the app
+runs it (a run that starts beside other work decodes on one thread: sbon.probe.run_threads), and with
+``--busy-baseline`` also with ``SBON_THREADS`` at the measured count, which keeps every run on it (one timed run:
+runs beside a loop can take minutes each there).
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ def compare_warm(runs: int, settings=None) -> dict[str, Any]:
             compile_s += time.perf_counter() - start - seconds
         else:
             timed.append({"seconds": seconds, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
+                          "threads": comp.speculative.threads, "load": comp.speculative.load,
                           "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n})
     return {"settings": settings.config().settings(), "load_s": load_s, "compile_or_load_step_s": compile_s,
             "runs": timed, "seconds": [r["seconds"] for r in timed]}
@@ -303,13 +307,14 @@ def fresh_start(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _start(name: str, args: argparse.Namespace, cache: Path, busy: bool, mode: str,
-           force: dict[str, str] | None = None) -> dict[str, Any]:
+           force: dict[str, str] | None = None, runs: int | None = None) -> dict[str, Any]:
     """One child under class ``name``'s limits with ``cache`` as its $SBON_CACHE: a fresh start (``mode``
     "start") or the warm comparison ("compare"); beside one busy loop where ``busy``; ``force``: the
-    SBON_WEIGHTS/SBON_DECODE that force its path (sbon.machine.auto_path)."""
+    SBON_WEIGHTS/SBON_DECODE/SBON_THREADS that force its path (sbon.machine.auto_path); ``runs``: timed comparisons
+    (default: ``args.runs``)."""
     env = {**CPU_CLASSES[name].environ(), "SBON_CACHE": str(cache), **(force or {})}
     argv = [sys.executable, "-m", "benchmarks", "machines", "--in-class", name, "--in-mode", mode,
-            "--runs", str(args.runs)]
+            "--runs", str(runs or args.runs)]
     loop = subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) if busy else None
     try:
         load0 = os.getloadavg()[0]
@@ -348,13 +353,19 @@ def neighbour(name: str, args: argparse.Namespace) -> dict[str, Any]:
         print(f"{name}: start {i + 1} beside a busy loop: {starts[-1].get('choice')}", file=sys.stderr, flush=True)
     after = _start(name, args, cache, busy=False, mode="compare")
     quiet_compare = _start(name, args, quiet_cache, busy=False, mode="compare")
+    beside = _start(name, args, quiet_cache, busy=True, mode="compare")
+    print(f"{name}: the comparison beside a busy loop: {beside.get('seconds')} s", file=sys.stderr, flush=True)
+    kept = _start(name, args, quiet_cache, busy=True, mode="compare", force={"SBON_THREADS": str(
+        quiet_compare["torch_threads"])}, runs=1) if args.busy_baseline and "torch_threads" in quiet_compare else None
     for used in {quiet_cache, cache}:
         shutil.rmtree(used, ignore_errors=True)  # links, a choice and (with --fresh-steps) steps built for the test
     fast = _path(quiet.get("choice"))
     # the lower median: of two runs the faster, so that one run slowed by something else does not decide alone
     median = lambda r: sorted(r["seconds"])[(len(r["seconds"]) - 1) // 2] if r.get("seconds") else None  # noqa: E731
     return {"class": name, "quiet_start": quiet, "starts": starts, "compare_after": after,
-            "compare_quiet": quiet_compare, "summary": {
+            "compare_quiet": quiet_compare, "compare_beside_loop": beside, "compare_beside_loop_kept_threads": kept,
+            "summary": {"compare_beside_loop_s": median(beside),
+                        "compare_beside_loop_kept_threads_s": median(kept) if kept else None,
                 "same_choice_as_quiet": sum(fast is not None and _path(s.get("choice")) == fast for s in starts),
                 "starts": len(starts), "compare_after_s": median(after), "compare_quiet_s": median(quiet_compare),
                 "quiet_fast_path_s": reached(quiet, fast), "fast_path_after_s": [reached(s, fast) for s in starts],
@@ -402,6 +413,9 @@ def add_parser(sub) -> None:
     p.add_argument("--neighbour", type=int, default=0,
                    help="instead: a quiet fresh start, then this many fresh starts each beside one busy loop with one "
                         "page-default run during the app's measuring, and the comparison after (neighbour-<class>.json)")
+    p.add_argument("--busy-baseline", action="store_true",
+                   help="with --neighbour: also the comparison beside the busy loop on the measured thread count "
+                        "(SBON_THREADS), as the app ran before it took one thread there (minutes per run)")
     p.add_argument("--fresh-steps", action="store_true",
                    help="with --neighbour: each start also builds its compiled steps anew (minutes each)")
     p.add_argument("--in-class", default=None, help=argparse.SUPPRESS)  # the child's own run

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import torch
+
 from sbon.cache import cache_dir
 from sbon.cuda_graphs import Faster, GraphDecoder, plan
 from sbon.decoders import check_decode, compile_problem, compiled_state, graphs, prepare
@@ -23,7 +25,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError, one_line
 from sbon.machine import AutoPath, Choice, auto_path, decode_threads, title
 from sbon.machine_load import RunGate, busy
-from sbon.probe import child_argv
+from sbon.probe import child_argv, run_threads
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
 from sbon.results import RunResult
 from sbon.zerogpu import on_zerogpu
@@ -156,6 +158,13 @@ class DecodePaths:
         self._measure(name)
         return self._cpu_decode(name, gen, load=True)
 
+    def for_run(self, name: str, gen: Generator) -> str:
+        """``decode`` for a run that starts now; on a CPU, with auto's path, also its threads (``_cpu_threads``)."""
+        decode = self.decode(name, gen)
+        if gen.device.type == "cpu" and app_decode() == "auto" and not on_zerogpu():
+            decode = self._cpu_threads(name, gen, decode)
+        return decode
+
     def planned(self, name: str, gen: Generator) -> str:
         """The decode path a run of ``gen`` starting now would take, as ``decode`` decides, without measuring,
         building or loading anything."""
@@ -181,13 +190,30 @@ class DecodePaths:
             self._failed[name] = "its compiled decode step did not load (the app's log says why)"
         return "eager"
 
+    def _cpu_threads(self, name: str, gen: Generator, decode: str) -> str:
+        """Set torch's CPU threads for a run of ``gen`` starting now, on TORCH_THREAD, and return its decode step:
+        the thread count auto's path was measured at, or one thread and the eager step where other work holds the
+        cores now (sbon.probe.run_threads). Where nothing is measured yet, the safe path's threads stay as they are
+        (components.torch_thread.configure_threads)."""
+        measured = self.path(name).threads
+        if measured is None:
+            return decode
+        threads, run_decode = run_threads(gen, decode, measured)
+        if threads != measured:
+            log.info("other work holds this machine's cores: this run of %s decodes on one thread, eagerly (%d "
+                     "threads would wait for the cores at every operation)", name, measured)
+        torch.set_num_threads(threads)
+        return run_decode
+
     def observe(self, name: str, result: RunResult) -> None:
-        """A finished run: where it decoded on the chosen path, on a quiet machine, CONTRADICTED times slower than
-        the slowest step measured for that path, the choice is measured again."""
+        """A finished run: where it decoded on the chosen path at the thread count it was measured at, on a quiet
+        machine, CONTRADICTED times slower than the slowest step measured for that path, the choice is measured
+        again."""
         choice = self.choice(name)
         seconds, steps = result.timings.get("decode"), result.decode_steps
         if choice is None or not choice.weights or choice.provisional or busy(result.load) or not seconds \
-                or not steps or (result.weights, result.decode) != (choice.weights, choice.decode):
+                or not steps or (result.weights, result.decode) != (choice.weights, choice.decode) \
+                or result.threads not in (None, choice.fingerprint.get("threads")):
             return
         chosen = next(p for p in choice.paths if (p.weights, p.decode) == (choice.weights, choice.decode))
         per_step = 1e3 * seconds / steps

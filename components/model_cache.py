@@ -218,8 +218,9 @@ class ModelCache:
                                      bon_same_memory=settings.bon_same_memory)
 
     def decode(self, generator: str, gen: Generator) -> str:
-        """The decode path (sbon.decoders) of a run of this generator that starts now: see DecodePaths."""
-        return self.decode_paths.decode(generator, gen) if self.decode_paths else app_decode()
+        """The decode path (sbon.decoders) of a run of this generator that starts now, and on a CPU its threads: see
+        DecodePaths.for_run."""
+        return self.decode_paths.for_run(generator, gen) if self.decode_paths else app_decode()
 
     def planned_decode(self, generator: str) -> str | None:
         """The decode path a run of this generator starting now would take, where that is known without loading,

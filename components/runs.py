@@ -19,6 +19,7 @@ from sbon.algorithms import Done
 from sbon.analysis.comparison import (Comparison, ComparisonDone, ComparisonReady, CounterfactualScored,
                                       MethodEvent)
 from sbon.errors import SBoNError
+from sbon.results import RunResult
 from sbon.models import generator_title, reward_title
 
 from . import tables
@@ -40,6 +41,8 @@ MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model li
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
 # How the run decoded (RunResult.decode), for the status line (the app's default: components.decode_paths.DecodePaths)
 DECODED = {"compiled": "decoded with a step compiled ahead for this processor", "eager": "decoded with PyTorch's standard step"}
+ONE_THREAD = (", on one thread: other programs were busy on this machine's cores, and one thread runs faster "
+              "beside them")
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
 IDLE = {"running": None, "stop_btn": Update(visible=False)}  # what a run leaves when it ends
@@ -167,7 +170,7 @@ class Runs:
                     first = tracker.first_round_at
                     ready = (f"Done in {tracker.elapsed:.1f} s from the click"
                              + (f"; first decision point drawn after {first:.1f} s" if first else "")
-                             + f"; {DECODED[event.comparison.speculative.decode or 'eager']}")
+                             + f"; {decoded(event.comparison.speculative)}")
                     log.info("runs finished: %.1f s from the click, first round %s s, settings %s",
                              tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
                     shown = Shown(event.comparison, "your run", kind, look=look)
@@ -193,6 +196,15 @@ class Runs:
         except Exception as e:  # keep serving: one failed run must not take the app down
             log.exception("run failed")
             yield {**ended(f"the run failed: {type(e).__name__}: {e}"), "model_status": models_status()}
+
+
+def decoded(run: RunResult) -> str:
+    """How a finished run of this app decoded, for its status line: its step, and one thread where the run started
+    while other work held the cores (components.decode_paths.DecodePaths._cpu_threads)."""
+    paths = MODELS.decode_paths
+    measured = paths.path(run.generator).threads if paths else None
+    one_thread = run.threads == 1 and measured is not None and measured > 1
+    return DECODED[run.decode or "eager"] + (ONE_THREAD if one_thread else "")
 
 
 def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:

@@ -281,11 +281,13 @@ class _Run:
         best = max(scored, key=lambda k: (self.candidates[k].final_reward, -k)) if scored else None
         timings = {**self.timings, "total": sum(self.timings.values())}
         judged_by = getattr(self.reward, "instructions_of", None)  # a reward that judges by instructions
+        device = getattr(self.gen, "device", "cpu")
         return RunResult(self.config.method, self.prompt, self.gen.name, getattr(self.reward, "name", "reward"),
                          self.settings, len(self.prompt_ids), self.candidates, decision_points, timings, best,
                          instructions=judged_by(self.prompt) if judged_by else [],
                          weights=getattr(self.gen, "weights", None), decode=self.decoder.name,
-                         machine=machine_class(getattr(self.gen, "device", "cpu")))
+                         machine=machine_class(device),
+                         threads=torch.get_num_threads() if torch.device(device).type == "cpu" else None)
 
 
 def _observed_step(ids: list[int], rows: list[int], going: list[int], tokens: torch.Tensor, logits: torch.Tensor,

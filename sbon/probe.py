@@ -437,6 +437,77 @@ def report(choice: Choice) -> str:
     return "\n".join(lines)
 
 
+# -- a run that starts beside other work: one thread -----------------------------------------------------------
+
+# torch's CPU threads (an OpenMP team) spin at the barrier after every operation, waiting for each other. Beside a
+# process that holds one of the cores, a team of two waits there for a whole time slice of the scheduler at each of a
+# step's hundreds of operations, so a run takes many times longer than on one thread. A run that starts while this
+# process's threads wait for a core more than this (in cores, in two samples BUSY_RECHECK_S apart: a neighbour that
+# comes and goes, or this app's own probe, which stops timing when a run starts, is not enough) decodes on one thread.
+BUSY_CORES = 0.3
+BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.25, 0.5
+_ONE_THREAD_SAME: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> one_thread_same
+
+
+def cores_waited(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
+    """The cores this process's threads spent waiting for one (``sbon.machine_load.Contention``) while torch's
+    ``threads`` threads multiplied small matrices for ``seconds``: near 0 on cores of its own, about the share of a
+    core that other work takes beside it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    a = torch.ones(192, 192)
+    try:
+        with torch.inference_mode():
+            waited = Contention().start()
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                a @ a
+            return waited.stop()
+    finally:
+        torch.set_num_threads(before)
+
+
+def one_thread_same(gen: Generator, threads: int) -> bool:
+    """Whether ``gen``'s eager step on one thread is exact and gives the bits it gives on ``threads`` threads (then a
+    run may decode on one thread without changing one candidate); measured once per process, generator, weight
+    format and thread count."""
+    key = (gen.name, gen.weights, threads)
+    if key not in _ONE_THREAD_SAME:
+        before, dec = torch.get_num_threads(), EagerDecoder(gen)
+        prefix = gen.prefill(gen.encode_prompt(PROMPT))
+        try:
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                many = _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS)
+            torch.set_num_threads(1)
+            exact, _ = exactness(gen, dec)
+            with torch.inference_mode():
+                same = exact and torch.equal(many, _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS))
+        finally:
+            torch.set_num_threads(before)
+        _ONE_THREAD_SAME[key] = same
+        if not same:
+            log.info("%s %s on one thread is %s: its runs stay on %d threads beside other work", gen.name,
+                     gen.weights, "not exact" if not exact else f"not the same bits as on {threads}", threads)
+    return _ONE_THREAD_SAME[key]
+
+
+def run_threads(gen: Generator, decode: str, threads: int) -> tuple[int, str]:
+    """The CPU threads and decode step a run of ``gen`` that starts now takes, where its path was measured at
+    ``threads`` threads with the step ``decode``: one thread and the eager step (a compiled step keeps the thread
+    count it was built at) where other work holds this process's cores now (``cores_waited``, BUSY_CORES) and that
+    gives the same candidates (``one_thread_same``); else ``threads`` and ``decode``. SBON_THREADS, where set, is
+    kept as it is."""
+    if threads <= 1 or gen.device.type != "cpu" or os.environ.get("SBON_THREADS"):
+        return threads, decode
+    if cores_waited(threads) <= BUSY_CORES:
+        return threads, decode
+    time.sleep(BUSY_RECHECK_S)
+    if cores_waited(threads) <= BUSY_CORES or not one_thread_same(gen, threads):
+        return threads, decode
+    return 1, "eager"
+
+
 def check_forced(generator: str, device: str | torch.device, weights: str | None = None,
                  decode: str | None = None) -> None:
     """A forced path (``weights``/``decode`` asked for, SBON_WEIGHTS/SBON_DECODE by default) that was measured and

@@ -124,6 +124,10 @@ class RunResult:
     # the same seed gives the same candidates on the same class with the same weights and decode path, and its wall
     # times are that machine's. None in runs saved before it was recorded.
     machine: str | None = None
+    # The CPU threads it decoded on (None on a GPU, and in runs saved before it was recorded): its wall times depend on
+    # it, its candidates do not (a run decodes on fewer threads than measured only where that gives the same bits:
+    # sbon.probe.run_threads).
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         for p in self.decision_points:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -184,6 +185,7 @@ def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradict
     long after each try), between runs, not beside one; a quiet run that decoded far slower than its path was
     measured has the choice measured again; a busy one does not."""
     import components.decode_paths as dp
+    from sbon.machine import decode_threads
     from sbon.results import RunResult
 
     started = []
@@ -205,14 +207,16 @@ def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradict
     steps.status(NAME)
     assert started == [NAME, NAME]
 
-    def run(ms_per_step, others_cores):
+    def run(ms_per_step, others_cores, threads=None):
         return RunResult(method="bon", prompt="Hi", generator=NAME, reward="likelihood", settings={}, prompt_tokens=1,
                          candidates=[], timings={"decode": ms_per_step * 100 / 1e3}, weights="int4", decode="eager",
-                         load={"others_cores": others_cores, "cores": 2})
+                         load={"others_cores": others_cores, "cores": 2}, threads=threads)
 
     monkeypatch.setattr(RunResult, "decode_steps", property(lambda self: 100))
     steps.observe(NAME, run(60.0, 0.0))  # as measured: nothing to do
     steps.observe(NAME, run(400.0, 1.5))  # slow, but beside other work: nothing to do
+    steps.observe(NAME, run(400.0, 0.0, threads=decode_threads() + 1))  # slow, on another thread count than measured
+    # (a run that starts beside other work decodes on one): nothing to do
     assert started == [NAME, NAME]
     steps.observe(NAME, run(400.0, 0.0))  # slow on a quiet machine: measured again at once
     assert started == [NAME, NAME, NAME]
@@ -227,3 +231,47 @@ def test_a_run_holds_the_gate_the_probe_reads(unmeasured_machine):
     with MODELS.generating():
         assert child_view.token() is None
     assert child_view.token() == before + 1
+
+
+def test_a_run_that_starts_while_other_work_holds_the_cores_decodes_on_one_thread_and_its_candidates_stay_the_same(
+        gen_int4, unmeasured_machine, monkeypatch):
+    """torch's threads spin at every operation's barrier: beside processes that hold the cores, a run on two threads
+    waits for them at each one. A run that starts then decodes on one thread, eagerly, where that gives the same bits
+    (sbon.probe.run_threads), and its status line says why; SBON_THREADS keeps its count; a run that starts on free
+    cores decodes on the measured count again."""
+    import components.runs as runs
+    from sbon import probe
+    from sbon.algorithms import RunConfig, events, run
+    from sbon.rewards import CallableReward
+
+    monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # measured on two threads (the suite's workers have one each)
+    monkeypatch.setattr(runs.MODELS, "decode_paths", steps := DecodePaths())
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])
+    assert steps.path(NAME).threads == 2
+    same = probe.one_thread_same(gen_int4, 2)  # measured here, before the cores are taken (it then waits for them)
+
+    def candidates():
+        result = run(events(gen_int4, CallableReward(lambda prompt, responses: [0.0] * len(responses)), "Hi",
+                            RunConfig(method="bon", n=4, max_new_tokens=8, decode=steps.for_run(NAME, gen_int4))))
+        return result, [c.token_ids for c in result.candidates]
+
+    before = torch.get_num_threads()
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        assert probe.cores_waited(2) > probe.BUSY_CORES
+        busy, busy_ids = candidates()
+        monkeypatch.setenv("SBON_THREADS", "2")  # a count the app was started with is kept
+        assert steps.for_run(NAME, gen_int4) == "eager" and torch.get_num_threads() == 2
+        monkeypatch.delenv("SBON_THREADS")
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+        torch.set_num_threads(before)
+    monkeypatch.setattr(probe, "cores_waited", lambda threads: 0.0)  # free cores (not left to the suite's other worker)
+    free, free_ids = candidates()
+    torch.set_num_threads(before)
+    assert (busy.threads, free.threads) == (1 if same else 2, 2) and busy.decode == free.decode == "eager"
+    assert busy_ids == free_ids and len(busy_ids) == 4 and all(busy_ids)
+    assert runs.decoded(busy).endswith(runs.ONE_THREAD) == same and not runs.decoded(free).endswith(runs.ONE_THREAD)

@@ -332,32 +332,48 @@ def machines_readme(results_dir: Path) -> str:
 
 def machines_neighbour(results_dir: Path) -> str:
     """`python -m benchmarks machines --neighbour N`: per CPU class, the quiet start's choice and when its runs took
-    it, then the starts beside a busy loop: how many chose the same, when their runs took that path, and the
-    page-default comparison after the loop stopped against the quiet start's."""
+    it, then the starts beside a busy loop: how many chose the same, when their runs took that path, the
+    page-default comparison after the loop stopped against the quiet start's, and beside a busy loop: as the app runs
+    it, and on the measured thread count (files written before these were measured: –)."""
     from ..cpu_classes import CPU_CLASSES  # no torch at import
 
-    folder = results_dir / MACHINE / "machines"
-    files = [(json.loads(path.read_text()), path) for path in folder.glob("neighbour-*.json")]
+    files = [(json.loads(path.read_text()), path) for path in results_dir.glob("cpu-*/machines/neighbour-*.json")]
     order = list(CPU_CLASSES)
     rows = []
-    for d, path in sorted(files, key=lambda f: (order.index(f[0]["class"]), f[1].name)):
+    for d, path in sorted(files, key=lambda f: (order.index(f[0]["class"]), str(f[1]))):
         cls = CPU_CLASSES[d["class"]]
         s, quiet = d["summary"], d["quiet_start"].get("choice") or {}
         reached = [x for x in s.get("fast_path_after_s", []) if x is not None]
-        rows.append([cls.title, link(results_dir, path), f"`{quiet.get('weights')}` {quiet.get('decode')}",
+        rows.append([f"{cls.title} on {d['environment']['cpu_model']}", link(results_dir, path), f"`{quiet.get('weights')}` {quiet.get('decode')}",
                      f"{num(s['quiet_fast_path_s'], 0)} s" if s.get("quiet_fast_path_s") is not None else "–",
                      f"{s['same_choice_as_quiet']} of {s['starts']}",
                      f"{num(min(reached), 0)}–{num(max(reached), 0)} s" if reached else "–",
                      f"{num(s['compare_after_s'])} s against {num(s['compare_quiet_s'])} s",
+                     beside_loop(d),
                      "built anew by each start" if "--fresh-steps" in d["command"] else
                      "built by the quiet start, reused by the others" if any(
                          "still be built" in (c.get("provisional") or "") for c in d["quiet_start"].get("choices", []))
                      else "saved on the machine before"])
     if not rows:
         return "No result files yet: `python -m benchmarks machines --neighbour 5`."
-    return markdown_table(["CPU (emulated on these cores)", "file", "quiet start's choice", "its runs took it after",
+    return markdown_table(["CPU class (emulated) on these cores", "file", "quiet start's choice", "its runs took it after",
                            "starts beside a busy loop choosing the same", "their runs took it after",
-                           "page-default run after the loop stopped, against quiet", "compiled steps"], rows)
+                           "page-default run after the loop stopped, against quiet",
+                           "page-default run beside a busy loop: as the app runs it; on the measured threads",
+                           "compiled steps"], rows)
+
+
+def beside_loop(d: dict) -> str:
+    """A neighbour file's page-default comparison beside a busy loop: its seconds and the threads its runs decoded
+    on, then the same kept on the measured thread count (SBON_THREADS), where measured."""
+    s = d["summary"]
+    if s.get("compare_beside_loop_s") is None:
+        return "–"
+    threads = sorted({r.get("threads") for r in d["compare_beside_loop"].get("runs", [])} - {None})
+    text = f"{num(s['compare_beside_loop_s'])} s" + (f" ({'/'.join(map(str, threads))} thread"
+                                                      f"{'s' * (threads != [1])})" if threads else "")
+    kept = s.get("compare_beside_loop_kept_threads_s")
+    return text + (f"; {num(kept)} s" if kept is not None else "")
 
 
 def ray(results_dir: Path) -> str:

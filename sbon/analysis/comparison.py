@@ -246,6 +246,9 @@ def _check_types(run: RunResult) -> None:
         raise SBoNError(f"not a saved comparison: {where} has non-numeric timings")
     if not all(v is None or isinstance(v, str) for v in (run.machine, run.decode, run.weights)):
         raise SBoNError(f"not a saved comparison: {where} has a malformed machine, weights or decode path")
+    if run.threads is not None and (not isinstance(run.threads, int) or isinstance(run.threads, bool)
+                                    or run.threads < 1):
+        raise SBoNError(f"not a saved comparison: {where} has a malformed thread count")
     if not isinstance(run.load, dict) or not all(v is None or _number(v) for v in run.load.values()):
         raise SBoNError(f"not a saved comparison: {where} has a malformed machine load")
     for c in run.candidates:
