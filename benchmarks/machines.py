@@ -235,7 +235,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(record))
         return 0
     out = Path(args.out_dir)
-    if args.neighbour:
+    if args.neighbour is not None:
         for name in args.classes:
             started = time.perf_counter()
             record = {**neighbour(name, args), "experiment": "machines --neighbour", "command": common.command_line(args),
@@ -410,9 +410,10 @@ def add_parser(sub) -> None:
                    help="skip the app's probe (sbon.probe): the app's path is then whatever this machine cached before")
     p.add_argument("--generator", default="smollm2-135m")
     p.add_argument("--out-dir", default=str(DEFAULT_OUT), help="one file per class here")
-    p.add_argument("--neighbour", type=int, default=0,
-                   help="instead: a quiet fresh start, then this many fresh starts each beside one busy loop with one "
-                        "page-default run during the app's measuring, and the comparison after (neighbour-<class>.json)")
+    p.add_argument("--neighbour", type=int, default=None,
+                   help="instead: a quiet fresh start, then this many fresh starts (0: none) each beside one busy loop "
+                        "with one page-default run during the app's measuring, and the comparisons after "
+                        "(neighbour-<class>.json)")
     p.add_argument("--busy-baseline", action="store_true",
                    help="with --neighbour: also the comparison beside the busy loop on the measured thread count "
                         "(SBON_THREADS), as the app ran before it took one thread there (minutes per run)")

@@ -125,8 +125,8 @@ class RunResult:
     # times are that machine's. None in runs saved before it was recorded.
     machine: str | None = None
     # The CPU threads it decoded on (None on a GPU, and in runs saved before it was recorded): its wall times depend on
-    # it, its candidates do not (a run decodes on fewer threads than measured only where that gives the same bits:
-    # sbon.probe.run_threads).
+    # it, its candidates do not (a run decodes on fewer threads than measured only where its step gives the same bits
+    # there: sbon.probe.run_threads).
     threads: int | None = None
 
     def __post_init__(self) -> None:

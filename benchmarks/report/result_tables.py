@@ -346,9 +346,10 @@ def machines_neighbour(results_dir: Path) -> str:
         reached = [x for x in s.get("fast_path_after_s", []) if x is not None]
         rows.append([f"{cls.title} on {d['environment']['cpu_model']}", link(results_dir, path), f"`{quiet.get('weights')}` {quiet.get('decode')}",
                      f"{num(s['quiet_fast_path_s'], 0)} s" if s.get("quiet_fast_path_s") is not None else "–",
-                     f"{s['same_choice_as_quiet']} of {s['starts']}",
+                     f"{s['same_choice_as_quiet']} of {s['starts']}" if s["starts"] else "none started",
                      f"{num(min(reached), 0)}–{num(max(reached), 0)} s" if reached else "–",
-                     f"{num(s['compare_after_s'])} s against {num(s['compare_quiet_s'])} s",
+                     f"{num(s['compare_after_s'])} s against {num(s['compare_quiet_s'])} s" if s["starts"] else
+                     f"– against {num(s['compare_quiet_s'])} s",
                      beside_loop(d),
                      "built anew by each start" if "--fresh-steps" in d["command"] else
                      "built by the quiet start, reused by the others" if any(
