@@ -373,8 +373,9 @@ def beside_loop(d: dict) -> str:
     threads = sorted({r.get("threads") for r in d["compare_beside_loop"].get("runs", [])} - {None})
     text = f"{num(s['compare_beside_loop_s'])} s" + (f" ({'/'.join(map(str, threads))} thread"
                                                       f"{'s' * (threads != [1])})" if threads else "")
-    kept = s.get("compare_beside_loop_kept_threads_s")
-    return text + (f"; {num(kept)} s" if kept is not None else "")
+    kept, failed = s.get("compare_beside_loop_kept_threads_s"), (d.get("compare_beside_loop_kept_threads") or {}).get(
+        "failed")
+    return text + (f"; {num(kept)} s" if kept is not None else f"; stopped ({failed})" if failed else "")
 
 
 def ray(results_dir: Path) -> str:
