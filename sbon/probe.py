@@ -441,30 +441,45 @@ def report(choice: Choice) -> str:
 
 # torch's CPU threads (an OpenMP team) spin at the barrier after every operation, waiting for each other. Beside a
 # process that holds one of the cores, a team of two waits there for a whole time slice of the scheduler at each of a
-# step's hundreds of operations, so a run takes many times longer than on one thread. A run that starts while this
-# process's threads wait for a core more than this (in cores, in two samples BUSY_RECHECK_S apart: a neighbour that
-# comes and goes, or this app's own probe, which stops timing when a run starts, is not enough) decodes on one thread.
-BUSY_CORES = 0.3
-BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.25, 0.5
+# step's hundreds of operations, so a run takes many times longer than on one thread. Work that comes in bursts (a
+# browser drawing the page on the same cores) costs the team little. So what is measured is the team itself: small
+# operations like a step's, timed on the measured thread count and on one thread, one after the other. A run decodes
+# on one thread where one thread did more than ONE_THREAD_FASTER times the team's operations, in two such
+# measurements BUSY_RECHECK_S apart: the step it then takes (eager, where the chosen one is compiled) is slower on free
+# cores, so only a team that the neighbour really stalls is left.
+ONE_THREAD_FASTER = 2.0
+BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.2, 0.5
+_TEAM_BEST: dict[int, float] = {}  # threads -> the most operations per second seen on that many threads here
 _ONE_THREAD_SAME: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> one_thread_same
 
 
-def cores_waited(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
-    """The cores this process's threads spent waiting for one (``sbon.machine_load.Contention``) while torch's
-    ``threads`` threads multiplied small matrices for ``seconds``: near 0 on cores of its own, about the share of a
-    core that other work takes beside it."""
+def ops_per_s(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
+    """Small matrix products (192 x 192, a step's operations are of that size) per second on ``threads`` torch
+    threads, over ``seconds``."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     a = torch.ones(192, 192)
     try:
         with torch.inference_mode():
-            waited = Contention().start()
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
+            a @ a  # the team starts
+            done, start = 0, time.perf_counter()
+            while (now := time.perf_counter()) - start < seconds:
                 a @ a
-            return waited.stop()
+                done += 1
+            rate = done / (now - start)
     finally:
         torch.set_num_threads(before)
+    _TEAM_BEST[threads] = max(rate, _TEAM_BEST.get(threads, 0.0))
+    return rate
+
+
+def team_stalled(threads: int) -> bool:
+    """Whether one thread now does more than ONE_THREAD_FASTER times the operations of ``threads`` threads. Where the
+    team does at least that share of the most one thread has done in this process, one thread is not timed again."""
+    team = ops_per_s(threads)
+    if ONE_THREAD_FASTER * team >= _TEAM_BEST.get(1, float("inf")):
+        return False
+    return ops_per_s(1) > ONE_THREAD_FASTER * team
 
 
 def one_thread_same(gen: Generator, threads: int) -> bool:
@@ -495,15 +510,15 @@ def one_thread_same(gen: Generator, threads: int) -> bool:
 def run_threads(gen: Generator, decode: str, threads: int) -> tuple[int, str]:
     """The CPU threads and decode step a run of ``gen`` that starts now takes, where its path was measured at
     ``threads`` threads with the step ``decode``: one thread and the eager step (a compiled step keeps the thread
-    count it was built at) where other work holds this process's cores now (``cores_waited``, BUSY_CORES) and that
-    gives the same candidates (``one_thread_same``); else ``threads`` and ``decode``. SBON_THREADS, where set, is
-    kept as it is."""
+    count it was built at) where other work stalls the team of ``threads`` now (``team_stalled``, twice) and one
+    thread gives the same candidates (``one_thread_same``); else ``threads`` and ``decode``. SBON_THREADS, where set,
+    is kept as it is."""
     if threads <= 1 or gen.device.type != "cpu" or os.environ.get("SBON_THREADS"):
         return threads, decode
-    if cores_waited(threads) <= BUSY_CORES:
+    if not team_stalled(threads):
         return threads, decode
     time.sleep(BUSY_RECHECK_S)
-    if cores_waited(threads) <= BUSY_CORES or not one_thread_same(gen, threads):
+    if not team_stalled(threads) or not one_thread_same(gen, threads):
         return threads, decode
     return 1, "eager"
 
