@@ -344,7 +344,8 @@ def machines_neighbour(results_dir: Path) -> str:
         cls = CPU_CLASSES[d["class"]]
         s, quiet = d["summary"], d["quiet_start"].get("choice") or {}
         reached = [x for x in s.get("fast_path_after_s", []) if x is not None]
-        rows.append([f"{cls.title} on {d['environment']['cpu_model']}", link(results_dir, path), f"`{quiet.get('weights')}` {quiet.get('decode')}",
+        rows.append([f"{cls.title} on {d['environment']['cpu_model']}", link(results_dir, path),
+                     f"`{quiet.get('weights')}` {quiet.get('decode')}",
                      f"{num(s['quiet_fast_path_s'], 0)} s" if s.get("quiet_fast_path_s") is not None else "–",
                      f"{s['same_choice_as_quiet']} of {s['starts']}" if s["starts"] else "none started",
                      f"{num(min(reached), 0)}–{num(max(reached), 0)} s" if reached else "–",
