@@ -449,7 +449,7 @@ def report(choice: Choice) -> str:
 # cores, so only a team that the neighbour really stalls is left.
 ONE_THREAD_FASTER = 2.0
 BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.2, 0.5
-_TEAM_BEST: dict[int, float] = {}  # threads -> the most operations per second seen on that many threads here
+_ONE_THREAD_BEST = [0.0]  # the most operations per second one thread has done in this process
 _ONE_THREAD_SAME: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> one_thread_same
 
 
@@ -469,7 +469,8 @@ def ops_per_s(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
             rate = done / (now - start)
     finally:
         torch.set_num_threads(before)
-    _TEAM_BEST[threads] = max(rate, _TEAM_BEST.get(threads, 0.0))
+    if threads == 1:
+        _ONE_THREAD_BEST[0] = max(rate, _ONE_THREAD_BEST[0])
     return rate
 
 
@@ -477,7 +478,7 @@ def team_stalled(threads: int) -> bool:
     """Whether one thread now does more than ONE_THREAD_FASTER times the operations of ``threads`` threads. Where the
     team does at least that share of the most one thread has done in this process, one thread is not timed again."""
     team = ops_per_s(threads)
-    if ONE_THREAD_FASTER * team >= _TEAM_BEST.get(1, float("inf")):
+    if _ONE_THREAD_BEST[0] and ONE_THREAD_FASTER * team >= _ONE_THREAD_BEST[0]:
         return False
     return ops_per_s(1) > ONE_THREAD_FASTER * team
 
