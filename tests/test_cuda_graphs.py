@@ -206,6 +206,11 @@ def wait_for(condition, limit_s: float = 30.0) -> None:
     assert condition()
 
 
+# A sleep longer than the tiny model's step itself (about 10 ms for 16 rows on 2 cores): the timing of the two
+# graphs must tell them apart beside another test worker on the same cores, where a few milliseconds were not enough.
+SLOWER_S = 0.02
+
+
 def slowed(step, seconds: float, calls: dict, name: str):
     """``step`` that counts its calls in ``calls[name]`` and sleeps ``seconds`` first."""
     def counted(*args):
@@ -223,12 +228,12 @@ def test_a_faster_build_keeps_for_each_row_count_the_graph_measured_faster_and_r
     inductor). Until ``adopt`` the runs replay the graphs they had; after it, the kept one, with the same tokens,
     in the slab that replaced theirs."""
     own, calls = fresh(tiny), {"plain": 0, "inductor": 0}
-    plain = slowed(_step, 0.002 if slow == "plain" else 0, calls, "plain")
+    plain = slowed(_step, SLOWER_S if slow == "plain" else 0, calls, "plain")
     own._graph_decoder = dec = GraphDecoder(own, plain)
     eager = run(own, "sbon", "eager")
     assert run(own, "sbon", "compiled").decode == "compiled" and calls["plain"] and not calls["inductor"]
     built = dec.build_faster(plan(5, len(own.encode_prompt(PROMPT)), 8),
-                             compiler=lambda step: slowed(_step, 0.002 if slow == "inductor" else 0, calls, "inductor"))
+                             compiler=lambda step: slowed(_step, SLOWER_S if slow == "inductor" else 0, calls, "inductor"))
     assert list(built.ms) == [16] and built.ms[16][slow] == max(built.ms[16].values())  # the sleeping one
     assert built.inductor_rows == ([16] if slow == "plain" else [])
     assert built.summary()["inductor_rows"] == built.inductor_rows and built.summary()["ms"]["16"] == built.ms[16]
@@ -390,7 +395,7 @@ def test_the_faster_step_is_built_beside_the_runs_and_adopted_at_the_next_run_s_
         return slowed(_step, 0, calls, "inductor")
     monkeypatch.setattr(cuda_graphs, "inductor_step", compiler)
     own = fresh(tiny)
-    own._graph_decoder = dec = GraphDecoder(own, slowed(_step, 0.002, calls, "plain"))
+    own._graph_decoder = dec = GraphDecoder(own, slowed(_step, SLOWER_S, calls, "plain"))
     monkeypatch.setattr(decode_paths, "gpu_graphs", lambda gen: plan(6, len(own.encode_prompt(PROMPT)), 8))
     steps = DecodePaths(inductor=True)
     assert steps._gpu_decode(NAME, own) == "compiled" and steps.faster(NAME) is None
