@@ -232,8 +232,8 @@ def test_a_faster_build_keeps_for_each_row_count_the_graph_measured_faster_and_r
     own._graph_decoder = dec = GraphDecoder(own, plain)
     eager = run(own, "sbon", "eager")
     assert run(own, "sbon", "compiled").decode == "compiled" and calls["plain"] and not calls["inductor"]
-    built = dec.build_faster(plan(5, len(own.encode_prompt(PROMPT)), 8),
-                             compiler=lambda step: slowed(_step, SLOWER_S if slow == "inductor" else 0, calls, "inductor"))
+    compiled = slowed(_step, SLOWER_S if slow == "inductor" else 0, calls, "inductor")
+    built = dec.build_faster(plan(5, len(own.encode_prompt(PROMPT)), 8), compiler=lambda step: compiled)
     assert list(built.ms) == [16] and built.ms[16][slow] == max(built.ms[16].values())  # the sleeping one
     assert built.inductor_rows == ([16] if slow == "plain" else [])
     assert built.summary()["inductor_rows"] == built.inductor_rows and built.summary()["ms"]["16"] == built.ms[16]
