@@ -332,7 +332,7 @@ class DecodePaths:
         if path.forced:  # the path the runs take, not the measured choice they were told to leave
             return f"{who} decodes with {now}, as this app was started to."
         if choice is not None:
-            return f"{who} decodes with {choice.words}." if choice.weights else f"{sentence(lead + choice.words)}."
+            return f"{who} decodes with {choice.words}."
         return ""
 
 

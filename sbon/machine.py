@@ -210,8 +210,13 @@ def choose(generator: str, machine: dict, paths: list[Measured], pending: Sequen
     safe = next((p for p in paths if (p.weights, p.decode) == safe_path(device) and p.runs), None)
     later = f" (provisional: {provisional})" if provisional else ""
     if not ok:
-        choice.reason = choice.words = ("no path measured here " + ("was exact" if device == "cpu" else "ran")
-                                        + f": runs keep {' '.join(safe_path(device))}{later}")
+        measured = any(p.ms or p.problem for p in paths)  # else nothing was timed (sbon.probe.STALLED)
+        choice.reason = (("no path measured here " + ("was exact" if device == "cpu" else "ran") if measured else
+                          "no path timed here") + f": runs keep {' '.join(safe_path(device))}{later}")
+        why = ("no way measured here gives each candidate the same text in both methods" if device == "cpu" else
+               "no other way ran here") if measured else "nothing was timed here yet"
+        choice.words = (title(*safe_path(device), device) + (", exact without measuring" if device == "cpu" else "")
+                        + f": {why}{later}")
         return choice
     best = ok[0]
     choice.weights, choice.decode = best.weights, best.decode

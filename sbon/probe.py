@@ -75,6 +75,12 @@ EXACT_SEED = 7
 DECODES = tuple(d for d in DECODE_PATHS if d != "auto")
 PRODUCTS = "matrix products"  # what a format's MatrixProducts are measured as (not a path: never chosen)
 CONTENDED = "other work used the cores while the paths were timed, so their times are upper bounds"
+# A thread team that other work stalls (``team_stalled``) is not timed: its times measure the neighbour, many times
+# slower than the path and in no order between row counts, and timing it takes cores the neighbour wants. The probe
+# waits for the team, idle, looking again every STALLED_POLL_S, for STALLED_WAIT_S in all; then it ends with what it
+# had timed (provisional: the app measures again later) and builds nothing.
+STALLED_WAIT_S, STALLED_POLL_S = 300.0, 5.0
+STALLED = "other programs kept this machine's cores busy, so not every way of decoding was timed"
 
 
 # -- one path: whether it is exact, and one timing ---------------------------------------------------------------
@@ -181,36 +187,67 @@ class Subject:
 
 def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: RunGate | None = None,
                timer: Callable[[], float] = time.perf_counter, contention: Callable[[], Contention] = Contention,
-               block: Callable[..., float] = block_ms, rounds: tuple[int, int] = (ROUNDS_TRUSTED, ROUNDS_MAX)) -> bool:
+               block: Callable[..., float] = block_ms, rounds: tuple[int, int] = (ROUNDS_TRUSTED, ROUNDS_MAX),
+               stalled: Callable[[], bool] | None = None, sleep: Callable[[float], None] = time.sleep) -> str:
     """Time every subject in rounds and set each one's ``ms`` (its best per row count) and ``trusted`` (rounds
-    timed at every row count while this process had its cores); True where every path has a trusted round (its
-    best trusted times are kept), False where some path has none (every path keeps its best of all rounds)."""
+    timed at every row count while this process had its cores). Returns why the times are provisional: '' where
+    every path has a trusted round (its best trusted times are kept); CONTENDED where some path has none (every path
+    keeps its best of all rounds); STALLED where other work stalled the thread team for STALLED_WAIT_S
+    (``stalled``, default ``team_stalled`` at the thread count in use): a timing taken while it was stalled is not
+    kept, and a path that has no time at some row count keeps what it had (nothing, the first time)."""
     trusted_wanted, rounds_max = rounds
-    deadline = time.monotonic() + ROUNDS_BUDGET_S
+    stalled = stalled or (lambda: team_stalled(torch.get_num_threads()))
+    deadline, waited = time.monotonic() + ROUNDS_BUDGET_S, 0.0
     samples = {(i, r): [] for i in range(len(subjects)) for r in rows}  # (ms, trusted)
     prefixes = {}
     for s in subjects:
         if id(s.gen) not in prefixes:
             prefixes[id(s.gen)] = s.gen.prefill(s.gen.encode_prompt(PROMPT))
+
+    def timed(s: Subject, r: int) -> tuple[float, bool] | None:
+        """One timing of a path at a row count, taken where no run generates and the team is not stalled (None:
+        the team stayed stalled until STALLED_WAIT_S was spent)."""
+        nonlocal waited
+        while True:
+            token = quiet_token(gate)
+            meter = contention().start()
+            ms = block(s.gen, s.dec, prefixes[id(s.gen)], r, timer)
+            meter.stop()
+            if gate is not None and gate.token() != token:
+                continue  # a run started meanwhile: thrown away, timed again once it ends
+            if meter.trusted or not stalled():
+                return ms, meter.trusted
+            if not waited:
+                log.warning("other programs hold this machine's cores: the timing waits for them (up to %.0f s)",
+                            STALLED_WAIT_S)
+            while waited < STALLED_WAIT_S:
+                sleep(STALLED_POLL_S)
+                waited += STALLED_POLL_S
+                quiet_token(gate)
+                if not stalled():
+                    break
+            else:
+                return None
+
+    given_up = False
     for done in range(1, rounds_max + 1):
         for i, s in enumerate(subjects):
             for r in rows:
-                while True:
-                    token = quiet_token(gate)
-                    meter = contention().start()
-                    ms = block(s.gen, s.dec, prefixes[id(s.gen)], r, timer)
-                    meter.stop()
-                    if gate is None or gate.token() == token:
-                        break  # else a run started meanwhile: thrown away, timed again once it ends
-                samples[i, r].append((ms, meter.trusted))
-        if all(sum(t for _, t in got) >= trusted_wanted for got in samples.values()) or (
+                if (got := timed(s, r)) is None:
+                    given_up = True
+                    break
+                samples[i, r].append(got)
+            if given_up:
+                break
+        if given_up or all(sum(t for _, t in got) >= trusted_wanted for got in samples.values()) or (
                 done >= trusted_wanted and time.monotonic() > deadline):
             break
-    every_one = all(any(t for _, t in got) for got in samples.values())
+    every_one = all(any(t for _, t in got) for got in samples.values() if got)
     for i, s in enumerate(subjects):
-        s.measured.trusted = min(sum(t for _, t in samples[i, r]) for r in rows)
-        s.measured.ms = {r: min(ms for ms, t in samples[i, r] if t or not every_one) for r in rows}
-    return every_one
+        if all(samples[i, r] for r in rows):
+            s.measured.trusted = min(sum(t for _, t in samples[i, r]) for r in rows)
+            s.measured.ms = {r: min(ms for ms, t in samples[i, r] if t or not every_one) for r in rows}
+    return STALLED if given_up else "" if every_one else CONTENDED
 
 
 # -- the probe ---------------------------------------------------------------------------------------------------
@@ -237,12 +274,12 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     building = build and device.type == "cpu"
     products = [Subject(Measured(s.measured.weights, PRODUCTS), s.gen, MatrixProducts(s.gen))
                 for s in subjects if building and s.measured.decode == "eager"]
-    calm, begun = True, set()
+    unsettled, begun = "", set()  # why the times so far are provisional (time_paths)
 
     def decide() -> tuple[Choice, list[str]]:
         """Choose from what is measured so far and save; the builds still worth beginning (``to_build``)."""
-        todo = [w for w in to_build(paths, tries) if w not in begun] if building else []
-        why = ([CONTENDED] if not calm else []) + \
+        todo = [w for w in to_build(paths, tries) if w not in begun] if building and unsettled != STALLED else []
+        why = ([unsettled] if unsettled else []) + \
             ([f"{len(todo)} compiled step{'s' if len(todo) > 1 else ''} may still be built"] if todo else [])
         choice = choose(generator, machine, paths, pending=_pending(paths), provisional="; ".join(why), tries=tries)
         if save:
@@ -251,8 +288,8 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
 
     def settle() -> tuple[Choice, list[str]]:
         """Time every path ready now (and each format's matrix products, where steps are built), then decide."""
-        nonlocal calm
-        calm = timing(subjects + products, rows, gate) if subjects else True
+        nonlocal unsettled
+        unsettled = timing(subjects + products, rows, gate) if subjects else ""
         for m in products:
             next(p for p in paths if (p.weights, p.decode) == (m.measured.weights, "eager")).products_ms = m.measured.ms
         for s in subjects:

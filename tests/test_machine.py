@@ -49,6 +49,14 @@ def test_the_choice_follows_the_measured_times_and_excludes_an_inexact_path_on_a
     # nothing exact: no choice, and runs keep the safe path
     none = choose(NAME, CPU, [paths[3]])
     assert none.weights is None and "runs keep fp32 eager" in none.reason
+    assert none.words == ("full-precision numbers, one operation at a time, exact without measuring: no way measured "
+                          "here gives each candidate the same text in both methods")
+    # nothing timed (the cores stayed busy: sbon.probe.STALLED): the same path, and the page says why
+    untimed = choose(NAME, CPU, [Measured("int4", "eager", exact=True)], provisional="the cores were busy")
+    assert untimed.weights is None and untimed.reason == (
+        "no path timed here: runs keep fp32 eager (provisional: the cores were busy)")
+    assert untimed.words == ("full-precision numbers, one operation at a time, exact without measuring: nothing was "
+                             "timed here yet (provisional: the cores were busy)")
     # nothing ran on a GPU: runs keep what auto takes there unmeasured, bfloat16 on CUDA graphs
     assert "runs keep bf16 compiled" in choose(NAME, GPU, [Measured("bf16", "eager", problem="out of memory")]).reason
 
@@ -85,7 +93,7 @@ def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: 
             ms = ((products or {}).get(weights, times[weights] / 3) if s.measured.decode == PRODUCTS
                   else times[weights] / (2 if s.measured.decode == "compiled" else 1))
             s.measured.ms, s.measured.trusted = {r: ms for r in rows}, 3
-        return True
+        return ""
 
     monkeypatch.setattr(probe_module, "ready", ready)
     return timing, timed_sets
@@ -141,7 +149,7 @@ def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and
         for s in subjects:
             if s.measured.decode == "compiled":
                 s.measured.ms = {r: products[s.measured.weights] + rest for r in rows}
-        return True
+        return ""
 
     monkeypatch.setattr(probe_module, "save_choice", saved.append)
     choice = probe(NAME, "cpu", build=True, load=lambda name, device, weights: Loaded(weights),
@@ -202,7 +210,7 @@ def test_paths_are_timed_in_rounds_and_keep_their_best_trusted_time():
     """Rounds A B A B ...; a timing taken while the process waited for its cores is not kept where every path has
     a trusted one; a path with none makes every path keep its best of all rounds, and the timing says so."""
     from sbon.machine_load import Contention
-    from sbon.probe import Subject, time_paths
+    from sbon.probe import CONTENDED, Subject, time_paths
 
     order, waits = [], iter([])
 
@@ -228,15 +236,85 @@ def test_paths_are_timed_in_rounds_and_keep_their_best_trusted_time():
     subjects = [Subject(Measured(w, "eager"), Gen(w), None) for w in ("a", "b")]
     # b's 3.0 ms was taken beside other work (waited 1.0 core): its trusted best is 7.0
     waits = iter([0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
-    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 5)) is True
+    never = lambda: False  # noqa: E731 - the team is not stalled (the next test)
+    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 5), stalled=never) == ""
     assert order == ["a", "b", "a", "b", "a", "b"]  # interleaved; the third round gave b its second trusted one
     assert subjects[0].measured.ms == {2: 4.0} and subjects[1].measured.ms == {2: 7.0}
     assert [s.measured.trusted for s in subjects] == [3, 2]
     # b never trusted: every path keeps its best of all rounds, and the timing is not calm
     order.clear()
     waits = iter([0.0, 1.0] * 5)
-    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 3)) is False
+    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 3), stalled=never) == CONTENDED
     assert subjects[0].measured.ms == {2: 4.0} and subjects[1].measured.ms == {2: 3.0} and subjects[1].measured.trusted == 0
+
+
+def test_a_team_that_other_work_stalls_is_not_timed_the_probe_waits_for_it_idle_then_ends_with_what_it_had():
+    """A timing taken while other work stalls the thread team measures the neighbour: it is not kept. The probe
+    waits, sleeping (it takes no core), and times again once the team is free; where the team stays stalled for
+    STALLED_WAIT_S in all, the timing ends at once: a path keeps what it had, and it says STALLED."""
+    from sbon.machine_load import Contention
+    from sbon.probe import STALLED, STALLED_POLL_S, STALLED_WAIT_S, Subject, time_paths
+
+    class Gen(Loaded):
+        def prefill(self, ids):
+            return None
+
+        def encode_prompt(self, text):
+            return []
+
+    class Meter(Contention):  # the team waited for its cores at the first timing only
+        def start(self):
+            return self
+
+        def stop(self):
+            self.waited_cores = 1.0 if len(taken) == 1 else 0.0
+            return self.waited_cores
+
+    taken, slept = [], []
+
+    def block(gen, dec, prefix, rows, timer):
+        taken.append(gen.weights)
+        return 900.0 if len(taken) == 1 else 5.0  # the first, beside the neighbour, many times slower
+
+    answers = iter([True, True, False])  # stalled after the first timing, and at the first look while waiting
+    subjects = [Subject(Measured(w, "eager"), Gen(w), None) for w in ("a", "b")]
+    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(1, 1),
+                      stalled=lambda: next(answers), sleep=slept.append) == ""
+    assert slept == [STALLED_POLL_S] * 2 and taken == ["a", "a", "b"]  # a timed again once the team was free
+    assert [s.measured.ms for s in subjects] == [{2: 5.0}, {2: 5.0}]
+
+    # stalled for good: the budget is slept, not spent timing; b, never timed, stays untimed, a keeps its time
+    taken.clear()
+    slept.clear()
+    subjects[1].measured.ms = {}
+    assert time_paths(subjects[::-1], rows=(2,), contention=Meter, block=block, rounds=(3, 12),
+                      stalled=lambda: True, sleep=slept.append) == STALLED
+    assert taken == ["b"] and sum(slept) == STALLED_WAIT_S
+    assert subjects[0].measured.ms == {2: 5.0} and subjects[1].measured.ms == {}
+
+
+def test_a_probe_whose_timing_the_busy_cores_ended_builds_nothing_and_saves_a_provisional_choice(monkeypatch):
+    """The cores stayed busy (time_paths says STALLED): nothing is built (a build beside the neighbour would take its
+    cores for minutes, ranked by times that measure it), and the choice is saved provisional, so the app measures
+    again later; with nothing timed, runs keep the safe path and the page says why."""
+    from sbon.probe import STALLED, probe
+
+    timing, _ = stand_in_probe(monkeypatch, {w: 10.0 for w in WEIGHT_FORMATS})
+    built = []
+    def stalled_probe(timing):
+        return probe(NAME, "cpu", build=True, formats=("fp32", "int4"), load=lambda name, device, w: Loaded(w),
+                     save=False, progress=lambda line: None, timing=timing, builder=lambda name, w: built.append(w))
+
+    choice = stalled_probe(lambda subjects, rows, gate: STALLED)
+    assert built == [] and choice.weights is None and choice.provisional == STALLED
+    assert "nothing was timed here yet" in choice.words
+
+    def timed_then_stalled(subjects, rows, gate):  # every path timed before the cores were taken
+        timing(subjects, rows, gate)
+        return STALLED
+
+    choice = stalled_probe(timed_then_stalled)
+    assert built == [] and choice.weights in ("fp32", "int4") and choice.provisional == STALLED
 
 
 def test_a_timing_a_run_started_during_is_thrown_away_and_none_is_taken_while_a_run_generates(tmp_path, monkeypatch):
@@ -271,7 +349,7 @@ def test_a_timing_a_run_started_during_is_thrown_away_and_none_is_taken_while_a_
 
     monkeypatch.setattr(probe_module.time, "sleep", sleep)
     subject = Subject(Measured("a", "eager"), Gen("a"), None)
-    time_paths([subject], rows=(2,), gate=probe_gate, block=block, rounds=(1, 1))
+    time_paths([subject], rows=(2,), gate=probe_gate, block=block, rounds=(1, 1), stalled=lambda: False)
     assert taken == [0, 1] and slept  # the first timing thrown away; the second after the run, never during it
     assert subject.measured.ms == {2: 5.0}
 
@@ -398,7 +476,7 @@ def test_python_m_sbon_machine_prints_the_fingerprint_every_path_and_the_choice(
     from sbon.probe import time_paths
 
     choice = probe(NAME, "cpu", formats=("fp32", "int4"), rows=(2,), progress=lambda line: None,
-                   timing=partial(time_paths, rounds=(1, 2)))
+                   timing=partial(time_paths, rounds=(1, 2), stalled=lambda: False))  # no wait beside the suite
     text = report(choice)
     assert f"cache key {choice.key}" in text and f"threads: {torch.get_num_threads()}" in text
     assert re.search(r"int4 eager: [0-9.]+ ms at 2 rows( \(timed beside other work\))?; (NOT )?exact", text)
@@ -426,10 +504,12 @@ def load(name, device, weights):
     if weights not in loaded:
         loaded[weights] = load_generator(name, device=device, weights=weights)
     return loaded[weights]
-# one round: what this test checks (which paths are exact, and that the chosen one keeps the coupling) does not
-# depend on the times, and beside the suite's other worker the rounds would never be trusted (then: 90 s of them)
+# one round, and no wait for a stalled team: what this test checks (which paths are exact, and that the chosen one
+# keeps the coupling) does not depend on the times, and beside the suite's other worker the rounds would never be
+# trusted (then: 90 s of them)
 choice = probe("smollm2-135m", "cpu", formats=("fp32", "int4"), rows=(2,), load=load, progress=lambda line: None,
-               timing=lambda subjects, rows, gate: time_paths(subjects, rows, gate, rounds=(1, 1)))
+               timing=lambda subjects, rows, gate: time_paths(subjects, rows, gate, rounds=(1, 1),
+                                                              stalled=lambda: False))
 gen = load_generator("smollm2-135m", device="cpu")  # the measured choice's format (sbon.models.default_weights)
 reward = load_reward("likelihood", generator=gen)
 budget = 4 * (len(gen.encode_prompt("Hi")) + 4)
