@@ -185,19 +185,45 @@ class Subject:
     dec: object
 
 
+class TeamWait:
+    """Waiting, asleep, while other work stalls this process's thread team (``stalled``: default ``team_stalled`` at
+    the thread count in use), for STALLED_WAIT_S in all; looking only where no run generates in the app (``gate``)."""
+
+    def __init__(self, gate: RunGate | None = None, stalled: Callable[[], bool] | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.gate, self.sleep, self.waited = gate, sleep, 0.0
+        self._stalled = stalled or (lambda: team_stalled(torch.get_num_threads()))
+
+    def stalled(self) -> bool:
+        quiet_token(self.gate)
+        return self._stalled()
+
+    def wait(self) -> bool:
+        """Wait until the team is free (True), or until STALLED_WAIT_S of waiting are spent (False)."""
+        if not self.waited:
+            log.warning("other programs hold this machine's cores: measuring waits for them (up to %.0f s)",
+                        STALLED_WAIT_S)
+        while self.waited < STALLED_WAIT_S:
+            self.sleep(STALLED_POLL_S)
+            self.waited += STALLED_POLL_S
+            if not self.stalled():
+                return True
+        return False
+
+
 def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: RunGate | None = None,
                timer: Callable[[], float] = time.perf_counter, contention: Callable[[], Contention] = Contention,
                block: Callable[..., float] = block_ms, rounds: tuple[int, int] = (ROUNDS_TRUSTED, ROUNDS_MAX),
-               stalled: Callable[[], bool] | None = None, sleep: Callable[[float], None] = time.sleep) -> str:
+               team: TeamWait | None = None) -> str:
     """Time every subject in rounds and set each one's ``ms`` (its best per row count) and ``trusted`` (rounds
     timed at every row count while this process had its cores). Returns why the times are provisional: '' where
     every path has a trusted round (its best trusted times are kept); CONTENDED where some path has none (every path
-    keeps its best of all rounds); STALLED where other work stalled the thread team for STALLED_WAIT_S
-    (``stalled``, default ``team_stalled`` at the thread count in use): a timing taken while it was stalled is not
-    kept, and a path that has no time at some row count keeps what it had (nothing, the first time)."""
+    keeps its best of all rounds); STALLED where other work stalled the thread team until ``team`` (default: a
+    TeamWait of its own) had waited STALLED_WAIT_S: a timing taken while it was stalled is not kept, and a path that
+    has no time at some row count keeps what it had (nothing, the first time)."""
     trusted_wanted, rounds_max = rounds
-    stalled = stalled or (lambda: team_stalled(torch.get_num_threads()))
-    deadline, waited = time.monotonic() + ROUNDS_BUDGET_S, 0.0
+    team = team or TeamWait(gate)
+    deadline = time.monotonic() + ROUNDS_BUDGET_S
     samples = {(i, r): [] for i in range(len(subjects)) for r in rows}  # (ms, trusted)
     prefixes = {}
     for s in subjects:
@@ -207,7 +233,6 @@ def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: Ru
     def timed(s: Subject, r: int) -> tuple[float, bool] | None:
         """One timing of a path at a row count, taken where no run generates and the team is not stalled (None:
         the team stayed stalled until STALLED_WAIT_S was spent)."""
-        nonlocal waited
         while True:
             token = quiet_token(gate)
             meter = contention().start()
@@ -215,18 +240,9 @@ def time_paths(subjects: Sequence[Subject], rows: Sequence[int] = ROWS, gate: Ru
             meter.stop()
             if gate is not None and gate.token() != token:
                 continue  # a run started meanwhile: thrown away, timed again once it ends
-            if meter.trusted or not stalled():
+            if meter.trusted or not team.stalled():
                 return ms, meter.trusted
-            if not waited:
-                log.warning("other programs hold this machine's cores: the timing waits for them (up to %.0f s)",
-                            STALLED_WAIT_S)
-            while waited < STALLED_WAIT_S:
-                sleep(STALLED_POLL_S)
-                waited += STALLED_POLL_S
-                quiet_token(gate)
-                if not stalled():
-                    break
-            else:
+            if not team.wait():  # else the team is free again: timed again
                 return None
 
     given_up = False
@@ -256,19 +272,31 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
           formats: Sequence[str] | None = None, rows: Sequence[int] = ROWS,
           load: Callable[..., Generator] = load_generator, save: bool = True,
           progress: Callable[[str], None] = log.warning, gate: RunGate | None = None,
-          timing: Callable[..., bool] = time_paths, builder: Callable[[str, str], bool] | None = None) -> Choice:
+          timing: Callable[..., str] = time_paths, builder: Callable[[str, str], bool] | None = None,
+          team: TeamWait | None = None) -> Choice:
     """Measure every path (every weight format × eager and compiled) of ``generator`` on ``device`` at the thread
     count in use, choose, and save the choice (``sbon.machine.cached_choice`` finds it); with ``build``, on a CPU,
     build and time the compiled steps worth building as the module says. ``formats``: the weight formats to measure
     (default: all); ``rows``: the row counts timed; ``gate``: the app's runs (default: SBON_RUN_GATE's);
     ``load``/``timing``/``builder``: what loads a format, times the paths and builds a compiled step (the tests give
-    stand-ins)."""
+    stand-ins). On a CPU whose thread team other work stalls, nothing is loaded until it is free (``team``, default
+    a TeamWait of the gate); where it stays stalled, the probe ends at once: with the choice measured before, or a
+    provisional one that names no path (STALLED), saved."""
     device = torch.device(device)
     machine = fingerprint(device)
     gate = gate if gate is not None else RunGate.from_env()
     builder = builder or build_in_child
     previous = cached_choice(generator, device)
     tries = dict(previous.tries) if previous is not None else {}
+    team = team or TeamWait(gate)
+    if device.type == "cpu" and team.stalled() and not team.wait():  # checking and timing would measure the neighbour
+        progress(f"nothing measured: {STALLED}")
+        if previous is not None:
+            return previous
+        choice = choose(generator, machine, [], provisional=STALLED, tries=tries)
+        if save:
+            save_choice(choice)
+        return choice
     paths, subjects, gens = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress)
 
     building = build and device.type == "cpu"

@@ -27,6 +27,13 @@ CPU = fingerprint("cpu")
 GPU = {**CPU, "device": "NVIDIA H100 80GB HBM3"}
 
 
+@pytest.fixture(autouse=True)
+def free_team(monkeypatch):
+    """The probe's threads are free: beside the suite's other worker a measured answer could make a probe wait for
+    minutes. The tests of a stalled team say so themselves (sbon.probe.TeamWait)."""
+    monkeypatch.setattr("sbon.probe.team_stalled", lambda threads: False)
+
+
 def timed(weights, decode, ms, exact=True, divergence=0.0):
     return Measured(weights, decode, ms={16: 2 * ms, 7: ms, 1: ms / 2}, exact=exact, divergence=divergence)
 
@@ -236,15 +243,14 @@ def test_paths_are_timed_in_rounds_and_keep_their_best_trusted_time():
     subjects = [Subject(Measured(w, "eager"), Gen(w), None) for w in ("a", "b")]
     # b's 3.0 ms was taken beside other work (waited 1.0 core): its trusted best is 7.0
     waits = iter([0.0, 1.0, 0.0, 0.0, 0.0, 0.0])
-    never = lambda: False  # noqa: E731 - the team is not stalled (the next test)
-    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 5), stalled=never) == ""
+    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 5)) == ""
     assert order == ["a", "b", "a", "b", "a", "b"]  # interleaved; the third round gave b its second trusted one
     assert subjects[0].measured.ms == {2: 4.0} and subjects[1].measured.ms == {2: 7.0}
     assert [s.measured.trusted for s in subjects] == [3, 2]
     # b never trusted: every path keeps its best of all rounds, and the timing is not calm
     order.clear()
     waits = iter([0.0, 1.0] * 5)
-    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 3), stalled=never) == CONTENDED
+    assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(2, 3)) == CONTENDED
     assert subjects[0].measured.ms == {2: 4.0} and subjects[1].measured.ms == {2: 3.0} and subjects[1].measured.trusted == 0
 
 
@@ -253,7 +259,7 @@ def test_a_team_that_other_work_stalls_is_not_timed_the_probe_waits_for_it_idle_
     waits, sleeping (it takes no core), and times again once the team is free; where the team stays stalled for
     STALLED_WAIT_S in all, the timing ends at once: a path keeps what it had, and it says STALLED."""
     from sbon.machine_load import Contention
-    from sbon.probe import STALLED, STALLED_POLL_S, STALLED_WAIT_S, Subject, time_paths
+    from sbon.probe import STALLED, STALLED_POLL_S, STALLED_WAIT_S, Subject, TeamWait, time_paths
 
     class Gen(Loaded):
         def prefill(self, ids):
@@ -279,7 +285,7 @@ def test_a_team_that_other_work_stalls_is_not_timed_the_probe_waits_for_it_idle_
     answers = iter([True, True, False])  # stalled after the first timing, and at the first look while waiting
     subjects = [Subject(Measured(w, "eager"), Gen(w), None) for w in ("a", "b")]
     assert time_paths(subjects, rows=(2,), contention=Meter, block=block, rounds=(1, 1),
-                      stalled=lambda: next(answers), sleep=slept.append) == ""
+                      team=TeamWait(stalled=lambda: next(answers), sleep=slept.append)) == ""
     assert slept == [STALLED_POLL_S] * 2 and taken == ["a", "a", "b"]  # a timed again once the team was free
     assert [s.measured.ms for s in subjects] == [{2: 5.0}, {2: 5.0}]
 
@@ -288,7 +294,7 @@ def test_a_team_that_other_work_stalls_is_not_timed_the_probe_waits_for_it_idle_
     slept.clear()
     subjects[1].measured.ms = {}
     assert time_paths(subjects[::-1], rows=(2,), contention=Meter, block=block, rounds=(3, 12),
-                      stalled=lambda: True, sleep=slept.append) == STALLED
+                      team=TeamWait(stalled=lambda: True, sleep=slept.append)) == STALLED
     assert taken == ["b"] and sum(slept) == STALLED_WAIT_S
     assert subjects[0].measured.ms == {2: 5.0} and subjects[1].measured.ms == {}
 
@@ -301,9 +307,13 @@ def test_a_probe_whose_timing_the_busy_cores_ended_builds_nothing_and_saves_a_pr
 
     timing, _ = stand_in_probe(monkeypatch, {w: 10.0 for w in WEIGHT_FORMATS})
     built = []
+
+    def load(name, device, weights):
+        return Loaded(weights)
+
     def stalled_probe(timing):
-        return probe(NAME, "cpu", build=True, formats=("fp32", "int4"), load=lambda name, device, w: Loaded(w),
-                     save=False, progress=lambda line: None, timing=timing, builder=lambda name, w: built.append(w))
+        return probe(NAME, "cpu", build=True, formats=("fp32", "int4"), load=load, save=False,
+                     progress=lambda line: None, timing=timing, builder=lambda name, w: built.append(w))
 
     choice = stalled_probe(lambda subjects, rows, gate: STALLED)
     assert built == [] and choice.weights is None and choice.provisional == STALLED
@@ -315,6 +325,38 @@ def test_a_probe_whose_timing_the_busy_cores_ended_builds_nothing_and_saves_a_pr
 
     choice = stalled_probe(timed_then_stalled)
     assert built == [] and choice.weights in ("fp32", "int4") and choice.provisional == STALLED
+
+
+def test_a_probe_that_starts_while_other_work_stalls_its_threads_loads_nothing_and_keeps_an_earlier_choice(
+        monkeypatch, unmeasured_machine):
+    """Checking a format's exactness beside the neighbour takes minutes of its cores too: a probe that starts while
+    the team is stalled waits for it, asleep; where it stays stalled, nothing is loaded and the choice measured before
+    stays; with none, one that names no path is saved, provisional, so that the app measures again later."""
+    from sbon.probe import STALLED, STALLED_POLL_S, STALLED_WAIT_S, TeamWait, probe
+
+    loaded, slept = [], []
+
+    def load(name, device, weights):
+        loaded.append(weights)
+        return Loaded(weights)
+
+    def stalled_probe():
+        return probe(NAME, "cpu", formats=("fp32",), load=load, progress=lambda line: None,
+                     team=TeamWait(stalled=lambda: True, sleep=slept.append))
+
+    choice = stalled_probe()
+    assert loaded == [] and slept == [STALLED_POLL_S] * int(STALLED_WAIT_S / STALLED_POLL_S)
+    assert choice.weights is None and choice.provisional == STALLED and choice.paths == []
+    assert cached_choice(NAME, "cpu").to_json() == choice.to_json()
+    earlier = choose(NAME, fingerprint("cpu"), [timed("int4", "eager", 30.0)])
+    save_choice(earlier)
+    assert stalled_probe().to_json() == earlier.to_json() == cached_choice(NAME, "cpu").to_json() and loaded == []
+    # free after a look: measured as ever
+    timing, _ = stand_in_probe(monkeypatch, {"fp32": 10.0})
+    answers = iter([True, False])
+    choice = probe(NAME, "cpu", formats=("fp32",), load=load, progress=lambda line: None, timing=timing,
+                   team=TeamWait(stalled=lambda: next(answers), sleep=slept.append))
+    assert loaded == ["fp32"] and choice.weights == "fp32" and not choice.provisional
 
 
 def test_a_timing_a_run_started_during_is_thrown_away_and_none_is_taken_while_a_run_generates(tmp_path, monkeypatch):
@@ -349,7 +391,7 @@ def test_a_timing_a_run_started_during_is_thrown_away_and_none_is_taken_while_a_
 
     monkeypatch.setattr(probe_module.time, "sleep", sleep)
     subject = Subject(Measured("a", "eager"), Gen("a"), None)
-    time_paths([subject], rows=(2,), gate=probe_gate, block=block, rounds=(1, 1), stalled=lambda: False)
+    time_paths([subject], rows=(2,), gate=probe_gate, block=block, rounds=(1, 1))
     assert taken == [0, 1] and slept  # the first timing thrown away; the second after the run, never during it
     assert subject.measured.ms == {2: 5.0}
 
@@ -476,7 +518,7 @@ def test_python_m_sbon_machine_prints_the_fingerprint_every_path_and_the_choice(
     from sbon.probe import time_paths
 
     choice = probe(NAME, "cpu", formats=("fp32", "int4"), rows=(2,), progress=lambda line: None,
-                   timing=partial(time_paths, rounds=(1, 2), stalled=lambda: False))  # no wait beside the suite
+                   timing=partial(time_paths, rounds=(1, 2)))
     text = report(choice)
     assert f"cache key {choice.key}" in text and f"threads: {torch.get_num_threads()}" in text
     assert re.search(r"int4 eager: [0-9.]+ ms at 2 rows( \(timed beside other work\))?; (NOT )?exact", text)
@@ -498,7 +540,7 @@ from sbon.algorithms import RunConfig, events, run
 from sbon.analysis.comparison import ComparisonDone, comparison_events
 from sbon.algorithms import drive
 from sbon.models import load_generator, load_reward
-from sbon.probe import probe, time_paths
+from sbon.probe import TeamWait, probe, time_paths
 loaded = {}  # the probe's generators, kept for the reference run below (a load is seconds)
 def load(name, device, weights):
     if weights not in loaded:
@@ -509,7 +551,8 @@ def load(name, device, weights):
 # trusted (then: 90 s of them)
 choice = probe("smollm2-135m", "cpu", formats=("fp32", "int4"), rows=(2,), load=load, progress=lambda line: None,
                timing=lambda subjects, rows, gate: time_paths(subjects, rows, gate, rounds=(1, 1),
-                                                              stalled=lambda: False))
+                                                              team=TeamWait(stalled=lambda: False)),
+               team=TeamWait(stalled=lambda: False))
 gen = load_generator("smollm2-135m", device="cpu")  # the measured choice's format (sbon.models.default_weights)
 reward = load_reward("likelihood", generator=gen)
 budget = 4 * (len(gen.encode_prompt("Hi")) + 4)
