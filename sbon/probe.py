@@ -199,7 +199,8 @@ class TeamWait:
         return self._stalled()
 
     def wait(self) -> bool:
-        """Wait until the team is free (True), or until STALLED_WAIT_S of waiting are spent (False)."""
+        """Wait until the team is free (True: found free twice, BUSY_RECHECK_S apart, as a run's start asks), or until
+        STALLED_WAIT_S of waiting are spent (False)."""
         if not self.waited:
             log.warning("other programs hold this machine's cores: measuring waits for them (up to %.0f s)",
                         STALLED_WAIT_S)
@@ -207,7 +208,10 @@ class TeamWait:
             self.sleep(STALLED_POLL_S)
             self.waited += STALLED_POLL_S
             if not self.stalled():
-                return True
+                self.sleep(BUSY_RECHECK_S)
+                if not self.stalled():
+                    log.warning("the cores are free again after %.0f s: measuring goes on", self.waited)
+                    return True
         return False
 
 
@@ -279,8 +283,8 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     build and time the compiled steps worth building as the module says. ``formats``: the weight formats to measure
     (default: all); ``rows``: the row counts timed; ``gate``: the app's runs (default: SBON_RUN_GATE's);
     ``load``/``timing``/``builder``: what loads a format, times the paths and builds a compiled step (the tests give
-    stand-ins). On a CPU whose thread team other work stalls, nothing is loaded until it is free (``team``, default
-    a TeamWait of the gate); where it stays stalled, the probe ends at once: with the choice measured before, or a
+    stand-ins). On a CPU whose thread team other work stalls, no format is loaded until it is free (``team``, default
+    a TeamWait of the gate); where it stays stalled, the probe ends there: with the choice measured before, or a
     provisional one that names no path (STALLED), saved."""
     device = torch.device(device)
     machine = fingerprint(device)
@@ -288,8 +292,9 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     builder = builder or build_in_child
     previous = cached_choice(generator, device)
     tries = dict(previous.tries) if previous is not None else {}
-    team = team or TeamWait(gate)
-    if device.type == "cpu" and team.stalled() and not team.wait():  # checking and timing would measure the neighbour
+    loaded = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress,
+                        (team or TeamWait(gate)) if device.type == "cpu" else None)
+    if loaded is None:  # checking each format beside the neighbour would take its cores for minutes
         progress(f"nothing measured: {STALLED}")
         if previous is not None:
             return previous
@@ -297,7 +302,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
         if save:
             save_choice(choice)
         return choice
-    paths, subjects, gens = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress)
+    paths, subjects, gens = loaded
 
     building = build and device.type == "cpu"
     products = [Subject(Measured(s.measured.weights, PRODUCTS), s.gen, MatrixProducts(s.gen))
@@ -349,15 +354,18 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
 
 
 def load_paths(generator: str, device: torch.device, formats: Sequence[str], tries: dict[str, int],
-               load: Callable[..., Generator], gate: RunGate | None, progress: Callable[[str], None]
-               ) -> tuple[list[Measured], list[Subject], dict[str, Generator]]:
+               load: Callable[..., Generator], gate: RunGate | None, progress: Callable[[str], None],
+               team: TeamWait | None = None) -> tuple[list[Measured], list[Subject], dict[str, Generator]] | None:
     """Load every format and make each of its paths ready (``ready``): every path as known so far, those worth
-    timing, and the generators they hold by format (kept loaded while the probe runs)."""
+    timing, and the generators they hold by format (kept loaded while the probe runs). Each format waits while other
+    work stalls the thread team (``team``, on a CPU): None where it stayed stalled."""
     paths: list[Measured] = []
     subjects: list[Subject] = []
     gens: dict[str, Generator] = {}
     for weights in formats:
         quiet_token(gate)
+        if team is not None and team.stalled() and not team.wait():
+            return None
         try:
             gen = load(generator, device=device, weights=weights)
         except Exception as e:  # noqa: BLE001 - a format that does not load here: one line, the next one
