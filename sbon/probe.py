@@ -16,7 +16,9 @@ The timing is made to survive shared cores:
   ``ROUNDS_MAX`` rounds, or ``ROUNDS_BUDGET_S`` once ``ROUNDS_TRUSTED`` rounds are done; where some path has none,
   every path keeps its best of all rounds and the choice is provisional (measured again later);
 - while a run generates in the app beside it (``sbon.machine_load.RunGate``), nothing is timed, and a timing that a
-  run started during is thrown away and taken again.
+  run started during is thrown away and taken again;
+- while other work stalls the thread team (``team_stalled``), no format is loaded and nothing is timed: the probe
+  waits, asleep (``TeamWait``), up to STALLED_WAIT_S, then ends with what it had, provisional, and builds nothing.
 
 On a CPU ``build=True`` then ranks what will really run: it builds compiled steps (each in a child process on idle
 cores, saved to disk: ``sbon.aot_step``) and times the built steps beside the eager ones; after each build the choice
