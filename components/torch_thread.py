@@ -19,7 +19,8 @@ T = TypeVar("T")
 
 def configure_threads() -> int:
     """Set torch's CPU threads and return how many are in use: SBON_THREADS if set; else, on a machine with at most
-    two cores and no GPU where no decode path is measured yet, one thread (the float32 path that runs meanwhile is
+    two cores and no GPU where no decode path is chosen yet (none measured, or a choice that names none: nothing was
+    exact, or nothing could be timed beside a busy neighbour), one thread (the float32 path that runs meanwhile is
     exact on one thread only, and on shared cores its threads wait on each other at every operation); else torch's
     default (one per core), the thread count the measured choice was measured at (sbon.machine.decode_threads).
 
@@ -28,8 +29,8 @@ def configure_threads() -> int:
     threads = os.environ.get("SBON_THREADS")
     if threads:
         torch.set_num_threads(max(1, int(threads)))
-    elif (not torch.cuda.is_available() and (os.cpu_count() or 1) <= 2
-          and cached_choice(DEFAULT_GENERATOR, "cpu", decode_threads()) is None):
+    elif not torch.cuda.is_available() and (os.cpu_count() or 1) <= 2 and not getattr(
+            cached_choice(DEFAULT_GENERATOR, "cpu", decode_threads()), "weights", None):
         torch.set_num_threads(SAFE_THREADS)
     return torch.get_num_threads()
 

@@ -271,3 +271,26 @@ def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_th
         assert steps.for_run(NAME, gen_int4) == "eager" and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_app_starts_on_one_thread_where_no_decode_path_is_chosen(unmeasured_machine, monkeypatch):
+    """Float32 op by op, what runs take until a path is chosen, is exact on one thread only: a two-core machine
+    starts on one thread where nothing is measured, and where the saved choice names no path (nothing could be timed
+    beside a busy neighbour, or nothing was exact); once a path is chosen, on the count it was measured at."""
+    from components.torch_thread import configure_threads
+    from sbon.machine import Measured, choose, decode_threads, fingerprint, save_choice
+    from sbon.models import DEFAULT_GENERATOR
+
+    monkeypatch.delenv("SBON_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    machine, before = fingerprint("cpu", decode_threads()), torch.get_num_threads()
+    try:
+        assert configure_threads() == 1
+        save_choice(choose(DEFAULT_GENERATOR, machine, [], provisional="the cores were busy"))
+        torch.set_num_threads(before)
+        assert configure_threads() == 1
+        save_choice(choose(DEFAULT_GENERATOR, machine, [Measured("int4", "eager", ms={16: 9.0}, exact=True)]))
+        torch.set_num_threads(before)
+        assert configure_threads() == decode_threads()
+    finally:
+        torch.set_num_threads(before)
