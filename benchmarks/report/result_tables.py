@@ -262,8 +262,12 @@ def machine_files(results_dir: Path) -> list[dict]:
     return [{**json.loads(p.read_text()), "_path": p} for p in found]
 
 
-def seconds_span(xs: Sequence[float]) -> str:
-    return "–" if not xs else f"{min(xs):.1f}" if len(xs) == 1 else f"{min(xs):.1f}–{max(xs):.1f}"
+def seconds_span(xs: Sequence[float], digits: int = 1) -> str:
+    """Seconds as one value or the range of several ("175–204"); "–" for none."""
+    if not xs:
+        return "–"
+    low, high = f"{min(xs):.{digits}f}", f"{max(xs):.{digits}f}"
+    return low if low == high else f"{low}–{high}"
 
 
 def met(value: float | None, target: float | None) -> str:
@@ -347,8 +351,8 @@ def machines_neighbour(results_dir: Path) -> str:
         rows.append([f"{cls.title} on {d['environment']['cpu_model']}", link(results_dir, path),
                      f"`{quiet.get('weights')}` {quiet.get('decode')}",
                      f"{num(s['quiet_fast_path_s'], 0)} s" if s.get("quiet_fast_path_s") is not None else "–",
-                     f"{s['same_choice_as_quiet']} of {s['starts']}" if s["starts"] else "none started",
-                     f"{num(min(reached), 0)}–{num(max(reached), 0)} s" if reached else "–",
+                     busy_starts(d),
+                     f"{seconds_span(reached, 0)} s" if reached else "–",
                      f"{num(s['compare_after_s'])} s against {num(s['compare_quiet_s'])} s" if s["starts"] else
                      f"– against {num(s['compare_quiet_s'])} s",
                      beside_loop(d),
@@ -363,6 +367,19 @@ def machines_neighbour(results_dir: Path) -> str:
                            "page-default run after the loop stopped, against quiet",
                            "page-default run beside a busy loop: as the app runs it; on the measured threads",
                            "compiled steps"], rows)
+
+
+def busy_starts(d: dict) -> str:
+    """A neighbour file's starts beside a busy loop: how many chose the quiet start's path, and how many ended with a
+    provisional choice (their measuring child waited for the cores, or could only time beside the loop), when."""
+    s = d["summary"]
+    if not s["starts"]:
+        return "none started"
+    ended = [start["choices"][-1] for start in d["starts"] if start.get("choices")]
+    provisional = [c["s"] for c in ended if c.get("provisional")]
+    return f"{s['same_choice_as_quiet']} of {s['starts']}" + (
+        f"; {len(provisional)} ended provisional, after {seconds_span(provisional, 0)} s" if provisional else "")
+
 
 
 def beside_loop(d: dict) -> str:
