@@ -284,13 +284,14 @@ def test_the_app_starts_on_one_thread_where_no_decode_path_is_chosen(unmeasured_
     monkeypatch.delenv("SBON_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     machine, before = fingerprint("cpu", decode_threads()), torch.get_num_threads()
-    try:
+    try:  # each call as a fresh process makes it: from torch's default count
+        torch.set_num_threads(decode_threads())
         assert configure_threads() == 1
         save_choice(choose(DEFAULT_GENERATOR, machine, [], provisional="the cores were busy"))
-        torch.set_num_threads(before)
+        torch.set_num_threads(decode_threads())
         assert configure_threads() == 1
         save_choice(choose(DEFAULT_GENERATOR, machine, [Measured("int4", "eager", ms={16: 9.0}, exact=True)]))
-        torch.set_num_threads(before)
+        torch.set_num_threads(decode_threads())
         assert configure_threads() == decode_threads()
     finally:
         torch.set_num_threads(before)
