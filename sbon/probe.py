@@ -82,7 +82,7 @@ CONTENDED = "other work used the cores while the paths were timed, so their time
 # waits for the team, idle, looking again every STALLED_POLL_S, for STALLED_WAIT_S in all; then it ends with what it
 # had timed (provisional: the app measures again later) and builds nothing.
 STALLED_WAIT_S, STALLED_POLL_S = 300.0, 5.0
-STALLED = "other programs kept this machine's cores busy, so not every way of decoding was timed"
+STALLED = "other programs kept this machine's cores busy while it measured"
 
 
 # -- one path: whether it is exact, and one timing ---------------------------------------------------------------
