@@ -209,11 +209,9 @@ class TeamWait:
         while self.waited < STALLED_WAIT_S:
             self.sleep(STALLED_POLL_S)
             self.waited += STALLED_POLL_S
-            if not self.stalled():
-                self.sleep(BUSY_RECHECK_S)
-                if not self.stalled():
-                    log.warning("the cores are free again after %.0f s: measuring goes on", self.waited)
-                    return True
+            if twice(lambda: not self.stalled(), self.sleep):
+                log.warning("the cores are free again after %.0f s: measuring goes on", self.waited)
+                return True
         return False
 
 
@@ -558,6 +556,15 @@ def team_stalled(threads: int) -> bool:
     return ops_per_s(1) > ONE_THREAD_FASTER * team
 
 
+def twice(look: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Whether ``look`` holds now and again BUSY_RECHECK_S later: one timing of a team beside other work varies a
+    lot, so whether it is stalled, or free again, is decided on two."""
+    if not look():
+        return False
+    sleep(BUSY_RECHECK_S)
+    return look()
+
+
 def one_thread_same(gen: Generator, threads: int) -> bool:
     """Whether ``gen``'s eager step on one thread is exact and gives the bits it gives on ``threads`` threads (then a
     run may decode on one thread without changing one candidate); measured once per process, generator, weight
@@ -591,10 +598,7 @@ def run_threads(gen: Generator, decode: str, threads: int) -> tuple[int, str]:
     is kept as it is."""
     if threads <= 1 or gen.device.type != "cpu" or os.environ.get("SBON_THREADS"):
         return threads, decode
-    if not team_stalled(threads):
-        return threads, decode
-    time.sleep(BUSY_RECHECK_S)
-    if not team_stalled(threads) or not one_thread_same(gen, threads):
+    if not twice(lambda: team_stalled(threads)) or not one_thread_same(gen, threads):
         return threads, decode
     return 1, "eager"
 
