@@ -17,7 +17,7 @@ The timing is made to survive shared cores:
   every path keeps its best of all rounds and the choice is provisional (measured again later);
 - while a run generates in the app beside it (``sbon.machine_load.RunGate``), nothing is timed, and a timing that a
   run started during is thrown away and taken again;
-- while other work stalls the thread team (``team_stalled``), no format is loaded and nothing is timed: the probe
+- while other work stalls the thread team (``team_held_back``), no format is loaded and nothing is timed: the probe
   waits, asleep (``TeamWait``), up to STALLED_WAIT_S, then ends with what it had, provisional, and builds nothing.
 
 On a CPU ``build=True`` then ranks what will really run: it builds compiled steps (each in a child process on idle
@@ -77,7 +77,7 @@ EXACT_SEED = 7
 DECODES = tuple(d for d in DECODE_PATHS if d != "auto")
 PRODUCTS = "matrix products"  # what a format's MatrixProducts are measured as (not a path: never chosen)
 CONTENDED = "other work used the cores while the paths were timed, so their times are upper bounds"
-# A thread team that other work stalls (``team_stalled``) is not timed: its times measure the neighbour, many times
+# A thread team that other work stalls (``team_held_back``) is not timed: its times measure the neighbour, many times
 # slower than the path and in no order between row counts, and timing it takes cores the neighbour wants. The probe
 # waits for the team, idle, looking again every STALLED_POLL_S, for STALLED_WAIT_S in all; then it ends with what it
 # had timed (provisional: the app measures again later) and builds nothing.
@@ -188,13 +188,14 @@ class Subject:
 
 
 class TeamWait:
-    """Waiting, asleep, while other work stalls this process's thread team (``stalled``: default ``team_stalled`` at
-    the thread count in use), for STALLED_WAIT_S in all; looking only where no run generates in the app (``gate``)."""
+    """Waiting, asleep, while other work stalls this process's thread team (``stalled``: default ``team_held_back``
+    at the thread count in use), for STALLED_WAIT_S in all; looking only where no run generates in the app
+    (``gate``)."""
 
     def __init__(self, gate: RunGate | None = None, stalled: Callable[[], bool] | None = None,
                  sleep: Callable[[float], None] = time.sleep):
         self.gate, self.sleep, self.waited = gate, sleep, 0.0
-        self._stalled = stalled or (lambda: team_stalled(torch.get_num_threads()))
+        self._stalled = stalled or (lambda: team_held_back(torch.get_num_threads()))
 
     def stalled(self) -> bool:
         quiet_token(self.gate)
@@ -554,6 +555,16 @@ def team_stalled(threads: int) -> bool:
     if _ONE_THREAD_BEST[0] and ONE_THREAD_FASTER * team >= _ONE_THREAD_BEST[0]:
         return False
     return ops_per_s(1) > ONE_THREAD_FASTER * team
+
+
+def team_held_back(threads: int) -> bool:
+    """Whether ``threads`` threads now do less than a ONE_THREAD_FASTER-th of the most operations one thread has done
+    in this process (one thread is timed first where it never was): the probe's question, whether its timings would
+    measure a neighbour. Not ``team_stalled``'s: beside a busy loop and a browser, one thread is held back too, so the
+    team is not much slower than one thread now, yet far slower than on free cores."""
+    if not _ONE_THREAD_BEST[0]:
+        ops_per_s(1)
+    return ONE_THREAD_FASTER * ops_per_s(threads) < _ONE_THREAD_BEST[0]
 
 
 def twice(look: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> bool:

@@ -31,7 +31,7 @@ GPU = {**CPU, "device": "NVIDIA H100 80GB HBM3"}
 def free_team(monkeypatch):
     """The probe's threads are free: beside the suite's other worker a measured answer could make a probe wait for
     minutes. The tests of a stalled team say so themselves (sbon.probe.TeamWait)."""
-    monkeypatch.setattr("sbon.probe.team_stalled", lambda threads: False)
+    monkeypatch.setattr("sbon.probe.team_held_back", lambda threads: False)
 
 
 def timed(weights, decode, ms, exact=True, divergence=0.0):
