@@ -558,13 +558,13 @@ def team_stalled(threads: int) -> bool:
 
 
 def team_held_back(threads: int) -> bool:
-    """Whether ``threads`` threads now do less than a ONE_THREAD_FASTER-th of the most operations one thread has done
-    in this process (one thread is timed first where it never was): the probe's question, whether its timings would
-    measure a neighbour. Not ``team_stalled``'s: beside a busy loop and a browser, one thread is held back too, so the
-    team is not much slower than one thread now, yet far slower than on free cores."""
-    if not _ONE_THREAD_BEST[0]:
-        ops_per_s(1)
-    return ONE_THREAD_FASTER * ops_per_s(threads) < _ONE_THREAD_BEST[0]
+    """Whether ``threads`` threads now do less than a ONE_THREAD_FASTER-th of the operations of one thread, either
+    the most one thread has done in this process or one thread now (timed where the first does not settle it): the
+    probe's question, whether its timings would measure a neighbour. Wider than ``team_stalled``: beside a busy loop
+    and a browser, one thread is held back too, so the team is not much slower than one thread now, yet far slower
+    than on free cores; and the most one thread did may have been timed beside other work."""
+    team = ONE_THREAD_FASTER * ops_per_s(threads)
+    return team < _ONE_THREAD_BEST[0] or team < ops_per_s(1)
 
 
 def twice(look: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> bool:
