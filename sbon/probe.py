@@ -558,12 +558,14 @@ def team_stalled(threads: int) -> bool:
 
 
 def team_held_back(threads: int) -> bool:
-    """Whether ``threads`` threads now do less than a ONE_THREAD_FASTER-th of the operations of one thread, either
-    the most one thread has done in this process or one thread now (timed where the first does not settle it): the
-    probe's question, whether its timings would measure a neighbour. Wider than ``team_stalled``: beside a busy loop
-    and a browser, one thread is held back too, so the team is not much slower than one thread now, yet far slower
-    than on free cores; and the most one thread did may have been timed beside other work."""
-    team = ONE_THREAD_FASTER * ops_per_s(threads)
+    """Whether ``threads`` threads now do fewer operations than one thread: than the most one thread has done in this
+    process, or than one thread now (timed where the first does not settle it). The probe's question, whether its
+    timings would measure a neighbour, and a stricter test than ``team_stalled``'s: on free cores a team of two does
+    more than one thread; beside a busy loop it sometimes does half of one thread's work, which ``team_stalled``
+    lets pass, and a browser beside the loop holds one thread back too. One thread is never held back."""
+    if threads <= 1:
+        return False
+    team = ops_per_s(threads)
     return team < _ONE_THREAD_BEST[0] or team < ops_per_s(1)
 
 
