@@ -4,34 +4,26 @@ heartbeats while a step is long). The models' cache (components/model_cache.py) 
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from typing import Iterator, TypeVar
 
 import torch
 
-from sbon.machine import SAFE_THREADS, cached_choice, decode_threads
+from sbon.machine import start_threads
 from sbon.models import DEFAULT_GENERATOR
 
 T = TypeVar("T")
 
 
 def configure_threads() -> int:
-    """Set torch's CPU threads and return how many are in use: SBON_THREADS if set; else, on a machine with at most
-    two cores and no GPU where no decode path is chosen yet (none measured, or a choice that names none: nothing was
-    exact, or nothing could be timed beside a busy neighbour), one thread (the float32 path that runs meanwhile is
-    exact on one thread only, and on shared cores its threads wait on each other at every operation); else torch's
-    default (one per core), the thread count the measured choice was measured at (sbon.machine.decode_threads).
+    """Set torch's CPU threads for the app's runs and return how many are in use (sbon.machine.start_threads, for
+    the default generator).
 
-    Why: a path measured exact on two threads (bf16 and int4 are, where the CPU computes bfloat16 natively) decodes
-    a step of 16 candidates in about 0.6 of one thread's time on idle cores (benchmarks/results/*/step)."""
-    threads = os.environ.get("SBON_THREADS")
-    if threads:
-        torch.set_num_threads(max(1, int(threads)))
-    elif not torch.cuda.is_available() and (os.cpu_count() or 1) <= 2 and not getattr(
-            cached_choice(DEFAULT_GENERATOR, "cpu", decode_threads()), "weights", None):
-        torch.set_num_threads(SAFE_THREADS)
+    Why more than one where a path is measured: a path measured exact on two threads (bf16 and int4 are, where the
+    CPU computes bfloat16 natively) decodes a step of 16 candidates in about 0.6 of one thread's time on idle cores
+    (benchmarks/results/*/step)."""
+    torch.set_num_threads(start_threads(DEFAULT_GENERATOR, "cuda" if torch.cuda.is_available() else "cpu"))
     return torch.get_num_threads()
 
 

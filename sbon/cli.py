@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import warnings
@@ -190,9 +191,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .probe import check_forced
     check_forced(args.generator, args.device or default_device(), args.weights,
                  args.decode if args.decode == "compiled" else None)
+    from .machine import start_threads
+    torch.set_num_threads(start_threads(args.generator, args.device or default_device()))
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
                          weights=args.weights)
+    config = on_free_threads(gen, config)
     reward = bind_instructions(load_reward(args.reward, generator=gen, device=args.device), args.prompt,
                                args.instructions)
     if args.compare:
@@ -219,6 +223,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         kind = "the comparison (open it in the app: Save and replay)" if isinstance(saved, Comparison) else "the full result"
         print(f"\n{kind} written to {args.out}", file=sys.stderr)
     return 0
+
+
+def on_free_threads(gen, config: RunConfig) -> RunConfig:
+    """``config`` for a run of ``gen`` that starts now with auto's path, as the app's runs start: on the thread count
+    the path was measured at, or on one thread and the eager step where other work holds the cores now
+    (sbon.probe.run_threads)."""
+    from .machine import auto_path
+    from .probe import run_threads
+
+    measured = auto_path(gen.name, gen.device).threads if config.decode == "auto" else None
+    if measured is None:
+        return config
+    threads, decode = run_threads(gen, config.decode, measured)
+    if threads == measured:
+        return config
+    print(f"note: other work holds this machine's cores: this run decodes on one thread, eagerly ({measured} threads "
+          "would wait for the cores at every operation)", file=sys.stderr)
+    torch.set_num_threads(threads)
+    return dataclasses.replace(config, decode=decode)
 
 
 def report(result: RunResult) -> None:

@@ -87,6 +87,20 @@ def decode_threads() -> int:
     return max(1, int(threads)) if threads else TORCH_THREADS
 
 
+def start_threads(generator: str, device: str | torch.device = "cpu") -> int:
+    """The CPU threads a process that runs ``generator`` on ``device`` decodes with, the app's and the command line's
+    alike: SBON_THREADS if set; else, on a CPU of at most two cores where no decode path is chosen yet (none
+    measured, or a choice that names none: nothing was exact, or nothing could be timed beside a busy neighbour),
+    SAFE_THREADS (the float32 path runs meanwhile, exact without measuring on one thread, and on shared cores its
+    threads would wait on each other at every operation); else torch's default, the count a choice is measured at
+    (``decode_threads``). Where other work holds the cores at a run's start, the run may still decode on one thread
+    (sbon.probe.run_threads)."""
+    if os.environ.get("SBON_THREADS") or torch.device(device).type != "cpu" or (os.cpu_count() or 1) > 2:
+        return decode_threads()
+    measured = cached_choice(generator, "cpu", decode_threads())
+    return decode_threads() if measured is not None and measured.weights else SAFE_THREADS
+
+
 def fingerprint(device: str | torch.device = "cpu", threads: int | None = None) -> dict:
     """What decides which decode path is fast and exact here: the CPU and the instruction sets in force (the
     capability torch's kernels use, the limits set in the environment, the CPU's own flags), the thread count

@@ -497,6 +497,41 @@ def test_the_command_line_and_the_library_decode_on_the_measured_path_by_default
     assert isinstance(decoder(gen, RunConfig().decode), CompiledDecoder)
 
 
+def test_the_command_line_starts_a_run_on_the_app_s_threads(unmeasured_machine, monkeypatch, tmp_path, capsys):
+    """``python -m sbon run`` takes the app's thread rule (sbon.machine.start_threads, sbon.probe.run_threads): on a
+    two-core machine where nothing is measured, one thread; SBON_THREADS where set; once a path is measured, the count
+    it was measured at, or one thread and the eager step, with one line saying why, where other work holds the cores
+    at the run's start."""
+    from sbon import probe
+    from sbon.cli import main
+    from sbon.results import RunResult
+
+    monkeypatch.delenv("SBON_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # a fresh process's count (the suite's workers have one)
+    monkeypatch.setattr(probe, "one_thread_same", lambda gen, threads: True)
+    before, out = torch.get_num_threads(), tmp_path / "run.json"
+
+    def run(stalled=False):
+        monkeypatch.setattr(probe, "team_stalled", lambda threads: stalled)
+        try:
+            assert main(["run", "--method", "bon", "--n", "2", "--max-new-tokens", "2", "--reward", "likelihood",
+                         "--out", str(out)]) == 0
+        finally:
+            torch.set_num_threads(before)
+        result = RunResult.from_json(out.read_text())
+        return (result.threads, result.weights, result.decode), capsys.readouterr().err
+
+    assert run()[0] == (1, "fp32", "eager")  # nothing measured: float32 op by op, on one thread
+    monkeypatch.setenv("SBON_THREADS", "2")
+    assert run(stalled=True)[0] == (2, "fp32", "eager")  # a count asked for is kept
+    monkeypatch.delenv("SBON_THREADS")
+    save_choice(choose(NAME, fingerprint("cpu", 2), [timed("fp32", "eager", 50.0), timed("int4", "eager", 20.0)]))
+    assert run()[0] == (2, "int4", "eager")  # the measured path, on the count it was measured at
+    busy, said = run(stalled=True)
+    assert busy == (1, "int4", "eager") and "other work holds this machine's cores" in said
+
+
 def test_a_forced_path_that_cannot_run_here_says_so_in_one_line(unmeasured_machine, monkeypatch, capsys):
     from sbon.cli import main
     from sbon.probe import check_forced
