@@ -62,9 +62,8 @@ def check_forced_paths(generator: str = DEFAULT_GENERATOR) -> None:
     check_forced(generator, default_device())
 
 
-# A child that ended with a provisional choice (timed beside other work) measures again this long after its end,
-# twice as long after each such try: a neighbour that stays costs a few idle seconds an hour, even where each child
-# waited minutes for the cores (sbon.probe.TeamWait).
+# A child that ended with a provisional choice (timed beside other work) measures again after this long, twice as
+# long after each such try: a neighbour that stays costs a few idle seconds an hour.
 RETRY_S = 120.0
 # A run on a quiet machine whose steps took this many times the slowest step measured for its path has the choice
 # measured again (something on the machine changed since, or the measurement was wrong).
@@ -85,8 +84,8 @@ class DecodePaths:
     so that no run could start meanwhile. It runs at this process's priority, since a timing beside other work would
     measure that work, but times nothing while a run generates here: runs hold ``generating()``, which the child reads
     through a file (sbon.machine_load.RunGate). It ends with the app. A choice the child could only time beside other
-    work is provisional: runs take it, and a child measures again RETRY_S after its end, then twice as long after each
-    try, started between runs (the page's model line asks), never beside one; a later start measures again too."""
+    work is provisional: runs take it, and a child measures again RETRY_S later, then twice as long after each try,
+    started between runs (the page's model line asks), never beside one; a later start measures again too."""
 
     def __init__(self, inductor: bool | None = None) -> None:
         """``inductor``: build inductor's step under the CUDA graphs in the background (``_build_faster``; default:
@@ -94,7 +93,6 @@ class DecodePaths:
         self.inductor = inductor
         self._children: dict[str, subprocess.Popen] = {}
         self._started: dict[str, float] = {}
-        self._ended: dict[str, float] = {}  # when a child was first seen ended (its wait for the next one counts from it)
         self._tries: dict[str, int] = {}  # children started per generator
         self._failed: dict[str, str] = {}  # generator -> why its runs stay on the safe path
         self._stale: set[str] = set()  # generators whose choice a quiet run contradicted
@@ -129,8 +127,6 @@ class DecodePaths:
             child = self._children.get(name)
             if child is not None and child.poll() is None:
                 return
-            if child is not None:
-                self._ended.setdefault(name, time.perf_counter())
             path = path if path is not None else self.path(name)
             if child is not None and child.returncode and name not in self._said:
                 self._said.add(name)
@@ -145,10 +141,9 @@ class DecodePaths:
             if choice is not None and self.gate.generating_now:
                 return  # measured again between runs: the child's loading would slow the run beside it
             if child is not None and not contradicted and \
-                    time.perf_counter() - self._ended[name] < RETRY_S * 2 ** (self._tries[name] - 1):
+                    time.perf_counter() - self._started[name] < RETRY_S * 2 ** (self._tries[name] - 1):
                 return  # a provisional choice: measured again once its wait is over
             self._stale.discard(name)
-            self._ended.pop(name, None)
             self._children[name], self._started[name] = _measure_in_child(name, self.gate), time.perf_counter()
             self._tries[name] = self._tries.get(name, 0) + 1
 

@@ -221,32 +221,6 @@ def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradict
     assert started == [NAME, NAME, NAME]
 
 
-def test_the_wait_for_the_next_child_counts_from_the_last_child_s_end_not_its_start(gen_int4, unmeasured_machine,
-                                                                                   monkeypatch):
-    """A child beside a neighbour that stays waits minutes for the cores before it ends provisional: the next one
-    starts RETRY_S after that end, so that children do not follow each other without a pause."""
-    import time
-
-    import components.decode_paths as dp
-
-    started, running = [], [True]
-    monkeypatch.setattr(dp, "_measure_in_child", lambda name, gate: started.append(name) or
-                        SimpleNamespace(poll=lambda: None if running[0] else 0, returncode=0))
-    save([measured("fp32", "eager", 100.0)], provisional="other programs kept this machine's cores busy")
-    steps = DecodePaths()
-    steps.status(NAME)
-    assert started == [NAME]
-    monkeypatch.setattr(dp, "RETRY_S", 60.0)
-    steps._started[NAME] -= 10 * dp.RETRY_S  # the child has run far longer than RETRY_S ...
-    steps.status(NAME)
-    assert started == [NAME]  # ... and runs still: no second child
-    running[0] = False  # it ends now
-    steps.status(NAME)
-    assert started == [NAME]  # its end was just now: the wait starts there
-    steps._ended[NAME] = time.perf_counter() - dp.RETRY_S - 1
-    steps.status(NAME)
-    assert started == [NAME, NAME]  # RETRY_S after its end
-
 def test_a_run_holds_the_gate_the_probe_reads(unmeasured_machine):
     from components.runs import MODELS
     from sbon.machine_load import RunGate
