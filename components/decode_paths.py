@@ -62,8 +62,10 @@ def check_forced_paths(generator: str = DEFAULT_GENERATOR) -> None:
     check_forced(generator, default_device())
 
 
-# A child that ended with a provisional choice (timed beside other work) measures again after this long, twice as
-# long after each such try: a neighbour that stays costs a few idle seconds an hour.
+# After a child that ended with a provisional choice (timed beside other work), the next one starts this long after
+# that child's start, twice as long after each such try. Counted from the start: a child that waited minutes for
+# stalled cores (sbon.probe.TeamWait) costs little while it waits, asleep, and the next one that follows it at once
+# notices freed cores within seconds; the growing waits leave a neighbour that stays a child now and then.
 RETRY_S = 120.0
 # A run on a quiet machine whose steps took this many times the slowest step measured for its path has the choice
 # measured again (something on the machine changed since, or the measurement was wrong).
@@ -84,8 +86,9 @@ class DecodePaths:
     so that no run could start meanwhile. It runs at this process's priority, since a timing beside other work would
     measure that work, but times nothing while a run generates here: runs hold ``generating()``, which the child reads
     through a file (sbon.machine_load.RunGate). It ends with the app. A choice the child could only time beside other
-    work is provisional: runs take it, and a child measures again RETRY_S later, then twice as long after each try,
-    started between runs (the page's model line asks), never beside one; a later start measures again too."""
+    work is provisional: runs take it, and a child measures again RETRY_S after the last one's start, then twice as long
+    after each try, started between runs (the page's model line asks), never beside one; a later start measures again
+    too."""
 
     def __init__(self, inductor: bool | None = None) -> None:
         """``inductor``: build inductor's step under the CUDA graphs in the background (``_build_faster``; default:

@@ -221,6 +221,39 @@ def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradict
     assert started == [NAME, NAME, NAME]
 
 
+def test_a_child_that_waited_longer_than_the_retry_for_the_cores_is_followed_at_once(gen_int4, unmeasured_machine,
+                                                                                      monkeypatch):
+    """The wait before the next child counts from the last one's start: a child that waited minutes, asleep, for
+    stalled cores and ended provisional is followed at once by one that waits on, so that cores freed meanwhile are
+    noticed within seconds; a child that ended sooner is followed RETRY_S after its start."""
+    import components.decode_paths as dp
+
+    started, ended = [], set()
+
+    def child(name, gate):
+        started.append(name)
+        i = len(started)
+        return SimpleNamespace(poll=lambda: 0 if i in ended else None, returncode=0)
+
+    monkeypatch.setattr(dp, "_measure_in_child", child)
+    monkeypatch.setattr(dp, "RETRY_S", 60.0)
+    save([measured("fp32", "eager", 100.0)], provisional="other programs kept this machine's cores busy")
+    steps = DecodePaths()
+    steps.status(NAME)
+    ended.add(1)  # the first child ended at once
+    steps.status(NAME)
+    assert started == [NAME]  # the next one RETRY_S after its start
+    steps._started[NAME] -= dp.RETRY_S + 1
+    steps.status(NAME)
+    assert started == [NAME, NAME]
+    steps._started[NAME] -= 3 * dp.RETRY_S  # the second child waits longer than its retry ...
+    steps.status(NAME)
+    assert started == [NAME, NAME]  # ... while it runs, no other starts
+    ended.add(2)
+    steps.status(NAME)
+    assert started == [NAME, NAME, NAME]  # it ended: the next one starts at once
+
+
 def test_a_run_holds_the_gate_the_probe_reads(unmeasured_machine):
     from components.runs import MODELS
     from sbon.machine_load import RunGate
