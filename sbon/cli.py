@@ -18,7 +18,7 @@ from .algorithms import Done, RoundStarted, TokensGenerated, UndecidedFallback, 
 from .analysis.comparison import (Comparison, ComparisonDone, MethodEvent, comparison_events, headline_text,
                                   wall_time_text)
 from .config import METHOD_SPECS, RunConfig
-from .engine import WEIGHT_FORMATS
+from .engine import WEIGHT_FORMATS, check_device
 from .options import HelpFormatter, add_options, resolved, values
 from .errors import SBoNError, exit_code
 from .machine_load import LoadMeter, busy_note
@@ -188,11 +188,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SBoNError(f"--instructions applies to --reward ifeval, not {args.reward}")
     check_reward_prompt(args.reward, args.prompt, args.instructions)
     check_out(args.out)
+    device = check_device(args.device or default_device())  # a mistyped device in one line, before anything reads it
     from .probe import check_forced
-    check_forced(args.generator, args.device or default_device(), args.weights,
-                 args.decode if args.decode == "compiled" else None)
+    check_forced(args.generator, device, args.weights, args.decode if args.decode == "compiled" else None)
     from .machine import start_threads
-    torch.set_num_threads(start_threads(args.generator, args.device or default_device()))
+    torch.set_num_threads(start_threads(args.generator, device))
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
                          weights=args.weights)

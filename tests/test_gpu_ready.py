@@ -243,9 +243,11 @@ def test_cuda_without_a_gpu_is_one_line_naming_what_to_change(capsys):
     assert err[-1].startswith("error: device cuda asked for") and "--device cpu" in err[-1]
 
 
-def test_unknown_device_and_dtype_are_one_line():
+def test_unknown_device_and_dtype_are_one_line(capsys):
     with pytest.raises(SBoNError, match="unknown device 'gpu0'"):
         check_device("gpu0")
+    assert cli_main(["run", "--device", "gpu0", "--n", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "error: unknown device 'gpu0': use cpu, cuda or cuda:N"
     with pytest.raises(SBoNError, match="dtype torch.int8 is not supported"):
         check_device("cpu", torch.int8)
     assert check_device("cpu", torch.bfloat16) == torch.device("cpu")
