@@ -11,7 +11,7 @@ from typing import Iterator, TypeVar
 import torch
 
 from sbon.machine import start_threads
-from sbon.models import DEFAULT_GENERATOR
+from sbon.models import DEFAULT_GENERATOR, default_device
 
 T = TypeVar("T")
 
@@ -23,7 +23,7 @@ def configure_threads() -> int:
     Why more than one where a path is measured: a path measured exact on two threads (bf16 and int4 are, where the
     CPU computes bfloat16 natively) decodes a step of 16 candidates in about 0.6 of one thread's time on idle cores
     (benchmarks/results/*/step)."""
-    torch.set_num_threads(start_threads(DEFAULT_GENERATOR, "cuda" if torch.cuda.is_available() else "cpu"))
+    torch.set_num_threads(start_threads(DEFAULT_GENERATOR, default_device()))
     return torch.get_num_threads()
 
 

@@ -381,7 +381,6 @@ def busy_starts(d: dict) -> str:
         f"; {len(provisional)} ended provisional, after {seconds_span(provisional, 0)} s" if provisional else "")
 
 
-
 def beside_loop(d: dict) -> str:
     """A neighbour file's page-default comparison beside a busy loop: its seconds and the threads its runs decoded
     on, then the same kept on the measured thread count (SBON_THREADS), where measured."""
