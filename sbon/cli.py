@@ -228,12 +228,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 def on_free_threads(gen, config: RunConfig) -> RunConfig:
     """``config`` for a run of ``gen`` that starts now with auto's path, as the app's runs start: on the thread count
     the path was measured at, or on one thread and the eager step where other work holds the cores now
-    (sbon.probe.run_threads)."""
-    from .machine import auto_path
-    from .probe import run_threads
+    (sbon.probe.run_threads); before anything is measured, on the safe path's threads (sbon.probe.safe_threads)."""
+    from .machine import auto_path, decode_threads
+    from .probe import run_threads, safe_threads
 
-    measured = auto_path(gen.name, gen.device).threads if config.decode == "auto" else None
+    if config.decode != "auto" or gen.device.type != "cpu":
+        return config
+    path = auto_path(gen.name, gen.device)
+    measured = path.threads
     if measured is None:
+        if not path.forced:
+            torch.set_num_threads(safe_threads(gen, decode_threads()))
         return config
     threads, decode = run_threads(gen, config.decode, measured)
     if threads == measured:

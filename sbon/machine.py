@@ -42,7 +42,9 @@ ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "
 # /proc/cpuinfo flags that change which decode path is fast or exact here.
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_int8")
-SAFE_THREADS = 1  # float32 gives a row the same bits at any batch size on one thread (sbon.engine.WEIGHT_FORMATS)
+# float32 gives a row the same bits at any batch size on one thread on any CPU (sbon.engine.WEIGHT_FORMATS); a run
+# on the safe path takes more where they are checked to give the same bits (sbon.probe.safe_threads).
+SAFE_THREADS = 1
 # How choices are measured (sbon.probe): a choice measured another way is in another file and never read.
 PROBE_VERSION = 2
 
@@ -93,8 +95,9 @@ def start_threads(generator: str, device: str | torch.device = "cpu") -> int:
     measured, or a choice that names none: nothing was exact, or nothing could be timed beside a busy neighbour),
     SAFE_THREADS (the float32 path runs meanwhile, exact without measuring on one thread, and on shared cores its
     threads would wait on each other at every operation); else torch's default, the count a choice is measured at
-    (``decode_threads``). Where other work holds the cores at a run's start, the run may still decode on one thread
-    (sbon.probe.run_threads)."""
+    (``decode_threads``). Each run then sets its own at its start: one thread where other work holds the cores
+    (sbon.probe.run_threads); on the safe path, ``decode_threads`` where the team is free and gives one thread's bits
+    (sbon.probe.safe_threads)."""
     if os.environ.get("SBON_THREADS") or torch.device(device).type != "cpu" or (os.cpu_count() or 1) > 2:
         return decode_threads()
     measured = cached_choice(generator, "cpu", decode_threads())

@@ -524,7 +524,8 @@ def report(choice: Choice) -> str:
 ONE_THREAD_FASTER = 2.0
 BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.2, 0.5
 _ONE_THREAD_BEST = [0.0]  # the most operations per second one thread has done in this process
-_ONE_THREAD_SAME: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> one_thread_same
+_SAME_BITS: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> same_bits
+_EXACT_ON: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> exact_on
 
 
 def ops_per_s(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
@@ -578,29 +579,45 @@ def twice(look: Callable[[], bool], sleep: Callable[[float], None] = time.sleep)
     return look()
 
 
-def one_thread_same(gen: Generator, threads: int) -> bool:
-    """Whether ``gen``'s eager step on one thread is exact and gives the bits it gives on ``threads`` threads (then a
-    run may decode on one thread without changing one candidate); measured once per process, generator, weight
-    format and thread count."""
+def exact_on(gen: Generator, threads: int) -> bool:
+    """Whether ``gen``'s eager step on ``threads`` threads gives a row the same bits alone and within a batch
+    (``exactness``); measured once per process, generator, weight format and thread count."""
     key = (gen.name, gen.weights, threads)
-    if key not in _ONE_THREAD_SAME:
-        before, dec = torch.get_num_threads(), EagerDecoder(gen)
-        prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    if key not in _EXACT_ON:
+        before = torch.get_num_threads()
         try:
             torch.set_num_threads(threads)
-            with torch.inference_mode():
-                many = _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS)
-            torch.set_num_threads(1)
-            exact, _ = exactness(gen, dec)
-            with torch.inference_mode():
-                same = exact and torch.equal(many, _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS))
+            _EXACT_ON[key] = exactness(gen, EagerDecoder(gen))[0]
         finally:
             torch.set_num_threads(before)
-        _ONE_THREAD_SAME[key] = same
-        if not same:
-            log.info("%s %s on one thread is %s: its runs stay on %d threads beside other work", gen.name,
-                     gen.weights, "not exact" if not exact else f"not the same bits as on {threads}", threads)
-    return _ONE_THREAD_SAME[key]
+    return _EXACT_ON[key]
+
+
+def same_bits(gen: Generator, threads: int) -> bool:
+    """Whether ``gen``'s eager step gives a batch the same bits on one thread as on ``threads`` threads; measured once
+    per process, generator, weight format and thread count."""
+    key = (gen.name, gen.weights, threads)
+    if key not in _SAME_BITS:
+        before, dec = torch.get_num_threads(), EagerDecoder(gen)
+        prefix = gen.prefill(gen.encode_prompt(PROMPT))
+        logits = []
+        try:
+            for count in (threads, 1):
+                torch.set_num_threads(count)
+                with torch.inference_mode():
+                    logits.append(_logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS))
+        finally:
+            torch.set_num_threads(before)
+        _SAME_BITS[key] = torch.equal(*logits)
+        if not _SAME_BITS[key]:
+            log.info("%s %s gives other bits on one thread than on %d", gen.name, gen.weights, threads)
+    return _SAME_BITS[key]
+
+
+def one_thread_same(gen: Generator, threads: int) -> bool:
+    """Whether ``gen``'s eager step on one thread is exact and gives the bits it gives on ``threads`` threads (then a
+    run may decode on one thread without changing one candidate)."""
+    return exact_on(gen, 1) and same_bits(gen, threads)
 
 
 def run_threads(gen: Generator, decode: str, threads: int) -> tuple[int, str]:
@@ -611,9 +628,26 @@ def run_threads(gen: Generator, decode: str, threads: int) -> tuple[int, str]:
     is kept as it is."""
     if threads <= 1 or gen.device.type != "cpu" or os.environ.get("SBON_THREADS"):
         return threads, decode
-    if not twice(lambda: team_stalled(threads)) or not one_thread_same(gen, threads):
+    if not twice(lambda: team_stalled(threads)):
+        return threads, decode
+    if not one_thread_same(gen, threads):
+        log.info("%s %s on one thread is not exact, or not the bits of %d threads: this run stays on %d beside other "
+                 "work", gen.name, gen.weights, threads, threads)
         return threads, decode
     return 1, "eager"
+
+
+def safe_threads(gen: Generator, threads: int) -> int:
+    """The CPU threads a run of ``gen`` on the safe path (float32 op by op, before anything is measured) takes, where
+    measured paths would run on ``threads``: one thread, on which float32 is exact on any CPU, where other work stalls
+    the team of ``threads`` now (``team_stalled``, twice); else ``threads`` where the eager step is exact on that many
+    and gives one thread's bits (``exact_on``, ``same_bits``: seconds, once per process), so the run's candidates are
+    those of one thread whichever it takes. SBON_THREADS, where set, is kept as it is."""
+    if threads <= 1 or gen.device.type != "cpu" or os.environ.get("SBON_THREADS"):
+        return threads
+    if twice(lambda: team_stalled(threads)):
+        return 1
+    return threads if exact_on(gen, threads) and same_bits(gen, threads) else 1
 
 
 def check_forced(generator: str, device: str | torch.device, weights: str | None = None,

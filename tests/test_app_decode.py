@@ -306,10 +306,53 @@ def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_th
         torch.set_num_threads(before)
 
 
+def test_a_run_on_the_safe_path_takes_the_cores_where_they_are_free_and_one_thread_beside_other_work(
+        gen, unmeasured_machine, monkeypatch):
+    """Before anything is measured a run decodes float32 op by op: on the count paths are measured at where the team
+    is free and that count is exact and gives one thread's bits on this machine (measured here, once per process), on
+    one thread where other work stalls the team (sbon.probe.safe_threads). Either way the same candidates. A forced
+    format keeps the count the app started with; SBON_THREADS keeps its own."""
+    from sbon import probe
+    from sbon.algorithms import RunConfig, events, run
+    from sbon.rewards import CallableReward
+
+    monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # a fresh process's count (the suite's workers have one)
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: None)
+    steps = DecodePaths()
+    assert steps.path(NAME).threads is None and (steps.path(NAME).weights, steps.path(NAME).decode) == ("fp32", "eager")
+    checked = probe.exact_on(gen, 2) and probe.same_bits(gen, 2)
+    before = torch.get_num_threads()
+
+    def candidates(stalled):
+        monkeypatch.setattr(probe, "team_stalled", lambda threads: stalled)
+        torch.set_num_threads(1)  # as the app starts on a two-core machine with nothing measured
+        try:
+            result = run(events(gen, CallableReward(lambda prompt, responses: [0.0] * len(responses)), "Hi",
+                                RunConfig(method="bon", n=4, max_new_tokens=8, decode=steps.for_run(NAME, gen))))
+        finally:
+            torch.set_num_threads(before)
+        return result.threads, result.decode, [c.token_ids for c in result.candidates]
+
+    free, busy = candidates(stalled=False), candidates(stalled=True)
+    assert free[:2] == (2 if checked else 1, "eager") and busy[:2] == (1, "eager")
+    assert free[2] == busy[2] and len(free[2]) == 4 and all(free[2])
+    monkeypatch.setattr(probe, "team_stalled", lambda threads: False)
+    for name, value in (("SBON_WEIGHTS", "fp32"), ("SBON_THREADS", "1")):
+        monkeypatch.setenv(name, value)
+        torch.set_num_threads(1)
+        try:
+            steps.for_run(NAME, gen)
+            assert torch.get_num_threads() == 1, name
+        finally:
+            torch.set_num_threads(before)
+        monkeypatch.delenv(name)
+
+
 def test_the_app_starts_on_one_thread_where_no_decode_path_is_chosen(unmeasured_machine, monkeypatch):
-    """Float32 op by op, what runs take until a path is chosen, is exact on one thread only: a two-core machine
+    """Float32 op by op, what runs take until a path is chosen, is exact on one thread on any CPU: a two-core machine
     starts on one thread where nothing is measured, and where the saved choice names no path (nothing could be timed
-    beside a busy neighbour, or nothing was exact); once a path is chosen, on the count it was measured at."""
+    beside a busy neighbour, or nothing was exact), and each run takes more where they are free and checked (above);
+    once a path is chosen, on the count it was measured at."""
     from components.torch_thread import configure_threads
     from sbon.machine import Measured, choose, decode_threads, fingerprint, save_choice
     from sbon.models import DEFAULT_GENERATOR

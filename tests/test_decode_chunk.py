@@ -32,7 +32,7 @@ METHODS = {
 def gen():
     """bf16 (the CPU default where bfloat16 matmuls are fast): a row's logits do not depend on its batch at any
     thread count, which is what makes a chunked run -- finished rows stay in the batch until the chunk ends --
-    the same run. float32 is so on one thread only (sbon.engine.WEIGHT_FORMATS), and the suite runs on all cores."""
+    the same run. float32 is so on one thread on any CPU, on more only where measured (sbon.engine.WEIGHT_FORMATS)."""
     return load_generator("smollm2-135m", device="cpu", weights="bf16")
 
 
