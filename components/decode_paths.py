@@ -23,7 +23,7 @@ from sbon.cuda_graphs import Faster, GraphDecoder, plan
 from sbon.decoders import check_decode, compile_problem, compiled_state, graphs, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError, one_line
-from sbon.machine import AutoPath, Choice, auto_path, decode_threads, title
+from sbon.machine import AutoPath, Choice, auto_path, choice_path, decode_threads, title
 from sbon.machine_load import RunGate, busy
 from sbon.probe import child_argv, run_threads, safe_threads
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
@@ -324,8 +324,9 @@ class DecodePaths:
         running = child is not None and child.poll() is None
         now = title(path.weights, path.decode, str(default_device()))
         if running:
-            doing = ("compiling its fastest ways of decoding" if choice else
-                     "measuring how fast each way of decoding runs on this machine")
+            doing = ("measuring how fast each way of decoding runs on this machine" if choice is None else
+                     "compiling its fastest ways of decoding" if self._saved_since_start(name, choice) else
+                     "measuring again how fast each way of decoding runs here")
             return (f"⚙ {sentence(lead + doing)} in the background (for "
                     f"{time.perf_counter() - self._started[name]:.0f} s; runs go first and meanwhile use {now}"
                     + ("" if path.measured else ", exact without measuring") + ").")
@@ -341,6 +342,16 @@ class DecodePaths:
         if choice is not None:
             return f"{who} decodes with {choice.words}."
         return ""
+
+
+    def _saved_since_start(self, name: str, choice: Choice) -> bool:
+        """Whether the running child saved ``choice`` (it saves after timing, then builds); a choice saved before it
+        started is what it measures again first."""
+        try:
+            saved = choice_path(name, choice.fingerprint).stat().st_mtime
+        except OSError:
+            return False
+        return saved >= time.time() - (time.perf_counter() - self._started[name])
 
 
 @dataclass

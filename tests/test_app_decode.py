@@ -84,6 +84,30 @@ def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_i
     assert "measuring how fast each way of decoding runs here failed" in steps.status(NAME)
 
 
+def test_the_model_line_says_a_provisional_choice_is_measured_again_then_that_its_steps_are_compiled(
+        unmeasured_machine, monkeypatch):
+    """A child started for a provisional choice first times every path again, then builds: the model line says which,
+    from whether the child has saved a choice since it started (it saves after timing)."""
+    import time
+
+    class Running:  # a child that is still running
+        returncode = None
+
+        def poll(self):
+            return None
+
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: Running())
+    path = save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)],
+                provisional="other work used the cores while the paths were timed")
+    os.utime(path, (time.time() - 60, time.time() - 60))  # saved by an earlier start
+    steps = DecodePaths()
+    assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: measuring again how fast each way of decoding "
+                                         "runs here in the background")
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 40.0)], provisional="1 compiled step may still "
+         "be built")  # the child's own timing, saved
+    assert steps.status(NAME, alone=True).startswith("⚙ Compiling its fastest ways of decoding in the background")
+
+
 def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, unmeasured_machine):
     steps = DecodePaths()
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])  # nothing compiled was measured
