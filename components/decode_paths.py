@@ -343,7 +343,6 @@ class DecodePaths:
             return f"{who} decodes with {choice.words}."
         return ""
 
-
     def _saved_since_start(self, name: str, choice: Choice) -> bool:
         """Whether the running child saved ``choice`` (it saves after timing, then builds); a choice saved before it
         started is what it measures again first."""
