@@ -25,7 +25,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError, one_line
 from sbon.machine import AutoPath, Choice, auto_path, choice_path, decode_threads, title
 from sbon.machine_load import RunGate, busy
-from sbon.probe import child_argv, run_threads, safe_threads
+from sbon.probe import child_argv, threads_for_run
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
 from sbon.results import RunResult
 from sbon.zerogpu import on_zerogpu
@@ -196,17 +196,14 @@ class DecodePaths:
     def _cpu_threads(self, name: str, gen: Generator, decode: str) -> str:
         """Set torch's CPU threads for a run of ``gen`` starting now, on TORCH_THREAD, and return its decode step:
         the thread count auto's path was measured at, or one thread and the eager step where other work holds the
-        cores now (sbon.probe.run_threads). Where nothing is measured yet, the safe path's: the count paths are
-        measured at where the team is free and that count gives one thread's bits, else one
-        (sbon.probe.safe_threads); a forced format keeps the count the app started with."""
+        cores now; where nothing is measured yet, the safe path's; a forced format keeps the count the app started
+        with (sbon.probe.threads_for_run, the command line's rule too)."""
         path = self.path(name)
         measured = path.threads
-        if measured is None:
-            if not path.forced:
-                torch.set_num_threads(safe_threads(gen, decode_threads()))
+        threads, run_decode = threads_for_run(gen, decode, path)
+        if threads is None:
             return decode
-        threads, run_decode = run_threads(gen, decode, measured)
-        if threads != measured:
+        if measured is not None and threads != measured:
             log.info("other work holds this machine's cores: this run of %s decodes on one thread, eagerly (%d "
                      "threads would wait for the cores at every operation)", name, measured)
         torch.set_num_threads(threads)

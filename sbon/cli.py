@@ -228,24 +228,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 def on_free_threads(gen, config: RunConfig) -> RunConfig:
     """``config`` for a run of ``gen`` that starts now with auto's path, as the app's runs start: on the thread count
     the path was measured at, or on one thread and the eager step where other work holds the cores now
-    (sbon.probe.run_threads); before anything is measured, on the safe path's threads (sbon.probe.safe_threads)."""
-    from .machine import auto_path, decode_threads
-    from .probe import run_threads, safe_threads
+    (sbon.probe.threads_for_run, the app's rule too); before anything is measured, on the safe path's threads."""
+    from .machine import auto_path
+    from .probe import threads_for_run
 
     if config.decode != "auto" or gen.device.type != "cpu":
         return config
     path = auto_path(gen.name, gen.device)
     measured = path.threads
-    if measured is None:
-        if not path.forced:
-            torch.set_num_threads(safe_threads(gen, decode_threads()))
+    threads, decode = threads_for_run(gen, config.decode, path)
+    if threads is None:
         return config
-    threads, decode = run_threads(gen, config.decode, measured)
-    if threads == measured:
+    torch.set_num_threads(threads)
+    if measured is None or threads == measured:
         return config
     print(f"note: other work holds this machine's cores: this run decodes on one thread, eagerly ({measured} threads "
           "would wait for the cores at every operation)", file=sys.stderr)
-    torch.set_num_threads(threads)
     return dataclasses.replace(config, decode=decode)
 
 

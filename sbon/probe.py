@@ -49,7 +49,8 @@ import torch
 from .decoders import DECODE_PATHS, EagerDecoder, _compiled, compile_problem, compiled_state, prepare
 from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError, one_line
-from .machine import ROWS, Choice, Measured, cached_choice, choose, eligible, fingerprint, save_choice
+from .machine import (ROWS, AutoPath, Choice, Measured, cached_choice, choose, decode_threads, eligible, fingerprint,
+                      save_choice)
 from .machine_load import Contention, RunGate, quiet_token
 from .models import DEFAULT_GENERATOR, load_generator
 
@@ -648,6 +649,15 @@ def safe_threads(gen: Generator, threads: int) -> int:
     if twice(lambda: team_stalled(threads)):
         return 1
     return threads if exact_on(gen, threads) and same_bits(gen, threads) else 1
+
+
+def threads_for_run(gen: Generator, decode: str, path: AutoPath) -> tuple[int | None, str]:
+    """The CPU threads and decode step of a run of ``gen`` with auto's ``path`` that starts now, the app's and the
+    command line's alike: where a path is measured, ``run_threads`` at the count it was measured at; before that, the
+    safe path's (``safe_threads``), except that a forced format keeps the count the process has (None)."""
+    if path.threads is not None:
+        return run_threads(gen, decode, path.threads)
+    return (None if path.forced else safe_threads(gen, decode_threads())), decode
 
 
 def check_forced(generator: str, device: str | torch.device, weights: str | None = None,
