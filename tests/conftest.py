@@ -1,5 +1,6 @@
 """Shared fixtures: the real embedded generator, loaded once per test session."""
 
+import functools
 import os
 
 import pytest
@@ -45,13 +46,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory):
-    """`python app.py` on a free port, shared by every browser and API test (its log and pid on the URL)."""
+def server(tmp_path_factory, gen):
+    """`python app.py` on a free port, shared by every browser and API test (its log and pid on the URL). Its runs
+    decode in the app's measured choice of weight format; where nothing is measured yet, in the suite generator's
+    (``gen``), not in float32, the app's safe path there, which reads twice the bytes per step."""
     from benchmarks.browser import serve_app
     from sbon.errors import SBoNError
+    from sbon.machine import auto_path
 
+    env = {"SBON_WEIGHTS": gen.weights} if gen.weights != "fp32" and not auto_path(gen.name).measured else {}
     try:  # a fresh machine's first start converts the packaged generator once: minutes on two cores
-        with serve_app(tmp_path_factory.mktemp("app") / "app.log", start_timeout_s=600) as url:
+        with serve_app(tmp_path_factory.mktemp("app") / "app.log", start_timeout_s=600, env=env) as url:
             yield url
     except SBoNError as e:
         pytest.fail(str(e))
@@ -70,10 +75,10 @@ def browser():
 
 
 @pytest.fixture
-def unmeasured_machine(monkeypatch, tmp_path, gen):
+def unmeasured_machine(monkeypatch, tmp_path, gen_fp32):
     """A machine on which nothing is measured and no compiled step was ever saved: its own $SBON_CACHE holding the
     models' copies (links to this machine's), without a saved choice or inductor's caches; no forced path. What a
-    machine converts and builds once whatever it measures (the generator's float32 copy, made by ``gen``; int4
+    machine converts and builds once whatever it measures (the generator's float32 copy, made by ``gen_fp32``; int4
     blocks; C++ kernels) is this machine's, linked even before it exists: a fresh machine pays for it once, not in
     every test (both are written whole, then renamed)."""
     from sbon.cache import cache_dir
@@ -88,16 +93,46 @@ def unmeasured_machine(monkeypatch, tmp_path, gen):
     return tmp_path
 
 
+@functools.cache
+def _generator(weights: str):
+    return load_generator("smollm2-135m", device=os.environ.get("SBON_TEST_DEVICE", "cpu"), weights=weights)
+
+
 @pytest.fixture(scope="session")
 def gen():
-    # SBON_TEST_DEVICE=cuda runs the suite on a GPU; float32 everywhere, since the coupling tests
-    # compare texts token for token and bfloat16's batch-dependent rounding can flip a rare token.
-    return load_generator("smollm2-135m", device=os.environ.get("SBON_TEST_DEVICE", "cpu"), dtype=torch.float32)
+    """The embedded generator in the fastest format exact here: bfloat16 where this CPU computes it natively and its
+    step gives a row the same bits alone and in a batch on one thread (measured here: what the coupling tests compare
+    token for token), else float32, exact on one thread on any CPU without measuring. The suite's processes spend
+    most of their time in the model's matrix products, and bfloat16 reads half the bytes. SBON_TEST_WEIGHTS names a
+    format instead; SBON_TEST_DEVICE=cuda runs the suite on a GPU, in float32 (a GPU's bfloat16 rounds a row
+    differently within a batch)."""
+    from sbon.machine import cpu_isa
+    from sbon.probe import exact_on
+
+    if os.environ.get("SBON_TEST_WEIGHTS"):
+        return _generator(os.environ["SBON_TEST_WEIGHTS"])
+    if os.environ.get("SBON_TEST_DEVICE", "cpu") == "cpu" and cpu_isa().endswith("with BF16") \
+            and exact_on(_generator("bf16"), 1):
+        return _generator("bf16")
+    return _generator("fp32")
+
+
+@pytest.fixture(scope="session")
+def gen_fp32():
+    """The embedded generator in float32: for tests that hold a run to 1e-4 of a full recomputation or of a batch of
+    other rows (prefill and reward scoring; bfloat16's rounding there depends on the batch), or compare the formats
+    with the float32 copy. A module asks for it by overriding ``gen`` (and ``likelihood``) with it."""
+    return _generator("fp32")
 
 
 @pytest.fixture(scope="session")
 def likelihood(gen):
     return load_reward("likelihood", generator=gen)
+
+
+@pytest.fixture(scope="session")
+def likelihood_fp32(gen_fp32):
+    return load_reward("likelihood", generator=gen_fp32)
 
 
 COMPARISON_PROMPT = "Give three tips for staying healthy."

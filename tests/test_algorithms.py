@@ -24,6 +24,18 @@ def same_text_rate(candidates, reference) -> float:
 
 
 @pytest.fixture(scope="module")
+def gen(gen_fp32):
+    """Float32 (tests/conftest.py): these tests hold the rewards of one text scored in two
+    batches to 1e-4 (bfloat16 rounds a padded batch's rows differently)"""
+    return gen_fp32
+
+
+@pytest.fixture(scope="module")
+def likelihood(likelihood_fp32):
+    return likelihood_fp32
+
+
+@pytest.fixture(scope="module")
 def bon(gen, likelihood):
     return run(best_of_n(gen, likelihood, PROMPT, N, max_new_tokens=TOKENS, seed=3))
 

@@ -55,9 +55,10 @@ def measured(weights, decode, ms, exact=True):
     return Measured(weights, decode, ms={7: ms}, exact=exact)
 
 
-def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_it_is_killed(gen, unmeasured_machine,
+def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_it_is_killed(gen_fp32, unmeasured_machine,
                                                                                              caplog):
-    steps = DecodePaths()  # gen: the float32 generator, the path that is exact without measuring
+    gen = gen_fp32  # the safe path's format, exact without measuring
+    steps = DecodePaths()
     try:
         assert steps.decode(NAME, gen) == "eager"
         child = steps._children[NAME]
@@ -331,7 +332,7 @@ def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_th
 
 
 def test_a_run_on_the_safe_path_takes_the_cores_where_they_are_free_and_one_thread_beside_other_work(
-        gen, unmeasured_machine, monkeypatch):
+        gen_fp32, unmeasured_machine, monkeypatch):
     """Before anything is measured a run decodes float32 op by op: on the count paths are measured at where the team
     is free and that count is exact and gives one thread's bits on this machine (measured here, once per process), on
     one thread where other work stalls the team (sbon.probe.safe_threads). Either way the same candidates. A forced
@@ -340,6 +341,7 @@ def test_a_run_on_the_safe_path_takes_the_cores_where_they_are_free_and_one_thre
     from sbon.algorithms import RunConfig, events, run
     from sbon.rewards import CallableReward
 
+    gen = gen_fp32  # the safe path's format
     monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # a fresh process's count (the suite's workers have one)
     monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: None)
     steps = DecodePaths()

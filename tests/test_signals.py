@@ -14,6 +14,18 @@ PROMPT = "Give three tips for staying healthy."
 CONSTANT = CallableReward(lambda prompt, responses: [0.0] * len(responses), name="constant")
 
 
+@pytest.fixture(scope="module")
+def gen(gen_fp32):
+    """Float32 (tests/conftest.py): these tests hold signals to 1e-4 of a full recomputation, which
+    bfloat16's prefill rounds differently from its decode step"""
+    return gen_fp32
+
+
+@pytest.fixture(scope="module")
+def likelihood(likelihood_fp32):
+    return likelihood_fp32
+
+
 class LastHidden(PruningSignal):
     """A test signal that keeps each candidate's latest final-layer hidden state."""
     name = "last-hidden"

@@ -21,6 +21,13 @@ from sbon.models import load_generator
 PROMPT = "Give three tips for staying healthy."
 
 
+@pytest.fixture(scope="module")
+def gen(gen_fp32):
+    """Float32 (tests/conftest.py): the reference every format here is compared with, and the
+    format of the float32 copy the GGUF file's blocks are read against"""
+    return gen_fp32
+
+
 def loaded_here(weights: str):
     """The generator in this format, or the test skipped where the format does not load on this CPU (the probe
     leaves it out of the choice there: sbon.probe)."""

@@ -16,6 +16,18 @@ SHIPPED = sorted(p.name for p in ASSETS.glob("smollm2_value*") if (p / "head.saf
 
 
 @pytest.fixture(scope="module")
+def gen(gen_fp32):
+    """Float32 (tests/conftest.py): these tests hold the decode step's states and draws to a full
+    forward pass and to Best-of-N's own run, which bfloat16 rounds differently"""
+    return gen_fp32
+
+
+@pytest.fixture(scope="module")
+def likelihood(likelihood_fp32):
+    return likelihood_fp32
+
+
+@pytest.fixture(scope="module")
 def sampled(gen):
     """4 candidates of 20 tokens for each of two prompts, decoded together, with their hidden states."""
     return decode_prompts(gen, PROMPTS, n=4, max_new_tokens=20)
