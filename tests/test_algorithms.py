@@ -26,7 +26,7 @@ def same_text_rate(candidates, reference) -> float:
 @pytest.fixture(scope="module")
 def gen(gen_fp32):
     """Float32 (tests/conftest.py): these tests hold the rewards of one text scored in two
-    batches to 1e-4 (bfloat16 rounds a padded batch's rows differently)"""
+    batches to 1e-4 (bfloat16 rounds a padded batch's rows differently)."""
     return gen_fp32
 
 

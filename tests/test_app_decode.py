@@ -55,8 +55,8 @@ def measured(weights, decode, ms, exact=True):
     return Measured(weights, decode, ms={7: ms}, exact=exact)
 
 
-def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_it_is_killed(gen_fp32, unmeasured_machine,
-                                                                                             caplog):
+def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_it_is_killed(
+        gen_fp32, unmeasured_machine, caplog):
     gen = gen_fp32  # the safe path's format, exact without measuring
     steps = DecodePaths()
     try:

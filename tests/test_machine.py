@@ -497,7 +497,8 @@ def test_the_command_line_and_the_library_decode_on_the_measured_path_by_default
     assert isinstance(decoder(gen, RunConfig().decode), CompiledDecoder)
 
 
-def test_the_command_line_starts_a_run_on_the_app_s_threads(gen_fp32, unmeasured_machine, monkeypatch, tmp_path, capsys):
+def test_the_command_line_starts_a_run_on_the_app_s_threads(gen_fp32, unmeasured_machine, monkeypatch, tmp_path,
+                                                            capsys):
     """``python -m sbon run`` takes the app's thread rule (sbon.machine.start_threads, sbon.probe.run_threads and
     safe_threads): on a two-core machine where nothing is measured, float32 op by op on two threads where they are
     free and give one thread's bits, else on one; SBON_THREADS where set; once a path is measured, the count it was

@@ -17,7 +17,7 @@ CONSTANT = CallableReward(lambda prompt, responses: [0.0] * len(responses), name
 @pytest.fixture(scope="module")
 def gen(gen_fp32):
     """Float32 (tests/conftest.py): these tests hold signals to 1e-4 of a full recomputation, which
-    bfloat16's prefill rounds differently from its decode step"""
+    bfloat16's prefill rounds differently from its decode step."""
     return gen_fp32
 
 

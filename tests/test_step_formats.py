@@ -24,7 +24,7 @@ PROMPT = "Give three tips for staying healthy."
 @pytest.fixture(scope="module")
 def gen(gen_fp32):
     """Float32 (tests/conftest.py): the reference every format here is compared with, and the
-    format of the float32 copy the GGUF file's blocks are read against"""
+    format of the float32 copy the GGUF file's blocks are read against."""
     return gen_fp32
 
 

@@ -18,7 +18,7 @@ SHIPPED = sorted(p.name for p in ASSETS.glob("smollm2_value*") if (p / "head.saf
 @pytest.fixture(scope="module")
 def gen(gen_fp32):
     """Float32 (tests/conftest.py): these tests hold the decode step's states and draws to a full
-    forward pass and to Best-of-N's own run, which bfloat16 rounds differently"""
+    forward pass and to Best-of-N's own run, which bfloat16 rounds differently."""
     return gen_fp32
 
 
