@@ -621,15 +621,19 @@ def one_thread_same(gen: Generator, threads: int) -> bool:
     return exact_on(gen, 1) and same_bits(gen, threads)
 
 
+def _may_change(gen: Generator, threads: int) -> bool:
+    """Whether a run of ``gen`` may take another thread count than ``threads``: on a CPU, from more than one thread,
+    unless SBON_THREADS asks for a count."""
+    return threads > 1 and gen.device.type == "cpu" and not os.environ.get("SBON_THREADS")
+
+
 def run_threads(gen: Generator, decode: str, threads: int) -> tuple[int, str]:
     """The CPU threads and decode step a run of ``gen`` that starts now takes, where its path was measured at
     ``threads`` threads with the step ``decode``: one thread and the eager step (a compiled step keeps the thread
     count it was built at) where other work stalls the team of ``threads`` now (``team_stalled``, twice) and one
     thread gives the same candidates (``one_thread_same``); else ``threads`` and ``decode``. SBON_THREADS, where set,
     is kept as it is."""
-    if threads <= 1 or gen.device.type != "cpu" or os.environ.get("SBON_THREADS"):
-        return threads, decode
-    if not twice(lambda: team_stalled(threads)):
+    if not _may_change(gen, threads) or not twice(lambda: team_stalled(threads)):
         return threads, decode
     if not one_thread_same(gen, threads):
         log.info("%s %s on one thread is not exact, or not the bits of %d threads: this run stays on %d beside other "
@@ -644,7 +648,7 @@ def safe_threads(gen: Generator, threads: int) -> int:
     the team of ``threads`` now (``team_stalled``, twice); else ``threads`` where the eager step is exact on that many
     and gives one thread's bits (``exact_on``, ``same_bits``: seconds, once per process), so the run's candidates are
     those of one thread whichever it takes. SBON_THREADS, where set, is kept as it is."""
-    if threads <= 1 or gen.device.type != "cpu" or os.environ.get("SBON_THREADS"):
+    if not _may_change(gen, threads):
         return threads
     if twice(lambda: team_stalled(threads)):
         return 1
