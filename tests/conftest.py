@@ -8,6 +8,8 @@ import torch
 
 from sbon.models import load_generator, load_reward
 
+GENERATOR = "smollm2-135m"  # the embedded generator every fixture loads
+
 # Modules that start the app, a browser, Ray or a benchmark's command line: `python -m pytest -m "not slow"`
 # leaves them out for a quick run between edits; `python -m pytest` runs everything.
 SLOW_MODULES = {"test_app_e2e.py", "test_benchmarks_smoke.py", "test_reliability.py", "test_distributed.py",
@@ -46,15 +48,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory, gen):
+def server(tmp_path_factory, request):
     """`python app.py` on a free port, shared by every browser and API test (its log and pid on the URL). Its runs
     decode in the app's measured choice of weight format; where nothing is measured yet, in the suite generator's
-    (``gen``), not in float32, the app's safe path there, which reads twice the bytes per step."""
+    (``gen``, loaded only then), not in float32, the app's safe path there, which reads twice the bytes per step."""
     from benchmarks.browser import serve_app
     from sbon.errors import SBoNError
     from sbon.machine import auto_path
 
-    env = {"SBON_WEIGHTS": gen.weights} if gen.weights != "fp32" and not auto_path(gen.name).measured else {}
+    env = {}
+    if not auto_path(GENERATOR).measured and (weights := request.getfixturevalue("gen").weights) != "fp32":
+        env["SBON_WEIGHTS"] = weights
     try:  # a fresh machine's first start converts the packaged generator once: minutes on two cores
         with serve_app(tmp_path_factory.mktemp("app") / "app.log", start_timeout_s=600, env=env) as url:
             yield url
@@ -95,7 +99,7 @@ def unmeasured_machine(monkeypatch, tmp_path, gen_fp32):
 
 @functools.cache
 def _generator(weights: str):
-    return load_generator("smollm2-135m", device=os.environ.get("SBON_TEST_DEVICE", "cpu"), weights=weights)
+    return load_generator(GENERATOR, device=os.environ.get("SBON_TEST_DEVICE", "cpu"), weights=weights)
 
 
 @pytest.fixture(scope="session")
