@@ -41,9 +41,35 @@ def test_pruned_candidates_get_their_final_reward_and_continuation_from_bon(comp
         assert twin.token_ids[:c.tokens_generated] == c.token_ids  # coupled sampling
         assert comparison.final_reward(c.id) == twin.final_reward
         assert c.text + comparison.continuation(c.id) == twin.text
-    for c in comparison.speculative.candidates:
-        if c.finished:
-            assert comparison.final_reward(c.id) == c.final_reward and comparison.continuation(c.id) == ""
+    finished = [c for c in comparison.speculative.candidates if c.finished]
+    assert finished
+    for c in finished:
+        assert comparison.final_reward(c.id) == c.final_reward and comparison.continuation(c.id) == ""
+        if comparison.twin(c.id):  # one response, one final reward, whatever the batches it was scored in
+            assert comparison.bon.candidates[c.id].final_reward == c.final_reward
+
+
+def test_best_of_n_scores_every_response_and_keeps_the_final_reward_the_run_gave_it(gen):
+    """A reward that rounds differently in a batch of another size: it adds a thousandth per response in the batch,
+    as bfloat16 or int4 rounding of the generator's own likelihood does, by less. Best-of-N still asks it for every
+    response, and a response Speculative Rejection finished keeps the final reward that run gave it."""
+    batches: list[int] = []
+
+    def rounding(prompt, responses):
+        batches.append(len(responses))
+        return [len(r) % 7 + len(r) / 100 + len(responses) / 1000 for r in responses]
+
+    prompt_tokens = len(gen.encode_prompt(COMPARISON_PROMPT))
+    comp = run_comparison(gen, CallableReward(rounding, name="rounding"), COMPARISON_PROMPT, 4, alpha=0.5,
+                          kv_budget=4 * (prompt_tokens + 4), max_new_tokens=12, seed=2, taus=[])
+    assert batches[-1] == 4  # Best-of-N's own scoring, all of it (no counterfactual asked for: taus=[])
+    finished = [c.id for c in comp.speculative.candidates if c.finished]
+    assert 0 < len(finished) < 4 and all(comp.twin(k) for k in range(4))
+    for c in comp.bon.candidates:
+        own = comp.speculative.candidates[c.id]
+        expected = own.final_reward if own.finished else len(c.text) % 7 + len(c.text) / 100 + 4 / 1000
+        assert c.final_reward == expected
+    assert comp.metrics["normalized_score"] <= 100
 
 
 def test_counterfactual_partials_match_the_real_decision_point(comparison):

@@ -7,7 +7,8 @@ that produced them, and ends with :class:`ComparisonDone` carrying a :class:`Com
 
 Coupled sampling makes candidate k the same response in both runs: a candidate pruned by
 Speculative Rejection is a prefix of Best-of-N's candidate k, so Best-of-N supplies the final
-reward (and the continuation) the pruned candidate never got.
+reward (and the continuation) the pruned candidate never got. A response both runs finished has one
+final reward, the one Speculative Rejection gave it (:class:`ScoredOnce`).
 
 A :class:`Comparison` holds only plain data; it saves to JSON and loads back with no model, so
 every view of a run can be replayed from a file.
@@ -403,7 +404,8 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     watch = watch_signals(gen, reward, prompt, bon_config, signals, [p.tokens for p in sbon.decision_points])
     bon = None
     meter.start()
-    for event in events(gen, reward, prompt, bon_config, observers=watch.observers if watch else ()):
+    for event in events(gen, ScoredOnce(reward, sbon), prompt, bon_config,
+                        observers=watch.observers if watch else ()):
         if watch:
             watch.see(event)
         if isinstance(event, Done):
@@ -429,6 +431,32 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
             scored += 1
             yield CounterfactualScored(t, scored, len(taus))
     yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=signal_scores, uncertainties=uncertainties))
+
+
+class ScoredOnce:
+    """The reward Best-of-N scores with in a comparison: one response, one final reward.
+
+    It scores every response with ``reward``, so Best-of-N pays for all of its own scoring, then gives a response
+    that Speculative Rejection's run already scored that run's final reward. A reward is a function of the text,
+    but one computed in bfloat16 or int4 (the generator's own likelihood) rounds differently in a batch of another
+    size; without this, a survivor could score otherwise than its Best-of-N twin, and Speculative Rejection's
+    answer beat Best-of-N's by rounding alone. Everything but ``score`` is the reward's own."""
+
+    def __init__(self, reward: RewardModel, sbon: RunResult):
+        self.reward = reward
+        self.scored: dict[str, float] = {}
+        for c in sbon.candidates:  # of two equal texts, the first one's score
+            if c.final_reward is not None:
+                self.scored.setdefault(c.text, c.final_reward)
+
+    def score(self, prompt: str, responses: Sequence[str]) -> list[float]:
+        fresh = self.reward.score(prompt, responses)
+        return [self.scored.get(text, r) for text, r in zip(responses, fresh)]
+
+    def __getattr__(self, name: str) -> Any:
+        if "reward" not in self.__dict__:  # being copied or unpickled: nothing to forward to yet
+            raise AttributeError(name)
+        return getattr(self.reward, name)
 
 
 def watch_signals(gen: Generator, reward: RewardModel, prompt: str, bon_config: RunConfig, signals: Sequence[str],
