@@ -47,6 +47,18 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group("app-server" if shared else item.path.name))
 
 
+@pytest.fixture(autouse=True)
+def keeps_the_thread_count():
+    """Give torch's thread count back after each test: the command line run in this process (tests/test_inputs.py)
+    sets its own. Otherwise every later test of the process would compute on that count, one thread per core in
+    each process, and a session fixture made then would differ from the same run made on the process's own count
+    (a reward the generator computes in bfloat16 or int4 rounds otherwise on another count)."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory, request):
     """`python app.py` on a free port, shared by every browser and API test (its log and pid on the URL). Its runs
