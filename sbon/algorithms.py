@@ -28,7 +28,7 @@ from .cut import Cut, cut, survivors_count
 from .decoders import EagerDecoder, decoder
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
-from .machine import machine_class
+from .machine import machine_class, prefill_threads
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
 from .rewards import RewardModel
 from .signals import PruningSignal, Step, make_signal, on_reward_scale, without_uncertainty
@@ -166,7 +166,9 @@ class _Run:
     def start(self, candidate_ids: Sequence[int], prefix=None):
         """Prefill the prompt (unless a prefix is given) and open a batch for these candidates."""
         with self.timer("prefill"):
-            prefix = prefix or self.gen.prefill(self.prompt_ids)
+            if prefix is None:
+                with prefill_threads(self.gen.device):
+                    prefix = self.gen.prefill(self.prompt_ids)
             keep_hidden = any(s.needs_hidden for s in self.observers)
             return prefix, self.decoder.start(prefix, candidate_ids, keep_hidden, self.max_new_tokens)
 

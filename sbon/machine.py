@@ -23,9 +23,10 @@ import logging
 import os
 import platform
 import re
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -87,6 +88,24 @@ def decode_threads() -> int:
     """The CPU threads a measured path decodes with: SBON_THREADS if set, else torch's default (one per core)."""
     threads = os.environ.get("SBON_THREADS")
     return max(1, int(threads)) if threads else TORCH_THREADS
+
+
+@contextmanager
+def prefill_threads(device: str | torch.device) -> Iterator[None]:
+    """Around a run's prefill: one CPU thread, unless SBON_THREADS fixes the count. A run that starts beside other
+    work decodes on one thread (sbon.probe.run_threads) where its step gives the bits of the measured count, but a
+    prefill need not: bfloat16's matrix products over a few hundred prompt tokens sum in another order on two threads
+    than on one. Prefilled on whatever count the moment gives, the same prompt and seed would give a run under load
+    other candidates than on free cores; one prompt on one thread costs little beside a run's decode."""
+    before = torch.get_num_threads()
+    if before == 1 or torch.device(device).type != "cpu" or os.environ.get("SBON_THREADS"):
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def start_threads(generator: str, device: str | torch.device = "cpu") -> int:

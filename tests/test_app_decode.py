@@ -331,6 +331,33 @@ def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_th
         torch.set_num_threads(before)
 
 
+def test_a_long_prompt_gives_a_run_on_one_thread_the_candidates_of_a_run_on_two(gen):
+    """A run beside other work decodes on one thread (above), where the step gives two threads' bits. Its prompt is
+    prefilled on one thread in every run (sbon.machine.prefill_threads): on a CPU that computes bfloat16 natively,
+    a prefill of a few hundred tokens on two threads gives other bits than on one, and the run other candidates. On
+    the suite's generator (bfloat16 there), with a prompt of about 300 tokens."""
+    from sbon import probe
+    from sbon.algorithms import RunConfig, events, run
+    from sbon.rewards import CallableReward
+
+    if not probe.one_thread_same(gen, 2):
+        pytest.skip(f"{gen.weights}'s step gives other bits on one thread than on two here: runs stay on two")
+    words = "the committee weighs each quarterly budget line against the plans of every department and".split()
+    prompt = "Summarise: " + " ".join(words[i % len(words)] for i in range(240))
+    assert 260 <= len(gen.encode_prompt(prompt)) <= 340
+    zero = CallableReward(lambda prompt, responses: [0.0] * len(responses))
+    before, ids = torch.get_num_threads(), {}
+    try:
+        for threads in (2, 1):
+            torch.set_num_threads(threads)
+            result = run(events(gen, zero, prompt, RunConfig(method="bon", n=3, max_new_tokens=6, decode="eager")))
+            assert result.threads == threads
+            ids[threads] = [c.token_ids for c in result.candidates]
+    finally:
+        torch.set_num_threads(before)
+    assert ids[1] == ids[2] and all(ids[1])
+
+
 def test_a_run_on_the_safe_path_takes_the_cores_where_they_are_free_and_one_thread_beside_other_work(
         gen_fp32, unmeasured_machine, monkeypatch):
     """Before anything is measured a run decodes float32 op by op: on the count paths are measured at where the team
