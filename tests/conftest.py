@@ -50,9 +50,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def keeps_the_thread_count():
     """Give torch's thread count back after each test: the command line run in this process (tests/test_inputs.py)
-    sets its own. Otherwise every later test of the process would compute on that count, one thread per core in
-    each process, and a session fixture made then would differ from the same run made on the process's own count
-    (a reward the generator computes in bfloat16 or int4 rounds otherwise on another count)."""
+    sets its own. Otherwise every later test of the process would compute on that count (each process with a thread
+    per core, beside the other), and a session fixture made then would differ from the same run made on the
+    process's own count (the generator's likelihood in bfloat16 sums in another order on another count)."""
     before = torch.get_num_threads()
     yield
     if torch.get_num_threads() != before:
