@@ -94,8 +94,8 @@ def decode_threads() -> int:
 def prefill_threads(device: str | torch.device) -> Iterator[None]:
     """Around a run's prefill: one CPU thread, unless SBON_THREADS fixes the count. A run that starts beside other
     work decodes on one thread (sbon.probe.run_threads) where its step gives the bits of the measured count, but a
-    prefill need not: bfloat16's matrix products over a few hundred prompt tokens sum in another order on two threads
-    than on one. Prefilled on whatever count the moment gives, the same prompt and seed would give a run under load
+    prefill need not: in bfloat16, a prefill of a few hundred prompt tokens gives other bits on two threads than on
+    one. Prefilled on whatever count the moment gives, the same prompt and seed would give a run under load
     other candidates than on free cores; one prompt on one thread costs little beside a run's decode."""
     before = torch.get_num_threads()
     if before == 1 or torch.device(device).type != "cpu" or os.environ.get("SBON_THREADS"):

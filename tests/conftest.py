@@ -52,7 +52,7 @@ def keeps_the_thread_count():
     """Give torch's thread count back after each test: the command line run in this process (tests/test_inputs.py)
     sets its own. Otherwise every later test of the process would compute on that count (each process with a thread
     per core, beside the other), and a session fixture made then would differ from the same run made on the
-    process's own count (the generator's likelihood in bfloat16 sums in another order on another count)."""
+    process's own count (the generator's likelihood in bfloat16 gives other bits on another count)."""
     before = torch.get_num_threads()
     yield
     if torch.get_num_threads() != before:
