@@ -23,7 +23,7 @@ import logging
 import os
 import platform
 import re
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -90,22 +90,35 @@ def decode_threads() -> int:
     return max(1, int(threads)) if threads else TORCH_THREADS
 
 
+def threads_may_change(device: str | torch.device, threads: int) -> bool:
+    """Whether a run on ``device`` may take another thread count than ``threads``: on a CPU, from more than one
+    thread, unless SBON_THREADS asks for a count."""
+    return threads > 1 and torch.device(device).type == "cpu" and not os.environ.get("SBON_THREADS")
+
+
 @contextmanager
-def prefill_threads(device: str | torch.device) -> Iterator[None]:
-    """Around a run's prefill: one CPU thread, unless SBON_THREADS fixes the count. A run that starts beside other
-    work decodes on one thread (sbon.probe.run_threads) where its step gives the bits of the measured count, but a
-    prefill need not: in bfloat16, a prefill of a few hundred prompt tokens gives other bits on two threads than on
-    one. Prefilled on whatever count the moment gives, the same prompt and seed would give a run under load
-    other candidates than on free cores; one prompt on one thread costs little beside a run's decode."""
+def on_threads(count: int) -> Iterator[None]:
+    """torch on ``count`` CPU threads inside the block, and on the count it had before after it."""
     before = torch.get_num_threads()
-    if before == 1 or torch.device(device).type != "cpu" or os.environ.get("SBON_THREADS"):
+    if count == before:
         yield
         return
-    torch.set_num_threads(1)
+    torch.set_num_threads(count)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def prefill_threads(device: str | torch.device) -> AbstractContextManager[None]:
+    """Around a run's prefill: one CPU thread, wherever a run may take another count than the process's
+    (``threads_may_change``). A run that starts beside other work decodes on one thread (sbon.probe.run_threads) where
+    its step gives the bits of the measured count, but a prefill need not: in bfloat16, a prefill of a few hundred
+    prompt tokens gives other bits on two threads than on one. Prefilled on whatever count the moment gives, the same
+    prompt and seed would give a run under load other candidates than on free cores; one prompt on one thread costs
+    little beside a run's decode."""
+    threads = torch.get_num_threads()
+    return on_threads(1 if threads_may_change(device, threads) else threads)
 
 
 def start_threads(generator: str, device: str | torch.device = "cpu") -> int:

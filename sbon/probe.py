@@ -50,7 +50,7 @@ from .decoders import DECODE_PATHS, EagerDecoder, _compiled, compile_problem, co
 from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError, one_line
 from .machine import (ROWS, AutoPath, Choice, Measured, cached_choice, choose, decode_threads, eligible, fingerprint,
-                      save_choice)
+                      on_threads, save_choice, threads_may_change)
 from .machine_load import Contention, RunGate, quiet_token
 from .models import DEFAULT_GENERATOR, load_generator
 
@@ -532,19 +532,14 @@ _EXACT_ON: dict[tuple[str, str | None, int], bool] = {}  # generator, format, th
 def ops_per_s(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
     """Small matrix products (192 x 192, a step's operations are of that size) per second on ``threads`` torch
     threads, over ``seconds``."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
     a = torch.ones(192, 192)
-    try:
-        with torch.inference_mode():
-            a @ a  # the team starts
-            done, start = 0, time.perf_counter()
-            while (now := time.perf_counter()) - start < seconds:
-                a @ a
-                done += 1
-            rate = done / (now - start)
-    finally:
-        torch.set_num_threads(before)
+    with on_threads(threads), torch.inference_mode():
+        a @ a  # the team starts
+        done, start = 0, time.perf_counter()
+        while (now := time.perf_counter()) - start < seconds:
+            a @ a
+            done += 1
+        rate = done / (now - start)
     if threads == 1:
         _ONE_THREAD_BEST[0] = max(rate, _ONE_THREAD_BEST[0])
     return rate
@@ -585,12 +580,8 @@ def exact_on(gen: Generator, threads: int) -> bool:
     (``exactness``); measured once per process, generator, weight format and thread count."""
     key = (gen.name, gen.weights, threads)
     if key not in _EXACT_ON:
-        before = torch.get_num_threads()
-        try:
-            torch.set_num_threads(threads)
+        with on_threads(threads):
             _EXACT_ON[key] = exactness(gen, EagerDecoder(gen))[0]
-        finally:
-            torch.set_num_threads(before)
     return _EXACT_ON[key]
 
 
@@ -599,16 +590,12 @@ def same_bits(gen: Generator, threads: int) -> bool:
     per process, generator, weight format and thread count."""
     key = (gen.name, gen.weights, threads)
     if key not in _SAME_BITS:
-        before, dec = torch.get_num_threads(), EagerDecoder(gen)
+        dec = EagerDecoder(gen)
         prefix = gen.prefill(gen.encode_prompt(PROMPT))
         logits = []
-        try:
-            for count in (threads, 1):
-                torch.set_num_threads(count)
-                with torch.inference_mode():
-                    logits.append(_logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS))
-        finally:
-            torch.set_num_threads(before)
+        for count in (threads, 1):
+            with on_threads(count), torch.inference_mode():
+                logits.append(_logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS))
         _SAME_BITS[key] = torch.equal(*logits)
         if not _SAME_BITS[key]:
             log.info("%s %s gives other bits on one thread than on %d", gen.name, gen.weights, threads)
@@ -621,19 +608,13 @@ def one_thread_same(gen: Generator, threads: int) -> bool:
     return exact_on(gen, 1) and same_bits(gen, threads)
 
 
-def _may_change(gen: Generator, threads: int) -> bool:
-    """Whether a run of ``gen`` may take another thread count than ``threads``: on a CPU, from more than one thread,
-    unless SBON_THREADS asks for a count."""
-    return threads > 1 and gen.device.type == "cpu" and not os.environ.get("SBON_THREADS")
-
-
 def run_threads(gen: Generator, decode: str, threads: int) -> tuple[int, str]:
     """The CPU threads and decode step a run of ``gen`` that starts now takes, where its path was measured at
     ``threads`` threads with the step ``decode``: one thread and the eager step (a compiled step keeps the thread
     count it was built at) where other work stalls the team of ``threads`` now (``team_stalled``, twice) and one
     thread gives the same candidates (``one_thread_same``); else ``threads`` and ``decode``. SBON_THREADS, where set,
     is kept as it is."""
-    if not _may_change(gen, threads) or not twice(lambda: team_stalled(threads)):
+    if not threads_may_change(gen.device, threads) or not twice(lambda: team_stalled(threads)):
         return threads, decode
     if not one_thread_same(gen, threads):
         log.info("%s %s on one thread is not exact, or not the bits of %d threads: this run stays on %d beside other "
@@ -648,7 +629,7 @@ def safe_threads(gen: Generator, threads: int) -> int:
     the team of ``threads`` now (``team_stalled``, twice); else ``threads`` where the eager step is exact on that many
     and gives one thread's bits (``exact_on``, ``same_bits``: seconds, once per process), so the run's candidates are
     those of one thread whichever it takes. SBON_THREADS, where set, is kept as it is."""
-    if not _may_change(gen, threads):
+    if not threads_may_change(gen.device, threads):
         return threads
     if twice(lambda: team_stalled(threads)):
         return 1
