@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from .machine_load import busy
 from .results import RunResult
@@ -119,6 +119,7 @@ def correlations(partial: Sequence[float], final: Sequence[float]) -> dict[str, 
     """Pearson and Kendall correlation of partial vs final rewards (nan with fewer than 2 points)."""
     if len(partial) < 2 or np.ptp(partial) == 0 or np.ptp(final) == 0:
         return {"pearson": float("nan"), "kendall": float("nan")}
+    from scipy import stats  # here, not at the top: the slowest import of a command line's start, and few runs need it
     return {"pearson": float(stats.pearsonr(partial, final).statistic),
             "kendall": float(stats.kendalltau(partial, final).statistic)}
 

@@ -130,13 +130,14 @@ def test_the_benchmarks_package_names_every_experiment_it_registers():
 
 def test_the_command_line_s_help_does_not_import_the_model_stack():
     """`python -m sbon --help` answers without importing `transformers`' model classes (seconds of imports): the
-    decode attention registers with `transformers` when a model is first loaded (sbon.attention.register)."""
+    decode attention registers with `transformers` when a model is first loaded (sbon.attention.register). Nor
+    SciPy's statistics or pandas, the slowest imports left: the analyses that need them import them."""
     import subprocess
     import sys
     from pathlib import Path
 
-    code = ("import sys, sbon.cli; sbon.cli.build_parser(); "
-            "print(sorted({'transformers.modeling_utils', 'transformers.masking_utils'} & set(sys.modules)))")
+    heavy = {"transformers.modeling_utils", "transformers.masking_utils", "scipy.stats", "pandas"}
+    code = f"import sys, sbon.cli; sbon.cli.build_parser(); print(sorted({heavy!r} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.strip() == "[]"

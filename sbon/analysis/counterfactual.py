@@ -6,15 +6,16 @@ The cut itself is :func:`sbon.analysis.replay.replay_tau`: the real run's rule, 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from ..metrics import correlations, oracle_cut
 from ..results import RunResult
 from ..rewards import RewardModel
 from ..signals import RewardSignal
 from .replay import replay_tau
+
+if TYPE_CHECKING:  # imported where a table is built: pandas is among the slowest imports of a command line's start
+    import pandas as pd
 
 
 def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequence[int]], str],
@@ -84,6 +85,8 @@ def tradeoff_grid(bon: RunResult, partials: dict[int, list[float | None]], alpha
                   uncertainties: dict[int, list[float | None]] | None = None, undecided: str = "paper") -> pd.DataFrame:
     """Normalized score and token rate over a grid of (tau, alpha), by the run's undecided rule where the
     partials' half-widths are known."""
+    import pandas as pd
+
     alphas, uncertainties = list(alphas), uncertainties or {}
     return pd.DataFrame([simulate_tau(bon, partial, tau, a, uncertainties.get(tau), undecided)
                          for tau, partial in partials.items() for a in alphas])
@@ -92,6 +95,8 @@ def tradeoff_grid(bon: RunResult, partials: dict[int, list[float | None]], alpha
 def partial_final_stats(bon: RunResult, partials: dict[int, list[float | None]]) -> pd.DataFrame:
     """Per decision token: Pearson and Kendall of partial vs final rewards, and the oracle cut c*,
     over the candidates still generating at tau."""
+    import pandas as pd
+
     rows = []
     for tau, partial in partials.items():
         pairs = [(p, c.final_reward) for p, c in zip(partial, bon.candidates) if p is not None]

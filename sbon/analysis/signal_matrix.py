@@ -13,9 +13,7 @@ final reward, token rate. The benchmark (``python -m benchmarks signals``) and t
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from ..algorithms import Done, TokensGenerated, events
 from ..config import RunConfig
@@ -25,6 +23,9 @@ from ..results import RunResult
 from ..rewards import RewardModel
 from ..signals import PruningSignal, make_signal, on_reward_scale
 from .replay import replay_tau
+
+if TYPE_CHECKING:  # imported where a table is built: pandas is among the slowest imports of a command line's start
+    import pandas as pd
 
 # scores[signal][t][k]: signal's score of candidate k at t tokens, None if k had finished by then.
 Scores = dict[str, dict[int, list[float | None]]]
@@ -126,6 +127,8 @@ def kendall(bon: RunResult, score: Sequence[float | None]) -> float:
 def signal_grid(bon: RunResult, scores: Scores, alphas: Iterable[float], run_reward: str | None = None) -> pd.DataFrame:
     """One row per signal x decision point x alpha for one prompt. ``run_reward``: the reward that scored the
     reward signal's partial texts, when ``bon``'s final rewards were replaced by another reward's."""
+    import pandas as pd
+
     alphas = list(alphas)
     rows = []
     for name, by_t in scores.items():
@@ -147,6 +150,8 @@ def mean_grid(bons: Sequence[RunResult], scores: Sequence[Scores], alphas: Itera
               run_rewards: Sequence[str | None] | None = None) -> pd.DataFrame:
     """signal x tau x alpha averaged over prompts (winner kept as a fraction); ``run_rewards`` as in signal_grid,
     per prompt."""
+    import pandas as pd
+
     alphas = list(alphas)
     run_rewards = run_rewards or [None] * len(bons)
     df = pd.concat([signal_grid(b, s, alphas, r).assign(prompt=i)

@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-from scipy.stats import nbinom
 
 from .checkers import RELATIONS, Count, Instruction
 
@@ -70,6 +69,8 @@ class TypeModel:
 
 def meets(count, relation, n, shape, p):
     """P(count + K meets the target) for K ~ NegBin(shape, p) (numpy arrays or scalars, relation by name)."""
+    from scipy.stats import nbinom  # here, not at the top: the slowest import of a command line's start
+
     count, n = np.asarray(count), np.asarray(n)
     gap = n - count
     relation = np.asarray(relation)
