@@ -116,12 +116,10 @@ def _generator(weights: str):
 
 @pytest.fixture(scope="session")
 def gen():
-    """The embedded generator in a fast format whose step gives a row the same bits alone and in a batch on one thread
-    (measured here: what the coupling tests compare token for token). Bfloat16 where this CPU computes it natively;
-    else, or where bfloat16 is not exact, 4-bit weights with float32 activations (``int4-fp32``, the format for CPUs
-    without bfloat16 matmuls); float32 where neither is exact. The suite's processes spend most of their time in the
-    model's matrix products: bfloat16 reads half of float32's bytes, 4-bit weights an eighth (where bfloat16 is not
-    native, runs of the tests' sizes take less time in ``int4-fp32`` than in float32). SBON_TEST_WEIGHTS names a
+    """The embedded generator in the fastest format exact here: bfloat16 where this CPU computes it natively and its
+    step gives a row the same bits alone and in a batch on one thread (measured here: what the coupling tests compare
+    token for token), else float32, exact on one thread on any CPU without measuring. The suite's processes spend
+    most of their time in the model's matrix products, and bfloat16 reads half the bytes. SBON_TEST_WEIGHTS names a
     format instead; SBON_TEST_DEVICE=cuda runs the suite on a GPU, in float32 (a GPU's bfloat16 rounds a row
     differently within a batch)."""
     from sbon.machine import cpu_isa
@@ -129,10 +127,9 @@ def gen():
 
     if os.environ.get("SBON_TEST_WEIGHTS"):
         return _generator(os.environ["SBON_TEST_WEIGHTS"])
-    if os.environ.get("SBON_TEST_DEVICE", "cpu") == "cpu":
-        for weights in ("bf16", "int4-fp32") if cpu_isa().endswith("with BF16") else ("int4-fp32",):
-            if exact_on(_generator(weights), 1):
-                return _generator(weights)
+    if os.environ.get("SBON_TEST_DEVICE", "cpu") == "cpu" and cpu_isa().endswith("with BF16") \
+            and exact_on(_generator("bf16"), 1):
+        return _generator("bf16")
     return _generator("fp32")
 
 

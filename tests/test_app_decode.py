@@ -335,7 +335,7 @@ def test_a_long_prompt_gives_a_run_on_one_thread_the_candidates_of_a_run_on_two(
     """A run beside other work decodes on one thread (above), where the step gives two threads' bits. Its prompt is
     prefilled on one thread in every run (sbon.machine.prefill_threads): on a CPU that computes bfloat16 natively,
     a prefill of a few hundred tokens on two threads gives other bits than on one, and the run other candidates. On
-    the suite's generator, with a prompt of about 300 tokens."""
+    the suite's generator (bfloat16 there), with a prompt of about 300 tokens."""
     from sbon import probe
     from sbon.algorithms import RunConfig, events, run
     from sbon.rewards import CallableReward
