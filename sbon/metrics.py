@@ -119,7 +119,7 @@ def correlations(partial: Sequence[float], final: Sequence[float]) -> dict[str, 
     """Pearson and Kendall correlation of partial vs final rewards (nan with fewer than 2 points)."""
     if len(partial) < 2 or np.ptp(partial) == 0 or np.ptp(final) == 0:
         return {"pearson": float("nan"), "kendall": float("nan")}
-    from scipy import stats  # here, not at the top: the slowest import of a command line's start, and few runs need it
+    from scipy import stats  # here, not at the top: the slowest import of a command line's start
     return {"pearson": float(stats.pearsonr(partial, final).statistic),
             "kendall": float(stats.kendalltau(partial, final).statistic)}
 
