@@ -338,6 +338,7 @@ def test_a_long_prompt_gives_a_run_on_one_thread_the_candidates_of_a_run_on_two(
     the suite's generator (bfloat16 there), with a prompt of about 300 tokens."""
     from sbon import probe
     from sbon.algorithms import RunConfig, events, run
+    from sbon.machine import on_threads
     from sbon.rewards import CallableReward
 
     if not probe.one_thread_same(gen, 2):
@@ -346,15 +347,12 @@ def test_a_long_prompt_gives_a_run_on_one_thread_the_candidates_of_a_run_on_two(
     prompt = "Summarise: " + " ".join(words[i % len(words)] for i in range(240))
     assert 260 <= len(gen.encode_prompt(prompt)) <= 340
     zero = CallableReward(lambda prompt, responses: [0.0] * len(responses))
-    before, ids = torch.get_num_threads(), {}
-    try:
-        for threads in (2, 1):
-            torch.set_num_threads(threads)
+    ids = {}
+    for threads in (2, 1):
+        with on_threads(threads):
             result = run(events(gen, zero, prompt, RunConfig(method="bon", n=3, max_new_tokens=6, decode="eager")))
-            assert result.threads == threads
-            ids[threads] = [c.token_ids for c in result.candidates]
-    finally:
-        torch.set_num_threads(before)
+        assert result.threads == threads
+        ids[threads] = [c.token_ids for c in result.candidates]
     assert ids[1] == ids[2] and all(ids[1])
 
 
