@@ -25,7 +25,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError, one_line
 from sbon.machine import AutoPath, Choice, auto_path, choice_path, decode_threads, title
 from sbon.machine_load import RunGate, busy
-from sbon.probe import child_argv, threads_for_run
+from sbon.probe import child_argv, threads_for_run, wants_one_thread_step
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
 from sbon.results import RunResult
 from sbon.zerogpu import on_zerogpu
@@ -99,6 +99,7 @@ class DecodePaths:
         self._tries: dict[str, int] = {}  # children started per generator
         self._failed: dict[str, str] = {}  # generator -> why its runs stay on the safe path
         self._stale: set[str] = set()  # generators whose choice a quiet run contradicted
+        self._one_thread: set[str] = set()  # generators whose child builds only the step for one thread
         self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
         self._faster: dict[str, FasterBuild] = {}  # generator -> its build of inductor's step under its graphs
@@ -139,7 +140,9 @@ class DecodePaths:
             if child is not None and choice is None:
                 return  # the child failed: runs stay on the safe path, the model line says why
             contradicted = name in self._stale
-            if not (choice is None or choice.provisional or contradicted):
+            # A final choice of a compiled step: its step for one thread, for runs that start beside other work.
+            one_thread = not contradicted and app_decode() == "auto" and wants_one_thread_step(choice)
+            if not (choice is None or choice.provisional or contradicted or one_thread):
                 return
             if choice is not None and self.gate.generating_now:
                 return  # measured again between runs: the child's loading would slow the run beside it
@@ -147,8 +150,10 @@ class DecodePaths:
                     time.perf_counter() - self._started[name] < RETRY_S * 2 ** (self._tries[name] - 1):
                 return  # a provisional choice: measured again once its wait is over
             self._stale.discard(name)
-            self._children[name], self._started[name] = _measure_in_child(name, self.gate), time.perf_counter()
+            self._children[name], self._started[name] = (_measure_in_child(name, self.gate, one_thread),
+                                                         time.perf_counter())
             self._tries[name] = self._tries.get(name, 0) + 1
+            (self._one_thread.add if one_thread else self._one_thread.discard)(name)
 
     def decode(self, name: str, gen: Generator) -> str:
         """The decode path of a run of ``gen`` (the preset ``name``) that starts now. Called on TORCH_THREAD: it may
@@ -195,17 +200,19 @@ class DecodePaths:
 
     def _cpu_threads(self, name: str, gen: Generator, decode: str) -> str:
         """Set torch's CPU threads for a run of ``gen`` starting now, on TORCH_THREAD, and return its decode step:
-        the thread count auto's path was measured at, or one thread and the eager step where other work holds the
-        cores now; where nothing is measured yet, the safe path's; a forced format keeps the count the app started
-        with (sbon.probe.threads_for_run, the command line's rule too)."""
+        the thread count auto's path was measured at, or one thread where other work holds the cores now (on the
+        compiled step built for one thread where it gives the same bits, else eagerly); where nothing is measured
+        yet, the safe path's; a forced format keeps the count the app started with (sbon.probe.threads_for_run, the
+        command line's rule too)."""
         path = self.path(name)
         measured = path.threads
         threads, run_decode = threads_for_run(gen, decode, path)
         if threads is None:
             return decode
         if measured is not None and threads != measured:
-            log.info("other work holds this machine's cores: this run of %s decodes on one thread, eagerly (%d "
-                     "threads would wait for the cores at every operation)", name, measured)
+            log.info("other work holds this machine's cores: this run of %s decodes on one thread, %s (%d threads "
+                     "would wait for the cores at every operation)", name,
+                     "on the compiled step built for one thread" if run_decode == "compiled" else "eagerly", measured)
         torch.set_num_threads(threads)
         return run_decode
 
@@ -322,6 +329,8 @@ class DecodePaths:
         now = title(path.weights, path.decode, str(default_device()))
         if running:
             doing = ("measuring how fast each way of decoding runs on this machine" if choice is None else
+                     "compiling its step for runs that start while other programs keep this machine busy"
+                     if name in self._one_thread else
                      "compiling its fastest ways of decoding" if self._saved_since_start(name, choice) else
                      "measuring again how fast each way of decoding runs here")
             return (f"⚙ {sentence(lead + doing)} in the background (for "
@@ -392,12 +401,14 @@ def sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _measure_in_child(name: str, gate: RunGate) -> subprocess.Popen:
+def _measure_in_child(name: str, gate: RunGate, one_thread: bool = False) -> subprocess.Popen:
     """A child process that measures the generator's decode paths and builds the compiled steps predicted fastest
-    (``python -m sbon machine --build``), reading ``gate`` to time nothing while a run generates here, and ending
-    with this process (its lines go to this process's stderr)."""
+    (``python -m sbon machine --build``), or with ``one_thread`` only builds the chosen step for one thread and checks
+    its bits (``--one-thread``, sbon.probe.one_thread_step), reading ``gate`` to compute nothing while a run generates
+    here, and ending with this process (its lines go to this process's stderr)."""
     code = ("import sys\nfrom sbon.cli import main\n"
-            f"sys.exit(main(['machine', '--build', '--generator', {name!r}, '--device', 'cpu']))\n")
+            f"sys.exit(main(['machine', {'--one-thread' if one_thread else '--build'!r}, '--generator', {name!r}, "
+            "'--device', 'cpu']))\n")
     log.info("measuring %s's decode paths in a child process (runs use the safe path until it has chosen)", name)
     return subprocess.Popen(child_argv(code), cwd=Path(__file__).resolve().parent.parent,
                             env={**os.environ, RunGate.ENV: str(gate.path)}, stdout=subprocess.DEVNULL)

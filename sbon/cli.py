@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--build", action="store_true",
                    help="on a CPU, also build the compiled step of the fastest exact weight format where it is not "
                         "saved yet (minutes, once per machine), then measure it")
+    m.add_argument("--one-thread", action="store_true",
+                   help="on a CPU, only build the chosen compiled step for one thread (a minute or more, once per "
+                        "machine; --build does it too) and check that it gives the bits of the thread count measured: "
+                        "a run that starts beside other work decodes on it")
     m.add_argument("--cached", action="store_true", help="print the choice cached for this machine; measure nothing")
     return parser
 
@@ -227,7 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def on_free_threads(gen, config: RunConfig) -> RunConfig:
     """``config`` for a run of ``gen`` that starts now with auto's path, as the app's runs start: on the thread count
-    the path was measured at, or on one thread and the eager step where other work holds the cores now
+    the path was measured at, or on one thread where other work holds the cores now
     (sbon.probe.threads_for_run, the app's rule too); before anything is measured, on the safe path's threads."""
     from .machine import auto_path
     from .probe import threads_for_run
@@ -242,7 +246,8 @@ def on_free_threads(gen, config: RunConfig) -> RunConfig:
     torch.set_num_threads(threads)
     if measured is None or threads == measured:
         return config
-    print(f"note: other work holds this machine's cores: this run decodes on one thread, eagerly ({measured} threads "
+    step = "on the compiled step built for one thread" if decode == "compiled" else "eagerly"
+    print(f"note: other work holds this machine's cores: this run decodes on one thread, {step} ({measured} threads "
           "would wait for the cores at every operation)", file=sys.stderr)
     return dataclasses.replace(config, decode=decode)
 
@@ -286,18 +291,24 @@ def cmd_machine(args: argparse.Namespace) -> int:
     import logging
 
     from .machine import cached_choice, decode_threads
-    from .probe import probe, report
+    from .probe import one_thread_step, probe, report
 
     device = torch.device(args.device or default_device())
     if device.type == "cpu":
         torch.set_num_threads(decode_threads())  # what the app and the command line decode with once measured
-    if args.cached:
+    progress = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    if args.cached or args.one_thread:
+        if args.one_thread:
+            logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+            one_thread_step(args.generator, device, progress=progress, again=True)
         choice = cached_choice(args.generator, device)
         if choice is None:
             raise SBoNError("nothing measured on this machine yet: run python -m sbon machine")
     else:
         logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
         print(f"measuring every decode path of {args.generator} on {device} (seconds per path) ...", file=sys.stderr)
-        choice = probe(args.generator, device, build=args.build, progress=lambda line: print(line, file=sys.stderr))
+        choice = probe(args.generator, device, build=args.build, progress=progress)
+        if args.build:
+            choice = one_thread_step(args.generator, device, progress=progress) or choice
     print(report(choice))
     return 0

@@ -217,6 +217,10 @@ class Choice:
     pending: list[str] = field(default_factory=list)  # compiled paths whose step is not built yet
     provisional: str = ""  # why this choice is measured again ('' where it is final), in words
     tries: dict[str, int] = field(default_factory=dict)  # weight format -> builds of its compiled step begun here
+    # The chosen compiled step built for one thread, on which a run that starts beside other work decodes
+    # (sbon.probe.one_thread_step): "same" where it gives the bits of the thread count measured; else why it is not
+    # used; "" where it was not tried yet.
+    one_thread: str = ""
 
     @property
     def key(self) -> str:

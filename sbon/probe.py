@@ -509,6 +509,12 @@ def report(choice: Choice) -> str:
     if choice.pending:
         lines.append(f"not built yet: {', '.join(choice.pending)} (python -m sbon machine --build builds those "
                      f"predicted within {MARGIN:.0%} of the fastest path, a minute or more each)")
+    if choice.device == "cpu" and choice.decode == "compiled" and threads_may_change("cpu", fp["threads"]):
+        lines.append("beside other work: " + (
+            f"a run decodes on one thread, on this step built for one thread (the same bits as on {fp['threads']})"
+            if choice.one_thread == "same" else "a run decodes on one thread, eagerly, where that gives the same bits "
+            + (f"(the compiled step for one thread is not used: {choice.one_thread})" if choice.one_thread else
+               "(python -m sbon machine --one-thread builds the compiled step for one thread and checks its bits)")))
     return "\n".join(lines)
 
 
@@ -520,8 +526,8 @@ def report(choice: Choice) -> str:
 # browser drawing the page on the same cores) costs the team little. So what is measured is the team itself: small
 # operations like a step's, timed on the measured thread count and on one thread, one after the other. A run decodes
 # on one thread where one thread did more than ONE_THREAD_FASTER times the team's operations, in two such
-# measurements BUSY_RECHECK_S apart: the step it then takes (eager, where the chosen one is compiled) is slower on free
-# cores, so only a team that the neighbour really stalls is left.
+# measurements BUSY_RECHECK_S apart: one thread is slower than the team on free cores, so only a team that the neighbour
+# really stalls is left.
 ONE_THREAD_FASTER = 2.0
 BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.2, 0.5
 _ONE_THREAD_BEST = [0.0]  # the most operations per second one thread has done in this process
@@ -602,20 +608,101 @@ def same_bits(gen: Generator, threads: int) -> bool:
     return _SAME_BITS[key]
 
 
+def compiled_same_bits(gen: Generator, threads: int) -> bool:
+    """Whether ``gen``'s compiled step built for one thread gives a batch, and the batch's rows decoded in parts
+    (``EXACT_SPLITS``), the bits its step for ``threads`` threads gives the whole batch: then a run may decode on it
+    without changing one candidate (and it is exact where that step is). Both steps must be saved: each is loaded
+    here (seconds)."""
+    dec = _compiled(gen)
+    with on_threads(1):
+        prefix = gen.prefill(gen.encode_prompt(PROMPT))
+    logits = {}
+    for count in (threads, 1):
+        with on_threads(count), torch.inference_mode():
+            dec.ready()
+            logits[count] = [_logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS)] + [
+                torch.cat([_logits(dec, prefix, ids, EXACT_STEPS) for ids in split]) for split in EXACT_SPLITS]
+    return all(torch.equal(logits[threads][0], one) for one in logits[1])
+
+
+def one_thread_compiled(gen: Generator, choice: Choice | None) -> bool:
+    """Whether a run of ``gen`` that starts beside other work may decode on the chosen compiled step built for one
+    thread: measured to give the bits of the count the choice was measured at (``Choice.one_thread``), and saved."""
+    if choice is None or choice.one_thread != "same" or (choice.weights, choice.decode) != (gen.weights, "compiled"):
+        return False
+    with on_threads(1):
+        return compiled_state(gen) is not None
+
+
+def wants_one_thread_step(choice: Choice | None, again: bool = False) -> bool:
+    """Whether ``one_thread_step`` has work for this choice: a final choice of a compiled step on a CPU, at a thread
+    count runs may leave, whose step for one thread was not tried yet (``again``: or was, without giving the same
+    bits)."""
+    return (choice is not None and choice.device == "cpu" and choice.decode == "compiled" and not choice.provisional
+            and threads_may_change("cpu", choice.fingerprint["threads"])
+            and (not choice.one_thread or (again and choice.one_thread != "same")))
+
+
+def one_thread_step(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu",
+                    load: Callable[..., Generator] = load_generator, builder: Callable[[str, str], bool] | None = None,
+                    progress: Callable[[str], None] = log.warning, gate: RunGate | None = None,
+                    again: bool = False) -> Choice | None:
+    """Where this machine's choice wants it (``wants_one_thread_step``, with ``again``): build the chosen compiled step
+    for one thread where it is not saved yet (``builder`` at one thread: a minute or more, on idle cores), measure
+    whether it gives the bits of the count the choice was measured at (``compiled_same_bits``), and save the answer
+    in the choice (``Choice.one_thread``). A run that starts beside other work then decodes on it (``run_threads``), with the
+    candidates of a run on free cores, instead of on the eager step, which is slower and gives other candidates.
+    Returns the choice (None: nothing measured here); nothing is computed while a run generates (``gate``)."""
+    device = torch.device(device)
+    choice = cached_choice(generator, device, decode_threads())  # the count runs take, as the app's (DecodePaths.path)
+    if not wants_one_thread_step(choice, again):
+        return choice
+    gate = gate if gate is not None else RunGate.from_env()
+    builder = builder or build_in_child
+    threads, weights = choice.fingerprint["threads"], choice.weights
+    quiet_token(gate)
+    gen = load(generator, device=device, weights=weights)
+    with on_threads(threads):
+        chosen = compiled_state(gen) is not None  # else the chosen step is gone: the next probe builds it again
+    with on_threads(1):
+        saved = compiled_state(gen) is not None
+        if chosen and not saved:
+            progress(f"{weights} compiled, one thread: building its step (once on this machine; a minute or more)")
+            saved = builder(generator, weights) and compiled_state(gen) is not None
+    if not chosen:
+        answer = f"the chosen step for {threads} threads is not saved here (python -m sbon machine --build builds it)"
+    elif not saved:
+        answer = "its build for one thread did not finish (python -m sbon machine --one-thread tries again)"
+    else:
+        quiet_token(gate)
+        answer = "same" if compiled_same_bits(gen, threads) else f"it gives other bits on one thread than on {threads}"
+    progress(f"{weights} compiled, one thread: " + (f"the same bits as on {threads} threads: runs that start beside "
+                                                    "other work decode on it" if answer == "same" else
+                                                    f"not used: {answer}"))
+    now = cached_choice(generator, device, threads)  # measured again meanwhile (another process): that one, untouched
+    if now is not None and (now.weights, now.decode, now.provisional) == (weights, "compiled", ""):
+        now.one_thread = answer
+        save_choice(now)
+    return now
+
+
 def one_thread_same(gen: Generator, threads: int) -> bool:
     """Whether ``gen``'s eager step on one thread is exact and gives the bits it gives on ``threads`` threads (then a
     run may decode on one thread without changing one candidate)."""
     return exact_on(gen, 1) and same_bits(gen, threads)
 
 
-def run_threads(gen: Generator, decode: str, threads: int) -> tuple[int, str]:
+def run_threads(gen: Generator, decode: str, threads: int, choice: Choice | None = None) -> tuple[int, str]:
     """The CPU threads and decode step a run of ``gen`` that starts now takes, where its path was measured at
-    ``threads`` threads with the step ``decode``: one thread and the eager step (a compiled step keeps the thread
-    count it was built at) where other work stalls the team of ``threads`` now (``team_stalled``, twice) and one
-    thread gives the same candidates (``one_thread_same``); else ``threads`` and ``decode``. SBON_THREADS, where set,
-    is kept as it is."""
+    ``threads`` threads with the step ``decode`` (``choice``: the measured choice): where other work stalls the team
+    of ``threads`` now (``team_stalled``, twice), one thread, on the compiled step built for one thread where the
+    choice's step is compiled and that one gives its bits (``one_thread_compiled``; a compiled step keeps the thread
+    count it was built at), else on the eager step where one thread gives the same candidates (``one_thread_same``);
+    else ``threads`` and ``decode``. SBON_THREADS, where set, is kept as it is."""
     if not threads_may_change(gen.device, threads) or not twice(lambda: team_stalled(threads)):
         return threads, decode
+    if decode in ("compiled", "auto") and one_thread_compiled(gen, choice):
+        return 1, "compiled"
     if not one_thread_same(gen, threads):
         log.info("%s %s on one thread is not exact, or not the bits of %d threads: this run stays on %d beside other "
                  "work", gen.name, gen.weights, threads, threads)
@@ -641,7 +728,7 @@ def threads_for_run(gen: Generator, decode: str, path: AutoPath) -> tuple[int | 
     command line's alike: where a path is measured, ``run_threads`` at the count it was measured at; before that, the
     safe path's (``safe_threads``), except that a forced format keeps the count the process has (None)."""
     if path.threads is not None:
-        return run_threads(gen, decode, path.threads)
+        return run_threads(gen, decode, path.threads, path.choice)
     return (None if path.forced else safe_threads(gen, decode_threads())), decode
 
 

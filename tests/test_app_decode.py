@@ -97,7 +97,7 @@ def test_the_model_line_says_a_provisional_choice_is_measured_again_then_that_it
         def poll(self):
             return None
 
-    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: Running())
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate, one_thread=False: Running())
     path = save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)],
                 provisional="other work used the cores while the paths were timed")
     os.utime(path, (time.time() - 60, time.time() - 60))  # saved by an earlier start
@@ -137,6 +137,8 @@ def test_a_machine_that_never_saved_a_step_does_not_name_one(gen_int4, unmeasure
 
 
 def test_a_forced_path_is_the_one_the_model_line_names(gen_int4, unmeasured_machine, monkeypatch):
+    monkeypatch.setattr("components.decode_paths._measure_in_child",  # a child for the step for one thread, ended
+                        lambda name, gate, one_thread=False: SimpleNamespace(poll=lambda: 0, returncode=0))
     steps = DecodePaths()
     save([measured("fp32", "eager", 100.0), measured("int4", "compiled", 20.0)])
     assert "compiled" in steps.status(NAME) and "SBON_" not in steps.status(NAME)
@@ -203,6 +205,42 @@ def test_once_the_child_has_measured_and_built_the_step_runs_decode_compiled_and
     assert result.decode == "compiled"
 
 
+@pytest.mark.slow
+@pytest.mark.compile
+def test_a_run_beside_other_work_decodes_on_the_step_built_for_one_thread_and_keeps_its_candidates(
+        gen_int4, unmeasured_machine, monkeypatch):
+    """The chosen compiled step built for one thread (sbon.probe.one_thread_step, as the app's child runs it): where it
+    gives two threads' bits, a run that starts while other work stalls the team decodes on it, on one thread, with the
+    candidates the same run has on two threads on free cores."""
+    from sbon import probe
+    from sbon.algorithms import RunConfig, events, run
+    from sbon.decoders import prepare
+    from sbon.machine import on_threads
+    from sbon.rewards import CallableReward
+
+    monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # measured on two threads (the suite's workers have one each)
+    with on_threads(2):
+        assert prepare(gen_int4)  # the choice's own step, built and saved here
+    save([measured("int4", "eager", 50.0), measured("int4", "compiled", 20.0)])
+    choice = probe.one_thread_step(NAME, load=lambda name, device, weights: gen_int4, progress=lambda line: None)
+    assert choice.one_thread and not probe.wants_one_thread_step(choice)
+    if choice.one_thread != "same":
+        pytest.skip(f"the step built for one thread is not used here: {choice.one_thread}")
+    steps = DecodePaths()
+    zero = CallableReward(lambda prompt, responses: [0.0] * len(responses))
+
+    def candidates(stalled):
+        monkeypatch.setattr(probe, "team_stalled", lambda threads: stalled)
+        with on_threads(2):  # the app's count, the one measured
+            config = RunConfig(method="bon", n=5, max_new_tokens=24, decode=steps.for_run(NAME, gen_int4))
+            result = run(events(gen_int4, zero, "Give three tips for staying healthy.", config))
+        return result.threads, result.decode, [c.token_ids for c in result.candidates]
+
+    busy, free = candidates(stalled=True), candidates(stalled=False)
+    assert busy[:2] == (1, "compiled") and free[:2] == (2, "compiled")
+    assert busy[2] == free[2] and len(busy[2]) == 5 and all(busy[2])
+
+
 def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradicting_run_has_it_measured_again(
         gen_int4, unmeasured_machine, monkeypatch):
     """A choice timed beside other work: runs take it, and a child measures again once RETRY_S has passed (twice as
@@ -213,7 +251,7 @@ def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradict
     from sbon.results import RunResult
 
     started = []
-    monkeypatch.setattr(dp, "_measure_in_child", lambda name, gate: started.append(name) or
+    monkeypatch.setattr(dp, "_measure_in_child", lambda name, gate, one_thread=False: started.append(name) or
                         SimpleNamespace(poll=lambda: 0, returncode=0))
     steps = DecodePaths()
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)],
@@ -255,7 +293,7 @@ def test_a_child_that_waited_longer_than_the_retry_for_the_cores_is_followed_at_
 
     started, ended = [], set()
 
-    def child(name, gate):
+    def child(name, gate, one_thread=False):
         started.append(name)
         i = len(started)
         return SimpleNamespace(poll=lambda: 0 if i in ended else None, returncode=0)
@@ -331,6 +369,69 @@ def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_th
         torch.set_num_threads(before)
 
 
+def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs_beside_other_work_take_it_only_if_same(
+        gen_int4, unmeasured_machine, monkeypatch):
+    """A compiled step keeps the thread count it was built at, so a run that starts beside other work (above) decodes
+    on one thread eagerly, a slower step that gives other candidates, unless the chosen step was also built for one
+    thread and gives the same bits (sbon.probe.one_thread_step, run_threads). The app has that built in a child once
+    the choice is final, says so on the model line, and tries once: a build that did not finish is recorded, and no
+    child starts again. Without a build here: the saved steps are stand-in files, and the builder fails
+    (tests/test_compiled_step.py builds them)."""
+    import components.decode_paths as dp
+    from sbon import aot_step, probe
+    from sbon.decoders import _use_our_inductor_cache
+    from sbon.machine import on_threads
+
+    monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # measured on two threads (the suite's workers have one each)
+    started = []
+    monkeypatch.setattr(dp, "_measure_in_child", lambda name, gate, one_thread=False: started.append(one_thread) or
+                        SimpleNamespace(poll=lambda: None, returncode=None))
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0), measured("int4", "compiled", 20.0)],
+         provisional="1 compiled step may still be built")
+    steps = DecodePaths()
+    steps.status(NAME)
+    assert started == [False]  # a provisional choice: the whole measurement
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0), measured("int4", "compiled", 20.0)])
+    monkeypatch.setenv("SBON_DECODE", "eager")  # runs forced off the choice: no step for one thread
+    steps, started[:] = DecodePaths(), []
+    steps.status(NAME)
+    assert started == []
+    monkeypatch.delenv("SBON_DECODE")
+    line = steps.status(NAME, alone=True)
+    assert started == [True] and line.startswith("⚙ Compiling its step for runs that start while other programs keep "
+                                                 "this machine busy in the background")
+
+    _use_our_inductor_cache()
+    saved = {}
+    for threads in (2, 1):
+        with on_threads(threads):
+            saved[threads] = aot_step.step_path(gen_int4, aot_step.INDUCTOR_OPTIONS)
+    saved[2].parent.mkdir(parents=True, exist_ok=True)
+    saved[2].write_bytes(b"stand-in")  # the choice's own step, "saved"
+    built = []
+    choice = probe.one_thread_step(NAME, load=lambda name, device, weights: gen_int4,
+                                   builder=lambda name, weights: built.append(torch.get_num_threads()) and False,
+                                   progress=lambda line: None)
+    assert built == [1] and choice.one_thread.startswith("its build for one thread did not finish")
+    assert not probe.wants_one_thread_step(steps.choice(NAME))  # tried once: recorded, not again
+    steps._children.clear()
+    steps.status(NAME)
+    assert started == [True]
+    assert "the compiled step for one thread is not used: its build" in probe.report(steps.choice(NAME))
+
+    def beside_other_work(one_thread):
+        choice = steps.choice(NAME)
+        choice.one_thread = one_thread
+        monkeypatch.setattr(probe, "team_stalled", lambda threads: True)
+        return probe.run_threads(gen_int4, "compiled", 2, choice)
+
+    monkeypatch.setattr(probe, "one_thread_same", lambda gen, threads: True)  # the eager step's bits (tested above)
+    assert beside_other_work("same") == (1, "eager")  # not built here
+    saved[1].write_bytes(b"stand-in")
+    assert beside_other_work("same") == (1, "compiled")
+    assert beside_other_work("it gives other bits on one thread than on 2") == (1, "eager")
+
+
 def test_a_long_prompt_gives_a_run_on_one_thread_the_candidates_of_a_run_on_two(gen):
     """A run beside other work decodes on one thread (above), where the step gives two threads' bits. Its prompt is
     prefilled on one thread in every run (sbon.machine.prefill_threads): on a CPU that computes bfloat16 natively,
@@ -368,7 +469,7 @@ def test_a_run_on_the_safe_path_takes_the_cores_where_they_are_free_and_one_thre
 
     gen = gen_fp32  # the safe path's format
     monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # a fresh process's count (the suite's workers have one)
-    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: None)
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate, one_thread=False: None)
     steps = DecodePaths()
     assert steps.path(NAME).threads is None and (steps.path(NAME).weights, steps.path(NAME).decode) == ("fp32", "eager")
     checked = probe.exact_on(gen, 2) and probe.same_bits(gen, 2)

@@ -664,7 +664,8 @@ def test_a_half_written_choice_is_ignored_in_one_line_and_measured_again(unmeasu
         assert cached_choice(NAME, "cpu", decode_threads()) is None
     assert len([r for r in caplog.records if r.name == "sbon.machine"]) == 1
     started = []
-    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate: started.append(name))
+    monkeypatch.setattr("components.decode_paths._measure_in_child",
+                        lambda name, gate, one_thread=False: started.append(name))
     steps = DecodePaths()
     steps._measure(NAME)
     assert started == [NAME] and steps.path(NAME).weights == "fp32"  # the safe path meanwhile
