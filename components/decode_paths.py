@@ -329,7 +329,8 @@ class DecodePaths:
         now = title(path.weights, path.decode, str(default_device()))
         if running:
             doing = ("measuring how fast each way of decoding runs on this machine" if choice is None else
-                     "compiling its step for runs that start while other programs keep this machine busy"
+                     "compiling its step again for a single core, for runs that start while other programs keep "
+                     "the cores busy,"
                      if name in self._one_thread else
                      "compiling its fastest ways of decoding" if self._saved_since_start(name, choice) else
                      "measuring again how fast each way of decoding runs here")

@@ -398,8 +398,8 @@ def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs
     assert started == []
     monkeypatch.delenv("SBON_DECODE")
     line = steps.status(NAME, alone=True)
-    assert started == [True] and line.startswith("⚙ Compiling its step for runs that start while other programs keep "
-                                                 "this machine busy in the background")
+    assert started == [True] and line.startswith("⚙ Compiling its step again for a single core, for runs that start "
+                                                 "while other programs keep the cores busy, in the background")
 
     _use_our_inductor_cache()
     saved = {}

@@ -382,14 +382,16 @@ def busy_starts(d: dict) -> str:
 
 
 def beside_loop(d: dict) -> str:
-    """A neighbour file's page-default comparison beside a busy loop: its seconds and the threads its runs decoded
-    on, then the same kept on the measured thread count (SBON_THREADS), where measured."""
+    """A neighbour file's page-default comparison beside a busy loop: its seconds and the threads and step its runs
+    decoded on, then the same kept on the measured thread count (SBON_THREADS), where measured."""
     s = d["summary"]
     if s.get("compare_beside_loop_s") is None:
         return "–"
-    threads = sorted({r.get("threads") for r in d["compare_beside_loop"].get("runs", [])} - {None})
+    runs = d["compare_beside_loop"].get("runs", [])
+    threads = sorted({r.get("threads") for r in runs} - {None})
+    steps = sorted({r.get("decode") for r in runs} - {None})
     text = f"{num(s['compare_beside_loop_s'])} s" + (f" ({'/'.join(map(str, threads))} thread"
-                                                      f"{'s' * (threads != [1])})" if threads else "")
+                                                      f"{'s' * (threads != [1])}, {'/'.join(steps)})" if threads else "")
     kept, failed = s.get("compare_beside_loop_kept_threads_s"), (d.get("compare_beside_loop_kept_threads") or {}).get(
         "failed")
     return text + (f"; {num(kept)} s" if kept is not None else f"; stopped ({failed})" if failed else "")
