@@ -109,7 +109,10 @@ def test_the_model_line_says_a_provisional_choice_is_measured_again_then_that_it
     assert steps.status(NAME, alone=True).startswith("⚙ Compiling its fastest ways of decoding in the background")
 
 
-def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, unmeasured_machine):
+def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, unmeasured_machine,
+                                                                              monkeypatch):
+    monkeypatch.setattr("components.decode_paths._measure_in_child",  # a child for the step for one thread, ended
+                        lambda name, gate, one_thread=False: SimpleNamespace(poll=lambda: 0, returncode=0))
     steps = DecodePaths()
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])  # nothing compiled was measured
     assert steps.decode(NAME, gen_int4) == "eager" and NAME not in steps._children  # measured: no child
