@@ -378,8 +378,8 @@ def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs
     on one thread eagerly, a slower step that gives other candidates, unless the chosen step was also built for one
     thread and gives the same bits (sbon.probe.one_thread_step, run_threads). The app has that built in a child once
     the choice is final, says so on the model line, and tries once: a build that did not finish is recorded, and no
-    child starts again. Without a build here: the saved steps are stand-in files, and the builder fails
-    (tests/test_compiled_step.py builds them)."""
+    child starts again. Without a build here: the saved steps are stand-in files, and the builder fails (the
+    `-m compile` test above builds them)."""
     import components.decode_paths as dp
     from sbon import aot_step, probe
     from sbon.decoders import _use_our_inductor_cache
