@@ -100,13 +100,20 @@ def _logits(dec, prefix, ids: Sequence[int], steps: int) -> torch.Tensor:
     return torch.stack(out, 1)
 
 
+def _in_parts(dec, prefix) -> list[torch.Tensor]:
+    """The logits of EXACT_ROWS rows decoded in the parts of each of EXACT_SPLITS, in the rows' order (to compare
+    with the same rows decoded in one batch)."""
+    with torch.inference_mode():
+        return [torch.cat([_logits(dec, prefix, ids, EXACT_STEPS) for ids in split]) for split in EXACT_SPLITS]
+
+
 def exactness(gen: Generator, dec) -> tuple[bool, float]:
     """Whether a row's logits are the same bits decoded alone and within a batch (the coupling is exact), and the
     largest difference of a logit between the two."""
     prefix = gen.prefill(gen.encode_prompt(PROMPT))
     with torch.inference_mode():
         whole = _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS)
-        parts = [torch.cat([_logits(dec, prefix, ids, EXACT_STEPS) for ids in split]) for split in EXACT_SPLITS]
+    parts = _in_parts(dec, prefix)
     return all(torch.equal(whole, p) for p in parts), max(float((whole - p).abs().max()) for p in parts)
 
 
@@ -509,7 +516,7 @@ def report(choice: Choice) -> str:
     if choice.pending:
         lines.append(f"not built yet: {', '.join(choice.pending)} (python -m sbon machine --build builds those "
                      f"predicted within {MARGIN:.0%} of the fastest path, a minute or more each)")
-    if choice.device == "cpu" and choice.decode == "compiled" and threads_may_change("cpu", fp["threads"]):
+    if leaves_compiled_threads(choice):
         lines.append("beside other work: " + (
             f"a run decodes on one thread, on this step built for one thread (the same bits as on {fp['threads']})"
             if choice.one_thread == "same" else "a run decodes on one thread, eagerly, where that gives the same bits "
@@ -616,13 +623,13 @@ def compiled_same_bits(gen: Generator, threads: int) -> bool:
     dec = _compiled(gen)
     with on_threads(1):
         prefix = gen.prefill(gen.encode_prompt(PROMPT))
-    logits = {}
-    for count in (threads, 1):
-        with on_threads(count), torch.inference_mode():
-            dec.ready()
-            logits[count] = [_logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS)] + [
-                torch.cat([_logits(dec, prefix, ids, EXACT_STEPS) for ids in split]) for split in EXACT_SPLITS]
-    return all(torch.equal(logits[threads][0], one) for one in logits[1])
+    with on_threads(threads), torch.inference_mode():
+        dec.ready()
+        whole = _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS)
+    with on_threads(1), torch.inference_mode():
+        dec.ready()
+        one = [_logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS), *_in_parts(dec, prefix)]
+    return all(torch.equal(whole, logits) for logits in one)
 
 
 def one_thread_compiled(gen: Generator, choice: Choice | None) -> bool:
@@ -634,12 +641,17 @@ def one_thread_compiled(gen: Generator, choice: Choice | None) -> bool:
         return compiled_state(gen) is not None
 
 
+def leaves_compiled_threads(choice: Choice | None) -> bool:
+    """Whether runs of this choice may leave the thread count its compiled step was built at: a choice of a compiled
+    step on a CPU, measured at a thread count runs may leave (``threads_may_change``)."""
+    return (choice is not None and choice.device == "cpu" and choice.decode == "compiled"
+            and threads_may_change("cpu", choice.fingerprint["threads"]))
+
+
 def wants_one_thread_step(choice: Choice | None, again: bool = False) -> bool:
-    """Whether ``one_thread_step`` has work for this choice: a final choice of a compiled step on a CPU, at a thread
-    count runs may leave, whose step for one thread was not tried yet (``again``: or was, without giving the same
-    bits)."""
-    return (choice is not None and choice.device == "cpu" and choice.decode == "compiled" and not choice.provisional
-            and threads_may_change("cpu", choice.fingerprint["threads"])
+    """Whether ``one_thread_step`` has work for this choice: a final one that ``leaves_compiled_threads``, whose step
+    for one thread was not tried yet (``again``: or was, without giving the same bits)."""
+    return (leaves_compiled_threads(choice) and not choice.provisional
             and (not choice.one_thread or (again and choice.one_thread != "same")))
 
 
@@ -650,8 +662,9 @@ def one_thread_step(generator: str = DEFAULT_GENERATOR, device: str | torch.devi
     """Where this machine's choice wants it (``wants_one_thread_step``, with ``again``): build the chosen compiled step
     for one thread where it is not saved yet (``builder`` at one thread: a minute or more, on idle cores), measure
     whether it gives the bits of the count the choice was measured at (``compiled_same_bits``), and save the answer
-    in the choice (``Choice.one_thread``). A run that starts beside other work then decodes on it (``run_threads``), with the
-    candidates of a run on free cores, instead of on the eager step, which is slower and gives other candidates.
+    in the choice (``Choice.one_thread``). A run that starts beside other work then decodes on it (``run_threads``),
+    with the candidates of a run on free cores, instead of on the eager step, which is slower and gives other
+    candidates.
     Returns the choice (None: nothing measured here); nothing is computed while a run generates (``gate``)."""
     device = torch.device(device)
     choice = cached_choice(generator, device, decode_threads())  # the count runs take, as the app's (DecodePaths.path)
