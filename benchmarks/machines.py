@@ -21,8 +21,8 @@ from them. The cores may be shared: every file records the load average at its s
 
 ``--neighbour N`` measures instead what a shared machine does to the app's own choice (``neighbour-<class>.json``):
 one fresh start on quiet cores, then N fresh starts each beside one busy loop (a process spinning on one core) with
-one page-default run pressed while the app measures; each start records when each choice was saved, the path it
-named and whether it was provisional, and the run's seconds. After the last, the busy loop stopped, the page-default
+one page-default run pressed while the app measures and one once its measuring ended; each start records when each
+choice was saved, the path it named, the threads its runs take and whether it was provisional, and both runs. After the last, the busy loop stopped, the page-default
 comparison warm in that start's cache, against the quiet start's. Its summary gives, per start, when its runs took
 the quiet start's final path for good (``fast_path_after_s``) and when its measuring ended (``settled_after_s``). A
 fresh start has its own ``$SBON_CACHE`` without a measured choice; its compiled steps are those already saved on this
@@ -277,32 +277,42 @@ SETTLE_TIMEOUT_S = 1800.0  # a start whose measuring child has not ended by then
 def fresh_start(args: argparse.Namespace) -> dict[str, Any]:
     """This process as a fresh app start (its own $SBON_CACHE, set by the parent): load the default models, which
     starts the app's measuring child; press one page-default run at once; then follow the saved choice until the
-    child ends. Returns the choices as they were saved (seconds from start), the run's seconds and the last choice."""
+    child ends, and press another. Returns the choices as they were saved (seconds from start, with the threads its
+    runs take), both runs (seconds, path and threads) and the last choice."""
     from components.controls import DEFAULTS
     from components.model_cache import MODELS
     from components.runs import Runs
     from components.torch_thread import TORCH_THREAD, configure_threads
+    from sbon.analysis.comparison import Comparison
 
     start = time.perf_counter()
     TORCH_THREAD.submit(configure_threads).result()
     MODELS.load_async(DEFAULTS.generator, DEFAULTS.reward).result()
-    run_start = time.perf_counter()
-    Runs(_events).compare(DEFAULTS)
-    record: dict[str, Any] = {"run_at_s": run_start - start, "run_s": time.perf_counter() - run_start, "choices": []}
+    slot = Runs(_events)
+
+    def run() -> dict[str, Any]:
+        began = time.perf_counter()
+        side = Comparison.from_json(slot.compare(DEFAULTS)).speculative
+        return {"at_s": began - start, "s": time.perf_counter() - began, "weights": side.weights,
+                "decode": side.decode, "threads": side.threads}
+
+    first = run()
+    record: dict[str, Any] = {"run_at_s": first["at_s"], "run_s": first["s"], "run": first, "choices": []}
     child = MODELS.decode_paths._children.get(DEFAULTS.generator)
     seen = None
     while time.perf_counter() - start < SETTLE_TIMEOUT_S:
         path = MODELS.decode_paths.path(DEFAULTS.generator)
-        now = (path.weights, path.decode, path.choice.provisional if path.choice else None)
+        now = (path.weights, path.decode, path.choice.provisional if path.choice else None, path.threads)
         if path.choice is not None and now != seen:
             seen = now
             record["choices"].append({"s": time.perf_counter() - start, "weights": now[0], "decode": now[1],
-                                      "provisional": now[2]})
+                                      "provisional": now[2], "threads": now[3]})
         if child is None or child.poll() is not None:
             break
         time.sleep(1.0)
     record["settled"] = child is not None and child.poll() is not None
     record["choice"] = record["choices"][-1] if record["choices"] else None
+    record["run_settled"] = run()  # a run once the measuring ended, beside the loop where the start was
     return record
 
 
@@ -372,8 +382,9 @@ def neighbour(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 "settled_after_s": [s["choices"][-1]["s"] if s.get("choices") else None for s in starts]}}
 
 
-def _path(choice: dict | None) -> tuple[str, str] | None:
-    return (choice["weights"], choice["decode"]) if choice else None
+def _path(choice: dict | None) -> tuple[str, str, int | None] | None:
+    """A recorded choice's path and the threads its runs take (None in files written before they were recorded)."""
+    return (choice["weights"], choice["decode"], choice.get("threads")) if choice else None
 
 
 def reached(start: dict, fast: tuple[str, str] | None) -> float | None:

@@ -23,7 +23,7 @@ from sbon.cuda_graphs import Faster, GraphDecoder, plan
 from sbon.decoders import check_decode, compile_problem, compiled_state, graphs, prepare
 from sbon.engine import Generator
 from sbon.errors import SBoNError, one_line
-from sbon.machine import AutoPath, Choice, auto_path, choice_path, decode_threads, title
+from sbon.machine import AutoPath, Choice, auto_path, choice_path, decode_threads, on_threads, title
 from sbon.machine_load import RunGate, busy
 from sbon.probe import child_argv, threads_for_run, wants_one_thread_step
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
@@ -189,13 +189,14 @@ class DecodePaths:
         path = self.path(name)
         if name in self._failed or (path.weights, path.decode) != (gen.weights, "compiled"):
             return "eager"
-        state = compiled_state(gen)
-        if state == "loaded" or (state == "saved" and not load):
-            return "compiled"
-        if state == "saved":
-            if prepare(gen):
+        with on_threads(path.threads or torch.get_num_threads()):  # its step for the count it was measured at
+            state = compiled_state(gen)
+            if state == "loaded" or (state == "saved" and not load):
                 return "compiled"
-            self._failed[name] = "its compiled decode step did not load (the app's log says why)"
+            if state == "saved":
+                if prepare(gen):
+                    return "compiled"
+                self._failed[name] = "its compiled decode step did not load (the app's log says why)"
         return "eager"
 
     def _cpu_threads(self, name: str, gen: Generator, decode: str) -> str:
@@ -332,6 +333,8 @@ class DecodePaths:
                      "compiling its step again for a single core, for runs that start while other programs keep "
                      "the cores busy,"
                      if name in self._one_thread else
+                     "measuring on one core while other programs keep the others busy, then on all once they are free,"
+                     if choice.fingerprint.get("threads") != decode_threads() else
                      "compiling its fastest ways of decoding" if self._saved_since_start(name, choice) else
                      "measuring again how fast each way of decoding runs here")
             return (f"⚙ {sentence(lead + doing)} in the background (for "

@@ -24,7 +24,7 @@ import os
 import platform
 import re
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -46,6 +46,9 @@ CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "a
 # float32 gives a row the same bits at any batch size on one thread on any CPU (sbon.engine.WEIGHT_FORMATS); a run
 # on the safe path takes more where they are checked to give the same bits (sbon.probe.safe_threads).
 SAFE_THREADS = 1
+# Why a choice measured on one thread, because other work stalled the thread team (sbon.probe.probe), is provisional:
+# runs take it on one thread until a path is chosen at the thread count they would decode with on free cores.
+ALONE = "measured on one core while other programs kept the others busy"
 # How choices are measured (sbon.probe): a choice measured another way is in another file and never read.
 PROBE_VERSION = 2
 
@@ -350,7 +353,9 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
     command line and the app (``components.decode_paths``) all follow.
 
     SBON_WEIGHTS and SBON_DECODE force their part. Otherwise this machine's measured choice, final or provisional;
-    with a forced weight format, the fastest eligible step measured for it. Where nothing is measured, the safe path
+    where it names no path and runs may take one thread, the one measured on one thread beside other work
+    (``alone_choice``), whose runs take one thread; with a forced weight format, the fastest eligible step measured
+    for it. Where nothing is measured, the safe path
     (``safe_path``): float32 op by op on a CPU, exact without measuring; on a GPU bfloat16 on CUDA graphs."""
     from .engine import weight_format
     device = torch.device(device)
@@ -360,8 +365,10 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
         weight_format(weights)  # an unknown name is refused in one line
     decode = os.environ.get("SBON_DECODE") or None
     decode = None if decode == "auto" else decode
-    choice = cached_choice(generator, device, (threads or torch.get_num_threads()) if cpu else None) \
-        if generator else None
+    count = (threads or torch.get_num_threads()) if cpu else None
+    choice = cached_choice(generator, device, count) if generator else None
+    if generator and not weights and (choice is None or not choice.weights) and threads_may_change(device, count or 1):
+        choice = alone_choice(generator) or choice
     measured = choice if choice is not None and choice.weights else None
     if measured is not None and weights in (None, measured.weights):
         path = (measured.weights, measured.decode)
@@ -372,6 +379,16 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
         path = (fmt, steps[0].decode if steps else safe_path(device)[1])
     return AutoPath(path[0], decode or path[1], measured.fingerprint.get("threads") if measured and cpu else None,
                     choice, forced=bool(weights or decode))
+
+
+def alone_choice(generator: str) -> Choice | None:
+    """The choice measured on one thread while other work stalled the team of the count runs decode with on free
+    cores (sbon.probe.probe): where nothing is chosen at that count yet, runs take it, on one thread. Always
+    provisional (ALONE): the count itself is measured once the cores are free. None where it names no path."""
+    alone = cached_choice(generator, "cpu", 1)
+    if alone is None or not alone.weights:
+        return None
+    return alone if alone.provisional else replace(alone, provisional=ALONE)
 
 
 # -- the class of machine a run names ----------------------------------------------------------------------------

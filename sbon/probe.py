@@ -18,7 +18,9 @@ The timing is made to survive shared cores:
 - while a run generates in the app beside it (``sbon.machine_load.RunGate``), nothing is timed, and a timing that a
   run started during is thrown away and taken again;
 - while other work stalls the thread team (``team_held_back``), no format is loaded and nothing is timed: the probe
-  waits, asleep (``TeamWait``), up to STALLED_WAIT_S, then ends with what it had, provisional, and builds nothing.
+  waits, asleep (``TeamWait``), up to STALLED_WAIT_S, then ends with what it had, provisional, and builds nothing;
+  one that starts so with no path chosen yet first measures and builds on one thread, the count a run takes beside
+  other work, whose core the neighbour leaves free (``measures_alone_first``, sbon.machine.alone_choice).
 
 On a CPU ``build=True`` then ranks what will really run: it builds compiled steps (each in a child process on idle
 cores, saved to disk: ``sbon.aot_step``) and times the built steps beside the eager ones; after each build the choice
@@ -49,8 +51,8 @@ import torch
 from .decoders import DECODE_PATHS, EagerDecoder, _compiled, compile_problem, compiled_state, prepare
 from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError, one_line
-from .machine import (ROWS, AutoPath, Choice, Measured, cached_choice, choose, decode_threads, eligible, fingerprint,
-                      on_threads, save_choice, threads_may_change)
+from .machine import (ALONE, ROWS, AutoPath, Choice, Measured, alone_choice, cached_choice, choose, decode_threads,
+                      eligible, fingerprint, on_threads, save_choice, threads_may_change)
 from .machine_load import Contention, RunGate, quiet_token
 from .models import DEFAULT_GENERATOR, load_generator
 
@@ -286,7 +288,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
           load: Callable[..., Generator] = load_generator, save: bool = True,
           progress: Callable[[str], None] = log.warning, gate: RunGate | None = None,
           timing: Callable[..., str] = time_paths, builder: Callable[[str, str], bool] | None = None,
-          team: TeamWait | None = None) -> Choice:
+          team: TeamWait | None = None, alone: bool = False) -> Choice:
     """Measure every path (every weight format × eager and compiled) of ``generator`` on ``device`` at the thread
     count in use, choose, and save the choice (``sbon.machine.cached_choice`` finds it); with ``build``, on a CPU,
     build and time the compiled steps worth building as the module says. ``formats``: the weight formats to measure
@@ -294,23 +296,24 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     ``load``/``timing``/``builder``: what loads a format, times the paths and builds a compiled step (the tests give
     stand-ins). On a CPU whose thread team other work stalls, no format is loaded until it is free (``team``, default
     a TeamWait of the gate); where it stays stalled, the probe ends there: with the choice measured before, or a
-    provisional one that names no path (STALLED), saved."""
+    provisional one that names no path (STALLED), saved. Where the team is stalled as it starts and no path is chosen
+    at its thread count yet, it first measures (and builds) on one thread (``measures_alone_first``; ``alone``: this
+    is that probe), the count runs take beside other work: its choice, provisional (ALONE), is the one those runs
+    take until the count in use is measured (sbon.machine.alone_choice)."""
     device = torch.device(device)
     machine = fingerprint(device)
     gate = gate if gate is not None else RunGate.from_env()
     builder = builder or build_in_child
     previous = cached_choice(generator, device)
     tries = dict(previous.tries) if previous is not None else {}
-    loaded = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress,
-                        (team or TeamWait(gate)) if device.type == "cpu" else None)
+    team = (team or TeamWait(gate)) if device.type == "cpu" else None
+    if measures_alone_first(generator, device, previous, team):
+        progress("other programs keep this machine's cores busy: measuring on one thread first, for runs beside them")
+        with on_threads(1):
+            probe(generator, device, build, formats, rows, load, save, progress, gate, timing, builder, alone=True)
+    loaded = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress, team)
     if loaded is None:  # checking each format beside the neighbour would take its cores for minutes
-        progress(f"nothing measured: {STALLED}")
-        if previous is not None:
-            return previous
-        choice = choose(generator, machine, [], provisional=STALLED, tries=tries)
-        if save:
-            save_choice(choice)
-        return choice
+        return nothing_timed(generator, machine, previous, tries, save, progress)
     paths, subjects, gens = loaded
 
     building = build and device.type == "cpu"
@@ -321,7 +324,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     def decide() -> tuple[Choice, list[str]]:
         """Choose from what is measured so far and save; the builds still worth beginning (``to_build``)."""
         todo = [w for w in to_build(paths, tries) if w not in begun] if building and unsettled != STALLED else []
-        why = ([unsettled] if unsettled else []) + \
+        why = ([ALONE] if alone else []) + ([unsettled] if unsettled else []) + \
             ([f"{len(todo)} compiled step{'s' if len(todo) > 1 else ''} may still be built"] if todo else [])
         choice = choose(generator, machine, paths, pending=_pending(paths), provisional="; ".join(why), tries=tries)
         if save:
@@ -360,6 +363,34 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
             progress(_line(paths[at]))
         choice, todo = settle()
     return choice
+
+
+def nothing_timed(generator: str, machine: dict, previous: Choice | None, tries: dict[str, int], save: bool,
+                  progress: Callable[[str], None]) -> Choice:
+    """A probe whose thread team stayed stalled before it loaded a format: the choice measured before, or a
+    provisional one that names no path (STALLED), saved."""
+    progress(f"nothing measured: {STALLED}")
+    if previous is not None:
+        return previous
+    choice = choose(generator, machine, [], provisional=STALLED, tries=tries)
+    if save:
+        save_choice(choice)
+    return choice
+
+
+def measures_alone_first(generator: str, device: torch.device, previous: Choice | None, team: TeamWait | None) -> bool:
+    """Whether a probe that starts now measures on one thread first: on a CPU whose runs may take one thread
+    (``threads_may_change``), where no path is chosen at the count in use (``previous``) and the one measured on one
+    thread names none, or names compiled steps still worth building, while other work stalls the thread team now
+    (``team``, twice). Its runs then decode on one thread with a measured path within minutes, not on float32 op by op
+    for as long as the neighbour stays."""
+    if team is None or (previous is not None and previous.weights) \
+            or not threads_may_change(device, torch.get_num_threads()):
+        return False
+    measured = cached_choice(generator, device, 1)
+    if measured is not None and measured.weights and not to_build(measured.paths, measured.tries):
+        return False
+    return twice(team.stalled, team.sleep)
 
 
 def load_paths(generator: str, device: torch.device, formats: Sequence[str], tries: dict[str, int],
@@ -516,6 +547,10 @@ def report(choice: Choice) -> str:
     if choice.pending:
         lines.append(f"not built yet: {', '.join(choice.pending)} (python -m sbon machine --build builds those "
                      f"predicted within {MARGIN:.0%} of the fastest path, a minute or more each)")
+    if not choice.weights and choice.device == "cpu" and threads_may_change("cpu", fp["threads"]) \
+            and (alone := alone_choice(choice.generator)) is not None:
+        lines.append(f"meanwhile, {ALONE}: {alone.reason}; runs take it, on one thread, until a path is chosen on "
+                     f"{fp['threads']} threads")
     if leaves_compiled_threads(choice):
         lines.append("beside other work: " + (
             f"a run decodes on one thread, on this step built for one thread (the same bits as on {fp['threads']})"

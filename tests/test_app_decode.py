@@ -526,3 +526,46 @@ def test_the_app_starts_on_one_thread_where_no_decode_path_is_chosen(unmeasured_
         assert configure_threads() == decode_threads()
     finally:
         torch.set_num_threads(before)
+
+
+def test_where_only_one_thread_could_be_measured_runs_take_that_path_on_one_thread_and_the_line_says_why(
+        gen_int4, unmeasured_machine, monkeypatch):
+    """A first start beside a busy neighbour measures on one thread (sbon.probe.measures_alone_first) and times
+    nothing on the count in use: runs take the path measured on one thread, on one thread, and the model line says
+    so; the choice is provisional, so the child measures again once its wait is over."""
+    from sbon.machine import ALONE, choose, fingerprint, save_choice
+    from sbon.probe import STALLED
+
+    class Child:
+        returncode = None
+
+        def poll(self):
+            return self.returncode
+
+    children = []
+    monkeypatch.setattr("components.decode_paths._measure_in_child",
+                        lambda name, gate, one_thread=False: children.append(Child()) or children[-1])
+    monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # the count runs take on free cores
+    monkeypatch.delenv("SBON_THREADS", raising=False)
+    save_choice(choose(NAME, fingerprint("cpu", 2), [], provisional=STALLED))
+    save_choice(choose(NAME, fingerprint("cpu", 1), [measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)],
+                       provisional=ALONE))
+    steps = DecodePaths()
+    path = steps.path(NAME)
+    assert (path.weights, path.decode, path.threads) == ("int4", "eager", 1)
+    assert steps.status(NAME, alone=True).startswith(
+        "⚙ Measuring on one core while other programs keep the others busy, then on all once they are free, in the "
+        "background (for 0 s; runs go first and meanwhile use 4-bit weights, one operation at a time).")
+    children[-1].returncode = 0
+    assert steps.status(NAME, alone=True) == (
+        "It decodes with 4-bit weights, one operation at a time: 50.0 ms per step for 7 candidates, the fastest way "
+        "measured on this machine that gives each candidate the same text in both methods (full-precision numbers, "
+        "one operation at a time: 100.0 ms) (provisional: measured on one core while other programs kept the others "
+        "busy).")
+    assert len(children) == 1  # measured again once RETRY_S has passed, not at once
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert steps._cpu_threads(NAME, gen_int4, "eager") == "eager" and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -334,7 +334,8 @@ def test_a_probe_that_starts_while_other_work_stalls_its_threads_loads_nothing_a
         monkeypatch, unmeasured_machine):
     """Checking a format's exactness beside the neighbour takes minutes of its cores too: a probe that starts while
     the team is stalled waits for it, asleep; where it stays stalled, nothing is loaded and the choice measured before
-    stays; with none, one that names no path is saved, provisional, so that the app measures again later."""
+    stays; with none (and runs that cannot take one thread, here SBON_THREADS), one that names no path is saved,
+    provisional, so that the app measures again later."""
     from sbon.probe import STALLED, STALLED_POLL_S, STALLED_WAIT_S, TeamWait, probe
 
     loaded, slept = [], []
@@ -347,6 +348,7 @@ def test_a_probe_that_starts_while_other_work_stalls_its_threads_loads_nothing_a
         return probe(NAME, "cpu", formats=("fp32",), load=load, progress=lambda line: None,
                      team=TeamWait(stalled=lambda: True, sleep=slept.append))
 
+    monkeypatch.setenv("SBON_THREADS", str(torch.get_num_threads()))  # no measuring on one thread first
     choice = stalled_probe()
     assert loaded == [] and slept == [STALLED_POLL_S] * int(STALLED_WAIT_S / STALLED_POLL_S)
     assert choice.weights is None and choice.provisional == STALLED and choice.paths == []
@@ -368,6 +370,51 @@ def test_a_probe_that_starts_while_other_work_stalls_its_threads_loads_nothing_a
     choice = probe(NAME, "cpu", formats=("fp32",), load=load, progress=lambda line: None, timing=timing,
                    team=TeamWait(stalled=lambda: next(answers), sleep=slept.append))
     assert loaded == ["fp32"] and choice.weights == "fp32" and not choice.provisional
+
+
+def test_a_probe_that_starts_while_other_work_stalls_its_threads_measures_and_builds_on_one_thread_first(
+        monkeypatch, unmeasured_machine):
+    """A machine with nothing chosen yet, whose thread team other work stalls: before the probe waits for the team, it
+    measures and builds on one thread, the count a run takes beside the neighbour, and saves that choice, provisional.
+    Until a path is chosen at the count in use, runs take it on one thread (auto_path) and the report says so. A probe
+    that starts while the team is still stalled does not measure on one thread again; once the count in use has a
+    path, runs take that one, on that count."""
+    from sbon.machine import ALONE, auto_path, on_threads
+    from sbon.probe import STALLED, TeamWait, probe, report
+
+    saved, loaded, built, slept = [], [], [], []
+    timing, _ = stand_in_probe(monkeypatch, {"fp32": 40.0, "int4": 20.0}, compiled_saved=saved)
+
+    def load(name, device, weights):
+        loaded.append((weights, torch.get_num_threads()))
+        return Loaded(weights)
+
+    def builder(name, weights):
+        built.append((weights, torch.get_num_threads()))
+        saved.append(weights)
+        return True
+
+    def stalled_probe():
+        return probe(NAME, "cpu", build=True, formats=("fp32", "int4"), load=load, progress=lambda line: None,
+                     timing=timing, builder=builder, team=TeamWait(stalled=lambda: True, sleep=slept.append))
+
+    monkeypatch.delenv("SBON_THREADS", raising=False)
+    with on_threads(2):
+        path = auto_path(NAME, "cpu", 2)
+        assert (path.weights, path.decode, path.threads) == ("fp32", "eager", None)  # nothing measured: the safe path
+        choice = stalled_probe()
+        assert loaded == [("fp32", 1), ("int4", 1)] and built == [("int4", 1)]  # then the team of two: waited for
+        assert choice.weights is None and choice.provisional == STALLED and choice.fingerprint["threads"] == 2
+        alone = cached_choice(NAME, "cpu", 1)
+        assert (alone.weights, alone.decode, alone.provisional) == ("int4", "compiled", ALONE)
+        path = auto_path(NAME, "cpu", 2)
+        assert (path.weights, path.decode, path.threads, path.choice.provisional) == ("int4", "compiled", 1, ALONE)
+        assert f"meanwhile, {ALONE}: int4 weights, compiled step: 10.0 ms per step" in report(choice)
+        loaded.clear()
+        assert stalled_probe().weights is None and loaded == []  # still stalled: one thread is measured already
+        save_choice(choose(NAME, fingerprint("cpu", 2), [timed("fp32", "eager", 30.0)]))
+        path = auto_path(NAME, "cpu", 2)
+        assert (path.weights, path.decode, path.threads) == ("fp32", "eager", 2)
 
 
 def test_a_timing_a_run_started_during_is_thrown_away_and_none_is_taken_while_a_run_generates(tmp_path, monkeypatch):

@@ -377,8 +377,12 @@ def busy_starts(d: dict) -> str:
         return "none started"
     ended = [start["choices"][-1] for start in d["starts"] if start.get("choices")]
     provisional = [c["s"] for c in ended if c.get("provisional")]
+    settled = [start["run_settled"] for start in d["starts"] if start.get("run_settled")]
     return f"{s['same_choice_as_quiet']} of {s['starts']}" + (
-        f"; {len(provisional)} ended provisional, after {seconds_span(provisional, 0)} s" if provisional else "")
+        f"; {len(provisional)} ended provisional, after {seconds_span(provisional, 0)} s" if provisional else "") + (
+        "; then a page-default run beside the loop: " + ", ".join(
+            f"{num(r['s'])} s (`{r['weights']}` {r['decode']}, {r['threads']} thread{'s' * (r['threads'] != 1)})"
+            for r in settled) if settled else "")
 
 
 def beside_loop(d: dict) -> str:
