@@ -566,11 +566,11 @@ def report(choice: Choice) -> str:
 # process that holds one of the cores, a team of two waits there for a whole time slice of the scheduler at each of a
 # step's hundreds of operations, so a run takes many times longer than on one thread. Work that comes in bursts (a
 # browser drawing the page on the same cores) costs the team little. So what is measured is the team itself: small
-# operations like a step's, timed on the measured thread count and on one thread, one after the other. A run decodes
-# on one thread where one thread did more than ONE_THREAD_FASTER times the team's operations, in two such
-# measurements BUSY_RECHECK_S apart: one thread is slower than the team on free cores, so only a team that the neighbour
-# really stalls is left.
-ONE_THREAD_FASTER = 2.0
+# operations like a step's, timed on the measured thread count and on one thread (``team_held_back``). A run decodes
+# on one thread where the team did fewer than one thread's, in two such measurements BUSY_RECHECK_S apart: on free
+# cores a team of two does more than one thread (rarely less, for a moment); beside a busy loop it does less, in
+# nearly every measurement. A run kept on the team beside a loop takes from twice to many times as long as on one
+# thread; one sent to one thread on free cores, less than half as long again: so the test leans to one thread.
 BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.2, 0.5
 _ONE_THREAD_BEST = [0.0]  # the most operations per second one thread has done in this process
 _SAME_BITS: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> same_bits
@@ -593,25 +593,17 @@ def ops_per_s(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
     return rate
 
 
-def team_stalled(threads: int) -> bool:
-    """Whether one thread now does more than ONE_THREAD_FASTER times the operations of ``threads`` threads. Where the
-    team does at least that share of the most one thread has done in this process, one thread is not timed again."""
-    team = ops_per_s(threads)
-    if _ONE_THREAD_BEST[0] and ONE_THREAD_FASTER * team >= _ONE_THREAD_BEST[0]:
-        return False
-    return ops_per_s(1) > ONE_THREAD_FASTER * team
-
-
 def team_held_back(threads: int) -> bool:
     """Whether ``threads`` threads now do fewer operations than one thread: than the most one thread has done in this
-    process, or than one thread now (timed where the first does not settle it). The probe's question, whether its
-    timings would measure a neighbour, and a stricter test than ``team_stalled``'s: on free cores a team of two does
-    more than one thread; beside a busy loop it sometimes does half of one thread's work, which ``team_stalled``
-    lets pass, and a browser beside the loop holds one thread back too. One thread is never held back."""
+    process, or, before one thread has been timed, than one thread now. The question of a run's start (which thread
+    count it decodes on: ``run_threads``, ``safe_threads``) and of the probe's (whether its timings would measure a
+    neighbour). One thread is never held back."""
     if threads <= 1:
         return False
     team = ops_per_s(threads)
-    return team < _ONE_THREAD_BEST[0] or team < ops_per_s(1)
+    if _ONE_THREAD_BEST[0]:
+        return team < _ONE_THREAD_BEST[0]
+    return team < ops_per_s(1)
 
 
 def twice(look: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> bool:
@@ -743,11 +735,11 @@ def one_thread_same(gen: Generator, threads: int) -> bool:
 def run_threads(gen: Generator, decode: str, threads: int, choice: Choice | None = None) -> tuple[int, str]:
     """The CPU threads and decode step a run of ``gen`` that starts now takes, where its path was measured at
     ``threads`` threads with the step ``decode`` (``choice``: the measured choice): where other work stalls the team
-    of ``threads`` now (``team_stalled``, twice), one thread, on the compiled step built for one thread where the
+    of ``threads`` now (``team_held_back``, twice), one thread, on the compiled step built for one thread where the
     choice's step is compiled and that one gives its bits (``one_thread_compiled``; a compiled step keeps the thread
     count it was built at), else on the eager step where one thread gives the same candidates (``one_thread_same``);
     else ``threads`` and ``decode``. SBON_THREADS, where set, is kept as it is."""
-    if not threads_may_change(gen.device, threads) or not twice(lambda: team_stalled(threads)):
+    if not threads_may_change(gen.device, threads) or not twice(lambda: team_held_back(threads)):
         return threads, decode
     if decode in ("compiled", "auto") and one_thread_compiled(gen, choice):
         return 1, "compiled"
@@ -761,12 +753,12 @@ def run_threads(gen: Generator, decode: str, threads: int, choice: Choice | None
 def safe_threads(gen: Generator, threads: int) -> int:
     """The CPU threads a run of ``gen`` on the safe path (float32 op by op, before anything is measured) takes, where
     measured paths would run on ``threads``: one thread, on which float32 is exact on any CPU, where other work stalls
-    the team of ``threads`` now (``team_stalled``, twice); else ``threads`` where the eager step is exact on that many
+    the team of ``threads`` now (``team_held_back``, twice); else ``threads`` where the eager step is exact on that many
     and gives one thread's bits (``exact_on``, ``same_bits``: seconds, once per process), so the run's candidates are
     those of one thread whichever it takes. SBON_THREADS, where set, is kept as it is."""
     if not threads_may_change(gen.device, threads):
         return threads
-    if twice(lambda: team_stalled(threads)):
+    if twice(lambda: team_held_back(threads)):
         return 1
     return threads if exact_on(gen, threads) and same_bits(gen, threads) else 1
 

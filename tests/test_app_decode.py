@@ -233,7 +233,7 @@ def test_a_run_beside_other_work_decodes_on_the_step_built_for_one_thread_and_ke
     zero = CallableReward(lambda prompt, responses: [0.0] * len(responses))
 
     def candidates(stalled):
-        monkeypatch.setattr(probe, "team_stalled", lambda threads: stalled)
+        monkeypatch.setattr(probe, "team_held_back", lambda threads: stalled)
         with on_threads(2):  # the app's count, the one measured
             config = RunConfig(method="bon", n=5, max_new_tokens=24, decode=steps.for_run(NAME, gen_int4))
             result = run(events(gen_int4, zero, "Give three tips for staying healthy.", config))
@@ -351,7 +351,7 @@ def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_th
     before = torch.get_num_threads()
 
     def candidates(stalled):
-        monkeypatch.setattr(probe, "team_stalled", lambda threads: stalled)
+        monkeypatch.setattr(probe, "team_held_back", lambda threads: stalled)
         try:
             result = run(events(gen_int4, CallableReward(lambda prompt, responses: [0.0] * len(responses)), "Hi",
                                 RunConfig(method="bon", n=4, max_new_tokens=8, decode=steps.for_run(NAME, gen_int4))))
@@ -364,7 +364,7 @@ def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_th
     assert (busy.threads, free.threads) == (1 if same else 2, 2) and busy.decode == free.decode == "eager"
     assert busy_ids == free_ids and len(busy_ids) == 4 and all(busy_ids)
     assert runs.decoded(busy).endswith(runs.ONE_THREAD) == same and not runs.decoded(free).endswith(runs.ONE_THREAD)
-    monkeypatch.setattr(probe, "team_stalled", lambda threads: True)
+    monkeypatch.setattr(probe, "team_held_back", lambda threads: True)
     monkeypatch.setenv("SBON_THREADS", "2")  # a count the app was started with is kept
     try:
         assert steps.for_run(NAME, gen_int4) == "eager" and torch.get_num_threads() == 2
@@ -425,7 +425,7 @@ def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs
     def beside_other_work(one_thread):
         choice = steps.choice(NAME)
         choice.one_thread = one_thread
-        monkeypatch.setattr(probe, "team_stalled", lambda threads: True)
+        monkeypatch.setattr(probe, "team_held_back", lambda threads: True)
         return probe.run_threads(gen_int4, "compiled", 2, choice)
 
     monkeypatch.setattr(probe, "one_thread_same", lambda gen, threads: True)  # the eager step's bits (tested above)
@@ -479,7 +479,7 @@ def test_a_run_on_the_safe_path_takes_the_cores_where_they_are_free_and_one_thre
     before = torch.get_num_threads()
 
     def candidates(stalled):
-        monkeypatch.setattr(probe, "team_stalled", lambda threads: stalled)
+        monkeypatch.setattr(probe, "team_held_back", lambda threads: stalled)
         torch.set_num_threads(1)  # as the app starts on a two-core machine with nothing measured
         try:
             result = run(events(gen, CallableReward(lambda prompt, responses: [0.0] * len(responses)), "Hi",
@@ -491,7 +491,7 @@ def test_a_run_on_the_safe_path_takes_the_cores_where_they_are_free_and_one_thre
     free, busy = candidates(stalled=False), candidates(stalled=True)
     assert free[:2] == (2 if checked else 1, "eager") and busy[:2] == (1, "eager")
     assert free[2] == busy[2] and len(free[2]) == 4 and all(free[2])
-    monkeypatch.setattr(probe, "team_stalled", lambda threads: False)
+    monkeypatch.setattr(probe, "team_held_back", lambda threads: False)
     for name, value in (("SBON_WEIGHTS", "fp32"), ("SBON_THREADS", "1")):
         monkeypatch.setenv(name, value)
         torch.set_num_threads(1)
