@@ -22,9 +22,10 @@ from them. The cores may be shared: every file records the load average at its s
 ``--neighbour N`` measures instead what a shared machine does to the app's own choice (``neighbour-<class>.json``):
 one fresh start on quiet cores, then N fresh starts each beside one busy loop (a process spinning on one core) with
 one page-default run pressed while the app measures and one once its measuring ended; each start records when each
-choice was saved, the path it named, the threads its runs take and whether it was provisional, and both runs. After the last, the busy loop stopped, the page-default
-comparison warm in that start's cache, against the quiet start's. Its summary gives, per start, when its runs took
-the quiet start's final path for good (``fast_path_after_s``) and when its measuring ended (``settled_after_s``). A
+choice was saved, the path it named, the threads its runs take and whether it was provisional, and both runs. After
+the last, the busy loop stopped, the page-default comparison warm in that start's cache, against the quiet start's.
+Its summary gives, per start, when its runs took the quiet start's final path (and thread count) for good
+(``fast_path_after_s``) and when its measuring ended (``settled_after_s``). A
 fresh start has its own ``$SBON_CACHE`` without a measured choice; its compiled steps are those already saved on this
 machine unless ``--fresh-steps``. Last, the warm comparison in the quiet start's cache beside a busy loop, as the app
 runs it (a run that starts beside other work decodes on one thread: sbon.probe.run_threads), and with
@@ -387,7 +388,7 @@ def _path(choice: dict | None) -> tuple[str, str, int | None] | None:
     return (choice["weights"], choice["decode"], choice.get("threads")) if choice else None
 
 
-def reached(start: dict, fast: tuple[str, str] | None) -> float | None:
+def reached(start: dict, fast: tuple[str, str, int | None] | None) -> float | None:
     """Seconds from a start until its runs took ``fast``, the quiet start's final path, and kept it (None: never)."""
     since = None
     for choice in start.get("choices", []):

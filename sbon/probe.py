@@ -382,15 +382,16 @@ def measures_alone_first(generator: str, device: torch.device, previous: Choice 
     """Whether a probe that starts now measures on one thread first: on a CPU whose runs may take one thread
     (``threads_may_change``), where no path is chosen at the count in use (``previous``) and the one measured on one
     thread names none, or names compiled steps still worth building, while other work stalls the thread team now
-    (``team``, twice). Its runs then decode on one thread with a measured path within minutes, not on float32 op by op
-    for as long as the neighbour stays."""
+    (``team``, in ``most`` of three looks: one look beside a busy loop now and then finds the team free, and a miss
+    costs minutes). Its runs then decode on one thread with a measured path within minutes, not on float32 op by op for
+    as long as the neighbour stays."""
     if team is None or (previous is not None and previous.weights) \
             or not threads_may_change(device, torch.get_num_threads()):
         return False
     measured = cached_choice(generator, device, 1)
     if measured is not None and measured.weights and not to_build(measured.paths, measured.tries):
         return False
-    return twice(team.stalled, team.sleep)
+    return most(team.stalled, team.sleep)
 
 
 def load_paths(generator: str, device: torch.device, formats: Sequence[str], tries: dict[str, int],
@@ -613,6 +614,20 @@ def twice(look: Callable[[], bool], sleep: Callable[[float], None] = time.sleep)
         return False
     sleep(BUSY_RECHECK_S)
     return look()
+
+
+def most(look: Callable[[], bool], sleep: Callable[[float], None] = time.sleep, looks: int = 3) -> bool:
+    """Whether ``look`` holds in most of ``looks`` looks BUSY_RECHECK_S apart, looking no more once that is settled:
+    for a decision that costs minutes where one look misleads it (``twice`` costs a run's start less)."""
+    needed, held, missed = looks // 2 + 1, 0, 0
+    while held < needed and missed < needed:
+        if held or missed:
+            sleep(BUSY_RECHECK_S)
+        if look():
+            held += 1
+        else:
+            missed += 1
+    return held >= needed
 
 
 def exact_on(gen: Generator, threads: int) -> bool:

@@ -380,7 +380,7 @@ def test_a_probe_that_starts_while_other_work_stalls_its_threads_measures_and_bu
     that starts while the team is still stalled does not measure on one thread again; once the count in use has a
     path, runs take that one, on that count."""
     from sbon.machine import ALONE, auto_path, on_threads
-    from sbon.probe import STALLED, TeamWait, probe, report
+    from sbon.probe import BUSY_RECHECK_S, STALLED, TeamWait, measures_alone_first, probe, report
 
     saved, loaded, built, slept = [], [], [], []
     timing, _ = stand_in_probe(monkeypatch, {"fp32": 40.0, "int4": 20.0}, compiled_saved=saved)
@@ -400,6 +400,12 @@ def test_a_probe_that_starts_while_other_work_stalls_its_threads_measures_and_bu
 
     monkeypatch.delenv("SBON_THREADS", raising=False)
     with on_threads(2):
+        for looks, alone in (([False, True, True], True), ([True, False, False], False), ([True, True], True)):
+            sleeps = []  # the team stalled in most of three looks: one look that finds it free does not decide
+            answers = iter(looks)
+            assert measures_alone_first(NAME, torch.device("cpu"), None, TeamWait(
+                stalled=lambda: next(answers), sleep=sleeps.append)) is alone
+            assert sleeps == [BUSY_RECHECK_S] * (len(looks) - 1)
         path = auto_path(NAME, "cpu", 2)
         assert (path.weights, path.decode, path.threads) == ("fp32", "eager", None)  # nothing measured: the safe path
         choice = stalled_probe()
