@@ -367,8 +367,8 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
     decode = None if decode == "auto" else decode
     count = (threads or torch.get_num_threads()) if cpu else None
     choice = cached_choice(generator, device, count) if generator else None
-    if generator and not weights and (choice is None or not choice.weights) and threads_may_change(device, count or 1):
-        choice = alone_choice(generator) or choice
+    if generator and not weights and cpu:
+        choice = alone_choice(generator, choice, count) or choice
     measured = choice if choice is not None and choice.weights else None
     if measured is not None and weights in (None, measured.weights):
         path = (measured.weights, measured.decode)
@@ -381,10 +381,13 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
                     choice, forced=bool(weights or decode))
 
 
-def alone_choice(generator: str) -> Choice | None:
-    """The choice measured on one thread while other work stalled the team of the count runs decode with on free
-    cores (sbon.probe.probe): where nothing is chosen at that count yet, runs take it, on one thread. Always
-    provisional (ALONE): the count itself is measured once the cores are free. None where it names no path."""
+def alone_choice(generator: str, choice: Choice | None, threads: int) -> Choice | None:
+    """What runs at ``threads`` CPU threads take where ``choice``, this count's, names no path and they may take one
+    thread (``threads_may_change``): the choice measured on one thread while other work stalled the team
+    (sbon.probe.probe), on one thread. Always provisional (ALONE): the count itself is measured once the cores are
+    free. None elsewhere, and where it names no path."""
+    if (choice is not None and choice.weights) or not threads_may_change("cpu", threads):
+        return None
     alone = cached_choice(generator, "cpu", 1)
     if alone is None or not alone.weights:
         return None

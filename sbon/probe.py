@@ -548,8 +548,7 @@ def report(choice: Choice) -> str:
     if choice.pending:
         lines.append(f"not built yet: {', '.join(choice.pending)} (python -m sbon machine --build builds those "
                      f"predicted within {MARGIN:.0%} of the fastest path, a minute or more each)")
-    if not choice.weights and choice.device == "cpu" and threads_may_change("cpu", fp["threads"]) \
-            and (alone := alone_choice(choice.generator)) is not None:
+    if choice.device == "cpu" and (alone := alone_choice(choice.generator, choice, fp["threads"])) is not None:
         lines.append(f"meanwhile, {ALONE}: {alone.reason}; runs take it, on one thread, until a path is chosen on "
                      f"{fp['threads']} threads")
     if leaves_compiled_threads(choice):
