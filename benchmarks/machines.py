@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -69,14 +70,9 @@ def app_path(generator: str, device=None) -> dict[str, str]:
 
 
 def _events(settings):
-    """The comparison's events, as the app makes them for the Run button and `/compare` (its models from the app's
-    cache, decoded as the app decodes)."""
+    """The comparison's events, as the app makes them for the Run button and `/compare` (ModelCache.comparison)."""
     from components.model_cache import MODELS
-    from sbon.analysis.comparison import comparison_events
-    gen, reward = MODELS.get(settings.generator, settings.reward)
-    config = settings.config().replace(decode=MODELS.decode(settings.generator, gen))
-    yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
-                                 bon_same_memory=settings.bon_same_memory)
+    yield from MODELS.comparison(settings)
 
 
 def compare_warm(runs: int, settings=None) -> dict[str, Any]:
@@ -290,12 +286,14 @@ def fresh_start(args: argparse.Namespace) -> dict[str, Any]:
     TORCH_THREAD.submit(configure_threads).result()
     MODELS.load_async(DEFAULTS.generator, DEFAULTS.reward).result()
     slot = Runs(_events)
+    changes = _ThreadChanges()
 
     def run() -> dict[str, Any]:
         began = time.perf_counter()
-        side = Comparison.from_json(slot.compare(DEFAULTS)).speculative
+        with changes:
+            side = Comparison.from_json(slot.compare(DEFAULTS)).speculative
         return {"at_s": began - start, "s": time.perf_counter() - began, "weights": side.weights,
-                "decode": side.decode, "threads": side.threads}
+                "decode": side.decode, "threads": side.threads, "thread_changes": changes.seen}
 
     first = run()
     record: dict[str, Any] = {"run_at_s": first["at_s"], "run_s": first["s"], "run": first, "choices": []}
@@ -315,6 +313,28 @@ def fresh_start(args: argparse.Namespace) -> dict[str, Any]:
     record["choice"] = record["choices"][-1] if record["choices"] else None
     record["run_settled"] = run()  # a run once the measuring ended, beside the loop where the start was
     return record
+
+
+class _ThreadChanges(logging.Handler):
+    """Inside its block: each change of a run's threads between its steps (sbon.probe.ThreadWatch's logged line), as
+    (seconds into the block, the line)."""
+
+    def __enter__(self) -> "_ThreadChanges":
+        self.seen: list[tuple[float, str]] = []
+        self.began = time.perf_counter()
+        logger = logging.getLogger("sbon.probe")
+        self.level = logger.level
+        logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+        logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger("sbon.probe").removeHandler(self)
+        logging.getLogger("sbon.probe").setLevel(self.level)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "from here" in record.getMessage():
+            self.seen.append((round(time.perf_counter() - self.began, 1), record.getMessage()))
 
 
 def _start(name: str, args: argparse.Namespace, cache: Path, busy: bool, mode: str,

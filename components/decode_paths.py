@@ -25,7 +25,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError, one_line
 from sbon.machine import AutoPath, Choice, auto_path, choice_path, decode_threads, on_threads, title
 from sbon.machine_load import RunGate, busy
-from sbon.probe import child_argv, threads_for_run, wants_one_thread_step
+from sbon.probe import ThreadWatch, child_argv, threads_for_run, wants_one_thread_step, watch_for_run
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
 from sbon.results import RunResult
 from sbon.zerogpu import on_zerogpu
@@ -169,9 +169,19 @@ class DecodePaths:
     def for_run(self, name: str, gen: Generator) -> str:
         """``decode`` for a run that starts now; on a CPU, with auto's path, also its threads (``_cpu_threads``)."""
         decode = self.decode(name, gen)
-        if gen.device.type == "cpu" and app_decode() == "auto" and not on_zerogpu():
+        if self._sets_threads(gen):
             decode = self._cpu_threads(name, gen, decode)
         return decode
+
+    def watch(self, name: str, gen: Generator, decode: str) -> ThreadWatch | None:
+        """What looks at the threads of a run that starts now on ``decode`` (``for_run``'s answer) between its steps,
+        where they may change while it runs (sbon.probe.watch_for_run, the command line's rule too)."""
+        return watch_for_run(gen, decode, self.path(name)) if self._sets_threads(gen) else None
+
+    @staticmethod
+    def _sets_threads(gen: Generator) -> bool:
+        """Whether a run of ``gen`` takes the threads auto's path gives it: on a CPU, not on ZeroGPU."""
+        return gen.device.type == "cpu" and app_decode() == "auto" and not on_zerogpu()
 
     def planned(self, name: str, gen: Generator) -> str:
         """The decode path a run of ``gen`` starting now would take, as ``decode`` decides, without measuring,

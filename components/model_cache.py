@@ -31,6 +31,7 @@ from sbon.errors import SBoNError
 from sbon.cache import cache_dir
 from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, default_device, dequantized_copy_dir, generator_title,
                          load_generator, load_reward, reward_title)
+from sbon.probe import watched
 from sbon.results import RunResult
 from sbon.rewards import RewardModel
 from sbon.zerogpu import on_zerogpu
@@ -212,10 +213,12 @@ class ModelCache:
         """The comparison's events for these run settings (components.controls.RunSettings): the app's one run path,
         its models from here, decoded as ``decode`` says."""
         gen, reward = self.get(settings.generator, settings.reward)
-        config = settings.config().replace(decode=self.decode(settings.generator, gen))
+        decode = self.decode(settings.generator, gen)
+        config = settings.config().replace(decode=decode)
+        watch = self.decode_paths.watch(settings.generator, gen, decode) if self.decode_paths else None
         # The instructions travel in the settings (to a ZeroGPU worker too) and bind this run's own copy.
-        yield from comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
-                                     bon_same_memory=settings.bon_same_memory)
+        yield from watched(comparison_events(gen, settings.reward_for_run(reward), settings.prompt, config,
+                                             bon_same_memory=settings.bon_same_memory), watch)
 
     def decode(self, generator: str, gen: Generator) -> str:
         """The decode path (sbon.decoders) of a run of this generator that starts now, and on a CPU its threads: see

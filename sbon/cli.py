@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import torch
 from tqdm import tqdm
@@ -26,6 +26,9 @@ from .models import (DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, 
                      default_device, default_dtype_name, load_generator, load_reward)
 from .results import RunResult
 from .rewards import bind_instructions
+
+if TYPE_CHECKING:
+    from .probe import ThreadWatch
 
 DEFAULT_N = 16
 
@@ -193,18 +196,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_reward_prompt(args.reward, args.prompt, args.instructions)
     check_out(args.out)
     device = check_device(args.device or default_device())  # a mistyped device in one line, before anything reads it
-    from .probe import check_forced
+    from .probe import check_forced, watched
     check_forced(args.generator, device, args.weights, args.decode if args.decode == "compiled" else None)
     from .machine import start_threads
     torch.set_num_threads(start_threads(args.generator, device))
     print(f"loading generator '{args.generator}' and reward '{args.reward}' ...", file=sys.stderr)
     gen = load_generator(args.generator, device=args.device, dtype=args.dtype and getattr(torch, args.dtype),
                          weights=args.weights)
-    config = on_free_threads(gen, config)
+    config, watch = on_free_threads(gen, config)
     reward = bind_instructions(load_reward(args.reward, generator=gen, device=args.device), args.prompt,
                                args.instructions)
     if args.compare:
-        stream = comparison_events(gen, reward, args.prompt, config, bon_same_memory=args.bon_same_memory)
+        stream = watched(comparison_events(gen, reward, args.prompt, config, bon_same_memory=args.bon_same_memory),
+                         watch)
         comparison = drive(with_progress(stream, args.max_new_tokens, args.method), ComparisonDone).comparison
         report(comparison.speculative)
         print(f"\n{headline_text(comparison)}\n{wall_time_text(comparison)}")
@@ -213,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"  {k:28s} {v:.3f}" if isinstance(v, float) else f"  {k:28s} {v}")
         saved: RunResult | Comparison = comparison
     else:
-        stream = events(gen, reward, args.prompt, config)
+        stream = watched(events(gen, reward, args.prompt, config), watch)
         meter = LoadMeter().start()
         saved = drive(with_progress(stream, args.max_new_tokens, args.method), Done).result
         saved.load = meter.stop()
@@ -229,27 +233,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def on_free_threads(gen, config: RunConfig) -> RunConfig:
+def on_free_threads(gen, config: RunConfig) -> tuple[RunConfig, ThreadWatch | None]:
     """``config`` for a run of ``gen`` that starts now with auto's path, as the app's runs start: on the thread count
     the path was measured at, or on one thread where other work holds the cores now
-    (sbon.probe.threads_for_run, the app's rule too); before anything is measured, on the safe path's threads."""
+    (sbon.probe.threads_for_run, the app's rule too); before anything is measured, on the safe path's threads. With
+    what looks at its threads between its steps (sbon.probe.watch_for_run; None where they stay)."""
     from .machine import auto_path
-    from .probe import threads_for_run
+    from .probe import threads_for_run, watch_for_run
 
     if config.decode != "auto" or gen.device.type != "cpu":
-        return config
+        return config, None
     path = auto_path(gen.name, gen.device)
     measured = path.threads
     threads, decode = threads_for_run(gen, config.decode, path)
     if threads is None:
-        return config
+        return config, None
     torch.set_num_threads(threads)
+    watch = watch_for_run(gen, decode, path)
     if measured is None or threads == measured:
-        return config
+        return config, watch
     step = "on the compiled step built for one thread" if decode == "compiled" else "eagerly"
     print(f"note: other work holds this machine's cores: this run decodes on one thread, {step} ({measured} threads "
           "would wait for the cores at every operation)", file=sys.stderr)
-    return dataclasses.replace(config, decode=decode)
+    return dataclasses.replace(config, decode=decode), watch
 
 
 def report(result: RunResult) -> None:

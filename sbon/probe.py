@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import torch
 
@@ -57,6 +57,7 @@ from .machine_load import Contention, RunGate, quiet_token
 from .models import DEFAULT_GENERATOR, load_generator
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PROMPT = "Give three tips for staying healthy."
 WARM_STEPS, TIMED_STEPS = 1, 3  # per row count and round: the first step pays for lazy initialisation
@@ -572,6 +573,9 @@ def report(choice: Choice) -> str:
 # nearly every measurement. A run kept on the team beside a loop takes from twice to many times as long as on one
 # thread; one sent to one thread on free cores, less than half as long again: so the test leans to one thread.
 BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.2, 0.5
+# A running decode's looks at its team (ThreadWatch): shorter than a start's, since a quiet run pays for each; a
+# twentieth of a second told a team beside a busy loop from a free one in every look of a one-off check on two cores.
+WATCH_SAMPLE_S, WATCH_FIRST_S, WATCH_MOST_S = 0.05, 2.0, 16.0
 _ONE_THREAD_BEST = [0.0]  # the most operations per second one thread has done in this process
 _SAME_BITS: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> same_bits
 _EXACT_ON: dict[tuple[str, str | None, int], bool] = {}  # generator, format, threads -> exact_on
@@ -593,17 +597,18 @@ def ops_per_s(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
     return rate
 
 
-def team_held_back(threads: int) -> bool:
-    """Whether ``threads`` threads now do fewer operations than one thread: than the most one thread has done in this
-    process, or, before one thread has been timed, than one thread now. The question of a run's start (which thread
-    count it decodes on: ``run_threads``, ``safe_threads``) and of the probe's (whether its timings would measure a
-    neighbour). One thread is never held back."""
+def team_held_back(threads: int, seconds: float = BUSY_SAMPLE_S) -> bool:
+    """Whether ``threads`` threads now do fewer operations than one thread, timed over ``seconds``: than the most one
+    thread has done in this process, or, before one thread has been timed, than one thread now. The question of a
+    run's start (which thread count it decodes on: ``run_threads``, ``safe_threads``), of a running decode
+    (``ThreadWatch``) and of the probe's (whether its timings would measure a neighbour). One thread is never held
+    back."""
     if threads <= 1:
         return False
-    team = ops_per_s(threads)
+    team = ops_per_s(threads, seconds)
     if _ONE_THREAD_BEST[0]:
         return team < _ONE_THREAD_BEST[0]
-    return team < ops_per_s(1)
+    return team < ops_per_s(1, seconds)
 
 
 def twice(look: Callable[[], bool], sleep: Callable[[float], None] = time.sleep) -> bool:
@@ -784,6 +789,78 @@ def threads_for_run(gen: Generator, decode: str, path: AutoPath) -> tuple[int | 
     if path.threads is not None:
         return run_threads(gen, decode, path.threads, path.choice)
     return (None if path.forced else safe_threads(gen, decode_threads())), decode
+
+
+class ThreadWatch:
+    """A running decode's CPU threads, looked at between its steps on the thread that decodes (``watched``): a run
+    may start in a moment that misleads ``run_threads`` (the app's measuring child loading a format beside it, a
+    neighbour that starts or stops during the run), and a run kept on a held-back team takes twice as long or more.
+
+    It decodes on its ``team`` of threads while the team is free, and on one thread while other work holds it back
+    (``team_held_back``), each decided on two looks in a row. A look costs WATCH_SAMPLE_S; the first comes
+    WATCH_FIRST_S into the run, and each look that changes nothing doubles the wait, up to WATCH_MOST_S (a look that
+    leans to a change is checked again WATCH_FIRST_S later). The count changes only where both counts give the
+    same bits (``counts_agree``), so no candidate changes and Best-of-N's twins stay the same; where they do not, it
+    stops looking."""
+
+    def __init__(self, gen: Generator, decode: str, team: int, choice: Choice | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.gen, self.decode, self.team, self.choice, self.clock = gen, decode, team, choice, clock
+        self.wait, self.leaning = WATCH_FIRST_S, False
+        self.next_look = clock() + self.wait
+        self.changes: list[int] = []  # the counts it changed to, in order
+
+    def __call__(self) -> None:
+        if self.clock() < self.next_look:
+            return
+        now = torch.get_num_threads()
+        wanted = 1 if team_held_back(self.team, WATCH_SAMPLE_S) else self.team
+        if wanted == now:
+            self.leaning, self.wait = False, min(2 * self.wait, WATCH_MOST_S)
+        elif not self.leaning:
+            self.leaning, self.wait = True, WATCH_FIRST_S
+        elif counts_agree(self.gen, self.decode, self.team, self.choice):
+            torch.set_num_threads(wanted)
+            self.changes.append(wanted)
+            self.leaning, self.wait = False, WATCH_FIRST_S
+            log.info("%s: this run decodes on %s from here", self.gen.name, "one thread (other work holds the "
+                     "cores)" if wanted == 1 else f"{wanted} threads (the cores are free again)")
+        else:
+            self.next_look = float("inf")
+            return
+        self.next_look = self.clock() + self.wait
+
+
+def counts_agree(gen: Generator, decode: str, team: int, choice: Choice | None = None) -> bool:
+    """Whether a run of ``gen`` on the step ``decode`` may change between one thread and ``team`` threads without
+    changing one candidate: eagerly, where the step is exact on both counts and gives the same bits on both
+    (``exact_on``, ``one_thread_same``: seconds, once per process); compiled, where the chosen step for one thread
+    is measured to give the bits of the team's (``one_thread_compiled``) and the team's step is saved here too (a
+    compiled step keeps the count it was built at, and a run never waits for a build)."""
+    if decode == "eager":
+        return exact_on(gen, team) and one_thread_same(gen, team)
+    if not one_thread_compiled(gen, choice):
+        return False
+    with on_threads(team):
+        return compiled_state(gen) is not None
+
+
+def watch_for_run(gen: Generator, decode: str, path: AutoPath) -> ThreadWatch | None:
+    """The ``ThreadWatch`` of a run of ``gen`` on the step ``decode`` with auto's ``path`` that starts now, the
+    app's and the command line's alike: on a CPU, where runs may leave the count the path was measured at (before
+    anything is measured: the count measured paths would run on); None where a forced format keeps its count."""
+    team = path.threads if path.threads is not None else decode_threads()
+    if path.forced or not threads_may_change(gen.device, team):
+        return None
+    return ThreadWatch(gen, decode, team, path.choice)
+
+
+def watched(events: Iterator[T], watch: Callable[[], None] | None) -> Iterator[T]:
+    """``events``, with ``watch`` called before each next one is computed, on the thread that computes it."""
+    for event in events:
+        yield event
+        if watch is not None:
+            watch()
 
 
 def check_forced(generator: str, device: str | torch.device, weights: str | None = None,

@@ -124,9 +124,9 @@ class RunResult:
     # the same seed gives the same candidates on the same class with the same weights and decode path, and its wall
     # times are that machine's. None in runs saved before it was recorded.
     machine: str | None = None
-    # The CPU threads it decoded on (None on a GPU, and in runs saved before it was recorded): its wall times depend on
-    # it, its candidates do not (a run decodes on fewer threads than measured only where its step gives the same bits
-    # there: sbon.probe.run_threads).
+    # The CPU threads it decoded on at its end (None on a GPU, and in runs saved before it was recorded): its wall
+    # times depend on it, its candidates do not (a run decodes on fewer threads than measured, or changes its count
+    # between steps, only where its step gives the same bits there: sbon.probe.run_threads, ThreadWatch).
     threads: int | None = None
 
     def __post_init__(self) -> None:

@@ -372,6 +372,62 @@ def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_th
         torch.set_num_threads(before)
 
 
+def test_a_run_whose_cores_are_taken_then_freed_while_it_decodes_changes_its_threads_and_keeps_its_candidates(
+        gen_fp32, unmeasured_machine, monkeypatch):
+    """A run's start can misjudge the cores: the app's measuring child loads a format beside the first run, and a
+    neighbour comes or goes while a run decodes. So the run looks again between its steps (sbon.probe.ThreadWatch):
+    on one thread once other work holds its team back in two looks in a row, on the team again once it is free in
+    two, only where both counts give the same bits (measured here, on this CPU), so its candidates are those of a run
+    on free cores; where they do not, it stops looking. The safe path's run (nothing measured yet: the first runs of a
+    first start) here; whether the team is held back is given (the suite's other worker shares the cores)."""
+    from sbon import probe
+    from sbon.algorithms import RunConfig, TokensGenerated, events
+    from sbon.rewards import CallableReward
+
+    monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # the count measured paths would run on
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate, one_thread=False: None)
+    monkeypatch.setattr(probe, "WATCH_FIRST_S", 0.0)  # a look after every event
+    steps, before = DecodePaths(), torch.get_num_threads()
+    reward = CallableReward(lambda prompt, responses: [0.0] * len(responses))
+
+    def decoded(held, watching=True):
+        """The thread count each step of a run was decoded on, its candidates and its watch; ``held``: what
+        team_held_back answers."""
+        monkeypatch.setattr(probe, "team_held_back", held)
+        try:
+            decode = steps.for_run(NAME, gen_fp32)
+            watch = steps.watch(NAME, gen_fp32, decode) if watching else None
+            config = RunConfig(method="bon", n=4, max_new_tokens=12, decode=decode)
+            counts, result = [], None
+            for event in probe.watched(events(gen_fp32, reward, "Hi", config), watch):
+                if isinstance(event, TokensGenerated):
+                    counts.append(torch.get_num_threads())
+                result = getattr(event, "result", result)
+        finally:
+            torch.set_num_threads(before)
+        return counts, [c.token_ids for c in result.candidates], watch
+
+    def answers(*given):  # team_held_back's answers in turn, then: free
+        left = iter(given)
+        return lambda threads, seconds=None: next(left, False)
+
+    free, free_ids, _ = decoded(answers(), watching=False)
+    # free at the start, free, held back twice, free twice
+    counts, ids, watch = decoded(answers(False, False, True, True, False, False))
+    assert ids == free_ids and len(ids) == 4 and all(ids)
+    if probe.counts_agree(gen_fp32, "eager", 2):
+        assert set(free) == {2} and watch.changes == [1, 2]
+        assert counts[0] == 2 and 1 in counts and counts[-1] == 2  # two, then one, then two again
+    else:
+        assert watch.changes == [] and len(set(counts)) == 1
+    # where the counts do not give the same bits, the run stays on its count and looks no more
+    monkeypatch.setattr(probe, "counts_agree", lambda *args: False)
+    looked = []
+    counts, ids, watch = decoded(lambda threads, seconds=None: looked.append(threads) or len(looked) > 1)
+    assert watch.changes == [] and len(set(counts)) == 1 and ids == free_ids
+    assert len(looked) == 3  # the start's look, then the watch's two
+
+
 def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs_beside_other_work_take_it_only_if_same(
         gen_int4, unmeasured_machine, monkeypatch):
     """A compiled step keeps the thread count it was built at, so a run that starts beside other work (above) decodes
