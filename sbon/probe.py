@@ -856,11 +856,19 @@ def watch_for_run(gen: Generator, decode: str, path: AutoPath) -> ThreadWatch | 
 
 
 def watched(events: Iterator[T], watch: Callable[[], None] | None) -> Iterator[T]:
-    """``events``, with ``watch`` called before each next one is computed, on the thread that computes it."""
-    for event in events:
-        yield event
-        if watch is not None:
+    """``events``, with ``watch`` called before each next one is computed, on the thread that computes it; closing
+    this closes ``events`` (a stopped run ends there, as without the watch)."""
+    if watch is None:
+        yield from events
+        return
+    try:
+        for event in events:
+            yield event
             watch()
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
 
 
 def check_forced(generator: str, device: str | torch.device, weights: str | None = None,

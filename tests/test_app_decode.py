@@ -7,6 +7,7 @@ and a minute-long build beside the tests. The last test here builds the step for
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -426,6 +427,12 @@ def test_a_run_whose_cores_are_taken_then_freed_while_it_decodes_changes_its_thr
     counts, ids, watch = decoded(lambda threads, seconds=None: looked.append(threads) or len(looked) > 1)
     assert watch.changes == [] and len(set(counts)) == 1 and ids == free_ids
     assert len(looked) == 3  # the start's look, then the watch's two
+    # a stopped run (the app closes its events) ends, watched or not
+    inner = events(gen_fp32, reward, "Hi", RunConfig(method="bon", n=2, max_new_tokens=4, decode="eager"))
+    outer = probe.watched(inner, lambda: None)
+    next(outer)
+    outer.close()
+    assert inspect.getgeneratorstate(inner) == inspect.GEN_CLOSED
 
 
 def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs_beside_other_work_take_it_only_if_same(
@@ -489,6 +496,15 @@ def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs
     saved[1].write_bytes(b"stand-in")
     assert beside_other_work("same") == (1, "compiled")
     assert beside_other_work("it gives other bits on one thread than on 2") == (1, "eager")
+    # a running decode moves between the two compiled steps only where both are saved and give the same bits
+    choice = steps.choice(NAME)
+    choice.one_thread = "same"
+    assert probe.counts_agree(gen_int4, "compiled", 2, choice)
+    choice.one_thread = "it gives other bits on one thread than on 2"
+    assert not probe.counts_agree(gen_int4, "compiled", 2, choice)
+    choice.one_thread = "same"
+    saved[2].unlink()
+    assert not probe.counts_agree(gen_int4, "compiled", 2, choice)
 
 
 def test_a_long_prompt_gives_a_run_on_one_thread_the_candidates_of_a_run_on_two(gen):

@@ -351,6 +351,7 @@ def machines_neighbour(results_dir: Path) -> str:
         rows.append([f"{cls.title} on {d['environment']['cpu_model']}", link(results_dir, path),
                      f"`{quiet.get('weights')}` {quiet.get('decode')}",
                      f"{num(s['quiet_fast_path_s'], 0)} s" if s.get("quiet_fast_path_s") is not None else "–",
+                     warm_up_runs(d),
                      busy_starts(d),
                      f"{seconds_span(reached, 0)} s" if reached else "–",
                      f"{num(s['compare_after_s'])} s against {num(s['compare_quiet_s'])} s" if s["starts"] else
@@ -363,10 +364,30 @@ def machines_neighbour(results_dir: Path) -> str:
     if not rows:
         return "No result files yet: `python -m benchmarks machines --neighbour 5`."
     return markdown_table(["CPU class (emulated) on these cores", "file", "quiet start's choice", "its runs took it after",
+                           "page-default run pressed at once: quiet start; beside a busy loop",
                            "starts beside a busy loop choosing the same", "their runs took it after",
                            "page-default run after the loop stopped, against quiet",
                            "page-default run beside a busy loop: as the app runs it; on the measured threads",
                            "compiled steps"], rows)
+
+
+def warm_up_runs(d: dict) -> str:
+    """A neighbour file's page-default runs pressed at once on each fresh start, while its measuring child works: the
+    quiet start's, then those beside the loop; each with its path, the thread count it ended on, and the moves of its
+    threads between its steps (sbon.probe.ThreadWatch; files written before it show none, and before the path was
+    recorded, the seconds only)."""
+    def one(run: dict) -> str:
+        if "weights" not in run:
+            return f"{num(run['s'])} s"
+        moves = [f"{1 if 'on one thread' in line else line.split(' decodes on ')[1].split()[0]} at {at:g} s"
+                 for at, line in run.get("thread_changes") or []]
+        return (f"{num(run['s'])} s (`{run['weights']}` {run['decode']}, {run['threads']} "
+                f"thread{'s' * (run['threads'] != 1)}" + (f"; moved to {', '.join(moves)}" if moves else "") + ")")
+    runs = [start.get("run") or {"s": start["run_s"]} for start in (d["quiet_start"], *d["starts"])
+            if start.get("run") or start.get("run_s") is not None]
+    if not runs:
+        return "–"
+    return one(runs[0]) + "; " + (", ".join(one(r) for r in runs[1:]) or "none beside a loop")
 
 
 def busy_starts(d: dict) -> str:
