@@ -22,7 +22,8 @@ from them. The cores may be shared: every file records the load average at its s
 ``--neighbour N`` measures instead what a shared machine does to the app's own choice (``neighbour-<class>.json``):
 one fresh start on quiet cores, then N fresh starts each beside one busy loop (a process spinning on one core) with
 one page-default run pressed while the app measures and one once its measuring ended; each start records when each
-choice was saved, the path it named, the threads its runs take and whether it was provisional, and both runs. After
+choice was saved, the path it named, the threads its runs take and whether it was provisional, and both runs
+(with each move of their threads between their steps: sbon.probe.ThreadWatch). After
 the last, the busy loop stopped, the page-default comparison warm in that start's cache, against the quiet start's.
 Its summary gives, per start, when its runs took the quiet start's final path (and thread count) for good
 (``fast_path_after_s``) and when its measuring ended (``settled_after_s``). A
