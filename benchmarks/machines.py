@@ -317,11 +317,11 @@ def fresh_start(args: argparse.Namespace) -> dict[str, Any]:
 
 
 class _ThreadChanges(logging.Handler):
-    """Inside its block: each change of a run's threads between its steps (sbon.probe.ThreadWatch's logged line), as
-    (seconds into the block, the line)."""
+    """Inside its block: each change of a run's threads between its steps (sbon.probe.ThreadWatch's logged line,
+    which carries the count), as (seconds into the block, the count)."""
 
     def __enter__(self) -> "_ThreadChanges":
-        self.seen: list[tuple[float, str]] = []
+        self.seen: list[tuple[float, int]] = []
         self.began = time.perf_counter()
         logger = logging.getLogger("sbon.probe")
         self.level = logger.level
@@ -334,8 +334,8 @@ class _ThreadChanges(logging.Handler):
         logging.getLogger("sbon.probe").setLevel(self.level)
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "from here" in record.getMessage():
-            self.seen.append((round(time.perf_counter() - self.began, 1), record.getMessage()))
+        if hasattr(record, "threads"):
+            self.seen.append((round(time.perf_counter() - self.began, 1), record.threads))
 
 
 def _start(name: str, args: argparse.Namespace, cache: Path, busy: bool, mode: str,

@@ -803,15 +803,14 @@ class ThreadWatch:
     same bits (``counts_agree``), so no candidate changes and Best-of-N's twins stay the same; where they do not, it
     stops looking."""
 
-    def __init__(self, gen: Generator, decode: str, team: int, choice: Choice | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
-        self.gen, self.decode, self.team, self.choice, self.clock = gen, decode, team, choice, clock
+    def __init__(self, gen: Generator, decode: str, team: int, choice: Choice | None = None):
+        self.gen, self.decode, self.team, self.choice = gen, decode, team, choice
         self.wait, self.leaning = WATCH_FIRST_S, False
-        self.next_look = clock() + self.wait
+        self.next_look = time.perf_counter() + self.wait
         self.changes: list[int] = []  # the counts it changed to, in order
 
     def __call__(self) -> None:
-        if self.clock() < self.next_look:
+        if time.perf_counter() < self.next_look:
             return
         now = torch.get_num_threads()
         wanted = 1 if team_held_back(self.team, WATCH_SAMPLE_S) else self.team
@@ -824,11 +823,12 @@ class ThreadWatch:
             self.changes.append(wanted)
             self.leaning, self.wait = False, WATCH_FIRST_S
             log.info("%s: this run decodes on %s from here", self.gen.name, "one thread (other work holds the "
-                     "cores)" if wanted == 1 else f"{wanted} threads (the cores are free again)")
+                     "cores)" if wanted == 1 else f"{wanted} threads (the cores are free again)",
+                     extra={"threads": wanted})  # for whoever records the moves (the machines benchmark)
         else:
             self.next_look = float("inf")
             return
-        self.next_look = self.clock() + self.wait
+        self.next_look = time.perf_counter() + self.wait
 
 
 def counts_agree(gen: Generator, decode: str, team: int, choice: Choice | None = None) -> bool:

@@ -379,8 +379,7 @@ def warm_up_runs(d: dict) -> str:
     def one(run: dict) -> str:
         if "weights" not in run:
             return f"{num(run['s'])} s"
-        moves = [f"{1 if 'on one thread' in line else line.split(' decodes on ')[1].split()[0]} at {at:g} s"
-                 for at, line in run.get("thread_changes") or []]
+        moves = [f"{threads} at {at:g} s" for at, threads in run.get("thread_changes") or []]
         return (f"{num(run['s'])} s (`{run['weights']}` {run['decode']}, {run['threads']} "
                 f"thread{'s' * (run['threads'] != 1)}" + (f"; moved to {', '.join(moves)}" if moves else "") + ")")
     runs = [start.get("run") or {"s": start["run_s"]} for start in (d["quiet_start"], *d["starts"])
