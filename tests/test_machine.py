@@ -568,7 +568,7 @@ def test_the_command_line_starts_a_run_on_the_app_s_threads(gen_fp32, unmeasured
     before, out = torch.get_num_threads(), tmp_path / "run.json"
 
     def run(stalled=False):
-        monkeypatch.setattr(probe, "team_held_back", lambda threads: stalled)
+        monkeypatch.setattr(probe, "team_held_back", lambda threads, seconds=None: stalled)
         try:
             assert main(["run", "--method", "bon", "--n", "2", "--max-new-tokens", "2", "--reward", "likelihood",
                          "--out", str(out)]) == 0
