@@ -25,6 +25,7 @@ from sbon.algorithms import Done, Event, best_of_n
 from sbon.config import RunConfig
 from sbon.decoders import auto_compiles
 from sbon.engine import Generator, SamplingConfig
+from sbon.machine import cpu_flags
 from sbon.options import add_options, resolved
 from sbon.models import (DEFAULT_GENERATOR, DEFAULT_REWARD, default_device, default_dtype_name, load_generator,
                          load_reward)
@@ -294,6 +295,7 @@ def environment(gen: Generator | None = None, runner: Runner = LOCAL) -> dict[st
         "transformers": transformers.__version__,
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
+        "cpu_flags": cpu_flags(),  # the CPU's own instructions, whatever class a run emulates on it
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 EMULATE_DIR = Path(__file__).resolve().parent / "emulate"  # its sitecustomize.py hides BF16 from torch.cpu's checks
 
@@ -55,6 +55,24 @@ CPU_CLASSES: dict[str, CpuClass] = {
     "avx2": CpuClass("AVX2 only", {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                                    "SBON_EMULATED_CPU": "avx2"}, "AVX2", bf16=False),
 }
+
+
+def own_class(flags: Sequence[str]) -> str | None:
+    """The class of a CPU with ``flags`` (sbon.machine.cpu_flags, read from /proc/cpuinfo, which no limit hides):
+    the highest of CPU_CLASSES it has the instructions of; None below AVX2."""
+    have = set(flags)
+    if "avx512f" in have:
+        return "avx512-bf16" if have & {"avx512_bf16", "amx_bf16"} else "avx512"
+    return "avx2" if "avx2" in have else None
+
+
+def native(name: str, environment: dict[str, Any]) -> bool:
+    """Whether a result of the class ``name`` was measured on a CPU of that class, not emulated on a higher one:
+    from the CPU's flags where the result recorded them (``environment["cpu_flags"]``), else only the class that
+    sets no limit is."""
+    if "cpu_flags" in environment:
+        return own_class(environment["cpu_flags"]) == name
+    return not CPU_CLASSES[name].env
 
 
 def hide_cpu_features(emulated: str | None = None) -> None:

@@ -48,3 +48,31 @@ def test_the_laptop_class_limits_torch_onednn_and_inductor():
     assert measured["capability"] == "AVX2" and not measured["torch_cpu_avx512_bf16"]
     assert "avx512" not in (measured["inductor_flags"] or "")
     assert limit_problems(CPU_CLASSES["avx2"], measured) == []
+
+
+def test_the_report_names_each_class_native_or_emulated_and_adds_another_machine_s_own_class(tmp_path):
+    """The machines tables: the reference machine's files, each said native or emulated from the CPU's own flags
+    (without them, only the class that sets no limit is native), then another machine's file of its own class; that
+    machine's emulated classes are left out (the reference machine has those)."""
+    from benchmarks.report import result_tables
+    from benchmarks.report.formatting import MACHINE
+
+    shipped = json.loads((ROOT / "benchmarks/results" / MACHINE / "machines/avx2.json").read_text())
+
+    def write(folder: str, name: str, flags: list[str] | None) -> None:
+        env = {**shipped["environment"], "cpu_model": folder}
+        if flags is not None:
+            env["cpu_flags"] = flags
+        path = tmp_path / folder / "machines" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**shipped, "class": name, "title": CPU_CLASSES[name].title, "environment": env}))
+
+    write(MACHINE, "avx512-bf16", None)
+    write(MACHINE, "avx2", ["avx2", "fma", "avx512f", "avx512_bf16"])
+    write("cpu-2core-laptop", "avx2", ["avx2", "fma"])
+    write("cpu-2core-laptop", "avx512", ["avx2", "fma"])  # not this CPU's class: emulated, left out
+    write("cpu-2core-amx", "avx512-bf16", ["avx2", "avx512f", "amx_bf16"])
+    table = result_tables.machines_readme(tmp_path)
+    rows = [line.split(" | ")[0].lstrip("| ") for line in table.splitlines()[2:]]
+    assert rows == [f"AVX-512 with BF16 (native on {MACHINE})", f"AVX2 only (emulated on {MACHINE})",
+                    "AVX-512 with BF16 (native on cpu-2core-amx)", "AVX2 only (native on cpu-2core-laptop)"], rows

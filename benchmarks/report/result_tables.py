@@ -254,12 +254,26 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
 
 
 def machine_files(results_dir: Path) -> list[dict]:
-    """`python -m benchmarks machines`' files, one per emulated CPU class, in its classes' order."""
-    from ..cpu_classes import CPU_CLASSES  # no torch at import
+    """`python -m benchmarks machines`' files, in its classes' order: one per CPU class on the reference machine
+    (emulated there, but its own), then those measured on another machine of that very class (``class_label``)."""
+    from ..cpu_classes import CPU_CLASSES, native  # no torch at import
 
-    folder = results_dir / MACHINE / "machines"
-    found = [folder / f"{name}.json" for name in CPU_CLASSES if (folder / f"{name}.json").exists()]
-    return [{**json.loads(p.read_text()), "_path": p} for p in found]
+    def read(path: Path) -> dict:
+        return {**json.loads(path.read_text()), "_path": path}
+
+    own = results_dir / MACHINE / "machines"
+    found = [read(own / f"{name}.json") for name in CPU_CLASSES if (own / f"{name}.json").exists()]
+    found += [d for name in CPU_CLASSES for path in sorted(results_dir.glob(f"cpu-*/machines/{name}.json"))
+              if path.parent != own and native(name, (d := read(path))["environment"])]
+    return found
+
+
+def class_label(d: dict) -> str:
+    """A result's CPU class and the CPU it ran on, native or emulated (benchmarks.cpu_classes.native)."""
+    from ..cpu_classes import CPU_CLASSES, native  # no torch at import
+
+    how = "native" if native(d["class"], d["environment"]) else "emulated"
+    return f"{CPU_CLASSES[d['class']].title} ({how} on {d['environment']['cpu_model']})"
 
 
 def seconds_span(xs: Sequence[float], digits: int = 1) -> str:
@@ -289,7 +303,7 @@ def machines(results_dir: Path) -> str:
         compare = d.get("compare") or {}
         runs = compare.get("runs") or []
         took = ", ".join(sorted({f"{r['weights']} weights, {r['decode']} step" for r in runs})) or "–"
-        parts += [f"**{d['title']}** ({link(results_dir, d['_path'])}; limits {limits}: {held}; torch capability "
+        parts += [f"**{class_label(d)}** ({link(results_dir, d['_path'])}; limits {limits}: {held}; torch capability "
                   f"{isa['capability']}, matmul {num(isa['matmul_fp32_gflops'], 0)} GFLOP/s fp32, "
                   f"{num(isa['matmul_bf16_gflops'], 0)} bf16, inductor `{isa.get('inductor_flags') or '–'}`; "
                   f"{st['threads']} threads, {st['steps']} timed steps, median of {st['repeats']} round(s); load "
@@ -326,11 +340,11 @@ def machines_readme(results_dir: Path) -> str:
         took = ", ".join(sorted({f"{r['weights']}, {r['decode']}" for r in runs})) or \
             f"{d['app_path']['weights']}, {d['app_path']['decode']}"
         ran = f"{seconds_span(compare['seconds'])} s" if runs else "not run"
-        rows.append([d["title"], link(results_dir, d["_path"]), took, ran,
+        rows.append([class_label(d), link(results_dir, d["_path"]), took, ran,
                      f"`{s['fastest_exact']}` {num(s['fastest_exact_ms'])} ms", load_avg(d["environment_start"])])
     if not rows:
         return "No result files yet: `python -m benchmarks machines`."
-    return markdown_table(["CPU (emulated on these cores)", "file", "the app's path", "page-default run, warm",
+    return markdown_table(["CPU class", "file", "the app's path", "page-default run, warm",
                            "fastest exact step, 1 row", "load average"], rows)
 
 
@@ -345,10 +359,9 @@ def machines_neighbour(results_dir: Path) -> str:
     order = list(CPU_CLASSES)
     rows = []
     for d, path in sorted(files, key=lambda f: (order.index(f[0]["class"]), str(f[1]))):
-        cls = CPU_CLASSES[d["class"]]
         s, quiet = d["summary"], d["quiet_start"].get("choice") or {}
         reached = [x for x in s.get("fast_path_after_s", []) if x is not None]
-        rows.append([f"{cls.title} on {d['environment']['cpu_model']}", link(results_dir, path),
+        rows.append([class_label(d), link(results_dir, path),
                      f"`{quiet.get('weights')}` {quiet.get('decode')}",
                      f"{num(s['quiet_fast_path_s'], 0)} s" if s.get("quiet_fast_path_s") is not None else "–",
                      warm_up_runs(d),
@@ -363,7 +376,7 @@ def machines_neighbour(results_dir: Path) -> str:
                      else "saved on the machine before"])
     if not rows:
         return "No result files yet: `python -m benchmarks machines --neighbour 5`."
-    return markdown_table(["CPU class (emulated) on these cores", "file", "quiet start's choice", "its runs took it after",
+    return markdown_table(["CPU class", "file", "quiet start's choice", "its runs took it after",
                            "page-default run pressed at once: quiet start; beside a busy loop",
                            "starts beside a busy loop choosing the same", "their runs took it after",
                            "page-default run after the loop stopped, against quiet",
