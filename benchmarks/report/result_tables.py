@@ -255,7 +255,7 @@ def step(results_dir: Path, name: str = "step_quiet_threads2.json") -> str:
 
 def machine_files(results_dir: Path) -> list[dict]:
     """`python -m benchmarks machines`' files, in its classes' order: one per CPU class on the reference machine
-    (emulated there, but its own), then those measured on another machine of that very class (``class_label``)."""
+    (each emulated there but the machine's own class), then each file another machine measured of its own class."""
     from ..cpu_classes import CPU_CLASSES, native  # no torch at import
 
     def read(path: Path) -> dict:
