@@ -60,9 +60,11 @@ CPU_CLASSES: dict[str, CpuClass] = {
 def own_class(flags: Sequence[str]) -> str | None:
     """The class of a CPU with ``flags`` (sbon.machine.cpu_flags, read from /proc/cpuinfo, which no limit hides):
     the highest of CPU_CLASSES it has the instructions of; None below AVX2."""
+    from sbon.machine import BF16_FLAGS  # imported when asked: this module loads without torch
+
     have = set(flags)
     if "avx512f" in have:
-        return "avx512-bf16" if have & {"avx512_bf16", "amx_bf16"} else "avx512"
+        return "avx512-bf16" if have & BF16_FLAGS else "avx512"
     return "avx2" if "avx2" in have else None
 
 

@@ -43,6 +43,7 @@ ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "
 # /proc/cpuinfo flags that change which decode path is fast or exact here.
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
              "amx_tile", "amx_bf16", "amx_int8")
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # either gives a CPU native bfloat16 matrix products
 # float32 gives a row the same bits at any batch size on one thread on any CPU (sbon.engine.WEIGHT_FORMATS); a run
 # on the safe path takes more where they are checked to give the same bits (sbon.probe.safe_threads).
 SAFE_THREADS = 1
@@ -403,7 +404,7 @@ def cpu_isa() -> str:
     capability = torch.backends.cpu.get_cpu_capability()
     words = {"AVX512": "AVX-512", "AVX2": "AVX2", "DEFAULT": "no vector extensions"}.get(capability, capability)
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
-    native_bf16 = bool({"avx512_bf16", "amx_bf16"} & set(cpu_flags())) and capability == "AVX512" \
+    native_bf16 = bool(BF16_FLAGS & set(cpu_flags())) and capability == "AVX512" \
         and (not limit or "BF16" in limit or "AMX" in limit or limit == "ALL")
     return words + (" with BF16" if native_bf16 else "")
 
