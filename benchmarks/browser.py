@@ -88,6 +88,40 @@ def chromium():
             browser.close()
 
 
+class Windows:
+    """Browser windows kept open between uses, one per window size (and slot, for visitors side by side). Opening
+    a page in one navigates it: a new document and a new Gradio session, as a new visitor gets, at about a third of
+    the cost of a new browser context, whose renderer starts and compiles the page's scripts again (seconds of CPU
+    per page). A use ends on a blank page, so nothing of it keeps polling the app."""
+
+    def __init__(self, browser):
+        self.browser = browser
+        self._pages: dict[tuple, Any] = {}
+        self._scripts: dict[tuple, set[str]] = {}
+
+    def open(self, url: str, size: str | tuple[int, int] = "desktop", slot: int = 0, init_script: str | None = None):
+        """The window of this size (a name in SCREENS, or a CSS viewport at ratio 1) and slot, showing ``url``.
+        ``init_script`` runs before the page's own scripts, in this open and every later one of the window."""
+        (width, height), ratio = SCREENS[size] if isinstance(size, str) else (size, 1)
+        key = (width, height, ratio, slot)
+        page = self._pages.get(key)
+        if page is None or page.is_closed():
+            context = self.browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio)
+            page = self._pages[key] = context.new_page()
+            self._scripts[key] = set()
+        if init_script and init_script not in self._scripts[key]:
+            page.add_init_script(init_script)
+            self._scripts[key].add(init_script)
+        page.goto(url)
+        return page
+
+    @staticmethod
+    def leave(page) -> None:
+        """End a use of the window: the app's page is left (its session ends, its timers stop)."""
+        if not page.is_closed():
+            page.goto("about:blank")
+
+
 def open_tab(page, name: str) -> None:
     """Click the page's tab called ``name``; on a narrow screen Gradio folds the last tabs into an
     overflow menu, which is opened first."""

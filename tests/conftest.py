@@ -90,6 +90,15 @@ def browser():
         yield b
 
 
+@pytest.fixture(scope="session")
+def windows(browser):
+    """The browser tests' windows, kept between tests: a test opens the app's page in one by navigating it
+    (benchmarks.browser.Windows), seconds cheaper than a new browser context."""
+    from benchmarks.browser import Windows
+
+    return Windows(browser)
+
+
 @pytest.fixture
 def unmeasured_machine(monkeypatch, tmp_path, gen_fp32):
     """A machine on which nothing is measured and no compiled step was ever saved: its own $SBON_CACHE holding the

@@ -21,7 +21,8 @@ RUN_TIMEOUT_MS = 400_000  # generous: the CPU may be shared; on a quiet 2-core m
 TINY = dict(n=4, max_new_tokens=8)  # API runs: a second or two each
 
 
-# `server` (the app, started once for every test that drives it) and `browser` are tests/conftest.py's.
+# `server` (the app, started once for every test that drives it) and `windows` (the browser's windows, kept between
+# tests) are tests/conftest.py's.
 
 @pytest.fixture(scope="module")
 def client(server):
@@ -37,20 +38,17 @@ COUNT_TIMER_FRAMES = """window.__timer_frames = 0;
     };"""
 
 
-def _open(browser, server):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.add_init_script(COUNT_TIMER_FRAMES)
-    page = context.new_page()
-    page.goto(server)
+def _open(windows, server, slot: int = 0):
+    page = windows.open(server, (1400, 1000), slot, init_script=COUNT_TIMER_FRAMES)
     page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)  # the recorded run is shown on start
     return page
 
 
 @pytest.fixture
-def page(browser, server):
-    page = _open(browser, server)
+def page(windows, server):
+    page = _open(windows, server)
     yield page
-    page.context.close()
+    windows.leave(page)
 
 
 def _settings(page, prompt: str, n: int, tokens: int) -> None:
@@ -264,11 +262,11 @@ def test_uploaded_model_text_is_shown_as_text_in_every_view(page, tmp_path):
     assert page.evaluate("window.__pwned") is None
 
 
-def test_three_sessions_at_once_keep_their_own_runs(browser, server, tmp_path):
+def test_three_sessions_at_once_keep_their_own_runs(windows, server, tmp_path):
     """Three visitors: A and B run at once (the runs queue for the one generation slot) while C replays
     an upload, then runs too. Each ends with its own run in every view and its own download."""
     prompts = ("Name a fruit.", "Name a river.", "Name a colour.")
-    pages = [_open(browser, server) for _ in prompts]
+    pages = [_open(windows, server, slot) for slot in range(len(prompts))]
     for page, prompt in zip(pages, prompts):
         _settings(page, prompt, n=4, tokens=8)
     a, b, c = pages
@@ -299,7 +297,7 @@ def test_three_sessions_at_once_keep_their_own_runs(browser, server, tmp_path):
         best = saved["sbon"]["candidates"][saved["sbon"]["best_id"]]["text"]
         assert best.strip()[:20] in page.locator("#sbon-text textarea").input_value()
     for page in pages:
-        page.context.close()
+        windows.leave(page)
 
 
 def test_stop_cancels_within_two_seconds_and_the_app_stays_usable(page, server):
@@ -423,25 +421,21 @@ def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
 
 # -- one screen, legible plots on a phone and a projector ---------------------------------------------------
 
-def _open_on(browser, server, screen: str):
-    from benchmarks.browser import SCREENS
-
-    (width, height), ratio = SCREENS[screen]
-    page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
-    page.goto(server)
+def _open_on(windows, server, screen: str):
+    page = windows.open(server, screen)
     page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
     return page
 
 
 @pytest.mark.parametrize("screen", ["projector", "phone"])
-def test_no_plot_title_axis_or_legend_is_clipped(browser, server, screen, tmp_path):
+def test_no_plot_title_axis_or_legend_is_clipped(windows, server, screen, tmp_path):
     from benchmarks.browser import check_plots
 
-    page = _open_on(browser, server, screen)
+    page = _open_on(windows, server, screen)
     try:
         results = check_plots(page, tmp_path, prefix=f"{screen}-")
     finally:
-        page.context.close()
+        windows.leave(page)
     problems = [p for found, _ in results.values() for p in found]
     assert not problems, "\n".join(problems)
     assert all(tick_px >= 14 for _, tick_px in results.values())  # readable from the back of a room
@@ -449,17 +443,17 @@ def test_no_plot_title_axis_or_legend_is_clipped(browser, server, screen, tmp_pa
 
 
 @pytest.mark.parametrize("screen", ["desktop", "projector"])
-def test_run_controls_and_the_live_plot_share_one_screen(browser, server, screen):
+def test_run_controls_and_the_live_plot_share_one_screen(windows, server, screen):
     from benchmarks.browser import run_controls_beside_plot
 
-    page = _open_on(browser, server, screen)
+    page = _open_on(windows, server, screen)
     try:
         if screen == "desktop":  # no scrolling at all on a laptop-sized window
             assert page.evaluate("() => document.querySelector('#live-plot .nsewdrag').getBoundingClientRect().bottom "
                                  "<= window.innerHeight")
         seen = run_controls_beside_plot(page)
     finally:
-        page.context.close()
+        windows.leave(page)
     assert seen["run_visible"] and seen["plot_visible"] and not seen["cut_off"], seen
 
 
@@ -482,17 +476,15 @@ def test_a_run_replaces_the_headline_with_its_race_and_refuses_a_second_click(pa
 # -- the presenter view and "Present rounds" ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("screen", ["projector", "hd"])
-def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_type(browser, server, screen):
+def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_type(windows, server, screen):
     """At 1280×720 with 150 % zoom (an 853×480 viewport at device scale 1.5) and at 1920×1080, opened by its
     URL: after a Run, the Run button, the round caption and the whole live chart lie inside the window, the
     chart's smallest text is at least 20 CSS px (30 device px on the projector), and the savings table shows
     both methods' columns without scrolling sideways. Every px here is a CSS px."""
-    from benchmarks.browser import PRESENTER, SCREENS, presenter_screen, savings_columns
+    from benchmarks.browser import PRESENTER, presenter_screen, savings_columns
 
-    (width, height), ratio = SCREENS[screen]
-    page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
+    page = windows.open(server + PRESENTER, screen)
     try:
-        page.goto(server + PRESENTER)
         page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
         assert page.locator("#presenter input").is_checked() and "presenter" in page.evaluate("document.body.className")
         _settings(page, "Name a colour.", n=4, tokens=8)
@@ -505,19 +497,17 @@ def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_t
         assert {"Best-of-N", "Speculative Rejection (memory-budget rounds)"} <= set(columns["shown"]), columns
         assert not columns["scrolls_sideways"], columns
     finally:
-        page.context.close()
+        windows.leave(page)
 
 
-def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_the_end(browser, server, tmp_path):
+def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_the_end(windows, server, tmp_path):
     """A 1280×720 projector at 150 % (853×480 CSS px): in every round of the recorded run (Present rounds), in the
     result step, while Best-of-N runs after Speculative Rejection has answered (a live run of 16 candidates), and
     at the end of that run, the Run button, the caption and the whole live chart lie inside the window, the caption
     over the chart and the chart's legend inside it; every one of the 16 candidates' rows is labelled, no text of the
     chart is under 20 px, and every caption takes at most two lines. The screenshots are left in the test's folder."""
-    from benchmarks.browser import PRESENTER, SCREENS, presenter_screen
+    from benchmarks.browser import PRESENTER, presenter_screen
 
-    (width, height), ratio = SCREENS["projector"]
-    page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
     seen = {}
 
     def check(name: str, rows: bool = True, lines: bool = True) -> None:
@@ -531,8 +521,8 @@ def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_t
             assert found["caption_lines"] <= 2, (name, found)
 
     caption = "document.querySelector('#round-caption').innerText"
+    page = windows.open(server + PRESENTER, "projector")
     try:
-        page.goto(server + PRESENTER)
         page.wait_for_selector("#scatter .scatterlayer .point", timeout=180_000)
         page.locator("#present-rounds").click()
         rounds = len(Comparison.from_json(RECORDED).speculative.decision_points)
@@ -551,7 +541,7 @@ def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_t
         page.wait_for_function(f"{caption}.startsWith('After')")
         check("end")
     finally:
-        page.context.close()
+        windows.leave(page)
     print({name: {k: found[k] for k in ("run_box", "caption_box", "chart_box", "legend_box", "caption_lines")}
            for name, found in seen.items()})
 

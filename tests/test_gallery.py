@@ -130,13 +130,12 @@ def test_the_page_draws_every_view_in_chromium_with_the_network_blocked(tmp_path
 
 
 @pytest.mark.slow
-def test_gallery_links_share_and_page_export_work_in_chromium(server, browser):
+def test_gallery_links_share_and_page_export_work_in_chromium(server, windows):
     """The page as a student meets it: a gallery link opens its run, a bad link says why in one line, a gallery
     choice opens at once, Share gives a link that reopens the run, and the page export downloads. The app and
     the browser are the browser tests' (tests/conftest.py)."""
     status = "(document.querySelector('#status')?.innerText || '')"
-    page = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True).new_page()
-    page.goto(server + "?gallery=open-instruction")
+    page = windows.open(server + "?gallery=open-instruction", (1400, 1000))
     page.wait_for_function(f"{status}.includes('Gallery:')", timeout=120_000)
     assert "winner pruned in round" in page.locator("#status").inner_text()
     assert "gallery run" in page.locator("#run-source").inner_text()
@@ -171,12 +170,11 @@ def test_gallery_links_share_and_page_export_work_in_chromium(server, browser):
                            timeout=60_000)
     link = page.locator("#share-link textarea, #share-link input").first.input_value()
     source = page.locator("#run-source").inner_text()
-    other = browser.new_context().new_page()  # anyone with the link
-    other.goto(link)
+    other = windows.open(link, (1400, 1000), slot=1)  # anyone with the link
     other.wait_for_function(f"{status}.includes('Showing the run this link was shared with')", timeout=120_000)
     assert source.split("·", 1)[1] == other.locator("#run-source").inner_text().split("·", 1)[1]
-    other.context.close()
-    page.context.close()
+    windows.leave(other)
+    windows.leave(page)
 
 
 def test_a_visitor_waiting_for_the_generation_slot_sees_their_place_and_an_estimated_wait():

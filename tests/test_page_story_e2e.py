@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.app_timing import click_run
-from benchmarks.browser import PRESENTER, REPO, SCREENS
+from benchmarks.browser import PRESENTER, REPO
 from components.rounds import result_lines
 from sbon.analysis.comparison import Comparison
 
@@ -56,10 +56,8 @@ def _every_tab(page, where: str) -> list[str]:
     return found
 
 
-def _opened(browser, server, screen: str, query: str = ""):
-    (width, height), ratio = SCREENS[screen]
-    page = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio).new_page()
-    page.goto(server + query)
+def _opened(windows, server, screen: str, query: str = ""):
+    page = windows.open(server + query, screen)
     page.wait_for_selector("#live-plot .main-svg", timeout=120_000)
     page.wait_for_function("document.querySelector('#run-source').innerText.length > 0", timeout=60_000)
     return page
@@ -71,8 +69,8 @@ def _legend_scrolls(page) -> list[str]:
       .filter((s) => s.getBoundingClientRect().height > 0).map((s) => s.outerHTML.slice(0, 80))""")
 
 
-def test_no_identifier_on_the_default_page_the_presenter_view_or_a_finished_run(browser, server):
-    page = _opened(browser, server, "desktop")
+def test_no_identifier_on_the_default_page_the_presenter_view_or_a_finished_run(windows, server):
+    page = _opened(windows, server, "desktop")
     try:
         found = _every_tab(page, "default page")
         page.locator("#prompt textarea").fill("Name a colour.")
@@ -81,18 +79,18 @@ def test_no_identifier_on_the_default_page_the_presenter_view_or_a_finished_run(
         click_run(page)
         found += _every_tab(page, "finished run")
     finally:
-        page.context.close()
-    page = _opened(browser, server, "projector", PRESENTER)
+        windows.leave(page)
+    page = _opened(windows, server, "projector", PRESENTER)
     try:
         found += _identifiers(page, "presenter view")
     finally:
-        page.context.close()
+        windows.leave(page)
     assert not found, "\n".join(found)
 
 
-def test_the_presenters_last_step_shows_both_answers_and_the_headline_inside_the_projector(browser, server):
+def test_the_presenters_last_step_shows_both_answers_and_the_headline_inside_the_projector(windows, server):
     recorded = Comparison.load(REPO / "assets" / "recorded_run.json")
-    page = _opened(browser, server, "projector", PRESENTER)
+    page = _opened(windows, server, "projector", PRESENTER)
     try:
         page.locator("#present-rounds").click()
         steps = len(recorded.speculative.decision_points)
@@ -132,11 +130,11 @@ def test_the_presenters_last_step_shows_both_answers_and_the_headline_inside_the
                     chars: p.textContent.length}; }""")
         assert longer["fits"] and 15 <= longer["px"] < 20, longer
     finally:
-        page.context.close()
+        windows.leave(page)
 
 
-def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(browser, server):
-    page = _opened(browser, server, "phone")
+def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(windows, server):
+    page = _opened(windows, server, "phone")
     try:
         seen = page.evaluate("""() => { const top = document.querySelector('#live-plot').getBoundingClientRect().top
             + window.scrollY;
@@ -169,7 +167,7 @@ def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(bro
             .map((t) => t.getBoundingClientRect().right)}; }""")
         page.screenshot(path=str(SHOTS / "phone-result.png"))
     finally:
-        page.context.close()
+        windows.leave(page)
     print(f"\nphone: live chart starts {seen['top']:.0f} px down ({seen['screen']} px a screen)")
     assert seen["top"] < 2 * seen["screen"], seen
     assert not seen["off"] and seen["page"] <= seen["width"] + 1, seen
@@ -177,10 +175,10 @@ def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(bro
     assert result["text"] and max(result["text"]) <= result["chart"] + 1, result  # the answers inside the chart
 
 
-def test_a_gallery_link_sets_the_controls_to_its_story(browser, server):
-    page = _opened(browser, server, "desktop", "?gallery=high-alpha")
+def test_a_gallery_link_sets_the_controls_to_its_story(windows, server):
+    page = _opened(windows, server, "desktop", "?gallery=high-alpha")
     try:
         page.wait_for_function("document.querySelector('#alpha input[type=number]').value == '0.8'", timeout=60_000)
         assert "high α" in page.locator("#run-source").inner_text()
     finally:
-        page.context.close()
+        windows.leave(page)

@@ -193,7 +193,7 @@ def _reading(browser, url: str):
 
 
 @pytest.mark.slow
-def test_a_gallery_story_and_a_shared_run_read_as_static_pages_start_no_python_handler(server, browser, tmp_path):
+def test_a_gallery_story_and_a_shared_run_read_as_static_pages_start_no_python_handler(server, browser, windows, tmp_path):
     """A reader's browser asks for the page and Plotly's file, nothing else: no config, no queue, no event, so
     no Python handler runs after the page arrives. The shared run is made by Share on the interactive page."""
     page, requests = _reading(browser, server + gallery_path("early-violation"))
@@ -208,8 +208,7 @@ def test_a_gallery_story_and_a_shared_run_read_as_static_pages_start_no_python_h
     recording["sbon"]["prompt"] = recording["bon"]["prompt"] = "A shared prompt " + HOSTILE
     upload = tmp_path / "run.json"
     upload.write_text(json.dumps(recording))
-    app = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    app.goto(server)
+    app = windows.open(server, (1400, 1000))
     status = "(document.querySelector('#status')?.innerText || '')"
     app.get_by_role("tab", name="Save and replay").click()
     app.locator("#upload-run input[type=file]").set_input_files(str(upload))
@@ -218,7 +217,7 @@ def test_a_gallery_story_and_a_shared_run_read_as_static_pages_start_no_python_h
     app.wait_for_function(f"{status}.includes('open as a page')", timeout=60_000)
     static = app.locator("#status a", has_text="open as a page").get_attribute("href")
     assert re.fullmatch(re.escape(server) + r"pages/run/[0-9a-f]{24}", static)
-    app.context.close()
+    windows.leave(app)
 
     page, requests = _reading(browser, static)
     assert requests == [static, server + "pages/" + PLOTLY_NAME]
