@@ -475,37 +475,49 @@ def test_a_run_replaces_the_headline_with_its_race_and_refuses_a_second_click(pa
 
 # -- the presenter view and "Present rounds" ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("screen", ["projector", "hd"])
-def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_type(windows, server, screen):
-    """At 1280×720 with 150 % zoom (an 853×480 viewport at device scale 1.5) and at 1920×1080, opened by its
-    URL: after a Run, the Run button, the round caption and the whole live chart lie inside the window, the
-    chart's smallest text is at least 20 CSS px (30 device px on the projector), and the savings table shows
-    both methods' columns without scrolling sideways. Every px here is a CSS px."""
-    from benchmarks.browser import PRESENTER, presenter_screen, savings_columns
+def _presenter_view_opened(page) -> None:
+    """The page opened by the presenter view's URL is in that view."""
+    assert page.locator("#presenter input").is_checked() and "presenter" in page.evaluate("document.body.className")
 
-    page = windows.open(server + PRESENTER, screen)
+
+def _savings_show_both_methods(page) -> None:
+    """The savings table shows both methods' columns without scrolling sideways."""
+    from benchmarks.browser import savings_columns
+
+    columns = savings_columns(page)
+    assert {"Best-of-N", "Speculative Rejection (memory-budget rounds)"} <= set(columns["shown"]), columns
+    assert not columns["scrolls_sideways"], columns
+
+
+def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_type(windows, server):
+    """At 1920×1080, opened by its URL: after a Run, the Run button, the round caption and the whole live chart
+    lie inside the window, the chart's smallest text is at least 20 CSS px, and the savings table shows both
+    methods' columns without scrolling sideways. (The projector: the next test, through every step of a run.)"""
+    from benchmarks.browser import PRESENTER, presenter_screen
+
+    page = windows.open(server + PRESENTER, "hd")
     try:
         page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
-        assert page.locator("#presenter input").is_checked() and "presenter" in page.evaluate("document.body.className")
+        _presenter_view_opened(page)
         _settings(page, "Name a colour.", n=4, tokens=8)
         click_run(page)
         seen = presenter_screen(page)
         assert seen["run"] and seen["caption"] and seen["chart"], seen
         assert seen["caption_text"].startswith(("After", "No decision point")), seen
         assert seen["min_text_px"] >= 20, seen
-        columns = savings_columns(page)
-        assert {"Best-of-N", "Speculative Rejection (memory-budget rounds)"} <= set(columns["shown"]), columns
-        assert not columns["scrolls_sideways"], columns
+        _savings_show_both_methods(page)
     finally:
         windows.leave(page)
 
 
 def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_the_end(windows, server, tmp_path):
-    """A 1280×720 projector at 150 % (853×480 CSS px): in every round of the recorded run (Present rounds), in the
-    result step, while Best-of-N runs after Speculative Rejection has answered (a live run of 16 candidates), and
-    at the end of that run, the Run button, the caption and the whole live chart lie inside the window, the caption
-    over the chart and the chart's legend inside it; every one of the 16 candidates' rows is labelled, no text of the
-    chart is under 20 px, and every caption takes at most two lines. The screenshots are left in the test's folder."""
+    """A 1280×720 projector at 150 % (853×480 CSS px), opened by the presenter view's URL: in every round of the
+    recorded run (Present rounds), in the result step, while Best-of-N runs after Speculative Rejection has answered
+    (a live run of 16 candidates), and at the end of that run, the Run button, the caption and the whole live chart
+    lie inside the window, the caption over the chart and the chart's legend inside it; every one of the 16
+    candidates' rows is labelled, no text of the chart is under 20 CSS px (30 device px), and every caption takes at
+    most two lines; then the savings table shows both methods' columns without scrolling sideways. The screenshots
+    are left in the test's folder."""
     from benchmarks.browser import PRESENTER, presenter_screen
 
     seen = {}
@@ -524,6 +536,7 @@ def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_t
     page = windows.open(server + PRESENTER, "projector")
     try:
         page.wait_for_selector("#scatter .scatterlayer .point", timeout=180_000)
+        _presenter_view_opened(page)
         page.locator("#present-rounds").click()
         rounds = len(Comparison.from_json(RECORDED).speculative.decision_points)
         assert rounds >= 3
@@ -540,6 +553,7 @@ def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_t
         page.wait_for_function(ENDED, timeout=RUN_TIMEOUT_MS)
         page.wait_for_function(f"{caption}.startsWith('After')")
         check("end")
+        _savings_show_both_methods(page)
     finally:
         windows.leave(page)
     print({name: {k: found[k] for k in ("run_box", "caption_box", "chart_box", "legend_box", "caption_lines")}

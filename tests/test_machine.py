@@ -642,7 +642,7 @@ torch.set_num_threads(1)
 from sbon.algorithms import RunConfig, events, run
 from sbon.analysis.comparison import ComparisonDone, comparison_events
 from sbon.algorithms import drive
-from sbon.models import load_generator, load_reward
+from sbon.models import default_weights, load_generator, load_reward
 from sbon.probe import TeamWait, probe, time_paths
 loaded = {}  # the probe's generators, kept for the reference run below (a load is seconds)
 def load(name, device, weights):
@@ -656,7 +656,8 @@ choice = probe("smollm2-135m", "cpu", formats=("fp32", "int4"), rows=(2,), load=
                timing=lambda subjects, rows, gate: time_paths(subjects, rows, gate, rounds=(1, 1),
                                                               team=TeamWait(stalled=lambda: False)),
                team=TeamWait(stalled=lambda: False))
-gen = load_generator("smollm2-135m", device="cpu")  # the measured choice's format (sbon.models.default_weights)
+# the format a load without one takes (sbon.models.default_weights): the measured choice's; the probe loaded it already
+gen = load("smollm2-135m", "cpu", default_weights(torch.device("cpu"), "smollm2-135m"))
 reward = load_reward("likelihood", generator=gen)
 budget = 4 * (len(gen.encode_prompt("Hi")) + 4)
 config = RunConfig(method="sbon", n=4, alpha=0.5, max_new_tokens=8, kv_budget=budget, decode="auto", seed=3)
