@@ -100,12 +100,19 @@ def windows(browser):
 
 
 @pytest.fixture
-def unmeasured_machine(monkeypatch, tmp_path, gen_fp32):
-    """A machine on which nothing is measured and no compiled step was ever saved: its own $SBON_CACHE holding the
-    models' copies (links to this machine's), without a saved choice or inductor's caches; no forced path. What a
-    machine converts and builds once whatever it measures (the generator's float32 copy, made by ``gen_fp32``; int4
-    blocks; C++ kernels) is this machine's, linked even before it exists: a fresh machine pays for it once, not in
-    every test (both are written whole, then renamed)."""
+def unmeasured_machine(gen_fp32, machine_without_choice):
+    """A machine on which nothing is measured and no compiled step was ever saved (``machine_without_choice``), whose
+    cache holds the generator's float32 copy (made by ``gen_fp32`` before the cache's entries are linked)."""
+    return machine_without_choice
+
+
+@pytest.fixture
+def machine_without_choice(monkeypatch, tmp_path):
+    """Its own $SBON_CACHE holding the models' copies (links to this machine's), without a saved choice or inductor's
+    caches, and no forced path: what this machine measured (a provisional choice it measures again, a compiled step)
+    leaves the test alone. What a machine converts and builds once whatever it measures (int4 blocks, C++ kernels) is
+    this machine's, linked even before it exists: a fresh machine pays for it once, not in every test (both are
+    written whole, then renamed)."""
     from sbon.cache import cache_dir
     for shared in ("int4-blocks", "kernels"):
         (cache_dir() / shared).mkdir(parents=True, exist_ok=True)
