@@ -96,22 +96,20 @@ class Windows:
 
     def __init__(self, browser):
         self.browser = browser
-        self._pages: dict[tuple, Any] = {}
-        self._scripts: dict[tuple, set[str]] = {}
+        self._windows: dict[tuple, tuple[Any, set[str]]] = {}  # (size, ratio, slot) -> its page, its init scripts
 
     def open(self, url: str, size: str | tuple[int, int] = "desktop", slot: int = 0, init_script: str | None = None):
         """The window of this size (a name in SCREENS, or a CSS viewport at ratio 1) and slot, showing ``url``.
         ``init_script`` runs before the page's own scripts, in this open and every later one of the window."""
         (width, height), ratio = SCREENS[size] if isinstance(size, str) else (size, 1)
         key = (width, height, ratio, slot)
-        page = self._pages.get(key)
-        if page is None or page.is_closed():
+        if key not in self._windows or self._windows[key][0].is_closed():
             context = self.browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=ratio)
-            page = self._pages[key] = context.new_page()
-            self._scripts[key] = set()
-        if init_script and init_script not in self._scripts[key]:
+            self._windows[key] = (context.new_page(), set())
+        page, scripts = self._windows[key]
+        if init_script and init_script not in scripts:
             page.add_init_script(init_script)
-            self._scripts[key].add(init_script)
+            scripts.add(init_script)
         page.goto(url)
         return page
 

@@ -338,7 +338,8 @@ def test_the_one_query_attention_holds_until_the_last_thread_inside_leaves(tiny)
 
 # -- the app's side -----------------------------------------------------------------------------------------
 
-def test_captures_at_load_go_one_per_task_and_a_run_asked_for_meanwhile_goes_between(tiny, machine_without_choice, monkeypatch):
+def test_captures_at_load_go_one_per_task_and_a_run_asked_for_meanwhile_goes_between(
+        tiny, machine_without_choice, monkeypatch):
     """The page-default graphs are captured on the torch thread one per task: a run asked for while they are
     captured waits for one capture at most; it decodes on graphs (capturing what it needs itself), and so does
     the first run after them."""
@@ -381,7 +382,8 @@ def test_zerogpu_s_worker_decodes_eagerly_and_only_plain_data_crosses(tiny, monk
     assert events[-1].result.decode == "eager"
 
 
-def test_the_faster_step_is_built_beside_the_runs_and_adopted_at_the_next_run_s_start(tiny, machine_without_choice, monkeypatch):
+def test_the_faster_step_is_built_beside_the_runs_and_adopted_at_the_next_run_s_start(
+        tiny, machine_without_choice, monkeypatch):
     """Once the page-default graphs are captured, the app builds inductor's step under them on a thread of its own:
     a run asked for while it compiles does not wait for it, the model line says what goes on, and the build is
     adopted at the start of the next run, never within one (both methods of a comparison replay one graph)."""
@@ -413,7 +415,8 @@ def test_the_faster_step_is_built_beside_the_runs_and_adopted_at_the_next_run_s_
     assert steps.status(NAME).endswith("decodes with CUDA graphs, each step compiled into fewer, faster GPU kernels.")
 
 
-def test_a_faster_step_that_does_not_build_is_one_logged_line_and_runs_keep_their_graphs(tiny, machine_without_choice, monkeypatch, caplog):
+def test_a_faster_step_that_does_not_build_is_one_logged_line_and_runs_keep_their_graphs(
+        tiny, machine_without_choice, monkeypatch, caplog):
     from sbon import cuda_graphs
 
     def broken(step):
