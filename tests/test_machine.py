@@ -79,7 +79,8 @@ def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: 
     """sbon.probe with stand-ins for everything that needs a model: ``ready`` (a compiled step is ready where its
     format is in ``compiled_saved``, pending elsewhere) and the timing (``times``: weight format -> ms per step
     eager; ``products``: its matrix products alone, a third of that by default; a compiled step takes half the
-    eager step); returns the paths timed in each timing."""
+    eager step); returns the paths timed in each timing. The thread team is free whatever runs beside the test (a
+    busy neighbour would make the probe measure on one thread first): a test of a stalled team passes its TeamWait."""
     from sbon.probe import PRODUCTS
     import sbon.probe as probe_module
     timed_sets = []
@@ -103,10 +104,12 @@ def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: 
         return ""
 
     monkeypatch.setattr(probe_module, "ready", ready)
+    monkeypatch.setattr(probe_module, "team_held_back", lambda threads, seconds=0: False)
     return timing, timed_sets
 
 
-def test_the_probe_loads_every_weight_format_and_a_failing_one_is_one_line_and_skipped(monkeypatch):
+def test_the_probe_loads_every_weight_format_and_a_failing_one_is_one_line_and_skipped(
+        monkeypatch, machine_without_choice):
     from sbon.probe import probe
 
     def load(name, device, weights):
@@ -127,7 +130,8 @@ def test_the_probe_loads_every_weight_format_and_a_failing_one_is_one_line_and_s
     assert "int4 compiled" in choice.pending and "bf16 compiled" not in choice.pending
 
 
-def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and_only_those_that_can_win(monkeypatch):
+def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and_only_those_that_can_win(
+        monkeypatch, machine_without_choice):
     """The eager steps rank neither what to choose nor what to build: a format's compiled step is predicted from its
     matrix products (timed alone) plus the rest of a step as the built steps measured it. The best predicted is
     built first even where its eager step is the slowest; after it, only formats predicted within MARGIN of the
@@ -173,7 +177,7 @@ def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and
     assert len(timed_sets) == 2 and "int4 compiled" in timed_sets[1]  # timed again after the finished build
 
 
-def test_a_format_that_leaves_too_little_memory_free_is_left_out_in_one_line(monkeypatch):
+def test_a_format_that_leaves_too_little_memory_free_is_left_out_in_one_line(monkeypatch, machine_without_choice):
     import psutil
     from types import SimpleNamespace
 
@@ -302,7 +306,8 @@ def test_a_team_that_other_work_stalls_is_not_timed_the_probe_waits_for_it_idle_
     assert subjects[0].measured.ms == {2: 5.0} and subjects[1].measured.ms == {}
 
 
-def test_a_probe_whose_timing_the_busy_cores_ended_builds_nothing_and_saves_a_provisional_choice(monkeypatch):
+def test_a_probe_whose_timing_the_busy_cores_ended_builds_nothing_and_saves_a_provisional_choice(
+        monkeypatch, machine_without_choice):
     """The cores stayed busy (time_paths says STALLED): nothing is built (a build beside the neighbour would take its
     cores for minutes, ranked by times that measure it), and the choice is saved provisional, so the app measures
     again later; with nothing timed, runs keep the safe path and the page says why."""
