@@ -25,6 +25,7 @@ candidate and its Speculative Rejection twin drifted apart (benchmarks/results/g
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -114,14 +115,27 @@ def register() -> None:
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # masks are built as for sdpa (None for a plain step)
 
 
+def switchable(model: torch.nn.Module) -> bool:
+    """Whether the model's attention is SDPA reached through `transformers`' AttentionInterface, so that naming
+    :func:`decode_attention` in its config makes it read through it: where the class says so
+    (``_supports_attention_backend``), or where its modeling module looks its attention up there (StableLM's does,
+    without the flag). A model that calls SDPA itself (Falcon) reads its config's name only to choose between its own
+    code paths: named ``sbon_decode`` it takes its eager path, which adds the boolean mask built for SDPA to its
+    scores as numbers, so that a step over a static slab attends to the slab's unwritten end, and its logits drift
+    from the first step."""
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) != "sdpa":
+        return False
+    module = sys.modules.get(type(model).__module__)
+    return bool(getattr(model, "_supports_attention_backend", False)) or hasattr(module, "ALL_ATTENTION_FUNCTIONS")
+
+
 def use_decode_attention(model: torch.nn.Module, device: torch.device | None = None) -> torch.nn.Module:
     """Switch a model bound for the CPU (``device``, default: where its weights are) from SDPA to
-    :func:`decode_attention`; other devices and models whose attention is not SDPA (eager-only
-    architectures, flash attention) are left as they are."""
+    :func:`decode_attention` where it can be (``switchable``); other devices and models (eager-only architectures,
+    flash attention, SDPA called by the model's own code) are left as they are."""
     register()
-    config = getattr(model, "config", None)
     on_cpu = (device or next(model.parameters()).device).type == "cpu"
-    if on_cpu and getattr(config, "_attn_implementation", None) == "sdpa":
+    if on_cpu and switchable(model):
         model.set_attn_implementation(NAME)
     return model
 
@@ -135,13 +149,14 @@ _SWITCHING = threading.Lock()
 @contextmanager
 def one_query_steps(model: torch.nn.Module) -> Iterator[None]:
     """For the block, a model whose attention is SDPA reads its plain one-query steps through
-    :func:`decode_attention` (anything else still goes to SDPA from there); other models as they are. What a CUDA
+    :func:`decode_attention` (anything else still goes to SDPA from there) where it can (``switchable``); other
+    models as they are. What a CUDA
     graph records its step under (see the module's docstring). Blocks on several threads at once may nest: the
     model reads SDPA again when the last one ends."""
     config = getattr(model, "config", None)
     register()
     with _SWITCHING:
-        switched = id(config) in _SWITCHED or getattr(config, "_attn_implementation", None) == "sdpa"
+        switched = id(config) in _SWITCHED or switchable(model)
         if switched:
             config._attn_implementation = NAME  # read at every call; sub-configs follow
             _SWITCHED[id(config)] = _SWITCHED.get(id(config), 0) + 1

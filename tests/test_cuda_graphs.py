@@ -197,6 +197,74 @@ def test_a_capture_that_fails_is_one_logged_line_and_the_run_goes_on_eagerly(tin
     assert steps._gpu_decode(NAME, own) == "eager" and "could not be captured" in steps.status(NAME)
 
 
+# Other architectures a researcher may name, tiny and random (wide enough weights that the greedy tokens vary): the
+# config class and its sizes. Falcon calls SDPA itself (its attention is not switchable to the one-query function);
+# with ALiBi its step cannot read a slab at all; BLOOM's ALiBi reads one exactly; StableLM and GPT-2 have their own
+# attention code, Qwen3 normalizes its queries and keys.
+ARCHITECTURES = {
+    "falcon": ("FalconConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4)),
+    "falcon-new": ("FalconConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                        new_decoder_architecture=True, num_kv_heads=2)),
+    "falcon-alibi": ("FalconConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, alibi=True)),
+    "bloom": ("BloomConfig", dict(hidden_size=64, n_layer=2, n_head=4)),
+    "stablelm": ("StableLmConfig", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2)),
+    "gpt2": ("GPT2Config", dict(n_embd=64, n_layer=2, n_head=4)),
+    "qwen3": ("Qwen3Config", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=16)),
+}
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_graphs_or_say_why_not(arch, caplog):
+    """The graphs' step over a slab gives each row the eager step's logits (to float32's rounding) from the first
+    step, and a greedy run through them gives `generate`'s tokens; a model whose step cannot read a slab (Falcon with
+    ALiBi) decodes eagerly instead, with one logged line, and its run says so."""
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    from sbon.attention import switchable
+    from sbon.decoders import EagerDecoder, compile_problem
+
+    tokenizer = gpu_stand_ins.smollm2_tokenizer()
+    name, sizes = ARCHITECTURES[arch]
+    config = getattr(transformers, name)(**sizes, vocab_size=len(tokenizer), initializer_range=0.3,
+                                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    try:
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    except ValueError:  # an architecture without SDPA (BLOOM)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    # switched to the one-query function where its attention is looked up in transformers' interface
+    assert switchable(model) is (arch in ("stablelm", "gpt2", "qwen3"))
+    own = Generator(model.eval(), tokenizer, name=arch)
+    graphs(own)  # its compiled decoder is the graphs' (off CUDA: the step run eagerly over the slab)
+    ids = own.encode_prompt(PROMPT)
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=16, min_new_tokens=16)
+    expected = expected[0, len(ids):].tolist()
+    config = RunConfig(method="bon", n=2, max_new_tokens=16, top_k=1, decode="compiled")
+    with caplog.at_level(logging.WARNING, logger="sbon.decoders"):
+        result = algorithms.run(algorithms.events(own, ZERO, PROMPT, config))
+    assert [c.token_ids for c in result.candidates] == [expected, expected]
+    if arch == "falcon-alibi":
+        assert compile_problem(own) == "Falcon's ALiBi position biases span the written tokens, not a KV slab"
+        assert result.decode == "eager" and [r.getMessage() for r in caplog.records] == [
+            f"decode compiled: {compile_problem(own)}; decoding eagerly"]
+        return
+    assert result.decode == "compiled" and compile_problem(own) is None
+    steps = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        decoders = [EagerDecoder(own), graphs(own)]
+        batches = [dec.start(own.prefill(ids), [0, 1], False, 8) for dec in decoders]
+        for _ in range(4):
+            tokens = torch.randint(0, len(tokenizer), (2,), generator=steps)
+            for dec, batch in zip(decoders, batches):
+                dec.forward(batch, tokens)
+            eager, graph = (b.logits.float() for b in batches)
+            assert (graph - eager).abs().max() < 1e-4 * eager.abs().max()
+
+
 # -- inductor under the graphs -------------------------------------------------------------------------------
 
 def wait_for(condition, limit_s: float = 30.0) -> None:
