@@ -86,8 +86,17 @@ class SequenceClassifierReward:
         self.template = template
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        # A sequence classifier scores at the last token that is not its config's pad id, so a batch's padding must
+        # be that id: padded with another (a config and a tokenizer that name different pad tokens), a shorter
+        # response was scored at a padding token, up to 2.5 apart from its score alone. Where the config names a pad
+        # id of the model's vocabulary, padding takes it (``_pad_id``), and a text's own last token, an end-of-turn
+        # token the tokenizer also pads with, still counts; elsewhere the config takes the tokenizer's pad id.
         config = getattr(self.model, "config", None)
-        if config is not None and getattr(config, "pad_token_id", None) is None:
+        pad = getattr(config, "pad_token_id", None) if config is not None else None
+        embeddings = getattr(config, "vocab_size", None) if config is not None else None
+        self._pad_id = pad if isinstance(pad, int) and pad != self.tokenizer.pad_token_id \
+            and 0 <= pad < (embeddings or len(self.tokenizer)) else None
+        if config is not None and self._pad_id is None:
             config.pad_token_id = self.tokenizer.pad_token_id
         self._rooms: dict[str, int] = {}  # response_room, per prompt
         self._cut: set[str] = set()  # prompts whose responses were cut (said once each)
@@ -172,6 +181,8 @@ class SequenceClassifierReward:
         scores: list[float] = []
         for i in range(0, len(responses), self.batch_size):
             batch = self._encode(prompt, responses[i:i + self.batch_size])
+            if self._pad_id is not None:
+                batch["input_ids"][batch["attention_mask"] == 0] = self._pad_id
             if room is not None and batch["input_ids"].shape[1] >= self.max_tokens and prompt not in self._cut:
                 longest = max(len(ids) for ids in self._encode(prompt, responses[i:i + self.batch_size],
                                                                truncation=False, tensors=False)["input_ids"])

@@ -39,6 +39,29 @@ def test_sequence_classifier_loads_from_a_folder(tiny_reward_dir):
     assert reward.score(PROMPT, responses[::-1]) == pytest.approx(scores[::-1], abs=1e-4)
 
 
+@pytest.mark.parametrize("template", [None, "{prompt}\n{response}<|im_end|>"])
+def test_a_response_scores_as_alone_in_a_batch_padded_with_another_token_than_its_config_names(gen, template):
+    """A sequence classifier scores at the last token that is not its config's pad id. Here the config names
+    another one (id 0, as Gemma's config does by default) than the tokenizer pads with (its end-of-turn token):
+    padded with the tokenizer's, a shorter response was scored at a padding token. Each response scores as alone,
+    at its text's last token, also where that token is the one the tokenizer pads with (the second template)."""
+    torch.manual_seed(0)
+    tokenizer = gen.tokenizer
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, num_labels=1, initializer_range=0.3,
+                         pad_token_id=0)
+    assert tokenizer.pad_token_id not in (None, 0)
+    model = LlamaForSequenceClassification(config).eval()
+    reward = SequenceClassifierReward(model, tokenizer, template=template)
+    responses = ["Paris.", "The capital of France is Paris, a city on the Seine.", "Lyon, I think."]
+    with torch.inference_mode():
+        alone = [model(**reward._encode(PROMPT, [r])).logits[0, -1].item() for r in responses]
+    assert reward._encode(PROMPT, ["Paris."])["input_ids"][0, -1] == (
+        tokenizer.pad_token_id if template else tokenizer.encode("\n")[0])
+    assert reward.score(PROMPT, responses) == pytest.approx(alone, abs=1e-4)
+    assert len(set(round(a, 3) for a in alone)) == 3 and model.config.pad_token_id == 0
+
+
 def test_sequence_classifier_uses_the_chat_template(tiny_reward_dir):
     reward = load_reward(str(tiny_reward_dir), device="cpu")
     batch = reward._encode(PROMPT, ["Paris."])
