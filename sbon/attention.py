@@ -150,9 +150,8 @@ _SWITCHING = threading.Lock()
 def one_query_steps(model: torch.nn.Module) -> Iterator[None]:
     """For the block, a model whose attention is SDPA reads its plain one-query steps through
     :func:`decode_attention` (anything else still goes to SDPA from there) where it can (``switchable``); other
-    models as they are. What a CUDA
-    graph records its step under (see the module's docstring). Blocks on several threads at once may nest: the
-    model reads SDPA again when the last one ends."""
+    models as they are. What a CUDA graph records its step under (see the module's docstring). Blocks on several
+    threads at once may nest: the model reads SDPA again when the last one ends."""
     config = getattr(model, "config", None)
     register()
     with _SWITCHING:

@@ -88,14 +88,14 @@ class SequenceClassifierReward:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         # A sequence classifier scores at the last token that is not its config's pad id, so a batch's padding must
         # be that id: padded with another (a config and a tokenizer that name different pad tokens), a shorter
-        # response was scored at a padding token, up to 2.5 apart from its score alone. Where the config names a pad
-        # id of the model's vocabulary, padding takes it (``_pad_id``), and a text's own last token, an end-of-turn
-        # token the tokenizer also pads with, still counts; elsewhere the config takes the tokenizer's pad id.
+        # response was scored at a padding token, not as it scores alone. Where the config names a pad id of the
+        # model's vocabulary, padding takes it (``_pad_id``), and a text's own last token, an end-of-turn token the
+        # tokenizer also pads with, still counts; elsewhere the config takes the tokenizer's pad id.
         config = getattr(self.model, "config", None)
         pad = getattr(config, "pad_token_id", None) if config is not None else None
-        embeddings = getattr(config, "vocab_size", None) if config is not None else None
+        vocab = getattr(config, "vocab_size", None) if config is not None else None
         self._pad_id = pad if isinstance(pad, int) and pad != self.tokenizer.pad_token_id \
-            and 0 <= pad < (embeddings or len(self.tokenizer)) else None
+            and 0 <= pad < (vocab or len(self.tokenizer)) else None
         if config is not None and self._pad_id is None:
             config.pad_token_id = self.tokenizer.pad_token_id
         self._rooms: dict[str, int] = {}  # response_room, per prompt
