@@ -81,8 +81,8 @@ def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: 
     eager; ``products``: its matrix products alone, a third of that by default; a compiled step takes half the
     eager step); returns the paths timed in each timing. The thread team is free whatever runs beside the test (a
     busy neighbour would make the probe measure on one thread first): a test of a stalled team passes its TeamWait.
-    Its tests take ``machine_without_choice``: the probe starts from the saved choice (its build tries), which an app
-    measuring beside the suite (the browser tests' server) rewrites."""
+    Its tests take ``machine_without_choice``: the probe starts from the saved choice (its build tries), which any
+    measuring on this machine before the suite (an app's start, `python -m sbon machine`) leaves in its cache."""
     from sbon.probe import PRODUCTS
     import sbon.probe as probe_module
     timed_sets = []
