@@ -123,18 +123,23 @@ class SequenceClassifierReward:
         return limit if isinstance(limit, int) and 0 < limit < 1_000_000 else None  # unset: about 1e30
 
     def _encode(self, prompt: str, responses: Sequence[str], truncation: bool = True, tensors: bool = True):
-        """The model's inputs; ``truncation`` cuts each to :attr:`max_tokens` the tokenizer's way: a formatted
-        text loses its end (the response's), a text pair the longer text's end first."""
+        """The model's inputs, padded with ``_pad_id`` where it is set; ``truncation`` cuts each to :attr:`max_tokens`
+        the tokenizer's way: a formatted text loses its end (the response's), a text pair the longer text's end
+        first."""
         tok = self.tokenizer
         kwargs = dict(padding=tensors, truncation=truncation, return_tensors="pt" if tensors else None, verbose=False)
         if self.template is not None:
-            return tok([self.template.format(prompt=prompt, response=r) for r in responses], **kwargs)
-        if tok.chat_template:
+            enc = tok([self.template.format(prompt=prompt, response=r) for r in responses], **kwargs)
+        elif tok.chat_template:
             texts = [tok.apply_chat_template([{"role": "user", "content": prompt},
                                               {"role": "assistant", "content": r}], tokenize=False)
                      for r in responses]
-            return tok(texts, add_special_tokens=False, **kwargs)
-        return tok([prompt] * len(responses), list(responses), **kwargs)
+            enc = tok(texts, add_special_tokens=False, **kwargs)
+        else:
+            enc = tok([prompt] * len(responses), list(responses), **kwargs)
+        if tensors and self._pad_id is not None:
+            enc["input_ids"][enc["attention_mask"] == 0] = self._pad_id
+        return enc
 
     def response_room(self, prompt: str) -> int | None:
         """How many tokens of a response the model reads after ``prompt`` (None: no limit). Where the prompt's
@@ -181,8 +186,6 @@ class SequenceClassifierReward:
         scores: list[float] = []
         for i in range(0, len(responses), self.batch_size):
             batch = self._encode(prompt, responses[i:i + self.batch_size])
-            if self._pad_id is not None:
-                batch["input_ids"][batch["attention_mask"] == 0] = self._pad_id
             if room is not None and batch["input_ids"].shape[1] >= self.max_tokens and prompt not in self._cut:
                 longest = max(len(ids) for ids in self._encode(prompt, responses[i:i + self.batch_size],
                                                                truncation=False, tensors=False)["input_ids"])

@@ -243,9 +243,9 @@ def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_g
     with torch.no_grad():
         expected = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=16, min_new_tokens=16)
     expected = expected[0, len(ids):].tolist()
-    config = RunConfig(method="bon", n=2, max_new_tokens=16, top_k=1, decode="compiled")
+    greedy = RunConfig(method="bon", n=2, max_new_tokens=16, top_k=1, decode="compiled")
     with caplog.at_level(logging.WARNING, logger="sbon.decoders"):
-        result = algorithms.run(algorithms.events(own, ZERO, PROMPT, config))
+        result = algorithms.run(algorithms.events(own, ZERO, PROMPT, greedy))
     assert [c.token_ids for c in result.candidates] == [expected, expected]
     if arch == "falcon-alibi":
         assert compile_problem(own) == "Falcon's ALiBi position biases span the written tokens, not a KV slab"
