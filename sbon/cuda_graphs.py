@@ -20,7 +20,10 @@ small model's step on a GPU), that is most of the step's time.
 - **Attention.** The step reads the slab through sbon.attention's one-query matmuls, not SDPA: SDPA's kernel for a
   masked slab gave a row different bits from run to run on a GPU, which broke the coupling above.
 - **Where capture fails**, one logged line says why and the decoder runs the same step eagerly over the same slab
-  from then on (``failed``; its runs record the ``eager`` path).
+  from then on (``failed``; its runs record the ``eager`` path). Where the step itself fails over a slab (a model
+  whose attention cannot read one), found where a capture fails over a slab no batch holds (a run's ``ready``, a
+  capture ahead), runs decode as sbon.decoders' eager decoder does, `transformers`' forward over a growable cache
+  (``slab_fails``).
 
 - **Inductor under the graphs**, optional: ``build_faster`` compiles the step with inductor (without its own CUDA
   graphs; a minute or so) and captures it beside the plain step over a slab of its own, on a thread other than the
@@ -132,7 +135,9 @@ def capture_cuda(body: Callable[[], tuple], pool) -> Replay:
 
 
 def run_eagerly(body: Callable[[], tuple], pool) -> Replay:
-    """A "graph" where there is no CUDA: the step runs eagerly at each replay, over the same buffers."""
+    """A "graph" where there is no CUDA: the step runs eagerly at each replay, over the same buffers. Run once here,
+    as capture_cuda warms up: a step that fails, fails at its capture on any device."""
+    body()
     return body
 
 
@@ -219,6 +224,7 @@ class GraphDecoder:
         self.slabs: list[Slab] = []
         self.pool = None  # one memory pool for every graph: a replay's outputs are copied out before the next
         self.failed: str | None = None  # why capturing failed (steps then run eagerly over the slabs)
+        self.slab_fails: str | None = None  # why the step fails over a slab (batches then take a growable cache)
         self.capture_s = 0.0  # seconds spent capturing, all graphs together
 
     @property
@@ -230,6 +236,8 @@ class GraphDecoder:
         return graph_rows(live)
 
     def start(self, prefix: Prefix, candidate_ids: Sequence[int], keep_hidden: bool, max_new_tokens: int) -> Batch:
+        if self.slab_fails:
+            return self.gen.start(prefix, candidate_ids, keep_hidden)
         slab = self._slab(prefix, graph_rows(len(candidate_ids)), run_length(len(prefix.prompt_ids), max_new_tokens))
         batch = Batch(list(candidate_ids), slab.cache, prefix.logits.expand(len(candidate_ids), -1), keep_hidden)
         slab.owner = weakref.ref(batch)
@@ -257,9 +265,10 @@ class GraphDecoder:
 
     def slab_tokens(self, rows: int, prompt_tokens: int, max_new_tokens: int) -> int:
         """KV tokens a run of batches of up to ``rows`` candidates newly allocates: its slab's rows times its whole
-        length, none where a free slab of that shape is kept already."""
+        length, none where a free slab of that shape is kept already (or where batches take a growable cache)."""
         widest, length = graph_rows(rows), run_length(prompt_tokens, max_new_tokens)
-        return 0 if self._free_slab(widest, length) is not None else widest * length
+        free = self.slab_fails or self._free_slab(widest, length) is not None
+        return 0 if free else widest * length
 
     def _slab_of(self, batch: Batch) -> Slab:
         return next(s for s in self.slabs if s.cache is batch.cache)
@@ -278,13 +287,28 @@ class GraphDecoder:
                 slab.graphs[rows] = self.capture(body, self.pool)
             except Exception as e:  # noqa: BLE001 - any failure: the same step runs eagerly, the run goes on
                 self.failed = one_line(e)
-                log.warning("decode compiled: the CUDA graph of %d rows could not be captured (%s); decoding "
-                            "eagerly over the same slab", rows, self.failed)
+                self._check_slab(slab, rows, body)
                 return body
             finally:
                 slab.cache.advance(0)  # the views back to the live rows and written tokens
                 self.capture_s += time.perf_counter() - start
         return slab.graphs[rows]
+
+    def _check_slab(self, slab: Slab, rows: int, body: Callable[[], tuple]) -> None:
+        """After a failed capture, one logged line: the same step eagerly over the slab from now on, or, where that
+        step fails too, `transformers`' forward over a growable cache (``slab_fails``). The step is tried only over a
+        slab no batch holds: a batch's slab would take its writes."""
+        if slab.free():
+            try:
+                body()
+            except Exception as e:  # noqa: BLE001 - whatever the model raises: the slab is not for it
+                self.slab_fails = one_line(e)
+                self.slabs.clear()  # their memory is of no more use
+                log.warning("decode compiled: the step cannot run over a static KV slab (%s); decoding eagerly "
+                            "with a growable KV cache", self.slab_fails)
+                return
+        log.warning("decode compiled: the CUDA graph of %d rows could not be captured (%s); decoding eagerly over the "
+                    "same slab", rows, self.failed)
 
     @torch.inference_mode()
     def ready(self, rows: int | None = None, prompt_tokens: int = 0, max_new_tokens: int = 0) -> None:
@@ -370,6 +394,9 @@ class GraphDecoder:
 
     @torch.inference_mode()
     def forward(self, batch: Batch, tokens: torch.Tensor) -> None:
+        if not isinstance(batch.cache, SlabCache):  # a growable cache (slab_fails)
+            self.gen.forward(batch, tokens)
+            return
         slab, live = self._slab_of(batch), len(tokens)
         rows = graph_rows(live)
         replay = self.graph(slab, rows)

@@ -20,7 +20,7 @@ from benchmarks import gpu_stand_ins
 from components import decode_paths
 from components.decode_paths import DecodePaths
 from components.torch_thread import TORCH_THREAD
-from sbon import algorithms
+from sbon import algorithms, decoders
 from sbon.config import RunConfig
 from sbon.cuda_graphs import GRAPH_MIN_ROWS, GraphDecoder, graph_rows, plan, slab_length
 from sbon.decoders import _step, decoder, graphs
@@ -215,16 +215,10 @@ ARCHITECTURES = {
 }
 
 
-@pytest.mark.parametrize("arch", list(ARCHITECTURES))
-def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_graphs_or_say_why_not(arch, caplog):
-    """The graphs' step over a slab gives each row the eager step's logits (to float32's rounding) from the first
-    step, and a greedy run through them gives `generate`'s tokens; a model whose step cannot read a slab (Falcon with
-    ALiBi) decodes eagerly instead, with one logged line, and its run says so."""
+def tiny_architecture(arch: str) -> Generator:
+    """A tiny random model of one of ARCHITECTURES with SmolLM2's tokenizer, SDPA's attention where it has it."""
     import transformers
     from transformers import AutoModelForCausalLM
-
-    from sbon.attention import switchable
-    from sbon.decoders import EagerDecoder, compile_problem
 
     tokenizer = gpu_stand_ins.smollm2_tokenizer()
     name, sizes = ARCHITECTURES[arch]
@@ -235,9 +229,21 @@ def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_g
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     except ValueError:  # an architecture without SDPA (BLOOM)
         model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    return Generator(model.eval(), tokenizer, name=arch)
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_graphs_or_say_why_not(arch, caplog):
+    """The graphs' step over a slab gives each row the eager step's logits (to float32's rounding) from the first
+    step, and a greedy run through them gives `generate`'s tokens; a model whose step cannot read a slab (Falcon with
+    ALiBi) decodes eagerly instead, with one logged line, and its run says so."""
+    from sbon.attention import switchable
+    from sbon.decoders import EagerDecoder, compile_problem
+
+    own = tiny_architecture(arch)
+    model, tokenizer = own.model, own.tokenizer
     # switched to the one-query function where its attention is looked up in transformers' interface
     assert switchable(model) is (arch in ("stablelm", "gpt2", "qwen3"))
-    own = Generator(model.eval(), tokenizer, name=arch)
     graphs(own)  # its compiled decoder is the graphs' (off CUDA: the step run eagerly over the slab)
     ids = own.encode_prompt(PROMPT)
     with torch.no_grad():
@@ -263,6 +269,27 @@ def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_g
                 dec.forward(batch, tokens)
             eager, graph = (b.logits.float() for b in batches)
             assert (graph - eager).abs().max() < 1e-4 * eager.abs().max()
+
+
+def test_a_model_whose_step_fails_over_a_slab_decodes_with_a_growable_cache_in_one_logged_line(caplog, monkeypatch):
+    """A model the named cases of compile_problem do not know (here Falcon with ALiBi, its case taken out), whose
+    step fails over a slab: the capture before the run fails, the step tried alone over that slab fails too, and
+    the run goes on with transformers' forward over a growable cache, the eager decoder's tokens, said in one
+    line; the next run does the same without trying again."""
+    own = tiny_architecture("falcon-alibi")
+    eager = run(own, "sbon", "eager")
+    monkeypatch.setattr(decoders, "compile_problem", lambda gen: None)
+    graphs(own)
+    with caplog.at_level(logging.WARNING, logger="sbon.cuda_graphs"):
+        result = run(own, "sbon", "compiled")
+        again = run(own, "bon", "compiled")
+    assert result.decode == again.decode == "eager"
+    assert [c.token_ids for c in result.candidates] == [c.token_ids for c in eager.candidates]
+    assert [c.token_ids for c in again.candidates] == [c.token_ids for c in run(own, "bon", "eager").candidates]
+    lines = [r.getMessage() for r in caplog.records if r.name == "sbon.cuda_graphs"]
+    assert len(lines) == 1 and lines[0].startswith("decode compiled: the step cannot run over a static KV slab (")
+    assert graphs(own).slab_fails and not graphs(own).slabs
+    assert graphs(own).slab_tokens(16, 100, 100) == 0  # nothing of the free memory is asked for a slab
 
 
 # -- inductor under the graphs -------------------------------------------------------------------------------
