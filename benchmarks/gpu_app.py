@@ -10,7 +10,8 @@ machine), stand-ins of their architectures with random weights and their real to
 - ``first_run_on_graphs_s``: seconds from the part's start (the models' load included) to the end of the first
   run that decoded on CUDA graphs: what the first visitor after a start waits at most for a run on graphs;
 - ``compare``: the warm runs in the machines benchmark's shape (``runs[]``: ``seconds``, ``weights``, ``decode``,
-  ``diverged``, ``n``, and each method's ``timings``), after one untimed run;
+  ``diverged``, ``n``, and each method's ``timings``), after one untimed run; each run's ``phases``: the seconds
+  of both methods, of the counterfactual prefix rewards after them and of the comparison's JSON round trip;
 - ``faster`` on every run: where the app's build of inductor's step under its graphs stood when the run ended
   (``building``, ``built``, ``adopted``, ``failed``, or None where none was asked for);
 - ``inductor`` (``app_inductor``, where the runs decoded on graphs): the app's own build of inductor's step under
@@ -73,31 +74,44 @@ def app_models(ctx):
     return models, stand_ins
 
 
-def compare(models, settings):
-    """One comparison as `/compare` runs it (components.runs.Runs.compare), through its JSON."""
+def compare(models, settings, marks: dict[str, float] | None = None):
+    """One comparison as `/compare` runs it (components.runs.Runs.compare), through its JSON. ``marks``, where
+    given, gets the perf_counter() at which both methods had finished (``methods``), the counterfactual prefix
+    rewards too (``counterfactual``), and the JSON's round trip too (``json``)."""
     from components.torch_thread import on_one_thread
-    from sbon.analysis.comparison import Comparison, ComparisonDone
+    from sbon.analysis.comparison import Comparison, ComparisonDone, ComparisonReady
 
+    marks = {} if marks is None else marks
     settings.check()
     models.load_async(settings.generator, settings.reward).result()
     with models.generating():  # as the page's generation slot: the decode paths' builds wait meanwhile
         for event in on_one_thread(models.comparison(settings)):
+            if isinstance(event, ComparisonReady):
+                marks["methods"] = time.perf_counter()
             if isinstance(event, ComparisonDone):
-                return Comparison.from_json(event.comparison.to_json())
+                marks["counterfactual"] = time.perf_counter()
+                comp = Comparison.from_json(event.comparison.to_json())
+                marks["json"] = time.perf_counter()
+                return comp
     raise RuntimeError("the comparison stopped without a result")
 
 
 def timed_compare(models, settings, label: str) -> tuple[dict[str, Any], Any]:
     """One page-default comparison, timed: its record in the machines benchmark's shape (with where its time went)
     and the comparison; one printed line."""
+    marks: dict[str, float] = {}
     began = time.perf_counter()
-    comp = compare(models, settings)
+    comp = compare(models, settings, marks)
     seconds = time.perf_counter() - began
+    ends = [began, marks["methods"], marks["counterfactual"], marks["json"]]
     run = {"seconds": seconds, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
            "diverged": sum(comp.diverged(k) for k in range(comp.n)), "n": comp.n,
            "faster": (models.decode_paths.faster(settings.generator) or {}).get("state"),
            "steps": {"speculative": comp.speculative.decode_steps, "bon": comp.bon.decode_steps},
-           "timings": {"speculative": comp.speculative.timings, "bon": comp.bon.timings}}
+           "timings": {"speculative": comp.speculative.timings, "bon": comp.bon.timings},
+           # where the wall time went: both methods (their timings above, and what lies between and around
+           # them), then the counterfactual prefix rewards, then the JSON's round trip
+           "phases": {name: b - a for name, a, b in zip(("methods", "counterfactual", "json"), ends, ends[1:])}}
     print(f"app: page-default comparison{label or ', warm'}: {seconds:.2f} s ({run['weights']} weights, "
           f"{run['decode']} step, {run['diverged']} of {run['n']} candidates diverged"
           + (f"; inductor's step under the graphs {run['faster']}" if run["faster"] else "") + ")")

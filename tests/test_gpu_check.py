@@ -177,6 +177,12 @@ def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_pa
         assert run["diverged"] == 0  # the app's formats keep the coupling exact on a CPU
         # Survivors are their Best-of-N twins and the pruned their prefixes: Best-of-N takes at least as many steps.
         assert 1 <= run["steps"]["speculative"] <= run["steps"]["bon"]
+        # where the wall time went, in order: the phases sum to the run's seconds, the methods' own timings within
+        # the first
+        phases = run["phases"]
+        assert list(phases) == ["methods", "counterfactual", "json"] and min(phases.values()) > 0
+        assert sum(phases.values()) <= run["seconds"] < sum(phases.values()) + 0.5
+        assert sum(t["total"] for t in run["timings"].values()) < phases["methods"]
     assert record["compare"]["seconds"] == [r["seconds"] for r in runs]
     # The profiler recorded the torch thread's operators (started on the calling thread, it would record none).
     ops = {op["name"]: op for op in record["profile"]["ops"]}

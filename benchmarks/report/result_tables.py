@@ -616,6 +616,12 @@ def decode_cell(run: dict, method: str) -> str:
     return num(seconds, 2) + (f" ({steps} steps, {num(1e3 * seconds / steps, 2)} ms each)" if steps else "")
 
 
+def outside_cell(run: dict) -> str:
+    """An app-part run's seconds outside both methods' own timings: what lies between and after them (the watched
+    pruning signals, the counterfactual prefix rewards, the comparison's JSON)."""
+    return num(run["seconds"] - sum(t["total"] for t in run["timings"].values()), 2)
+
+
 def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str:
     """`gpu-check`'s app part: the page-default comparison through the app's run path, warm, and where its time
     went; then on the graphs with inductor's step under them, where the app built it (benchmarks/gpu_app.py)."""
@@ -624,9 +630,12 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
     runs = [(f"{i + 1}", r) for i, r in enumerate(d["compare"]["runs"])] + \
         [(f"{i + 1}, once the build was adopted", r) for i, r in enumerate(inductor.get("runs", []))]
     faster = any("faster" in r for _, r in runs)  # files since the app builds inductor's step itself
+    phases = any("phases" in r for _, r in runs)  # files since the part times the comparison's phases
     rows = [[label, num(r["seconds"], 2), r["weights"], r["decode"]] + ([r.get("faster") or "–"] if faster else [])
             + [f"{r['diverged']} of {r['n']}"]
-            + ([decode_cell(r, "speculative"), decode_cell(r, "bon")] if "timings" in r else ["–", "–"])
+            + ([decode_cell(r, "speculative"), decode_cell(r, "bon"), outside_cell(r)] if "timings" in r
+               else ["–", "–", "–"])
+            + ([num(r["phases"]["counterfactual"], 2) if "phases" in r else "–"] if phases else [])
             for label, r in runs]
     captures = d.get("captures") or {}
     build = inductor.get("build")
@@ -650,7 +659,9 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
             f"start (the models' load, {num(d['load_s'])} s, included; {captures.get('graphs', 0)} graph captured in "
             f"{num(captures.get('capture_s'), 2)} s){built}.\n\n"
             + markdown_table(["warm run", "seconds", "weights", "decode"] + (["inductor's step"] if faster else [])
-                             + ["diverged", "Speculative Rejection's decode s", "Best-of-N's decode s"], rows))
+                             + ["diverged", "Speculative Rejection's decode s", "Best-of-N's decode s",
+                                "outside both methods s"]
+                             + (["of which counterfactual prefix rewards s"] if phases else []), rows))
 
 
 def gpu_check_engine_row(results_dir: Path) -> list[str]:
