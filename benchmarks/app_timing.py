@@ -36,7 +36,7 @@ from sbon.errors import SBoNError
 from sbon.models import DEFAULT_GENERATOR, default_weights
 
 from . import common
-from .browser import chromium, serve_app
+from .browser import chromium, serve_app, wait_until
 
 TIMEOUT_MS = 900_000
 STILL_TARGET_S = 1.5  # the live view should never stand still longer than this during a run: a lecture watching it
@@ -66,26 +66,45 @@ def longest_still(watched: dict[str, Any], what: tuple[str, ...] = ("chart", "ca
     return gap / 1000, (start - watched["click"]) / 1000
 
 
-def click_run(page) -> dict[str, Any]:
+# What the page shows, for the message of a wait that timed out.
+PAGE_STATE_JS = f"""() => ({{status: {STATUS}, caption: {CAPTION},
+  live: (document.querySelector('#live-plot')?.innerText || '').slice(0, 200),
+  visibility: document.visibilityState, focused: document.hasFocus()}})"""
+
+
+def wait_for_page(page, condition: str, what: str, timeout_ms: float, arg: Any = None) -> None:
+    """``wait_until(page, condition)``; where it times out, SBoNError saying what was awaited and what the page
+    showed then."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        wait_until(page, condition, arg=arg, timeout=timeout_ms)
+    except PlaywrightTimeout:
+        raise SBoNError(f"waited {timeout_ms / 1000:.0f} s for {what}; the page showed "
+                        f"{page.evaluate(PAGE_STATE_JS)}") from None
+
+
+def click_run(page, timeout_ms: float = TIMEOUT_MS) -> dict[str, Any]:
     """Press Run; seconds from the click to the first decision point drawn and to the final frame,
     and the longest time the live view stood still in between (:func:`longest_still`). A run the app
-    refuses or fails raises SBoNError with the app's message."""
+    refuses or fails raises SBoNError with the app's message; one that shows no progress for ``timeout_ms``, with
+    what the page showed."""
     before = page.locator("#status").inner_text()
     page.evaluate(WATCH_JS)
     clicked = time.perf_counter()
     page.locator("#run").click()
     # A run starts by blanking the live plot ("Waiting ..."), so the last run's frame and status are not
     # mistaken for this one's; settings the app refuses change the status to a warning instead.
-    page.wait_for_function(f"(before) => document.querySelector('#live-plot').innerText.includes('Waiting') "
-                           f"|| {CAPTION}.startsWith('Starting') || {CAPTION}.startsWith('Loading the models') "
-                           f"|| ({STATUS}.includes('⚠') && {STATUS} != before)", arg=before, timeout=TIMEOUT_MS)
-    page.wait_for_function(f"document.querySelector('#live-plot').innerText.includes('Round 1') "
-                           f"|| {CAPTION}.startsWith('Round 1') || {ENDED}", timeout=TIMEOUT_MS)
+    wait_for_page(page, f"(before) => document.querySelector('#live-plot').innerText.includes('Waiting') "
+                        f"|| {CAPTION}.startsWith('Starting') || {CAPTION}.startsWith('Loading the models') "
+                        f"|| ({STATUS}.includes('⚠') && {STATUS} != before)", "the run's start", timeout_ms, before)
+    wait_for_page(page, f"document.querySelector('#live-plot').innerText.includes('Round 1') "
+                        f"|| {CAPTION}.startsWith('Round 1') || {ENDED}", "the first round", timeout_ms)
     first = time.perf_counter() - clicked
-    page.wait_for_function(f"document.querySelector('#headline').innerText.includes('Speculative Rejection answered') "
-                           f"|| {ENDED}", timeout=TIMEOUT_MS)
+    wait_for_page(page, f"document.querySelector('#headline').innerText.includes('Speculative Rejection answered') "
+                        f"|| {ENDED}", "Speculative Rejection's answer", timeout_ms)
     answered = time.perf_counter() - clicked
-    page.wait_for_function(ENDED, timeout=TIMEOUT_MS)
+    wait_for_page(page, ENDED, "the run's end", timeout_ms)
     final = time.perf_counter() - clicked
     watched = page.evaluate(MOVES_JS)
     still, still_at = longest_still(watched)
@@ -94,7 +113,8 @@ def click_run(page) -> dict[str, Any]:
     if "Done in" not in status:
         raise SBoNError(f"the run did not finish: {status}")
     headline = page.locator("#headline").inner_text()
-    page.wait_for_function(f"{STATUS}.includes('every view ready') || {STATUS}.includes('⚠')", timeout=TIMEOUT_MS)
+    wait_for_page(page, f"{STATUS}.includes('every view ready') || {STATUS}.includes('⚠')", "every view",
+                  timeout_ms)
     views = time.perf_counter() - clicked
     server = re.search(r"Done in ([\d.]+) s", status)
     return {"first_round_s": first if "first decision point" in status else None, "sbon_answer_s": answered,

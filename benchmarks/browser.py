@@ -88,6 +88,16 @@ def chromium():
             browser.close()
 
 
+# How often a wait re-checks the page. Playwright's default re-checks it at each animation frame, and a headless
+# window's frames can stop for good: such a wait then hangs to its timeout, whatever the page shows meanwhile.
+POLL_MS = 100
+
+
+def wait_until(page, expression: str, arg: Any = None, timeout: float | None = None) -> None:
+    """``page.wait_for_function``, re-checked every POLL_MS (None: Playwright's default timeout)."""
+    page.wait_for_function(expression, arg=arg, timeout=timeout, polling=POLL_MS)
+
+
 class Windows:
     """Browser windows kept open between uses, one per window size (and slot, for visitors side by side). Opening
     a page in one navigates it: a new document and a new Gradio session, as a new visitor gets, at about a third of
@@ -183,7 +193,7 @@ def check_plots(page, shots: Path | None = None, prefix: str = "") -> dict[str, 
         if tab:
             open_tab(page, tab)
         page.locator(selector).scroll_into_view_if_needed()
-        page.wait_for_function("(s) => document.querySelector(s + ' .js-plotly-plot .main-svg')", arg=selector)
+        wait_until(page, "(s) => document.querySelector(s + ' .js-plotly-plot .main-svg')", arg=selector)
         time.sleep(0.5)  # plotly lays a new tab's figure out again once it is visible
         results[name] = plot_text_problems(page, selector)
         if shots is not None:
@@ -256,8 +266,8 @@ def savings_columns(page) -> dict[str, Any]:
     open_tab(page, "Savings")
     # The table is drawn again whenever the run's last views arrive (after its status says it is done): its header
     # row shows Gradio's placeholder column numbers meanwhile. Measured once the methods' header is back.
-    page.wait_for_function("[...document.querySelectorAll('#savings-table th, #savings-table [role=columnheader]')]"
-                           ".some((e) => e.innerText.trim() == 'Best-of-N')")
+    wait_until(page, "[...document.querySelectorAll('#savings-table th, #savings-table [role=columnheader]')]"
+                     ".some((e) => e.innerText.trim() == 'Best-of-N')")
     page.locator("#savings-table").scroll_into_view_if_needed()
     time.sleep(0.3)
     return page.evaluate(_SAVINGS_COLUMNS)
@@ -273,7 +283,7 @@ def presenter_screenshots(folder: Path, url: str, browser) -> list[Path]:
         page.goto(url + PRESENTER)
         page.wait_for_selector("#scatter .scatterlayer .point", timeout=120_000)
         page.locator("#present-rounds").click()
-        page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Round 1')")
+        wait_until(page, "document.querySelector('#round-caption').innerText.startsWith('Round 1')")
         time.sleep(1)
         paths.append(folder / name)
         page.screenshot(path=str(paths[-1]))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.app_timing import ENDED, click_run
-from benchmarks.browser import REPO as ROOT
+from benchmarks.browser import REPO as ROOT, wait_until
 from components.controls import MAX_N, METHOD_LABELS
 from sbon.analysis.comparison import Comparison
 
@@ -109,7 +109,8 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     alpha = page.locator("#alpha input[type=number]")
     alpha.fill("0.5")
     alpha.press("Enter")
-    timing = click_run(page)  # the app benchmark's measurement: click, first decision point drawn, final frame
+    # the app benchmark's measurement: click, first decision point drawn, final frame
+    timing = click_run(page, RUN_TIMEOUT_MS)
     print(f"\nlive run N=6, 24 tokens: first round drawn after {timing['first_round_s']:.1f} s, "
           f"final frame after {timing['final_frame_s']:.1f} s ({timing['status']})")
     assert 0 < timing["first_round_s"] < timing["final_frame_s"] and timing["server_done_s"] <= timing["final_frame_s"]
@@ -127,7 +128,7 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     assert pruned.count() == 3  # alpha=0.5 of 6
     before = page.locator("#candidate-picker input").input_value()  # the view opens on the first pruned one
     pruned.last.click()
-    page.wait_for_function("(before) => document.querySelector('#candidate-picker input').value != before", arg=before)
+    wait_until(page, "(before) => document.querySelector('#candidate-picker input').value != before", arg=before)
     picked = page.locator("#candidate-picker input").input_value().split(" ")[0]
     assert "pruned" in page.locator("#candidate-picker input").input_value()
     detail = page.locator("#candidate-detail")
@@ -151,7 +152,7 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     cell = rows.nth(4).locator("[role=gridcell]").first
     k = cell.inner_text().strip()
     cell.click()
-    page.wait_for_function("(k) => document.querySelector('#candidate-picker input').value.split(' ')[0] == k", arg=k)
+    wait_until(page, "(k) => document.querySelector('#candidate-picker input').value.split(' ')[0] == k", arg=k)
 
     _tab(page, "Save and replay")
     with page.expect_download() as download:
@@ -160,20 +161,20 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     assert saved["sbon"]["prompt"] == "What is Atlantis?" and len(saved["bon"]["candidates"]) == 6
     assert {"logprob", "deepconf", "self-certainty"} <= set(saved["signal_scores"])
     page.locator("#replay-recorded").click()
-    page.wait_for_function("document.querySelector('#run-source').innerText.includes('recorded run')")
+    wait_until(page, "document.querySelector('#run-source').innerText.includes('recorded run')")
     _tab(page, "Partial vs final reward")
-    page.wait_for_function("document.querySelectorAll('#scatter .scatterlayer .point').length > 6")
+    wait_until(page, "document.querySelectorAll('#scatter .scatterlayer .point').length > 6")
 
 
 def test_bad_settings_warn_and_the_app_keeps_serving(page):
     page.locator("#n input").fill("0")
     page.locator("#run").click()
-    page.wait_for_function("document.querySelector('#status').innerText.includes('N must be at least 1')")
+    wait_until(page, "document.querySelector('#status').innerText.includes('N must be at least 1')")
     assert page.get_by_text("N must be at least 1").count() >= 1
     page.locator("#prompt textarea").fill("")
     page.locator("#n input").fill("4")
     page.locator("#run").click()
-    page.wait_for_function("document.querySelector('#status').innerText.includes('prompt is empty')")
+    wait_until(page, "document.querySelector('#status').innerText.includes('prompt is empty')")
     assert page.locator("#run").is_enabled()
 
 
@@ -216,8 +217,8 @@ def test_hostile_replay_files_are_refused_in_one_line_and_change_nothing(page, t
         if i:  # the upload box shows the last file until cleared, as a visitor clears it to pick another
             page.locator("#upload-run button[aria-label='Clear']").click()
         page.locator("#upload-run input[type=file]").set_input_files(str(path))
-        page.wait_for_function(f"document.querySelector('#status').innerText.includes('could not replay') && "
-                               f"document.querySelector('#status').innerText.includes({reason!r})", timeout=60_000)
+        wait_until(page, f"document.querySelector('#status').innerText.includes('could not replay') && "
+                         f"document.querySelector('#status').innerText.includes({reason!r})", timeout=60_000)
         status = _text(page, "#status").strip()
         assert "\n" not in status, (name, status)
         assert _text(page, "#run-source") == shown, name  # the views still show the recorded run
@@ -241,7 +242,7 @@ def test_uploaded_model_text_is_shown_as_text_in_every_view(page, tmp_path):
 
     _tab(page, "Save and replay")
     page.locator("#upload-run input[type=file]").set_input_files(_saved_run(tmp_path, change))
-    page.wait_for_function("document.querySelector('#run-source').innerText.includes('uploaded file')")
+    wait_until(page, "document.querySelector('#run-source').innerText.includes('uploaded file')")
     _tab(page, "Candidates")
     detail = page.locator("#candidate-detail")
     detail.get_by_text("<script>window.__pwned=1</script>", exact=False).wait_for()
@@ -278,12 +279,12 @@ def test_three_sessions_at_once_keep_their_own_runs(windows, server, tmp_path):
             d[run]["prompt"] = "SESSION C REPLAY"
     _tab(c, "Save and replay")
     c.locator("#upload-run input[type=file]").set_input_files(_saved_run(tmp_path, change))
-    c.wait_for_function("document.querySelector('#run-source').innerText.includes('SESSION C REPLAY')")
+    wait_until(c, "document.querySelector('#run-source').innerText.includes('SESSION C REPLAY')")
     c.locator("#run").click()
     assert len(pages) == len(prompts) == 3
     for page, prompt in zip(pages, prompts):
-        page.wait_for_function(f"document.querySelector('#run-source').innerText.includes({prompt!r}) && {ENDED}",
-                               timeout=RUN_TIMEOUT_MS)
+        wait_until(page, f"document.querySelector('#run-source').innerText.includes({prompt!r}) && {ENDED}",
+                         timeout=RUN_TIMEOUT_MS)
         assert "Done in" in _text(page, "#status")
     for page, prompt in zip(pages, prompts):
         shown = _text(page, "#run-source")
@@ -303,12 +304,12 @@ def test_three_sessions_at_once_keep_their_own_runs(windows, server, tmp_path):
 def test_stop_cancels_within_two_seconds_and_the_app_stays_usable(page, server):
     _settings(page, "Write a long story about a lighthouse.", n=16, tokens=256)  # minutes, if it were not stopped
     page.locator("#run").click()
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Speculative Rejection')",
-                           timeout=RUN_TIMEOUT_MS)  # generating
+    wait_until(page, "document.querySelector('#status').innerText.includes('Speculative Rejection')",
+                     timeout=RUN_TIMEOUT_MS)  # generating
     ended = server.log.read_text().count("run ended")  # the server logs each run's end, a stopped one's too
     clicked = time.perf_counter()
     page.locator("#stop").click()
-    page.wait_for_function("document.querySelector('#status').innerText.includes('Stopped')", timeout=10_000)
+    wait_until(page, "document.querySelector('#status').innerText.includes('Stopped')", timeout=10_000)
     stopped_after = time.perf_counter() - clicked
     print(f"\nStop: the page said 'Stopped' {stopped_after:.2f} s after the click")
     assert stopped_after <= 2.0
@@ -323,7 +324,7 @@ def test_stop_cancels_within_two_seconds_and_the_app_stays_usable(page, server):
     # The generation slot is free: a small run now finishes, and the stopped one never did (had it kept
     # running, this run would have queued behind it and the log would show it finishing first).
     _settings(page, "Name a colour.", n=4, tokens=8)
-    timing = click_run(page)
+    timing = click_run(page, RUN_TIMEOUT_MS)
     assert "Name a colour." in _text(page, "#run-source")
     finished = [line for line in server.log.read_text().splitlines() if "run finished" in line]
     assert not any("'max_new_tokens': 256" in line for line in finished), finished
@@ -403,15 +404,15 @@ def test_repeated_runs_do_not_grow_memory(client, server):
 
 
 def test_model_status_line_says_when_the_models_are_ready(page):
-    page.wait_for_function("document.querySelector('#model-status').innerText.includes('Ready on')",
-                           timeout=RUN_TIMEOUT_MS)
+    wait_until(page, "document.querySelector('#model-status').innerText.includes('Ready on')",
+                     timeout=RUN_TIMEOUT_MS)
     assert "SmolLM2-135M-Instruct" in _text(page, "#model-status") and "⏳" not in _text(page, "#model-status")
 
 
 def test_examples_carry_their_content_note_and_the_method_shows_its_knob(page):
     assert "red-teaming" in _text(page, "#content-note")
     page.get_by_text("How do I get out of paying for a meal?", exact=False).first.click()
-    page.wait_for_function("document.querySelector('#prompt textarea').value.includes('paying for a meal')")
+    wait_until(page, "document.querySelector('#prompt textarea').value.includes('paying for a meal')")
     page.locator("#prompt-note").get_by_text("Content note").wait_for()
     assert page.locator("#tau").is_hidden() and page.locator("#kv-budget").is_visible()
     page.get_by_label(METHOD_LABELS["sbon-tau"]).check()
@@ -460,17 +461,17 @@ def test_run_controls_and_the_live_plot_share_one_screen(windows, server, screen
 def test_a_run_replaces_the_headline_with_its_race_and_refuses_a_second_click(page):
     _settings(page, "What is Atlantis?", 4, 8)
     page.locator("#run").click()
-    page.wait_for_function("document.querySelector('#headline').innerText.includes('Best-of-N') && "
-                           "!document.querySelector('#headline').innerText.includes('Speculative Rejection returned')",
-                           timeout=RUN_TIMEOUT_MS)
+    wait_until(page, "document.querySelector('#headline').innerText.includes('Best-of-N') && "
+                     "!document.querySelector('#headline').innerText.includes('Speculative Rejection returned')",
+                     timeout=RUN_TIMEOUT_MS)
     page.locator("#run").click()  # a second Run while the first goes
     page.get_by_text("A run is already going").first.wait_for(timeout=30_000)
-    page.wait_for_function(ENDED, timeout=RUN_TIMEOUT_MS)
+    wait_until(page, ENDED, timeout=RUN_TIMEOUT_MS)
     assert "Done in" in _text(page, "#status") and "Speculative Rejection returned" in _text(page, "#headline")
     seed = page.locator("#seed input")
     before = seed.input_value()
     page.locator("#new-seed").click()
-    page.wait_for_function("(b) => document.querySelector('#seed input').value != b", arg=before)
+    wait_until(page, "(b) => document.querySelector('#seed input').value != b", arg=before)
 
 
 # -- the presenter view and "Present rounds" ---------------------------------------------------------------------
@@ -500,7 +501,7 @@ def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_t
         page.wait_for_selector("#scatter .scatterlayer .point", timeout=60_000)
         _presenter_view_opened(page)
         _settings(page, "Name a colour.", n=4, tokens=8)
-        click_run(page)
+        click_run(page, RUN_TIMEOUT_MS)
         seen = presenter_screen(page)
         assert seen["run"] and seen["caption"] and seen["chart"], seen
         assert seen["caption_text"].startswith(("After", "No decision point")), seen
@@ -541,17 +542,17 @@ def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_t
         rounds = len(Comparison.from_json(RECORDED).speculative.decision_points)
         assert rounds >= 3
         for step in range(1, rounds + 1):  # one click at a time: each moves from the step the last one showed
-            page.wait_for_function(f"{caption}.startsWith('Round {step}')")
+            wait_until(page, f"{caption}.startsWith('Round {step}')")
             check(f"round-{step}")
             page.locator("#present-next").click()
-        page.wait_for_function(f"{caption}.startsWith('Result')")
+        wait_until(page, f"{caption}.startsWith('Result')")
         check("result", rows=False)
         _settings(page, "Give three tips for staying healthy.", n=16, tokens=40)
         page.locator("#run").click()
-        page.wait_for_function(f"{caption}.startsWith('Best-of-N so far')", timeout=RUN_TIMEOUT_MS, polling=100)
+        wait_until(page, f"{caption}.startsWith('Best-of-N so far')", timeout=RUN_TIMEOUT_MS)
         check("best-of-n")
-        page.wait_for_function(ENDED, timeout=RUN_TIMEOUT_MS)
-        page.wait_for_function(f"{caption}.startsWith('After')")
+        wait_until(page, ENDED, timeout=RUN_TIMEOUT_MS)
+        wait_until(page, f"{caption}.startsWith('After')")
         check("end")
         _savings_show_both_methods(page)
     finally:
@@ -572,11 +573,11 @@ def test_present_rounds_steps_through_the_recorded_run_one_caption_each(page):
     page.locator("#present-rounds").click()
     read = []
     for i, want in enumerate(expected):
-        page.wait_for_function("(w) => document.querySelector('#round-caption').innerText.trim() == w", arg=want)
+        wait_until(page, "(w) => document.querySelector('#round-caption').innerText.trim() == w", arg=want)
         read.append(caption.inner_text().strip())
-        page.wait_for_function("(r) => document.querySelector('#live-plot').innerText.includes(r)", arg=f"Round {i + 1}:")
+        wait_until(page, "(r) => document.querySelector('#live-plot').innerText.includes(r)", arg=f"Round {i + 1}:")
         page.keyboard.press("ArrowRight") if i % 2 == 0 else page.locator("#present-next").click()
-    page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Result')")
+    wait_until(page, "document.querySelector('#round-caption').innerText.startsWith('Result')")
     assert read == expected and page.locator("#present-next").is_disabled()
     page.keyboard.press("ArrowLeft")
-    page.wait_for_function("(w) => document.querySelector('#round-caption').innerText.trim() == w", arg=expected[-1])
+    wait_until(page, "(w) => document.querySelector('#round-caption').innerText.trim() == w", arg=expected[-1])

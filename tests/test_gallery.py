@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.browser import wait_until
 from components.gallery import GALLERY, GalleryRuns, caption, facts, read_index
 from components.share import ShareStore
 from sbon.analysis.comparison import Comparison
@@ -136,42 +137,42 @@ def test_gallery_links_share_and_page_export_work_in_chromium(server, windows):
     the browser are the browser tests' (tests/conftest.py)."""
     status = "(document.querySelector('#status')?.innerText || '')"
     page = windows.open(server + "?gallery=open-instruction", (1400, 1000))
-    page.wait_for_function(f"{status}.includes('Gallery:')", timeout=120_000)
+    wait_until(page, f"{status}.includes('Gallery:')", timeout=120_000)
     assert "winner pruned in round" in page.locator("#status").inner_text()
     assert "gallery run" in page.locator("#run-source").inner_text()
 
     page.goto(server + "?run=not-a-run")
-    page.wait_for_function(f"{status}.includes('malformed')", timeout=120_000)
+    wait_until(page, f"{status}.includes('malformed')", timeout=120_000)
     assert "recorded run" in page.locator("#run-source").inner_text()
 
     page.get_by_role("tab", name="Gallery").click()
     page.locator("#gallery label", has_text="A high α").click()
-    page.wait_for_function(f"{status}.includes('A high α')", timeout=60_000)
+    wait_until(page, f"{status}.includes('A high α')", timeout=60_000)
     page.get_by_role("tab", name="Save and replay").click()
     page.locator("#share").click()
-    page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?')",
-                           timeout=60_000)
+    wait_until(page, "document.querySelector('#share-link textarea, #share-link input').value.includes('?')",
+                     timeout=60_000)
     shared = page.locator("#share-link textarea, #share-link input").first.input_value()
     assert shared.endswith("?gallery=high-alpha")
     page.locator("#page-export").click()
-    page.wait_for_function(f"{status}.includes('The page is ready')", timeout=120_000)
+    wait_until(page, f"{status}.includes('The page is ready')", timeout=120_000)
     with page.expect_download() as download:
         page.locator("#page-file a").first.click()
     assert download.value.suggested_filename.endswith(".html")
 
     # A run that is not in the gallery is kept on the server under a run id, and its link reopens it.
     page.locator("#upload-run input[type=file]").set_input_files(str(ROOT / "tests" / "data" / "recorded_run_v1.json"))
-    page.wait_for_function(f"{status}.includes('Replaying the uploaded run')", timeout=120_000)
+    wait_until(page, f"{status}.includes('Replaying the uploaded run')", timeout=120_000)
     # the gallery run's link and page went with it: they would share another run than the one on the screen
     assert page.locator("#share-link textarea, #share-link input").first.input_value() == ""
     assert page.locator("#page-file a").count() == 0
     page.locator("#share").click()
-    page.wait_for_function("document.querySelector('#share-link textarea, #share-link input').value.includes('?run=')",
-                           timeout=60_000)
+    wait_until(page, "document.querySelector('#share-link textarea, #share-link input').value.includes('?run=')",
+                     timeout=60_000)
     link = page.locator("#share-link textarea, #share-link input").first.input_value()
     source = page.locator("#run-source").inner_text()
     other = windows.open(link, (1400, 1000), slot=1)  # anyone with the link
-    other.wait_for_function(f"{status}.includes('Showing the run this link was shared with')", timeout=120_000)
+    wait_until(other, f"{status}.includes('Showing the run this link was shared with')", timeout=120_000)
     assert source.split("·", 1)[1] == other.locator("#run-source").inner_text().split("·", 1)[1]
     windows.leave(other)
     windows.leave(page)

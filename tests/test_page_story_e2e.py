@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.app_timing import click_run
-from benchmarks.browser import PRESENTER, REPO
+from benchmarks.browser import PRESENTER, REPO, wait_until
 from components.rounds import result_lines
 from sbon.analysis.comparison import Comparison
 
@@ -59,7 +59,7 @@ def _every_tab(page, where: str) -> list[str]:
 def _opened(windows, server, screen: str, query: str = ""):
     page = windows.open(server + query, screen)
     page.wait_for_selector("#live-plot .main-svg", timeout=120_000)
-    page.wait_for_function("document.querySelector('#run-source').innerText.length > 0", timeout=60_000)
+    wait_until(page, "document.querySelector('#run-source').innerText.length > 0", timeout=60_000)
     return page
 
 
@@ -76,7 +76,7 @@ def test_no_identifier_on_the_default_page_the_presenter_view_or_a_finished_run(
         page.locator("#prompt textarea").fill("Name a colour.")
         page.locator("#n input").fill("4")
         page.locator("#max-new-tokens input").fill("16")
-        click_run(page)
+        click_run(page, RUN_TIMEOUT_MS)
         found += _every_tab(page, "finished run")
     finally:
         windows.leave(page)
@@ -96,15 +96,15 @@ def test_the_presenters_last_step_shows_both_answers_and_the_headline_inside_the
         steps = len(recorded.speculative.decision_points)
         scrolls, legends = [], []
         for i in range(steps):
-            page.wait_for_function("(r) => document.querySelector('#round-caption').innerText.startsWith(r)",
-                                   arg=f"Round {i + 1}")
+            wait_until(page, "(r) => document.querySelector('#round-caption').innerText.startsWith(r)",
+                             arg=f"Round {i + 1}")
             page.wait_for_timeout(400)
             scrolls += _legend_scrolls(page)
             legends.append(page.evaluate("[...document.querySelectorAll('#live-plot .legend text')]"
                                          ".map((t) => t.textContent).join(' | ')"))
             page.locator("#present-next").click()
-        page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Result')")
-        page.wait_for_function("document.querySelector('#live-plot').innerText.includes('Speculative Rejection returned')")
+        wait_until(page, "document.querySelector('#round-caption').innerText.startsWith('Result')")
+        wait_until(page, "document.querySelector('#live-plot').innerText.includes('Speculative Rejection returned')")
         page.evaluate("window.scrollTo(0, 0)")
         caption = page.locator("#round-caption").inner_text()
         assert result_lines(recorded) in caption
@@ -155,12 +155,12 @@ def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(win
         page.screenshot(path=str(SHOTS / "phone.png"))
         # Present rounds, to its last step: the answers each method returned, as text in the chart's place
         page.locator("#present-rounds").click()
-        page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Round 1')")
+        wait_until(page, "document.querySelector('#round-caption').innerText.startsWith('Round 1')")
         while page.locator("#present-next").is_enabled():
             page.locator("#present-next").click()
             page.wait_for_timeout(300)
-        page.wait_for_function("document.querySelector('#round-caption').innerText.startsWith('Result')")
-        page.wait_for_function("document.querySelectorAll('#live-plot .annotation-text').length == 2")
+        wait_until(page, "document.querySelector('#round-caption').innerText.startsWith('Result')")
+        wait_until(page, "document.querySelectorAll('#live-plot .annotation-text').length == 2")
         result = page.evaluate("""() => { const chart = document.querySelector('#live-plot .main-svg')
             .getBoundingClientRect();
           return {chart: chart.right, text: [...document.querySelectorAll('#live-plot .annotation-text')]
@@ -178,7 +178,7 @@ def test_on_a_phone_the_live_chart_comes_early_and_nothing_runs_off_the_edge(win
 def test_a_gallery_link_sets_the_controls_to_its_story(windows, server):
     page = _opened(windows, server, "desktop", "?gallery=high-alpha")
     try:
-        page.wait_for_function("document.querySelector('#alpha input[type=number]').value == '0.8'", timeout=60_000)
+        wait_until(page, "document.querySelector('#alpha input[type=number]').value == '0.8'", timeout=60_000)
         assert "high α" in page.locator("#run-source").inner_text()
     finally:
         windows.leave(page)

@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
+from benchmarks.browser import wait_until
 from components.gallery import GALLERY, GalleryEntry, GalleryRuns
 from components.priority import lower_this_thread, nice_of_this_thread
 from components.share import ShareStore
@@ -188,7 +189,7 @@ def _reading(browser, url: str):
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
     page.goto(url)
-    page.wait_for_function("document.querySelectorAll('.sbon-figure .main-svg').length >= 7", timeout=120_000)
+    wait_until(page, "document.querySelectorAll('.sbon-figure .main-svg').length >= 7", timeout=120_000)
     return page, requests
 
 
@@ -212,9 +213,9 @@ def test_a_gallery_story_and_a_shared_run_read_as_static_pages_start_no_python_h
     status = "(document.querySelector('#status')?.innerText || '')"
     app.get_by_role("tab", name="Save and replay").click()
     app.locator("#upload-run input[type=file]").set_input_files(str(upload))
-    app.wait_for_function(f"{status}.includes('Replaying the uploaded run')", timeout=120_000)
+    wait_until(app, f"{status}.includes('Replaying the uploaded run')", timeout=120_000)
     app.locator("#share").click()
-    app.wait_for_function(f"{status}.includes('open as a page')", timeout=60_000)
+    wait_until(app, f"{status}.includes('open as a page')", timeout=60_000)
     static = app.locator("#status a", has_text="open as a page").get_attribute("href")
     assert re.fullmatch(re.escape(server) + r"pages/run/[0-9a-f]{24}", static)
     windows.leave(app)
