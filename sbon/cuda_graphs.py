@@ -399,11 +399,13 @@ class GraphDecoder:
             return
         slab, live = self._slab_of(batch), len(tokens)
         rows = graph_rows(live)
-        replay = self.graph(slab, rows)
         slab.tokens[:live].copy_(tokens.view(-1, 1))
         if rows > live:  # padding rows: copies of the last token, their results dropped
             slab.tokens[live:rows].copy_(tokens[-1:].view(1, 1).expand(rows - live, 1))
         slab.length.fill_(slab.cache.get_seq_length())
+        # After the inputs: a capture made here (a graph first needed midway through a run) warms up over this very
+        # slab, so its steps must be this step, writing what the replay then writes.
+        replay = self.graph(slab, rows)
         logits, hidden = replay()
         # Lengths only: a step sets the views it reads itself, and remaking them after every replay is Python time a
         # launch-bound step cannot spare.

@@ -157,6 +157,23 @@ def test_a_run_captures_the_graphs_it_will_replay_before_its_timers_start(tiny):
     assert later.decode == "compiled" and len(captured) == 2 and len(own._graph_decoder.slabs) == 1
 
 
+def test_a_graph_captured_midway_through_a_run_leaves_the_rows_kv_as_it_was(tiny, monkeypatch):
+    """A capture's warm-up steps run over the batch's own slab where a graph is first needed midway through a run
+    (here nothing is captured ahead): they compute the step the replay then computes, this step's tokens at this
+    step's position, so the rows' KV stays theirs even where pruning has moved them to other rows meanwhile."""
+    def warmed(body, pool):  # as capture_cuda: warm-up steps over the same buffers, then the "graph"
+        for _ in range(2):
+            body()
+        return body
+    own = fresh(tiny)
+    own._graph_decoder = dec = GraphDecoder(own, _step, capture=warmed)
+    monkeypatch.setattr(dec, "ready", lambda *args, **kwargs: None)
+    eager = run(own, "sbon", "eager", n=20, tokens=8)
+    graph = run(own, "sbon", "compiled", n=20, tokens=8)  # 32 rows, then 16 once half of them are pruned
+    assert graph.decode == "compiled" and sorted(dec.slabs[0].graphs) == [16, 32]
+    assert [c.token_ids for c in graph.candidates] == [c.token_ids for c in eager.candidates]
+
+
 def test_a_slab_the_free_memory_cannot_hold_decodes_eagerly_under_auto_and_stops_compiled_in_one_line(
         tiny, monkeypatch, caplog):
     """A static slab holds every row's whole length at once, where eager's cache grows with the tokens (and a KV
