@@ -386,7 +386,7 @@ def test_a_build_waits_at_its_next_step_of_tracing_while_a_run_generates(tiny):
         traced.set()
         return step
     dec = GraphDecoder(own, _step)
-    cuda_graphs._wait_while_generating(Runs)  # the compiler's modules imported now, so that only a wait holds it
+    cuda_graphs.pause_points()  # the compiler's modules imported now, so that only a wait holds it
     thread = threading.Thread(target=lambda: out.setdefault("built", dec.build_faster(
         plan(5, len(own.encode_prompt(PROMPT)), 8), Runs, compiler)))
     thread.start()
