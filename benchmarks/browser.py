@@ -88,8 +88,9 @@ def chromium():
             browser.close()
 
 
-# How often a wait re-checks the page. Playwright's default re-checks it at each animation frame, and a headless
-# window's frames can stop for good: such a wait then hangs to its timeout, whatever the page shows meanwhile.
+# How often a wait re-checks the page. Playwright's default re-checks it at each animation frame: where a headless
+# window draws no frames (a window the browser throttles, a machine too busy), such a wait is not checked again
+# until its timeout, whatever the page shows meanwhile.
 POLL_MS = 100
 
 
