@@ -436,23 +436,28 @@ _capturing = threading.local()  # ``now``: this thread is capturing a CUDA graph
 def _paused_while_generating(runs: RunGate):
     """Within it, this thread holds still at a call of one of PAUSE_POINTS while one of ``runs`` generates (outside a
     capture). Where Python has sys.monitoring (3.12 on), only the calls of those functions are seen; before, a profile
-    function sees every call of this thread, which made inductor's compile about three times slower."""
+    function sees every call of this thread, which makes the compile itself several times slower."""
     points, me = pause_points(), threading.get_ident()
 
     def hold() -> None:
         if threading.get_ident() == me and not getattr(_capturing, "now", False):
             while runs.generating_now:
                 time.sleep(0.01)
-    monitoring = getattr(sys, "monitoring", None)
-    tool = next((t for t in range(6) if monitoring.get_tool(t) is None), None) if monitoring else None
-    if tool is None:  # an older Python, or every tool id taken (debuggers, coverage)
+    monitoring, tool = getattr(sys, "monitoring", None), None
+    for free in range(6) if monitoring else ():  # the ids sys.monitoring gives tools; debuggers and coverage take some
+        try:
+            monitoring.use_tool_id(free, "sbon-build-faster")
+        except ValueError:  # taken
+            continue
+        tool = free
+        break
+    if tool is None:
         sys.setprofile(lambda frame, event, arg: hold() if event == "call" and frame.f_code in points else None)
         try:
             yield
         finally:
             sys.setprofile(None)
         return
-    monitoring.use_tool_id(tool, "sbon-build-faster")
     try:
         monitoring.register_callback(tool, monitoring.events.PY_START, lambda code, offset: hold())
         for code in points:
