@@ -241,10 +241,6 @@ def compile_problem(gen: Generator) -> str | None:
     config = gen.model.config
     if not getattr(config, "_attn_implementation", None) in (None, "sdpa", "sbon_decode", "eager"):
         return f"attention {config._attn_implementation} does not read a KV slab"
-    if getattr(config, "model_type", None) == "falcon" and getattr(config, "alibi", False):
-        # Falcon builds its ALiBi biases over the written tokens, one per key of a growable cache: a slab's keys span
-        # its whole length, and the step fails. BLOOM and MPT build theirs over the keys and read a slab exactly.
-        return "Falcon's ALiBi position biases span the written tokens, not a KV slab"
     return None
 
 

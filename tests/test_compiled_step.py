@@ -3,7 +3,8 @@ real embedded model in every weight format the probe may choose: bf16, int4, int
 runs with each; int4-bf16dot where the CPU has AVX-512 BF16): a row's tokens and logits do not depend on its batch, so Speculative Rejection's
 survivor k is Best-of-N's candidate k on the compiled path too; the slab keeps its memory when rows leave; the
 CUDA-graph layout (the whole length masked) gives the same tokens, checked here uncompiled;
-where compiling is impossible the run says so in one line and decodes eagerly."""
+where compiling is impossible the run says so in one line and decodes eagerly; a tiny Falcon with ALiBi, which the
+CUDA-graph layout cannot take, decodes through the CPU's step."""
 
 import logging
 
@@ -263,3 +264,18 @@ def test_a_damaged_saved_step_is_compiled_again(gen, compiled, monkeypatch, capl
         "; compiling it again")
     assert again.saved_step().built and path.stat().st_size > 1000
     assert torch.equal(tokens, loaded[0]) and torch.equal(logits, loaded[1])
+
+
+def test_falcon_with_alibi_decodes_through_the_cpu_s_compiled_step_with_the_eager_tokens():
+    """Falcon with ALiBi builds its position biases over the written tokens: the CUDA-graph layout, whose step reads
+    a slab's whole length, cannot take it (tests/test_cuda_graphs.py), but the CPU's step reads the written tokens
+    only, so it compiles here and its runs are the eager runs."""
+    from test_cuda_graphs import tiny_architecture
+
+    own = tiny_architecture("falcon-alibi")
+    for method in ("sbon", "bon"):
+        runs = {decode: run(events(own, REWARD, PROMPT, RunConfig(method=method, n=5, alpha=0.5, max_new_tokens=12,
+                                                                      decode=decode)))
+                for decode in ("eager", "compiled")}
+        assert runs["compiled"].decode == "compiled"
+        assert [c.token_ids for c in runs["compiled"].candidates] == [c.token_ids for c in runs["eager"].candidates]
