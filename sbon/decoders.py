@@ -238,9 +238,8 @@ def compile_problem(gen: Generator) -> str | None:
             return "no C++ compiler for torch.compile's CPU kernels (install g++)"
     elif gen.device.type != "cuda":
         return f"{gen.device} has no compiled decode step"
-    config = gen.model.config
-    if not getattr(config, "_attn_implementation", None) in (None, "sdpa", "sbon_decode", "eager"):
-        return f"attention {config._attn_implementation} does not read a KV slab"
+    if not getattr(gen.model.config, "_attn_implementation", None) in (None, "sdpa", "sbon_decode", "eager"):
+        return f"attention {gen.model.config._attn_implementation} does not read a KV slab"
     return None
 
 
