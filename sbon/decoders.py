@@ -15,7 +15,8 @@
 On a CPU the compiled step is saved whole beside inductor's caches (``$SBON_CACHE/inductor``, sbon.aot_step): the
 first process on a machine compiles and saves it, later ones load it in seconds instead of tracing it again. Where
 it cannot be saved, the process traces it (its kernels from inductor's disk cache); where compiling is not
-possible, the run decodes eagerly; each with one logged line saying why.
+possible, the run decodes eagerly; where the step does not compile, the same step runs eagerly over the same slab
+(the run says ``eager``); each with one logged line saying why.
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ def _step(model: torch.nn.Module, tokens: torch.Tensor, positions: torch.Tensor,
 
 class CompiledDecoder:
     """One compiled decode step over a static KV slab (see the module's docstring)."""
-    name = "compiled"
 
     def __init__(self, gen: Generator, graphs: bool | None = None, compile: bool = True, saved: bool | None = None,
                  inductor: dict | None = None):
@@ -93,6 +93,7 @@ class CompiledDecoder:
         # process.
         self.loaded: dict[int, aot_step.SavedStep | None] = {}
         self.announced = not compile  # the first compiled step says it is compiling: it takes a while
+        self.failed: str | None = None  # why the step failed to compile (it then runs eagerly over the slab)
         if compile and gen.device.type == "cpu" and (problem := load_kernel()):
             log.warning("decode compiled: the attention kernel %s; the step's attention uses matmuls", problem)
         self.step = _step if not compile else torch.compile(
@@ -103,6 +104,10 @@ class CompiledDecoder:
             with torch.inference_mode():
                 gen.model(input_ids=torch.zeros(MIN_ROWS, 1, dtype=torch.long, device=gen.device),
                           output_hidden_states=True)
+
+    @property
+    def name(self) -> str:
+        return "eager" if self.failed else "compiled"
 
     def rows(self, live: int) -> int:
         """Rows a step computes for ``live`` candidates, at least MIN_ROWS: on a CPU the live ones (the row count is
@@ -182,7 +187,14 @@ class CompiledDecoder:
                 log.warning("decode compiled: compiling the step once in this process (longest the first time on a "
                             "machine; later processes find its kernels in %s)",
                             os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-        logits, hidden = step(*args)
+        try:
+            logits, hidden = step(*args)
+        except Exception as e:  # noqa: BLE001 - whatever the compiler raises: the same step runs eagerly
+            if step is not self.step or not self.compiled:
+                raise
+            self._not_compiled(one_line(e))
+            # The same position written again from the same tokens: whatever the failed step wrote is overwritten.
+            logits, hidden = self.step(*self.inputs(batch, tokens))
         batch.cache.advance()
         batch.logits = logits[:live]
         if batch.keep_hidden:
@@ -221,8 +233,16 @@ class CompiledDecoder:
             self.mark_dynamic(args)
             aot_step.build(_step, args, path, self.inductor)
             return aot_step.load(_step, path, built=True)
-        except Exception as e:  # noqa: BLE001 - whatever failed, the traced step still runs
+        except torch._dynamo.exc.Unsupported as e:  # code Dynamo cannot trace whole: tracing here fails alike
+            return self._not_compiled(one_line(e))
+        except Exception as e:  # noqa: BLE001 - whatever else failed, the traced step still runs
             return self._not_saved(f"the step cannot be saved ({one_line(e)})")
+
+    def _not_compiled(self, why: str) -> None:
+        """From now on the step runs eagerly over the same slab (as ``compile=False``), with one logged line."""
+        self.failed, self.step, self.compiled, self.saved, self.announced = why, _step, False, False, True
+        self.loaded.clear()  # a step saved for another thread count too: the run says eager, and is
+        log.warning("decode compiled: the step does not compile (%s); decoding eagerly over the same slab", why)
 
     def _not_saved(self, why: str) -> None:
         log.warning("decode compiled: %s; tracing it in this process", why)

@@ -1,8 +1,11 @@
 """Best-of-N and Speculative Rejection on the real embedded model."""
 
+import logging
 import time
+from dataclasses import replace
 
 import pytest
+import torch
 
 from sbon import decoders
 from sbon.algorithms import (CandidateFinished, DecisionTaken, Done, RunConfig, best_of_n, events, run,
@@ -281,3 +284,29 @@ def test_a_process_s_first_run_does_not_count_loading_its_saved_step_as_decoding
     result = run(events(gen, likelihood, PROMPT, RunConfig(method="bon", n=2, max_new_tokens=4, decode="compiled")))
     assert result.decode == "compiled" and dec.saved_step() is not None
     assert result.timings["decode"] < load_s, result.timings
+
+
+def test_a_step_that_does_not_compile_decodes_eagerly_over_the_slab_in_one_logged_line(gen, likelihood, monkeypatch,
+                                                                                       caplog):
+    """A model whose forward Dynamo cannot trace whole (here a hook that breaks the graph, as a model's own code may):
+    a run asked for the compiled step says in one line why it does not compile, goes on with the same step run
+    eagerly over the slab, gives the eager run's candidates and says it decoded eagerly; the next run does not try
+    again."""
+    config = RunConfig(method="sbon", n=4, alpha=0.5, max_new_tokens=12, decode="eager")
+    eager = run(events(gen, likelihood, PROMPT, config))
+    monkeypatch.setattr(gen, "_compiled_decoder", None, raising=False)  # a decoder of its own, dropped afterwards
+    hook = gen.model.register_forward_pre_hook(lambda module, args: torch._dynamo.graph_break())
+    try:
+        with caplog.at_level(logging.WARNING, logger="sbon.decoders"):
+            first = run(events(gen, likelihood, PROMPT, replace(config, decode="compiled")))
+            again = run(events(gen, likelihood, PROMPT, replace(config, method="bon", decode="compiled")))
+    finally:
+        hook.remove()
+    assert first.decode == again.decode == "eager"
+    assert [c.token_ids for c in first.candidates] == [c.token_ids for c in eager.candidates]
+    best_of_n_eager = run(events(gen, likelihood, PROMPT, replace(config, method="bon")))
+    assert [c.token_ids for c in again.candidates] == [c.token_ids for c in best_of_n_eager.candidates]
+    failed = [r.getMessage() for r in caplog.records if "does not compile" in r.getMessage()]
+    assert len(failed) == 1, failed
+    assert failed[0].startswith("decode compiled: the step does not compile (Unsupported: ")
+    assert failed[0].endswith("; decoding eagerly over the same slab")
