@@ -16,6 +16,7 @@ from sbon.models import reward_title
 from sbon.results import PHASES
 
 from .fates import fate_color, fate_order
+from .page_text import machine_words
 from .reasons import decimals, point_reasons, pruning_cost, reward_scale
 from .rounds import COST_NAME
 from .style import BON_COLOR, FINAL_SYMBOL, LEGEND_SIZE, PARTIAL_SYMBOL, axis_titles, ring, shape_keys, styled
@@ -144,7 +145,7 @@ def phase_times(comp: Comparison) -> go.Figure:
         fig.add_trace(go.Bar(y=[label for label, _ in runs], x=[r.timings.get(phase, 0.0) for _, r in runs],
                              name=phase, orientation="h", marker_color=colors[phase],
                              hovertemplate="%{y}: %{x:.2f} s<extra>" + phase + "</extra>"))
-    where = f" on {comp.speculative.machine}" if comp.speculative.machine else " (machine not recorded)"
+    where = f" on {machine_words(comp.speculative.machine)}" if comp.speculative.machine else " (machine not recorded)"
     styled(fig, f"Wall time{where}: Best-of-N {comp.bon.wall_time:.1f} s · Speculative Rejection "
                f"{comp.speculative.wall_time:.1f} s (speedup {comp.metrics['speedup']:.2f}×)", height=260)
     fig.update_layout(barmode="stack", legend_traceorder="normal")

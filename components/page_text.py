@@ -41,6 +41,14 @@ def device_words(device: object) -> str:
     return {"cpu": "this machine's processor (CPU)", "cuda": "the GPU", "mps": "the Mac's GPU"}.get(kind, str(device))
 
 
+def machine_words(machine: str | None) -> str | None:
+    """A run's machine class (``RunResult.machine``) as the page names it: the processor or GPU by its name, without
+    the instruction set a CPU's class adds ('AMD EPYC 9B14 (AVX-512 with BF16)' → 'AMD EPYC 9B14'; 'NVIDIA H200
+    (GPU)' stays). The saved run, the command line and the docs keep the whole class."""
+    name, bracket, kind = (machine or "").rpartition(" (")
+    return machine if not bracket or kind == "GPU)" else name
+
+
 def models_note(device: str, threads: int | None) -> str:
     """Where the models run, under Models and sampling (the CPU threads only on a CPU)."""
     cores = f" ({threads} of its cores at work)" if threads != 1 else " (one of its cores at work)"

@@ -22,6 +22,7 @@ from sbon.signals import signal_description, signal_title
 
 from .fates import fate_color, fate_help
 from .instructions import instruction_title
+from .page_text import machine_words
 from .reasons import candidate_reasons, decimals, explanations, explanations_html, fmt, pruning_cost, reward_scale
 
 OUTCOME_WORDS = {"kept": "kept", "pruned": "pruned", "retired": "finished below the cut, still eligible"}
@@ -149,8 +150,8 @@ def savings_table(comp: Comparison) -> pd.DataFrame:
         ("its final reward", f"{bon.best.final_reward:.3f}", f"{sbon.best.final_reward:.3f}"),
         ("normalized score", "100", f"{m['normalized_score']:.1f}"),
         ("random pruning, same survivor counts: normalized score", "", f"{m['random_pruning_normalized_score']:.1f}"),
-        ("wall time (s)" + (f" on {sbon.machine}" if sbon.machine else ", machine not recorded"), f"{bon.wall_time:.2f}",
-         f"{sbon.wall_time:.2f}"),
+        ("wall time (s)" + (f" on {machine_words(sbon.machine)}" if sbon.machine else ", machine not recorded"),
+         f"{bon.wall_time:.2f}", f"{sbon.wall_time:.2f}"),
         (SPEEDUP, "", f"{m['speedup']:.2f}×"),
         ("tokens per second", f"{bon.total_tokens / bon.wall_time:.1f}", f"{sbon.total_tokens / sbon.wall_time:.1f}"),
         ("machine busy (other processes' cores)", _busy(bon), _busy(sbon)),
@@ -286,7 +287,9 @@ def reproduction_note(comp: Comparison, machine: str, weights: str | None, decod
         return ("It was saved without the machine it ran on: a Run here with its settings may give other candidates.")
     differ = []
     if run.machine != machine:
-        differ.append(f"it ran on {run.machine}, this machine is {machine}")
+        there, here = machine_words(run.machine), machine_words(machine)
+        differ.append(f"it ran on {there}, this machine is {here}" if there != here else
+                      f"it ran on {there} with other processor features in use than here")
     if run.weights and weights and run.weights != weights:
         differ.append(f"its model's numbers were stored as {weights_words(run.weights)}, here as {weights_words(weights)}")
     if run.decode and decode and run.decode != decode:
@@ -305,7 +308,7 @@ def headline_parts(comp: Comparison) -> tuple[str, str]:
     """(headline, wall time) in Markdown: the headline holds only what the runs themselves determine (decode
     steps, tokens, scores, the random-pruning null model), identical for the same seed and settings under any
     load; the second line is the wall time this machine measured, with a warning when it was busy."""
-    return headline_text(comp, strong=lambda text: f"**{text}**"), wall_time_text(comp)
+    return headline_text(comp, strong=lambda text: f"**{text}**"), wall_time_text(comp, name=machine_words)
 
 
 def headline(comp: Comparison) -> str:

@@ -22,12 +22,12 @@ pytestmark = pytest.mark.slow
 SHOTS = Path(os.environ.get("SBON_SCREENSHOTS") or tempfile.mkdtemp(prefix="sbon-shots-"))
 RUN_TIMEOUT_MS = 400_000
 # Identifiers that must never reach the page's visible text: lowercase method, signal and preset names (whole words),
-# and the developer phrases a lecturer's walk found.
+# the developer phrases a lecturer's walk found, and a processor's instruction sets (the page names the processor).
 IDENTIFIERS = (r"\bsbon\b", r"\bbon\b", r"\blogprob\b", r"\bdeepconf\b", r"\bself-certainty\b", r"\bminilm-pref\b",
                r"\bsmollm2-135m\b", r"punctuation:no_comma", r"retired \(finished, eligible\)",
                r"decoded with the compiled step",
                r"Loaded on cpu", r"SBoN tokens / BoN tokens", r"IFEval ids and arguments", r"expected fraction",
-               r"Counterfactual replay", r"\b1 candidates\b")
+               r"Counterfactual replay", r"\b1 candidates\b", r"AVX", r"\bBF16\b", r"\bAMX\b")
 # The page's visible text: what the body shows (code blocks of the API's how-to left out) and the visible inputs'
 # values (a dropdown shows its choice there).
 VISIBLE_TEXT_JS = """() => { const code = [...document.querySelectorAll('pre, code')];

@@ -11,6 +11,7 @@ import pytest
 from components import figures, page_export, rounds, signals_view, tables
 from components.controls import ASSETS
 from components.gallery import caption
+from components.page_text import machine_words
 from components.views import VIEWS, Shown
 from sbon.analysis.comparison import Comparison, coupling_note, headline_text, wall_time_text
 from sbon.ifeval.instructions import parse_instructions
@@ -176,7 +177,16 @@ def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(co
     path = comparison.speculative.decode
     assert tables.reproduction_note(comparison, here, comparison.speculative.weights, path).startswith("Press ▶ Run")
     elsewhere = tables.reproduction_note(comparison, "Intel Xeon (AVX2)", comparison.speculative.weights, path)
-    assert "Press" not in elsewhere and "Intel Xeon (AVX2)" in elsewhere and here in elsewhere
+    # the page names processors, not their instruction sets
+    assert "Press" not in elsewhere and "this machine is Intel Xeon," in elsewhere and "AVX" not in elsewhere
+    assert f"it ran on {machine_words(here)}," in elsewhere
+    same_model = tables.reproduction_note(comparison, f"{machine_words(here)} (another set)",
+                                          comparison.speculative.weights, path)
+    assert "Press" not in same_model and "other processor features" in same_model
+    isa = here.rpartition(" (")[2].rstrip(")")  # the class's instruction set, 'AVX-512 with BF16'
+    page_wall_time = tables.headline_parts(comparison)[1]
+    assert page_wall_time.startswith(f"Wall time on {machine_words(here)}:") and isa not in page_wall_time
+    assert isa not in figures.phase_times(comparison).layout.title.text
     other_path = tables.reproduction_note(comparison, here, comparison.speculative.weights,
                                           "compiled" if path == "eager" else "eager")
     assert "Press" not in other_path and "decoding" in other_path

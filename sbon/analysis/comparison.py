@@ -210,12 +210,13 @@ def coupling_note(comp: Comparison) -> str:
             f"this machine: the comparison is approximate.")
 
 
-def wall_time_text(comp: Comparison) -> str:
+def wall_time_text(comp: Comparison, name: Callable[[str], str] = str) -> str:
     """The wall times this machine measured, secondary to the headline, with a warning when the machine was
-    busy while a run ran (:func:`sbon.machine_load.busy`)."""
+    busy while a run ran (:func:`sbon.machine_load.busy`). ``name``: how the machine class is written (the page
+    leaves out a CPU's instruction set)."""
     m = comp.metrics
     ratio = f"{m['speedup']:.2f}× faster" if m["speedup"] >= 1 else f"{1 / m['speedup']:.2f}× slower"
-    machine = comp.speculative.machine
+    machine = comp.speculative.machine and name(comp.speculative.machine)
     where = f"on {machine}" if machine else "on the machine that ran it (not recorded)"
     line = (f"Wall time {where}: {comp.speculative.wall_time:.1f} s against {comp.bon.wall_time:.1f} s ({ratio}; "
             "it depends on the machine and what else runs on it).")
