@@ -240,7 +240,7 @@ def build_prompt_inputs(ui: SimpleNamespace) -> None:
                               info="a task and the reward that can judge it; sets the reward, the pruning "
                                    "signal and the answer length")
     ui.scenario_prompts = gr.Dropdown(scenario_prompt_choices(initial), value=None, label="Scenario prompts",
-                                      elem_id="scenario-prompts")
+                                      info="pick one to put it in the Prompt box", elem_id="scenario-prompts")
     ui.prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt", value=DEFAULTS.prompt)
     gr.Examples([[e.prompt] for e in EXAMPLES], inputs=[ui.prompt], label="Example prompts",
                 example_labels=[e.label for e in EXAMPLES], examples_per_page=10)

@@ -36,7 +36,7 @@ from sbon.errors import SBoNError
 from sbon.models import DEFAULT_GENERATOR, default_weights
 
 from . import common
-from .browser import chromium, serve_app, wait_until
+from .browser import UNPINNED_RUN_BAR, chromium, serve_app, wait_until
 
 TIMEOUT_MS = 900_000
 STILL_TARGET_S = 1.5  # the live view should never stand still longer than this during a run: a lecture watching it
@@ -145,6 +145,7 @@ def screenshots(page, folder: Path) -> list[Path]:
     """A picture of each view of the run on show (the README's screenshots)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
+    page.add_style_tag(content=UNPINNED_RUN_BAR)
 
     def shot(name: str, selector: str | None = None) -> None:
         page.wait_for_timeout(1000)  # let plotly finish drawing

@@ -274,6 +274,10 @@ def savings_columns(page) -> dict[str, Any]:
     return page.evaluate(_SAVINGS_COLUMNS)
 
 
+# The run bar stays pinned at the top while the page scrolls; a picture of one view below it sets it in place.
+UNPINNED_RUN_BAR = "#run-bar { position: static !important; }"
+
+
 def presenter_screenshots(folder: Path, url: str, browser) -> list[Path]:
     """The README's first pictures: the presenter view on a 1280×720 projector at 150 % and at 1920×1080,
     stepped to the recorded run's first round."""
@@ -307,6 +311,7 @@ def layout_screenshots(folder: Path, screens: tuple[str, ...] = ("projector", "p
             page.wait_for_selector("#scatter .scatterlayer .point", timeout=120_000)
             run_controls_beside_plot(page)
             page.screenshot(path=str(folder / f"{screen}-screen.png"))
+            page.add_style_tag(content=UNPINNED_RUN_BAR)  # pinned, it covers the top of each plot pictured below
             found[screen] = [p for problems, _ in check_plots(page, folder, prefix=f"{screen}-").values() for p in problems]
             page.context.close()
     (folder / ".app.log").unlink(missing_ok=True)
