@@ -3,7 +3,7 @@
 The shipped recording (assets/recorded_run.json) was made with the command in RECORDED_WITH below;
 re-run it after changing a default (generator, reward) so the first thing a visitor sees matches
 what Run gives them. `--seeds 0 1 2 ...` records the page's defaults with each seed and keeps the one whose
-partial rewards predicted best (components.gallery.prediction) as the run the page opens on. `python -m components.record --gallery` records every gallery story
+partial rewards predicted best (components.gallery.prediction) as the run the page opens on. `python -m components.record --gallery` records every other gallery story
 (components/gallery.py) into assets/gallery/, with the settings, commit and load that made each file
 in assets/gallery/index.json; `--gallery KEY ...` records only those.
 
@@ -39,6 +39,7 @@ from .model_cache import ModelCache
 from .torch_thread import configure_threads
 
 RECORDED_WITH = "python -m components.record"  # the app's defaults, on its default prompt
+OPENING = "default"  # the gallery's entry for the run the page opens on (made by --seeds)
 REPO = ASSETS.parent
 
 
@@ -71,15 +72,18 @@ def git_commit() -> str | None:
 
 
 def record_gallery(keys: list[str], base: RunSettings, models: ModelCache) -> int:
-    """Record the named gallery entries (all when none is named); a run that does not tell its entry's
+    """Record the named gallery entries (all but the page's opening run, which --seeds makes, when none is named); a run that does not tell its entry's
     story is kept aside (<key>.rejected.json) and the command fails, so a caption never claims what its
     data does not show."""
     unknown = [k for k in keys if k not in GALLERY]
     if unknown:
         raise SBoNError(f"no gallery entry named {', '.join(unknown)}: use {', '.join(GALLERY)}")
+    if OPENING in keys:
+        raise SBoNError(f"the page's defaults ('{OPENING}') are recorded with --seeds, which keeps the seed whose "
+                        f"partial rewards predict best: {RECORDED_WITH} --seeds 0 1 2 3")
     INDEX_FILE.parent.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for key in keys or list(GALLERY):
+    for key in keys or [k for k in GALLERY if k != OPENING]:
         entry = GALLERY[key]
         settings = RunSettings(**{**base.to_dict(), **entry.run_settings()})
         settings.check()
@@ -91,18 +95,19 @@ def record_gallery(keys: list[str], base: RunSettings, models: ModelCache) -> in
             print(f"   does not tell its story: {'; '.join(errors)} (try another --seed)", file=sys.stderr)
             failed += 1
             continue
-        line = write_index_entry(key, comp, settings, git_commit(), datetime.now(timezone.utc), list(os.getloadavg()))
+        line = write_index_entry(key, comp, settings, f"{RECORDED_WITH} --gallery {key}")
         print(f"   {line['caption']}", file=sys.stderr)
     return 1 if failed else 0
 
 
-def write_index_entry(key: str, comp: Comparison, settings: RunSettings, commit: str | None, when: datetime,
-                      load: list[float] | None) -> dict:
-    """The gallery index's line for one recording: its file, caption, command, settings, commit and load."""
+def write_index_entry(key: str, comp: Comparison, settings: RunSettings, command: str) -> dict:
+    """The gallery index's line for one recording, made now by ``command``: its file, caption, command, settings,
+    commit and load."""
     entry = GALLERY[key]
+    commit, when, load = git_commit(), datetime.now(timezone.utc), list(os.getloadavg())
     index = read_index()  # read again: another recording may have written its entries meanwhile
     index[key] = {"file": str(entry.file.relative_to(ASSETS)), "title": entry.title, "caption": caption(comp, entry),
-                  "command": f"{RECORDED_WITH} --gallery {key}", "settings": settings.to_dict(), "commit": commit,
+                  "command": command, "settings": settings.to_dict(), "commit": commit,
                   "machine": comp.speculative.machine, "weights": comp.speculative.weights, "decode": comp.speculative.decode,
                   "recorded": when.isoformat(timespec="seconds"), "load_average": load}
     INDEX_FILE.write_text(json.dumps(index, indent=1, ensure_ascii=False) + "\n")
@@ -114,15 +119,18 @@ def record_opening(seeds: list[int], base: RunSettings, out: str | Path, models:
     whose partial rewards predicted best (components.gallery.prediction); say each seed's measure, and the seed the
     page's default must be (components.controls.OPENING_SEED) so that Run gives a visitor the run they first see."""
     folder = Path(tempfile.mkdtemp(prefix="sbon-opening-"))  # the seeds not chosen are not kept
-    measured = {}
+    measured, made = {}, {}
     for seed in seeds:
         settings = RunSettings(**{**base.to_dict(), "seed": seed})
         settings.check()
-        measured[seed] = prediction(record(settings, folder / f"seed{seed}.json", models))
+        made[seed] = settings, record(settings, folder / f"seed{seed}.json", models)
+        measured[seed] = prediction(made[seed][1])
         print(f"   seed {seed}: {measured[seed][0]} decision points outside the noise, Kendall at the first "
               f"{measured[seed][1]:.2f}", file=sys.stderr)
     best = max(measured, key=lambda seed: measured[seed])
     shutil.copyfile(folder / f"seed{best}.json", out)
+    if Path(out).resolve() == GALLERY[OPENING].file.resolve():
+        write_index_entry(OPENING, made[best][1], made[best][0], f"{RECORDED_WITH} --seeds {' '.join(map(str, seeds))}")
     print(f"the page opens on seed {best}: written {out}"
           + ("" if best == OPENING_SEED else f"; set OPENING_SEED = {best} in components/controls.py"), file=sys.stderr)
     return 0
@@ -137,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     add_options(p, defaults, skip=("batch_size",), overrides={"method": dict(choices=list(PRUNING_METHODS))})
     p.add_argument("--out", default=str(ASSETS / "recorded_run.json"))
     p.add_argument("--gallery", nargs="*", metavar="KEY", default=None,
-                   help=f"record the gallery's stories instead ({', '.join(GALLERY)}; all when none is named), each "
+                   help=f"record the gallery's stories instead ({', '.join(GALLERY)}; all but {OPENING}, which --seeds "
+                        "makes, when none is named), each "
                         "with its own settings over the ones given here")
     p.add_argument("--seeds", nargs="+", type=int, metavar="SEED", default=None,
                    help="record the page's defaults with each seed and keep the one whose partial rewards predict best "

@@ -207,3 +207,12 @@ def test_the_page_opens_on_the_recorded_seed_whose_partial_rewards_predicted_bes
     text = GalleryRuns({"coin-toss": GALLERY["coin-toss"]}).get("coin-toss").caption
     assert f"Why it is weak: at every decision point the scores were within the reward's noise of the cut, and at the " \
            f"first the partial rewards' Kendall with the final rewards was {kendall:.2f}: close to a coin toss." in text
+
+
+def test_the_opening_run_is_recorded_only_by_the_command_that_chooses_its_seed(capsys):
+    """The gallery's entry for the page's opening run says which seeds were measured (the test above reads them), so
+    only `--seeds` records it; `--gallery` alone records every other story."""
+    from components.record import main
+
+    assert main(["--gallery", "default"]) == 2
+    assert "python -m components.record --seeds " in capsys.readouterr().err
