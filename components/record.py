@@ -3,8 +3,8 @@
 The shipped recording (assets/recorded_run.json) was made with the command in RECORDED_WITH below;
 re-run it after changing a default (generator, reward) so the first thing a visitor sees matches
 what Run gives them. `--seeds 0 1 2 ...` records the page's defaults with each seed and keeps the one whose
-partial rewards predicted best (components.gallery.prediction) as the run the page opens on. `python -m components.record --gallery` records every other gallery story
-(components/gallery.py) into assets/gallery/, with the settings, commit and load that made each file
+partial rewards predicted best (components.gallery.prediction) as the run the page opens on.
+`python -m components.record --gallery` records every other gallery story (components/gallery.py) into assets/gallery/, with the settings, commit and load that made each file
 in assets/gallery/index.json; `--gallery KEY ...` records only those.
 
 The four run modules: `runs` generates a run on the page (live); `replays` shows a finished run without
@@ -72,9 +72,9 @@ def git_commit() -> str | None:
 
 
 def record_gallery(keys: list[str], base: RunSettings, models: ModelCache) -> int:
-    """Record the named gallery entries (all but the page's opening run, which --seeds makes, when none is named); a run that does not tell its entry's
-    story is kept aside (<key>.rejected.json) and the command fails, so a caption never claims what its
-    data does not show."""
+    """Record the named gallery entries (when none is named, all but the page's opening run, which --seeds makes);
+    a run that does not tell its entry's story is kept aside (<key>.rejected.json) and the command fails, so a
+    caption never claims what its data does not show."""
     unknown = [k for k in keys if k not in GALLERY]
     if unknown:
         raise SBoNError(f"no gallery entry named {', '.join(unknown)}: use {', '.join(GALLERY)}")

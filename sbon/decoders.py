@@ -241,7 +241,7 @@ class CompiledDecoder:
     def _not_compiled(self, why: str) -> None:
         """From now on the step runs eagerly over the same slab (as ``compile=False``), with one logged line."""
         self.failed, self.step, self.compiled, self.saved, self.announced = why, _step, False, False, True
-        self.loaded.clear()  # a step saved for another thread count too: the run says eager, and is
+        self.loaded.clear()  # steps loaded for other thread counts too: every later step is the eager one
         log.warning("decode compiled: the step does not compile (%s); decoding eagerly over the same slab", why)
 
     def _not_saved(self, why: str) -> None:
