@@ -4,8 +4,9 @@ The shipped recording (assets/recorded_run.json) was made with the command in RE
 re-run it after changing a default (generator, reward) so the first thing a visitor sees matches
 what Run gives them. `--seeds 0 1 2 ...` records the page's defaults with each seed and keeps the one whose
 partial rewards predicted best (components.gallery.prediction) as the run the page opens on.
-`python -m components.record --gallery` records every other gallery story (components/gallery.py) into assets/gallery/, with the settings, commit and load that made each file
-in assets/gallery/index.json; `--gallery KEY ...` records only those.
+`python -m components.record --gallery` records every other gallery story (components/gallery.py) into
+assets/gallery/, with the settings, commit and load that made each file in assets/gallery/index.json;
+`--gallery KEY ...` records only those.
 
 The four run modules: `runs` generates a run on the page (live); `replays` shows a finished run without
 generating (opened, uploaded, linked, from the gallery); `saved_runs` reads and writes a run as a file (no page
