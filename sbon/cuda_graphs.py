@@ -38,6 +38,7 @@ gpu-check's compiled part times), on the runs' own thread.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -414,16 +415,17 @@ class GraphDecoder:
             batch.hidden = hidden[:live].clone()
 
 
-def pause_points() -> set:
-    """The code objects of PAUSE_POINTS (their modules imported now; one that a torch has moved or renamed is left
-    out, and the build waits at the others)."""
-    points = set()
+def pause_points() -> list[tuple[type, str, Callable]]:
+    """PAUSE_POINTS as (class, method name, method) (their modules imported now; one that a torch has moved or
+    renamed is left out, and the build waits at the others)."""
+    points = []
     for module, name in PAUSE_POINTS:
+        owner_path, _, method = name.rpartition(".")
         try:
-            fn = importlib.import_module(module)
-            for part in name.split("."):
-                fn = getattr(fn, part)
-            points.add(inspect.unwrap(fn).__code__)  # a decorator's wrapper shares its code with others
+            owner = importlib.import_module(module)
+            for part in owner_path.split("."):
+                owner = getattr(owner, part)
+            points.append((owner, method, getattr(owner, method)))
         except (ImportError, AttributeError):
             continue
     return points
@@ -435,12 +437,11 @@ _capturing = threading.local()  # ``now``: this thread is capturing a CUDA graph
 @contextmanager
 def _paused_while_generating(runs: RunGate):
     """Within it, this thread holds still at a call of one of PAUSE_POINTS while one of ``runs`` generates (outside a
-    capture). Where Python has sys.monitoring (3.12 on), only the calls of those functions are seen; before, a profile
-    function sees every call of this thread, which makes the compile itself several times slower."""
-    points, me = pause_points(), threading.get_ident()
-
+    capture). Only the calls of those methods are seen: through sys.monitoring where Python has it (3.12 on) and a
+    tool id is free, else through wrappers of the methods themselves (a profile function, which sees every call of
+    the thread, made the compile itself several times slower)."""
     def hold() -> None:
-        if threading.get_ident() == me and not getattr(_capturing, "now", False):
+        if not getattr(_capturing, "now", False):
             while runs.generating_now:
                 time.sleep(0.01)
     monitoring, tool = getattr(sys, "monitoring", None), None
@@ -452,22 +453,64 @@ def _paused_while_generating(runs: RunGate):
         tool = free
         break
     if tool is None:
-        sys.setprofile(lambda frame, event, arg: hold() if event == "call" and frame.f_code in points else None)
-        try:
+        with _pause_points_wrapped(hold):
             yield
-        finally:
-            sys.setprofile(None)
         return
+    codes, me = {inspect.unwrap(fn).__code__ for _, _, fn in pause_points()}, threading.get_ident()
     try:
-        monitoring.register_callback(tool, monitoring.events.PY_START, lambda code, offset: hold())
-        for code in points:
+        monitoring.register_callback(tool, monitoring.events.PY_START,
+                                     lambda code, offset: hold() if threading.get_ident() == me else None)
+        for code in codes:
             monitoring.set_local_events(tool, code, monitoring.events.PY_START)
         yield
     finally:
-        for code in points:
+        for code in codes:
             monitoring.set_local_events(tool, code, 0)
         monitoring.register_callback(tool, monitoring.events.PY_START, None)
         monitoring.free_tool_id(tool)
+
+
+_holds = threading.local()  # ``check``: what this thread calls at a pause point while it builds (the wrappers')
+_wrapped: list[tuple[type, str, object]] = []  # each wrapped method's class, name and own attribute before
+_wrap_users = 0  # the builds within _pause_points_wrapped now: the last one out puts the methods back
+_wrap_lock = threading.Lock()
+_INHERITED = object()  # a method the class inherits: its wrapper is deleted again, not replaced
+
+
+@contextmanager
+def _pause_points_wrapped(hold: Callable[[], None]):
+    """The pause points' methods wrapped, for every thread, with a call of the calling thread's ``hold`` (other
+    threads call none), and put back as they were when the last build that wrapped them ends."""
+    global _wrap_users
+    with _wrap_lock:
+        if _wrap_users == 0:
+            for owner, name, fn in pause_points():
+                _wrapped.append((owner, name, owner.__dict__.get(name, _INHERITED)))
+                setattr(owner, name, _holding(fn))
+        _wrap_users += 1
+    _holds.check = hold
+    try:
+        yield
+    finally:
+        _holds.check = None
+        with _wrap_lock:
+            _wrap_users -= 1
+            while _wrap_users == 0 and _wrapped:
+                owner, name, own = _wrapped.pop()
+                if own is _INHERITED:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, own)
+
+
+def _holding(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def paused(*args, **kwargs):
+        check = getattr(_holds, "check", None)
+        if check is not None:
+            check()
+        return fn(*args, **kwargs)
+    return paused
 
 
 def _time_replays(replays: dict[str, Replay], runs: RunGate | None, sync: Callable[[], None]) -> dict[str, float]:

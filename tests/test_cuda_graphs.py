@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import logging
 import pickle
+import sys
 import threading
 import time
 
@@ -396,6 +397,40 @@ def test_a_build_waits_at_its_next_step_of_tracing_while_a_run_generates(tiny):
         Runs.generating_now = 0
         thread.join(30)
     assert traced.is_set() and list(out["built"].ms) == [16]
+
+
+def test_without_sys_monitoring_the_pause_points_are_wrapped_while_a_build_runs_and_hold_only_its_thread(monkeypatch):
+    """Before Python 3.12 (no sys.monitoring) the build's thread waits at the pause points through wrappers of the
+    methods themselves: while a run generates, the build's thread holds at them and another thread's tracing goes
+    on; afterwards the classes hold their own methods again."""
+    from sbon import cuda_graphs
+
+    monkeypatch.delattr(sys, "monitoring", raising=False)
+    own = torch.fx.Interpreter.__dict__["run_node"]
+
+    class Runs:
+        generating_now = 1
+
+    def trace() -> None:
+        torch.fx.Interpreter(torch.fx.symbolic_trace(lambda x: x + 1)).run(torch.ones(1))
+    entered, held = threading.Event(), threading.Event()
+
+    def build() -> None:
+        with cuda_graphs._paused_while_generating(Runs):
+            entered.set()
+            trace()  # holds at its first node while the run generates
+            held.set()
+    thread = threading.Thread(target=build)
+    thread.start()
+    try:
+        assert entered.wait(30)
+        assert torch.fx.Interpreter.run_node is not own and torch.fx.Interpreter.run_node.__wrapped__ is own
+        trace()  # another thread (this one) traces through the wrapped methods without waiting
+        assert not held.wait(0.5)
+    finally:
+        Runs.generating_now = 0
+        thread.join(30)
+    assert held.is_set() and torch.fx.Interpreter.__dict__["run_node"] is own
 
 
 def test_a_round_of_timings_taken_beside_a_run_is_taken_again():
