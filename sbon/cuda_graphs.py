@@ -456,6 +456,7 @@ def _paused_while_generating(runs: RunGate):
         with _pause_points_wrapped(hold):
             yield
         return
+    # the functions' own code: a decorator's wrapper shares its code with others
     codes, me = {inspect.unwrap(fn).__code__ for _, _, fn in pause_points()}, threading.get_ident()
     try:
         monitoring.register_callback(tool, monitoring.events.PY_START,
@@ -504,6 +505,7 @@ def _pause_points_wrapped(hold: Callable[[], None]):
 
 
 def _holding(fn: Callable) -> Callable:
+    """``fn`` that first calls the calling thread's check, where it has one (it builds: _pause_points_wrapped)."""
     @functools.wraps(fn)
     def paused(*args, **kwargs):
         check = getattr(_holds, "check", None)
