@@ -116,26 +116,34 @@ class Kernels(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_the_captured_step_is_the_same_kernels_at_every_length_and_never_waits_for_the_host(tiny):
-    """A graph replays what it recorded: the step must launch the same operations with the same arguments at every
-    length of the slab (the length reaches it only as a tensor), and none that reads a value back to Python (a
-    capture refuses those). Its attention is the one-query matmuls."""
-    dec = GraphDecoder(tiny, _step)
-    batch = dec.start(tiny.prefill(tiny.encode_prompt(PROMPT)), [0, 1, 2], False, 16)
+def same_kernels_at_every_length(gen: Generator) -> list:
+    """The operations of the graphs' step at three successive lengths of one slab, checked equal, with none that
+    reads a value back to Python: what a graph captured at one length replays at every other (a Python number taken
+    from the length inside the step would be frozen at its capture's value). Returns them."""
+    dec = GraphDecoder(gen, _step)
+    batch = dec.start(gen.prefill(gen.encode_prompt(PROMPT)), [0, 1, 2], False, 16)
     slab, traces = dec._slab_of(batch), []
     with torch.inference_mode():
         for _ in range(3):
             slab.length.fill_(slab.cache.get_seq_length())
             with Kernels() as kernels:
-                slab.body(tiny.model, _step, 16)()
+                slab.body(gen.model, _step, 16)()
             slab.cache.advance()
             traces.append(kernels.ops)
     assert traces[0] == traces[1] == traces[2] and len(traces[0]) > 50
     assert not [op for op, *_ in traces[0] if op in ("aten._local_scalar_dense.default", "aten.item.default")]
+    return traces[0]
+
+
+def test_the_captured_step_is_the_same_kernels_at_every_length_and_never_waits_for_the_host(tiny):
+    """A graph replays what it recorded: the step must launch the same operations with the same arguments at every
+    length of the slab (the length reaches it only as a tensor), and none that reads a value back to Python (a
+    capture refuses those). Its attention is the one-query matmuls."""
+    ops = [op for op, *_ in same_kernels_at_every_length(tiny)]
     # The slab is read by the one-query matmuls (sbon.attention), not by SDPA, whose masked kernel was not exact on a
     # GPU; the model itself stays on SDPA for everything else.
-    assert not [op for op, *_ in traces[0] if "scaled_dot_product" in op]
-    assert [op for op, *_ in traces[0] if op.startswith("aten.masked_fill")]
+    assert not [op for op in ops if "scaled_dot_product" in op]
+    assert [op for op in ops if op.startswith("aten.masked_fill")]
     assert tiny.model.config._attn_implementation == "sdpa"
 
 
@@ -253,8 +261,9 @@ def tiny_architecture(arch: str) -> Generator:
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))
 def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_graphs_or_say_why_not(arch):
     """The graphs' step over a slab gives each row the eager step's logits (to float32's rounding) from the first
-    step, and a greedy run through them gives `generate`'s tokens; a model whose step cannot read a slab (Falcon with
-    ALiBi) decodes eagerly instead, and its run says so (the next test: how)."""
+    step, a greedy run through them gives `generate`'s tokens, and the step is the same kernels at every length (what
+    a CUDA graph captured at one length needs); a model whose step cannot read a slab (Falcon with ALiBi) decodes
+    eagerly instead, and its run says so (the next test: how)."""
     from sbon.attention import switchable
     from sbon.decoders import EagerDecoder, compile_problem
 
@@ -285,6 +294,7 @@ def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_g
                 dec.forward(batch, tokens)
             eager, graph = (b.logits.float() for b in batches)
             assert (graph - eager).abs().max() < 1e-4 * eager.abs().max()
+    same_kernels_at_every_length(own)  # and a graph captured at one length replays the step at the others
 
 
 def test_a_model_whose_step_fails_over_a_slab_decodes_with_a_growable_cache_in_one_logged_line(caplog):
