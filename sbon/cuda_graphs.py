@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
 import logging
 import statistics
-import sys
 import threading
 import time
 import weakref
@@ -437,38 +435,14 @@ _capturing = threading.local()  # ``now``: this thread is capturing a CUDA graph
 @contextmanager
 def _paused_while_generating(runs: RunGate):
     """Within it, this thread holds still at a call of one of PAUSE_POINTS while one of ``runs`` generates (outside a
-    capture). Only the calls of those methods are seen: through sys.monitoring where Python has it (3.12 on) and a
-    tool id is free, else through wrappers of the methods themselves (a profile function, which sees every call of
-    the thread, made the compile itself several times slower)."""
+    capture): those methods are wrapped meanwhile (_pause_points_wrapped), so that only their calls pay for the check
+    (a profile function, which sees every call of the thread, made the compile itself several times slower)."""
     def hold() -> None:
         if not getattr(_capturing, "now", False):
             while runs.generating_now:
                 time.sleep(0.01)
-    monitoring, tool = getattr(sys, "monitoring", None), None
-    for free in range(6) if monitoring else ():  # the ids sys.monitoring gives tools; debuggers and coverage take some
-        try:
-            monitoring.use_tool_id(free, "sbon-build-faster")
-        except ValueError:  # taken
-            continue
-        tool = free
-        break
-    if tool is None:
-        with _pause_points_wrapped(hold):
-            yield
-        return
-    # the functions' own code: a decorator's wrapper shares its code with others
-    codes, me = {inspect.unwrap(fn).__code__ for _, _, fn in pause_points()}, threading.get_ident()
-    try:
-        monitoring.register_callback(tool, monitoring.events.PY_START,
-                                     lambda code, offset: hold() if threading.get_ident() == me else None)
-        for code in codes:
-            monitoring.set_local_events(tool, code, monitoring.events.PY_START)
+    with _pause_points_wrapped(hold):
         yield
-    finally:
-        for code in codes:
-            monitoring.set_local_events(tool, code, 0)
-        monitoring.register_callback(tool, monitoring.events.PY_START, None)
-        monitoring.free_tool_id(tool)
 
 
 _holds = threading.local()  # ``check``: what this thread calls at a pause point while it builds (the wrappers')

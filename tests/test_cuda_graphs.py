@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import logging
 import pickle
-import sys
 import threading
 import time
 
@@ -409,13 +408,12 @@ def test_a_build_waits_at_its_next_step_of_tracing_while_a_run_generates(tiny):
     assert traced.is_set() and list(out["built"].ms) == [16]
 
 
-def test_without_sys_monitoring_the_pause_points_are_wrapped_while_a_build_runs_and_hold_only_its_thread(monkeypatch):
-    """Before Python 3.12 (no sys.monitoring) the build's thread waits at the pause points through wrappers of the
-    methods themselves: while a run generates, the build's thread holds at them and another thread's tracing goes
-    on; afterwards the classes hold their own methods again."""
+def test_the_pause_points_are_wrapped_while_a_build_runs_and_hold_only_its_thread():
+    """The build's thread waits at the pause points through wrappers of the methods themselves: while a run
+    generates, the build's thread holds at them and another thread's tracing goes on; afterwards the classes hold
+    their own methods again."""
     from sbon import cuda_graphs
 
-    monkeypatch.delattr(sys, "monitoring", raising=False)
     own = torch.fx.Interpreter.__dict__["run_node"]
 
     class Runs:
