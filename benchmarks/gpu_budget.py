@@ -122,8 +122,10 @@ def weight_bytes(model) -> int:
 
 # -- the time budget --------------------------------------------------------------------------------
 
-class TimeUp(Exception):
-    """A part's limit passed: the part stops where it is and keeps what it has."""
+class TimeUp(BaseException):
+    """A part's limit passed: the part stops where it is and keeps what it has. Not an Exception, so that code
+    which handles a failure where it is (a capture that falls back to eager, a diagnosis that records its error)
+    lets it through to the part's end."""
 
 
 def run_within(seconds: float, work: Callable[[], Any]) -> None:

@@ -334,6 +334,23 @@ def test_a_part_past_its_own_limit_stops_there_and_the_next_part_still_runs(tmp_
     assert outcomes["app"]["seconds"] < 10
 
 
+def test_a_part_that_handles_its_own_failures_still_stops_at_its_limit(tmp_path):
+    """The app part records a failed profile and a failed capture falls back where it happens: the limit passing
+    inside such code is not one of its failures."""
+    def careful_part(ctx, record):
+        try:
+            time.sleep(30)
+        except Exception as e:  # noqa: BLE001 -- as a diagnosis records its error and goes on
+            record["handled"] = repr(e)
+        record["after"] = True
+
+    outcomes = gpu_budget.run_parts(None, {"app": careful_part}, tmp_path, time.monotonic() + 60,
+                                   {"machine": "test"}, limits={"app": 0.5})
+    record = json.loads((tmp_path / "app.json").read_text())
+    assert outcomes["app"]["outcome"] == "stopped" and outcomes["app"]["seconds"] < 10
+    assert "handled" not in record and "after" not in record and record["stopped"].startswith("its limit")
+
+
 def test_a_part_that_fails_is_recorded_in_one_line_and_the_next_part_still_runs(tmp_path):
     def broken(ctx, record):
         raise ValueError("no such dtype\nsecond line")
