@@ -19,6 +19,9 @@ machine), stand-ins of their architectures with random weights and their real to
   seconds from the part's start until it was built, what it measured (``build``: each row count's milliseconds
   per replay, plain and with inductor, and those that use inductor), ``failed``, then the same warm ``runs``, the
   first of which adopts it;
+- ``length_check``: the check a decoder makes before its first capture of a model type the suite has not
+  checked (sbon.cuda_graphs.length_frozen), made on this model: ``frozen`` (None: the same operations at every
+  length) and its ``seconds``;
 - ``profile`` (``app_profile``), last, on the graphs the app ended on: one more comparison under torch's profiler,
   the operators that took the most host time. Each run also records its methods' ``steps``
   (sbon.results.RunResult.decode_steps: Best-of-N's batches one after another), so its decode time reads per step.
@@ -145,6 +148,22 @@ def profiled_compare(models, settings, top: int = 25) -> dict[str, Any]:
     return found
 
 
+def length_check(gen) -> dict[str, Any]:
+    """The check a decoder makes before its first capture where the suite has not checked its model type
+    (sbon.cuda_graphs.length_frozen), made here on this model whatever its type: on this device, whether its step
+    is the same operations at three lengths (``frozen``: why not, None where it is), and what the check costs."""
+    from components.torch_thread import TORCH_THREAD
+    from sbon.cuda_graphs import length_frozen, step_operations
+    from sbon.decoders import _step
+
+    began = time.perf_counter()
+    try:
+        frozen = TORCH_THREAD.submit(lambda: length_frozen(step_operations(gen, _step))).result()
+    except Exception as e:  # noqa: BLE001 -- a diagnosis, not the check
+        return {"failed": one_line(e), "seconds": time.perf_counter() - began}
+    return {"frozen": frozen, "seconds": time.perf_counter() - began}
+
+
 def wait_for_faster(paths, name: str, limit_s: float) -> dict | None:
     """The app's build of inductor's step under the graphs (DecodePaths.faster), once built or failed, or after
     ``limit_s``, whichever comes first."""
@@ -198,6 +217,7 @@ def part_app(ctx, record: dict) -> None:
                     timed_compare(models, settings, ", warm, once the build was adopted")[0])
             record["inductor"]["state"] = models.decode_paths.faster(settings.generator)["state"]
             record["app_path"]["status"] = models.decode_status(settings.generator)
+    record["length_check"] = length_check(gen)  # after the build above: not beside its compile
     if s.app_profile:  # on the graphs the app ended on
         try:
             record["profile"] = profiled_compare(models, settings)

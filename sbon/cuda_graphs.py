@@ -19,6 +19,11 @@ small model's step on a GPU), that is most of the step's time.
   components.decode_paths captures the page-default run's at model load).
 - **Attention.** The step reads the slab through sbon.attention's one-query matmuls, not SDPA: SDPA's kernel for a
   masked slab gave a row different bits from run to run on a GPU, which broke the coupling above.
+- **Numbers frozen at a capture.** A graph replays the arguments it recorded; a model that takes a Python number
+  from the cache's length inside its step would replay that number at every later length, silently. Before its
+  first capture, a decoder whose model type is not in LENGTH_CHECKED runs the step at three lengths of a small slab
+  of its own and compares the operations (``length_frozen``); where they differ, or one reads a value back to
+  Python, it decodes eagerly over the slabs instead, said in one logged line, as where a capture fails.
 - **Where capture fails**, one logged line says why and the decoder runs the same step eagerly over the same slab
   from then on (``failed``; its runs record the ``eager`` path). Where the step itself fails over a slab (a model
   whose attention cannot read one), found where a capture fails over a slab no batch holds (a run's ``ready``, a
@@ -50,6 +55,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
 
 from .attention import one_query_steps
 from .engine import Batch, Generator, Prefix
@@ -76,6 +83,11 @@ PAUSE_POINTS = (("torch._dynamo.symbolic_convert", "InstructionTranslatorBase.st
                 ("torch._inductor.graph", "GraphLowering.run_node"),
                 ("torch._inductor.scheduler", "Scheduler.can_fuse"),
                 ("torch._inductor.codegen.simd", "SIMDScheduling.codegen_node"))
+
+# Model types whose graph step the test suite checks for the same operations at every length (tests/test_cuda_graphs.py,
+# the architectures test): their decoders skip that check (``length_frozen``) at run time.
+LENGTH_CHECKED = frozenset({"llama", "falcon", "bloom", "stablelm", "gpt2", "qwen3"})
+READS_BACK = ("aten._local_scalar_dense.default", "aten.item.default")  # operations that wait for a value on the host
 
 Step = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # (model, tokens, positions, cache, keep_hidden)
 Replay = Callable[[], tuple[torch.Tensor, torch.Tensor]]
@@ -185,6 +197,48 @@ class Slab:
         return run
 
 
+class Operations(TorchDispatchMode):
+    """Every operation dispatched, with its tensors' shapes, strides, offsets and dtypes and its other arguments:
+    what a CUDA graph records of it, but the addresses."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        def plain(x):
+            return (tuple(x.shape), x.stride(), x.storage_offset(), x.dtype) if isinstance(x, torch.Tensor) else x
+        self.ops.append((str(func), tree_map(plain, args), tree_map(plain, kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+@torch.inference_mode()
+def step_operations(gen: Generator, step: Step, rows: int = GRAPH_MIN_ROWS, lengths: int = 3) -> list[list[tuple]]:
+    """The operations (``Operations``) of ``step`` over a slab of its own, at ``lengths`` successive lengths."""
+    slab, traces = Slab(gen.prefill(gen.encode_prompt("Hi")), rows, GRAPH_MIN_LENGTH), []
+    for _ in range(lengths):
+        slab.length.fill_(slab.cache.get_seq_length())
+        with Operations() as recorded:
+            slab.body(gen.model, step, rows)()
+        slab.cache.advance()
+        traces.append(recorded.ops)
+    return traces
+
+
+def length_frozen(traces: Sequence[list[tuple]]) -> str | None:
+    """Why a graph captured at the first of these lengths would not replay the step at the others (None: it would):
+    an operation that reads a value back to Python, or the first that differs between two lengths."""
+    reads = [op for op, *_ in traces[0] if op in READS_BACK]
+    if reads:
+        return f"its step reads a value back to Python ({reads[0]})"
+    for trace in traces[1:]:
+        if trace != traces[0]:
+            changed = next((a[0] for a, b in zip(traces[0], trace) if a != b), "the number of operations")
+            return ("its step takes numbers from the KV cache's length, which a graph keeps at their captured "
+                    f"values ({changed})")
+    return None
+
+
 @dataclass
 class Faster:
     """What ``GraphDecoder.build_faster`` built: a slab of its own with, per row count, the graph measured faster of
@@ -225,6 +279,7 @@ class GraphDecoder:
         self.failed: str | None = None  # why capturing failed (steps then run eagerly over the slabs)
         self.slab_fails: str | None = None  # why the step fails over a slab (batches then take a growable cache)
         self.capture_s = 0.0  # seconds spent capturing, all graphs together
+        self.length_checked = getattr(gen.model.config, "model_type", None) in LENGTH_CHECKED
 
     @property
     def name(self) -> str:
@@ -278,6 +333,10 @@ class GraphDecoder:
         body = slab.body(self.gen.model, self.step, rows)
         if self.failed:
             return body
+        if not self.length_checked:
+            self._check_lengths()
+            if self.failed:
+                return body
         if rows not in slab.graphs:
             start = time.perf_counter()
             try:
@@ -292,6 +351,22 @@ class GraphDecoder:
                 slab.cache.advance(0)  # the views back to the live rows and written tokens
                 self.capture_s += time.perf_counter() - start
         return slab.graphs[rows]
+
+    def _check_lengths(self) -> None:
+        """Once, before the first capture of a model type outside LENGTH_CHECKED: where its step's operations change
+        with the cache's length (``length_frozen``), this decoder runs the step eagerly over its slabs from now on,
+        said in one logged line. A step that fails here is left to the capture, which says why."""
+        self.length_checked = True
+        start = time.perf_counter()
+        try:
+            why = length_frozen(step_operations(self.gen, self.plain_step))
+        except Exception:  # noqa: BLE001 - the capture meets the same failure and handles it
+            return
+        finally:
+            self.capture_s += time.perf_counter() - start
+        if why:
+            self.failed = why
+            log.warning("decode compiled: %s; decoding eagerly over the same slab", why)
 
     def _check_slab(self, slab: Slab, rows: int, body: Callable[[], tuple]) -> None:
         """After a failed capture, one logged line: the same step eagerly over the slab from now on, or, where that

@@ -13,18 +13,17 @@ import time
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
 
 from benchmarks import gpu_stand_ins
 from components import decode_paths
 from components.decode_paths import DecodePaths
 from components.torch_thread import TORCH_THREAD
-from sbon import algorithms
+from sbon import algorithms, cuda_graphs
 from sbon.config import RunConfig
-from sbon.cuda_graphs import GRAPH_MIN_ROWS, GraphDecoder, graph_rows, plan, slab_length
+from sbon.cuda_graphs import (GRAPH_MIN_ROWS, LENGTH_CHECKED, GraphDecoder, graph_rows, length_frozen, plan,
+                              slab_length, step_operations)
 from sbon.decoders import _step, decoder, graphs
-from sbon.engine import Generator
+from sbon.engine import CACHE_KEYWORD, Generator
 from sbon.rewards import CallableReward
 
 NAME = "smollm2-135m"
@@ -100,37 +99,12 @@ def test_a_survivor_s_logits_are_its_best_of_n_twin_s_bits_in_bfloat16(tiny):
     assert all(c.token_ids == twins[c.id][:len(c.token_ids)] for c in sbon.candidates)
 
 
-class Kernels(TorchDispatchMode):
-    """Every operation dispatched, with its tensors' shapes, strides, offsets and dtypes and its other arguments:
-    what a CUDA graph would record of it, but the addresses."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        def plain(x):
-            return (tuple(x.shape), x.stride(), x.storage_offset(), x.dtype) if isinstance(x, torch.Tensor) else x
-        self.ops.append((str(func), tree_map(plain, args), tree_map(plain, kwargs or {})))
-        return func(*args, **(kwargs or {}))
-
-
 def same_kernels_at_every_length(gen: Generator) -> list:
     """The operations of the graphs' step at three successive lengths of one slab, checked equal, with none that
     reads a value back to Python: what a graph captured at one length replays at every other (a Python number taken
     from the length inside the step would be frozen at its capture's value). Returns them."""
-    dec = GraphDecoder(gen, _step)
-    batch = dec.start(gen.prefill(gen.encode_prompt(PROMPT)), [0, 1, 2], False, 16)
-    slab, traces = dec._slab_of(batch), []
-    with torch.inference_mode():
-        for _ in range(3):
-            slab.length.fill_(slab.cache.get_seq_length())
-            with Kernels() as kernels:
-                slab.body(gen.model, _step, 16)()
-            slab.cache.advance()
-            traces.append(kernels.ops)
-    assert traces[0] == traces[1] == traces[2] and len(traces[0]) > 50
-    assert not [op for op, *_ in traces[0] if op in ("aten._local_scalar_dense.default", "aten.item.default")]
+    traces = step_operations(gen, _step)
+    assert length_frozen(traces) is None and len(traces[0]) > 50
     return traces[0]
 
 
@@ -144,6 +118,51 @@ def test_the_captured_step_is_the_same_kernels_at_every_length_and_never_waits_f
     assert not [op for op in ops if "scaled_dot_product" in op]
     assert [op for op in ops if op.startswith("aten.masked_fill")]
     assert tiny.model.config._attn_implementation == "sdpa"
+
+
+def test_a_step_that_takes_a_number_from_the_length_decodes_eagerly_where_its_model_type_is_unchecked(tiny, monkeypatch,
+                                                                                                    caplog):
+    """A model type outside LENGTH_CHECKED is checked once, before its first capture: one whose step takes a Python
+    number from the cache's length (here a hook that raises one logit chosen by it; a graph would raise the same one
+    at every step) decodes eagerly over the slab, said in one line, with the eager decoder's tokens; the same model
+    without the hook passes the check and decodes on its graphs."""
+    monkeypatch.setattr(cuda_graphs, "LENGTH_CHECKED", frozenset())
+    own = fresh(tiny)
+    graphs(own)  # its compiled decoder is the graphs' (off CUDA: the step run eagerly over the slab)
+    clean = run(own, "sbon", "compiled")
+    assert clean.decode == "compiled" and graphs(own).length_checked and not graphs(own).failed
+
+    written = []  # the cache's length as the step starts (each cache counts its new token in at its own time)
+
+    def by_length(module, args, kwargs, output):
+        output.logits[..., written.pop() % 7] += 3.0
+    hooked = fresh(tiny)
+    graphs(hooked)
+    handles = [tiny.model.register_forward_pre_hook(
+        lambda module, args, kwargs: written.append(kwargs[CACHE_KEYWORD].get_seq_length()), with_kwargs=True),
+        tiny.model.register_forward_hook(by_length, with_kwargs=True)]
+    try:
+        eager = run(hooked, "sbon", "eager")
+        with caplog.at_level(logging.WARNING, logger="sbon.cuda_graphs"):
+            result = run(hooked, "sbon", "compiled")
+            again = run(hooked, "bon", "compiled")
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert result.decode == again.decode == "eager"
+    assert [c.token_ids for c in result.candidates] == [c.token_ids for c in eager.candidates]
+    assert [c.token_ids for c in eager.candidates] != [c.token_ids for c in clean.candidates]  # the hook counts
+    lines = [r.getMessage() for r in caplog.records if r.name == "sbon.cuda_graphs"]
+    assert len(lines) == 1 and lines[0].startswith("decode compiled: its step takes numbers from the KV cache's length")
+    assert "aten." in lines[0] and lines[0].endswith("; decoding eagerly over the same slab")
+
+
+def test_the_model_types_whose_check_is_skipped_are_the_ones_this_file_checks():
+    """LENGTH_CHECKED skips the run-time check for the model types whose step this file checks at every length:
+    the embedded model's and each of ARCHITECTURES."""
+    import transformers
+
+    assert LENGTH_CHECKED == {"llama"} | {getattr(transformers, name).model_type for name, _ in ARCHITECTURES.values()}
 
 
 def test_a_run_captures_the_graphs_it_will_replay_before_its_timers_start(tiny):

