@@ -86,7 +86,7 @@ PAUSE_POINTS = (("torch._dynamo.symbolic_convert", "InstructionTranslatorBase.st
 
 # Model types whose graph step the test suite checks for the same operations at every length (tests/test_cuda_graphs.py,
 # the architectures test): their decoders skip that check (``length_frozen``) at run time.
-LENGTH_CHECKED = frozenset({"llama", "falcon", "bloom", "stablelm", "gpt2", "qwen3"})
+LENGTH_CHECKED = frozenset({"llama", "falcon", "bloom", "stablelm", "gpt2", "qwen3", "mistral", "gemma2"})
 READS_BACK = ("aten._local_scalar_dense.default", "aten.item.default")  # operations that wait for a value on the host
 
 Step = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # (model, tokens, positions, cache, keep_hidden)

@@ -244,7 +244,9 @@ def test_a_capture_that_fails_is_one_logged_line_and_the_run_goes_on_eagerly(tin
 # Other architectures a researcher may name, tiny and random (wide enough weights that the greedy tokens vary): the
 # config class and its sizes. Falcon calls SDPA itself (its attention is not switchable to the one-query function);
 # with ALiBi its step cannot read a slab at all; BLOOM's ALiBi reads one exactly; StableLM and GPT-2 have their own
-# attention code, Qwen3 normalizes its queries and keys.
+# attention code, Qwen3 normalizes its queries and keys; Mistral attends within a sliding window (a mask over the
+# slab's keys, narrower than the prompt: it changes the greedy tokens), Gemma 2 soft-caps its scores and alternates
+# windowed layers with whole ones.
 ARCHITECTURES = {
     "falcon": ("FalconConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4)),
     "falcon-new": ("FalconConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -256,6 +258,10 @@ ARCHITECTURES = {
     "gpt2": ("GPT2Config", dict(n_embd=64, n_layer=2, n_head=4)),
     "qwen3": ("Qwen3Config", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                   num_key_value_heads=2, head_dim=16)),
+    "mistral": ("MistralConfig", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, sliding_window=8)),
+    "gemma2": ("Gemma2Config", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=16, sliding_window=8)),
 }
 
 
@@ -287,8 +293,10 @@ def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_g
 
     own = tiny_architecture(arch)
     model, tokenizer = own.model, own.tokenizer
-    # switched to the one-query function where its attention is looked up in transformers' interface
-    assert switchable(model) is (arch in ("stablelm", "gpt2", "qwen3"))
+    # switched to the one-query function where its attention is looked up in transformers' interface (Gemma 2's is
+    # SDPA in some transformers releases, 5.17's, and eager in others, 5.24's)
+    assert switchable(model) is (arch in ("stablelm", "gpt2", "qwen3", "mistral")
+                                 or (arch == "gemma2" and model.config._attn_implementation == "sdpa"))
     graphs(own)  # its compiled decoder is the graphs' (off CUDA: the step run eagerly over the slab)
     ids = own.encode_prompt(PROMPT)
     with torch.no_grad():
