@@ -22,8 +22,8 @@ from .engine import WEIGHT_FORMATS, check_device
 from .options import HelpFormatter, add_options, resolved, values
 from .errors import SBoNError, exit_code
 from .machine_load import LoadMeter, busy_note
-from .models import (DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, check_reward_prompt,
-                     default_device, default_dtype_name, load_generator, load_reward)
+from .models import (DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, check_reachable,
+                     check_reward_prompt, default_device, default_dtype_name, load_generator, load_reward)
 from .results import RunResult
 from .rewards import bind_instructions
 
@@ -195,6 +195,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SBoNError(f"--instructions applies to --reward ifeval, not {args.reward}")
     check_reward_prompt(args.reward, args.prompt, args.instructions)
     check_out(args.out)
+    check_reachable(args.generator, GENERATORS, "generator")  # before the generator loads: one line in seconds
+    check_reachable(args.reward, REWARDS, "reward model")
     device = check_device(args.device or default_device())  # a mistyped device in one line, before anything reads it
     from .probe import check_forced, watched
     check_forced(args.generator, device, args.weights, args.decode if args.decode == "compiled" else None)

@@ -212,6 +212,25 @@ def check_name(name: str, presets: dict[str, Preset], kind: str) -> None:
         raise SBoNError(f"unknown {kind} '{name}': use a preset ({', '.join(presets)}), a local folder or a hub id")
 
 
+def check_reachable(name: str, presets: dict[str, Preset], kind: str) -> None:
+    """Fail fast, in one line, on a model from the hub that is neither cached here nor reachable, before anything
+    loads (a first run converts the embedded generator first, for seconds to a minute): its config, a small file
+    its load reads first anyway, kept in the hub's cache once fetched. Models shipped in a package, made by code
+    or in a local folder are not looked for."""
+    preset = presets.get(name)
+    if (preset is not None and (preset.package or preset.load or preset.offline)) or \
+            (preset is None and os.path.isdir(name)):
+        return
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+    try:
+        hf_hub_download(preset.hub_id if preset else name, "config.json")
+    except RemoteEntryNotFoundError:
+        return  # a repository reached, without a config at its root (an adapter's): its load says what it needs
+    except (OSError, ValueError) as e:
+        raise _hub_error(name, e, kind) from None
+
+
 def _hub_error(name: str, error: Exception, kind: str) -> SBoNError:
     hint = "is the Hugging Face hub reachable (network), and for a model behind a license, is your access token in HF_TOKEN?"
     return SBoNError(f"cannot load {kind} '{name}': {hint} ({type(error).__name__}: {str(error).splitlines()[0][:200]})")

@@ -181,11 +181,13 @@ def test_cli_says_in_one_line_when_the_signal_cannot_apply_the_undecided_rule(ca
 @pytest.mark.parametrize("flag, name, kind", [("--generator", "gpt2", "generator"),
                                               ("--reward", "rm-mistral-7b", "reward model")])
 def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind):
-    """The paper's models come from the hub; unreachable (offline mode, empty cache) they get one line, exit code 2."""
+    """The paper's models come from the hub; unreachable (offline mode, empty cache) they get one line, exit code 2,
+    before any model loads (with the embedded generator, a first load converts it first)."""
     done = run_offline(tmp_path, "-m", "sbon", "run", "--prompt", "hi", flag, name, "--max-new-tokens", "4")
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: cannot load {kind} '{name}': is the Hugging Face hub reachable") and "Traceback" not in done.stderr
+    assert "loading generator" not in done.stderr, done.stderr[-1000:]
 
 
 def test_the_page_and_the_command_line_start_from_the_same_scenario():
