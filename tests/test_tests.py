@@ -1,10 +1,14 @@
 """The tests themselves can fail: no test asserts only inside a loop that may not run, and none sleeps and then
-asserts (it waits on an event or polls with a bound instead). Checked on the source (ast), in seconds."""
+asserts (it waits on an event or polls with a bound instead). Checked on the source (ast), in seconds. And the suite
+runs as tests/conftest.py groups it."""
 
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 ALWAYS_RUNS = {"range", "zip", "enumerate", "sorted", "reversed"}  # over literals only (below)
@@ -75,3 +79,13 @@ def test_the_checks_catch_what_they_look_for():
     assert asserts(parsed("def test_x():\n    for x in (1, 2):\n        assert x\n")) == (0, 1)
     sleepy = parsed("def test_x():\n    time.sleep(1)\n    assert True\n")
     assert is_sleep(sleepy.body[0]) and isinstance(sleepy.body[1], ast.Assert)
+
+
+def test_pytest_xdist_runs_each_group_in_one_process(request):
+    """pytest-xdist (pyproject's ``--dist loadgroup``) runs a file's tests, and those that drive the app server, in one
+    process only where the group tests/conftest.py marks reaches its scheduler, which reads it from the test's id.
+    Where it does not (pytest 9.2 keeps pytest-xdist 3.8 from changing the id), nothing fails, but the suite starts
+    an app server and a browser in each process and makes each file's fixtures twice: a third more CPU time."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("run without pytest-xdist: nothing is grouped")
+    assert request.node.nodeid.endswith(f"@{request.node.path.name}"), request.node.nodeid
