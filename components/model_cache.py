@@ -9,9 +9,7 @@ packages, the local copy, or the hub) before anything is loaded.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -30,7 +28,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.cache import cache_dir
 from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, default_device, dequantized_copy_dir, generator_title,
-                         load_generator, load_reward, reward_title)
+                         hub_source, load_generator, load_reward, reward_title)
 from sbon.probe import watched
 from sbon.results import RunResult
 from sbon.rewards import RewardModel
@@ -60,36 +58,24 @@ class Source:
         return f"the {self.role} {self.name} from {self.origin}"
 
 
-def _package_installed(package: str) -> bool:
-    # find_spec, not import: these packages' own imports need dependencies we do not install.
-    spec = importlib.util.find_spec(package)
-    return bool(spec and spec.submodule_search_locations)
-
-
 def generator_source(name: str) -> Source:
-    preset = GENERATORS.get(name)
-    if preset is None:
-        return Source("generator", name, name, hub=not os.path.isdir(name))
-    if preset.package and _package_installed(preset.package):
-        copy = dequantized_copy_dir(name, preset.gguf_file)
-        if (copy / "config.json").exists():
-            return Source("generator", name, f"its float32 copy in {copy}")
-        return Source("generator", name, f"the package {preset.package.replace('_', '-')}, converted once to a "
-                                         f"float32 copy in {cache_dir()}", first_time=True)
-    return Source("generator", name, preset.hub_id, hub=True)
+    hub, preset = hub_source(name, GENERATORS), GENERATORS.get(name)
+    if hub is not None or preset is None:  # the hub, or a local folder
+        return Source("generator", name, hub or name, hub=hub is not None)
+    copy = dequantized_copy_dir(name, preset.gguf_file)  # its package is installed
+    if (copy / "config.json").exists():
+        return Source("generator", name, f"its float32 copy in {copy}")
+    return Source("generator", name, f"the package {preset.package.replace('_', '-')}, converted once to a "
+                                     f"float32 copy in {cache_dir()}", first_time=True)
 
 
 def reward_sources(name: str, generator: str) -> list[Source]:
-    preset = REWARDS.get(name)
-    if preset is None:
-        return [Source("reward model", name, name, hub=not os.path.isdir(name))]
+    hub, preset = hub_source(name, REWARDS), REWARDS.get(name)
+    if hub is not None or preset is None:  # the hub, or a local folder
+        return [Source("reward model", name, hub or name, hub=hub is not None)]
     if preset.offline:
         return []  # code, or the generator itself
-    if preset.package:  # embedded weights, with the hub copy as the fallback
-        if _package_installed(preset.package):
-            return [Source("reward model", name, f"the package {preset.package.replace('_', '-')}")]
-        return [Source("reward model", name, preset.hub_id, hub=True)]
-    return [Source("reward model", name, preset.hub_id, hub=True)]
+    return [Source("reward model", name, f"the package {preset.package.replace('_', '-')}")]
 
 
 def sources(generator: str, reward: str) -> list[Source]:

@@ -212,19 +212,30 @@ def check_name(name: str, presets: dict[str, Preset], kind: str) -> None:
         raise SBoNError(f"unknown {kind} '{name}': use a preset ({', '.join(presets)}), a local folder or a hub id")
 
 
+def hub_source(name: str, presets: dict[str, Preset]) -> str | None:
+    """The hub id a load of this generator or reward (a name of ``presets``, a local folder or a hub id) fetches
+    from; None where it loads from this machine: a local folder, a model made by code, or one whose package is
+    installed (without its package, a packaged model loads its hub copy)."""
+    preset = presets.get(name)
+    if preset is None:
+        return None if os.path.isdir(name) else name
+    if preset.offline or (preset.package and _package_dir(preset.package)):
+        return None
+    return preset.hub_id
+
+
 def check_reachable(name: str, presets: dict[str, Preset], kind: str) -> None:
     """Fail fast, in one line, on a model from the hub that is neither cached here nor reachable, before anything
     loads (a first run converts the embedded generator first, for seconds to a minute): its config, a small file
-    its load reads first anyway, kept in the hub's cache once fetched. Models shipped in a package, made by code
-    or in a local folder are not looked for."""
-    preset = presets.get(name)
-    if (preset is not None and (preset.package or preset.load or preset.offline)) or \
-            (preset is None and os.path.isdir(name)):
+    its load reads first anyway, kept in the hub's cache once fetched. A packaged model whose package is missing is
+    left to its load, whose line names the package."""
+    repo, preset = hub_source(name, presets), presets.get(name)
+    if repo is None or (preset is not None and preset.package):
         return
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError
     try:
-        hf_hub_download(preset.hub_id if preset else name, "config.json")
+        hf_hub_download(repo, "config.json")
     except RemoteEntryNotFoundError:
         return  # a repository reached, without a config at its root (an adapter's): its load says what it needs
     except (OSError, ValueError) as e:

@@ -53,10 +53,8 @@ def test_space_requirements_are_one_file_without_the_embedded_packages():
 
 def test_sources_name_the_package_or_the_hub(monkeypatch):
     """With the packages, nothing comes from the hub; without them, exactly SmolLM2 and all-MiniLM-L6-v2."""
-    import components.model_cache as mc
-
     assert hub_fetches("smollm2-135m", "minilm-pref") == []
-    monkeypatch.setattr(mc, "_package_installed", lambda package: False)
+    monkeypatch.setattr("sbon.models._package_dir", lambda package: None)
     assert hub_fetches("smollm2-135m", "minilm-pref") == ["HuggingFaceTB/SmolLM2-135M-Instruct",
                                                         "sentence-transformers/all-MiniLM-L6-v2"]
     assert hub_fetches("smollm2-135m", "likelihood") == ["HuggingFaceTB/SmolLM2-135M-Instruct"]
