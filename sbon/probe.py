@@ -209,8 +209,13 @@ class TeamWait:
         self._stalled = stalled or (lambda: team_held_back(torch.get_num_threads()))
 
     def stalled(self) -> bool:
-        quiet_token(self.gate)
-        return self._stalled()
+        """Whether other work stalls the team now. A look that a run of the app began during measured that run, not
+        a neighbour: it does not count, and the team is looked at again once no run generates."""
+        while True:
+            token = quiet_token(self.gate)
+            held = self._stalled()
+            if self.gate is None or self.gate.token() == token:
+                return held
 
     def wait(self) -> bool:
         """Wait until the team is free (True: found free twice, BUSY_RECHECK_S apart, as a run's start asks), or until

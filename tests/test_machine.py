@@ -467,6 +467,32 @@ def test_a_timing_a_run_started_during_is_thrown_away_and_none_is_taken_while_a_
     assert subject.measured.ms == {2: 5.0}
 
 
+def test_a_look_at_the_thread_team_that_a_run_began_during_does_not_count(tmp_path, monkeypatch):
+    """The probe's look at its thread team (TeamWait.stalled) beside a run of the app that began during it measured
+    the run, not a neighbour: it does not count, and the team is looked at again once the run ends. Else a lecturer's
+    runs pressed one after another read as a busy neighbour, and the probe measures and builds on one thread first."""
+    from sbon.machine_load import RunGate
+    import sbon.probe as probe_module
+    from sbon.probe import TeamWait
+
+    app = RunGate(tmp_path / "runs")
+    run, looks, slept = app.generating(), [], []
+
+    def look():  # the first look: a run starts during it and holds the cores; the second: nothing else runs
+        looks.append(len(looks))
+        if len(looks) == 1:
+            run.__enter__()
+        return len(looks) == 1
+
+    def sleep(seconds):  # the run ends while the probe waits for it
+        slept.append(seconds)
+        run.__exit__(None, None, None)
+
+    monkeypatch.setattr(probe_module.time, "sleep", sleep)
+    assert TeamWait(RunGate(tmp_path / "runs"), stalled=look, sleep=sleep).stalled() is False
+    assert looks == [0, 1] and slept  # looked again, after the run
+
+
 def test_waiting_for_a_core_is_measured():
     """Three busy processes on this process's first core, and this thread timing a busy loop there: its threads
     waited for the core for most of the timing (the contention measure reads the kernel's run-queue delays)."""
