@@ -129,9 +129,11 @@ WAITED_CORES_TRUSTED = 0.1
 PROC_TASKS = Path("/proc/self/task")
 
 
-def _threads_waited() -> float | None:
+def _threads_waited(nice_at_most: int | None = None) -> float | None:
     """Seconds this process's threads have spent runnable but waiting for a CPU, summed over its threads
-    (the second field of ``/proc/self/task/*/schedstat``); None where the kernel does not keep it."""
+    (the second field of ``/proc/self/task/*/schedstat``); None where the kernel does not keep it. With
+    ``nice_at_most``, only the threads at that nice value or a higher priority: a thread's torch team, where the
+    process runs its other threads below it (the app's server: components.priority)."""
     total, seen = 0, False
     try:
         tasks = list(PROC_TASKS.iterdir())
@@ -139,11 +141,38 @@ def _threads_waited() -> float | None:
         return None
     for task in tasks:
         try:
+            if nice_at_most is not None and _nice(task) > nice_at_most:
+                continue
             total += int((task / "schedstat").read_text().split()[1])
             seen = True
         except (OSError, IndexError, ValueError):
             continue  # a thread that ended meanwhile
     return total / 1e9 if seen else None
+
+
+def _nice(task: Path) -> int:
+    """A thread's nice value, from ``/proc/self/task/<tid>/stat`` (its 19th field; the name before it may hold
+    spaces and parentheses, so the fields are counted after its closing one)."""
+    return int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+class TeamWaits:
+    """The cores the calling thread's torch team waited for between ``start()`` and ``stop()``, runnable without a
+    core, over the wall time: the threads at the calling thread's nice value or a higher priority (it and the workers
+    it started; where the process runs its other threads below it, as the app's server does, not those). ``stop()``
+    gives None where the kernel keeps no such count."""
+
+    def start(self) -> "TeamWaits":
+        try:
+            self.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        except (AttributeError, OSError):
+            self.nice = None  # every thread of the process
+        self.waited0, self.t0 = _threads_waited(self.nice), time.perf_counter()
+        return self
+
+    def stop(self) -> float | None:
+        waited1, seconds = _threads_waited(self.nice), max(time.perf_counter() - self.t0, 1e-9)
+        return None if self.waited0 is None or waited1 is None else max(0.0, waited1 - self.waited0) / seconds
 
 
 class Contention:

@@ -435,6 +435,37 @@ def test_a_run_whose_cores_are_taken_then_freed_while_it_decodes_changes_its_thr
     assert inspect.getgeneratorstate(inner) == inspect.GEN_CLOSED
 
 
+def test_a_team_beside_a_busy_loop_is_held_back_whatever_one_thread_was_timed_at(monkeypatch):
+    """A team of two threads on two cores, one of them held by a busy loop: held back in every look, the short looks
+    of a running decode's watch too, even where the most one thread did in this process is too low for the count of
+    operations to tell (one thread timed beside other work): its threads waited for a core (TeamWaits). Else a run
+    moves to two threads beside the loop and takes twice as long."""
+    import time
+
+    import sbon.probe as probe_module
+    from sbon.machine_load import TeamWaits
+    from sbon.probe import WATCH_SAMPLE_S, team_held_back
+
+    if TeamWaits().start().stop() is None:
+        pytest.skip("this kernel keeps no run-queue delays per thread")
+    before = os.sched_getaffinity(0)
+    if len(before) < 2:
+        pytest.skip("one core: no team of two")
+    two = sorted(before)[:2]
+    spin = "import os, time\nos.sched_setaffinity(0, {%d})\nend = time.time() + 30\nwhile time.time() < end: pass\n" % two[1]
+    busy = subprocess.Popen([sys.executable, "-c", spin])
+    monkeypatch.setattr(probe_module, "_ONE_THREAD_BEST", [1.0])  # the count of operations says: free
+    try:
+        os.sched_setaffinity(0, set(two))
+        time.sleep(0.5)
+        looks = [team_held_back(2, seconds) for seconds in (WATCH_SAMPLE_S, 0.2) for _ in range(3)]
+    finally:
+        os.sched_setaffinity(0, before)
+        busy.kill()
+        busy.wait()
+    assert all(looks), looks
+
+
 def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs_beside_other_work_take_it_only_if_same(
         gen_int4, unmeasured_machine, monkeypatch):
     """A compiled step keeps the thread count it was built at, so a run that starts beside other work (above) decodes
