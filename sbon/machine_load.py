@@ -14,7 +14,8 @@ at the start stands in for it. Another run *in this process* (a second request o
 time, not another's.
 
 The decode-path probe (sbon.probe) needs a sharper question, asked over a fraction of a second: did this process's
-threads get the cores they asked for (:class:`Contention`, from the kernel's per-thread run-queue delays)? And it
+threads get the cores they asked for (:class:`Contention`, from the kernel's per-thread run-queue delays,
+:class:`ThreadWaits`, which a run's look at its thread team asks too)? And it
 must not time beside the app's own runs, which the app tells it through a file (:class:`RunGate`).
 """
 
@@ -156,17 +157,22 @@ def _nice(task: Path) -> int:
     return int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
-class TeamWaits:
-    """The cores the calling thread's torch team waited for between ``start()`` and ``stop()``, runnable without a
-    core, over the wall time: the threads at the calling thread's nice value or a higher priority (it and the workers
-    it started; where the process runs its other threads below it, as the app's server does, not those). ``stop()``
-    gives None where the kernel keeps no such count."""
+class ThreadWaits:
+    """The cores this process's threads waited for between ``start()`` and ``stop()``, runnable without a core, over
+    the wall time; with ``team``, only the calling thread's torch team: the threads at its nice value or a higher
+    priority (it and the workers it started; where the process runs its other threads below it, as the app's server
+    does, not those). ``stop()`` gives None where the kernel keeps no such count."""
 
-    def start(self) -> "TeamWaits":
-        try:
-            self.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        except (AttributeError, OSError):
-            self.nice = None  # every thread of the process
+    def __init__(self, team: bool = False):
+        self.team = team
+
+    def start(self) -> "ThreadWaits":
+        self.nice = None  # every thread of the process
+        if self.team:
+            try:
+                self.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            except (AttributeError, OSError):
+                pass
         self.waited0, self.t0 = _threads_waited(self.nice), time.perf_counter()
         return self
 
@@ -177,23 +183,18 @@ class TeamWaits:
 
 class Contention:
     """Whether this process had the cores it asked for between ``start()`` and ``stop()``: ``stop()`` returns the
-    cores its threads spent waiting for one (``waited_cores``), or, where the kernel keeps no such count, what other
-    processes used of this process's cores (``LoadMeter``'s ``others_cores``). ``trusted`` says whether a timing
-    taken meanwhile measured the work, not the machine."""
+    cores its threads spent waiting for one (``waited_cores``, ``ThreadWaits``), or, where the kernel keeps no such
+    count, what other processes used of this process's cores (``LoadMeter``'s ``others_cores``). ``trusted`` says
+    whether a timing taken meanwhile measured the work, not the machine."""
 
     def start(self) -> "Contention":
-        self.waited0 = _threads_waited()
-        self.meter = LoadMeter().start() if self.waited0 is None else None
-        self.t0 = time.perf_counter()
+        self.waits = ThreadWaits().start()
+        self.meter = LoadMeter().start() if self.waits.waited0 is None else None
         return self
 
     def stop(self) -> float:
-        seconds = max(time.perf_counter() - self.t0, 1e-9)
-        if self.meter is not None:
-            self.waited_cores = self.meter.stop()["others_cores"] or 0.0
-        else:
-            waited1 = _threads_waited()
-            self.waited_cores = max(0.0, ((waited1 or 0.0) - self.waited0) / seconds)
+        waited = self.waits.stop()
+        self.waited_cores = (self.meter.stop()["others_cores"] or 0.0) if self.meter is not None else waited or 0.0
         return self.waited_cores
 
     @property

@@ -53,7 +53,7 @@ from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_u
 from .errors import SBoNError, one_line
 from .machine import (ALONE, ROWS, AutoPath, Choice, Measured, alone_choice, cached_choice, choose, decode_threads,
                       eligible, fingerprint, on_threads, save_choice, threads_may_change)
-from .machine_load import Contention, RunGate, TeamWaits, quiet_token
+from .machine_load import Contention, RunGate, ThreadWaits, quiet_token
 from .models import DEFAULT_GENERATOR, load_generator
 
 log = logging.getLogger(__name__)
@@ -585,7 +585,7 @@ WATCH_SAMPLE_S, WATCH_FIRST_S, WATCH_MOST_S = 0.05, 2.0, 16.0
 # one thread was timed beside other work: beside a busy loop the team then does about one thread's operations in a
 # look, and a run sent back to the team takes twice as long. What the kernel counts does not mislead: beside a
 # neighbour that holds one of the team's cores, the team's threads wait for a core, runnable, for a large share of
-# the look (the kernel's run-queue delays: sbon.machine_load.TeamWaits); on free cores and beside bursts, for a
+# the look (the kernel's run-queue delays: sbon.machine_load.ThreadWaits); on free cores and beside bursts, for a
 # small one. A team whose threads waited this share of the look's wall time, per thread, is held back, whatever it
 # counted.
 TEAM_WAITED_SHARE = 0.2
@@ -612,14 +612,14 @@ def ops_per_s(threads: int, seconds: float = BUSY_SAMPLE_S) -> float:
 
 def team_held_back(threads: int, seconds: float = BUSY_SAMPLE_S) -> bool:
     """Whether ``threads`` threads are held back now, timed over ``seconds``: their threads waited for a core for
-    TEAM_WAITED_SHARE of the time or more (``TeamWaits``), or they did fewer operations than one thread: than the most
+    TEAM_WAITED_SHARE of the time or more (``ThreadWaits``), or they did fewer operations than one thread: than the most
     one thread has done in this process, or, before one thread has been timed, than one thread now. The question of a
     run's start (which thread count it decodes on: ``run_threads``, ``safe_threads``), of a running decode
     (``ThreadWatch``) and of the probe's (whether its timings would measure a neighbour). One thread is never held
     back."""
     if threads <= 1:
         return False
-    waits = TeamWaits().start()
+    waits = ThreadWaits(team=True).start()
     team = ops_per_s(threads, seconds)
     if (waited := waits.stop()) is not None and waited >= TEAM_WAITED_SHARE * threads:
         return True

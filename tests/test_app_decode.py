@@ -438,15 +438,15 @@ def test_a_run_whose_cores_are_taken_then_freed_while_it_decodes_changes_its_thr
 def test_a_team_beside_a_busy_loop_is_held_back_whatever_one_thread_was_timed_at(monkeypatch):
     """A team of two threads on two cores, one of them held by a busy loop: held back in every look, the short looks
     of a running decode's watch too, even where the most one thread did in this process is too low for the count of
-    operations to tell (one thread timed beside other work): its threads waited for a core (TeamWaits). Else a run
+    operations to tell (one thread timed beside other work): its threads waited for a core (ThreadWaits). Else a run
     moves to two threads beside the loop and takes twice as long."""
     import time
 
     import sbon.probe as probe_module
-    from sbon.machine_load import TeamWaits
+    from sbon.machine_load import ThreadWaits
     from sbon.probe import WATCH_SAMPLE_S, team_held_back
 
-    if TeamWaits().start().stop() is None:
+    if ThreadWaits(team=True).start().stop() is None:
         pytest.skip("this kernel keeps no run-queue delays per thread")
     before = os.sched_getaffinity(0)
     if len(before) < 2:
