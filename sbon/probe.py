@@ -578,8 +578,8 @@ def report(choice: Choice) -> str:
 # nearly every measurement. A run kept on the team beside a loop takes from twice to many times as long as on one
 # thread; one sent to one thread on free cores, less than half as long again: so the test leans to one thread.
 BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.2, 0.5
-# A running decode's looks at its team (ThreadWatch): shorter than a start's, since a quiet run pays for each; a
-# twentieth of a second told a team beside a busy loop from a free one in every look of a one-off check on two cores.
+# A running decode's looks at its team (ThreadWatch): shorter than a start's, since a quiet run pays for each; the
+# team's waits for a core (below) tell a busy loop from free cores within a twentieth of a second.
 WATCH_SAMPLE_S, WATCH_FIRST_S, WATCH_MOST_S = 0.05, 2.0, 16.0
 # The count of operations misleads where a look finds the team's second thread rested (the run was on one thread) or
 # one thread was timed beside other work: beside a busy loop the team then does about one thread's operations in a
