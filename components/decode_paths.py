@@ -419,8 +419,12 @@ def _measure_in_child(name: str, gate: RunGate, one_thread: bool = False) -> sub
     """A child process that measures the generator's decode paths and builds the compiled steps predicted fastest
     (``python -m sbon machine --build``), or with ``one_thread`` only builds the chosen step for one thread and checks
     its bits (``--one-thread``, sbon.probe.one_thread_step), reading ``gate`` to compute nothing while a run generates
-    here, and ending with this process (its lines go to this process's stderr)."""
-    code = ("import sys\nfrom sbon.cli import main\n"
+    here, and ending with this process (its lines go to this process's stderr). What it does before it times
+    anything, its imports and loads, runs on cores nothing else wants (sbon.machine_load.at_idle_priority)."""
+    code = ("import importlib, sys\nfrom sbon.machine_load import at_idle_priority\n"
+            # its imports (seconds of CPU, torch's) time nothing: a run that starts meanwhile keeps its cores
+            "at_idle_priority(lambda: [importlib.import_module(m) for m in ('sbon.cli', 'sbon.probe')])\n"
+            "from sbon.cli import main\n"
             f"sys.exit(main(['machine', {'--one-thread' if one_thread else '--build'!r}, '--generator', {name!r}, "
             "'--device', 'cpu']))\n")
     log.info("measuring %s's decode paths in a child process (runs use the safe path until it has chosen)", name)

@@ -28,7 +28,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 BUSY_OTHERS_CORES = 0.5  # other processes used more than half a core on average: the wall time is inflated
 PROC_STAT = Path("/proc/stat")
@@ -286,3 +286,42 @@ def quiet_token(gate: RunGate | None) -> int:
             return token
         time.sleep(GATE_POLL_S)
     return 0
+
+
+# -- this program's own background work: on cores nothing else wants ---------------------------------------------
+
+T = TypeVar("T")
+
+
+def lower_to_idle() -> None:
+    """Run the calling thread, and the threads and processes it starts from now on, only where nothing else wants a
+    core: Linux's SCHED_IDLE (a thread at it gives its core up the moment another one wakes; one at the lowest nice
+    value delays each wake of a thread team by milliseconds), else the lowest nice value. Either still gets a sliver
+    of a busy core, so whatever waits for its work never waits forever. Where a thread cannot be lowered alone (not
+    Linux), the process is, if this is its only thread; else nothing changes."""
+    tid = threading.get_native_id()
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        return
+    except (AttributeError, OSError):
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, 19)
+    except (AttributeError, OSError):
+        if threading.active_count() == 1:
+            os.nice(19)
+
+
+def at_idle_priority(work: Callable[[], T]) -> T:
+    """``work()`` on a thread of its own lowered by ``lower_to_idle`` (the processes it starts, a C++ compiler's,
+    inherit it), this thread waiting for it: work that times nothing and must not slow a run that starts meanwhile,
+    in a process whose own thread must keep its priority for what it times (the decode-path probe: sbon.probe)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def lowered() -> T:
+        lower_to_idle()
+        return work()
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-idle") as pool:
+        return pool.submit(lowered).result()
+

@@ -53,7 +53,7 @@ from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_u
 from .errors import SBoNError, one_line
 from .machine import (ALONE, ROWS, AutoPath, Choice, Measured, alone_choice, cached_choice, choose, decode_threads,
                       eligible, fingerprint, on_threads, save_choice, threads_may_change)
-from .machine_load import Contention, RunGate, ThreadWaits, quiet_token
+from .machine_load import Contention, RunGate, ThreadWaits, at_idle_priority, quiet_token
 from .models import DEFAULT_GENERATOR, load_generator
 
 log = logging.getLogger(__name__)
@@ -414,7 +414,7 @@ def load_paths(generator: str, device: torch.device, formats: Sequence[str], tri
         if team is not None and team.stalled() and not team.wait():
             return None
         try:
-            gen = load(generator, device=device, weights=weights)
+            gen = at_idle_priority(lambda: load(generator, device=device, weights=weights))
         except Exception as e:  # noqa: BLE001 - a format that does not load here: one line, the next one
             progress(f"{weights}: does not load here ({one_line(e)})")
             paths += [Measured(weights, d, problem=f"does not load here: {one_line(e)}") for d in DECODES]
@@ -485,17 +485,14 @@ def build_step(generator: str, weights: str, threads: int) -> None:
 
 def child_argv(code: str, idle: bool = False) -> list[str]:
     """A Python child running ``code`` that ends with this process (Linux's PR_SET_PDEATHSIG) and, with ``idle``,
-    runs only on cores nothing else wants (SCHED_IDLE; else the lowest priority): the probe's and its builds'."""
-    preamble = ("import ctypes, os, signal\n"
+    runs only on cores nothing else wants (sbon.machine_load.lower_to_idle): the probe's builds'."""
+    preamble = ("import ctypes, signal\n"
                 "try:\n"
                 "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with its parent\n"
                 "except (AttributeError, OSError):\n"
                 "    pass\n")
     if idle:
-        preamble += ("try:\n"
-                     "    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
-                     "except (AttributeError, OSError):\n"
-                     "    os.nice(19)\n")
+        preamble += "from sbon.machine_load import lower_to_idle\nlower_to_idle()\n"
     return [sys.executable, "-c", preamble + code]
 
 
@@ -737,7 +734,7 @@ def one_thread_step(generator: str = DEFAULT_GENERATOR, device: str | torch.devi
     builder = builder or build_in_child
     threads, weights = choice.fingerprint["threads"], choice.weights
     quiet_token(gate)
-    gen = load(generator, device=device, weights=weights)
+    gen = at_idle_priority(lambda: load(generator, device=device, weights=weights))
     with on_threads(threads):
         chosen = compiled_state(gen) is not None  # else the chosen step is gone: the next probe builds it again
     with on_threads(1):

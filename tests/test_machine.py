@@ -132,6 +132,39 @@ def test_the_probe_loads_every_weight_format_and_a_failing_one_is_one_line_and_s
     assert "int4 compiled" in choice.pending and "bf16 compiled" not in choice.pending
 
 
+def test_a_probe_loads_each_format_at_the_lowest_priority_and_times_at_its_own(monkeypatch, machine_without_choice):
+    """Loading a format times nothing, and a run the app starts meanwhile must keep its cores: the load runs only
+    where nothing else wants a core (SCHED_IDLE), and so do the processes it starts (a kernel's first build: a C++
+    compiler). The timing, which must not run so, runs at the probe's own priority."""
+    import threading
+
+    from sbon.probe import probe
+
+    def policy() -> int:
+        return os.sched_getscheduler(threading.get_native_id())
+
+    seen = {}
+
+    def load(name, device, weights):
+        compiler = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
+                                  capture_output=True, text=True, check=True)
+        seen[weights] = (policy(), int(compiler.stdout))
+        return Loaded(weights)
+
+    timing, _ = stand_in_probe(monkeypatch, {"fp32": 40.0, "int4": 20.0})
+
+    def timed(*args):
+        seen["timing"] = policy()
+        return timing(*args)
+
+    own = policy()
+    assert own != os.SCHED_IDLE  # else there is nothing to tell apart
+    probe(NAME, "cpu", formats=("fp32", "int4"), load=load, save=False, progress=lambda line: None, timing=timed)
+    idle = (os.SCHED_IDLE, os.SCHED_IDLE)
+    assert seen == {"fp32": idle, "int4": idle, "timing": own}
+    assert policy() == own
+
+
 def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and_only_those_that_can_win(
         monkeypatch, machine_without_choice):
     """The eager steps rank neither what to choose nor what to build: a format's compiled step is predicted from its
