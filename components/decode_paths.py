@@ -83,8 +83,9 @@ class DecodePaths:
     on a thread of its own (a minute or so) and adopted at a run's start where it was measured faster.
 
     A child, not this process: measuring loads every weight format and times them; here it would hold TORCH_THREAD,
-    so that no run could start meanwhile. It runs at this process's priority, since a timing beside other work would
-    measure that work, but times nothing while a run generates here: runs hold ``generating()``, which the child reads
+    so that no run could start meanwhile. It times at this process's priority, since a timing beside other work would
+    measure that work (its imports and loads run on cores nothing else wants: ``_measure_in_child``), but times
+    nothing while a run generates here: runs hold ``generating()``, which the child reads
     through a file (sbon.machine_load.RunGate). It ends with the app. A choice the child could only time beside other
     work is provisional: runs take it, and a child measures again RETRY_S after the last one's start, then twice as long
     after each try, started between runs (the page's model line asks), never beside one; a later start measures again

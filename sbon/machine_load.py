@@ -16,7 +16,8 @@ time, not another's.
 The decode-path probe (sbon.probe) needs a sharper question, asked over a fraction of a second: did this process's
 threads get the cores they asked for (:class:`Contention`, from the kernel's per-thread run-queue delays,
 :class:`ThreadWaits`, which a run's look at its thread team asks too)? And it
-must not time beside the app's own runs, which the app tells it through a file (:class:`RunGate`).
+must not time beside the app's own runs, which the app tells it through a file (:class:`RunGate`), and what it does
+before it times runs on cores nothing else wants (:func:`at_idle_priority`).
 """
 
 from __future__ import annotations
