@@ -325,4 +325,3 @@ def at_idle_priority(work: Callable[[], T]) -> T:
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sbon-idle") as pool:
         return pool.submit(lowered).result()
-
