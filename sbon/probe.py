@@ -578,6 +578,9 @@ BUSY_SAMPLE_S, BUSY_RECHECK_S = 0.2, 0.5
 # A running decode's looks at its team (ThreadWatch): shorter than a start's, since a quiet run pays for each; the
 # team's waits for a core (below) tell a busy loop from free cores within a twentieth of a second.
 WATCH_SAMPLE_S, WATCH_FIRST_S, WATCH_MOST_S = 0.05, 2.0, 16.0
+# On one thread the waits grow to this at most: a run kept on one thread once the cores are free again takes up to
+# twice as long per step for every second it stays there, while a look costs one thread WATCH_SAMPLE_S.
+WATCH_ONE_THREAD_MOST_S = 4.0
 # The count of operations misleads where a look finds the team's second thread rested (the run was on one thread) or
 # one thread was timed beside other work: beside a busy loop the team then does about one thread's operations in a
 # look, and a run sent back to the team takes twice as long. What the kernel counts does not mislead: beside a
@@ -812,8 +815,8 @@ class ThreadWatch:
 
     It decodes on its ``team`` of threads while the team is free, and on one thread while other work holds it back
     (``team_held_back``), each decided on two looks in a row. A look costs WATCH_SAMPLE_S; the first comes
-    WATCH_FIRST_S into the run, and each look that changes nothing doubles the wait, up to WATCH_MOST_S (a look that
-    leans to a change is checked again WATCH_FIRST_S later). The count changes only where both counts give the
+    WATCH_FIRST_S into the run, and each look that changes nothing doubles the wait, up to WATCH_MOST_S on the team and
+    WATCH_ONE_THREAD_MOST_S on one thread (a look that leans to a change is checked again WATCH_FIRST_S later). The count changes only where both counts give the
     same bits (``counts_agree``), so no candidate changes and Best-of-N's twins stay the same; where they do not, it
     stops looking."""
 
@@ -829,7 +832,8 @@ class ThreadWatch:
         now = torch.get_num_threads()
         wanted = 1 if team_held_back(self.team, WATCH_SAMPLE_S) else self.team
         if wanted == now:
-            self.leaning, self.wait = False, min(2 * self.wait, WATCH_MOST_S)
+            most = WATCH_MOST_S if now >= self.team else WATCH_ONE_THREAD_MOST_S
+            self.leaning, self.wait = False, min(2 * self.wait, most)
         elif not self.leaning:
             self.leaning, self.wait = True, WATCH_FIRST_S
         elif counts_agree(self.gen, self.decode, self.team, self.choice):

@@ -435,6 +435,35 @@ def test_a_run_whose_cores_are_taken_then_freed_while_it_decodes_changes_its_thr
     assert inspect.getgeneratorstate(inner) == inspect.GEN_CLOSED
 
 
+def test_a_run_on_one_thread_goes_back_to_its_team_within_seconds_of_the_cores_freeing(monkeypatch):
+    """A run that went to one thread beside a neighbour keeps looking at its team every few seconds, however long
+    the neighbour stayed, so it goes back to the team soon after the neighbour leaves: each second on one thread
+    beside free cores costs it up to a second more. On free cores its looks grow further apart, up to WATCH_MOST_S.
+    A clock of its own and given answers: a neighbour from the run's start until 19 s into it."""
+    from sbon import probe
+
+    clock, looks, leaves = [0.0], [], 19.0
+    monkeypatch.setattr(probe, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(probe, "team_held_back", lambda threads, seconds=None: looks.append(clock[0]) or
+                        clock[0] < leaves)
+    monkeypatch.setattr(probe, "counts_agree", lambda *args: True)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        watch, threads = probe.ThreadWatch(SimpleNamespace(name=NAME), decode="eager", team=2), []
+        while clock[0] < 60:
+            watch()
+            threads.append((clock[0], torch.get_num_threads()))
+            clock[0] += 0.1
+    finally:
+        torch.set_num_threads(before)
+    assert watch.changes == [1, 2]
+    back = min(t for t, n in threads if t >= leaves and n == 2)
+    assert back - leaves <= probe.WATCH_ONE_THREAD_MOST_S + probe.WATCH_FIRST_S + 0.2, (back, looks)
+    on_team_again = [t for t in looks if t > back]
+    assert max(b - a for a, b in zip(on_team_again, on_team_again[1:])) > probe.WATCH_ONE_THREAD_MOST_S
+
+
 def test_a_team_beside_a_busy_loop_is_held_back_whatever_one_thread_was_timed_at(monkeypatch):
     """A team of two threads on two cores, one of them held by a busy loop: held back in every look, the short looks
     of a running decode's watch too, even where the most one thread did in this process is too low for the count of
