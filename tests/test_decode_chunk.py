@@ -2,7 +2,10 @@
 device and finished candidates leave once per chunk, yet every method gives the same candidates, the same
 decision points, the same events and shows its signals the same steps as a decode that checks after every
 token; the uniforms gathered on the device give today's tokens (the compiled step in chunks: tests/test_compiled_step.py).
-(The scripted traces of tests/test_cut.py check the decision tokens against the official rule with chunks.)"""
+(The scripted traces of tests/test_cut.py check the decision tokens against the official rule with chunks.)
+
+The suite's generator (``gen``, tests/conftest.py) is exact on one thread: a row's logits do not depend on its batch,
+which is what makes a chunked run -- finished rows stay in the batch until the chunk ends -- the same run."""
 
 import pytest
 import torch
@@ -12,7 +15,6 @@ from sbon.analysis.signal_matrix import signal_scores
 from sbon.cli import build_parser, run_config
 from sbon.engine import coupled_uniforms, sample
 from sbon.errors import SBoNError
-from sbon.models import load_generator
 from sbon.rewards import CallableReward
 from sbon.signals import PruningSignal
 
@@ -28,12 +30,14 @@ METHODS = {
 }
 
 
-@pytest.fixture(scope="module")
-def gen():
-    """bf16 (the CPU default where bfloat16 matmuls are fast): a row's logits do not depend on its batch at any
-    thread count, which is what makes a chunked run -- finished rows stay in the batch until the chunk ends --
-    the same run. float32 is so on one thread on any CPU, on more only where measured (sbon.engine.WEIGHT_FORMATS)."""
-    return load_generator("smollm2-135m", device="cpu", weights="bf16")
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """This module's runs on one thread, on which the suite's generator is exact, whether or not pytest-xdist gives
+    each process one."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 class Recorder(PruningSignal):
