@@ -815,10 +815,10 @@ class ThreadWatch:
 
     It decodes on its ``team`` of threads while the team is free, and on one thread while other work holds it back
     (``team_held_back``), each decided on two looks in a row. A look costs WATCH_SAMPLE_S; the first comes
-    WATCH_FIRST_S into the run, and each look that changes nothing doubles the wait, up to WATCH_MOST_S on the team and
-    WATCH_ONE_THREAD_MOST_S on one thread (a look that leans to a change is checked again WATCH_FIRST_S later). The count changes only where both counts give the
-    same bits (``counts_agree``), so no candidate changes and Best-of-N's twins stay the same; where they do not, it
-    stops looking."""
+    WATCH_FIRST_S into the run, and each look that changes nothing doubles the wait, up to WATCH_MOST_S on the team
+    and WATCH_ONE_THREAD_MOST_S on one thread (a look that leans to a change is checked again WATCH_FIRST_S later).
+    The count changes only where both counts give the same bits (``counts_agree``), so no candidate changes and
+    Best-of-N's twins stay the same; where they do not, it stops looking."""
 
     def __init__(self, gen: Generator, decode: str, team: int, choice: Choice | None = None):
         self.gen, self.decode, self.team, self.choice = gen, decode, team, choice
