@@ -314,10 +314,17 @@ def test_stop_cancels_within_two_seconds_and_the_app_stays_usable(page, server):
     print(f"\nStop: the page said 'Stopped' {stopped_after:.2f} s after the click")
     assert stopped_after <= 2.0
     assert page.locator("#run").is_enabled() and "recorded run" in _text(page, "#run-source")
-    # Once the cancelled run has ended on the server, nothing of it can reach the page: it must not have
-    # overwritten the views before.
+    # Once the cancelled run has ended on the server, nothing of it can reach the page, and what it sent before it
+    # ended does not stay: Stop's second step (after_stop) says the stop again over any progress line that came
+    # late. On a slow machine that step may still be under way (Gradio's "processing") when the end is logged.
     assert _within(30, lambda: server.log.read_text().count("run ended") > ended), "the stopped run never ended"
-    assert "Stopped" in _text(page, "#status") and "recorded run" in _text(page, "#run-source")
+
+    def said_stopped() -> bool:
+        shown = _text(page, "#status")
+        return "Stopped" in shown and "processing" not in shown
+
+    assert _within(10, said_stopped), _text(page, "#status")
+    assert "recorded run" in _text(page, "#run-source")
     # and the views are the recorded run's again: its live chart (a dot per candidate), not the stopped run's frame
     dots = "document.querySelectorAll('#live-plot .scatterlayer .point').length"
     assert _within(10, lambda: page.evaluate(dots) >= 16), page.evaluate(dots)
