@@ -441,22 +441,19 @@ def test_a_run_on_one_thread_goes_back_to_its_team_within_seconds_of_the_cores_f
     beside free cores costs it up to a second more. On free cores its looks grow further apart, up to WATCH_MOST_S.
     A clock of its own and given answers: a neighbour from the run's start until 19 s into it."""
     from sbon import probe
+    from sbon.machine import on_threads
 
     clock, looks, leaves = [0.0], [], 19.0
     monkeypatch.setattr(probe, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(probe, "team_held_back", lambda threads, seconds=None: looks.append(clock[0]) or
                         clock[0] < leaves)
     monkeypatch.setattr(probe, "counts_agree", lambda *args: True)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
+    with on_threads(2):
         watch, threads = probe.ThreadWatch(SimpleNamespace(name=NAME), decode="eager", team=2), []
         while clock[0] < 60:
             watch()
             threads.append((clock[0], torch.get_num_threads()))
             clock[0] += 0.1
-    finally:
-        torch.set_num_threads(before)
     assert watch.changes == [1, 2]
     back = min(t for t, n in threads if t >= leaves and n == 2)
     assert back - leaves <= probe.WATCH_ONE_THREAD_MOST_S + probe.WATCH_FIRST_S + 0.2, (back, looks)

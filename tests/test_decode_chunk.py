@@ -15,6 +15,7 @@ from sbon.analysis.signal_matrix import signal_scores
 from sbon.cli import build_parser, run_config
 from sbon.engine import coupled_uniforms, sample
 from sbon.errors import SBoNError
+from sbon.machine import on_threads
 from sbon.rewards import CallableReward
 from sbon.signals import PruningSignal
 
@@ -34,10 +35,8 @@ METHODS = {
 def one_thread():
     """This module's runs on one thread, on which the suite's generator is exact, whether or not pytest-xdist gives
     each process one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with on_threads(1):
+        yield
 
 
 class Recorder(PruningSignal):
