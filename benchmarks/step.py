@@ -44,6 +44,7 @@ from sbon.probe import MatrixProducts
 from sbon.models import DEFAULT_GENERATOR, GENERATORS, _package_dir, load_generator
 
 from . import common
+from .cpu_classes import matmul_gflops
 
 TARGET_SPEEDUP = 2.5  # a 16-row step of the CPU default this many times faster than BASELINE's
 BASELINE = "fp32 sdpa"  # float32 weights with torch's SDPA attention: transformers' own step on a CPU
@@ -82,13 +83,6 @@ def median_ms(fn: Callable[[], Any], reps: int) -> float:
 
 
 # -- the machine ---------------------------------------------------------------------------------
-
-def matmul_gflops(dtype: torch.dtype, size: int, reps: int = 5) -> float:
-    """GFLOP/s of a square matmul: what these cores compute when nothing waits on memory."""
-    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
-    a @ b  # first call: kernel selection, allocation
-    return 2 * size ** 3 / median_ms(lambda: a @ b, reps) / 1e6
-
 
 def copy_gbps(mb: int, reps: int = 5) -> float:
     """GB/s of a large copy (bytes read plus bytes written): what streaming the weights can reach."""

@@ -196,14 +196,18 @@ def test_n_comes_from_the_budget_or_free_memory(gen, monkeypatch):
                         lambda: (7 * per_candidate + 0.5) * gen.kv_bytes_per_token() / AUTO_BUDGET_SHARE)
     result = run(speculative_rejection(gen, constant, PROMPT, None, max_new_tokens=8))
     assert len(result.candidates) == 7
-    # Plenty of memory: N stops at the cap instead of filling it.
+    # Plenty of memory: N stops at the cap instead of filling it. A small cap here: the real one opens a batch of
+    # MAX_AUTO_CANDIDATES rows of KV cache, gigabytes, to count its rows.
+    import sbon.algorithms
+    cap = 9
+    assert cap < MAX_AUTO_CANDIDATES
+    monkeypatch.setattr(sbon.algorithms, "MAX_AUTO_CANDIDATES", cap)
     monkeypatch.setattr(gen, "free_memory_bytes", lambda: 10**15)
-    assert len(next(speculative_rejection(gen, constant, PROMPT, None, max_new_tokens=8)).live) == MAX_AUTO_CANDIDATES
+    assert len(next(speculative_rejection(gen, constant, PROMPT, None, max_new_tokens=8)).live) == cap
     # ... and the budget is still the whole share of free memory (the first decision comes later), as the
     # official code lets its capped batch use all the memory.
-    from sbon.algorithms import plan_budget
-    assert plan_budget(gen, prompt_tokens, None, None, 8) == (
-        MAX_AUTO_CANDIDATES, int(AUTO_BUDGET_SHARE * 10**15 / gen.kv_bytes_per_token()))
+    assert sbon.algorithms.plan_budget(gen, prompt_tokens, None, None, 8) == (
+        cap, int(AUTO_BUDGET_SHARE * 10**15 / gen.kv_bytes_per_token()))
 
 
 def test_alpha_zero_and_small_n_always_make_progress(gen):

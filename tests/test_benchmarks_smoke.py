@@ -261,7 +261,8 @@ def test_step_times_every_format_with_both_attentions_and_reports_the_ratios(tmp
     argv = ["step", "--rows", "1", "3", "--formats", "fp32", "int4", "--attentions", "sbon_decode", "sdpa",
             "--compiled", "--steps", "1", "--warm-steps", "1",
             "--repeats", "1", "--threads", "1", "--no-llama-cpp", "--divergence-n", "4", "--divergence-split", "3",
-            "--divergence-tokens", "6", "--divergence-prompts", "1", "--out-dir", str(tmp_path), "--quiet"]
+            "--divergence-tokens", "6", "--divergence-prompts", "1", "--matmul-size", "256", "--out-dir", str(tmp_path),
+            "--quiet"]
     assert main(argv) == 0
     saved = json.loads((tmp_path / "step.json").read_text())
     # the command this call ran, not the test runner's own arguments (sys.argv)
