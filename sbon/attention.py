@@ -119,10 +119,10 @@ def switchable(model: torch.nn.Module) -> bool:
     """Whether the model's attention is SDPA reached through `transformers`' AttentionInterface, so that naming
     :func:`decode_attention` in its config makes it read through it: where the class says so
     (``_supports_attention_backend``), or where its modeling module looks its attention up there (StableLM's does,
-    without the flag). A model that calls SDPA itself (Falcon) reads its config's name only to choose between its own
-    code paths: named ``sbon_decode`` it takes its eager path, which adds the boolean mask built for SDPA to its
-    scores as numbers, so that a step over a static slab attends to the slab's unwritten end, and its logits drift
-    from the first step."""
+    without the flag). A model that calls SDPA itself (Falcon up to transformers 5.24) reads its config's name only to
+    choose between its own code paths: named ``sbon_decode`` it takes its eager path, which adds the boolean mask
+    built for SDPA to its scores as numbers, so that a step over a static slab attends to the slab's unwritten end,
+    and its logits drift from the first step."""
     if getattr(getattr(model, "config", None), "_attn_implementation", None) != "sdpa":
         return False
     module = sys.modules.get(type(model).__module__)

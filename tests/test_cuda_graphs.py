@@ -13,6 +13,8 @@ import time
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 
 from benchmarks import gpu_stand_ins
 from components import decode_paths
@@ -160,8 +162,6 @@ def test_a_step_that_takes_a_number_from_the_length_decodes_eagerly_where_its_mo
 def test_the_model_types_whose_check_is_skipped_are_the_ones_this_file_checks():
     """LENGTH_CHECKED skips the run-time check for the model types whose step this file checks at every length:
     the embedded model's and each of ARCHITECTURES."""
-    import transformers
-
     assert LENGTH_CHECKED == {"llama"} | {getattr(transformers, name).model_type for name, _ in ARCHITECTURES.values()}
 
 
@@ -267,7 +267,6 @@ ARCHITECTURES = {
 
 def tiny_architecture(arch: str) -> Generator:
     """A tiny random model of one of ARCHITECTURES with SmolLM2's tokenizer, SDPA's attention where it has it."""
-    import transformers
     from transformers import AutoModelForCausalLM
 
     tokenizer = gpu_stand_ins.smollm2_tokenizer()
@@ -294,9 +293,12 @@ def test_other_architectures_decode_transformers_own_greedy_tokens_through_the_g
     own = tiny_architecture(arch)
     model, tokenizer = own.model, own.tokenizer
     # switched to the one-query function where its attention is looked up in transformers' interface (Gemma 2's is
-    # SDPA in some transformers releases, 5.17's, and eager in others, 5.24's)
+    # SDPA in some transformers releases, 5.17's, and eager in others, 5.24's; Falcon calls SDPA itself up to 5.24,
+    # and looks it up in the interface from 5.25 on, ALiBi added to the mask it passes)
+    falcon_looks_up = Version(transformers.__version__).release >= (5, 25)
     assert switchable(model) is (arch in ("stablelm", "gpt2", "qwen3", "mistral")
-                                 or (arch == "gemma2" and model.config._attn_implementation == "sdpa"))
+                                 or (arch == "gemma2" and model.config._attn_implementation == "sdpa")
+                                 or (arch.startswith("falcon") and falcon_looks_up))
     graphs(own)  # its compiled decoder is the graphs' (off CUDA: the step run eagerly over the slab)
     ids = own.encode_prompt(PROMPT)
     with torch.no_grad():
