@@ -40,7 +40,7 @@ INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp_wrapper_build_sepa
 
 # This package's files whose code runs inside the step or saves it (a change in any of them changes the saved step).
 STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "int4.py", "aot_step.py",
-                "cpp_kernels.py", "kernels/int4_bf16dot.cpp", "kernels/decode_attention.cpp")
+                "cpp_kernels.py", *sorted(f"kernels/{p.name}" for p in (Path(__file__).parent / "kernels").glob("*.cpp")))
 
 
 def step_key(gen, options: dict[str, Any]) -> str:

@@ -175,14 +175,12 @@ def _unchanged(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.Modu
     return model
 
 
-def _int4(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.Module:
-    from .int4 import to_int4  # reads GGUF files: imported where the format is asked for
-    return to_int4(model, gguf)
-
-
-def _int4_bf16dot(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.Module:
-    from .int4 import to_int4
-    return to_int4(model, gguf, kernel="bf16dot")
+def _int4(kernel: str) -> Callable[..., torch.nn.Module]:
+    """The 4-bit formats' convert: sbon.int4.to_int4 multiplying with ``kernel``."""
+    def convert(model: torch.nn.Module, gguf: str | None = None) -> torch.nn.Module:
+        from .int4 import to_int4  # reads GGUF files: imported where the format is asked for
+        return to_int4(model, gguf, kernel)
+    return convert
 
 
 # The dtypes whose Linear layers oneDNN runs prepacked (prepack_linears).
@@ -354,7 +352,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     "int4": WeightFormat("4-bit Linear weights in blocks of 32 (the embedded generator's own GGUF blocks; other "
                          "models are quantized at load), bfloat16 activations and LM head (CPU only): a quarter of "
                          "bf16's weight traffic",
-                         torch.bfloat16, batch_invariant=True, convert=_int4, min_rows=2, prepack=True,
+                         torch.bfloat16, batch_invariant=True, convert=_int4("aten"), min_rows=2, prepack=True,
                          words="4-bit weights"),
     # The same 4-bit layers for a CPU without bfloat16 matmuls: every other operation and the LM head in float32,
     # which such a CPU computes natively (bf16's LM head is emulated there: slow, and a row's bits change with its
@@ -362,7 +360,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
     # Its float32 LM head is prepacked as fp32's, exact from two rows up.
     "int4-fp32": WeightFormat("4-bit Linear weights as int4, float32 activations and LM head (CPU only): for CPUs "
                               "without bfloat16 matmuls, where bf16's LM head is emulated",
-                              torch.float32, batch_invariant=True, convert=_int4, min_rows=2, prepack=True,
+                              torch.float32, batch_invariant=True, convert=_int4("aten"), min_rows=2, prepack=True,
                               words="4-bit weights with full-precision arithmetic"),
     # int4 with sbon's own matmuls on the CPU's bfloat16 dot products (sbon.int4): the same blocks, sums in another
     # order, and the file's 8-bit LM head where it has one; each row's numbers its own at any row count.
@@ -370,8 +368,16 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                                  "CPU's bfloat16 dot products (sbon's kernel, compiled once; CPUs with AVX-512 BF16 "
                                  "only): twice the work per instruction of torch's 4-bit kernel, half the bytes of "
                                  "a bfloat16 LM head",
-                                 torch.bfloat16, batch_invariant=True, convert=_int4_bf16dot, min_rows=2,
+                                 torch.bfloat16, batch_invariant=True, convert=_int4("bf16dot"), min_rows=2,
                                  prepack=True, words="4-bit weights on the CPU's own half-precision products"),
+    # int4-fp32 with sbon's own matmuls on float32 FMAs (sbon.int4): no bfloat16 anywhere, the file's 8-bit LM head
+    # where it has one; each row's numbers its own at any row count. The float32 LM head of a file without one is
+    # prepacked as fp32's, exact from two rows up.
+    "int4-fma": WeightFormat("4-bit Linear weights as int4 and the file's 8-bit LM head, multiplied in float32 with "
+                             "the CPU's FMAs (sbon's kernel, compiled once; CPUs with AVX2): for CPUs without bfloat16 "
+                             "matmuls, where torch's 4-bit kernel converts every activation to bfloat16 and back",
+                             torch.float32, batch_invariant=True, convert=_int4("fma"), min_rows=2, prepack=True,
+                             words="4-bit weights on the CPU's full-precision products"),
 }
 # The format each dtype loads as when only a dtype is given.
 DTYPE_FORMATS = {fmt.dtype: name for name, fmt in reversed(WEIGHT_FORMATS.items())}

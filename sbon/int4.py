@@ -1,4 +1,4 @@
-"""4-bit weights on a CPU: the ``int4``, ``int4-fp32`` and ``int4-bf16dot`` weight formats
+"""4-bit weights on a CPU: the ``int4``, ``int4-fp32``, ``int4-bf16dot`` and ``int4-fma`` weight formats
 (``sbon.engine.WEIGHT_FORMATS``).
 
 Why: a decode step at a few rows reads every weight once and does little arithmetic with it, so its time follows
@@ -23,6 +23,12 @@ same blocks, exact products, sums rounded in another order: its texts are its ow
 own at any batch size. Its LM head is the file's 8-bit blocks where the file has them (Int8Head), half a bfloat16
 head's bytes. It is compiled once per machine (seconds, beside sbon's other caches) where a C++ compiler
 is found; elsewhere the format does not load, with one line saying why.
+
+``int4-fma`` is ``int4-fp32`` with its own matmul (``sbon/kernels/int4_fma.cpp``) for CPUs with AVX2 but no bfloat16
+instructions, where torch's 4-bit kernel converts every activation to bfloat16 and back and spends one FMA per
+weight and row: it widens each weight once per pass over up to eight rows and multiplies with float32 FMAs, a
+float32 matmul with the file's weights; its LM head is the file's 8-bit blocks as ``int4-bf16dot``'s. Built and
+refused the same way (KERNELS).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,26 +51,6 @@ KERNEL_DTYPE = torch.bfloat16  # what torch's vectorized 4-bit CPU kernel comput
 # A file's blocks are taken for a layer where they give its loaded weights on every CHECKED_EVERY-th row: the
 # weights of another model, or of another layer, differ on every row, and checking every row takes seconds per load.
 CHECKED_EVERY = 16
-
-BF16DOT_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma")
-BF16DOT_COLUMNS = 16  # output columns per block of the kernel's layout (pack_bf16dot)
-
-# The kernel's schema, with the shape function `torch.compile` traces it with; its CPU code is registered when the
-# kernel is built and loaded (bf16dot_problem).
-_LIB = torch.library.Library("sbon", "FRAGMENT")
-_LIB.define("int4_mm_bf16dot(Tensor x, Tensor packed, Tensor scales) -> Tensor")
-_LIB.define("int8_mm_bf16dot(Tensor x, Tensor packed, Tensor scales) -> Tensor")
-
-
-@torch.library.register_fake("sbon::int4_mm_bf16dot", lib=_LIB)
-def _(x, packed, scales):
-    return x.new_empty(x.shape[0], packed.shape[0] * BF16DOT_COLUMNS)
-
-
-@torch.library.register_fake("sbon::int8_mm_bf16dot", lib=_LIB)
-def _(x, packed, scales):
-    return x.new_empty(x.shape[0], packed.shape[0] * BF16DOT_COLUMNS, dtype=torch.float32)
-
 
 # The GGUF's Q4_1 Linear tensors by name in a llama-architecture file and the module each becomes in
 # `transformers`, which also permutes the rows of q and k for its rotary layout (its GGUF loader).
@@ -79,20 +66,62 @@ def kernel_problem() -> str | None:
     return None
 
 
+# sbon's own kernels' schemas, with the shape functions `torch.compile` traces them with; their CPU code is registered
+# when a kernel is built and loaded (SbonKernel.problem).
+_LIB = torch.library.Library("sbon", "FRAGMENT")
+
+
+@dataclass(frozen=True)
+class SbonKernel:
+    """One of sbon's own matmuls for 4-bit blocks and a GGUF file's 8-bit LM head, ``sbon/kernels/int4_{name}.cpp``:
+    its operators ``sbon::int4_mm_{name}`` (activations in and out in ``activations``) and ``sbon::int8_mm_{name}``
+    (float32 logits out), built with ``flags`` on a machine's first use where this CPU ``has`` what they need. A new
+    kernel is its source and an entry of KERNELS."""
+    name: str
+    weights: str  # the weight format that multiplies with it (sbon.engine.WEIGHT_FORMATS)
+    instead: str  # the format a CPU without what it needs uses instead
+    needs: str  # what a CPU must have, as the line saying it lacks it names it
+    has: Callable[[], bool]
+    flags: tuple[str, ...]
+    columns: int  # output columns per block of its layouts: a layer's outputs must be a multiple of it
+    activations: torch.dtype
+    pack4: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    pack8: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+    def __post_init__(self):
+        for bits, dtype in ((4, self.activations), (8, torch.float32)):
+            op = f"int{bits}_mm_{self.name}"
+            _LIB.define(f"{op}(Tensor x, Tensor packed, Tensor scales) -> Tensor")
+            torch.library.register_fake(f"sbon::{op}", lib=_LIB)(functools.partial(_fake_mm, self.columns, dtype))
+
+    def mm4(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        return getattr(torch.ops.sbon, f"int4_mm_{self.name}")(x.to(self.activations).contiguous(), packed, scales)
+
+    def mm8(self, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        return getattr(torch.ops.sbon, f"int8_mm_{self.name}")(x.to(self.activations).contiguous(), packed, scales)
+
+    def problem(self) -> str | None:
+        """Why the kernel cannot run here (None: it can, and is loaded; sbon.cpp_kernels builds it)."""
+        return _problem(self.name)
+
+    def require(self) -> None:
+        """Raise the one-line reason where the kernel cannot run here."""
+        if problem := self.problem():
+            raise SBoNError(f"{self.weights} weights: {problem}; use {self.instead}")
+
+
+def _fake_mm(columns: int, dtype: torch.dtype, x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor):
+    return x.new_empty(x.shape[0], packed.shape[0] * columns, dtype=dtype)
+
+
 @functools.cache
-def bf16dot_problem() -> str | None:
-    """Why the int4-bf16dot kernel cannot run here (None: it can, and is loaded; sbon.cpp_kernels builds it)."""
-    if not torch.cpu._is_avx512_bf16_supported():  # (an emulated CPU class without them says so here too)
-        return "this CPU has no AVX-512 BF16 dot products"
+def _problem(name: str) -> str | None:
+    kernel = KERNELS[name]
+    if not kernel.has():  # (an emulated CPU class without it says so here too)
+        return f"this CPU has no {kernel.needs}"
     from .cpp_kernels import build
-    problem = build("int4_bf16dot", BF16DOT_FLAGS, "int4-bf16dot")
+    problem = build(f"int4_{name}", kernel.flags, kernel.weights)
     return problem and f"its 4-bit kernel {problem}"
-
-
-def require_bf16dot() -> None:
-    """Raise the one-line reason where the int4-bf16dot kernel cannot run here (bf16dot_problem)."""
-    if problem := bf16dot_problem():
-        raise SBoNError(f"int4-bf16dot weights: {problem}; use int4")
 
 
 def pack_bf16dot(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,21 +129,58 @@ def pack_bf16dot(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[tor
     columns and 4 inputs, 32 bytes whose byte 2c + e holds column c's q at input 4j + e (low nibble) and 4j + 2 + e
     (high); and per 16 columns and block of 32 inputs, the 16 d then the 16 m (float16, as a GGUF file holds them)."""
     n, k = q.shape
-    c = BF16DOT_COLUMNS
-    quads = q.reshape(n // c, c, k // 4, 2, 2).permute(0, 2, 1, 4, 3)  # (column block, j, c, e, high)
-    packed = (quads[..., 0] | (quads[..., 1] << 4)).to(torch.uint8).reshape(n // c, k * 8).contiguous()
-    per_block = [t.half().reshape(n // c, c, k // GROUP).transpose(1, 2) for t in (d, m)]
-    return packed, torch.stack(per_block, 2).reshape(n // c, -1).contiguous()
+    quads = q.reshape(n // 16, 16, k // 4, 2, 2).permute(0, 2, 1, 4, 3)  # (column block, j, c, e, high)
+    packed = (quads[..., 0] | (quads[..., 1] << 4)).to(torch.uint8).reshape(n // 16, k * 8).contiguous()
+    return packed, _per_block(16, d, m)
 
 
 def pack_q8_bf16dot(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """8-bit blocks (q int8 (out, in), d (out, in / 32)) in the kernel's layout for them (int4_bf16dot.cpp): per 16
     output columns and 2 inputs, 32 bytes whose byte 2c + e is column c's q at input 2p + e; and per 16 columns and
-    block of 32 inputs, the 16 d (float16, as a GGUF file holds them)."""
+    block of 32 inputs, the 16 d."""
     n, k = q.shape
-    c = BF16DOT_COLUMNS
-    packed = q.to(torch.int8).reshape(n // c, c, k // 2, 2).permute(0, 2, 1, 3).reshape(n // c, k * c).contiguous()
-    return packed, d.half().reshape(n // c, c, k // GROUP).transpose(1, 2).reshape(n // c, -1).contiguous()
+    packed = q.to(torch.int8).reshape(n // 16, 16, k // 2, 2).permute(0, 2, 1, 3).reshape(n // 16, k * 16)
+    return packed.contiguous(), _per_block(16, d)
+
+
+def pack_fma(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blocks (q, d, m) of a weight (out, in) in the int4-fma kernel's layout (int4_fma.cpp): per 8 output columns
+    and input, one int32 whose bits 4c..4c+3 hold column c's q; and per 8 columns and block of 32 inputs, the 8 d
+    then the 8 m."""
+    n, k = q.shape
+    words = (q.to(torch.int64).reshape(n // 8, 8, k).transpose(1, 2) << (4 * torch.arange(8))).sum(-1)
+    packed = torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)  # the same 32 bits, signed
+    return packed.contiguous(), _per_block(8, d, m)
+
+
+def pack_q8_fma(q: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """8-bit blocks (q int8 (out, in), d (out, in / 32)) in the int4-fma kernel's layout for them: per 8 output
+    columns and input, 8 bytes, column c's q in byte c; and per 8 columns and block of 32 inputs, the 8 d."""
+    n, k = q.shape
+    return q.to(torch.int8).reshape(n // 8, 8, k).transpose(1, 2).reshape(n // 8, k * 8).contiguous(), _per_block(8, d)
+
+
+def _per_block(columns: int, *per_block: torch.Tensor) -> torch.Tensor:
+    """Per ``columns`` output columns and block of 32 inputs, each tensor of ``per_block`` (out, in / 32) for those
+    columns in turn, in float16 (as a GGUF file holds them)."""
+    n, groups = per_block[0].shape
+    parts = [t.half().reshape(n // columns, columns, groups).transpose(1, 2) for t in per_block]
+    return torch.stack(parts, 2).reshape(n // columns, -1).contiguous()
+
+
+KERNELS = {kernel.name: kernel for kernel in (
+    # Two weights per lane and instruction on the CPU's bfloat16 dot products (int4_bf16dot.cpp).
+    SbonKernel("bf16dot", weights="int4-bf16dot", instead="int4", needs="AVX-512 BF16 dot products",
+               has=lambda: torch.cpu._is_avx512_bf16_supported(),
+               flags=("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma"), columns=16,
+               activations=torch.bfloat16, pack4=pack_bf16dot, pack8=pack_q8_bf16dot),
+    # Float32 activations times the widened weights, one FMA per weight and row (int4_fma.cpp). torch's own vector
+    # code's class says whether the CPU has AVX2 (an emulated class's too).
+    SbonKernel("fma", weights="int4-fma", instead="int4-fp32", needs="AVX2 with FMA",
+               has=lambda: torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"),
+               flags=("-O3", "-mavx2", "-mfma", "-mf16c"), columns=8, activations=torch.float32,
+               pack4=pack_fma, pack8=pack_q8_fma),
+)}
 
 
 def gguf_q8_0_head(path: str | Path) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -222,22 +288,23 @@ def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 class Int4Linear(torch.nn.Module):
-    """A Linear layer with 4-bit weights in torch's CPU layout; activations in ``dtype``.
+    """A Linear layer with 4-bit weights; activations in ``dtype``. ``kernel``: ``aten`` for torch's 4-bit CPU kernel
+    in its layout, else the name of one of sbon's (KERNELS) in that kernel's layout.
 
-    The kernel itself always computes in bfloat16 in and out (accumulating in float32): torch builds its
-    vectorized 4-bit kernel for bfloat16 activations only, and its float32 one is a scalar loop many times
-    slower. So float32 activations are rounded to bfloat16 on the way in and widened on the way out; both are
-    elementwise, so a row's result still depends on that row only, and no bfloat16 matmul instruction is
-    needed (the conversions are shifts and adds where the CPU has no AVX-512 BF16)."""
+    torch's kernel always computes in bfloat16 in and out (accumulating in float32): torch builds its vectorized
+    4-bit kernel for bfloat16 activations only, and its float32 one is a scalar loop many times slower. So float32
+    activations are rounded to bfloat16 on the way in and widened on the way out; both are elementwise, so a row's
+    result still depends on that row only, and no bfloat16 matmul instruction is needed (the conversions are shifts
+    and adds where the CPU has no AVX-512 BF16). sbon's kernels take their own activations' dtype (SbonKernel)."""
 
     def __init__(self, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor, bias: torch.Tensor | None,
                  dtype: torch.dtype, kernel: str = "aten"):
         super().__init__()
         self.out_features, self.in_features = q.shape
         self.dtype, self.kernel = dtype, kernel
-        if kernel == "bf16dot":
-            require_bf16dot()
-            packed, scales = pack_bf16dot(q, d, m)
+        if kernel != "aten":
+            KERNELS[kernel].require()
+            packed, scales = KERNELS[kernel].pack4(q, d, m)
         else:
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
             # (in / 32, out, 2): each group's scale and zero, as the kernel takes them
@@ -247,11 +314,12 @@ class Int4Linear(torch.nn.Module):
         self.bias = None if bias is None else torch.nn.Parameter(bias.detach().to(dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE)
-        if self.kernel == "bf16dot":
-            out = torch.ops.sbon.int4_mm_bf16dot(flat.contiguous(), self.packed, self.scales).to(x.dtype)
+        flat = x.reshape(-1, self.in_features)
+        if self.kernel != "aten":
+            out = KERNELS[self.kernel].mm4(flat, self.packed, self.scales).to(x.dtype)
         else:
-            out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales).to(x.dtype)
+            out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat.to(KERNEL_DTYPE), self.packed, GROUP,
+                                                             self.scales).to(x.dtype)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -261,57 +329,61 @@ class Int4Linear(torch.nn.Module):
 
 
 class Int8Head(torch.nn.Module):
-    """An LM head in a GGUF file's 8-bit blocks (Q8_0), multiplied by the int4-bf16dot kernel's 8-bit twin on the
-    CPU's bfloat16 dot products (q is exact in bfloat16): half the bytes of a bfloat16 head, the file's own weights,
-    float32 logits, and each row's numbers its own at any row count."""
+    """An LM head in a GGUF file's 8-bit blocks (Q8_0), multiplied by one of sbon's kernels' 8-bit twin (KERNELS): a
+    quarter of a float32 head's bytes, half a bfloat16 one's, the file's own weights, float32 logits, and each row's
+    numbers its own at any row count."""
 
-    def __init__(self, q: torch.Tensor, d: torch.Tensor):
+    def __init__(self, q: torch.Tensor, d: torch.Tensor, kernel: str):
         super().__init__()
-        require_bf16dot()
+        KERNELS[kernel].require()
         self.out_features, self.in_features = q.shape
-        packed, scales = pack_q8_bf16dot(q, d)
+        self.kernel = kernel
+        packed, scales = KERNELS[kernel].pack8(q, d)
         self.register_buffer("packed", packed)
         self.register_buffer("scales", scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous()
-        return torch.ops.sbon.int8_mm_bf16dot(flat, self.packed, self.scales).reshape(*x.shape[:-1], self.out_features)
+        flat = x.reshape(-1, self.in_features)
+        return KERNELS[self.kernel].mm8(flat, self.packed, self.scales).reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, 8-bit"
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={GROUP}, 8-bit, " \
+               f"kernel={self.kernel}"
 
 
-def _file_head(model: torch.nn.Module, gguf: str | Path) -> Int8Head | None:
+def _file_head(model: torch.nn.Module, gguf: str | Path, kernel: str) -> Int8Head | None:
     """The model's LM head from the file's 8-bit blocks, where they are its loaded weights (checked on a sample of
     rows, as the 4-bit layers are); None where the file has no such head or it is another model's."""
     head = model.get_output_embeddings()
     blocks = gguf_q8_0_head(gguf)
     if head is None or head.bias is not None or blocks is None or blocks[0].shape != head.weight.shape \
-            or head.in_features % GROUP or head.out_features % BF16DOT_COLUMNS:
+            or head.in_features % GROUP or head.out_features % KERNELS[kernel].columns:
         return None
     q, d = blocks
     rows = slice(None, None, CHECKED_EVERY)
     w = dequantize(q[rows], d[rows])
-    return Int8Head(q, d) if torch.equal(w.to(head.weight.dtype), head.weight.detach()[rows]) else None
+    return Int8Head(q, d, kernel) if torch.equal(w.to(head.weight.dtype), head.weight.detach()[rows]) else None
 
 
 def to_int4(model: torch.nn.Module, gguf: str | Path | None = None, kernel: str = "aten") -> torch.nn.Module:
-    """Every Linear layer but the LM head as an Int4Linear multiplying with ``kernel`` (``aten``: torch's 4-bit CPU kernel; ``bf16dot``: sbon's, int4_bf16dot.cpp), from ``gguf``'s
-    blocks where they are the layer's weights, quantized here otherwise. The model stays in its dtype elsewhere; CPU
-    only."""
+    """Every Linear layer but the LM head as an Int4Linear multiplying with ``kernel`` (``aten``: torch's 4-bit CPU
+    kernel; else one of sbon's, KERNELS), from ``gguf``'s blocks where they are the layer's weights, quantized here
+    otherwise; with sbon's kernels, the LM head from the file's 8-bit blocks where it has them. The model stays in its
+    dtype elsewhere; CPU only."""
     if next(model.parameters()).device.type != "cpu":
         raise SBoNError("int4 weights run on the CPU only (torch's 4-bit CPU kernel): use bf16 on a GPU")
     if problem := kernel_problem():
         raise SBoNError(f"int4 weights: {problem}; use bf16")
-    if kernel == "bf16dot":  # before the blocks are read: one line, at once
-        require_bf16dot()
+    if kernel != "aten":  # before the blocks are read: one line, at once
+        KERNELS[kernel].require()
+    columns = KERNELS[kernel].columns if kernel != "aten" else 1
     dtype = next(model.parameters()).dtype
     blocks = gguf_blocks(gguf, model.config) if gguf else {}
     head = model.get_output_embeddings()
     from_file = quantized = 0
     for name, module in list(model.named_modules()):
-        if type(module) is not torch.nn.Linear or module is head or module.in_features % GROUP or (
-                kernel == "bf16dot" and module.out_features % BF16DOT_COLUMNS):
+        if type(module) is not torch.nn.Linear or module is head or module.in_features % GROUP \
+                or module.out_features % columns:
             continue
         q, d, m = blocks.get(name) or (None, None, None)
         rows = slice(None, None, CHECKED_EVERY)
@@ -326,8 +398,8 @@ def to_int4(model: torch.nn.Module, gguf: str | Path | None = None, kernel: str 
     if gguf and quantized:
         log.warning("int4 weights: %d layers quantized here, not from %s", quantized, Path(gguf).name)
     model.int4_layers = {"from_file": from_file, "quantized": quantized}
-    # int4-bf16dot: an 8-bit LM head where the file has one (the embedding keeps the model's own weights).
-    if kernel == "bf16dot" and gguf and (file_head := _file_head(model, gguf)) is not None:
+    # sbon's kernels: an 8-bit LM head where the file has one (the embedding keeps the model's own weights).
+    if kernel != "aten" and gguf and (file_head := _file_head(model, gguf, kernel)) is not None:
         model.set_output_embeddings(file_head)
         model.int4_layers["head"] = "8-bit, from the file"
     return model

@@ -128,7 +128,8 @@ def test_the_probe_loads_every_weight_format_and_a_failing_one_is_one_line_and_s
     assert (choice.weights, choice.decode) == ("bf16", "compiled") and not choice.provisional
     assert "int4-bf16dot: does not load here (int4-bf16dot needs AVX-512 BF16, which this CPU lacks)" in lines
     # every ready path in one timing, the saved compiled step beside the eager ones; the unbuilt steps pending
-    assert timed_sets == [["fp32 eager", "bf16 eager", "bf16 compiled", "int4 eager", "int4-fp32 eager"]]
+    assert timed_sets == [["fp32 eager", "bf16 eager", "bf16 compiled",
+                           *(f"{w} eager" for w in WEIGHT_FORMATS if w not in ("fp32", "bf16", "int4-bf16dot"))]]
     assert "int4 compiled" in choice.pending and "bf16 compiled" not in choice.pending
 
 
@@ -170,13 +171,13 @@ def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and
     """The eager steps rank neither what to choose nor what to build: a format's compiled step is predicted from its
     matrix products (timed alone) plus the rest of a step as the built steps measured it. The best predicted is
     built first even where its eager step is the slowest; after it, only formats predicted within MARGIN of the
-    fastest path are built (int4-bf16dot, not int4-fp32 nor bf16), and fp32, not exact, never is. The choice is
+    fastest path are built (int4-bf16dot, not int4-fp32, int4-fma nor bf16), and fp32, not exact, never is. The choice is
     the fastest of what was built, saved provisional until no build is left worth beginning."""
     import sbon.probe as probe_module
     from sbon.probe import MARGIN, probe
 
-    eager = {"fp32": 10.0, "bf16": 80.0, "int4-bf16dot": 25.0, "int4-fp32": 30.0, "int4": 40.0}
-    products = {"fp32": 5.0, "bf16": 60.0, "int4": 12.0, "int4-fp32": 20.0}
+    eager = {"fp32": 10.0, "bf16": 80.0, "int4-bf16dot": 25.0, "int4-fp32": 30.0, "int4": 40.0, "int4-fma": 35.0}
+    products = {"fp32": 5.0, "bf16": 60.0, "int4": 12.0, "int4-fp32": 20.0, "int4-fma": 60.0}
     rest = 3.0  # what a compiled step takes beyond its matrix products
     best = products["int4"] + rest
     products["int4-bf16dot"] = best * (1 + MARGIN) - rest - 0.5  # predicted just within MARGIN of int4's step

@@ -53,6 +53,11 @@ def gen_int4_bf16dot():
 
 
 @pytest.fixture(scope="module")
+def gen_int4_fma():
+    return loaded_here("int4-fma")
+
+
+@pytest.fixture(scope="module")
 def gen_int4_fp32():
     return load_generator("smollm2-135m", device="cpu", weights="int4-fp32")
 
@@ -168,14 +173,15 @@ def excluded_where_not_exact(name: str, gen) -> bool:
 
 
 @pytest.mark.parametrize("name, threads", [("fp32", 1), ("fp32", 2), ("bf16", 1), ("bf16", 2), ("int4", 2),
-                                           ("int4-fp32", 1), ("int4-fp32", 2), ("int4-bf16dot", 2)])
+                                           ("int4-fp32", 1), ("int4-fp32", 2), ("int4-bf16dot", 2),
+                                           ("int4-fma", 1), ("int4-fma", 2)])
 def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, gen_int4, gen_int4_fp32, request):
     """Candidates 0-5 in one batch, one and five, four and two (the probe, along coupled sampling), and on one
     thread one at a time: the same tokens and logits, bit for bit. Formats with float32 activations (fp32 and int4-fp32,
-    prepacked for oneDNN) are so on any CPU at any thread count; bf16 and int4 where the CPU computes bfloat16
-    natively (WEIGHT_FORMATS); where the probe measures a format not exact, the choice excludes it."""
+    prepacked for oneDNN, and int4-fma) are so on any CPU at any thread count; bf16 and int4 where the CPU computes
+    bfloat16 natively (WEIGHT_FORMATS); where the probe measures a format not exact, the choice excludes it."""
     g = {"fp32": gen, "bf16": gen_bf16, "int4": gen_int4, "int4-fp32": gen_int4_fp32}.get(name) \
-        or request.getfixturevalue("gen_int4_bf16dot")  # skipped on a CPU without AVX-512 BF16
+        or request.getfixturevalue(f"gen_{name.replace('-', '_')}")  # skipped on a CPU without the kernel's vectors
     assert WEIGHT_FORMATS[name].batch_invariant
     assert WEIGHT_FORMATS[name].min_rows > 1
     before = torch.get_num_threads()
@@ -643,65 +649,76 @@ def test_int4_fp32_runs_the_int4_layers_in_float32_around_the_4_bit_kernel(gen_i
     assert (logits[:, 0].argmax(-1) == reference[:, 0].float().argmax(-1)).all()
 
 
-def test_the_bf16dot_kernel_gives_each_row_its_own_bits_close_to_the_exact_product():
-    """sbon's 4-bit kernel (int4-bf16dot) on blocks quantized here: within bfloat16 rounding of the float32 product
-    with the dequantized weights, as close as torch's 4-bit kernel; its 8-bit twin (the format's LM head) within
-    float32 rounding; and for both a row's bits the same at every row count (across tiles of up to 8 rows and 1, 2
-    or 4 column blocks), on one thread and on two. Where the CPU has no AVX-512 BF16, the layer is refused in one
-    line that says so."""
-    from sbon.int4 import GROUP, Int4Linear, Int8Head, bf16dot_problem, dequantize, quantize
+@pytest.mark.parametrize("kernel", ["bf16dot", "fma"])
+def test_sbon_s_4_bit_kernel_gives_each_row_its_own_bits_close_to_the_exact_product(kernel):
+    """sbon's 4-bit kernels (int4-bf16dot's, int4-fma's) on blocks quantized here: within their activations' rounding
+    of the float32 product with the dequantized weights, at least as close as torch's 4-bit kernel; their 8-bit twins
+    (the formats' LM heads) within float32 rounding; and for both a row's bits the same at every row count (across
+    tiles of up to 8 rows and 1, 2 or 4 column blocks), on one thread and on two. Where the CPU lacks the kernel's
+    vectors, the layer is refused in one line that says so and names the format to use instead."""
+    from sbon.int4 import GROUP, KERNELS, Int4Linear, Int8Head, dequantize, quantize
+    spec = KERNELS[kernel]
+    dtype = spec.activations
     torch.manual_seed(0)
-    w = torch.randn(5 * 16, 3 * GROUP) * 0.05  # five column blocks: every tile width, split over two threads
+    # 80 columns (torch's kernel takes multiples of 16): 5 or 10 of the kernel's column blocks, every tile width on one
+    # thread and on two
+    w = torch.randn(80, 3 * GROUP) * 0.05
     q, d, m = quantize(w)
-    if bf16dot_problem():
-        assert not torch.cpu._is_avx512_bf16_supported() or "does not build" in bf16dot_problem()
-        with pytest.raises(SBoNError, match="int4-bf16dot weights: .*; use int4"):
-            Int4Linear(q, d, m, None, torch.bfloat16, kernel="bf16dot")
+    if spec.problem():
+        assert not spec.has() or "does not build" in spec.problem()
+        with pytest.raises(SBoNError, match=f"{spec.weights} weights: .*; use {spec.instead}$"):
+            Int4Linear(q, d, m, None, dtype, kernel=kernel)
         return
-    layer = Int4Linear(q, d, m, None, torch.bfloat16, kernel="bf16dot")
-    aten = Int4Linear(q, d, m, None, torch.bfloat16)
-    x = torch.randn(20, 3 * GROUP, dtype=torch.bfloat16)
-    exact = x.float() @ dequantize(q, d.half().float(), m.half().float()).t()
+    layer = Int4Linear(q, d, m, None, dtype, kernel=kernel)
+    aten = Int4Linear(q, d, m, None, dtype)
+    x = torch.randn(20, 3 * GROUP, dtype=dtype)
+    dequantized = dequantize(q, d.half().float(), m.half().float()).double()
+    exact = x.double() @ dequantized.t()
+    magnitude = x.double().abs() @ dequantized.abs().t()  # each sum's absolute products: what its rounding scales with
     full = layer(x)
-    assert full.dtype == torch.bfloat16 and full.shape == (20, 5 * 16)
-    err, aten_err = (full.float() - exact).abs(), (aten(x).float() - exact).abs()
-    assert (err <= exact.abs() / 128 + 1e-3).all() and err.max() <= aten_err.max() * 1.5
+    assert full.dtype == dtype and full.shape == (20, 80)
+    err, aten_err = (full.double() - exact).abs(), (aten(x).double() - exact).abs()
+    assert (err <= 4 * torch.finfo(dtype).eps * magnitude).all() and err.max() <= aten_err.max() * 1.5
     # Its 8-bit twin (the format's LM head, Q8_0 blocks): float32 out, within float32 rounding of the exact product.
-    q8 = torch.randint(-128, 128, (5 * 16, 3 * GROUP), dtype=torch.int8)
-    d8 = torch.rand(5 * 16, 3) / 100
-    head = Int8Head(q8, d8)
-    w8 = (q8.float().reshape(-1, 3, GROUP) * d8.half().float()[..., None]).reshape(q8.shape)
+    q8 = torch.randint(-128, 128, (80, 3 * GROUP), dtype=torch.int8)
+    d8 = torch.rand(80, 3) / 100
+    head = Int8Head(q8, d8, kernel)
+    w8 = (q8.double().reshape(-1, 3, GROUP) * d8.half().double()[..., None]).reshape(q8.shape)
     logits = head(x)
-    assert logits.dtype == torch.float32 and torch.allclose(logits, x.float() @ w8.t(), rtol=1e-5, atol=1e-4)
+    assert logits.dtype == torch.float32 and torch.allclose(logits.double(), x.double() @ w8.t(), rtol=1e-5, atol=1e-4)
     before = torch.get_num_threads()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            for kernel, out in ((layer, full), (head, logits)):
-                assert all(torch.equal(kernel(x[:rows]), out[:rows]) for rows in range(1, 21))
-                assert all(torch.equal(kernel(x[r:r + 1])[0], out[r]) for r in range(20))
+            for op, out in ((layer, full), (head, logits)):
+                assert all(torch.equal(op(x[:rows]), out[:rows]) for rows in range(1, 21))
+                assert all(torch.equal(op(x[r:r + 1])[0], out[r]) for r in range(20))
     finally:
         torch.set_num_threads(before)
 
 
-def test_int4_bf16dot_takes_int4_s_blocks_and_stays_close_to_it(gen_int4_bf16dot, gen_int4):
+@pytest.mark.parametrize("weights, reference, kl_at_most", [("int4-bf16dot", "int4", 0.01), ("int4-fma", "fp32", 1e-4)])
+def test_sbon_s_kernels_take_the_file_s_blocks_and_stay_close_to_their_reference(weights, reference, kl_at_most,
+                                                                                   request):
     """The same 4-bit blocks from the GGUF file and its 8-bit LM head (Q8_0, checked against the weights the model
-    loaded), multiplied by sbon's kernels; its next-token distributions those of int4 (the same weights, summed in
-    another order) along an int4 greedy answer."""
+    loaded), multiplied by sbon's kernels; the next-token distributions along a greedy answer those of the reference
+    format: int4's for int4-bf16dot (the same weights, summed in another order), the float32 model's for int4-fma (the
+    file's weights widened to float32, as fp32 loads them, and float32 products)."""
     from sbon.int4 import Int4Linear, Int8Head
-    model = gen_int4_bf16dot.model
+    fmt, ref_gen = loaded_here(weights), loaded_here(reference)
+    model = fmt.model
     layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
-    assert model.int4_layers == {**gen_int4.model.int4_layers, "head": "8-bit, from the file"}
-    assert model.int4_layers["quantized"] == 0 and layers and all(m.kernel == "bf16dot" for m in layers)
+    assert model.int4_layers == {"from_file": len(layers), "quantized": 0, "head": "8-bit, from the file"}
+    assert layers and all(m.kernel == layers[0].kernel != "aten" for m in layers)
     assert isinstance(model.get_output_embeddings(), Int8Head)
-    assert model.get_input_embeddings().weight.dtype == torch.bfloat16
-    ids = gen_int4.encode_prompt(PROMPT)
+    assert model.get_input_embeddings().weight.dtype == WEIGHT_FORMATS[weights].dtype
+    ids = ref_gen.encode_prompt(PROMPT)
     with torch.inference_mode():
-        seq = gen_int4.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
-        ref = gen_int4.model(seq).logits[0].float().log_softmax(-1)
+        seq = ref_gen.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
+        ref = ref_gen.model(seq).logits[0].float().log_softmax(-1)
         got = model(seq).logits[0].float().log_softmax(-1)
     kl = (ref.exp() * (ref - got)).sum(-1)
-    assert kl.mean() < 0.01 and (ref.argmax(-1) == got.argmax(-1)).float().mean() > 0.95
+    assert kl.mean() < kl_at_most and (ref.argmax(-1) == got.argmax(-1)).float().mean() > 0.95
 
 
 def test_a_gemma_model_s_saved_step_can_be_named():
