@@ -63,7 +63,7 @@ def keeps_the_thread_count():
 def server(tmp_path_factory, request):
     """`python app.py` on a free port, shared by every browser and API test (its log and pid on the URL). Its runs
     decode in the app's measured choice of weight format; where nothing is measured yet, in the suite generator's
-    (``gen``, loaded only then), not in float32, the app's safe path there, which reads twice the bytes per step."""
+    (``gen``, loaded only then), not in float32, the app's safe path there, which reads more bytes per step."""
     from benchmarks.browser import serve_app
     from sbon.errors import SBoNError
     from sbon.machine import auto_path
@@ -132,20 +132,24 @@ def _generator(weights: str):
 
 @pytest.fixture(scope="session")
 def gen():
-    """The embedded generator in the fastest format exact here: bfloat16 where this CPU computes it natively and its
-    step gives a row the same bits alone and in a batch on one thread (measured here: what the coupling tests compare
-    token for token), else float32, exact on one thread on any CPU without measuring. The suite's processes spend
-    most of their time in the model's matrix products, and bfloat16 reads half the bytes. SBON_TEST_WEIGHTS names a
-    format instead; SBON_TEST_DEVICE=cuda runs the suite on a GPU, in float32 (a GPU's bfloat16 rounds a row
-    differently within a batch)."""
+    """The embedded generator in a fast format exact here: bfloat16 where this CPU computes it natively and its step
+    gives a row the same bits alone and in a batch on one thread (measured here: what the coupling tests compare
+    token for token); on a CPU without bfloat16, int4-fma where its kernel runs and that holds; else float32,
+    exact on one thread on any CPU without measuring. The suite's processes spend most of their time in the model's
+    matrix products: bfloat16 reads half float32's bytes, int4-fma an eighth, in float32 arithmetic.
+    SBON_TEST_WEIGHTS names a format instead; SBON_TEST_DEVICE=cuda runs the suite on a GPU, in float32 (a GPU's
+    bfloat16 rounds a row differently within a batch)."""
+    from sbon.int4 import KERNELS
     from sbon.machine import cpu_isa
     from sbon.probe import exact_on
 
     if os.environ.get("SBON_TEST_WEIGHTS"):
         return _generator(os.environ["SBON_TEST_WEIGHTS"])
-    if os.environ.get("SBON_TEST_DEVICE", "cpu") == "cpu" and cpu_isa().endswith("with BF16") \
-            and exact_on(_generator("bf16"), 1):
-        return _generator("bf16")
+    if os.environ.get("SBON_TEST_DEVICE", "cpu") == "cpu":
+        if cpu_isa().endswith("with BF16") and exact_on(_generator("bf16"), 1):
+            return _generator("bf16")
+        if not KERNELS["fma"].problem() and exact_on(_generator("int4-fma"), 1):
+            return _generator("int4-fma")
     return _generator("fp32")
 
 
