@@ -6,7 +6,8 @@ A decode path is a weight format (``sbon.engine.WEIGHT_FORMATS``) and a decode s
 on its batch there; ``choose`` picks the fastest path that meets the rule: on a CPU the coupled sampling must be exact
 (the same bits for a row decoded alone and within a batch), on a GPU the measured divergence is reported. The choice is
 cached under a hash of the fingerprint, so a choice measured on another CPU, under other instruction-set limits, with
-another thread count, another torch version or another version of the probe is never used. Until a choice is
+another thread count, another torch version, another version of the probe or another set of weight formats is never
+used. Until a choice is
 measured, runs use the safe path (``safe_path``: on a CPU the one exact without measuring). A choice whose timings
 were taken while other work held the cores, or whose compiled steps are still being built, is provisional
 (``Choice.provisional``): runs take it, and it is measured again.
@@ -143,12 +144,14 @@ def start_threads(generator: str, device: str | torch.device = "cpu") -> int:
 def fingerprint(device: str | torch.device = "cpu", threads: int | None = None) -> dict:
     """What decides which decode path is fast and exact here: the CPU and the instruction sets in force (the
     capability torch's kernels use, the limits set in the environment, the CPU's own flags), the thread count
-    (``threads``, default: the one in use now), torch's version and the device."""
+    (``threads``, default: the one in use now), torch's version, the device, and the weight formats there are to
+    choose from: a machine that measured its choice before a format was added measures again, with it."""
+    from .engine import WEIGHT_FORMATS
     device = torch.device(device)
     return {"cpu": cpu_model(), "capability": torch.backends.cpu.get_cpu_capability(),
             "limits": {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)},
             "flags": cpu_flags(), "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
-            "device": device_name(device), "probe": PROBE_VERSION}
+            "device": device_name(device), "probe": PROBE_VERSION, "formats": list(WEIGHT_FORMATS)}
 
 
 def cache_key(machine: dict) -> str:

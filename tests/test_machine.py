@@ -580,7 +580,7 @@ def test_the_cache_key_changes_with_the_machine_the_limits_the_threads_and_torch
     assert cache_key(fingerprint("cpu", threads=2)) != base
 
 
-def test_a_choice_cached_on_another_machine_or_torch_is_never_used(unmeasured_machine):
+def test_a_choice_cached_on_another_machine_torch_or_set_of_formats_is_never_used(unmeasured_machine, monkeypatch):
     from sbon.machine import choice_path
     from sbon.models import default_weights
 
@@ -597,6 +597,11 @@ def test_a_choice_cached_on_another_machine_or_torch_is_never_used(unmeasured_ma
     save_choice(choose(NAME, {**fingerprint("cpu"), "limits": {"ATEN_CPU_CAPABILITY": "avx2"}},
                        [timed("bf16", "eager", 5.0)]))
     assert cached_choice(NAME, "cpu") is None
+    # and so is one measured before a weight format was added: it is measured again, with it
+    save_choice(here)
+    assert cached_choice(NAME, "cpu").weights == "int4"
+    monkeypatch.setitem(WEIGHT_FORMATS, "int4-new", WEIGHT_FORMATS["int4"])
+    assert cached_choice(NAME, "cpu") is None and default_weights(torch.device("cpu"), NAME) == "fp32"
 
 
 def test_the_command_line_and_the_library_decode_on_the_measured_path_by_default(unmeasured_machine):
