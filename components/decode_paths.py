@@ -371,7 +371,9 @@ class DecodePaths:
             saved = choice_path(name, choice.fingerprint).stat().st_mtime
         except OSError:
             return False
-        return saved >= time.time() - (time.perf_counter() - self._started[name])
+        # A file's time comes from the kernel's coarse clock, which may lag time.time() by a tick: a second's slack
+        # (a choice saved before the child started is from an earlier start, minutes older).
+        return saved >= time.time() - (time.perf_counter() - self._started[name]) - 1.0
 
 
 @dataclass
