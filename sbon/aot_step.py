@@ -9,7 +9,7 @@ instead of tracing again. The first process on a machine compiles and saves it.
 The step takes the model and the KV slab as Python objects, which Dynamo guards by identity; such guards cannot be
 saved, so they are left out (``_serializable``). What they checked is in the file's name instead: a hash of
 everything that changes the step's graph or its numbers (``step_key``): the model's weights, configuration and
-attention, the weight format, the torch, transformers and Python versions, this
+attention, the weight format, the torch, transformers, kernels and Python versions, this
 package's decode code, the CPU's vector instructions and the thread count inductor generated its kernels for.
 Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked before each
 call: all of them where the caller says something but a dynamic dimension's size may have changed since they last
@@ -49,7 +49,7 @@ def step_key(gen, options: dict[str, Any]) -> str:
 
     h = hashlib.blake2b(digest_size=16)
     here = Path(__file__).parent
-    for part in (torch.__version__, transformers.__version__, sys.version, cpu_features(),
+    for part in (torch.__version__, transformers.__version__, kernels_version(), sys.version, cpu_features(),
                  torch.get_num_threads(), gen.weights, gen.model.config.to_json_string(),
                  getattr(gen.model.config, "_attn_implementation", None),
                  # whether the step calls the attention kernel: asked here too (built where it is not yet), so that a
@@ -60,6 +60,16 @@ def step_key(gen, options: dict[str, Any]) -> str:
         h.update(part if isinstance(part, bytes) else repr(part).encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def kernels_version() -> str | None:
+    """The `kernels` package's version, where it is installed: transformers then routes some model functions
+    through it, and the saved step keeps no guard on them (``_serializable``)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("kernels")
+    except PackageNotFoundError:
+        return None
 
 
 def cpu_features() -> tuple:
@@ -102,10 +112,16 @@ def _steps() -> Path:
 
 
 def _serializable(guards: Sequence[Any]) -> list[bool]:
-    """Dynamo's guards a file can hold: none by identity (the model, the slab, functions) nor on globals."""
+    """Dynamo's guards a file can hold: none by identity (the model, the slab, functions) nor on globals, and none on
+    an object whose class is defined inside a function, nor on anything reached through one (their names contain its
+    name), which a file cannot name: the `kernels` package, which transformers uses where it is installed, wraps
+    model functions such as Llama's rotary embedding in such classes. They are the library's code, whose version
+    the step's key names."""
     from torch._dynamo.guards import CheckFunctionManager
     unsaved = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
-    return [not (g.is_global or g.guard_type in unsaved or unsaved & set(g.derived_guard_types)) for g in guards]
+    local = [g.name for g in guards if g.has_value and "<locals>" in type(g.value).__qualname__]
+    return [not (g.is_global or g.guard_type in unsaved or unsaved & set(g.derived_guard_types)
+                 or any(name in g.name for name in local)) for g in guards]
 
 
 class SavedStep:
