@@ -14,6 +14,14 @@ GENERATOR = "smollm2-135m"  # the embedded generator every fixture loads
 # leaves them out for a quick run between edits; `python -m pytest` runs everything.
 SLOW_MODULES = {"test_app_e2e.py", "test_benchmarks_smoke.py", "test_reliability.py", "test_distributed.py",
                 "test_gpu_ready.py"}
+# The groups of tests that take longest, longest first (`--durations=0` shows them): pytest-xdist hands out the
+# groups in the order of the collection (pyproject's --no-loadscope-reorder), so these start first and the many
+# short files fill in around them. Otherwise a long group handed out last runs on alone at the end, on one thread,
+# with the other core idle for a minute or more. Groups not named here follow in the collection's order.
+LONGEST_FIRST = ("app-server", "test_step_formats.py", "test_algorithms.py", "test_machine.py",
+                 "test_benchmarks_smoke.py", "test_gpu_check.py", "test_headline.py", "test_app_decode.py",
+                 "test_signals.py", "test_cuda_graphs.py", "test_gpu_ready.py", "test_app_handlers.py",
+                 "test_inputs.py", "test_components.py")
 
 
 def pytest_configure(config):
@@ -45,6 +53,9 @@ def pytest_collection_modifyitems(config, items):
         # server and one browser start (Playwright's sync API allows one browser driver per process).
         shared = {"server", "browser"} & set(item.fixturenames)
         item.add_marker(pytest.mark.xdist_group("app-server" if shared else item.path.name))
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:  # one process runs them in the order written
+        rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)))
 
 
 @pytest.fixture(autouse=True)
