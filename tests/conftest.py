@@ -17,7 +17,7 @@ SLOW_MODULES = {"test_app_e2e.py", "test_benchmarks_smoke.py", "test_reliability
 # The groups of tests that take longest, longest first (`--durations=0` shows them): pytest-xdist hands out the
 # groups in the order of the collection (pyproject's --no-loadscope-reorder), so these start first and the many
 # short files fill in around them. Otherwise a long group handed out last runs on alone at the end, on one thread,
-# with the other core idle for a minute or more. Groups not named here follow in the collection's order.
+# with the other core idle meanwhile. Groups not named here follow in the collection's order.
 LONGEST_FIRST = ("app-server", "test_step_formats.py", "test_algorithms.py", "test_machine.py",
                  "test_benchmarks_smoke.py", "test_gpu_check.py", "test_headline.py", "test_app_decode.py",
                  "test_signals.py", "test_cuda_graphs.py", "test_gpu_ready.py", "test_app_handlers.py",
