@@ -18,10 +18,16 @@ SLOW_MODULES = {"test_app_e2e.py", "test_benchmarks_smoke.py", "test_reliability
 # groups in the order of the collection (pyproject's --no-loadscope-reorder), so these start first and the many
 # short files fill in around them. Otherwise a long group handed out last runs on alone at the end, on one thread,
 # with the other core idle meanwhile. Groups not named here follow in the collection's order.
-LONGEST_FIRST = ("app-server", "test_step_formats.py", "test_algorithms.py", "test_machine.py",
+APP_SERVER = "app-server"  # the group of the tests that drive the app server or the browser
+LONGEST_FIRST = (APP_SERVER, "test_step_formats.py", "test_algorithms.py", "test_machine.py",
                  "test_benchmarks_smoke.py", "test_gpu_check.py", "test_headline.py", "test_app_decode.py",
                  "test_signals.py", "test_cuda_graphs.py", "test_gpu_ready.py", "test_app_handlers.py",
                  "test_inputs.py", "test_components.py")
+
+
+def group_rank(group: str) -> int:
+    """Where a group's tests go in the suite's order: LONGEST_FIRST's, then every other group."""
+    return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 def pytest_configure(config):
@@ -52,10 +58,9 @@ def pytest_collection_modifyitems(config, items):
         # are made once, and every test that drives the app server or the browser runs in the same one, so one
         # server and one browser start (Playwright's sync API allows one browser driver per process).
         shared = {"server", "browser"} & set(item.fixturenames)
-        item.add_marker(pytest.mark.xdist_group("app-server" if shared else item.path.name))
+        item.add_marker(pytest.mark.xdist_group(APP_SERVER if shared else item.path.name))
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:  # one process runs them in the order written
-        rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(item.get_closest_marker("xdist_group").args[0], len(rank)))
+        items.sort(key=lambda item: group_rank(item.get_closest_marker("xdist_group").args[0]))
 
 
 @pytest.fixture(autouse=True)

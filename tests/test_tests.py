@@ -94,12 +94,12 @@ def test_pytest_xdist_runs_each_group_in_one_process(request):
 def test_the_groups_started_first_are_the_suite_s_groups(request):
     """tests/conftest.py's LONGEST_FIRST names groups that exist (a renamed file would silently fall back to the
     collection's order), and the suite's processes receive the tests in that order."""
-    from conftest import LONGEST_FIRST
+    from conftest import APP_SERVER, LONGEST_FIRST, group_rank
 
     files = {p.name for p in TESTS.glob("test_*.py")}
-    assert LONGEST_FIRST[0] == "app-server" and set(LONGEST_FIRST[1:]) <= files
+    assert LONGEST_FIRST[0] == APP_SERVER and set(LONGEST_FIRST[1:]) <= files
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.skip("run without pytest-xdist: the tests keep the collection's order")
     groups = [item.get_closest_marker("xdist_group").args[0] for item in request.session.items]
-    ranks = [LONGEST_FIRST.index(g) if g in LONGEST_FIRST else len(LONGEST_FIRST) for g in groups]
+    ranks = [group_rank(g) for g in groups]
     assert ranks == sorted(ranks)
