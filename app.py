@@ -572,6 +572,7 @@ def main() -> None:
     log.info("models will run on %s with %d CPU threads", MODELS.device(), threads)
     demo = create_app(MODELS, threads)
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=QUEUE_SIZE)
+    gradio_adapter.quiet_queue(demo)  # a server with nothing to do wakes up fifty times a second, not a thousand
     # ZeroGPU: the default models go to the (patched) GPU now, in this process, before launch; elsewhere they
     # load once the page is up.
     load_before_launch(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))

@@ -1,4 +1,4 @@
-"""The three things the page needs from Gradio that its public API does not offer, in one place.
+"""The four things the page needs from Gradio that its public API does not offer, in one place.
 
 - How many events wait in one concurrency group of the queue (the generation slot's line, for the
   "place N, about S s to wait" status): Gradio counts them but does not expose the count.
@@ -9,8 +9,12 @@
   requestAnimationFrame loop that only the event's end stops, and the loader shown while the page opens is removed
   before that end reaches it. Its loop then runs at the display's frame rate for as long as the page stays open, on
   every visitor's machine (about a tenth of a core in headless Chromium, more on a slow laptop).
+- A server that stays idle when nothing happens (quiet_queue): Gradio's queue looks for a new event every
+  millisecond while none waits (50 ms on Windows) and for progress to send every 10 ms, over a thousand wake-ups a
+  second of the server's event loop, which cost a Space's two cores several percent of one while nobody visits and
+  take the interpreter's lock from the run's thread as often while one generates.
 
-All three read Gradio's internals, which change between major versions: SUPPORTED_GRADIO is the range
+All four read Gradio's internals, which change between major versions: SUPPORTED_GRADIO is the range
 requirements.txt allows; tests/test_gradio_adapter.py checks the first two on a real Blocks with the installed
 version, and tests/test_app_e2e.py checks that an opened page stays idle.
 """
@@ -22,6 +26,9 @@ from typing import Any, Callable
 import gradio as gr
 
 SUPPORTED_GRADIO = ((6, 0), (7, 0))  # requirements.txt: gradio>=6.0,<7
+# How often the queue looks for a new event, and for progress to send, while there is none (quiet_queue): an event
+# starts at most this much later.
+QUEUE_POLL_S = 0.02
 
 
 def waiting_in(demo: gr.Blocks, concurrency_id: str) -> int:
@@ -46,6 +53,15 @@ def describe_endpoint(demo: gr.Blocks, api_name: str, parameter: Callable[[str],
         component.label = name
     for component in fn.outputs:
         component._api_info = {**component._api_info, "description": returns}
+
+
+def quiet_queue(demo: gr.Blocks) -> None:
+    """Make `demo`'s queue (after ``demo.queue()``) look for a new event and for progress to send every QUEUE_POLL_S
+    while there is none, where Gradio's own intervals are shorter. An interval a Gradio does not have is left out."""
+    queue = getattr(demo, "_queue", None)
+    for interval in ("sleep_when_free", "progress_update_sleep_when_free"):
+        if isinstance(getattr(queue, interval, None), (int, float)):
+            setattr(queue, interval, max(getattr(queue, interval), QUEUE_POLL_S))
 
 
 # The frames of a status tracker's timer (they only set the elapsed time it shows: Gradio 6's callback reads
