@@ -650,3 +650,19 @@ def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
     for t in outlined:
         color = t.marker.color
         assert isinstance(color, str) and color != "rgba(0,0,0,0)" and color != "transparent", (t.name, color)
+
+
+def test_every_figure_of_a_shown_run_is_drawn_on_the_page_s_template(comparison):
+    """The page's figures, in its own look and the presenter view's, are drawn on its template (white, where plotly's
+    own default is a blue-grey plot area); the template reaches them as plotly's default (components.style.TEMPLATE)."""
+    import plotly.io as pio
+
+    from components.style import TEMPLATE, Look
+    from components.views import Shown, show
+
+    page = pio.templates[TEMPLATE].layout.plot_bgcolor
+    assert page != pio.templates["plotly"].layout.plot_bgcolor
+    for look in (Look(), Look(presenter=True, screen_px=480)):
+        drawn = [v for v in show(Shown(comparison, "a run", look=look)).values() if isinstance(v, go.Figure)]
+        assert len(drawn) >= 7
+        assert [f.layout.template.layout.plot_bgcolor for f in drawn] == [page] * len(drawn)
