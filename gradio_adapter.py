@@ -10,13 +10,13 @@
   before that end reaches it. Its loop then runs at the display's frame rate for as long as the page stays open, on
   every visitor's machine (about a tenth of a core in headless Chromium, more on a slow laptop).
 - A server that stays idle when nothing happens (quiet_queue): Gradio's queue looks for a new event every
-  millisecond while none waits (50 ms on Windows) and for progress to send every 10 ms, over a thousand wake-ups a
-  second of the server's event loop, which cost a Space's two cores several percent of one while nobody visits and
+  millisecond while none waits (50 ms on Windows), and for progress to send every 10 ms: over a thousand wake-ups
+  a second of the server's event loop, which cost a Space's two cores several percent of one while nobody visits and
   take the interpreter's lock from the run's thread as often while one generates.
 
 All four read Gradio's internals, which change between major versions: SUPPORTED_GRADIO is the range
-requirements.txt allows; tests/test_gradio_adapter.py checks the first two on a real Blocks with the installed
-version, and tests/test_app_e2e.py checks that an opened page stays idle.
+requirements.txt allows; tests/test_gradio_adapter.py checks the first two and the last on a real Blocks with the
+installed version, and tests/test_app_e2e.py checks that an opened page stays idle.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any, Callable
 import gradio as gr
 
 SUPPORTED_GRADIO = ((6, 0), (7, 0))  # requirements.txt: gradio>=6.0,<7
-# How often the queue looks for a new event, and for progress to send, while there is none (quiet_queue): an event
-# starts at most this much later.
+# How often the queue looks for a new event while none waits, and for progress to send (quiet_queue): an event starts
+# at most this much later; gr.Progress, which the page does not use, is sent at most this often.
 QUEUE_POLL_S = 0.02
 
 
@@ -56,8 +56,8 @@ def describe_endpoint(demo: gr.Blocks, api_name: str, parameter: Callable[[str],
 
 
 def quiet_queue(demo: gr.Blocks) -> None:
-    """Make `demo`'s queue (after ``demo.queue()``) look for a new event and for progress to send every QUEUE_POLL_S
-    while there is none, where Gradio's own intervals are shorter. An interval a Gradio does not have is left out."""
+    """Make `demo`'s queue (after ``demo.queue()``) look for a new event while none waits, and for progress to send,
+    every QUEUE_POLL_S, where Gradio's own intervals are shorter. An interval a Gradio does not have is left out."""
     queue = getattr(demo, "_queue", None)
     for interval in ("sleep_when_free", "progress_update_sleep_when_free"):
         if isinstance(getattr(queue, interval, None), (int, float)):

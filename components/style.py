@@ -22,8 +22,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 # The page's template, plotly's default in any process that draws the page's figures: plotly gives a figure its default
-# template as it makes it, unchecked, where a template named on a made figure is checked and copied whole again (about
-# a tenth of the time the page takes to draw a finished run's figures).
+# template as it makes it, unchecked, where a template named on a made figure is checked and copied whole again, a
+# large part of the time the page takes to draw a finished run's figures.
 TEMPLATE = "plotly_white"
 pio.templates.default = TEMPLATE
 
