@@ -537,7 +537,9 @@ def gpu_engine_row(results_dir: Path) -> list[str]:
 GPU_CHECKS = {"": (("gpu-h100", "gpu-check"), ("engine", "paper", "compiled", "coupling")),
               # before the graphs' attention and sampling fixes
               "h200-first": (("gpu-h200", "gpu-check-abe3b2b"), ("app", "coupling", "compiled", "engine")),
-              "h200": (("gpu-h200", "gpu-check"), ("app", "coupling", "compiled")),
+              # after them, before the app built inductor's step under its graphs
+              "h200-0d1bc3c": (("gpu-h200", "gpu-check-0d1bc3c"), ("app", "coupling", "compiled")),
+              "h200": (("gpu-h200", "gpu-check"), ("app", "coupling", "compiled", "engine")),
               "h200-inductor": (("gpu-h200", "inductor"), ("compiled",))}
 GPU_CHECK = GPU_CHECKS[""][0]
 
