@@ -41,6 +41,16 @@ class Step:
     hidden: torch.Tensor | None = None  # (len(hidden_ids), d) final-layer state after feeding the token
     hidden_ids: list[int] | None = None  # candidates that got a hidden state (those still generating)
 
+    @functools.cached_property
+    def logprobs(self) -> torch.Tensor:
+        """(rows, vocab) log-probabilities at temperature 1: computed once per step for every signal that reads them."""
+        return torch.log_softmax(self.logits.float(), -1)
+
+    @functools.cached_property
+    def token_logprobs(self) -> torch.Tensor:
+        """(rows,) the log-probability of the token each row sampled (temperature 1)."""
+        return self.logprobs.gather(-1, self.tokens.view(-1, 1)).squeeze(-1)
+
 
 class PruningSignal:
     """Base class: override ``score`` (and ``observe`` if the signal needs each step)."""
@@ -77,6 +87,40 @@ class PruningSignal:
 
     def score(self, prompt: str, candidate_ids: Sequence[int], texts: Sequence[str] | None) -> list[float]:
         raise NotImplementedError
+
+
+class PerTokenSignal(PruningSignal):
+    """A signal built from one number per candidate and step (``per_row``), folded into its state in step order
+    (``take``). Each step's numbers stay where the step computed them until a score is asked for, then come to the
+    host all at once: on a GPU every read is a sync that stalls the steps queued behind it, and an observer reading
+    each step would cost the decode one sync per step."""
+
+    def __init__(self):
+        self.pending: list[tuple[list[int], torch.Tensor]] = []  # (candidate ids, their numbers) per unread step
+
+    def per_row(self, step: Step) -> torch.Tensor:
+        """(rows,) this step's number of each candidate, on the step's device."""
+        raise NotImplementedError
+
+    def take(self, k: int, value: float) -> None:
+        """Fold candidate k's number of its next step into the signal's state."""
+        raise NotImplementedError
+
+    def scores(self, candidate_ids: Sequence[int]) -> list[float]:
+        """The scores of these candidates, from the state every observed step has been folded into."""
+        raise NotImplementedError
+
+    def observe(self, step):
+        self.pending.append((step.candidate_ids, self.per_row(step)))
+
+    def score(self, prompt, candidate_ids, texts):
+        if self.pending:
+            values = iter(torch.cat([v for _, v in self.pending]).tolist())
+            for ids, _ in self.pending:
+                for k in ids:
+                    self.take(k, next(values))
+            self.pending.clear()
+        return self.scores(candidate_ids)
 
 
 class RewardSignal(PruningSignal):
@@ -117,28 +161,34 @@ class RewardSignal(PruningSignal):
         return score(prompt, list(texts)) if texts else []
 
 
-class MeanLogProb(PruningSignal):
+class _MeanPerToken(PerTokenSignal):
+    """The mean of a per-token number over each candidate's tokens so far."""
+
+    def __init__(self):
+        super().__init__()
+        self.total: dict[int, float] = {}
+        self.count: dict[int, int] = {}
+
+    def take(self, k, value):
+        self.total[k] = self.total.get(k, 0.0) + value
+        self.count[k] = self.count.get(k, 0) + 1
+
+    def scores(self, candidate_ids):
+        return [self.total.get(k, 0.0) / max(1, self.count.get(k, 0)) for k in candidate_ids]
+
+
+class MeanLogProb(_MeanPerToken):
     """Mean log-probability the generator gave its own sampled tokens (temperature 1): reward-free."""
     name = "logprob"
     title = "mean log-probability"
     description = ("how likely the generator found its own tokens so far, on average (higher = more sure); "
                    "reward-free")
 
-    def __init__(self):
-        self.total: dict[int, float] = {}
-        self.count: dict[int, int] = {}
-
-    def observe(self, step):
-        logprobs = torch.log_softmax(step.logits.float(), -1).gather(-1, step.tokens.view(-1, 1)).squeeze(-1)
-        for k, lp in zip(step.candidate_ids, logprobs.tolist()):
-            self.total[k] = self.total.get(k, 0.0) + lp
-            self.count[k] = self.count.get(k, 0) + 1
-
-    def score(self, prompt, candidate_ids, texts):
-        return [self.total.get(k, 0.0) / max(1, self.count.get(k, 0)) for k in candidate_ids]
+    def per_row(self, step):
+        return step.token_logprobs
 
 
-class LowestGroupConfidence(PruningSignal):
+class LowestGroupConfidence(PerTokenSignal):
     """DeepConf's lowest group confidence (Fu et al. 2025, "Deep Think with Confidence"): reward-free.
 
     Token confidence C = -mean log-probability of the step's top-k tokens (k = 20, as in DeepConf):
@@ -156,22 +206,23 @@ class LowestGroupConfidence(PruningSignal):
                    "reward-free")
 
     def __init__(self, k: int = 20, window: int = 16):
+        super().__init__()
         self.k, self.window = k, window
         self.recent: dict[int, list[float]] = {}  # the last `window` token confidences
         self.lowest: dict[int, float] = {}  # lowest mean over a full window; absent before the first one
 
-    def observe(self, step):
-        logprobs = torch.log_softmax(step.logits.float(), -1)
-        confidence = -logprobs.topk(self.k, -1).values.mean(-1)
-        for k, c in zip(step.candidate_ids, confidence.tolist()):
-            recent = self.recent.setdefault(k, [])
-            recent.append(c)
-            if len(recent) > self.window:
-                recent.pop(0)
-            if len(recent) == self.window:
-                self.lowest[k] = min(self.lowest.get(k, math.inf), sum(recent) / self.window)
+    def per_row(self, step):
+        return -step.logprobs.topk(self.k, -1).values.mean(-1)
 
-    def score(self, prompt, candidate_ids, texts):
+    def take(self, k, value):
+        recent = self.recent.setdefault(k, [])
+        recent.append(value)
+        if len(recent) > self.window:
+            recent.pop(0)
+        if len(recent) == self.window:
+            self.lowest[k] = min(self.lowest.get(k, math.inf), sum(recent) / self.window)
+
+    def scores(self, candidate_ids):
         return [self.lowest[k] if k in self.lowest else self._warm_up(k) for k in candidate_ids]
 
     def _warm_up(self, k: int) -> float:
@@ -179,7 +230,7 @@ class LowestGroupConfidence(PruningSignal):
         return sum(recent) / len(recent) if recent else 0.0
 
 
-class SelfCertainty(PruningSignal):
+class SelfCertainty(_MeanPerToken):
     """Self-certainty (Kang et al. 2025, "Scalable Best-of-N Selection via Self-Certainty"): the mean
     over the response's tokens of KL(uniform || p), how far each next-token distribution is from
     uniform: KL = -log V - mean_j log p_j over the vocabulary. Reward-free; temperature 1."""
@@ -188,19 +239,8 @@ class SelfCertainty(PruningSignal):
     description = ("how far the generator's next-token distributions are from uniform, on average (Kang et al. "
                    "2025); reward-free")
 
-    def __init__(self):
-        self.total: dict[int, float] = {}
-        self.count: dict[int, int] = {}
-
-    def observe(self, step):
-        logprobs = torch.log_softmax(step.logits.float(), -1)
-        kl = -math.log(logprobs.shape[-1]) - logprobs.mean(-1)
-        for k, v in zip(step.candidate_ids, kl.tolist()):
-            self.total[k] = self.total.get(k, 0.0) + v
-            self.count[k] = self.count.get(k, 0) + 1
-
-    def score(self, prompt, candidate_ids, texts):
-        return [self.total.get(k, 0.0) / max(1, self.count.get(k, 0)) for k in candidate_ids]
+    def per_row(self, step):
+        return -math.log(step.logprobs.shape[-1]) - step.logprobs.mean(-1)
 
 
 class HiddenConsistency(PruningSignal):
@@ -223,12 +263,16 @@ class HiddenConsistency(PruningSignal):
     def __init__(self):
         self.total: torch.Tensor | None = None  # (candidates, d): sum of each candidate's states, by id
         self.count: torch.Tensor | None = None
+        self.ids: list[int] = []  # the rows of the last step's hidden states, and those ids on its device
+        self.index: torch.Tensor | None = None
 
     def observe(self, step):
         if step.hidden is None:
             return
-        ids = torch.tensor(step.hidden_ids, device=step.hidden.device)
-        need = int(ids.max()) + 1
+        if step.hidden_ids != self.ids:  # copied to the device only when the batch's rows change: a copy waits there
+            self.ids = list(step.hidden_ids)
+            self.index = torch.tensor(self.ids, device=step.hidden.device)
+        ids, need = self.index, max(self.ids) + 1
         if self.total is None or need > len(self.total):  # room for every candidate id seen so far
             total = step.hidden.new_zeros(need, step.hidden.shape[-1], dtype=torch.float32)
             count = total.new_zeros(need)
@@ -291,8 +335,9 @@ class ValueHeadSignal(PruningSignal):
         self.ids = list(step.hidden_ids)
         logprob = None
         if self.uses_logprob:  # of the token each row has just fed
-            rows = [step.candidate_ids.index(k) for k in step.hidden_ids]
-            logprob = torch.log_softmax(step.logits[rows].float(), -1).gather(-1, step.tokens[rows].view(-1, 1)).squeeze(-1)
+            logprob = step.token_logprobs
+            if step.hidden_ids != step.candidate_ids:  # some rows finished at this step: no state after it
+                logprob = logprob[[step.candidate_ids.index(k) for k in step.hidden_ids]]
         self.features.update(step.hidden, logprob)
 
     def score(self, prompt, candidate_ids, texts):

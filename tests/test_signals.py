@@ -292,3 +292,24 @@ def test_pruning_by_the_value_head_keeps_coupled_sampling(gen, likelihood):
     for c in result.candidates:
         assert c.token_ids == bon.candidates[c.id].token_ids[:len(c.token_ids)]
     assert result.best.token_ids == bon.candidates[result.best_id].token_ids
+
+
+WATCHING = [name for name, cls in SIGNALS.items() if cls.observe is not PruningSignal.observe]
+
+
+@pytest.mark.parametrize("name", WATCHING)
+def test_observing_steps_reads_nothing_back_until_a_score_is_asked(name, gen):
+    """On a GPU, reading a device tensor on the host is a sync that stalls the decode steps queued behind it: a
+    signal that watches every step keeps what it saw on the device and reads it back when it scores. Here the
+    steps live on torch's meta device, which holds no numbers: any read fails. The rows change midway, as when
+    candidates finish."""
+    from sbon.signals import Step, make_signal
+
+    signal = make_signal(name, gen, CONSTANT)
+    vocab, width = gen.model.config.vocab_size, gen.model.config.hidden_size
+    for ids, hidden_ids in (([0, 1, 2], [0, 1, 2]), ([0, 1, 2], [0, 2]), ([0, 2], [0, 2])):
+        signal.observe(Step(ids, torch.zeros(len(ids), dtype=torch.long, device="meta"),
+                            torch.empty(len(ids), vocab, device="meta"),
+                            torch.empty(len(hidden_ids), width, device="meta"), hidden_ids))
+    with pytest.raises((NotImplementedError, RuntimeError)):  # the read it had put off
+        signal.score(PROMPT, [0, 2], None)
