@@ -23,7 +23,8 @@ machine), stand-ins of their architectures with random weights and their real to
   checked (sbon.cuda_graphs.length_frozen), made on this model: ``frozen`` (None: the same operations at every
   length) and its ``seconds``;
 - ``profile`` (``app_profile``), last, on the graphs the app ended on: one more comparison under torch's profiler,
-  the operators that took the most host time. Each run also records its methods' ``steps``
+  the operators that took the most host time; then ``python_profile``: one more under Python's, the functions of
+  this repository that took the most time, and their calls. Each run also records its methods' ``steps``
   (sbon.results.RunResult.decode_steps: Best-of-N's batches one after another), so its decode time reads per step.
 
 Off CUDA (``--device cpu``, the dry run) the app's decode paths take the GPU's path there too, its graphs run
@@ -148,6 +149,37 @@ def profiled_compare(models, settings, top: int = 25) -> dict[str, Any]:
     return found
 
 
+def python_profiled_compare(models, settings, top: int = 30) -> dict[str, Any]:
+    """One more comparison under Python's profiler (cProfile), on the thread that computes it: the ``top`` functions
+    of this repository by their cumulative time, each with its own time and calls. torch's profiler names the
+    operators that take host time; this names the code around them (a device sync counts in the function that
+    waits)."""
+    import cProfile
+    import pstats
+    from pathlib import Path
+
+    from components.torch_thread import TORCH_THREAD
+
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    prof = cProfile.Profile()
+    TORCH_THREAD.submit(prof.enable).result()
+    began = time.perf_counter()
+    try:
+        compare(models, settings)
+    finally:
+        seconds = time.perf_counter() - began
+        TORCH_THREAD.submit(prof.disable).result()
+    stats = pstats.Stats(prof).stats  # (file, line, name) -> (primitive calls, calls, own s, cumulative s, callers)
+    ours = sorted(((f"{file[len(root):]}:{line}({name})", calls, own, cum)
+                   for (file, line, name), (_, calls, own, cum, _) in stats.items() if file.startswith(root)),
+                  key=lambda f: -f[3])[:top]
+    found = {"seconds": seconds, "functions": [{"name": name, "calls": calls, "own_ms": own * 1e3, "cum_ms": cum * 1e3}
+                                               for name, calls, own, cum in ours]}
+    print("app: under Python's profiler, most own time in " + ", ".join(
+        f"{f['name']} {f['own_ms']:.0f} ms" for f in sorted(found["functions"], key=lambda f: -f["own_ms"])[:5]))
+    return found
+
+
 def length_check(gen) -> dict[str, Any]:
     """The check a decoder makes before its first capture where the suite has not checked its model type
     (sbon.cuda_graphs.length_frozen), made here on this model whatever its type: on this device, whether its step
@@ -223,3 +255,7 @@ def part_app(ctx, record: dict) -> None:
             record["profile"] = profiled_compare(models, settings)
         except Exception as e:  # noqa: BLE001 -- a diagnosis, not the check
             record["profile"] = {"failed": one_line(e)}
+        try:
+            record["python_profile"] = python_profiled_compare(models, settings)
+        except Exception as e:  # noqa: BLE001 -- a diagnosis, not the check
+            record["python_profile"] = {"failed": one_line(e)}

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from sbon.algorithms import Done, RoundStarted
 from sbon.analysis.comparison import (Comparison, ComparisonReady, CounterfactualScored, MethodEvent, comparison_events, default_taus,
@@ -30,6 +31,15 @@ def test_events_run_sbon_then_bon_then_the_counterfactual(comparison_events):
     assert [r.method for r in dones] == ["sbon", "bon"]
     assert [(e.tau, e.done, e.total) for e in comparison_events if isinstance(e, CounterfactualScored)] == \
         [(4, 1, 3), (8, 2, 3), (16, 3, 3)]
+
+
+def test_the_counterfactual_asks_the_reward_once_per_decision_token_on_a_cpu_and_once_in_all_on_a_gpu():
+    """A CPU shows the prefix rewards' progress token by token; on a GPU each call more is only waiting."""
+    from sbon.analysis.comparison import counterfactual_chunks
+
+    reward = CallableReward(lambda prompt, responses: [0.0] * len(responses))
+    assert counterfactual_chunks([4, 8, 16], reward, torch.device("cpu")) == [[4], [8], [16]]
+    assert counterfactual_chunks([4, 8, 16], reward, torch.device("cuda", 0)) == [[4, 8, 16]]
 
 
 def test_pruned_candidates_get_their_final_reward_and_continuation_from_bon(comparison):

@@ -189,8 +189,13 @@ def test_the_app_part_times_the_page_default_comparison_through_the_app_s_run_pa
     ops = {op["name"]: op for op in record["profile"]["ops"]}
     assert record["profile"]["seconds"] > 0 and any(name.startswith("aten::") and op["calls"] > 0
                                                     for name, op in ops.items())
+    # Python's profiler too, on the same thread: the decode loop's functions, with their calls.
+    functions = {f["name"].split(":")[0] + ":" + f["name"].split("(")[-1]: f for f in record["python_profile"]["functions"]}
+    assert functions["sbon/algorithms.py:step)"]["calls"] > 0
+    assert all(0 <= f["own_ms"] <= f["cum_ms"] for f in functions.values())
     out = capsys.readouterr().out
     assert "app: page-default comparison, warm" in out and "app: under the profiler, most host time in " in out
+    assert "app: under Python's profiler, most own time in " in out
 
 
 def test_without_the_packaged_models_the_app_part_runs_the_stand_ins_on_graphs_from_its_first_run(monkeypatch):

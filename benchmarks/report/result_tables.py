@@ -657,6 +657,12 @@ def gpu_check_app(results_dir: Path, folder: tuple[str, ...] = GPU_CHECK) -> str
                   f"{num(profile['seconds'], 2)} s), most host time in "
                   + ", ".join(f"{op['name']} {num(op['self_ms'])} ms ({op['calls']} calls)" for op in profile["ops"][:5]))
                   + ")")
+    python = d.get("python_profile") or {}
+    if python:
+        built += ("; one more under Python's profiler (" + (python["failed"] if "failed" in python else
+                  f"{num(python['seconds'], 2)} s), most own time in " + ", ".join(
+                      f"{f['name']} {num(f['own_ms'])} ms ({f['calls']} calls)"
+                      for f in sorted(python["functions"], key=lambda f: -f["own_ms"])[:5])) + ")")
     return (f"{where} {d['models']}; first run on CUDA graphs {num(d['first_run_on_graphs_s'])} s after the part's "
             f"start (the models' load, {num(d['load_s'])} s, included; {captures.get('graphs', 0)} graph captured in "
             f"{num(captures.get('capture_s'), 2)} s){built}.\n\n"

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
+import torch
+
 from ..algorithms import Done, Event, drive, events
 from ..config import PRUNING_METHODS, RunConfig
 from ..engine import Generator
@@ -423,15 +425,21 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     partials: dict[int, list[float | None]] = {}
     known = run_partials(sbon, bon)  # the prefixes Speculative Rejection scored itself: not scored again
     uncertainties = prefix_uncertainties(bon, reward, gen.decode, taus)  # no model: the reward's own half-widths
-    # One tau at a time shows progress; a reward that scores all prefixes in one pass does them at once.
-    chunks = [taus] if hasattr(reward, "score_prefixes") else [[t] for t in taus]
     scored = 0
-    for chunk in chunks:
+    for chunk in counterfactual_chunks(taus, reward, gen.device):
         partials.update(prefix_rewards(bon, reward, gen.decode, chunk, known))
         for t in chunk:
             scored += 1
             yield CounterfactualScored(t, scored, len(taus))
     yield ComparisonDone(Comparison(bon, sbon, partials, signal_scores=signal_scores, uncertainties=uncertainties))
+
+
+def counterfactual_chunks(taus: list[int], reward: RewardModel, device: Any) -> list[list[int]]:
+    """The decision tokens whose prefixes the counterfactual asks the reward for at once: one at a time shows progress
+    on a CPU, where each takes a visible while; all at once where the reward scores every prefix in one pass
+    (``score_prefixes``), and on a GPU (``device``, the generator's), where a call takes milliseconds and the batches
+    are fuller."""
+    return [taus] if hasattr(reward, "score_prefixes") or torch.device(device).type == "cuda" else [[t] for t in taus]
 
 
 class ScoredOnce:

@@ -26,7 +26,7 @@ def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequen
     ``known``: partial rewards already scored, by (tau, candidate id), for those very prefixes (the real run's at
     its decision points, :func:`run_partials`); they are taken as they are and the reward is not asked again.
     A reward with ``score_prefixes`` (the generator's likelihood) scores the rest of a candidate's prefixes in one
-    pass; any other is asked once per tau."""
+    pass; any other is asked once, for every prefix of every tau."""
     taus = sorted(set(taus))
     live = {tau: [c.id for c in bon.candidates if c.tokens_generated > tau] for tau in taus}
     scores = {(tau, k): known[(tau, k)] for tau in taus for k in live[tau] if known and (tau, k) in known}
@@ -39,9 +39,8 @@ def prefix_rewards(bon: RunResult, reward: RewardModel, decode: Callable[[Sequen
         scores.update({(tau, k): s for k, row in zip(ids, grouped) for tau, s in zip(cut_at[k], row)})
     else:
         partial = getattr(reward, "score_partial", reward.score)  # as the run's RewardSignal scores partial texts
-        for tau in taus:
-            scores.update(zip([(tau, k) for k in asked[tau]],
-                              partial(bon.prompt, [text[(tau, k)] for k in asked[tau]]) if asked[tau] else []))
+        keys = [(tau, k) for tau in taus for k in asked[tau]]
+        scores.update(zip(keys, partial(bon.prompt, [text[key] for key in keys]) if keys else []))
     return {tau: [scores.get((tau, c.id)) for c in bon.candidates] for tau in taus}
 
 
