@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .attention import load_kernel
-from .engine import tensor_bytes
+from .engine import tensor_bytes, weights_digest
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +86,11 @@ def cpu_features() -> tuple:
 def weights_hash(model: torch.nn.Module) -> str:
     """A hash of every parameter's and buffer's name, shape, dtype and bytes (kept on the model: computed once)."""
     if getattr(model, "_sbon_weights_hash", None) is None:
-        h = hashlib.blake2b(digest_size=16)
+        h = weights_digest()
         for name, t in (*model.named_parameters(), *model.named_buffers()):
             h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
             h.update(tensor_bytes(t) if t.numel() else b"")
-        model._sbon_weights_hash = h.hexdigest()
+        model._sbon_weights_hash = h.hexdigest()[:32]
     return model._sbon_weights_hash
 
 
