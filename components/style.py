@@ -15,6 +15,7 @@ than the window it is shown in.
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from dataclasses import dataclass, field
 
@@ -225,12 +226,17 @@ def presenter_name(trace: go.BaseTraceType, short: str) -> go.BaseTraceType:
     return trace
 
 
+def _without_aside(text: str) -> str:
+    """``text`` without the remark in brackets it ends with, if any."""
+    return re.sub(r"\s*\([^()]*\)\s*$", "", text)
+
+
 def live_for_presenter(fig: go.Figure, width_px: int = PRESENTER_WIDTH_PX, max_height: int | None = None) -> go.Figure:
     """The presenter view's live chart: exactly ``max_height`` tall (the height the window leaves it under the run bar
     and a two-line caption), its legend beside the data in one narrow column of short names (presenter_name), one line
     each, so the legend never takes height from the data; every candidate's row labelled while a row keeps
-    PRESENTER_ROW_PX; the x-axis title on one line, or none where keeping it would cost the rows their labels (the
-    caption over the chart says what is drawn). Without ``max_height`` it keeps its height."""
+    PRESENTER_ROW_PX; the x-axis title on one line (without the aside in brackets it ends with, where only that fits),
+    or none where keeping it would cost the rows their labels (the caption over the chart says what is drawn). Without ``max_height`` it keeps its height."""
     s = scale_of(fig)
     if not fig.data:  # text only (the result step's answers): no legend, no axes, the whole height for the text
         fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
@@ -248,7 +254,10 @@ def live_for_presenter(fig: go.Figure, width_px: int = PRESENTER_WIDTH_PX, max_h
     x = fig.layout.xaxis
     plot_width = width_px - 16 - 70 * s - right
     if x and x.title and x.title.text:
-        x.title.text = _rewrap(x.title.text, max(20, int(plot_width / (CHAR_PX * s * 1.1))))
+        width = max(20, int(plot_width / (CHAR_PX * s * 1.1)))
+        full = x.title.text.replace("<br>", " ")
+        x.title.text = next((t for t in (_rewrap(full, width), _rewrap(_without_aside(full), width))
+                             if _lines(t) == 1), _rewrap(full, width))
         if _lines(x.title.text) > 1 or height - PRESENTER_LIVE_TOP_PX - (TICKS_PX + LINE_PX) * s - 10 < rows * PRESENTER_ROW_PX:
             x.title.text = None
     bottom = int((TICKS_PX + _lines(x.title.text if x and x.title else None) * LINE_PX) * s * 0.85) + 6

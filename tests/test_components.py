@@ -570,6 +570,19 @@ def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window(path
     assert page.layout.legend.orientation == "h" and page.layout.legend.yanchor == "top"  # under the data
 
 
+def test_the_presenter_view_s_live_chart_names_its_x_axis_in_one_line_where_its_rows_leave_room():
+    """At the end of a run the legend beside the live chart is at its widest: the x-axis title that no longer fits
+    in one line beside it loses its aside in brackets (the reward's scale), not its name."""
+    from components.style import Look
+
+    comp = Comparison.load(RECORDED)
+    views = comp.speculative.decision_points
+    page = round_figure(views[-1], comp.n, earlier=views[:-1], comp=comp, reward=comp.speculative.reward)
+    assert page.layout.xaxis.title.text.replace("<br>", " ").startswith("score at the decision point (")
+    live = Look(presenter=True, screen_px=480, live_px=420).apply(page, live=True)
+    assert live.layout.xaxis.title.text == "score at the decision point"
+
+
 def test_captions_tell_each_round_from_the_run_s_data():
     from components.rounds import run_captions
 
