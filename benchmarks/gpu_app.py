@@ -122,6 +122,21 @@ def timed_compare(models, settings, label: str) -> tuple[dict[str, Any], Any]:
     return run, comp
 
 
+def compare_between(models, settings, start, stop) -> float:
+    """One more comparison, with ``start`` called before it and ``stop`` after it on the thread that computes it (a
+    profiler records the thread it starts on); its seconds."""
+    from components.torch_thread import TORCH_THREAD
+
+    TORCH_THREAD.submit(start).result()
+    began = time.perf_counter()
+    try:
+        compare(models, settings)
+    finally:
+        seconds = time.perf_counter() - began
+        TORCH_THREAD.submit(stop).result()
+    return seconds
+
+
 def profiled_compare(models, settings, top: int = 25) -> dict[str, Any]:
     """One more comparison under torch's profiler, started and stopped on the thread that computes it (it records
     the operators of the thread it starts on): the ``top`` operators by the host time spent in them (a device sync
@@ -129,18 +144,10 @@ def profiled_compare(models, settings, top: int = 25) -> dict[str, Any]:
     to the parts after this one."""
     from torch.profiler import ProfilerActivity, profile
 
-    from components.torch_thread import TORCH_THREAD
-
     with profile(activities=[ProfilerActivity.CPU]):  # the profiler's library starts up on the thread it was loaded on
         pass
     prof = profile(activities=[ProfilerActivity.CPU])
-    TORCH_THREAD.submit(prof.start).result()
-    began = time.perf_counter()
-    try:
-        compare(models, settings)
-    finally:
-        seconds = time.perf_counter() - began
-        TORCH_THREAD.submit(prof.stop).result()
+    seconds = compare_between(models, settings, prof.start, prof.stop)
     ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
     found = {"seconds": seconds, "ops": [{"name": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1e3}
                                          for e in ops]}
@@ -158,17 +165,9 @@ def python_profiled_compare(models, settings, top: int = 30) -> dict[str, Any]:
     import pstats
     from pathlib import Path
 
-    from components.torch_thread import TORCH_THREAD
-
     root = str(Path(__file__).resolve().parent.parent) + "/"
     prof = cProfile.Profile()
-    TORCH_THREAD.submit(prof.enable).result()
-    began = time.perf_counter()
-    try:
-        compare(models, settings)
-    finally:
-        seconds = time.perf_counter() - began
-        TORCH_THREAD.submit(prof.disable).result()
+    seconds = compare_between(models, settings, prof.enable, prof.disable)
     stats = pstats.Stats(prof).stats  # (file, line, name) -> (primitive calls, calls, own s, cumulative s, callers)
     ours = sorted(((f"{file[len(root):]}:{line}({name})", calls, own, cum)
                    for (file, line, name), (_, calls, own, cum, _) in stats.items() if file.startswith(root)),
