@@ -236,7 +236,8 @@ def live_for_presenter(fig: go.Figure, width_px: int = PRESENTER_WIDTH_PX, max_h
     and a two-line caption), its legend beside the data in one narrow column of short names (presenter_name), one line
     each, so the legend never takes height from the data; every candidate's row labelled while a row keeps
     PRESENTER_ROW_PX; the x-axis title on one line (without the aside in brackets it ends with, where only that fits),
-    or none where keeping it would cost the rows their labels (the caption over the chart says what is drawn). Without ``max_height`` it keeps its height."""
+    or none where keeping it would cost the rows their labels (the caption over the chart says what is drawn).
+    Without ``max_height`` it keeps its height."""
     s = scale_of(fig)
     if not fig.data:  # text only (the result step's answers): no legend, no axes, the whole height for the text
         fig.update_layout(margin=dict(l=10, r=10, t=10, b=10))
