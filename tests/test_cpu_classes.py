@@ -52,8 +52,8 @@ def test_the_laptop_class_limits_torch_onednn_and_inductor():
 
 def test_the_report_names_each_class_native_or_emulated_and_adds_another_machine_s_own_class(tmp_path):
     """The machines tables: the reference machine's files, each said native or emulated from the CPU's own flags
-    (without them, only the class that sets no limit is native), then another machine's file of its own class; that
-    machine's emulated classes are left out (the reference machine has those)."""
+    (without them, only the class that sets no limit is native), then another machine's file of its own class, with
+    AMX where its CPU has it; that machine's emulated classes are left out (the reference machine has those)."""
     from benchmarks.report import result_tables
     from benchmarks.report.formatting import MACHINE
 
@@ -75,4 +75,4 @@ def test_the_report_names_each_class_native_or_emulated_and_adds_another_machine
     table = result_tables.machines_readme(tmp_path)
     rows = [line.split(" | ")[0].lstrip("| ") for line in table.splitlines()[2:]]
     assert rows == [f"AVX-512 with BF16 (native on {MACHINE})", f"AVX2 only (emulated on {MACHINE})",
-                    "AVX-512 with BF16 (native on cpu-2core-amx)", "AVX2 only (native on cpu-2core-laptop)"], rows
+                    "AVX-512 with BF16 (native on cpu-2core-amx, with AMX)", "AVX2 only (native on cpu-2core-laptop)"], rows

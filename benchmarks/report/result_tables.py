@@ -269,11 +269,14 @@ def machine_files(results_dir: Path) -> list[dict]:
 
 
 def class_label(d: dict) -> str:
-    """A result's CPU class and the CPU it ran on, native or emulated (benchmarks.cpu_classes.native)."""
+    """A result's CPU class and the CPU it ran on, native or emulated (benchmarks.cpu_classes.native); a native
+    result says too where its CPU has AMX, which oneDNN's bfloat16 matrix products use where no limit hides it."""
     from ..cpu_classes import CPU_CLASSES, native  # no torch at import
 
-    how = "native" if native(d["class"], d["environment"]) else "emulated"
-    return f"{CPU_CLASSES[d['class']].title} ({how} on {d['environment']['cpu_model']})"
+    env = d["environment"]
+    how = "native" if native(d["class"], env) else "emulated"
+    amx = ", with AMX" if how == "native" and "amx_bf16" in env.get("cpu_flags", ()) else ""
+    return f"{CPU_CLASSES[d['class']].title} ({how} on {env['cpu_model']}{amx})"
 
 
 def seconds_span(xs: Sequence[float], digits: int = 1) -> str:
