@@ -75,4 +75,5 @@ def test_the_report_names_each_class_native_or_emulated_and_adds_another_machine
     table = result_tables.machines_readme(tmp_path)
     rows = [line.split(" | ")[0].lstrip("| ") for line in table.splitlines()[2:]]
     assert rows == [f"AVX-512 with BF16 (native on {MACHINE})", f"AVX2 only (emulated on {MACHINE})",
-                    "AVX-512 with BF16 (native on cpu-2core-amx, with AMX)", "AVX2 only (native on cpu-2core-laptop)"], rows
+                    "AVX-512 with BF16 (native on cpu-2core-amx, with AMX)",
+                    "AVX2 only (native on cpu-2core-laptop)"], rows
