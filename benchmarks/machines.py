@@ -425,9 +425,10 @@ def add_parser(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--classes", nargs="+", default=list(CPU_CLASSES), choices=list(CPU_CLASSES),
                    help="CPU classes to emulate, one at a time")
-    p.add_argument("--formats", nargs="+", default=["fp32", "bf16", "int4", "int4-fp32", "int4-bf16dot", "int4-fma"],
+    p.add_argument("--formats", nargs="+", default=["fp32", "bf16", "int4", "int4-fp32", "int4-bf16dot", "int4-amx",
+                                                    "int4-fma"],
                    help="weight formats of the step table (sbon.engine.WEIGHT_FORMATS)")
-    p.add_argument("--compiled", nargs="*", default=["int4", "int4-fp32", "int4-bf16dot", "int4-fma"],
+    p.add_argument("--compiled", nargs="*", default=["int4", "int4-fp32", "int4-bf16dot", "int4-amx", "int4-fma"],
                    help="formats also timed with the compiled step (minutes each to compile on two cores)")
     p.add_argument("--rows", nargs="+", type=int, default=ROWS, help="rows per step")
     p.add_argument("--threads", type=int, default=2, help="torch threads of the step table")

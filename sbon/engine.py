@@ -378,6 +378,13 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
                                  "a bfloat16 LM head",
                                  torch.bfloat16, batch_invariant=True, convert=_int4("bf16dot"), min_rows=2,
                                  prepack=True, words="4-bit weights on the CPU's own half-precision products"),
+    # int4-bf16dot's blocks, sums and LM head on the CPU's AMX tile unit (sbon.int4): up to 16 rows per instruction,
+    # so a step of many rows costs little more than one of a single row; each row's numbers its own at any row count.
+    "int4-amx": WeightFormat("4-bit Linear weights as int4 and the file's 8-bit LM head, multiplied on the CPU's AMX "
+                             "tiles (sbon's kernel, compiled once; CPUs with AMX only): up to 16 rows per "
+                             "instruction, so more candidates add little to a step",
+                             torch.bfloat16, batch_invariant=True, convert=_int4("amx"), min_rows=2, prepack=True,
+                             words="4-bit weights on the CPU's matrix unit"),
     # int4-fp32 with sbon's own matmuls on float32 FMAs (sbon.int4): no bfloat16 anywhere, the file's 8-bit LM head
     # where it has one; each row's numbers its own at any row count. The float32 LM head of a file without one is
     # prepacked as fp32's, exact from two rows up.

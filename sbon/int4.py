@@ -1,4 +1,4 @@
-"""4-bit weights on a CPU: the ``int4``, ``int4-fp32``, ``int4-bf16dot`` and ``int4-fma`` weight formats
+"""4-bit weights on a CPU: the ``int4``, ``int4-fp32``, ``int4-bf16dot``, ``int4-amx`` and ``int4-fma`` weight formats
 (``sbon.engine.WEIGHT_FORMATS``).
 
 Why: a decode step at a few rows reads every weight once and does little arithmetic with it, so its time follows
@@ -23,6 +23,10 @@ same blocks, exact products, sums rounded in another order: its texts are its ow
 own at any batch size. Its LM head is the file's 8-bit blocks where the file has them (Int8Head), half a bfloat16
 head's bytes. It is compiled once per machine (seconds, beside sbon's other caches) where a C++ compiler
 is found; elsewhere the format does not load, with one line saying why.
+
+``int4-amx`` is ``int4-bf16dot`` on the CPU's AMX tile unit (``sbon/kernels/int4_amx.cpp``): the same blocks, layouts,
+block sums and 8-bit LM head, each block's products summed by TDPBF16PS for up to 16 rows at once, so the rows of a
+step add little to reading its weights. Its texts are its own; a row's numbers are still its own at any batch size.
 
 ``int4-fma`` is ``int4-fp32`` with its own matmul (``sbon/kernels/int4_fma.cpp``) for CPUs with AVX2 but no bfloat16
 instructions, where torch's 4-bit kernel converts every activation to bfloat16 and back and spends one FMA per
@@ -174,6 +178,12 @@ KERNELS = {kernel.name: kernel for kernel in (
                has=lambda: torch.cpu._is_avx512_bf16_supported(),
                flags=("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma"), columns=16,
                activations=torch.bfloat16, pack4=pack_bf16dot, pack8=pack_q8_bf16dot),
+    # int4-bf16dot's blocks and sums multiplied on the AMX tile unit: up to 16 rows per instruction (int4_amx.cpp).
+    SbonKernel("amx", weights="int4-amx", instead="int4", needs="AMX with bfloat16 tiles",
+               has=lambda: torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx(),
+               flags=("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-mamx-tile",
+                      "-mamx-bf16"), columns=16, activations=torch.bfloat16, pack4=pack_bf16dot,
+               pack8=pack_q8_bf16dot),
     # Float32 activations times the widened weights, one FMA per weight and row (int4_fma.cpp). torch's own vector
     # code's class says whether the CPU has AVX2 (an emulated class's too).
     SbonKernel("fma", weights="int4-fma", instead="int4-fp32", needs="AVX2 with FMA",

@@ -1,6 +1,7 @@
 """The compiled decode step over a static KV slab (``RunConfig.decode``, sbon.decoders, sbon.static_cache) on the
-real embedded model in every weight format the probe may choose: bf16, int4, int4-fp32, int4-bf16dot and int4-fma
-(each test runs with each; int4-bf16dot where the CPU has AVX-512 BF16, int4-fma where it has AVX2): a row's tokens and logits do not depend on its batch, so Speculative Rejection's
+real embedded model in every weight format the probe may choose: bf16, int4, int4-fp32, int4-bf16dot, int4-amx and
+int4-fma (each test runs with each; int4-bf16dot where the CPU has AVX-512 BF16, int4-amx where it has AMX, int4-fma
+where it has AVX2): a row's tokens and logits do not depend on its batch, so Speculative Rejection's
 survivor k is Best-of-N's candidate k on the compiled path too; the slab keeps its memory when rows leave; the
 CUDA-graph layout (the whole length masked) gives the same tokens, checked here uncompiled;
 where compiling is impossible the run says so in one line and decodes eagerly; a tiny Falcon with ALiBi, which the
@@ -27,7 +28,8 @@ PROMPT = "Give three tips for staying healthy."
 REWARD = CallableReward(lambda prompt, responses: [float(sum(map(ord, r)) % 101) for r in responses], name="text-sum")
 
 
-@pytest.fixture(scope="module", params=["bf16", "int4", "int4-fp32", "int4-bf16dot", "int4-fma"])
+@pytest.fixture(scope="module", params=["bf16", "int4", "int4-fp32", "int4-bf16dot", "int4-amx",
+                                                       "int4-fma"])
 def gen(request):
     try:
         return load_generator("smollm2-135m", device="cpu", weights=request.param)

@@ -53,6 +53,11 @@ def gen_int4_bf16dot():
 
 
 @pytest.fixture(scope="module")
+def gen_int4_amx():
+    return loaded_here("int4-amx")
+
+
+@pytest.fixture(scope="module")
 def gen_int4_fma():
     return loaded_here("int4-fma")
 
@@ -174,7 +179,7 @@ def excluded_where_not_exact(name: str, gen) -> bool:
 
 @pytest.mark.parametrize("name, threads", [("fp32", 1), ("fp32", 2), ("bf16", 1), ("bf16", 2), ("int4", 2),
                                            ("int4-fp32", 1), ("int4-fp32", 2), ("int4-bf16dot", 2),
-                                           ("int4-fma", 1), ("int4-fma", 2)])
+                                           ("int4-amx", 1), ("int4-amx", 2), ("int4-fma", 1), ("int4-fma", 2)])
 def test_a_rows_logits_do_not_depend_on_its_batch(name, threads, gen, gen_bf16, gen_int4, gen_int4_fp32, request):
     """Candidates 0-5 in one batch, one and five, four and two (the probe, along coupled sampling), and on one
     thread one at a time: the same tokens and logits, bit for bit. Formats with float32 activations (fp32 and int4-fp32,
@@ -649,12 +654,12 @@ def test_int4_fp32_runs_the_int4_layers_in_float32_around_the_4_bit_kernel(gen_i
     assert (logits[:, 0].argmax(-1) == reference[:, 0].float().argmax(-1)).all()
 
 
-@pytest.mark.parametrize("kernel", ["bf16dot", "fma"])
+@pytest.mark.parametrize("kernel", ["bf16dot", "amx", "fma"])
 def test_sbon_s_4_bit_kernel_gives_each_row_its_own_bits_close_to_the_exact_product(kernel):
-    """sbon's 4-bit kernels (int4-bf16dot's, int4-fma's) on blocks quantized here: within their activations' rounding
+    """sbon's 4-bit kernels (int4-bf16dot's, int4-amx's, int4-fma's) on blocks quantized here: within their activations' rounding
     of the float32 product with the dequantized weights, at least as close as torch's 4-bit kernel; their 8-bit twins
     (the formats' LM heads) within float32 rounding; and for both a row's bits the same at every row count (across
-    tiles of up to 8 rows and 1, 2 or 4 column blocks), on one thread and on two. Where the CPU lacks the kernel's
+    tiles of up to 8 or 16 rows and 1 to 4 column blocks), on one thread and on two. Where the CPU lacks the kernel's
     vectors, the layer is refused in one line that says so and names the format to use instead."""
     from sbon.int4 import GROUP, KERNELS, Int4Linear, Int8Head, dequantize, quantize
     spec = KERNELS[kernel]
@@ -697,12 +702,13 @@ def test_sbon_s_4_bit_kernel_gives_each_row_its_own_bits_close_to_the_exact_prod
         torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("weights, reference, kl_at_most", [("int4-bf16dot", "int4", 0.01), ("int4-fma", "fp32", 1e-4)])
+@pytest.mark.parametrize("weights, reference, kl_at_most", [("int4-bf16dot", "int4", 0.01), ("int4-amx", "int4", 0.01),
+                                                             ("int4-fma", "fp32", 1e-4)])
 def test_sbon_s_kernels_take_the_file_s_blocks_and_stay_close_to_their_reference(weights, reference, kl_at_most,
                                                                                    request):
     """The same 4-bit blocks from the GGUF file and its 8-bit LM head (Q8_0, checked against the weights the model
     loaded), multiplied by sbon's kernels; the next-token distributions along a greedy answer those of the reference
-    format: int4's for int4-bf16dot (the same weights, summed in another order), the float32 model's for int4-fma (the
+    format: int4's for int4-bf16dot and int4-amx (the same weights, summed in another order), the float32 model's for int4-fma (the
     file's weights widened to float32, as fp32 loads them, and float32 products)."""
     from sbon.int4 import Int4Linear, Int8Head
     fmt, ref_gen = loaded_here(weights), loaded_here(reference)
