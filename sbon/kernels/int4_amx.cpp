@@ -32,7 +32,7 @@ namespace {
 
 constexpr int64_t GROUP = 32;  // inputs per block, and the depth of one tile product in bfloat16
 constexpr int MAX_ROWS = 16;   // rows of one tile
-constexpr int COLS = 4;        // blocks of 16 columns per pass over a block of inputs (the tiles of C below)
+constexpr int COLS = 4;        // blocks of 16 columns whose float32 totals one pass keeps (in `totals`)
 
 // Linux lends a process the tile registers' state only once asked (ARCH_REQ_XCOMP_PERM for XTILEDATA), once.
 bool tiles_permitted() {
@@ -48,16 +48,16 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tiles 0..3: C, one block of 16 columns each (rows x 16 float32); 4: A, the rows' activations for a block of inputs
-// (rows x 32 bfloat16); 5, 6: B, one block of 16 columns' weights (16 input pairs x 16 columns x 2 bfloat16).
+// The three tiles a pass uses, each 64 bytes wide: C, one block of 16 columns' sums (rows x 16 float32); A, the rows'
+// activations for a block of inputs (rows x 32 bfloat16); B, one block of 16 columns' weights (16 input pairs x 16
+// columns x 2 bfloat16). Macros, not constants: the tile intrinsics paste their register numbers into the assembly.
+#define TILE_C 0
+#define TILE_A 1
+#define TILE_B 2
 void configure(int rows) {
   TileConfig cfg;
-  for (int t = 0; t < 5; ++t) {
-    cfg.rows[t] = rows;
-    cfg.colsb[t] = 64;
-  }
-  for (int t = 5; t < 7; ++t) {
-    cfg.rows[t] = 16;
+  for (int t : {TILE_C, TILE_A, TILE_B}) {
+    cfg.rows[t] = t == TILE_B ? 16 : rows;
     cfg.colsb[t] = 64;
   }
   _tile_loadconfig(&cfg);
@@ -110,7 +110,7 @@ void pass(const at::BFloat16* x, int64_t K, int rows, const void* w, const at::H
   std::memset(totals, 0, sizeof(float) * MAX_ROWS * COLS * 16);
   const __m512 k128 = _mm512_set1_ps(128.0f);
   for (int64_t g = 0; g < groups; ++g) {
-    _tile_loadd(4, x + g * GROUP, K * 2);
+    _tile_loadd(TILE_A, x + g * GROUP, K * 2);
     for (int cb = 0; cb < cols; ++cb) {
       const at::Half* dm;
       if constexpr (EIGHT) {
@@ -120,10 +120,10 @@ void pass(const at::BFloat16* x, int64_t K, int rows, const void* w, const at::H
         unpack4(static_cast<const uint8_t*>(w) + cb * block_stride + g * (GROUP / 4) * 32, b);
         dm = scales + cb * (block_stride / 8) + g * 32;
       }
-      _tile_loadd(5, b, 64);
-      _tile_zero(0);
-      _tile_dpbf16ps(0, 4, 5);
-      _tile_stored(0, c, 64);
+      _tile_loadd(TILE_B, b, 64);
+      _tile_zero(TILE_C);
+      _tile_dpbf16ps(TILE_C, TILE_A, TILE_B);
+      _tile_stored(TILE_C, c, 64);
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dm)));
       float* t = totals + cb * 16;
       if constexpr (EIGHT) {
@@ -148,8 +148,15 @@ void pass(const at::BFloat16* x, int64_t K, int rows, const void* w, const at::H
 template <bool EIGHT, typename Store>
 void product(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales, int64_t block_stride,
              const Store& store) {
-  TORCH_CHECK(tiles_permitted(), "the kernel could not have the CPU's AMX tiles (arch_prctl refused)");
   const int64_t M = x.size(0), K = x.size(1), blocks = packed.size(0), groups = K / GROUP;
+  const char* op = EIGHT ? "int8_mm_amx" : "int4_mm_amx";
+  TORCH_CHECK(K % GROUP == 0 && packed.scalar_type() == (EIGHT ? at::kChar : at::kByte) && packed.is_contiguous() &&
+                  packed.size(1) == block_stride,
+              op, ": packed must be contiguous ", EIGHT ? "int8 (N / 16, K * 16)" : "uint8 (N / 16, K * 8)");
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.size(0) == blocks &&
+                  scales.size(1) == groups * (EIGHT ? 16 : 32),
+              op, ": scales must be contiguous float16 (N / 16, K / 32 * ", EIGHT ? 16 : 32, ")");
+  TORCH_CHECK(tiles_permitted(), "the kernel could not have the CPU's AMX tiles (arch_prctl refused)");
   const at::BFloat16* xs = x.data_ptr<at::BFloat16>();
   const char* w = static_cast<const char*>(packed.data_ptr());
   const at::Half* s = scales.data_ptr<at::Half>();
@@ -176,13 +183,7 @@ void product(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& sc
 at::Tensor int4_mm_amx(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.is_contiguous(),
               "int4_mm_amx: x must be a contiguous 2-D bfloat16 tensor");
-  const int64_t M = x.size(0), K = x.size(1), blocks = packed.size(0), N = blocks * 16, groups = K / GROUP;
-  TORCH_CHECK(K % GROUP == 0 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-                  packed.size(1) == K * 8,
-              "int4_mm_amx: packed must be contiguous uint8 (N / 16, K * 8)");
-  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.size(0) == blocks &&
-                  scales.size(1) == groups * 32,
-              "int4_mm_amx: scales must be contiguous float16 (N / 16, K / 32 * 32)");
+  const int64_t M = x.size(0), K = x.size(1), N = packed.size(0) * 16;
   at::Tensor out = at::empty({M, N}, x.options());
   at::BFloat16* o = out.data_ptr<at::BFloat16>();
   product<false>(x, packed, scales, K * 8, [&](int rows, int64_t m, int64_t n, int cols, const float* totals) {
@@ -197,13 +198,7 @@ at::Tensor int4_mm_amx(const at::Tensor& x, const at::Tensor& packed, const at::
 at::Tensor int8_mm_amx(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scales) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.is_contiguous(),
               "int8_mm_amx: x must be a contiguous 2-D bfloat16 tensor");
-  const int64_t M = x.size(0), K = x.size(1), blocks = packed.size(0), N = blocks * 16, groups = K / GROUP;
-  TORCH_CHECK(K % GROUP == 0 && packed.scalar_type() == at::kChar && packed.is_contiguous() &&
-                  packed.size(1) == K * 16,
-              "int8_mm_amx: packed must be contiguous int8 (N / 16, K * 16)");
-  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.size(0) == blocks &&
-                  scales.size(1) == groups * 16,
-              "int8_mm_amx: scales must be contiguous float16 (N / 16, K / 32 * 16)");
+  const int64_t M = x.size(0), K = x.size(1), N = packed.size(0) * 16;
   at::Tensor out = at::empty({M, N}, x.options().dtype(at::kFloat));
   float* o = out.data_ptr<float>();
   product<true>(x, packed, scales, K * 16, [&](int rows, int64_t m, int64_t n, int cols, const float* totals) {
