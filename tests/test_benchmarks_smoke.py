@@ -91,7 +91,7 @@ def test_table1(gen, likelihood, prompts, tmp_path):
         assert (r["sbon_score"] == 100) == (abs(r["sbon_best"] - r["bon_best"]) <= 1e-4 * max(1.0, abs(r["bon_best"])))
         assert r["bom_score"] <= 100
         assert r["sbon_tokens"] < r["bon_tokens"] and r["bon_time"] > 0 and r["bom_time"] > 0
-        assert r["bom_run_agrees"], "coupled sampling: a real Best-of-M run picks BoN's first-M best"
+        assert r["bom_run_agrees"], "coupled sampling: a real Best-of-M run writes Best-of-N's first M texts"
     assert 1 <= s["best_of_m"] <= N and set(result["targets"])
     # the speedup is Best-of-N's time over SR's, not the other way round
     assert s["speedup"]["median"] == pytest.approx(statistics.median(r["bon_time"] / r["sbon_time"] for r in rows))

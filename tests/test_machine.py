@@ -199,7 +199,7 @@ def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and
         return ""
 
     monkeypatch.setattr(probe_module, "save_choice", saved.append)
-    choice = probe(NAME, "cpu", build=True, load=lambda name, device, weights: Loaded(weights),
+    choice = probe(NAME, "cpu", build=True, formats=tuple(eager), load=lambda name, device, weights: Loaded(weights),
                    progress=lambda line: None, timing=timing_compiled, builder=builder)
     assert built == ["int4", "int4-bf16dot"]
     assert (choice.weights, choice.decode) == ("int4", "compiled") and not choice.provisional
