@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NAME = "smollm2-135m"
 CPU = fingerprint("cpu")
 GPU = {**CPU, "device": "NVIDIA H100 80GB HBM3"}
+NOISE = 1.05  # two steps of a committed step table closer than this are a tie it cannot order
 
 
 @pytest.fixture(autouse=True)
@@ -819,14 +820,29 @@ def test_a_run_gate_is_removed_with_its_process_and_gates_of_ended_processes_are
 
 
 @pytest.mark.parametrize("cls", list(CPU_CLASSES))
-def test_on_every_measured_cpu_class_the_first_build_is_the_fastest_compiled_step(cls):
+def test_the_step_tables_noise_bound_holds_on_every_measured_cpu_class(cls):
+    """NOISE, the bound the build rule's test allows, is within the table's own repeat noise: one compiled step
+    measured with and without its guards (the same kernels), averaged over the row counts as that test does, differs
+    by less."""
+    record = json.loads((ROOT / "benchmarks/results/cpu-2core-epyc/machines" / f"{cls}.json").read_text())
+    ms = {}
+    for r in record["table"]:
+        ms.setdefault(r["format"], {})[r["rows"]] = r["ms_per_step"]
+    twins = [(statistics.mean(ms[f].values()), statistics.mean(ms[f + ", guards skipped"].values()))
+             for f in ms if f.endswith(" compiled") and f + ", guards skipped" in ms]
+    assert twins
+    assert max(max(a, b) / min(a, b) for a, b in twins) <= NOISE
+
+
+@pytest.mark.parametrize("cls", list(CPU_CLASSES))
+def test_on_every_measured_cpu_class_the_first_build_is_the_fastest_compiled_step_or_ties_it(cls):
     """The build rule (sbon.probe.to_build) on each CPU class's committed step table (benchmarks machines: every
     format's eager step, its compiled step and its matrix products alone, measured in one run): the first build is
-    the step that was fastest, the builds stop before every format is built, and the chosen step is within 5% of
-    the fastest; so is the page-default comparison on the app's path, against it on each other exact compiled
-    step."""
+    the step that was fastest or one the table cannot tell from it (NOISE), no format slower than the rule's margin
+    behind the fastest is built, and the chosen step is within NOISE of the fastest; so is the page-default
+    comparison on the app's path, against it on each other exact compiled step."""
     from sbon.machine import Measured
-    from sbon.probe import to_build
+    from sbon.probe import MARGIN, to_build
 
     record = json.loads((ROOT / "benchmarks/results/cpu-2core-epyc/machines" / f"{cls}.json").read_text())
     exact = {f for f, d in record["divergence"].items() if d["rate"] == 0}
@@ -849,9 +865,11 @@ def test_on_every_measured_cpu_class_the_first_build_is_the_fastest_compiled_ste
         step = next(p for p in paths if (p.weights, p.decode) == (todo[0], "compiled"))
         step.ms, step.exact = compiled[todo[0]], True
     assert len(mean) >= 2  # a choice to make
-    assert built[0] == min(mean, key=mean.get)
-    assert len(built) < len(mean)  # a format predicted slower by more than MARGIN is never built
-    assert min(mean[w] for w in built) <= 1.05 * min(mean.values())
+    assert mean[built[0]] <= NOISE * min(mean.values()), (built, mean)
+    # a build is worth its minutes: no format the table puts slower than the rule's margin (and the table's noise)
+    # behind the fastest is built
+    assert all(mean[w] <= (1 + MARGIN) * NOISE * min(mean.values()) for w in built), (built, mean)
+    assert min(mean[w] for w in built) <= NOISE * min(mean.values())
     # the page-default comparison on the app's path against it on every other exact compiled step (--every-path)
     others = [statistics.median(r["seconds"]) for r in record["compare_every_path"].values()]
-    assert others and statistics.median(record["compare"]["seconds"]) <= 1.05 * min(others)
+    assert others and statistics.median(record["compare"]["seconds"]) <= NOISE * min(others)
