@@ -819,16 +819,23 @@ def test_a_run_gate_is_removed_with_its_process_and_gates_of_ended_processes_are
     assert mine.path.name == f"runs-{os.getpid()}" and mine.token() == 0
 
 
+def step_table(cls: str) -> tuple[dict, dict[str, dict[int, dict]]]:
+    """A CPU class's committed machines record, and its step table's rows by path name and row count."""
+    record = json.loads((ROOT / "benchmarks/results/cpu-2core-epyc/machines" / f"{cls}.json").read_text())
+    rows: dict[str, dict[int, dict]] = {}
+    for r in record["table"]:
+        rows.setdefault(r["format"], {})[r["rows"]] = r
+    return record, rows
+
+
 @pytest.mark.parametrize("cls", list(CPU_CLASSES))
 def test_the_step_tables_noise_bound_holds_on_every_measured_cpu_class(cls):
     """NOISE, the bound the build rule's test allows, is within the table's own repeat noise: one compiled step
     measured with and without its guards (the same kernels), averaged over the row counts as that test does, differs
     by less."""
-    record = json.loads((ROOT / "benchmarks/results/cpu-2core-epyc/machines" / f"{cls}.json").read_text())
-    ms = {}
-    for r in record["table"]:
-        ms.setdefault(r["format"], {})[r["rows"]] = r["ms_per_step"]
-    twins = [(statistics.mean(ms[f].values()), statistics.mean(ms[f + ", guards skipped"].values()))
+    _, rows = step_table(cls)
+    ms = {name: [r["ms_per_step"] for r in by.values()] for name, by in rows.items()}
+    twins = [(statistics.mean(ms[f]), statistics.mean(ms[f + ", guards skipped"]))
              for f in ms if f.endswith(" compiled") and f + ", guards skipped" in ms]
     assert twins
     assert max(max(a, b) / min(a, b) for a, b in twins) <= NOISE
@@ -844,11 +851,8 @@ def test_on_every_measured_cpu_class_the_first_build_is_the_fastest_compiled_ste
     from sbon.machine import Measured
     from sbon.probe import MARGIN, to_build
 
-    record = json.loads((ROOT / "benchmarks/results/cpu-2core-epyc/machines" / f"{cls}.json").read_text())
+    record, rows = step_table(cls)
     exact = {f for f, d in record["divergence"].items() if d["rate"] == 0}
-    rows = {}
-    for r in record["table"]:
-        rows.setdefault(r["format"], {})[r["rows"]] = r
     compiled = {name.split()[0]: {n: r["ms_per_step"] for n, r in by.items()}
                 for name, by in rows.items() if name.endswith(" compiled")}
     paths = []
