@@ -332,7 +332,7 @@ def build_candidates_tab(ui: SimpleNamespace) -> None:
 
 def build_savings_tab(ui: SimpleNamespace) -> None:
     with gr.Tab("Savings", id="savings-tab", elem_id="savings-tab"):
-        ui.savings = gr.Dataframe(interactive=False, wrap=True, column_widths=["46%", "27%", "27%"],
+        ui.savings = gr.Dataframe(interactive=False, wrap=True, column_widths=["40%", "30%", "30%"],
                                   elem_id="savings-table")
         ui.tokens_plot = gr.Plot(label="Tokens per candidate", elem_id="tokens-plot", show_label=False)
         ui.times_plot = gr.Plot(label="Wall time by phase", elem_id="times-plot", show_label=False)

@@ -261,6 +261,34 @@ def presenter_screen(page) -> dict[str, Any]:
     return page.evaluate(_PRESENTER_SCREEN)
 
 
+# Words of the page's tables that a cell breaks inside (one word on two lines: Markdown's cells may break anywhere) or
+# lets spill over its edge: each as "element id: 'word' in 'the cell's text'". A break after a hyphen is a break
+# between words.
+_BROKEN_WORDS = r"""() => { const found = [];
+  for (const cell of document.querySelectorAll('th, td')) {
+    if (!cell.offsetParent || !cell.innerText.trim()) continue;  // not drawn (a table measuring its columns unseen)
+    const box = cell.getBoundingClientRect(), style = getComputedStyle(cell);
+    const left = box.left + parseFloat(style.paddingLeft) - 1, right = box.right - parseFloat(style.paddingRight) + 1;
+    const texts = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node; (node = texts.nextNode());) for (const word of node.textContent.matchAll(/[^\s-]+-?/g)) {
+      const range = document.createRange();
+      range.setStart(node, word.index); range.setEnd(node, word.index + word[0].length);
+      const lines = [...range.getClientRects()].filter((r) => r.width);
+      if (lines.length > 1 || lines.some((r) => r.left < left || r.right > right))
+        found.push(`${cell.closest('[id]')?.id}: '${word[0]}' in '${cell.innerText.slice(0, 40)}'`); } }
+  return found; }"""
+
+
+def broken_words(page, once: str | None = None, timeout: float | None = None) -> list[str]:
+    """The words of the page's visible tables broken inside or spilling out of their cells (:data:`_BROKEN_WORDS`):
+    now, or ``once`` the JavaScript expression holds, in the same evaluation (a table that a run replaces within a
+    moment is measured as it stood when the expression held)."""
+    if once is None:
+        return page.evaluate(_BROKEN_WORDS)
+    return page.wait_for_function(f"() => ({once}) ? ({_BROKEN_WORDS})() : null", timeout=timeout,
+                                  polling=POLL_MS).json_value()
+
+
 def savings_columns(page) -> dict[str, Any]:
     """Open the Savings tab and say which of its column headers lie inside the window, and whether
     any part of the table scrolls sideways."""

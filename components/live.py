@@ -156,21 +156,21 @@ class LiveTracker:
     def race(self, methods: tuple[str, ...]) -> str:
         """A Markdown table with one row per method, each with its own clock: what replaces the
         previous run's headline while this run goes. ``methods`` are the rows, in running order;
-        a method that has not started yet shows as waiting."""
+        a method that has not started yet shows as waiting. Four columns of short words (the Method
+        setting names the variant), so that a phone's width and the presenter view's type hold it
+        with every word whole."""
         now = self.clock()
-        rows = ["| method | phase | round | live candidates | tokens (each / all) | elapsed |",
-                "|---|---|---|---|---|---|"]
+        rows = ["| method | candidates | tokens (each / all) | time |", "|---|---|---|---|"]
         for method in methods:
-            c = self.clocks.get(method)
-            name = PHASE_NAMES.get(method, method)
+            c, spec = self.clocks.get(method), METHOD_SPECS[method]
             if c is None:
-                rows.append(f"| {name} | waiting | – | – | – | 0.0 s |")
+                rows.append(f"| {spec.short} | waiting | – | – |")
                 continue
-            phase = "done ✓" if c.ended is not None else "generating"
-            round_ = "–" if not METHOD_SPECS[method].prunes else str(c.round or "before the first")
-            live = f"{c.live} of {self.n}" + (f" · {c.pruned} pruned" if METHOD_SPECS[method].prunes else "")
-            rows.append(f"| {name} | {phase} | {round_} | {live} | {c.tokens}/{self.max_new_tokens} / "
-                        f"{c.generated} | **{c.seconds(now):.1f} s** |")
+            where = f"round {c.round}: " if spec.prunes and c.round else ""
+            state = "done ✓" if c.ended is not None else f"{where}{c.live} of {self.n} generating"
+            pruned = f" · {c.pruned} pruned" if spec.prunes else ""
+            rows.append(f"| {spec.short} | {state}{pruned} | {c.tokens}/{self.max_new_tokens} / {c.generated} | "
+                        f"**{c.seconds(now):.1f} s** |")
         if self.phase == "counterfactual":
             done, total = self.counterfactual
             rows.append(f"\nPreparing the what-if views: {done} of {total}.")

@@ -66,6 +66,13 @@ body.presenter #round-caption { min-height: 0 !important; height: calc(2 * 1.3 *
 body.presenter #round-caption p { margin: 0 !important; }
 body.presenter #headline *, body.presenter #run-source *, body.presenter #savings-table * { font-size: 20px !important; }
 body.presenter .tab-container button, body.presenter .tabs button[role=tab] { font-size: 18px; }
+/* A table's cells wrap between words, never inside one (Gradio's Markdown would break "round" as "rou|nd" in a narrow
+   column); on a phone the race's and the savings table's cells pad less (and the savings table's type is smaller), so that
+   their columns fit the screen with the methods' names whole. */
+.prose th, .prose td, #headline th, #headline td { overflow-wrap: normal !important; word-break: normal !important; }
+@media (max-width: 640px) { #headline th, #headline td { padding: 6px 8px !important; }
+                            #savings-table th, #savings-table td, #savings-table .cell-wrap {
+                              font-size: 12px !important; padding-left: 2px !important; padding-right: 2px !important; } }
 /* The status line wraps rather than cutting a method's name ("Specul…") when the run bar is narrow. */
 #status { min-width: 12em; flex: 1 1 12em !important; overflow-wrap: anywhere; }
 /* A phone: the run bar wraps inside the screen, and the live chart comes right under it, before the settings. Wrapped,

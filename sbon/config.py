@@ -31,14 +31,17 @@ class MethodSpec:
     label: str  # how the page, the tables and the docs name it
     params: tuple[str, ...]  # the RunConfig fields it reads beside the common ones
     prunes: bool  # a Speculative Rejection variant (has decision points)
+    short: str  # its name where the variant is said beside it (a table a phone's width holds)
 
 
 METHOD_SPECS = {
     "sbon": MethodSpec("sbon", "Speculative Rejection (memory-budget rounds)",
-                       ("alpha", "kv_budget", "first_decision", "prune_by", "undecided"), True),
+                       ("alpha", "kv_budget", "first_decision", "prune_by", "undecided"), True,
+                       "Speculative Rejection"),
     "sbon-tau": MethodSpec("sbon-tau", "Speculative Rejection (one decision token τ)",
-                           ("alpha", "tau", "prune_by", "undecided"), True),
-    "bon": MethodSpec("bon", "Best-of-N", ("batch_size",), False),
+                           ("alpha", "tau", "prune_by", "undecided"), True,
+                           "Speculative Rejection"),
+    "bon": MethodSpec("bon", "Best-of-N", ("batch_size",), False, "Best-of-N"),
 }
 PRUNING_METHODS = tuple(name for name, spec in METHOD_SPECS.items() if spec.prunes)
 COMMON_PARAMS = ("n", "max_new_tokens", "temperature", "top_p", "top_k", "seed")
