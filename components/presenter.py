@@ -81,6 +81,7 @@ body.presenter .tab-container button, body.presenter .tabs button[role=tab] { fo
 @media (max-width: 640px) {
   #run-bar { flex-wrap: wrap; position: static !important; }
   #run-bar > * { min-width: 0 !important; flex: 0 0 auto !important; width: auto !important; }
+  #run-bar #status { flex: 1 1 100% !important; }  /* a row of its own, wrapped within the screen */
   #run-bar button { min-width: fit-content !important; padding-left: 8px; padding-right: 8px; }
   #main-row { flex-direction: column; }
   #live-column { order: -1; }

@@ -468,23 +468,28 @@ def test_run_controls_and_the_live_plot_share_one_screen(windows, server, screen
 RACE = "document.querySelector('#headline table')"  # the race: the headline's place while a run goes
 
 
-def test_on_a_phone_the_race_and_the_savings_table_keep_every_word_whole(windows, server):
+def test_on_a_phone_the_status_line_the_race_and_the_savings_table_fit_with_every_word_whole(windows, server):
     """On a phone (390 px wide) the race that stands in for the headline while a run goes, and the savings table once
-    it has ended, wrap between words only: no word of theirs broken over two lines or spilling out of its cell."""
+    it has ended, wrap between words only: no word of theirs broken over two lines or spilling out of its cell. The
+    status line in the run bar wraps within the screen, while the run goes and once it has ended."""
     from benchmarks.browser import broken_words, open_tab
 
+    status_inside = "document.querySelector('#status').getBoundingClientRect().right <= window.innerWidth + 0.5"
     page = _open_on(windows, server, "phone")
     try:
         _settings(page, "Give three tips for staying healthy.", n=16, tokens=24)
         page.locator("#run").click()
         race = broken_words(page, once=f"{RACE} && /round|done/.test({RACE}.innerText)", timeout=RUN_TIMEOUT_MS)
+        running = page.evaluate(status_inside), _text(page, "#status")
         wait_until(page, ENDED, timeout=RUN_TIMEOUT_MS)
+        ended = page.evaluate(status_inside), _text(page, "#status")
         open_tab(page, "Savings")
         wait_until(page, "[...document.querySelectorAll('#savings-table th')].some((e) => e.innerText.trim() == 'Best-of-N')")
         savings = broken_words(page)
     finally:
         windows.leave(page)
     assert not race and not savings, (race, savings)
+    assert running[0] and ended[0], (running, ended)
 
 
 def test_a_run_replaces_the_headline_with_its_race_and_refuses_a_second_click(page):
