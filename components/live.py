@@ -26,7 +26,7 @@ from sbon.analysis.comparison import (ComparisonDone, ComparisonEvent, Compariso
 from sbon.config import METHOD_SPECS
 from sbon.results import DecisionPoint, RunResult
 
-from .fates import fate_color
+from .fates import fate_color, fate_order
 from .reasons import marked_undecided
 from .rounds import UNDECIDED_COLOR, UNDECIDED_NAME, round_caption
 from .style import BON_COLOR, axis_titles, presenter_name, ring, styled, wrap_title
@@ -267,7 +267,7 @@ def progress_figure(tracker: LiveTracker, n: int) -> go.Figure:
     sbon = next((r for m, r in tracker.results.items() if METHOD_SPECS[m].prunes), None)
     if sbon is not None:
         fates = {c.id: sbon.fate(c.id) for c in sbon.candidates}
-        for fate in dict.fromkeys(fates.values()):
+        for fate in fate_order(set(fates.values())):
             ids = [k for k in range(n) if fates.get(k) == fate]
             fig.add_trace(presenter_name(go.Bar(y=ids, x=[sbon.candidates[k].tokens_generated for k in ids], orientation="h",
                                            name=f"Speculative Rejection: {fate}", marker_color=fate_color(fate),

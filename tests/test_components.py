@@ -640,6 +640,30 @@ def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_
         assert frames[-1] is frames[1]  # drawn once, then changed in place
 
 
+def test_every_figure_lists_the_fates_in_one_order_survived_then_pruned_round_by_round():
+    """A legend names the fates in components.fates.fate_order (survived, finished early, then pruned round by round),
+    in every figure of a shown run and in Best-of-N's progress frames, where the recording's first candidates were
+    pruned in rounds 1, 3 and 2 (their first appearance drew "pruned in round 3" before "pruned in round 2")."""
+    from components import views
+    from components.fates import fate_order
+    from components.live import LiveTracker, progress_figure
+
+    comp = Comparison.load(RECORDED)
+    first_seen = list(dict.fromkeys(comp.speculative.fate(k) for k in range(comp.n)))
+    assert first_seen != fate_order(set(first_seen))  # the order a candidate loop meets them is not the legend's
+    tracker = LiveTracker(int(comp.speculative.settings["max_new_tokens"]), reward=comp.speculative.reward)
+    tracker.results["sbon"] = comp.speculative
+    figs = [f for f in views.show(views.Shown(comp, "recorded")).values() if isinstance(f, go.Figure)]
+    checked = 0
+    for fig in [*figs, progress_figure(tracker, comp.n)]:
+        named = [m.group(1) for t in fig.data if t.showlegend is not False and t.name
+                 and (m := re.search(r"(survived|finished early|pruned in round \d+)$", t.name))]
+        if len(set(named)) > 2:
+            assert list(dict.fromkeys(named)) == fate_order(set(named)), (fig.layout.title.text, named)
+            checked += 1
+    assert checked >= 2  # the progress frames and at least one view of the run
+
+
 def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
     """Plotly strokes an open symbol ("square-open", "circle-open") in ``marker.color`` and does not use
     ``marker.line.color`` for it: a transparent marker colour drew no undecided squares and no pruning-cost rings."""
