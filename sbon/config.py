@@ -31,7 +31,7 @@ class MethodSpec:
     label: str  # how the page, the tables and the docs name it
     params: tuple[str, ...]  # the RunConfig fields it reads beside the common ones
     prunes: bool  # a Speculative Rejection variant (has decision points)
-    short: str  # its name where the variant is said beside it (a table a phone's width holds)
+    short: str  # its name without the variant, where a phone's width holds no more (the race a running page shows)
 
 
 METHOD_SPECS = {
