@@ -153,7 +153,8 @@ PRESENTER = "?view=presenter"  # the URL that opens the page in the presenter vi
 # Every plot of the page: (name, the tab it is on or None, its element).
 PLOTS = (("live", None, "#live-plot"), ("scatter", "Partial vs final reward", "#scatter"),
          ("rounds", "Rounds replay", "#rounds-plot"), ("tokens", "Savings", "#tokens-plot"),
-         ("times", "Savings", "#times-plot"), ("tradeoff", "Trade-off", "#tradeoff-plot"))
+         ("times", "Savings", "#times-plot"), ("tradeoff", "Trade-off", "#tradeoff-plot"),
+         ("signals", "Pruning signals", "#signals-plot"))
 
 # Every plot title, axis title, tick label, legend and slider must lie inside both the plot's SVG and
 # the element that holds it; the title, the legend, the x-axis title and the slider must not overlap, and

@@ -32,7 +32,7 @@ from sbon.metrics import live_kendall
 from sbon.signals import on_reward_scale, signal_title
 
 from .figures import empty_figure
-from .style import BON_COLOR, PRUNED_COLORS, SURVIVED_COLOR, styled
+from .style import BON_COLOR, PRUNED_COLORS, SURVIVED_COLOR, fit_margins, styled, wrap_title
 
 ORDER = ("reward", "value-head", "logprob", "deepconf", "self-certainty", "consistency")
 KEPT_COLOR, CUT_COLOR, FINISHED_COLOR, WINNER_COLOR = SURVIVED_COLOR, PRUNED_COLORS[0], BON_COLOR, "#f4a261"
@@ -233,23 +233,42 @@ def candidate_for_select(row_value: Sequence[Any] | None) -> int | None:
         return None
 
 
-def cuts_figure(comp: Comparison | None) -> go.Figure:
-    """One panel per decision point; rows: signals (the run's own first, then the what-ifs), x: candidate id; a
-    filled marker for kept, a cross for pruned, a grey ring for finished before t; Best-of-N's winner in a
-    highlighted column."""
+SIGNAL_LABEL_CHARS = 20  # a signal's row label, per line: a phone-wide plot keeps most of its width for the candidates
+LABEL_LINE_PX = 22  # one line of a row label, with room for the presenter view's larger type
+PANEL_GAP_PX = 40  # between two decision points' panels: the lower one's title
+
+
+def cuts_figure(comp: Comparison | None, side_by_side: bool = False) -> go.Figure:
+    """One panel per decision point, one under another (side by side, a phone's width left each of them a few
+    pixels), or ``side_by_side`` (the presenter view: a wide window no taller than a projector's); rows: signals
+    (the run's own first, then the what-ifs), x: candidate id; a filled marker for kept, a cross for pruned, a grey
+    ring for finished before t; Best-of-N's winner in a highlighted column."""
     if not has_signal_scores(comp):
         return empty_figure(NO_SCORES, height=220)
     taus = decision_taus(comp)
     names = signal_names(comp)
     alpha = float(comp.speculative.settings.get("alpha", 0.5))
-    fig = make_subplots(rows=1, cols=len(taus), shared_yaxes=True, horizontal_spacing=0.03,
-                        subplot_titles=[f"round {r} · {t} tokens" for r, t in taus])
+    label = {name: wrap_title(column_title(comp, name), SIGNAL_LABEL_CHARS) for name in names}
+    panel_px = len(names) * (LABEL_LINE_PX * max(v.count("<br>") + 1 for v in label.values()) + 8)
+    titles = [f"round {r} · {t} tokens" for r, t in taus]
+    if side_by_side:  # a panel a few candidates wide: its title the round alone, fewer ticks
+        plot_px = panel_px
+        fig = make_subplots(rows=1, cols=len(taus), shared_yaxes=True, horizontal_spacing=0.03,
+                            subplot_titles=[f"round {r}" for r, _ in taus])
+        cells = [(1, col) for col in range(1, len(taus) + 1)]
+    else:
+        plot_px = len(taus) * panel_px + (len(taus) - 1) * PANEL_GAP_PX
+        # Row 1 is the lowest panel (the last decision point): its x-axis is the figure's first, whose title the
+        # margins are fitted to (components.style.fit_margins).
+        fig = make_subplots(rows=len(taus), cols=1, shared_xaxes=True, start_cell="bottom-left",
+                            vertical_spacing=PANEL_GAP_PX / plot_px, subplot_titles=titles[::-1])
+        cells = [(row, 1) for row in range(len(taus), 0, -1)]
     winner = comp.bon.best_id
     styles = {"kept": dict(symbol="circle", color=KEPT_COLOR, size=10),
               "pruned": dict(symbol="x", color=CUT_COLOR, size=9),
               "finished": dict(symbol="circle-open", color=FINISHED_COLOR, size=9)}
     by_key = {(c.signal, c.t): c for c in cuts(comp)}
-    for col, (round, t) in enumerate(taus, start=1):
+    for (round, t), (row, col) in zip(taus, cells):
         for fate, marker in styles.items():
             xs, ys, data = [], [], []
             for name in names:
@@ -260,18 +279,22 @@ def cuts_figure(comp: Comparison | None) -> go.Figure:
                 for k in ids:
                     s = c.scores[k]
                     xs.append(k)
-                    ys.append(column_title(comp, name))
+                    ys.append(label[name])
                     data.append([k, "—" if s is None else f"{s:.3f}", fate, column_title(comp, name)])
             fig.add_scatter(x=xs, y=ys, mode="markers", marker=marker, name=fate, legendgroup=fate,
-                            showlegend=col == 1, customdata=data, row=1, col=col,
+                            showlegend=round == taus[0][0], customdata=data, row=row, col=col,
                             hovertemplate="candidate %{customdata[0]}<br>%{customdata[3]} score %{customdata[1]}"
                                           "<br>%{customdata[2]}<extra></extra>")
         if winner is not None:
             fig.add_vrect(x0=winner - 0.45, x1=winner + 0.45, fillcolor=WINNER_COLOR, opacity=0.3, line_width=0, layer="below",
-                          row=1, col=col)
-    fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // 8), title_text="candidate")
-    fig.update_yaxes(categoryorder="array", categoryarray=[column_title(comp, n) for n in reversed(names)])
+                          row=row, col=col)
+    fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // (4 if side_by_side else 8)))
+    if side_by_side:
+        fig.update_xaxes(title_text="candidate")
+    else:
+        fig.layout.xaxis.title = "candidate"
+    fig.update_yaxes(categoryorder="array", categoryarray=[label[n] for n in reversed(names)])
     styled(fig, f"What-if rows judge all {comp.n} of Best-of-N's candidates, one cut each at α = {alpha:g}; “this run”: "
-                f"the run's own cuts; shaded: Best-of-N's winner ({winner})", height=160 + 40 * len(names), top=80)
-    fig.update_layout(legend=dict(orientation="h", y=-0.25, x=0, xanchor="left", yanchor="top"))
-    return fig
+                f"the run's own cuts; shaded: Best-of-N's winner ({winner})")
+    fig.update_layout(height=plot_px + fig.layout.margin.t + fig.layout.margin.b)
+    return fit_margins(fig)  # the legend's place follows the height

@@ -112,15 +112,19 @@ def scale_of(fig: go.Figure) -> float:
 
 
 def fit_margins(fig: go.Figure, bottom_extra: int = 0) -> go.Figure:
-    """Margins with room for every title line, the x-axis title's lines, the legend (under them, or
-    beside the data in the presenter view) and a rounds slider (under the legend); called again
+    """Margins with room for every title line (and subplot titles over the top panels), the x-axis title's lines, the
+    legend (under them, or beside the data in the presenter view) and a rounds slider (under the legend); called again
     whenever one of them or the height changes."""
     s = scale_of(fig)
     presenter = s > 1
     title = fig.layout.title.text if fig.layout.title else None
     x_title = fig.layout.xaxis.title.text if fig.layout.xaxis and fig.layout.xaxis.title else None
     slider = SLIDER_PX * s if fig.layout.sliders else 0
-    top = max(30, (TITLE_TOP_PX + 4 + _lines(title) * LINE_PX) * s + (4 if title else 0))
+    # Text set on the plot area's top edge and standing above it (make_subplots' titles over the top panels) takes a
+    # line of the top margin under the title.
+    over = max((_lines(a.text) for a in fig.layout.annotations or ()
+                if a.yref == "paper" and a.yanchor == "bottom" and a.y is not None and a.y >= 0.999), default=0)
+    top = max(30, (TITLE_TOP_PX + 4 + (_lines(title) + over) * LINE_PX) * s + (4 if title else 0))
     axis = (TICKS_PX + _lines(x_title) * LINE_PX) * s + 10
     names = _legend_names(fig)
     legend_px = 0 if presenter else legend_rows(fig) * LEGEND_ROW_PX * s

@@ -115,7 +115,7 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
     "correlations": lambda s: tables.correlation_table(s.comp).rename(columns=CORRELATION_NAMES),
     "signals_note": lambda s: signals_view.signals_note(s.comp),
     "signals_summary": lambda s: signals_view.summary_table(s.comp),
-    "signals_plot": lambda s: signals_view.cuts_figure(s.comp),
+    "signals_plot": lambda s: signals_view.cuts_figure(s.comp, side_by_side=s.look.presenter),
     "signals_candidates": lambda s: signals_view.candidate_table(s.comp),
     "download": lambda s: Update(value=str(s.file) if s.file else save_for_download(s.comp)),
     "caption": lambda s: result_caption(s.comp),

@@ -179,3 +179,27 @@ def test_cuts_figure(comparison):
     assert fig.layout.title.text.startswith("What-if rows judge all")
     assert all(row[0] in range(comparison.n) for trace in fig.data for row in trace.customdata)
     assert len(fig.layout.shapes) == len(comparison.speculative.decision_points)  # the winner's column in each panel
+
+
+def test_the_cuts_figure_stacks_its_panels_round_by_round_and_sets_them_side_by_side_for_the_presenter_view():
+    """On the page (a phone's width among its screens) the decision points' panels stand one under another, the
+    first round at the top, each as wide as the figure, the signals' row labels wrapped; the presenter view (wide,
+    no taller than a projector) sets them side by side in round order. Both keep the candidates' axis title."""
+    comp = Comparison.load(ROOT / "assets" / "recorded_run.json")
+    rounds = [p.round for p in comp.speculative.decision_points]
+    assert len(rounds) >= 3
+    for side_by_side in (False, True):
+        fig = sv.cuts_figure(comp, side_by_side=side_by_side)
+        titled = sorted(fig.layout.annotations, key=lambda a: (-a.y, a.x))  # top to bottom, left to right
+        assert [a.text.split(" · ")[0] for a in titled] == [f"round {r}" for r in rounds]
+        layout = fig.layout.to_plotly_json()
+        x = [a["domain"] for name, a in layout.items() if name.startswith("xaxis")]
+        y = [tuple(a["domain"]) for name, a in layout.items() if name.startswith("yaxis")]
+        assert len(x) == len(y) == len(rounds)
+        if side_by_side:
+            assert len(set(y)) == 1  # one row of panels
+        else:
+            assert all(d == [0, 1] for d in x) and len(set(y)) == len(rounds)  # each panel the figure's width
+        assert fig.layout.xaxis.title.text == "candidate"
+        labels = {y for trace in fig.data for y in trace.y}
+        assert labels and all(len(line) <= sv.SIGNAL_LABEL_CHARS for y in labels for line in y.split("<br>"))
