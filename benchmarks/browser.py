@@ -158,7 +158,8 @@ PLOTS = (("live", None, "#live-plot"), ("scatter", "Partial vs final reward", "#
 
 # Every plot title, axis title, tick label, legend and slider must lie inside both the plot's SVG and
 # the element that holds it; the title, the legend, the x-axis title and the slider must not overlap, and
-# plotly's toolbar, where it is shown without a pointer on the plot, must not lie over the title.
+# plotly's toolbar, where it is shown without a pointer on the plot, must not lie over the title; the labels of data
+# points neither overlap nor run past the plot area (which cuts them).
 _PLOT_TEXT = """(sel) => { const root = document.querySelector(sel); const plot = root && root.querySelector('.js-plotly-plot');
   if (!plot) return {problems: [`${sel}: no plot`], tick_px: 0};
   const svg = plot.querySelector('svg.main-svg').getBoundingClientRect(), host = root.getBoundingClientRect();
@@ -177,6 +178,14 @@ _PLOT_TEXT = """(sel) => { const root = document.querySelector(sel); const plot 
   const bar = root.querySelector('.modebar-container .modebar');  // plotly's toolbar, where it is shown
   const shown = bar && getComputedStyle(bar.parentElement).display != 'none' && getComputedStyle(bar.parentElement).opacity != '0';
   if (shown && hit(bar.getBoundingClientRect(), found['title'])) problems.push(`${sel}: the toolbar overlaps the title`);
+  // Labels of data points (a curve's α labels): none over another, none cut by the plot area's edge.
+  const area = root.querySelector('.nsewdrag') && root.querySelector('.nsewdrag').getBoundingClientRect();
+  const labels = [...root.querySelectorAll('.textpoint text')].filter((e) => e.textContent.trim())
+    .map((e) => [e.textContent, e.getBoundingClientRect()]).filter(([, r]) => r.width);
+  labels.forEach(([a, r], i) => { labels.slice(0, i).forEach(([b, q]) => {
+    if (hit(r, q)) problems.push(`${sel}: point labels '${a}' and '${b}' overlap`); });
+    if (area && (r.left < area.left - 1 || r.right > area.right + 1 || r.top < area.top - 1))
+      problems.push(`${sel}: point label '${a}' cut by the plot area's edge`); });
   const tick = root.querySelector('.xtick text');
   return {problems, tick_px: tick ? parseFloat(getComputedStyle(tick).fontSize) : 0}; }"""
 

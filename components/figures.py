@@ -19,7 +19,8 @@ from .fates import fate_color, fate_order
 from .page_text import machine_words
 from .reasons import decimals, point_reasons, pruning_cost, reward_scale
 from .rounds import COST_NAME
-from .style import BON_COLOR, FINAL_SYMBOL, LEGEND_SIZE, PARTIAL_SYMBOL, axis_titles, ring, shape_keys, styled
+from .style import (BON_COLOR, CHAR_PX, FINAL_SYMBOL, LEGEND_SIZE, LINE_PX, MIN_PLOT_PX, NARROW_PLOT_PX, PARTIAL_SYMBOL,
+                    axis_titles, ring, shape_keys, styled)
 
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
 
@@ -185,7 +186,10 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
         axis_titles(fig, "rejection rate α", "decision token τ")
         return fig
     fig = go.Figure()
-    labels = _free_labels(grid)
+    m = comp.metrics
+    x_range = _around([*grid.token_rate, m["token_rate"]], LABEL_CELL[0] / 2)  # room for a label's half either side
+    y_range = _fit([*grid.normalized_score, m["normalized_score"]])
+    labels = _free_labels(grid, x_range, y_range)
     for tau, part in grid.groupby("tau"):
         fig.add_trace(go.Scatter(x=part.token_rate, y=part.normalized_score, mode="lines+markers+text", name=f"τ={tau}",
                                  customdata=part.alpha,
@@ -193,26 +197,27 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
                                  textposition="top center", textfont=dict(size=LEGEND_SIZE),
                                  hovertemplate=f"τ={tau}, " + "α=%{customdata:.1f}<br>token rate %{x:.2f}<br>"
                                                "normalized score %{y:.1f}<extra></extra>"))
-    m = comp.metrics
     fig.add_trace(go.Scatter(x=[m["token_rate"]], y=[m["normalized_score"]], mode="markers", name="this run",
                              marker=dict(symbol="star", size=18, color="#e63946", line=dict(width=1, color="black")),
                              hovertemplate="this run<br>token rate %{x:.2f}<br>normalized score %{y:.1f}<extra></extra>"))
     styled(fig, "Trade-off (replayed on the Best-of-N candidates): normalized score vs token rate; "
                 "points are labelled with their rejection rate α where labels do not overlap (hover: every point)",
            height=480)
-    fig.update_yaxes(range=_fit([*grid.normalized_score, m["normalized_score"]]))
+    fig.update_xaxes(range=x_range)
+    fig.update_yaxes(range=y_range)
     axis_titles(fig, "token rate (tokens generated / Best-of-N's tokens)", "normalized score (100 = Best-of-N's best)")
     return fig
 
 
-LABEL_CELL = (0.09, 0.06)  # an α label's room, as fractions of the x and y spans: one label per cell
+# An α label's room on the narrowest plot the page draws (a phone's: NARROW_PLOT_PX wide, MIN_PLOT_PX tall), as
+# fractions of the axes' ranges: "α 0.8" at LEGEND_SIZE and a gap, one line high. One label per cell.
+LABEL_CELL = ((len("α 0.8") * CHAR_PX + 8) / NARROW_PLOT_PX, LINE_PX / MIN_PLOT_PX)
 
 
-def _free_labels(grid: pd.DataFrame) -> set[tuple[int, float]]:
+def _free_labels(grid: pd.DataFrame, x_range: list[float], y_range: list[float]) -> set[tuple[int, float]]:
     """The (τ, α) points whose α label is drawn: in τ then α order, each point whose label would not
     share a cell (LABEL_CELL) with one already drawn; points that coincide (many reach 100 at once) get one."""
-    x_span = (grid.token_rate.max() - grid.token_rate.min()) or 1.0
-    y_span = (grid.normalized_score.max() - grid.normalized_score.min()) or 1.0
+    x_span, y_span = x_range[1] - x_range[0], y_range[1] - y_range[0]
     taken: list[tuple[float, float]] = []
     free = set()
     for row in grid.sort_values(["tau", "alpha"]).itertuples():
@@ -221,6 +226,14 @@ def _free_labels(grid: pd.DataFrame) -> set[tuple[int, float]]:
             taken.append((x, y))
             free.add((row.tau, row.alpha))
     return free
+
+
+def _around(values, room: float) -> list[float]:
+    """An axis range around the values that leaves ``room`` (a fraction of the range) beyond each end."""
+    lo, hi = min(values), max(values)
+    span = hi - lo or max(0.1, abs(hi) * 0.05)
+    pad = room * span / (1 - 2 * room)
+    return [lo - pad, hi + pad]
 
 
 def _fit(values, pad: float = 0.1) -> list[float]:
