@@ -159,7 +159,7 @@ PLOTS = (("live", None, "#live-plot"), ("scatter", "Partial vs final reward", "#
 # Every plot title, axis title, tick label, legend and slider must lie inside both the plot's SVG and
 # the element that holds it; the title, the legend, the x-axis title and the slider must not overlap, and
 # plotly's toolbar, where it is shown without a pointer on the plot, must not lie over the title; the labels of data
-# points neither overlap nor run past the plot area (which cuts them).
+# points neither overlap nor run past the plot area (which cuts them), nor do an x-axis's tick labels.
 _PLOT_TEXT = """(sel) => { const root = document.querySelector(sel); const plot = root && root.querySelector('.js-plotly-plot');
   if (!plot) return {problems: [`${sel}: no plot`], tick_px: 0};
   const svg = plot.querySelector('svg.main-svg').getBoundingClientRect(), host = root.getBoundingClientRect();
@@ -186,6 +186,11 @@ _PLOT_TEXT = """(sel) => { const root = document.querySelector(sel); const plot 
     if (hit(r, q)) problems.push(`${sel}: point labels '${a}' and '${b}' overlap`); });
     if (area && (r.left < area.left - 1 || r.right > area.right + 1 || r.top < area.top - 1))
       problems.push(`${sel}: point label '${a}' cut by the plot area's edge`); });
+  // Tick labels of one axis side by side, none over its neighbour.
+  for (const axis of root.querySelectorAll('.xaxislayer-above')) {
+    const ticks = [...axis.querySelectorAll('.xtick text')].map((e) => [e.textContent, e.getBoundingClientRect()])
+      .filter(([t, r]) => t.trim() && r.width).sort((a, b) => a[1].left - b[1].left);
+    ticks.slice(1).forEach(([t, r], i) => { if (hit(r, ticks[i][1])) problems.push(`${sel}: tick labels '${ticks[i][0]}' and '${t}' overlap`); }); }
   const tick = root.querySelector('.xtick text');
   return {problems, tick_px: tick ? parseFloat(getComputedStyle(tick).fontSize) : 0}; }"""
 

@@ -20,7 +20,7 @@ from .page_text import machine_words
 from .reasons import decimals, point_reasons, pruning_cost, reward_scale
 from .rounds import COST_NAME
 from .style import (BON_COLOR, CHAR_PX, FINAL_SYMBOL, LEGEND_SIZE, LINE_PX, MIN_PLOT_PX, NARROW_PLOT_PX, PARTIAL_SYMBOL,
-                    axis_titles, ring, shape_keys, styled)
+                    axis_titles, id_dtick, ring, shape_keys, styled)
 
 ALPHAS = tuple(round(a, 2) for a in np.arange(0.1, 0.95, 0.1))  # rejection rates of the trade-off grid
 
@@ -132,7 +132,7 @@ def tokens_per_candidate(comp: Comparison) -> go.Figure:
     styled(fig, f"Tokens generated: Best-of-N {m['bon_tokens']} (grey bars) · Speculative Rejection {m['sbon_tokens']} "
                f"(bars coloured by fate; {m['token_rate']:.0%} of Best-of-N's)", height=380)
     fig.update_layout(barmode="group", bargap=0.25)
-    fig.update_xaxes(dtick=1 if comp.n <= 32 else None)
+    fig.update_xaxes(dtick=id_dtick(comp.n))
     axis_titles(fig, "candidate", "tokens generated")
     return fig
 

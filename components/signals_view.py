@@ -32,7 +32,7 @@ from sbon.metrics import live_kendall
 from sbon.signals import on_reward_scale, signal_title
 
 from .figures import empty_figure
-from .style import BON_COLOR, PRUNED_COLORS, SURVIVED_COLOR, fit_margins, styled, wrap_title
+from .style import BON_COLOR, PRUNED_COLORS, SURVIVED_COLOR, fit_margins, id_dtick, styled, wrap_title
 
 ORDER = ("reward", "value-head", "logprob", "deepconf", "self-certainty", "consistency")
 KEPT_COLOR, CUT_COLOR, FINISHED_COLOR, WINNER_COLOR = SURVIVED_COLOR, PRUNED_COLORS[0], BON_COLOR, "#f4a261"
@@ -288,7 +288,7 @@ def cuts_figure(comp: Comparison | None, side_by_side: bool = False) -> go.Figur
         if winner is not None:
             fig.add_vrect(x0=winner - 0.45, x1=winner + 0.45, fillcolor=WINNER_COLOR, opacity=0.3, line_width=0, layer="below",
                           row=row, col=col)
-    fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // (4 if side_by_side else 8)))
+    fig.update_xaxes(range=[-0.7, comp.n - 0.3], dtick=max(1, comp.n // 4) if side_by_side else id_dtick(comp.n))
     if side_by_side:
         fig.update_xaxes(title_text="candidate")
     else:

@@ -81,6 +81,17 @@ def ring(symbol: str, color: str, size: float, width: float) -> dict:
     return dict(symbol=symbol, color=color, size=size, line=dict(width=width))
 
 
+def id_dtick(n: int) -> int:
+    """Every how many ids an x-axis of ``n`` candidates is labelled: every one where a phone-wide plot
+    (NARROW_PLOT_PX) holds all their labels side by side, else every second, fourth, ... (a label: the widest id
+    at FONT_SIZE and a gap)."""
+    label_px = len(str(max(0, n - 1))) * CHAR_PX * FONT_SIZE / LEGEND_SIZE + 8
+    step = 1
+    while n / step * label_px > NARROW_PLOT_PX:
+        step *= 2
+    return step
+
+
 def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
     """The title in lines of at most ``width`` characters (existing <br> breaks are kept)."""
     return "<br>".join(line for part in title.split("<br>") for line in (textwrap.wrap(part, width) or [""]))
