@@ -486,7 +486,7 @@ def test_on_a_phone_the_status_line_the_race_and_the_savings_table_fit_with_ever
     status_inside = "document.querySelector('#status').getBoundingClientRect().right <= window.innerWidth + 0.5"
     page = _open_on(windows, server, "phone")
     try:
-        _settings(page, "Give three tips for staying healthy.", n=16, tokens=24)
+        _settings(page, "Give three tips for staying healthy.", n=16, tokens=16)
         page.locator("#run").click()
         race = broken_words(page, once=f"{RACE} && /round|done/.test({RACE}.innerText)", timeout=RUN_TIMEOUT_MS)
         running = page.evaluate(status_inside), _text(page, "#status")
