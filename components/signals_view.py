@@ -248,9 +248,9 @@ def cuts_figure(comp: Comparison | None, side_by_side: bool = False) -> go.Figur
     taus = decision_taus(comp)
     names = signal_names(comp)
     alpha = float(comp.speculative.settings.get("alpha", 0.5))
-    label = {name: wrap_title(column_title(comp, name), SIGNAL_LABEL_CHARS) for name in names}
+    title = {name: column_title(comp, name) for name in names}
+    label = {name: wrap_title(title[name], SIGNAL_LABEL_CHARS) for name in names}
     panel_px = len(names) * (LABEL_LINE_PX * max(v.count("<br>") + 1 for v in label.values()) + 8)
-    titles = [f"round {r} · {t} tokens" for r, t in taus]
     if side_by_side:  # a panel a few candidates wide: its title the round alone, fewer ticks
         plot_px = panel_px
         fig = make_subplots(rows=1, cols=len(taus), shared_yaxes=True, horizontal_spacing=0.03,
@@ -261,7 +261,8 @@ def cuts_figure(comp: Comparison | None, side_by_side: bool = False) -> go.Figur
         # Row 1 is the lowest panel (the last decision point): its x-axis is the figure's first, whose title the
         # margins are fitted to (components.style.fit_margins).
         fig = make_subplots(rows=len(taus), cols=1, shared_xaxes=True, start_cell="bottom-left",
-                            vertical_spacing=PANEL_GAP_PX / plot_px, subplot_titles=titles[::-1])
+                            vertical_spacing=PANEL_GAP_PX / plot_px,
+                            subplot_titles=[f"round {r} · {t} tokens" for r, t in reversed(taus)])
         cells = [(row, 1) for row in range(len(taus), 0, -1)]
     winner = comp.bon.best_id
     styles = {"kept": dict(symbol="circle", color=KEPT_COLOR, size=10),
@@ -280,7 +281,7 @@ def cuts_figure(comp: Comparison | None, side_by_side: bool = False) -> go.Figur
                     s = c.scores[k]
                     xs.append(k)
                     ys.append(label[name])
-                    data.append([k, "—" if s is None else f"{s:.3f}", fate, column_title(comp, name)])
+                    data.append([k, "—" if s is None else f"{s:.3f}", fate, title[name]])
             fig.add_scatter(x=xs, y=ys, mode="markers", marker=marker, name=fate, legendgroup=fate,
                             showlegend=round == taus[0][0], customdata=data, row=row, col=col,
                             hovertemplate="candidate %{customdata[0]}<br>%{customdata[3]} score %{customdata[1]}"
