@@ -208,7 +208,7 @@ def build_header(ui: SimpleNamespace) -> None:
     ui.origin = gr.State(None)  # where it came from ("your run", "the recorded run …")
     ui.running = gr.State(None)  # when this session's run was requested; None when none is going
     ui.look = gr.State(Look())  # the page's view or the presenter view, and the window's size
-    ui.present = gr.State(None)  # the step "Present rounds" shows; None when not presenting
+    ui.present = gr.State(None)  # the step "Present rounds" shows; None when not presenting, LIVE while a run draws
     ui.viewport = gr.JSON(visible=False)  # the window's size, filled in by the browser (VIEWPORT_JS)
     gr.Markdown(page_text.INTRO, elem_id="intro")
     with gr.Accordion(page_text.REWARD_TITLE, open=False, elem_id="reward-accordion"):
@@ -456,7 +456,8 @@ def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
                              outputs=el(ui, "status", "caption", "running", "stop_btn", "source", "summary"),
                              cancels=[run_event], **PRIVATE)
     stop.then(by_name(ui, after_stop), inputs=el(ui, "comparison", "origin", "look"),
-              outputs=el(ui, "status", "caption", "running", "stop_btn", "live_plot", "sbon_text", "bon_text"), **PRIVATE)
+              outputs=el(ui, "status", "caption", "running", "stop_btn", "live_plot", "sbon_text", "bon_text",
+                         "present", "present_prev", "present_next"), **PRIVATE)
 
 
 def wire_settings(ui: SimpleNamespace) -> None:
@@ -514,15 +515,15 @@ def wire_views(ui: SimpleNamespace) -> None:
 def wire_presenter(ui: SimpleNamespace) -> None:
     """Present rounds (by hand or timed) and the presenter view."""
     presenting = el(ui, "present", "live_plot", "caption", "present_prev", "present_next")
-    ui.present_btn.click(by_name(ui, on_present), inputs=el(ui, "comparison", "running", "look"), outputs=presenting,
+    ui.present_btn.click(by_name(ui, on_present), inputs=el(ui, "comparison", "present", "look"), outputs=presenting,
                          show_progress="hidden", **PRIVATE)
     ui.present_btn.click(None, js=SCROLL_TO_LIVE_JS)
     for button, move in ((ui.present_prev, -1), (ui.present_next, 1)):
         button.click(by_name(ui, functools.partial(present_move, move=move)),
-                     inputs=el(ui, "comparison", "running", "look", "present"), outputs=presenting,
+                     inputs=el(ui, "comparison", "present", "look"), outputs=presenting,
                      show_progress="hidden", **PRIVATE)
     ui.timed.change(by_name(ui, on_timed), inputs=ui.timed, outputs=el(ui, "present_timer"), **PRIVATE)
-    ui.present_timer.tick(by_name(ui, on_present_tick), inputs=el(ui, "comparison", "running", "look", "present"),
+    ui.present_timer.tick(by_name(ui, on_present_tick), inputs=el(ui, "comparison", "present", "look"),
                           outputs=presenting, show_progress="hidden", **PRIVATE)
     ui.presenter.input(by_name(ui, on_presenter),
                        inputs=el(ui, "presenter", "viewport", "comparison", "origin", "tradeoff_kind", "running"),

@@ -14,7 +14,7 @@ from sbon.analysis.comparison import Comparison
 from .rounds import present_step, present_steps, result_caption
 from .style import Look
 from .updates import Update
-from .views import NO_RUN, Shown, show
+from .views import LIVE, NO_RUN, Shown, show
 
 PRESENT_STEP_S = 8.0  # "Present rounds", timed (a kiosk): one round per this many seconds, time to read it aloud
 
@@ -142,19 +142,20 @@ def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None
     return {**show(Shown(comp, origin or "the run shown before", kind, look=look)), "look": look}
 
 
-def on_present(comp: Comparison | None, running: float | None, look: Look, step: int | None = None,
-               move: int = 0, loop: bool = False) -> dict[str, Any]:
+def on_present(comp: Comparison | None, present: int | str | None, look: Look, move: int | None = None,
+               loop: bool = False) -> dict[str, Any]:
     """"Present rounds": the live chart shows one decision point at a time, with its caption, as the run
-    drew it; each click, key press or timer tick moves one step (the last step is the run's result; timed,
-    it starts over). Without a finished run, one line says what to do."""
-    if running:
-        return {"caption": "A run is going: its rounds can be presented when it ends."}
+    drew it; each click, key press or timer tick moves one step from ``present``, the step shown (the button,
+    ``move`` None, starts at the first; the last step is the run's result; timed, it starts over). While a run
+    draws its own frames (``present`` is LIVE), one line says when; without a finished run, what to do."""
+    if present == LIVE:
+        return {"caption": "A run is going: its rounds can be presented once its result is shown."}
     if comp is None:
         return {"caption": NO_RUN}
     steps = present_steps(comp)
     if not steps:
         return {"caption": result_caption(comp)}
-    step = 0 if step is None else step + move
+    step = 0 if move is None or present is None else present + move
     step = step % steps if loop else max(0, min(step, steps - 1))
     figure, caption = present_step(comp, step, look.chars())
     return {"present": step, "live_plot": look.apply(figure, live=True), "caption": caption,
@@ -162,15 +163,15 @@ def on_present(comp: Comparison | None, running: float | None, look: Look, step:
             "present_next": Update(visible=True, interactive=step < steps - 1)}
 
 
-def on_present_tick(comp: Comparison | None, running: float | None, look: Look, step: int | None) -> dict[str, Any]:
-    """The kiosk's timer: the next step, round after round, then from the start again."""
-    return on_present(comp, running, look, step, move=1, loop=True)
+def on_present_tick(comp: Comparison | None, present: int | str | None, look: Look) -> dict[str, Any]:
+    """The kiosk's timer: the next step, round after round, then from the start again; while a run draws its
+    frames, nothing (the caption is the run's)."""
+    return {} if present == LIVE else on_present(comp, present, look, move=1, loop=True)
 
 
-def present_move(comp: Comparison | None, running: float | None, look: Look, step: int | None,
-                 move: int) -> dict[str, Any]:
+def present_move(comp: Comparison | None, present: int | str | None, look: Look, move: int) -> dict[str, Any]:
     """◀ and ▶ (and a clicker's keys): one step back or on."""
-    return on_present(comp, running, look, step, move=move)
+    return on_present(comp, present, look, move=move)
 
 
 def on_timed(timed: bool) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from .torch_thread import on_one_thread
 from .replays import GALLERY
 from .rounds import round_figure
 from .updates import WARNING, Refused, Update
-from .views import NOT_PRESENTING, SHOWN, Shown, as_look, redrawn, restored, show
+from .views import LIVE, NOT_PRESENTING, SHOWN, Shown, as_look, redrawn, restored, show
 
 LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames, so the screen
@@ -136,7 +136,7 @@ class Runs:
         if settings.instructions.strip() and settings.run_instructions is None:  # said, never silently dropped
             yield {WARNING: ignored(settings.reward)}
         tracker = LiveTracker(settings.max_new_tokens, started=clicked, reward=settings.reward)
-        yield {"status": "Starting…", "stop_btn": Update(visible=True), **NOT_PRESENTING,
+        yield {"status": "Starting…", "stop_btn": Update(visible=True), **NOT_PRESENTING, "present": LIVE,
                "live_plot": look.apply(round_figure(None, settings.n), live=True), "caption": tracker.caption(),
                "sbon_text": Update(label="Speculative Rejection returned", value=""),
                "bon_text": Update(label="Best-of-N returned", value=""),
@@ -175,10 +175,11 @@ class Runs:
                              tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
                     shown = Shown(event.comparison, "your run", kind, look=look)
                     yield {**show(shown, f"{ready} · {tracker.status()}"), "model_status": models_status()}
-                elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones: Gradio
-                    # blanks the candidates table in the browser when those alone are updated
+                elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones (Gradio
+                    # blanks the candidates table when those alone are updated), but not the live chart: its rounds
+                    # may be presented since the result was shown
                     shown = Shown(event.comparison, "your run", kind, look=look)
-                    yield {**show(shown, f"{ready}; every view ready after {tracker.elapsed:.1f} s"), **IDLE}
+                    yield {**show(shown, f"{ready}; every view ready after {tracker.elapsed:.1f} s", chart=False), **IDLE}
                 elif (isinstance(event, CounterfactualScored) or tracker.elapsed - last_status >= STATUS_EVERY_S
                       or (tracker.phase == "bon" and last_frame is None)):
                     last_status = tracker.elapsed

@@ -125,6 +125,10 @@ VIEWS: dict[str, Callable[[Shown], Any]] = {
 }
 SHOWN = (*VIEWS, "status", "live_plot", "present", "present_prev", "present_next")  # what showing a comparison updates
 NOT_PRESENTING = {"present": None, "present_prev": Update(visible=False), "present_next": Update(visible=False)}
+# The `present` state while a run draws its own frames on the live chart: there is nothing to present until the run
+# has shown its result (show) or ended without one (redrawn).
+LIVE = "live"
+LIVE_CHART = ("live_plot", "caption", *NOT_PRESENTING)  # the live chart, its caption and the presentation on it
 
 
 def last_round(comp: Comparison, look: Look = Look()) -> go.Figure:
@@ -134,12 +138,14 @@ def last_round(comp: Comparison, look: Look = Look()) -> go.Figure:
                                    reward=comp.speculative.reward), live=True)
 
 
-def show(shown: Shown, status: str = "") -> dict[str, Any]:
+def show(shown: Shown, status: str = "", chart: bool = True) -> dict[str, Any]:
     """Every view of a finished comparison (figures in the page's look), the status line, the live
-    figure at its last round and its caption; a presentation of the rounds ends."""
-    views = {name: view(shown) for name, view in VIEWS.items()}
-    return {**{name: shown.look.apply(v) if isinstance(v, go.Figure) else v for name, v in views.items()},
-            "status": status, "live_plot": last_round(shown.comp, shown.look), **NOT_PRESENTING}
+    figure at its last round and its caption; a presentation of the rounds ends. ``chart=False``: all but the
+    live chart and its caption (LIVE_CHART), so that a presentation begun since they were shown goes on."""
+    views = {name: view(shown) for name, view in VIEWS.items() if chart or name not in LIVE_CHART}
+    drawn = {name: shown.look.apply(v) if isinstance(v, go.Figure) else v for name, v in views.items()}
+    return {**drawn, "status": status, **({"live_plot": last_round(shown.comp, shown.look), **NOT_PRESENTING}
+                                          if chart else {})}
 
 
 def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
@@ -153,12 +159,13 @@ def restored(comp: Comparison | None, origin: str | None) -> dict[str, Any]:
 
 def redrawn(comp: Comparison | None, look: Look) -> dict[str, Any]:
     """The live chart at its last round and both answers of the run the views still show, which a run that
-    ended without a result (refused, failed, stopped) had replaced with its own."""
+    ended without a result (refused, failed, stopped) had replaced with its own; the live chart is no run's
+    frames any more, so "Present rounds" presents the run shown."""
     if comp is None:
-        return {}
+        return dict(NOT_PRESENTING)
     shown = Shown(comp, "the run shown before", look=look)
     return {"live_plot": last_round(comp, look), "sbon_text": VIEWS["sbon_text"](shown),
-            "bon_text": VIEWS["bon_text"](shown)}
+            "bon_text": VIEWS["bon_text"](shown), **NOT_PRESENTING}
 
 
 # -- one view redrawn ------------------------------------------------------------------------------

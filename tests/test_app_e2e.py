@@ -599,6 +599,15 @@ def test_the_presenter_view_fits_a_projector_through_every_round_best_of_n_and_t
         wait_until(page, ENDED, timeout=RUN_TIMEOUT_MS)
         wait_until(page, f"{caption}.startsWith('After')")
         check("end")
+        # pressed as soon as the result shows, while the what-if views are still prepared: the rounds are
+        # presented, and stay presented once every view is ready
+        page.locator("#present-rounds").click()
+        wait_until(page, f"{caption}.startsWith('Round 1')")
+        wait_until(page, "document.querySelector('#status').innerText.includes('every view ready')",
+                   timeout=RUN_TIMEOUT_MS)
+        page.wait_for_timeout(500)
+        assert page.locator("#round-caption").inner_text().startswith("Round 1")
+        check("round-1-after-the-run")
         _savings_show_both_methods(page)
     finally:
         windows.leave(page)

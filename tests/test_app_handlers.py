@@ -284,6 +284,8 @@ def test_a_scenario_sets_a_reward_that_can_judge_its_prompts(app):
 def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_ones(app, slot, monkeypatch):
     """The order a lecture watches: Speculative Rejection's answer under the race while
     Best-of-N still runs, then every view of both runs, then the views drawn from the prefix rewards."""
+    from components.rounds import run_captions
+
     monkeypatch.setattr(runs, "LIVE_FRAME_EVERY_S", 0.0)  # this small Best-of-N can finish within one frame's wait
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", n=4, max_new_tokens=12, alpha=0.5, method="sbon-tau", tau=4)
@@ -310,9 +312,15 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert set(app.SHOWN) <= set(shown) and shown["comparison"].partials == {}
     assert "Preparing the what-if views" in shown["status"] and "running" not in shown  # the run still holds the slot
     assert "Best-of-N returned candidate" in shown["bon_text"].label
+    # "Present rounds" waits while the run draws its frames, and works from the moment its result is shown ...
+    present = [u["present"] for u in updates if "present" in u]
+    assert present[0] == views.LIVE and [i for i, u in enumerate(updates) if "present" in u][-1] == ready
+    pressed = presenter.on_present(shown["comparison"], shown["present"], Look())
+    assert pressed["caption"] == run_captions(shown["comparison"])[0]
 
-    last = updates[-1]
-    assert set(app.SHOWN) <= set(last) and "every view ready after" in last["status"]
+    last = updates[-1]  # ... and the prefix-scored views, which come after, leave the presentation going
+    assert set(app.SHOWN) - set(views.LIVE_CHART) <= set(last) and "every view ready after" in last["status"]
+    assert not set(views.LIVE_CHART) & set(last)
     assert last["comparison"].partials and last["running"] is None and last["stop_btn"].visible is False
     assert last["tradeoff_plot"].data  # the curves, now that the prefixes are scored
     assert last["comparison"].metrics == shown["comparison"].metrics
@@ -327,6 +335,7 @@ def test_stop_says_what_the_views_show(app):
     # ... and once the run is cancelled, they do: the stopped run's half-drawn chart and answers are replaced
     after, shown = runs.after_stop(recorded, "the recorded run"), app.show_recorded("curves")
     assert after["status"] == before["status"] and after["running"] is None
+    assert after["present"] is None  # the live chart is the run shown again: its rounds can be presented
     assert after["live_plot"] == shown["live_plot"] and after["bon_text"].value == shown["bon_text"].value != ""
     ready = dataclasses.replace(recorded, partials={})  # a run stopped after its final frame, before its prefixes
     during = runs.on_stop(ready, "your run")
@@ -340,16 +349,19 @@ def test_presenter_controls_say_what_to_do_and_step_through_the_rounds(app):
 
     none = presenter.on_present(None, None, Look())
     assert none["caption"] == views.NO_RUN and "\n" not in none["caption"] and "present" not in none
-    assert "when it ends" in presenter.on_present(None, 123.0, Look())["caption"]
     comp = app.show_recorded("curves")["comparison"]
-    captions, step = [], None
-    for _ in range(len(comp.speculative.decision_points) + 1):
-        update = presenter.on_present(comp, None, Look(), step, move=0 if step is None else 1)
-        step = update["present"]
+    # while a run draws its frames, the previous run is not presented over them, and the timer waits
+    assert "once its result is shown" in presenter.on_present(comp, views.LIVE, Look())["caption"]
+    assert presenter.on_present_tick(comp, views.LIVE, Look()) == {}
+    update = presenter.on_present(comp, None, Look())
+    captions = [update["caption"]]
+    for _ in range(len(comp.speculative.decision_points)):
+        update = presenter.present_move(comp, update["present"], Look(), move=1)
         captions.append(update["caption"])
     assert captions[:-1] == run_captions(comp) and captions[-1].startswith("Result · ")
     assert update["present_next"].interactive is False and update["present_prev"].interactive is True
-    assert presenter.on_present_tick(comp, None, Look(), step)["present"] == 0  # timed: from the start again
+    assert presenter.on_present_tick(comp, update["present"], Look())["present"] == 0  # timed: from the start again
+    assert presenter.on_present(comp, 2, Look())["present"] == 0  # the button starts at the first round
 
 
 def test_the_page_names_its_scenario_and_types_no_measured_number(app):
