@@ -107,8 +107,9 @@ def compare_endpoint(runs: Runs) -> Callable[..., str]:
         given = {name: value for name, value in locals().items() if name != "runs"}
         try:
             return runs.compare(RunSettings.from_inputs(**given))
-        except SBoNError as e:
-            raise gr.Error(str(e)) from None
+        except SBoNError as e:  # the caller's settings: one line in the server's log, not a traceback
+            log.info("/compare refused: %s", e)
+            raise gr.Error(str(e), print_exception=False) from None
     return compare
 
 

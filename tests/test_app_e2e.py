@@ -355,11 +355,15 @@ def test_stop_cancels_within_two_seconds_and_the_app_stays_usable(page, server):
     (dict(first_decision=500), r"the first decision point \(500 tokens\) must come before max new tokens"),
     (dict(top_p=0), "top-p must be in"),
 ])
-def test_compare_api_refuses_bad_input_in_one_line(client, bad, message):
+def test_compare_api_refuses_bad_input_in_one_line(client, server, bad, message):
+    """The caller reads one line; the server's log gets one line too, not a traceback."""
+    logged = len(server.log.read_text())
     with pytest.raises(Exception) as refused:
         client.predict(**{"prompt": "Name a colour.", **TINY, **bad}, api_name="/compare")
     text = str(refused.value).strip()
     assert "\n" not in text and "Traceback" not in text and re.search(message, text), text
+    log = server.log.read_text()[logged:]
+    assert "Traceback" not in log and re.search("/compare refused: .*" + message, log), log[-2000:]
 
 
 def test_compare_api_returns_a_saved_run_and_survives_bad_input(client):
