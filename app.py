@@ -571,7 +571,8 @@ def main() -> None:
     except SBoNError as e:
         sys.exit(str(e))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    log.info("models will run on %s with %d CPU threads", MODELS.device(), threads)
+    log.info("models will run on %s, starting on %d CPU thread%s (each run takes the threads free at its start)",
+             MODELS.device(), threads, "" if threads == 1 else "s")
     demo = create_app(MODELS, threads)
     demo.queue(default_concurrency_limit=LIGHT_EVENTS, max_size=QUEUE_SIZE)
     gradio_adapter.quiet_queue(demo)  # a server with nothing to do wakes up fifty times a second, not a thousand
