@@ -194,6 +194,21 @@ class DecodePaths:
             return "compiled" if name in self._started and name not in self._failed else "eager"
         return self._cpu_decode(name, gen, load=False)
 
+    def settled(self, name: str) -> bool:
+        """Whether later runs of the generator decode as one starting now would: False on a CPU with auto's path
+        while its decode paths are still to be measured, provisional, or being measured or built (a choice may take
+        another weight format or step, which rounds differently). The step built for one thread gives the same
+        bits, so building it leaves the path settled."""
+        if app_decode() != "auto" or on_zerogpu() or default_device().type != "cpu" or name in self._failed:
+            return True
+        child = self._children.get(name)
+        if child is not None and child.poll() is None and name not in self._one_thread:
+            return False
+        choice = self.choice(name)
+        if choice is None and child is not None and child.returncode:
+            return True  # measuring failed: runs stay on the safe path
+        return choice is not None and not choice.provisional
+
     def _cpu_decode(self, name: str, gen: Generator, load: bool) -> str:
         """Compiled where auto's path is this format's compiled step and that step is saved here (``load``: loaded
         into this process now); eager otherwise: a run never waits for a build."""

@@ -27,8 +27,8 @@ from sbon.analysis.comparison import comparison_events
 from sbon.engine import Generator
 from sbon.errors import SBoNError
 from sbon.cache import cache_dir
-from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, default_device, dequantized_copy_dir, generator_title,
-                         hub_source, load_generator, load_reward, reward_title)
+from sbon.models import (GENERATOR_REWARDS, GENERATORS, REWARDS, default_device, default_weights, dequantized_copy_dir,
+                         generator_title, hub_source, load_generator, load_reward, reward_title)
 from sbon.probe import watched
 from sbon.results import RunResult
 from sbon.rewards import RewardModel
@@ -211,13 +211,15 @@ class ModelCache:
         DecodePaths.for_run."""
         return self.decode_paths.for_run(generator, gen) if self.decode_paths else app_decode()
 
-    def planned_decode(self, generator: str) -> str | None:
-        """The decode path a run of this generator starting now would take, where that is known without loading,
-        measuring or building anything (None: the generator is not loaded yet)."""
+    def planned(self, generator: str) -> tuple[str, str | None, bool]:
+        """What a run of this generator starting now would take, known without loading, measuring or building
+        anything: its weight format (the one ``get`` loads), its decode path (None: the generator is not loaded yet),
+        and whether later runs will take the same (DecodePaths.settled)."""
+        paths = self.decode_paths
+        weights = paths.path(generator).weights if paths else default_weights(self.device(), generator)
         gen = self._generators.get((generator, str(self.device())))
-        if gen is None:
-            return None
-        return self.decode_paths.planned(generator, gen) if self.decode_paths else app_decode()
+        decode = None if gen is None else paths.planned(generator, gen) if paths else app_decode()
+        return weights, decode, paths.settled(generator) if paths else True
 
     def generating(self):
         """Around a run's generation (the decode paths' child times nothing meanwhile)."""

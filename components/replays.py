@@ -28,7 +28,7 @@ from .share import ShareStore, digest, link
 from .static_pages import StaticPages, gallery_path, run_path
 from .style import Look
 from .updates import WARNING, FrozenFigure
-from .views import NO_RUN, Shown, as_kind, as_look, explaining_reward, show
+from .views import NO_RUN, Shown, as_kind, as_look, explaining_reward, show, source
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
 log = logging.getLogger("sbon.app")
@@ -42,14 +42,26 @@ SHARES = ShareStore()
 PAGES = StaticPages(GALLERY, SHARES, explain=explaining_reward)
 
 
-@computed_once(maxsize=8)
 def show_recorded(kind: str, look: Look = Look()) -> dict[str, Any]:
+    """The recorded run's views (the Replay button)."""
+    return as_of_now(recorded_views(kind, look))
+
+
+@computed_once(maxsize=8)
+def recorded_views(kind: str, look: Look = Look()) -> dict[str, Any]:
     """The recorded run's views, computed once per trade-off kind and look: every page load shows them."""
     try:
         comp = Comparison.load(RECORDED_RUN)
     except SBoNError as e:
         return {"status": f"⚠ the recorded run could not be shown: {e}", "caption": NO_RUN}
     return show(Shown(comp, "the recorded run shipped with the app", kind, RECORDED_RUN, look))
+
+
+def as_of_now(views: dict[str, Any]) -> dict[str, Any]:
+    """Views computed once, with the one line that depends on this machine now rather than on the run: whether a
+    Run here reproduces it (views.source), which changes as the app loads its models and measures its decode paths."""
+    comp = views.get("comparison")
+    return views if comp is None else {**views, "source": source(Shown(comp, views["origin"]))}
 
 
 def on_open(kind: str, viewport: dict | None, params: dict[str, str]) -> dict[str, Any]:
@@ -59,7 +71,7 @@ def on_open(kind: str, viewport: dict | None, params: dict[str, str]) -> dict[st
     look = look_for(presenter, viewport)
     kind = as_kind(kind)
     query = {k: v for k, v in params.items() if k in ("run", "gallery")}
-    views = open_link(urlencode(query), kind, look) if query else recorded_page(kind, look)
+    views = open_link(urlencode(query), kind, look) if query else as_of_now(recorded_page(kind, look))
     return {**views, "look": look, "presenter": presenter}
 
 
@@ -87,7 +99,7 @@ def gallery_markdown() -> str:
 @computed_once(maxsize=2)
 def recorded_page(kind: str, look: Look = Look()) -> dict[str, Any]:
     """The recorded run as every page load sends it: its figures serialized once."""
-    return frozen(show_recorded(kind, look))
+    return frozen(recorded_views(kind, look))
 
 
 @computed_once(maxsize=64)
@@ -129,7 +141,7 @@ def on_gallery(key: str | None, kind: str, look: Look = Look()) -> dict[str, Any
     if not key:
         return {}
     try:
-        return gallery_views(str(key), as_kind(kind), as_look(look))
+        return as_of_now(gallery_views(str(key), as_kind(kind), as_look(look)))
     except SBoNError as e:
         return {"status": f"⚠ {e}"}
 
@@ -140,11 +152,11 @@ def open_link(query: str, kind: str, look: Look = Look()) -> dict[str, Any]:
     kind, look = as_kind(kind), as_look(look)
     try:
         if "gallery" in params:
-            return gallery_views(params["gallery"], kind, look)
+            return as_of_now(gallery_views(params["gallery"], kind, look))
         SHARES.check(params.get("run", ""))  # malformed, expired or gone: before the cache, which would still hold it
-        return shared_views(params["run"].strip(), kind, look)
+        return as_of_now(shared_views(params["run"].strip(), kind, look))
     except SBoNError as e:
-        return {**recorded_page(kind, look), "status": f"⚠ {e}; showing the recorded run instead"}
+        return {**as_of_now(recorded_page(kind, look)), "status": f"⚠ {e}; showing the recorded run instead"}
 
 
 def on_share(comp: Comparison | None, page: str | None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from sbon.analysis.comparison import Comparison, headline_text, wall_time_text
 from sbon.analysis.counterfactual import partial_final_stats
+from sbon.machine import weight_words
 from sbon.machine_load import busy
 from sbon.config import METHOD_SPECS
 from sbon.metrics import decision_quality
@@ -268,20 +269,19 @@ def run_description(comp: Comparison, origin: str) -> str:
 # exact terms stay in brackets, as the docs and the saved run name them.
 PATH_WORDS = {"compiled": "a decoding step compiled ahead for that kind of processor (faster)",
               "eager": "PyTorch's standard step-by-step decoding (not compiled)"}
-WEIGHT_WORDS = {"fp32": "32-bit floating-point numbers", "bf16": "16-bit floating-point numbers", "int8": "8-bit integers",
-                "int4": "4-bit integers"}
+
+# Where the app is still measuring this machine's decode paths: its choice may take a faster weight format or step,
+# which rounds differently.
+MEASURING = ("the app is still measuring faster ways of decoding here, and a Run on one of them may give other "
+             "candidates")
 
 
-def weights_words(weights: str) -> str:
-    """A weight format in words, its name in brackets: '4-bit integers (int4)'; a format not listed by its name."""
-    base = next((words for name, words in WEIGHT_WORDS.items() if weights.startswith(name)), None)
-    return f"{base} ({weights})" if base else weights
-
-
-def reproduction_note(comp: Comparison, machine: str, weights: str | None, decode: str | None) -> str:
+def reproduction_note(comp: Comparison, machine: str, weights: str | None, decode: str | None,
+                      settled: bool = True) -> str:
     """One line for a run recorded elsewhere or earlier: "Press ▶ Run to reproduce it" only where a Run here (this
     ``machine`` class, ``weights`` format and ``decode`` path; None: not known yet) gives the same candidates, else
-    what differs and what that means."""
+    what differs and what that means. ``settled``: later runs decode as one starting now; False while the app is
+    still measuring or building this machine's decode paths, whose choice may change both."""
     run = comp.speculative
     if run.machine is None:
         return ("It was saved without the machine it ran on: a Run here with its settings may give other candidates.")
@@ -291,7 +291,7 @@ def reproduction_note(comp: Comparison, machine: str, weights: str | None, decod
         differ.append(f"it ran on {there}, this machine is {here}" if there != here else
                       f"it ran on {there} with other processor features in use than here")
     if run.weights and weights and run.weights != weights:
-        differ.append(f"its model's numbers were stored as {weights_words(run.weights)}, here as {weights_words(weights)}")
+        differ.append(f"its model was stored as {weight_words(run.weights)}, here as {weight_words(weights)}")
     if run.decode and decode and run.decode != decode:
         differ.append(f"it ran with {PATH_WORDS.get(run.decode, run.decode)}, a Run here with "
                       f"{PATH_WORDS.get(decode, decode)}")
@@ -299,8 +299,11 @@ def reproduction_note(comp: Comparison, machine: str, weights: str | None, decod
         return (f"A Run here with its settings may give other candidates than this recording: {'; '.join(differ)}, "
                 "and they round differently.")
     if decode is None and run.decode:
-        return (f"It ran on this kind of machine, with {PATH_WORDS.get(run.decode, run.decode)}: a Run here "
-                "reproduces it once the models are loaded to decode the same way.")
+        note = (f"It ran on this kind of machine, with {PATH_WORDS.get(run.decode, run.decode)}: a Run here "
+                "reproduces it once the models are loaded to decode the same way")
+        return f"{note}." if settled else f"{note}; {MEASURING}."
+    if not settled:
+        return f"Press ▶ Run to reproduce it now, while runs here decode the same way: {MEASURING}."
     return "Press ▶ Run to reproduce it: this machine, decoding the same way, gives the same candidates."
 
 

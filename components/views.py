@@ -13,7 +13,6 @@ import plotly.graph_objects as go
 
 from sbon.analysis.comparison import Comparison
 from sbon.machine import machine_class
-from sbon.models import default_weights
 from sbon.rewards import bind_instructions
 
 from . import figures, signals_view, tables
@@ -65,9 +64,8 @@ def source(shown: Shown) -> str:
     if shown.origin == "your run":
         return described
     generator = shown.comp.speculative.generator
-    here = MODELS.device()
-    note = tables.reproduction_note(shown.comp, machine_class(here), default_weights(here, generator),
-                                    MODELS.planned_decode(generator))
+    weights, decode, settled = MODELS.planned(generator)
+    note = tables.reproduction_note(shown.comp, machine_class(MODELS.device()), weights, decode, settled)
     return f"{described}\n\n{note}"
 
 

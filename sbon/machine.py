@@ -248,12 +248,18 @@ class Choice:
         return cls(**{**d, "paths": paths})
 
 
-def title(weights: str, decode: str, device: str = "cpu") -> str:
-    """A path in words a student reads (no identifiers): the weight format's ``words`` (else its description up to
-    its first aside), and the step."""
+def weight_words(weights: str) -> str:
+    """A weight format in words a student reads (no identifiers): its ``words``, else its description up to its
+    first aside; a format not registered by its name."""
     from .engine import WEIGHT_FORMATS
     fmt = WEIGHT_FORMATS.get(weights)
-    words = weights if fmt is None else fmt.words or re.split(r" \(|:|,", fmt.description)[0]
+    return weights if fmt is None else fmt.words or re.split(r" \(|:|,", fmt.description)[0]
+
+
+def title(weights: str, decode: str, device: str = "cpu") -> str:
+    """A path in words a student reads (no identifiers): the weight format's words (``weight_words``), and the
+    step."""
+    words = weight_words(weights)
     step = ("recorded once and replayed on the GPU (CUDA graphs)" if torch.device(device).type == "cuda"
             else "compiled into one step") if decode == "compiled" else "one operation at a time"
     return f"{words}, {step}"

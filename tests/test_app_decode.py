@@ -140,6 +140,40 @@ def test_a_machine_that_never_saved_a_step_does_not_name_one(gen_int4, unmeasure
 
 
 
+def test_the_path_is_settled_only_once_a_final_choice_is_measured_and_no_child_measures_or_builds(
+        unmeasured_machine, monkeypatch):
+    """Whether later runs decode as one starting now (what the page says before "Press Run to reproduce"): not while
+    nothing is measured, a choice is provisional, or a child measures or builds; yes once a choice is final and its
+    child has ended, once measuring has failed (runs keep the safe path), or where the path is forced."""
+    class Child:
+        returncode = None
+
+        def poll(self):
+            return self.returncode
+
+    child = Child()
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate, one_thread=False: child)
+    steps = DecodePaths()
+    assert not steps.settled(NAME)  # nothing measured yet: a child will measure
+    steps._measure(NAME)
+    assert not steps.settled(NAME)  # measuring
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)], provisional="1 compiled step may still "
+         "be built")
+    assert not steps.settled(NAME)  # saved, still building
+    child.returncode = 0
+    assert not steps.settled(NAME)  # ended with a provisional choice: measured again later
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])
+    assert steps.settled(NAME)
+    monkeypatch.setenv("SBON_DECODE", "eager")
+    assert steps.settled(NAME)
+    failed = DecodePaths()  # a machine where measuring failed: no choice, runs stay on the safe path
+    monkeypatch.setenv("SBON_CACHE", str(unmeasured_machine / "elsewhere"))
+    monkeypatch.delenv("SBON_DECODE")
+    child.returncode = 1
+    failed._measure(NAME)
+    assert failed.choice(NAME) is None and failed.settled(NAME)
+
+
 def test_a_forced_path_is_the_one_the_model_line_names(gen_int4, unmeasured_machine, monkeypatch):
     monkeypatch.setattr("components.decode_paths._measure_in_child",  # a child for the step for one thread, ended
                         lambda name, gate, one_thread=False: SimpleNamespace(poll=lambda: 0, returncode=0))

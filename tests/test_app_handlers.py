@@ -44,6 +44,38 @@ def test_showing_the_recorded_run_fills_every_view(app):
     assert shown["tradeoff_plot"].data[0].type == "heatmap"  # the kind the page asked for
 
 
+def test_whether_a_run_here_reproduces_the_recorded_run_is_said_as_of_each_open(app, machine_without_choice,
+                                                                              monkeypatch):
+    """The recorded run's views are computed once for every page load; whether a Run here gives its candidates
+    depends on how runs decode here, which the app measures after it starts: each open, and the Replay button, says
+    it as of then, in words (no format names)."""
+    from components import replays
+    from components.decode_paths import DecodePaths
+    from sbon.machine import Measured, choose, decode_threads, fingerprint, save_choice
+
+    recorded = app.show_recorded("curves")["comparison"].speculative
+    assert (recorded.weights, recorded.decode) == ("fp32", "eager")
+    # this machine as the one it was recorded on (another kind of processor would say so instead)
+    monkeypatch.setattr(views, "machine_class", lambda device: recorded.machine)
+    monkeypatch.setattr(views.MODELS, "decode_paths", DecodePaths())
+
+    def measured(fastest):
+        save_choice(choose(recorded.generator, fingerprint("cpu", decode_threads()),
+                           [Measured(w, "eager", ms={7: 50.0 if w == fastest else 100.0}, exact=True)
+                            for w in ("fp32", "int4")]))
+        return replays.on_open("curves", None, {})["source"]
+
+    opened = replays.on_open("curves", None, {})["source"]
+    assert "the app is still measuring faster ways of decoding here" in opened  # nothing measured yet
+    to_int4 = measured("int4")
+    assert "may give other candidates than this recording: its model was stored as full-precision numbers, here " \
+           "as 4-bit weights" in to_int4 and "fp32" not in to_int4 and "int4" not in to_int4
+    assert app.show_recorded("curves")["source"] == to_int4
+    assert "Run here reproduces it" in (kept := measured("fp32")) or kept.endswith(
+        "Press ▶ Run to reproduce it: this machine, decoding the same way, gives the same candidates.")
+    assert "still measuring" not in kept and "other candidates" not in kept
+
+
 def test_the_one_converter_gives_gradio_what_the_plain_handlers_mean(app):
     """Handlers return plain records; app.for_gradio turns a whole page's worth into Gradio's values: updates
     of the properties given (and only those), frozen figures as the plot's data, a notice as a toast, a

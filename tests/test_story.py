@@ -176,6 +176,9 @@ def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(co
     assert f"Wall time on {here}:" in wall_time_text(comparison)
     path = comparison.speculative.decode
     assert tables.reproduction_note(comparison, here, comparison.speculative.weights, path).startswith("Press ▶ Run")
+    # while the app still measures faster ways of decoding, a Run reproduces it only until it takes one of them
+    measuring = tables.reproduction_note(comparison, here, comparison.speculative.weights, path, settled=False)
+    assert measuring.startswith("Press ▶ Run to reproduce it now, while") and "may give other candidates" in measuring
     elsewhere = tables.reproduction_note(comparison, "Intel Xeon (AVX2)", comparison.speculative.weights, path)
     # the page names processors, not their instruction sets
     assert "Press" not in elsewhere and "this machine is Intel Xeon," in elsewhere and "AVX" not in elsewhere
