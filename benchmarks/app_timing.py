@@ -125,9 +125,12 @@ def click_run(page, timeout_ms: float = TIMEOUT_MS) -> dict[str, Any]:
 
 
 def decoded_with(status: str) -> str | None:
-    """The decode path a finished run's status line names (its words: components.runs.DECODED); None if none."""
-    from components.runs import DECODED
-    return next((path for path, words in DECODED.items() if words in status), None)
+    """The decode step a finished run's status line names ("decoded ...", components.runs.decoded, in
+    sbon.machine.step_words's words); None if none."""
+    from sbon.machine import step_words
+    said = re.search(r"decoded ([^;]*)", status)
+    return next((decode for decode in ("compiled", "eager") for device in ("cpu", "cuda")
+                 if said and step_words(decode, device) in said.group(1)), None)
 
 
 def set_controls(page, args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ from sbon.algorithms import Done
 from sbon.analysis.comparison import (Comparison, ComparisonDone, ComparisonReady, CounterfactualScored,
                                       MethodEvent)
 from sbon.errors import SBoNError
+from sbon.machine import how_decoded
 from sbon.results import RunResult
 from sbon.models import generator_title, reward_title
 
@@ -39,8 +40,6 @@ LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are r
 # never stands still for long (benchmarks/app_timing.py's STILL_TARGET_S)
 MODEL_STATUS_LOADING_S, MODEL_STATUS_IDLE_S = 1.0, 5.0  # how often the model line refreshes
 STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this often; figures only per round
-# How the run decoded (RunResult.decode), for the status line (the app's default: components.decode_paths.DecodePaths)
-DECODED = {"compiled": "decoded with a step compiled ahead for this processor", "eager": "decoded with PyTorch's standard step"}
 ONE_THREAD = (", on one thread: other programs were busy on this machine's cores, and one thread runs faster "
               "beside them")
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
@@ -200,12 +199,13 @@ class Runs:
 
 
 def decoded(run: RunResult) -> str:
-    """How a finished run of this app decoded, for its status line: its step, and one thread where the run started
-    while other work held the cores (components.decode_paths.DecodePaths._cpu_threads)."""
+    """How a finished run of this app decoded, for its status line, in the model line's words (sbon.machine.title):
+    its weight format and step, and one thread where the run started while other work held the cores
+    (components.decode_paths.DecodePaths._cpu_threads)."""
     paths = MODELS.decode_paths
     measured = paths.path(run.generator).threads if paths else None
     one_thread = run.threads == 1 and measured is not None and measured > 1
-    return DECODED[run.decode or "eager"] + (ONE_THREAD if one_thread else "")
+    return f"decoded {how_decoded(run.weights, run.decode, str(MODELS.device()))}" + (ONE_THREAD if one_thread else "")
 
 
 def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:

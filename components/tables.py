@@ -13,7 +13,7 @@ import pandas as pd
 
 from sbon.analysis.comparison import Comparison, headline_text, wall_time_text
 from sbon.analysis.counterfactual import partial_final_stats
-from sbon.machine import weight_words
+from sbon.machine import how_decoded, machine_device, step_words, weight_words
 from sbon.machine_load import busy
 from sbon.config import METHOD_SPECS
 from sbon.metrics import decision_quality
@@ -267,8 +267,6 @@ def run_description(comp: Comparison, origin: str) -> str:
 
 # How a run decoded (RunResult.decode) and how its weights were stored (RunResult.weights), in a student's words; the
 # exact terms stay in brackets, as the docs and the saved run name them.
-PATH_WORDS = {"compiled": "a decoding step compiled ahead for that kind of processor (faster)",
-              "eager": "PyTorch's standard step-by-step decoding (not compiled)"}
 
 # Where the app is still measuring this machine's decode paths: its choice may take a faster weight format or step,
 # which rounds differently.
@@ -293,14 +291,14 @@ def reproduction_note(comp: Comparison, machine: str, weights: str | None, decod
     if run.weights and weights and run.weights != weights:
         differ.append(f"its model was stored as {weight_words(run.weights)}, here as {weight_words(weights)}")
     if run.decode and decode and run.decode != decode:
-        differ.append(f"it ran with {PATH_WORDS.get(run.decode, run.decode)}, a Run here with "
-                      f"{PATH_WORDS.get(decode, decode)}")
+        differ.append(f"it decoded {step_words(run.decode, machine_device(run.machine))}, a Run here "
+                      f"{step_words(decode, machine_device(machine))}")
     if differ:
         return (f"A Run here with its settings may give other candidates than this recording: {'; '.join(differ)}, "
                 "and they round differently.")
     if decode is None and run.decode:
-        note = (f"It ran on this kind of machine, with {PATH_WORDS.get(run.decode, run.decode)}: a Run here "
-                "reproduces it once the models are loaded to decode the same way")
+        note = (f"It ran on this kind of machine and decoded {how_decoded(run.weights, run.decode, machine_device(machine))}"
+                ": a Run here reproduces it once the models are loaded to decode the same way")
         return f"{note}." if settled else f"{note}; {MEASURING}."
     if not settled:
         return f"Press ▶ Run to reproduce it now, while runs here decode the same way: {MEASURING}."

@@ -256,13 +256,25 @@ def weight_words(weights: str) -> str:
     return weights if fmt is None else fmt.words or re.split(r" \(|:|,", fmt.description)[0]
 
 
+def step_words(decode: str, device: str = "cpu") -> str:
+    """A decode step (sbon.decoders) in words a student reads (no identifiers)."""
+    if decode != "compiled":
+        return "one operation at a time"
+    return "recorded once and replayed on the GPU (CUDA graphs)" if torch.device(device).type == "cuda" else \
+        "compiled into one step"
+
+
 def title(weights: str, decode: str, device: str = "cpu") -> str:
     """A path in words a student reads (no identifiers): the weight format's words (``weight_words``), and the
-    step."""
-    words = weight_words(weights)
-    step = ("recorded once and replayed on the GPU (CUDA graphs)" if torch.device(device).type == "cuda"
-            else "compiled into one step") if decode == "compiled" else "one operation at a time"
-    return f"{words}, {step}"
+    step's (``step_words``)."""
+    return f"{weight_words(weights)}, {step_words(decode, device)}"
+
+
+def how_decoded(weights: str | None, decode: str | None, device: str = "cpu") -> str:
+    """How a run decoded, to follow "decoded" in a sentence: "with" its path's ``title``, or its step alone where the
+    run recorded no weight format (an older saved run)."""
+    decode = decode or "eager"
+    return f"with {title(weights, decode, device)}" if weights else step_words(decode, device)
 
 
 def choose(generator: str, machine: dict, paths: list[Measured], pending: Sequence[str] = (),
@@ -416,6 +428,11 @@ def cpu_isa() -> str:
     native_bf16 = bool(BF16_FLAGS & set(cpu_flags())) and capability == "AVX512" \
         and (not limit or "BF16" in limit or "AMX" in limit or limit == "ALL")
     return words + (" with BF16" if native_bf16 else "")
+
+
+def machine_device(machine: str) -> str:
+    """The device type a run recorded on the class of machine ``machine`` (``machine_class``'s line) decoded on."""
+    return "cuda" if machine.endswith(" (GPU)") else "cpu"
 
 
 def machine_class(device: str | torch.device = "cpu") -> str:

@@ -120,6 +120,12 @@ def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(ge
     assert steps.status(NAME).startswith(f"{generator_title(NAME)} decodes with 4-bit weights, one operation at a time: "
                                          "50.0 ms per step for 7 candidates")
     assert steps.status(NAME, alone=True).startswith("It decodes with 4-bit weights, one operation at a time: ")
+    # a finished run's status line names its path in the model line's words
+    from components import runs
+    from sbon.results import RunResult
+    run = RunResult(method="sbon", prompt="Hi", generator=NAME, reward="minilm-pref", settings={}, prompt_tokens=1,
+                    candidates=[], weights="int4", decode="eager")
+    assert runs.decoded(run) == "decoded with 4-bit weights, one operation at a time"
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0), measured("int4", "compiled", 20.0)])
     assert compiled_state(gen_int4) is None  # chosen, but its step is not saved on this machine: eager
     assert steps.decode(NAME, gen_int4) == "eager"

@@ -293,11 +293,16 @@ def test_step_times_every_format_with_both_attentions_and_reports_the_ratios(tmp
     assert len(lines) == 4 and all(step.BASELINE in line for line in lines)
 
 
-def test_the_app_benchmark_reads_the_decode_path_from_the_status_line_s_own_words():
+def test_the_app_benchmark_reads_the_decode_path_from_the_status_line_s_own_words(monkeypatch):
     from benchmarks.app_timing import decoded_with
-    from components.runs import DECODED
+    from components import runs
+    from sbon.results import RunResult
 
-    for path, words in DECODED.items():
-        assert decoded_with(f"Done in 11.2 s from the click; first decision point drawn after 1.4 s; {words}; every "
-                            "view ready after 12.8 s") == path
+    for weights in ("fp32", "int4-bf16dot", None):
+        for path in ("compiled", "eager"):
+            run = RunResult(method="sbon", prompt="Hi", generator="smollm2-135m", reward="minilm-pref", settings={},
+                            prompt_tokens=1, candidates=[], weights=weights, decode=path)
+            words = runs.decoded(run)
+            assert decoded_with(f"Done in 11.2 s from the click; first decision point drawn after 1.4 s; {words}; "
+                                "every view ready after 12.8 s") == path, words
     assert decoded_with("Done in 11.2 s from the click") is None

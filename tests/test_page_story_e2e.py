@@ -27,7 +27,7 @@ IDENTIFIERS = (r"\bsbon\b", r"\bbon\b", r"\blogprob\b", r"\bdeepconf\b", r"\bsel
                r"\bsmollm2-135m\b", r"punctuation:no_comma", r"retired \(finished, eligible\)",
                r"decoded with the compiled step",
                r"Loaded on cpu", r"SBoN tokens / BoN tokens", r"IFEval ids and arguments", r"expected fraction",
-               r"Counterfactual replay", r"\b1 candidates\b", r"AVX", r"\bBF16\b", r"\bAMX\b")
+               r"Counterfactual replay", r"\b1 candidates\b", r"AVX", r"\bBF16\b", r"\bAMX\b", r"\bfp32\b", r"\bint4\b")
 # The page's visible text: what the body shows (code blocks of the API's how-to left out) and the visible inputs'
 # values (a dropdown shows its choice there).
 VISIBLE_TEXT_JS = """() => { const code = [...document.querySelectorAll('pre, code')];

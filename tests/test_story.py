@@ -190,9 +190,10 @@ def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(co
     page_wall_time = tables.headline_parts(comparison)[1]
     assert page_wall_time.startswith(f"Wall time on {machine_words(here)}:") and isa not in page_wall_time
     assert isa not in figures.phase_times(comparison).layout.title.text
-    other_path = tables.reproduction_note(comparison, here, comparison.speculative.weights,
-                                          "compiled" if path == "eager" else "eager")
-    assert "Press" not in other_path and "decoding" in other_path
+    other = "compiled" if path == "eager" else "eager"
+    other_path = tables.reproduction_note(comparison, here, comparison.speculative.weights, other)
+    steps = {"eager": "one operation at a time", "compiled": "compiled into one step"}
+    assert "Press" not in other_path and f"it decoded {steps[path]}, a Run here {steps[other]}" in other_path
     unnamed = copy.deepcopy(comparison)
     unnamed.speculative.machine = None
     assert "Press" not in tables.reproduction_note(unnamed, here, comparison.speculative.weights, path)
