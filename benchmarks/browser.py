@@ -173,7 +173,8 @@ _PLOT_TEXT = """(sel) => { const root = document.querySelector(sel); const plot 
     if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1)
       problems.push(`${sel}: ${name} '${e.textContent.slice(0, 40)}' clipped`); }
   const hit = (a, b) => a && b && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
-  for (const [a, b] of [['title', 'legend'], ['x-axis title', 'legend'], ['title', 'slider'], ['legend', 'slider'], ['x-axis title', 'slider']])
+  for (const [a, b] of [['title', 'legend'], ['x-axis title', 'legend'], ['title', 'slider'], ['legend', 'slider'], ['x-axis title', 'slider'],
+                        ['y-axis title', 'title']])
     if (hit(found[a], found[b])) problems.push(`${sel}: ${a} overlaps ${b}`);
   const bar = root.querySelector('.modebar-container .modebar');  // plotly's toolbar, where it is shown
   const shown = bar && getComputedStyle(bar.parentElement).display != 'none' && getComputedStyle(bar.parentElement).opacity != '0';

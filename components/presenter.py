@@ -34,6 +34,7 @@ CSS = """
 .js-plotly-plot .modebar-container { opacity: 0; transition: opacity 0.2s; }
 .js-plotly-plot:hover .modebar-container { opacity: 1; }
 @media (max-width: 640px) { .js-plotly-plot .modebar-container { display: none; } }
+body.presenter .js-plotly-plot .modebar-container { display: none !important; }  /* a hall has no use for zoom tools */
 /* The seed box has no room for a label over it in the run bar: its name stands inside it, before the number. */
 #seed label { display: flex; align-items: center; }
 #seed input { flex: 1 1 auto; width: calc(6ch + 2em); min-width: 0; }  /* six digits: New seed's */

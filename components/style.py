@@ -335,4 +335,20 @@ def for_presenter(fig: go.Figure, max_height: int | None = None, fill: bool = Fa
         rows = abs(y.range[1] - y.range[0])
         per_label = (FONT_SIZE * s * 1.4) / max(1.0, (height - m.t - m.b) / rows)
         y.dtick = max(1, math.ceil(per_label))
+    _fit_y_title(fig)
     return fig
+
+
+def _fit_y_title(fig: go.Figure) -> None:
+    """The y-axis title, which stands along the plot area's height, re-wrapped to that height: on one line where it
+    fits, else without the aside in brackets it ends with where that fits one line, else on as many lines as it needs
+    (the left margin grows for them). Longer, it would run past the plot area, over the title or off the figure."""
+    y = fig.layout.yaxis
+    if not (y and y.title and y.title.text):
+        return
+    m = fig.layout.margin
+    char_px = CHAR_PX / LEGEND_SIZE * FONT_SIZE * scale_of(fig)
+    width = max(8, int((fig.layout.height - m.t - m.b) / char_px))
+    full = y.title.text
+    y.title.text = next((t for t in (_rewrap(full, width), _rewrap(_without_aside(full), width)) if _lines(t) == 1),
+                        _rewrap(full, width))
