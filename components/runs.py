@@ -205,7 +205,8 @@ def decoded(run: RunResult) -> str:
     paths = MODELS.decode_paths
     measured = paths.path(run.generator).threads if paths else None
     one_thread = run.threads == 1 and measured is not None and measured > 1
-    return f"decoded {how_decoded(run.weights, run.decode, str(MODELS.device()))}" + (ONE_THREAD if one_thread else "")
+    decode = run.decode or "eager"
+    return f"decoded {how_decoded(run.weights, decode, str(MODELS.device()))}" + (ONE_THREAD if one_thread else "")
 
 
 def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from sbon.analysis.comparison import Comparison, headline_text, wall_time_text
 from sbon.analysis.counterfactual import partial_final_stats
-from sbon.machine import how_decoded, machine_device, step_words, weight_words
+from sbon.machine import how_decoded, machine_device
 from sbon.machine_load import busy
 from sbon.config import METHOD_SPECS
 from sbon.metrics import decision_quality
@@ -288,11 +288,12 @@ def reproduction_note(comp: Comparison, machine: str, weights: str | None, decod
         there, here = machine_words(run.machine), machine_words(machine)
         differ.append(f"it ran on {there}, this machine is {here}" if there != here else
                       f"it ran on {there} with other processor features in use than here")
-    if run.weights and weights and run.weights != weights:
-        differ.append(f"its model was stored as {weight_words(run.weights)}, here as {weight_words(weights)}")
-    if run.decode and decode and run.decode != decode:
-        differ.append(f"it decoded {step_words(run.decode, machine_device(run.machine))}, a Run here "
-                      f"{step_words(decode, machine_device(machine))}")
+    # Where a Run here decodes otherwise: what is known of both paths (the step here once the models are loaded).
+    if (run.weights and weights and run.weights != weights) or (run.decode and decode and run.decode != decode):
+        there = how_decoded(run.weights if weights else None, run.decode if decode else None,
+                            machine_device(run.machine))
+        here = how_decoded(weights if run.weights else None, decode if run.decode else None, machine_device(machine))
+        differ.append(f"it decoded {there}; a Run here decodes {here}")
     if differ:
         return (f"A Run here with its settings may give other candidates than this recording: {'; '.join(differ)}, "
                 "and they round differently.")

@@ -271,10 +271,11 @@ def title(weights: str, decode: str, device: str = "cpu") -> str:
 
 
 def how_decoded(weights: str | None, decode: str | None, device: str = "cpu") -> str:
-    """How a run decoded, to follow "decoded" in a sentence: "with" its path's ``title``, or its step alone where the
-    run recorded no weight format (an older saved run)."""
-    decode = decode or "eager"
-    return f"with {title(weights, decode, device)}" if weights else step_words(decode, device)
+    """How a run decodes, to follow "decoded" in a sentence: "with" its path's ``title``; what is known of it where
+    the weight format or the step is not (None: a run saved without it, a step not decided yet)."""
+    if weights and decode:
+        return f"with {title(weights, decode, device)}"
+    return f"with {weight_words(weights)}" if weights else step_words(decode or "eager", device)
 
 
 def choose(generator: str, machine: dict, paths: list[Measured], pending: Sequence[str] = (),

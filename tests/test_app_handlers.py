@@ -68,8 +68,8 @@ def test_whether_a_run_here_reproduces_the_recorded_run_is_said_as_of_each_open(
     opened = replays.on_open("curves", None, {})["source"]
     assert "the app is still measuring faster ways of decoding here" in opened  # nothing measured yet
     to_int4 = measured("int4")
-    assert "may give other candidates than this recording: its model was stored as full-precision numbers, here " \
-           "as 4-bit weights" in to_int4 and "fp32" not in to_int4 and "int4" not in to_int4
+    assert "may give other candidates than this recording: it decoded with full-precision numbers" in to_int4 \
+        and "a Run here decodes with 4-bit weights" in to_int4 and "fp32" not in to_int4 and "int4" not in to_int4
     assert app.show_recorded("curves")["source"] == to_int4
     assert "Run here reproduces it" in (kept := measured("fp32")) or kept.endswith(
         "Press ▶ Run to reproduce it: this machine, decoding the same way, gives the same candidates.")

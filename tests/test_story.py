@@ -193,7 +193,8 @@ def test_a_run_names_its_machine_and_press_run_shows_only_where_it_reproduces(co
     other = "compiled" if path == "eager" else "eager"
     other_path = tables.reproduction_note(comparison, here, comparison.speculative.weights, other)
     steps = {"eager": "one operation at a time", "compiled": "compiled into one step"}
-    assert "Press" not in other_path and f"it decoded {steps[path]}, a Run here {steps[other]}" in other_path
+    assert "Press" not in other_path and f"{steps[path]}; a Run here decodes with" in other_path \
+        and other_path.endswith(f"{steps[other]}, and they round differently.")
     unnamed = copy.deepcopy(comparison)
     unnamed.speculative.machine = None
     assert "Press" not in tables.reproduction_note(unnamed, here, comparison.speculative.weights, path)
