@@ -265,9 +265,6 @@ def run_description(comp: Comparison, origin: str) -> str:
             f"{instructions}")
 
 
-# How a run decoded (RunResult.decode) and how its weights were stored (RunResult.weights), in a student's words; the
-# exact terms stay in brackets, as the docs and the saved run name them.
-
 # Where the app is still measuring this machine's decode paths: its choice may take a faster weight format or step,
 # which rounds differently.
 MEASURING = ("the app is still measuring faster ways of decoding here, and a Run on one of them may give other "
@@ -298,8 +295,9 @@ def reproduction_note(comp: Comparison, machine: str, weights: str | None, decod
         return (f"A Run here with its settings may give other candidates than this recording: {'; '.join(differ)}, "
                 "and they round differently.")
     if decode is None and run.decode:
-        note = (f"It ran on this kind of machine and decoded {how_decoded(run.weights, run.decode, machine_device(machine))}"
-                ": a Run here reproduces it once the models are loaded to decode the same way")
+        how = how_decoded(run.weights, run.decode, machine_device(machine))
+        note = (f"It ran on this kind of machine and decoded {how}: a Run here reproduces it once the models are "
+                "loaded to decode the same way")
         return f"{note}." if settled else f"{note}; {MEASURING}."
     if not settled:
         return f"Press ▶ Run to reproduce it now, while runs here decode the same way: {MEASURING}."
