@@ -215,14 +215,15 @@ class DecodePaths:
         path = self.path(name)
         if name in self._failed or (path.weights, path.decode) != (gen.weights, "compiled"):
             return "eager"
-        with on_threads(path.threads or torch.get_num_threads()):  # its step for the count it was measured at
-            state = compiled_state(gen)
-            if state == "loaded" or (state == "saved" and not load):
-                return "compiled"
-            if state == "saved":
+        threads = path.threads or torch.get_num_threads()  # its step for the count it was measured at
+        state = compiled_state(gen, threads)  # sets no thread count: a page open may ask while a run decodes
+        if state == "loaded" or (state == "saved" and not load):
+            return "compiled"
+        if state == "saved":
+            with on_threads(threads):  # on TORCH_THREAD, at a run's start
                 if prepare(gen):
                     return "compiled"
-                self._failed[name] = "its compiled decode step did not load (the app's log says why)"
+            self._failed[name] = "its compiled decode step did not load (the app's log says why)"
         return "eager"
 
     def _cpu_threads(self, name: str, gen: Generator, decode: str) -> str:

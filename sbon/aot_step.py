@@ -43,14 +43,15 @@ STEP_SOURCES = ("decoders.py", "static_cache.py", "attention.py", "engine.py", "
                 "cpp_kernels.py", *sorted(f"kernels/{p.name}" for p in (Path(__file__).parent / "kernels").glob("*.cpp")))
 
 
-def step_key(gen, options: dict[str, Any]) -> str:
-    """The saved step's name: a hash of everything its graph and numbers depend on (see the module's docstring)."""
+def step_key(gen, options: dict[str, Any], threads: int | None = None) -> str:
+    """The saved step's name: a hash of everything its graph and numbers depend on (see the module's docstring);
+    ``threads``: the CPU thread count it is for (default: torch's now)."""
     import transformers
 
     h = hashlib.blake2b(digest_size=16)
     here = Path(__file__).parent
     for part in (torch.__version__, transformers.__version__, kernels_version(), sys.version, cpu_features(),
-                 torch.get_num_threads(), gen.weights, gen.model.config.to_json_string(),
+                 threads or torch.get_num_threads(), gen.weights, gen.model.config.to_json_string(),
                  getattr(gen.model.config, "_attn_implementation", None),
                  # whether the step calls the attention kernel: asked here too (built where it is not yet), so that a
                  # process that has not made a compiled decoder yet names the step as the one that saved it did
@@ -94,8 +95,8 @@ def weights_hash(model: torch.nn.Module) -> str:
     return model._sbon_weights_hash
 
 
-def step_path(gen, options: dict[str, Any]) -> Path:
-    return _steps() / f"{step_key(gen, options)}.pt"
+def step_path(gen, options: dict[str, Any], threads: int | None = None) -> Path:
+    return _steps() / f"{step_key(gen, options, threads)}.pt"
 
 
 def any_saved() -> bool:

@@ -209,9 +209,9 @@ class CompiledDecoder:
             prefix = self.gen.prefill(self.gen.encode_prompt("Hi"))
             self.forward(self.start(prefix, [0, 1], False, 2), prefix.logits.argmax(-1).expand(2))
 
-    def saved_step(self) -> aot_step.SavedStep | None:
-        """The saved step this process uses now (None: none yet, or traced here)."""
-        return self.loaded.get(torch.get_num_threads())
+    def saved_step(self, threads: int | None = None) -> aot_step.SavedStep | None:
+        """The saved step this process uses now, or at ``threads`` CPU threads (None: none yet, or traced here)."""
+        return self.loaded.get(threads or torch.get_num_threads())
 
     def load_or_build(self, args: tuple) -> aot_step.SavedStep | None:
         """The saved step for these arguments: loaded from the disk, or compiled and saved first; None (and one
@@ -334,16 +334,17 @@ def _use_our_inductor_cache() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
 
 
-def compiled_state(gen: Generator) -> str | None:
-    """How far this generator's compiled step is on this machine: "loaded" (in this process), "saved" (on the disk,
-    for this thread count: ``prepare`` loads it in seconds) or None (neither)."""
+def compiled_state(gen: Generator, threads: int | None = None) -> str | None:
+    """How far this generator's compiled step for ``threads`` CPU threads (default: torch's now) is on this machine:
+    "loaded" (in this process), "saved" (on the disk: ``prepare`` loads it in seconds) or None (neither). Asking
+    sets no thread count: torch's is the process's, which a run on another thread may be using."""
     _use_our_inductor_cache()  # where the saved steps are
     dec = getattr(gen, "_compiled_decoder", None)
-    if dec is not None and dec.saved_step() is not None:
+    if dec is not None and dec.saved_step(threads) is not None:
         return "loaded"
     options = dec.inductor if dec is not None else aot_step.INDUCTOR_OPTIONS
     try:
-        return "saved" if aot_step.any_saved() and aot_step.step_path(gen, options).exists() else None
+        return "saved" if aot_step.any_saved() and aot_step.step_path(gen, options, threads).exists() else None
     except Exception as e:  # noqa: BLE001 - a step that cannot be named is never saved (load_or_build says so too)
         log.warning("decode compiled: the saved step cannot be named (%s)", one_line(e))
         return None

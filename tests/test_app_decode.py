@@ -135,7 +135,7 @@ def test_a_machine_that_never_saved_a_step_does_not_name_one(gen_int4, unmeasure
     """Naming the saved step builds the attention kernel where it is not built yet and hashes the weights (seconds on
     a fresh machine, before its first run): a cache without any saved step answers without naming one."""
     named = []
-    monkeypatch.setattr("sbon.aot_step.step_key", lambda gen, options: named.append(gen.weights) or "another-step")
+    monkeypatch.setattr("sbon.aot_step.step_key", lambda gen, options, threads=None: named.append(gen.weights) or "another-step")
     assert compiled_state(gen_int4) is None and named == []
     saved = unmeasured_machine / "inductor" / "sbon-step"  # where this machine's steps are (its inductor cache)
     saved.mkdir(parents=True)
@@ -530,6 +530,32 @@ def test_a_team_beside_a_busy_loop_is_held_back_whatever_one_thread_was_timed_at
         busy.kill()
         busy.wait()
     assert all(looks), looks
+
+
+def test_asking_which_step_a_run_would_take_sets_no_thread_count(gen_int4, unmeasured_machine, monkeypatch):
+    """A page open asks which step a run starting now would take (DecodePaths.planned, for "Press Run to reproduce")
+    on a handler thread, while a run may decode on another: torch's thread count is the process's, so asking finds
+    the step saved for the count the choice was measured at without setting it."""
+    from sbon import aot_step
+    from sbon.decoders import _use_our_inductor_cache
+
+    monkeypatch.setattr("sbon.machine.TORCH_THREADS", 2)  # measured on two threads
+    save([measured("fp32", "eager", 100.0), measured("int4", "compiled", 20.0)])
+    steps = DecodePaths()
+    assert steps.path(NAME).threads == 2
+    _use_our_inductor_cache()
+    saved = aot_step.step_path(gen_int4, aot_step.INDUCTOR_OPTIONS, threads=2)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_bytes(b"stand-in")  # the choice's step, "saved"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # a run beside other work decodes on one thread
+    set_to = []
+    monkeypatch.setattr(torch, "set_num_threads", set_to.append)
+    try:
+        assert steps.planned(NAME, gen_int4) == "compiled" and set_to == [] and torch.get_num_threads() == 1
+    finally:
+        monkeypatch.undo()
+        torch.set_num_threads(before)
 
 
 def test_a_final_compiled_choice_has_its_step_for_one_thread_built_once_and_runs_beside_other_work_take_it_only_if_same(
