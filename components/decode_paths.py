@@ -99,7 +99,8 @@ class DecodePaths:
         self._started: dict[str, float] = {}
         self._tries: dict[str, int] = {}  # children started per generator
         self._failed: dict[str, str] = {}  # generator -> why its runs stay on the safe path
-        self._stale: set[str] = set()  # generators whose choice a quiet run contradicted
+        self._stale: set[str] = set()  # generators whose choice a quiet run contradicted, or whose chosen step is gone
+        self._gone: set[str] = set()  # generators whose chosen compiled step was found missing (once per process)
         self._one_thread: set[str] = set()  # generators whose child builds only the step for one thread
         self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
@@ -224,7 +225,22 @@ class DecodePaths:
                 if prepare(gen):
                     return "compiled"
             self._failed[name] = "its compiled decode step did not load (the app's log says why)"
+        elif load and path.choice is not None and not path.choice.provisional:
+            self._step_gone(name)
         return "eager"
+
+    def _step_gone(self, name: str) -> None:
+        """A final choice whose compiled step is not saved here: the code the step is built from changed since (its
+        name hashes that code: an update of sbon), or its cache was emptied. Measured and built again in a child,
+        once per process; runs decode eagerly meanwhile, and the model line says the paths are measured again."""
+        if name in self._gone:
+            return
+        self._gone.add(name)
+        log.warning("%s's chosen compiled step is not saved on this machine (the code it is built from changed, or "
+                    "its cache was emptied): measuring and building again in the background; runs decode eagerly "
+                    "meanwhile", name)
+        self._stale.add(name)
+        self._measure(name)
 
     def _cpu_threads(self, name: str, gen: Generator, decode: str) -> str:
         """Set torch's CPU threads for a run of ``gen`` starting now, on TORCH_THREAD, and return its decode step:
@@ -446,6 +462,6 @@ def _measure_in_child(name: str, gate: RunGate, one_thread: bool = False) -> sub
             "from sbon.cli import main\n"
             f"sys.exit(main(['machine', {'--one-thread' if one_thread else '--build'!r}, '--generator', {name!r}, "
             "'--device', 'cpu']))\n")
-    log.info("measuring %s's decode paths in a child process (runs use the safe path until it has chosen)", name)
+    log.info("measuring %s's decode paths in a child process (runs go on meanwhile, on the path chosen so far or, before any, the safe path)", name)
     return subprocess.Popen(child_argv(code), cwd=Path(__file__).resolve().parent.parent,
                             env={**os.environ, RunGate.ENV: str(gate.path)}, stdout=subprocess.DEVNULL)

@@ -532,6 +532,35 @@ def test_a_team_beside_a_busy_loop_is_held_back_whatever_one_thread_was_timed_at
     assert all(looks), looks
 
 
+def test_a_final_compiled_choice_whose_step_is_gone_is_measured_and_built_again_once(gen_int4, unmeasured_machine,
+                                                                                     monkeypatch, caplog):
+    """An update of sbon changes the code a saved step's name hashes (or its cache is emptied): the final choice still
+    names its compiled step, no longer saved here. Runs decode eagerly, and a child measures and builds again, once
+    (one logged line); the model line says the paths are being measured, not that runs decode compiled."""
+    import logging
+
+    from sbon.machine import choose, decode_threads, fingerprint, save_choice
+
+    started = []
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate, one_thread=False:
+                        started.append(one_thread) or SimpleNamespace(poll=lambda: None, returncode=None))
+    choice = choose(NAME, fingerprint("cpu", decode_threads()), [measured("fp32", "eager", 100.0),
+                                                                 measured("int4", "compiled", 20.0)])
+    choice.one_thread = "same"  # nothing left to build for one thread either
+    save_choice(choice)
+    steps = DecodePaths()
+    assert steps.status(NAME).startswith(f"{generator_title(NAME)} decodes with 4-bit weights, compiled into one step")
+    assert started == []  # a final choice: nothing to measure
+    with caplog.at_level(logging.WARNING, logger="components.decode_paths"):
+        assert steps.decode(NAME, gen_int4) == "eager"  # its step is not saved here
+        assert steps.decode(NAME, gen_int4) == "eager"
+    assert started == [False]  # the whole measurement and build, once
+    assert [r.getMessage() for r in caplog.records if "not saved on this machine" in r.getMessage()] == [
+        f"{NAME}'s chosen compiled step is not saved on this machine (the code it is built from changed, or its cache "
+        "was emptied): measuring and building again in the background; runs decode eagerly meanwhile"]
+    assert steps.status(NAME).startswith("⚙")
+
+
 def test_asking_which_step_a_run_would_take_sets_no_thread_count(gen_int4, unmeasured_machine, monkeypatch):
     """A page open asks which step a run starting now would take (DecodePaths.planned, for "Press Run to reproduce")
     on a handler thread, while a run may decode on another: torch's thread count is the process's, so asking finds
