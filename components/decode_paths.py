@@ -462,6 +462,7 @@ def _measure_in_child(name: str, gate: RunGate, one_thread: bool = False) -> sub
             "from sbon.cli import main\n"
             f"sys.exit(main(['machine', {'--one-thread' if one_thread else '--build'!r}, '--generator', {name!r}, "
             "'--device', 'cpu']))\n")
-    log.info("measuring %s's decode paths in a child process (runs go on meanwhile, on the path chosen so far or, before any, the safe path)", name)
+    log.info("measuring %s's decode paths in a child process (runs go on meanwhile, on the path chosen so far or, "
+             "before any, the safe path)", name)
     return subprocess.Popen(child_argv(code), cwd=Path(__file__).resolve().parent.parent,
                             env={**os.environ, RunGate.ENV: str(gate.path)}, stdout=subprocess.DEVNULL)
