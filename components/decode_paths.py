@@ -185,35 +185,35 @@ class DecodePaths:
         """Whether a run of ``gen`` takes the threads auto's path gives it: on a CPU, not on ZeroGPU."""
         return gen.device.type == "cpu" and app_decode() == "auto" and not on_zerogpu()
 
-    def planned(self, name: str, gen: Generator) -> str:
+    def planned(self, name: str, gen: Generator, path: AutoPath | None = None) -> str:
         """The decode path a run of ``gen`` starting now would take, as ``decode`` decides, without measuring,
-        building or loading anything."""
+        building or loading anything. ``path``: ``self.path`` as the caller just read it (default: read here)."""
         asked = app_decode()
         if asked != "auto":
             return asked
         if gen.device.type == "cuda":  # CUDA graphs from the first run after the load (_gpu_decode)
             return "compiled" if name in self._started and name not in self._failed else "eager"
-        return self._cpu_decode(name, gen, load=False)
+        return self._cpu_decode(name, gen, load=False, path=path)
 
-    def settled(self, name: str) -> bool:
+    def settled(self, name: str, path: AutoPath | None = None) -> bool:
         """Whether later runs of the generator decode as one starting now would: False on a CPU with auto's path
         while its decode paths are still to be measured, provisional, or being measured or built (a choice may take
         another weight format or step, which rounds differently). The step built for one thread gives the same
-        bits, so building it leaves the path settled."""
+        bits, so building it leaves the path settled. ``path``: as in ``planned``."""
         if app_decode() != "auto" or on_zerogpu() or default_device().type != "cpu" or name in self._failed:
             return True
         child = self._children.get(name)
         if child is not None and child.poll() is None and name not in self._one_thread:
             return False
-        choice = self.choice(name)
+        choice = (path if path is not None else self.path(name)).choice
         if choice is None and child is not None and child.returncode:
             return True  # measuring failed: runs stay on the safe path
         return choice is not None and not choice.provisional
 
-    def _cpu_decode(self, name: str, gen: Generator, load: bool) -> str:
+    def _cpu_decode(self, name: str, gen: Generator, load: bool, path: AutoPath | None = None) -> str:
         """Compiled where auto's path is this format's compiled step and that step is saved here (``load``: loaded
-        into this process now); eager otherwise: a run never waits for a build."""
-        path = self.path(name)
+        into this process now); eager otherwise: a run never waits for a build. ``path``: as in ``planned``."""
+        path = path if path is not None else self.path(name)
         if name in self._failed or (path.weights, path.decode) != (gen.weights, "compiled"):
             return "eager"
         threads = path.threads or torch.get_num_threads()  # its step for the count it was measured at

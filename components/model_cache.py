@@ -215,11 +215,11 @@ class ModelCache:
         """What a run of this generator starting now would take, known without loading, measuring or building
         anything: its weight format (the one ``get`` loads), its decode path (None: the generator is not loaded yet),
         and whether later runs will take the same (DecodePaths.settled)."""
-        paths = self.decode_paths
-        weights = paths.path(generator).weights if paths else default_weights(self.device(), generator)
-        gen = self._generators.get((generator, str(self.device())))
-        decode = None if gen is None else paths.planned(generator, gen) if paths else app_decode()
-        return weights, decode, paths.settled(generator) if paths else True
+        gen, paths = self._generators.get((generator, str(self.device()))), self.decode_paths
+        if not paths:
+            return default_weights(self.device(), generator), None if gen is None else app_decode(), True
+        path = paths.path(generator)  # the choice file, read once for all three
+        return path.weights, None if gen is None else paths.planned(generator, gen, path), paths.settled(generator, path)
 
     def generating(self):
         """Around a run's generation (the decode paths' child times nothing meanwhile)."""

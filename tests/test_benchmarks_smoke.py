@@ -293,7 +293,7 @@ def test_step_times_every_format_with_both_attentions_and_reports_the_ratios(tmp
     assert len(lines) == 4 and all(step.BASELINE in line for line in lines)
 
 
-def test_the_app_benchmark_reads_the_decode_path_from_the_status_line_s_own_words(monkeypatch):
+def test_the_app_benchmark_reads_the_decode_path_from_the_status_line_s_own_words():
     from benchmarks.app_timing import decoded_with
     from components import runs
     from sbon.results import RunResult
