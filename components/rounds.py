@@ -224,10 +224,11 @@ def _shown_in_legend(trace: go.Scatter) -> bool:
 
 
 def _title(view: DecisionPoint, reward: str = "") -> str:
-    """The frame's title; a cut among scores that were all alike says so on its second line."""
+    """The frame's title: the round and its decision point in the round caption's words, then its counts, each with
+    its own reason (``count_clauses``), or what a cut among scores that were all alike says."""
     said = tie_text(view, reward) or (coin_toss_text(view) if coin_toss(view) else "")
-    return (f"Round {view.round}: decision point after {view.tokens} tokens<br>"
-            + (said[0].upper() + said[1:] if said else f"kept {len(view.survivors)} of {len(view.contenders)} contenders"))
+    return (f"Round {view.round} · after {view.tokens} tokens<br>"
+            + (said[0].upper() + said[1:] if said else " · ".join(count_clauses(view))))
 
 
 def _layout(fig: go.Figure, n: int, x_range: list[float] | None, reward: str = "") -> None:

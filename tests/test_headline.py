@@ -325,6 +325,56 @@ def test_every_clause_of_every_round_caption_reads_true_on_the_recorded_runs(pat
     assert final_caption_errors(comp) == []
 
 
+def title_errors(comp: Comparison) -> tuple[list[str], list[DecisionPoint]]:
+    """Every clause of each round figure's title read as a round caption's (``caption_errors``), and the decision
+    points it was read at: all but those whose scores were alike, whose second line says so instead."""
+    from components.reasons import coin_toss
+    from components.rounds import round_figure
+
+    run, errors, read = comp.speculative, [], []
+    for point in run.decision_points:
+        if point.tied or coin_toss(point):  # tie_text or coin_toss_text, the caption's longer words
+            continue
+        title = round_figure(point, comp.n, reward=run.reward).layout.title.text
+        first, rest = title.split("<br>", 1)  # the round's line, then its counts wrapped for a phone
+        counts = "".join(line + ("" if line.endswith("-") else " ") for line in rest.split("<br>")).strip()
+        errors += [f"round {point.round}: {e}" for e in caption_errors(f"{first} · {counts}", point, run.reward)]
+        read.append(point)
+    return errors, read
+
+
+def test_each_round_figure_s_title_counts_its_contenders_as_the_round_caption_does():
+    """The rounds figure's title gives the round caption's counts, each with its own reason."""
+    read = []
+    for path in RECORDED_RUNS:
+        errors, points = title_errors(Comparison.load(path))
+        assert errors == [], path.name
+        read += points
+    assert len(read) >= 5
+
+
+def test_a_round_figure_counts_a_candidate_that_finished_below_the_cut_as_still_eligible(gen):
+    """A short answer that finishes before a decision point and ranks below the cut is retired, not pruned: the
+    figure's title says so, where a bare "kept 4 of 5" would leave the reader taking it for pruned. A short poem
+    under the page's reward has such answers; the first seed with one is taken (its texts depend on the CPU)."""
+    from components.controls import RunSettings
+    from sbon.analysis.comparison import ComparisonReady, comparison_events as events
+    from sbon.models import load_reward
+
+    reward = load_reward(RunSettings().reward)
+    for seed in range(1, 7):
+        settings = RunSettings(prompt="Write a haiku about a lighthouse in winter.", n=6, seed=seed, max_new_tokens=40,
+                               bon_same_memory=False)
+        comp = next(e.comparison for e in events(gen, settings.reward_for_run(reward), settings.prompt,
+                                                 settings.config(), signals=()) if isinstance(e, ComparisonReady))
+        errors, read = title_errors(comp)
+        if any(point.retired for point in read):
+            break
+    else:
+        pytest.fail("no seed gave a candidate that finished below a cut")
+    assert errors == []
+
+
 # Each scenario of the page, short, plus the own-instructions run whose captions once changed their reason:
 # (scenario, prompt, instructions) -> the run's live captions at each decision point and its comparison.
 OWN_INSTRUCTIONS = json.dumps([{"id": "change_case:english_lowercase"}, {"id": "punctuation:no_comma"}])
@@ -364,6 +414,8 @@ def test_every_clause_of_every_round_caption_reads_true_live_and_at_the_end_of_a
     assert final_caption_errors(comp) == []
     errors = [e for point, caption in zip(points, live) for e in caption_errors(caption, point, comp.speculative.reward)]
     assert errors == []
+    # the rounds figure's title counts as the captions do: a candidate that finished below the cut is not "not kept"
+    assert title_errors(comp)[0] == []
     # one cut, one reason: the live caption says what the final one says of the round, less what only the end knows
     from components.rounds import run_captions
 
