@@ -196,8 +196,9 @@ def _instruction_fates(comp: Comparison) -> tuple[int, int]:
     return violated, open_
 
 
-def caption(comp: Comparison, entry: GalleryEntry | None = None) -> str:
-    """One line, written from the run's data: what was pruned, by what, and what it cost."""
+def caption(comp: Comparison, entry: GalleryEntry | None = None, titled: bool = True) -> str:
+    """One line, written from the run's data: what was pruned, by what, and what it cost; after the entry's title
+    unless ``titled`` is False (a list that sets the title apart already)."""
     f = facts(comp)
     by = "its partial rewards" if f.signal == "reward" else signal_title(f.signal)
     what = (f"{f.pruned} of {f.n} candidates pruned at {f.points} decision point{'s' if f.points != 1 else ''} "
@@ -209,7 +210,7 @@ def caption(comp: Comparison, entry: GalleryEntry | None = None) -> str:
               "none": "nothing pruned", "diverged": "Best-of-N's winner came out differently in this run",
               "pruned": f"Best-of-N's winner pruned in round {f.winner_round}"}[f.winner]
     answer = "same answer as Best-of-N" if f.same_answer else "a different answer than Best-of-N"
-    head = f"{entry.title}: " if entry else ""
+    head = f"{entry.title}: " if entry and titled else ""
     weak = f" Why it is weak: {f.weakness}." if entry is not None and entry.weak and f.weakness else ""
     return f"{head}{what}; {winner}, {answer}, {f.token_rate:.0%} of Best-of-N's tokens.{weak}"
 
@@ -232,6 +233,11 @@ class GalleryRun:
     @cached_property
     def caption(self) -> str:
         return caption(self.comp, self.entry) if self.comp is not None else f"{self.entry.title}: {self.error}"
+
+    @cached_property
+    def untitled(self) -> str:
+        """The caption without the title, for a list that shows the title beside it."""
+        return caption(self.comp, self.entry, titled=False) if self.comp is not None else self.error
 
 
 class GalleryRuns:

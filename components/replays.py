@@ -91,7 +91,7 @@ def on_upload(path: str | None, kind: str, look: Look = Look()) -> dict[str, Any
 def gallery_markdown() -> str:
     """The gallery's list: each run's title and its caption, written from its data, and its page (a file that
     reads with no handler behind it)."""
-    return "\n".join(f"- **{tables.md_escape(run.entry.title)}** — {tables.md_escape(run.caption)}"
+    return "\n".join(f"- **{tables.md_escape(run.entry.title)}** — {tables.md_escape(run.untitled)}"
                      + (f" · [open as a page]({gallery_path(key)})" if run.comp is not None else "")
                      for key, run in GALLERY.runs.items())
 

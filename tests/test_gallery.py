@@ -51,6 +51,18 @@ def test_each_gallery_run_loads_tells_its_story_and_its_caption_matches_its_data
         assert f.open_pruned > 0 and f"{f.open_pruned} still had every instruction open" in run.caption
 
 
+def test_the_gallery_list_names_each_run_once_beside_its_caption():
+    from components.replays import gallery_markdown
+    from components.tables import md_escape
+
+    lines = gallery_markdown().splitlines()
+    assert len(lines) == len(GALLERY)
+    for line, (key, entry) in zip(lines, GALLERY.items()):
+        run = GalleryRuns({key: entry}).get(key)
+        assert line.count(md_escape(entry.title)) == 1 and md_escape(run.untitled) in line, line
+        assert run.caption == f"{entry.title}: {run.untitled}"  # the page and the run's own line keep the title
+
+
 def test_the_stories_differ_where_their_titles_say():
     f = {key: facts(GalleryRuns({key: e}).get(key).comp) for key, e in GALLERY.items()}
     assert f["high-alpha"].alpha > f["default"].alpha and f["high-alpha"].pruned > f["default"].pruned
