@@ -184,7 +184,9 @@ def _traces(views: Sequence[DecisionPoint], n: int, comp: Any = None, reward: st
     groups = (("survived", view.survivors, SURVIVED_COLOR), ("pruned", view.pruned, fate_color(pruned_in(view.round))),
               (RETIRED_NAME, view.retired, FINISHED_EARLY_COLOR))
     for name, ids, color in groups:
-        ids = [k for k in ids if k in scores]
+        # still-generating ones first: plotly's legend draws a trace's first marker, and the shape keys say a
+        # circle is a partial reward, so "survived" is not keyed with a finished candidate's diamond
+        ids = sorted((k for k in ids if k in scores), key=lambda k: k in final)
         traces.append(go.Scatter(
             x=[scores[k] for k in ids], y=ids, mode="markers", name=name,
             marker=dict(color=color, size=11, line=dict(width=1, color="white"),

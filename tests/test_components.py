@@ -103,6 +103,32 @@ def test_runs_saved_before_decision_points_carried_scores_still_load():
     assert max(pruned.x) < cut.x[0] <= min(survived.x)  # drawn from the derived scores, each on its side
 
 
+def test_a_round_figure_s_legend_keys_each_fate_with_a_partial_reward_s_circle_where_it_has_one():
+    """Plotly's legend draws a trace's first marker, and the shape keys say a circle is a partial reward: a fate
+    whose first candidate had finished would be keyed with a diamond, the final reward's shape. Each recorded
+    decision point is drawn as it is and with the finished candidates first in each of its lists (the run's order
+    of them is its own)."""
+    from dataclasses import replace
+
+    from components.style import PARTIAL_SYMBOL
+
+    mixed = 0
+    for path in [Path(RECORDED), *sorted(Path("assets/gallery").glob("*.json"))]:
+        if path.name == "index.json":
+            continue
+        comp = Comparison.load(path)
+        for point in comp.speculative.decision_points:
+            first = {name: sorted(getattr(point, name), key=lambda k: k not in point.final)
+                     for name in ("survivors", "pruned", "retired")}
+            for drawn in (point, replace(point, **first)):
+                for trace in round_figure(drawn, comp.n, reward=comp.speculative.reward).data[:4]:
+                    symbols = trace.marker.symbol if trace.mode == "markers" else None
+                    if isinstance(symbols, (list, tuple)) and PARTIAL_SYMBOL in symbols:
+                        assert symbols[0] == PARTIAL_SYMBOL, (path.name, point.round, trace.name)
+                        mixed += len(set(symbols)) > 1
+    assert mixed >= 4  # fates that hold both shapes were drawn, both ways round
+
+
 def test_live_status_names_the_phase(comparison_events):
     tracker, seen = LiveTracker(24, reward="likelihood"), set()
     for e in comparison_events:
