@@ -636,7 +636,7 @@ def test_present_rounds_steps_through_the_recorded_run_one_caption_each(page):
     for i, want in enumerate(expected):
         wait_until(page, "(w) => document.querySelector('#round-caption').innerText.trim() == w", arg=want)
         read.append(caption.inner_text().strip())
-        wait_until(page, "(r) => document.querySelector('#live-plot').innerText.includes(r)", arg=f"Round {i + 1}:")
+        wait_until(page, "(r) => document.querySelector('#live-plot').innerText.includes(r)", arg=f"Round {i + 1} · ")
         page.keyboard.press("ArrowRight") if i % 2 == 0 else page.locator("#present-next").click()
     wait_until(page, "document.querySelector('#round-caption').innerText.startsWith('Result')")
     assert read == expected and page.locator("#present-next").is_disabled()
