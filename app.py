@@ -49,8 +49,8 @@ from components.controls import (DEFAULTS, EXAMPLES, METHOD_KNOBS, SETTING_NAMES
 from components.presenter import (CAPTION_FIT_JS, CSS, KEYS_JS, PRESENT_STEP_S, PRESENTER_JS, SCROLL_TO_LIVE_JS,  # noqa: E402
                                   VIEWPORT_JS, on_present, on_present_tick, on_presenter, on_timed, present_move)
 from components.priority import serve_below_generation, start_generation  # noqa: E402
-from components.replays import (GALLERY, PAGES, gallery_markdown, on_gallery, on_open, on_page_export, on_share,  # noqa: E402
-                                on_upload, open_link, show_recorded, warm_gallery)
+from components.replays import (GALLERY, PAGES, beside, gallery_markdown, on_gallery, on_open, on_page_export,  # noqa: E402
+                                on_share, on_upload, open_link, show_recorded, warm_gallery)
 from components.runs import (MODEL_STATUS_LOADING_S, RUN_OUTPUTS, Runs, after_stop, models_status,  # noqa: E402
                              on_model_timer, on_stop, start_loading_models)
 from components.static_pages import PREFIX as PAGES_PREFIX  # noqa: E402
@@ -159,8 +159,11 @@ def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: n
 
 
 def on_page_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
-    """The page's open, with its query parameters (components.replays.on_open)."""
-    return on_open(kind, viewport, dict(getattr(request, "query_params", None) or {}))
+    """The page's open, with its query parameters (components.replays.on_open), and the Python client's example
+    with the address the page was opened at."""
+    page = request.headers.get("referer") if request else None
+    return {**on_open(kind, viewport, dict(getattr(request, "query_params", None) or {})),
+            **({"api_doc": page_text.api_doc(beside(page, ""))} if page else {})}
 
 
 def on_share_click(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
@@ -399,7 +402,7 @@ def build_replay_tab(ui: SimpleNamespace) -> None:
         ui.page_file = gr.File(label="This run as a page", interactive=False, elem_id="page-file")
         ui.upload = gr.File(label="Replay a saved run (JSON): every view, no model needed", file_types=[".json"],
                             type="filepath", elem_id="upload-run")
-        gr.Markdown(page_text.API_DOC)
+        ui.api_doc = gr.Markdown(page_text.api_doc(), elem_id="api-doc")
 
 
 TABS = (build_scatter_tab, build_candidates_tab, build_savings_tab, build_rounds_tab, build_tradeoff_tab,
@@ -543,7 +546,7 @@ def wire_replays(ui: SimpleNamespace, demo: gr.Blocks) -> None:
     # The page opens on the run its link names, in the view its URL names (the browser applies it before the
     # figures are drawn, and reports the window's size for them).
     demo.load(by_name(ui, on_page_open), inputs=el(ui, "tradeoff_kind", "viewport"),
-              outputs=el(ui, *SHOWN, "look", "presenter", *SETTING_NAMES),
+              outputs=el(ui, *SHOWN, "look", "presenter", "api_doc", *SETTING_NAMES),
               js=f"(kind) => {{ ({PRESENTER_JS})(new URLSearchParams(window.location.search).get('view') == 'presenter'); "
                  f"return [kind, ({VIEWPORT_JS})()]; }}", show_progress="hidden", api_name="page_open", **LIGHT)
     demo.load(None, js=KEYS_JS)

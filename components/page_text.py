@@ -57,14 +57,19 @@ def models_note(device: str, threads: int | None) -> str:
             "and they stay loaded.")
 
 
-API_DOC = f"""### Call it from Python
+LOCAL_ADDRESS = "http://127.0.0.1:7860/"  # where `python app.py` serves the page unless GRADIO_SERVER_PORT says
+
+
+def api_doc(address: str = LOCAL_ADDRESS) -> str:
+    """How to call the app from Python, with ``address``: the page's own, where a client reaches this app."""
+    return f"""### Call it from Python
 Every comparison the Run button makes is also an API endpoint, `/compare`, returning the run as JSON
 (the same file as the download above):
 ```python
 from gradio_client import Client
 from sbon.analysis.comparison import Comparison
 
-client = Client("http://127.0.0.1:7860/")   # or the Space id
+client = Client("{address}")   # this page's address; a Space's id works too
 text = client.predict(prompt="What is Atlantis?", n=8, max_new_tokens=32, api_name="/compare")
 comparison = Comparison.from_json(text)
 print(comparison.metrics["speedup"], comparison.speculative.best.text)

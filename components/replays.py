@@ -21,6 +21,7 @@ from sbon.errors import SBoNError
 from . import page_export, tables
 from .controls import ASSETS, controls_for
 from .gallery import GalleryRuns
+from .page_text import LOCAL_ADDRESS
 from .presenter import look_for
 from .saved_runs import check_replayable, load_upload, temp_file
 from .view_cache import computed_once
@@ -165,7 +166,7 @@ def on_share(comp: Comparison | None, page: str | None) -> dict[str, Any]:
     if comp is None:
         return {"share_link": "", "status": "⚠ there is no run to share yet"}
     text = comp.to_json()
-    page = page or "http://127.0.0.1:7860/"
+    page = page or LOCAL_ADDRESS
     key = GALLERY_DIGESTS.get(digest(text))
     try:
         if key:

@@ -366,6 +366,13 @@ def test_compare_api_refuses_bad_input_in_one_line(client, server, bad, message)
     assert "Traceback" not in log and re.search("/compare refused: .*" + message, log), log[-2000:]
 
 
+def test_the_python_example_names_the_address_the_page_was_opened_at(page, server):
+    """The Save and replay tab's client example connects to this app wherever it is served (the tests' server is
+    on a port of its own), not to the default port."""
+    _tab(page, "Save and replay")
+    wait_until(page, "(a) => document.querySelector('#api-doc').innerText.includes(a)", arg=f'Client("{server}")')
+
+
 def test_compare_api_returns_a_saved_run_and_survives_bad_input(client):
     from sbon.analysis.comparison import Comparison
 
