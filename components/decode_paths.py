@@ -270,7 +270,7 @@ class DecodePaths:
                 or not steps or (result.weights, result.decode) != (choice.weights, choice.decode) \
                 or result.threads not in (None, choice.fingerprint.get("threads")):
             return
-        chosen = next(p for p in choice.paths if (p.weights, p.decode) == (choice.weights, choice.decode))
+        chosen = choice.chosen()
         per_step = 1e3 * seconds / steps
         if per_step > CONTRADICTED * max(chosen.ms.values()):
             log.warning("%s decoded at %.0f ms per step on a quiet machine, against %.0f ms measured for %s: "

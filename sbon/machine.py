@@ -233,6 +233,10 @@ class Choice:
     def key(self) -> str:
         return cache_key(self.fingerprint)
 
+    def chosen(self) -> Measured | None:
+        """The chosen path as measured (None where no path is chosen)."""
+        return next((p for p in self.paths if (p.weights, p.decode) == (self.weights, self.decode)), None)
+
     @property
     def device(self) -> str:
         return "cpu" if self.fingerprint["device"] == "cpu" else "cuda"
@@ -376,8 +380,8 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
     command line and the app (``components.decode_paths``) all follow.
 
     SBON_WEIGHTS and SBON_DECODE force their part. Otherwise this machine's measured choice, final or provisional;
-    where it names no path and runs may take one thread, the one measured on one thread beside other work
-    (``alone_choice``), whose runs take one thread; with a forced weight format, the fastest eligible step measured
+    where it names no path, or is provisional and measured slower, and runs may take one thread, the one measured on
+    one thread beside other work (``alone_choice``), whose runs take one thread; with a forced weight format, the fastest eligible step measured
     for it. Where nothing is measured, the safe path
     (``safe_path``): float32 op by op on a CPU, exact without measuring; on a GPU bfloat16 on CUDA graphs."""
     from .engine import weight_format
@@ -405,15 +409,20 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
 
 
 def alone_choice(generator: str, choice: Choice | None, threads: int) -> Choice | None:
-    """What runs at ``threads`` CPU threads take where ``choice``, this count's, names no path and they may take one
-    thread (``threads_may_change``): the choice measured on one thread while other work stalled the team
-    (sbon.probe.probe), on one thread. Always provisional (ALONE): the count itself is measured once the cores are
-    free. None elsewhere, and where it names no path."""
-    if (choice is not None and choice.weights) or not threads_may_change("cpu", threads):
+    """What runs at ``threads`` CPU threads take where they may take one thread (``threads_may_change``) and
+    ``choice``, this count's, names no path, or is provisional and its path measured slower per step than that one
+    (while this count's compiled steps are still built, say): the choice measured on one thread while other work
+    stalled the team (sbon.probe.probe), on one thread. Always provisional (ALONE): the count itself is measured once
+    the cores are free. None elsewhere, and where it names no path."""
+    if not threads_may_change("cpu", threads):
         return None
     alone = cached_choice(generator, "cpu", 1)
     if alone is None or not alone.weights:
         return None
+    if choice is not None and choice.weights:
+        mine, theirs = choice.chosen(), alone.chosen()
+        if not choice.provisional or mine is None or theirs is None or theirs.at() >= mine.at():
+            return None
     return alone if alone.provisional else replace(alone, provisional=ALONE)
 
 

@@ -420,7 +420,7 @@ def test_a_probe_that_starts_while_other_work_stalls_its_threads_measures_and_bu
     measures and builds on one thread, the count a run takes beside the neighbour, and saves that choice, provisional.
     Until a path is chosen at the count in use, runs take it on one thread (auto_path) and the report says so. A probe
     that starts while the team is still stalled does not measure on one thread again; once the count in use has a
-    path, runs take that one, on that count."""
+    path, runs take that one, on that count, except while it is provisional and measured slower per step."""
     from sbon.machine import ALONE, auto_path, on_threads
     from sbon.probe import BUSY_RECHECK_S, STALLED, TeamWait, measures_alone_first, probe, report
 
@@ -460,7 +460,16 @@ def test_a_probe_that_starts_while_other_work_stalls_its_threads_measures_and_bu
         assert f"meanwhile, {ALONE}: int4 weights, compiled step: 10.0 ms per step" in report(choice)
         loaded.clear()
         assert stalled_probe().weights is None and loaded == []  # still stalled: one thread is measured already
-        save_choice(choose(NAME, fingerprint("cpu", 2), [timed("fp32", "eager", 30.0)]))
+        # The cores free again, the count in use is measured while its compiled steps are still built: its
+        # provisional choice is taken only where its path is measured faster than the one-thread one (10 ms).
+        building = "1 compiled step may still be built"
+        save_choice(choose(NAME, fingerprint("cpu", 2), [timed("int4", "eager", 15.0)], provisional=building))
+        path = auto_path(NAME, "cpu", 2)
+        assert (path.weights, path.decode, path.threads, path.choice.provisional) == ("int4", "compiled", 1, ALONE)
+        save_choice(choose(NAME, fingerprint("cpu", 2), [timed("int4", "eager", 8.0)], provisional=building))
+        path = auto_path(NAME, "cpu", 2)
+        assert (path.weights, path.decode, path.threads) == ("int4", "eager", 2)
+        save_choice(choose(NAME, fingerprint("cpu", 2), [timed("fp32", "eager", 30.0)]))  # final, though slower
         path = auto_path(NAME, "cpu", 2)
         assert (path.weights, path.decode, path.threads) == ("fp32", "eager", 2)
 
