@@ -381,8 +381,8 @@ def auto_path(generator: str | None, device: str | torch.device = "cpu", threads
 
     SBON_WEIGHTS and SBON_DECODE force their part. Otherwise this machine's measured choice, final or provisional;
     where it names no path, or is provisional and measured slower, and runs may take one thread, the one measured on
-    one thread beside other work (``alone_choice``), whose runs take one thread; with a forced weight format, the fastest eligible step measured
-    for it. Where nothing is measured, the safe path
+    one thread beside other work (``alone_choice``), whose runs take one thread; with a forced weight format, the
+    fastest eligible step measured for it. Where nothing is measured, the safe path
     (``safe_path``): float32 op by op on a CPU, exact without measuring; on a GPU bfloat16 on CUDA graphs."""
     from .engine import weight_format
     device = torch.device(device)
