@@ -246,6 +246,13 @@ def _without_aside(text: str) -> str:
     return re.sub(r"\s*\([^()]*\)\s*$", "", text)
 
 
+def _axis_title(text: str, width: int) -> str:
+    """An axis title in lines of ``width``: on one line where it fits, else without the aside in brackets it ends
+    with where that fits one line, else on as many lines as it needs."""
+    whole = _rewrap(text, width)
+    return next((t for t in (whole, _rewrap(_without_aside(text), width)) if _lines(t) == 1), whole)
+
+
 def live_for_presenter(fig: go.Figure, width_px: int = PRESENTER_WIDTH_PX, max_height: int | None = None) -> go.Figure:
     """The presenter view's live chart: exactly ``max_height`` tall (the height the window leaves it under the run bar
     and a two-line caption), its legend beside the data in one narrow column of short names (presenter_name), one line
@@ -271,9 +278,7 @@ def live_for_presenter(fig: go.Figure, width_px: int = PRESENTER_WIDTH_PX, max_h
     plot_width = width_px - 16 - 70 * s - right
     if x and x.title and x.title.text:
         width = max(20, int(plot_width / (CHAR_PX * s * 1.1)))
-        full = x.title.text.replace("<br>", " ")
-        x.title.text = next((t for t in (_rewrap(full, width), _rewrap(_without_aside(full), width))
-                             if _lines(t) == 1), _rewrap(full, width))
+        x.title.text = _axis_title(x.title.text.replace("<br>", " "), width)
         if _lines(x.title.text) > 1 or height - PRESENTER_LIVE_TOP_PX - (TICKS_PX + LINE_PX) * s - 10 < rows * PRESENTER_ROW_PX:
             x.title.text = None
     bottom = int((TICKS_PX + _lines(x.title.text if x and x.title else None) * LINE_PX) * s * 0.85) + 6
@@ -349,6 +354,4 @@ def _fit_y_title(fig: go.Figure) -> None:
     m = fig.layout.margin
     char_px = CHAR_PX / LEGEND_SIZE * FONT_SIZE * scale_of(fig)
     width = max(8, int((fig.layout.height - m.t - m.b) / char_px))
-    full = y.title.text
-    y.title.text = next((t for t in (_rewrap(full, width), _rewrap(_without_aside(full), width)) if _lines(t) == 1),
-                        _rewrap(full, width))
+    y.title.text = _axis_title(y.title.text, width)
