@@ -76,6 +76,41 @@ def test_decode_steps_are_the_steps_the_run_took(comparison_events):
     assert {method: run.decode_steps for method, run in done.items()} == steps
 
 
+def test_a_run_that_pruned_nothing_credits_its_fewer_decode_steps_to_best_of_n_s_batches(gen, likelihood):
+    """With α = 0 a run may prune nothing, yet take fewer decode steps than Best-of-N run in batches under the same
+    memory: the headline's key phrase, which the projector shows alone, must not pass that off as pruning's. Short
+    answers to a one-word question under a tight budget; the first seed that prunes nothing is taken (the texts
+    depend on the CPU), and a run that did prune must not get the phrase."""
+    from components.rounds import result_lines
+    from sbon.analysis.comparison import ComparisonReady, comparison_events as events
+
+    prompt = "Answer in one word: what colour is the sky on a clear day?"
+    budget = 6 * (len(gen.encode_prompt(prompt)) + 8)
+    seen = {}
+    for seed in range(1, 7):
+        comp = next(e.comparison for e in events(gen, likelihood, prompt, 6, alpha=0.0, kv_budget=budget,
+                                                 max_new_tokens=24, seed=seed, bon_same_memory=True, signals=())
+                    if isinstance(e, ComparisonReady))
+        pruned = any(c.pruned_round is not None for c in comp.speculative.candidates)
+        text, batches = headline_text(comp), comp.bon.batches
+        assert len(batches) > 1  # the budget fits fewer than 6 whole answers: Best-of-N runs in batches
+        if pruned:
+            assert "pruned" not in text
+        else:
+            # the whole saving is the batches: one batch of these same answers takes as many steps as the run did
+            assert comp.metrics["sbon_steps"] == max(c.tokens_generated for c in comp.bon.candidates)
+            assert comp.metrics["sbon_steps"] < comp.metrics["bon_steps"]
+            assert f"in {len(batches)} batches, with no candidate pruned" in result_lines(comp)
+            assert (f"Every step saved comes from Best-of-N's batches: it held at most {len(batches[0])} of its 6 "
+                    "candidates at once, where Speculative Rejection held all 6.") in text
+        seen[pruned] = seed
+        if len(seen) == 2:
+            break
+    if False not in seen:
+        pytest.skip("no seed pruned nothing on this CPU")
+    assert True in seen, "no seed pruned anything: the other side of the phrase went unchecked"
+
+
 def test_files_saved_before_the_load_was_recorded_load_without_a_busy_note():
     comp = Comparison.load(ROOT / "tests" / "data" / "recorded_run_v1.json")
     assert comp.speculative.load == {} and comp.metrics["machine_busy"] == 0.0

@@ -187,18 +187,27 @@ def headline_text(comp: Comparison, strong: Callable[[str], str] = lambda text: 
         f"candidate {sbon.best_id} where Best-of-N returned candidate {bon.best_id}" if sbon.best_id != bon.best_id else \
         f"its own version of candidate {sbon.best_id}, not Best-of-N's"
     steps, bon_steps = m["sbon_steps"], m["bon_steps"]
+    after = ""
     if steps == bon_steps:
         cost = (f"in as many sequential decode steps as Best-of-N ({steps}: Best-of-N held all its candidates in one "
                 "batch, so here only the tokens differ)")
     else:
         ratio = m["step_speedup"]
         times = f"{ratio:.2f}× fewer" if ratio >= 1 else f"{1 / ratio:.2f}× more"
-        cost = "in " + strong(f"{steps} sequential decode steps, {times} than Best-of-N's {bon_steps}")
+        batches = bon.batches
+        # Nothing pruned: every step saved is Best-of-N's batching (it reserves each candidate's full length, so
+        # the same memory holds fewer of them), and the key phrase says so, since the projector shows it alone.
+        unpruned = steps < bon_steps and len(batches) > 1 and all(c.pruned_round is None for c in sbon.candidates)
+        cost = "in " + strong(f"{steps} sequential decode steps, {times} than Best-of-N's {bon_steps}"
+                              + (f" in {len(batches)} batches, with no candidate pruned" if unpruned else ""))
+        if unpruned:
+            after = (f" Every step saved comes from Best-of-N's batches: it held at most {max(map(len, batches))} of its "
+                     f"{comp.n} candidates at once, where Speculative Rejection held all {comp.n}.")
     coupling = coupling_note(comp)
     return (f"{coupling}\n\n" if coupling else "") + (f"{strong(f'Speculative Rejection returned {same}')} (normalized score {m['normalized_score']:.1f}; "
             f"pruning at random with the same survivor counts would have scored "
             f"{m['random_pruning_normalized_score']:.1f} on average) {cost}, generating {m['sbon_tokens']} of "
-            f"Best-of-N's {m['bon_tokens']} tokens ({m['token_rate']:.0%} of them).")
+            f"Best-of-N's {m['bon_tokens']} tokens ({m['token_rate']:.0%} of them).{after}")
 
 
 def coupling_note(comp: Comparison) -> str:
