@@ -14,14 +14,17 @@ package's decode code, the CPU's vector instructions and the thread count induct
 Guards that can be saved (every tensor's dtype, shape rules and strides, the thread count) are checked before each
 call: all of them where the caller says something but a dynamic dimension's size may have changed since they last
 held, only those a size can change (the shape rules) and those on global state otherwise (``SavedStep.fits``); a
-process that changes its thread count loads, or compiles and saves, the step for the new one.
+process that changes its thread count loads, or compiles and saves, the step for the new one. Saving a step deletes
+the saved steps no process has loaded for two weeks (``forget_unused``): those an update renamed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -158,8 +161,19 @@ class SavedStep:
         return self.fn(*args)
 
 
+# A saved step that no process has loaded for this long is deleted when another is saved. An update of torch,
+# transformers or this package's decode code renames the step (``step_key``), and its old file, ten megabytes or so,
+# would otherwise stay forever; a step in use is loaded, and so kept, by every process that decodes with it.
+UNUSED_DAYS = 14
+
+
 def load(step: Callable, path: Path, built: bool = False) -> SavedStep:
-    """The step saved at ``path`` (``step``: the function it was compiled from, whose module's globals it reads)."""
+    """The step saved at ``path`` (``step``: the function it was compiled from, whose module's globals it reads),
+    marked as used now (its modification time: what :func:`forget_unused` keeps steps by)."""
+    try:
+        os.utime(path)
+    except OSError:  # a folder this process may read but not write: the step still loads
+        pass
     with open(path, "rb") as f:
         return SavedStep(torch.compiler.load_compiled_function(f, f_globals=step.__globals__), path, built)
 
@@ -173,3 +187,19 @@ def build(step: Callable, args: tuple, path: Path, options: dict[str, Any]) -> N
     fn = compiled.aot_compile((args, {}))
     path.parent.mkdir(parents=True, exist_ok=True)
     fn.save_compiled_function(str(path))  # serialised whole, then written to a temporary file and renamed
+    forget_unused(path.parent)
+
+
+def forget_unused(folder: Path, days: float = UNUSED_DAYS) -> list[Path]:
+    """Delete the steps saved in ``folder`` that no process has loaded for ``days`` (see UNUSED_DAYS); return them."""
+    before, gone = time.time() - days * 86400, []
+    for path in folder.glob("*.pt"):
+        try:
+            if path.stat().st_mtime < before:
+                path.unlink()
+                gone.append(path)
+        except OSError:  # gone already (another process), or not ours to delete: nothing to do
+            pass
+    if gone:
+        log.info("decode compiled: deleted %d saved step(s) unused for %g days", len(gone), days)
+    return gone
