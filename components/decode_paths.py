@@ -88,8 +88,8 @@ class DecodePaths:
     nothing while a run generates here: runs hold ``generating()``, which the child reads
     through a file (sbon.machine_load.RunGate). It ends with the app. A choice the child could only time beside other
     work is provisional: runs take it, and a child measures again RETRY_S after the last one's start, then twice as long
-    after each try, started between runs (the page's model line asks), never beside one; a later start measures again
-    too."""
+    after each try, started between runs (at a run's end, and when the page's model line asks), never beside one; a
+    later start measures again too."""
 
     def __init__(self, inductor: bool | None = None) -> None:
         """``inductor``: build inductor's step under the CUDA graphs in the background (``_build_faster``; default:
@@ -104,6 +104,7 @@ class DecodePaths:
         self._one_thread: set[str] = set()  # generators whose child builds only the step for one thread
         self._said: set[str] = set()  # generators whose failed child was logged
         self._gpu_ready: set[str] = set()
+        self._asked: set[str] = set()  # generators a run asked auto's path of on a CPU: measured between runs
         self._faster: dict[str, FasterBuild] = {}  # generator -> its build of inductor's step under its graphs
         self._lock = threading.Lock()  # runs start children; so does the model line's timer
         self.gate = RunGate.of_this_process(cache_dir() / "machine")
@@ -119,9 +120,13 @@ class DecodePaths:
 
     @contextmanager
     def generating(self) -> Iterator[None]:
-        """Around a run's generation: the child times nothing meanwhile."""
+        """Around a run's generation: the child times nothing meanwhile. At its end, a child that waited for the run
+        starts (``_measure``): one due while it generated, such as the measuring a step found missing at its start
+        asks for. A server that only answers `/compare` has no page whose model line would start it."""
         with self.gate.generating():
             yield
+        for name in list(self._asked):
+            self._measure(name)
 
     def _measure(self, name: str, path: AutoPath | None = None) -> None:
         """Start the child that measures (and builds) where this machine has no choice, a provisional one, or one a
@@ -165,6 +170,7 @@ class DecodePaths:
             return asked
         if gen.device.type == "cuda":
             return self._gpu_decode(name, gen)
+        self._asked.add(name)
         self._measure(name)
         return self._cpu_decode(name, gen, load=True)
 

@@ -484,16 +484,25 @@ def build_step(generator: str, weights: str, threads: int) -> None:
 
 
 def child_argv(code: str, idle: bool = False) -> list[str]:
-    """A Python child running ``code`` that ends with this process (Linux's PR_SET_PDEATHSIG) and, with ``idle``,
-    runs only on cores nothing else wants (sbon.machine_load.lower_to_idle): the probe's builds'."""
-    preamble = ("import ctypes, signal\n"
-                "try:\n"
-                "    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: it ends with its parent\n"
-                "except (AttributeError, OSError):\n"
-                "    pass\n")
+    """A Python child running ``code`` that ends with this process and, with ``idle``, runs only on cores nothing else
+    wants (sbon.machine_load.lower_to_idle): the probe's builds'.
+
+    The child watches for itself whether this process is still its parent (``os.getppid``, every PARENT_POLL_S) and
+    ends as SIGTERM ends it, where this process has gone. Linux's own way, PR_SET_PDEATHSIG, signals the child when the
+    *thread* that started it ends, not the process: a web server's handler threads end when idle, and took the app's
+    measuring and builds with them, half done."""
+    preamble = ("import os, signal, threading, time\n"
+                f"def _end_with_parent(parent={os.getpid()}):\n"
+                "    while os.getppid() == parent:\n"
+                f"        time.sleep({PARENT_POLL_S})\n"
+                "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                "threading.Thread(target=_end_with_parent, name='end-with-parent', daemon=True).start()\n")
     if idle:
         preamble += "from sbon.machine_load import lower_to_idle\nlower_to_idle()\n"
     return [sys.executable, "-c", preamble + code]
+
+
+PARENT_POLL_S = 0.5  # how soon a child of the app notices that the app has gone
 
 
 def build_in_child(generator: str, weights: str) -> bool:

@@ -306,8 +306,7 @@ def test_a_provisional_choice_is_taken_and_measured_again_later_and_a_contradict
     monkeypatch.setattr(dp, "RETRY_S", 0.0)
     with steps.generating():  # due now, but a run generates: the child's loading would slow it
         assert steps.decode(NAME, gen_int4) == "eager" and "provisional" in steps.status(NAME) and started == [NAME]
-    steps.status(NAME)  # between runs: the page's model line starts it
-    assert started == [NAME, NAME]
+    assert started == [NAME, NAME]  # the run's end starts it: a server with no page open measures too
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)])  # final now
     monkeypatch.setattr(dp, "RETRY_S", 1e9)
     steps.status(NAME)

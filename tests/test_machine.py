@@ -828,6 +828,51 @@ def test_a_run_gate_is_removed_with_its_process_and_gates_of_ended_processes_are
     assert mine.path.name == f"runs-{os.getpid()}" and mine.token() == 0
 
 
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie left for a parent that never waits for it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes' states from /proc")
+def test_a_child_that_measures_or_builds_outlives_the_thread_that_started_it_and_ends_with_its_process():
+    """The app starts its measuring child from a web server's handler thread, which ends once idle: the child must go
+    on (a build is minutes long), and end only with the app."""
+    import threading
+    import time
+    from sbon.probe import PARENT_POLL_S, child_argv
+
+    ready = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    box = {}
+
+    def handler():  # starts the child, waits until its code runs, then ends as an idle handler thread does
+        box["child"] = subprocess.Popen(child_argv(ready), stdout=subprocess.PIPE, text=True)
+        assert box["child"].stdout.readline().strip() == "ready"
+
+    thread = threading.Thread(target=handler)
+    thread.start()
+    thread.join()
+    time.sleep(4 * PARENT_POLL_S)
+    child = box["child"]
+    try:
+        assert child.poll() is None, f"the child ended with the thread that started it (exit status {child.returncode})"
+    finally:
+        child.kill()
+        child.wait()
+    # a process that starts such a child and is killed: its child ends too, within a few of its looks
+    code = ("import os, subprocess, sys\nfrom sbon.probe import child_argv\n"
+            f"child = subprocess.Popen(child_argv({ready!r}), stdout=subprocess.PIPE, text=True)\n"
+            "child.stdout.readline()\nprint(child.pid, flush=True)\nos.kill(os.getpid(), 9)\n")
+    parent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    grandchild = int(parent.stdout.split()[0])
+    deadline = time.time() + 20 * PARENT_POLL_S
+    while _alive(grandchild) and time.time() < deadline:
+        time.sleep(PARENT_POLL_S / 5)
+    assert not _alive(grandchild), "the child lived on after its process was killed"
+
+
 def step_table(cls: str) -> tuple[dict, dict[str, dict[int, dict]]]:
     """A CPU class's committed machines record, and its step table's rows by path name and row count."""
     record = json.loads((ROOT / "benchmarks/results/cpu-2core-epyc/machines" / f"{cls}.json").read_text())
