@@ -489,8 +489,8 @@ def child_argv(code: str, idle: bool = False) -> list[str]:
 
     The child watches for itself whether this process is still its parent (``os.getppid``, every PARENT_POLL_S) and
     ends as SIGTERM ends it, where this process has gone. Linux's own way, PR_SET_PDEATHSIG, signals the child when the
-    *thread* that started it ends, not the process: a web server's handler threads end when idle, and took the app's
-    measuring and builds with them, half done."""
+    *thread* that started it ends, not the process: a web server's handler threads end when idle, and would take a
+    measurement or a build started from one with them, half done."""
     preamble = ("import os, signal, threading, time\n"
                 f"def _end_with_parent(parent={os.getpid()}):\n"
                 "    while os.getppid() == parent:\n"
