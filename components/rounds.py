@@ -327,7 +327,7 @@ def present_steps(comp: Any) -> int:
     return len(comp.speculative.decision_points) + 1 if comp.speculative.decision_points else 0
 
 
-ANSWER_CHARS, ANSWER_LINES = 60, 2  # an answer's excerpt on the result step: lines that fit a projector's width
+ANSWER_CHARS, ANSWER_LINES = 72, 3  # an answer's excerpt on the result step: lines that fit a projector's width
 
 
 def answers_figure(comp: Any, chars: int | None = None) -> go.Figure:
