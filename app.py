@@ -451,7 +451,7 @@ def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
                                outputs=el(ui, "running", "status", "caption", "stop_btn", "summary"), concurrency_limit=None,
                                show_progress="hidden", **PRIVATE)
     run_event = request.success(by_name(ui, runs.run),
-                                inputs=el(ui, *SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look"),
+                                inputs=el(ui, *SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look", "running"),
                                 outputs=el(ui, *RUN_OUTPUTS), concurrency_limit=GENERATION_SLOTS,
                                 concurrency_id=GENERATION, show_progress="minimal", show_progress_on=ui.status,
                                 **PRIVATE)

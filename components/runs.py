@@ -43,6 +43,7 @@ STATUS_EVERY_S = 0.5  # token progress refreshes the status line at most this of
 ONE_THREAD = (", on one thread: other programs were busy on this machine's cores, and one thread runs faster "
               "beside them")
 RUNNING_NOTE = "the views below still show the previous run until this one ends"
+QUEUED_S = 2.0  # a run that waited this long for the generation slot says so beside its own time
 RUN_OUTPUTS = (*SHOWN, "running", "stop_btn", "model_status")
 IDLE = {"running": None, "stop_btn": Update(visible=False)}  # what a run leaves when it ends
 PRELOAD: list[Future] = []  # the background load of the default models, once started
@@ -96,8 +97,8 @@ class Runs:
     def run(self, *values: Any) -> Iterator[dict[str, Any]]:
         """Check the settings, wait for the models if they are still loading, then run the comparison,
         drawing each decision point as it is taken, the race of both methods in place of the headline,
-        and every view at the end. `values`: the controls' (SETTING_NAMES), the trade-off's kind, and the
-        comparison, origin and look the page shows."""
+        and every view at the end. `values`: the controls' (SETTING_NAMES), the trade-off's kind, the
+        comparison, origin and look the page shows, and when Run was clicked (``request``'s ``running``)."""
         started = time.perf_counter()
         try:
             with self._holding():
@@ -117,8 +118,11 @@ class Runs:
         raise SBoNError("the comparison stopped without a result")
 
     def _run(self, *values: Any) -> Iterator[dict[str, Any]]:
-        *setting_values, kind, shown, origin, look = values
+        *setting_values, kind, shown, origin, look, requested = values
         look = as_look(look)
+        # Seconds since the Run click (``request``'s time, kept in the session): the wait for the slot, where
+        # other visitors' runs held it, which the run's own clock below leaves out.
+        queued = time.time() - requested if requested else 0.0
         def ended(why: str) -> dict[str, Any]:
             """A run that ends without a result: why, in the status line, the caption (the presenter view shows it, not
             the status line) and a warning; the views it had replaced put back (drawn only then)."""
@@ -166,12 +170,7 @@ class Runs:
                 elif isinstance(event, ComparisonReady):  # both runs done: every view but the prefix-scored ones
                     for result in (event.comparison.speculative, event.comparison.bon):
                         MODELS.observe(result)
-                    first = tracker.first_round_at
-                    ready = (f"Done in {tracker.elapsed:.1f} s from the click"
-                             + (f"; first decision point drawn after {first:.1f} s" if first else "")
-                             + f"; {decoded(event.comparison.speculative)}")
-                    log.info("runs finished: %.1f s from the click, first round %s s, settings %s",
-                             tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
+                    ready = done_line(tracker, queued, event.comparison, settings)
                     shown = Shown(event.comparison, "your run", kind, look=look)
                     yield {**show(shown, f"{ready} · {tracker.status()}"), "model_status": models_status()}
                 elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones (Gradio
@@ -207,6 +206,19 @@ def decoded(run: RunResult) -> str:
     one_thread = run.threads == 1 and measured is not None and measured > 1
     decode = run.decode or "eager"
     return f"decoded {how_decoded(run.weights, decode, str(MODELS.device()))}" + (ONE_THREAD if one_thread else "")
+
+
+def done_line(tracker: LiveTracker, queued: float, comp: Comparison, settings: RunSettings) -> str:
+    """The status line's start once both runs are done: the run's own time (from when the slot was its, model loading
+    included) and, where it waited QUEUED_S or more behind other visitors' runs, that wait too; logged with the
+    settings."""
+    first = tracker.first_round_at
+    log.info("runs finished: %.1f s from its start (%.1f s after the click), first round %s s, settings %s",
+             tracker.elapsed, queued + tracker.elapsed, f"{first:.1f}" if first else "none", settings.to_dict())
+    return (f"Done in {tracker.elapsed:.1f} s from "
+            + (f"its start, after {queued:.0f} s in the queue" if queued >= QUEUED_S else "the click")
+            + (f"; first decision point drawn after {first:.1f} s" if first else "")
+            + f"; {decoded(comp.speculative)}")
 
 
 def on_stop(comp: Comparison | None, origin: str | None) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -112,7 +114,7 @@ def test_a_bad_setting_stops_the_run_in_one_line_before_any_model_loads(app, slo
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", alpha=1.0)
     recorded = app.show_recorded("curves")
-    updates = list(slot.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look()))
+    updates = list(slot.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look(), None))
     assert len(updates) == 1
     assert updates[0]["status"].startswith("⚠ alpha") and "\n" not in updates[0]["status"]
     assert updates[0]["running"] is None and updates[0]["stop_btn"].visible is False
@@ -322,7 +324,8 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     values = dict(zip(app.SETTING_NAMES, [app.DEFAULTS.to_dict()[name] for name in app.SETTING_NAMES]))
     values.update(prompt="What is Atlantis?", n=4, max_new_tokens=12, alpha=0.5, method="sbon-tau", tau=4)
     recorded = app.show_recorded("curves")
-    updates = list(slot.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look()))
+    clicked = time.time() - 30  # Run was clicked 30 s ago: other visitors' runs held the slot meanwhile
+    updates = list(slot.run(*values.values(), "curves", recorded["comparison"], recorded["origin"], Look(), clicked))
     assert updates[0]["sbon_text"].value == "" and updates[0]["bon_text"].value == ""  # no stale answers
 
     answered = next(i for i, u in enumerate(updates) if u.get("sbon_text") is not None and u["sbon_text"].value)
@@ -341,6 +344,8 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert any(str(u.get("caption", "")).startswith("Best-of-N so far:") for u in updates[answered:ready])
 
     shown = updates[ready]
+    # its own time, and the wait a visitor also sat through (the run's clock starts when the slot is its)
+    assert re.match(r"Done in \d+\.\d s from its start, after 3\d s in the queue;", shown["status"]), shown["status"]
     assert set(app.SHOWN) <= set(shown) and shown["comparison"].partials == {}
     assert "Preparing the what-if views" in shown["status"] and "running" not in shown  # the run still holds the slot
     assert "Best-of-N returned candidate" in shown["bon_text"].label
@@ -351,7 +356,9 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert pressed["caption"] == run_captions(shown["comparison"])[0]
 
     last = updates[-1]  # ... and the prefix-scored views, which come after, leave the presentation going
-    assert set(app.SHOWN) - set(views.LIVE_CHART) <= set(last) and "every view ready after" in last["status"]
+    assert set(app.SHOWN) - set(views.LIVE_CHART) <= set(last)
+    done = shown["status"].split(";")[0]  # "Done in … s from its start, after … s in the queue"
+    assert last["status"].startswith(done + ";") and "; every view ready after" in last["status"], last["status"]
     assert not set(views.LIVE_CHART) & set(last)
     assert last["comparison"].partials and last["running"] is None and last["stop_btn"].visible is False
     assert last["tradeoff_plot"].data  # the curves, now that the prefixes are scored
