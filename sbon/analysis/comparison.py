@@ -190,7 +190,8 @@ def headline_text(comp: Comparison, strong: Callable[[str], str] = lambda text: 
     after = ""
     if steps == bon_steps:
         cost = (f"in as many sequential decode steps as Best-of-N ({steps}: Best-of-N held all its candidates in one "
-                "batch, so here only the tokens differ)")
+                + ("batch, and no candidate was pruned, so the two runs cost the same)"
+                   if m["sbon_tokens"] == m["bon_tokens"] else "batch, so here only the tokens differ)"))
     else:
         ratio = m["step_speedup"]
         times = f"{ratio:.2f}× fewer" if ratio >= 1 else f"{1 / ratio:.2f}× more"
