@@ -854,7 +854,7 @@ def test_a_child_that_measures_or_builds_outlives_the_thread_that_started_it_and
     thread = threading.Thread(target=handler)
     thread.start()
     thread.join()
-    time.sleep(4 * PARENT_POLL_S)
+    time.sleep(2 * PARENT_POLL_S)
     child = box["child"]
     try:
         assert child.poll() is None, f"the child ended with the thread that started it (exit status {child.returncode})"
