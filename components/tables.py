@@ -230,15 +230,9 @@ def column_help(name: str) -> str:
     return HELP[start] if start else fate_help(name) or signal_description(name)
 
 
-def _bon_batch_size(bon: RunResult) -> int:
-    """Candidates Best-of-N held at once: all of them unless it ran in batches."""
-    return bon.settings.get("batch_size") or len(bon.candidates)
-
-
 def _batches(bon: RunResult) -> str:
-    size = _bon_batch_size(bon)
-    count = -(-len(bon.candidates) // size)
-    return f"{count} of ≤{size} (the memory Speculative Rejection needed)" if count > 1 else "1"
+    batches = bon.batches
+    return f"{len(batches)} of ≤{len(batches[0])} (the memory Speculative Rejection needed)" if len(batches) > 1 else "1"
 
 
 def md_escape(text: str) -> str:
@@ -252,8 +246,7 @@ def md_escape(text: str) -> str:
 def run_description(comp: Comparison, origin: str) -> str:
     """One line of Markdown saying which run the views show and with which settings."""
     s, bon = comp.speculative.settings, comp.bon
-    size = _bon_batch_size(bon)
-    batches = f" · Best-of-N in batches of {size} (same memory)" if size < comp.n else ""
+    batches = f" · Best-of-N in batches of {len(bon.batches[0])} (same memory)" if len(bon.batches) > 1 else ""
     prompt = comp.speculative.prompt if len(comp.speculative.prompt) <= 120 else comp.speculative.prompt[:119] + "…"
     judged_by = comp.speculative.instructions
     instructions = (f" · instructions: {'; '.join(md_escape(instruction_title(i)) for i in judged_by)}"
