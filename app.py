@@ -158,17 +158,22 @@ def for_gradio(handler: Callable, element: Callable[[str], Any] = lambda name: n
     return call
 
 
+def page_address(request: gr.Request | None) -> str | None:
+    """The address of the page that sent ``request`` (its referer), or None."""
+    return request.headers.get("referer") if request else None
+
+
 def on_page_open(kind: str, viewport: dict | None, request: gr.Request) -> dict[str, Any]:
     """The page's open, with its query parameters (components.replays.on_open), and the Python client's example
     with the address the page was opened at."""
-    page = request.headers.get("referer") if request else None
+    page = page_address(request)
     return {**on_open(kind, viewport, dict(getattr(request, "query_params", None) or {})),
             **({"api_doc": page_text.api_doc(beside(page, ""))} if page else {})}
 
 
 def on_share_click(comp: Comparison | None, request: gr.Request) -> dict[str, Any]:
     """Share, with the address of the page that asks (components.replays.on_share)."""
-    return on_share(comp, request.headers.get("referer") if request else None)
+    return on_share(comp, page_address(request))
 
 
 def on_row_selected(comp: Comparison | None, evt: gr.SelectData) -> dict[str, Any]:
