@@ -452,8 +452,9 @@ def wire(ui: SimpleNamespace, demo: gr.Blocks, runs: Runs) -> None:
 def wire_run(ui: SimpleNamespace, runs: Runs) -> None:
     """Run and Stop. Two steps: the request is answered at once (refused, queued or starting), then the run
     itself waits for the one generation slot."""
-    request = ui.run_btn.click(by_name(ui, runs.request), inputs=ui.running,
-                               outputs=el(ui, "running", "status", "caption", "stop_btn", "summary"), concurrency_limit=None,
+    request = ui.run_btn.click(by_name(ui, runs.request), inputs=el(ui, "running", "look", "viewport"),
+                               outputs=el(ui, "running", "status", "caption", "stop_btn", "summary", "look"),
+                               js=f"(running, look) => [running, look, ({VIEWPORT_JS})()]", concurrency_limit=None,
                                show_progress="hidden", **PRIVATE)
     run_event = request.success(by_name(ui, runs.run),
                                 inputs=el(ui, *SETTING_NAMES, "tradeoff_kind", "comparison", "origin", "look", "running"),

@@ -6,7 +6,6 @@ figures for each view are drawn by components.style.Look."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from sbon.analysis.comparison import Comparison
@@ -129,9 +128,7 @@ CAPTION_FIT_JS = """() => { const box = document.querySelector('#round-caption')
 
 def look_for(presenter: bool, viewport: dict | None) -> Look:
     """The look the page asked for: the presenter view, sized to the window the browser reported."""
-    viewport = viewport if isinstance(viewport, dict) else {}
-    px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
-    return Look(presenter=bool(presenter), screen_px=px.get("screen"), live_px=px.get("live"), width_px=px.get("width"))
+    return Look(presenter=bool(presenter)).sized(viewport)
 
 
 def on_presenter(presenter: bool, viewport: dict | None, comp: Comparison | None, origin: str | None, kind: str,

@@ -227,9 +227,10 @@ def _shown_in_legend(trace: go.Scatter) -> bool:
 
 def _title(view: DecisionPoint, reward: str = "") -> str:
     """The frame's title: the round and its decision point in the round caption's words, then its counts, each with
-    its own reason (``count_clauses``), or what a cut among scores that were all alike says."""
+    its own reason (``count_clauses``), or what a cut among scores that were all alike says. The first line ends
+    with its "·", so that the clauses stay apart where a view wraps the title again (style.unwrap)."""
     said = tie_text(view, reward) or (coin_toss_text(view) if coin_toss(view) else "")
-    return (f"Round {view.round} · after {view.tokens} tokens<br>"
+    return (f"Round {view.round} · after {view.tokens} tokens ·<br>"
             + (said[0].upper() + said[1:] if said else " · ".join(count_clauses(view))))
 
 

@@ -78,10 +78,11 @@ class Runs:
         run = GALLERY.runs["default"].comp
         return run.speculative.wall_time + run.bon.wall_time if run is not None else 30.0
 
-    def request(self, running: float | None) -> dict[str, Any]:
+    def request(self, running: float | None, look: Any = None, viewport: dict | None = None) -> dict[str, Any]:
         """The Run click, answered at once (outside the generation queue): refuse a second Run of this
         session with a one-line reason, else say whether the run starts now or waits its turn behind
-        another session's run, so no click goes unanswered."""
+        another session's run, so no click goes unanswered. The page's look takes the window's size at the click
+        (``viewport``; a window resized or a phone turned since the page opened), which the run's figures fit."""
         if running:
             raise Refused(f"A run is already going ({time.time() - running:.0f} s so far): wait for it to end or "
                           "press Stop.", duration_s=6)
@@ -92,7 +93,8 @@ class Runs:
                   "opens at once meanwhile." if busy else "Starting…")
         # The caption too: the presenter view shows the caption, not the status line.
         return {"running": time.time(), "status": status, "caption": status, "stop_btn": Update(visible=True),
-                "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}."}
+                "summary": f"**New run {'queued' if busy else 'starting'}** — {RUNNING_NOTE}.",
+                "look": as_look(look).sized(viewport)}
 
     def run(self, *values: Any) -> Iterator[dict[str, Any]]:
         """Check the settings, wait for the models if they are still loading, then run the comparison,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -97,6 +97,12 @@ def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
     return "<br>".join(line for part in title.split("<br>") for line in (textwrap.wrap(part, width) or [""]))
 
 
+def unwrap(text: str) -> str:
+    """A wrapped title (``wrap_title``) on one line again. A title whose first line ends a clause ends it with its
+    " ·" before the break, so that the clauses stay apart joined again."""
+    return "".join(line + ("" if line.endswith("-") else " ") for line in text.split("<br>")).strip()
+
+
 def _lines(text: str | None) -> int:
     return text.count("<br>") + 1 if text else 0
 
@@ -122,6 +128,13 @@ def scale_of(fig: go.Figure) -> float:
     return size / FONT_SIZE
 
 
+def _titled_steps(fig: go.Figure) -> list[tuple[go.layout.slider.Step, str]]:
+    """The slider steps that set the figure's title (``{"title.text": ...}`` in their layout arguments), each with
+    that title."""
+    return [(step, step.args[1]["title.text"]) for slider in fig.layout.sliders or () for step in slider.steps or ()
+            if step.args and len(step.args) > 1 and isinstance(step.args[1], dict) and step.args[1].get("title.text")]
+
+
 def fit_margins(fig: go.Figure, bottom_extra: int = 0) -> go.Figure:
     """Margins with room for every title line (and subplot titles over the top panels), the x-axis title's lines, the
     legend (under them, or beside the data in the presenter view) and a rounds slider (under the legend); called again
@@ -129,13 +142,15 @@ def fit_margins(fig: go.Figure, bottom_extra: int = 0) -> go.Figure:
     s = scale_of(fig)
     presenter = s > 1
     title = fig.layout.title.text if fig.layout.title else None
+    # A rounds slider gives each of its steps its own title: the top margin fits the one with the most lines.
+    title_lines = max((_lines(t) for t in (title, *(t for _, t in _titled_steps(fig))) if t), default=0)
     x_title = fig.layout.xaxis.title.text if fig.layout.xaxis and fig.layout.xaxis.title else None
     slider = SLIDER_PX * s if fig.layout.sliders else 0
     # Text set on the plot area's top edge and standing above it (make_subplots' titles over the top panels) takes a
     # line of the top margin under the title.
     over = max((_lines(a.text) for a in fig.layout.annotations or ()
                 if a.yref == "paper" and a.yanchor == "bottom" and a.y is not None and a.y >= 0.999), default=0)
-    top = max(30, (TITLE_TOP_PX + 4 + (_lines(title) + over) * LINE_PX) * s + (4 if title else 0))
+    top = max(30, (TITLE_TOP_PX + 4 + (title_lines + over) * LINE_PX) * s + (4 if title else 0))
     axis = (TICKS_PX + _lines(x_title) * LINE_PX) * s + 10
     names = _legend_names(fig)
     legend_px = 0 if presenter else legend_rows(fig) * LEGEND_ROW_PX * s
@@ -193,11 +208,8 @@ def legend_below(fig: go.Figure) -> go.Figure:
 
 
 def _rewrap(text: str | None, width: int) -> str | None:
-    """Text wrapped for a phone, re-wrapped to ``width`` (explicit breaks at a sentence's end are kept)."""
-    if not text:
-        return text
-    joined = "".join(line + ("" if line.endswith("-") else " ") for line in text.split("<br>")).strip()
-    return wrap_title(joined, width)
+    """Text wrapped for a phone (``wrap_title``), re-wrapped to ``width``."""
+    return wrap_title(unwrap(text), width) if text else text
 
 
 @dataclass(frozen=True)
@@ -209,16 +221,39 @@ class Look:
     live_px: int | None = field(default=None, metadata={
         "help": "the height left for the live chart under the run bar and the round caption, in CSS pixels"})
     width_px: int | None = field(default=None, metadata={
-        "help": "the live chart's width in CSS pixels: text drawn as a figure (the result step's answers) wraps to it"})
+        "help": "the live chart's width in CSS pixels: its title, and text drawn as a figure (the result step's "
+                "answers), wrap to it"})
+
+    def sized(self, viewport: dict | None) -> Look:
+        """This look at the window's size the browser reported (VIEWPORT_JS's numbers; left as they were where it
+        reported none, as an API client does)."""
+        if not isinstance(viewport, dict):
+            return self
+        px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
+        return replace(self, screen_px=px.get("screen"), live_px=px.get("live"), width_px=px.get("width"))
 
     def apply(self, fig: go.Figure, live: bool = False) -> go.Figure:
-        """``fig`` as this look draws it (the presenter view's text, legend and height; else unchanged)."""
+        """``fig`` as this look draws it: the presenter view's text, legend and height; in the page's view, the live
+        chart's title in lines as wide as the chart (``title_chars``); else unchanged."""
         if not self.presenter:
+            title = fig.layout.title.text if live and fig.layout.title else None
+            wide = _rewrap(title, self.title_chars())
+            if title and _lines(wide) < _lines(title):  # else the phone's lines, which break where the title does
+                fig.update_layout(title=dict(text=wide))
+                fit_margins(fig)
             return fig
         if live:  # the round caption over the live chart is its title in the presenter view
             fig.update_layout(title=None)
             return live_for_presenter(for_presenter(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
         return for_presenter(fig, self.screen_px or None)
+
+    def title_chars(self) -> int:
+        """Characters per title line of the live chart in the page's view: a phone's (TITLE_CHARS), or more where the
+        browser reported a wider chart (a title starts TITLE_LEFT_PX of a phone-wide figure in from its left edge)."""
+        if self.presenter or not self.width_px:
+            return TITLE_CHARS
+        char_px = (NARROW_FIGURE_PX - 2 * TITLE_LEFT_PX) / TITLE_CHARS
+        return max(TITLE_CHARS, int((self.width_px * (1 - TITLE_LEFT_PX / NARROW_FIGURE_PX) - TITLE_LEFT_PX) / char_px))
 
     def chars(self) -> int | None:
         """Characters of the page's text (FONT_SIZE; larger in the presenter view) per line of the live chart, or
@@ -321,6 +356,8 @@ def for_presenter(fig: go.Figure, max_height: int | None = None, fill: bool = Fa
         a.font.size = (a.font.size or FONT_SIZE) * s
     if fig.layout.sliders:
         fig.layout.sliders[0].update(font=dict(size=FONT_SIZE * s), currentvalue=dict(font=dict(size=FONT_SIZE * s)))
+    for step, title in _titled_steps(fig):  # the title each step sets, wrapped as the figure's own
+        step.args = (step.args[0], {**step.args[1], "title.text": _rewrap(title, PRESENTER_TITLE_CHARS)})
     # Long axis titles and tick labels push the margins out rather than being clipped.
     fig.update_xaxes(automargin=True)
     fig.update_yaxes(automargin=True)

@@ -229,6 +229,15 @@ def test_a_second_run_is_refused_or_queued_with_a_reason(app, slot, monkeypatch)
     assert queued["status"].startswith("⏳ Queued") and "New run queued" in queued["summary"]
 
 
+def test_a_run_s_figures_fit_the_window_as_it_is_at_the_click(slot):
+    """The Run click sends the window's size (VIEWPORT_JS): a window resized, or a phone turned, since the page
+    opened gets figures for its size now; a click that reports none (an API client) keeps the look it had."""
+    opened = Look(presenter=True, screen_px=480, live_px=300, width_px=853)
+    turned = slot.request(None, opened, {"screen": 844, "live": 600, "width": 390})["look"]
+    assert turned == Look(presenter=True, screen_px=844, live_px=600, width_px=390)
+    assert slot.request(None, opened, None)["look"] == opened and slot.request(None)["look"] == Look()
+
+
 def test_new_seed_is_a_different_valid_seed(app):
     seeds = {controls.on_new_seed(7) for _ in range(50)}
     assert 7 not in seeds and len(seeds) > 40 and all(0 <= s <= 999_999 for s in seeds)  # six digits at most

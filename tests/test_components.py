@@ -598,6 +598,55 @@ def test_the_presenter_view_draws_every_text_for_a_hall_and_fits_the_window(path
     assert page.layout.legend.orientation == "h" and page.layout.legend.yanchor == "top"  # under the data
 
 
+@pytest.mark.parametrize("path", [RECORDED, "assets/gallery/coin-toss.json"])
+def test_a_round_s_title_wrapped_again_keeps_its_clauses_apart_and_each_slider_step_s_title_fits(path):
+    """A round figure's title is wrapped for a phone, and the presenter view wraps it again for a hall: joined again,
+    the round's line and its counts stay two clauses ("after 51 tokens · 10 of 13 kept", not "after 51 tokens 10 of
+    13 kept"). The rounds slider sets each round's own title as it moves: the presenter view wraps those too, and the
+    top margin holds the longest of them (a round with more clauses than the one shown first ran into the data)."""
+    from components.style import LINE_PX, PRESENTER_TITLE_CHARS, Look, scale_of, unwrap
+
+    comp = Comparison.load(path)
+    views = round_views(comp.speculative)
+    hall = Look(presenter=True, screen_px=480)
+    for i, view in enumerate(views):
+        page = round_figure(view, comp.n, reward=comp.speculative.reward).layout.title.text
+        wide = hall.apply(round_figure(view, comp.n, reward=comp.speculative.reward)).layout.title.text
+        assert unwrap(wide) == unwrap(page) and f"after {view.tokens} tokens · " in unwrap(wide)
+        assert wide.count("<br>") < page.count("<br>")  # a hall's lines are longer
+    for look in (Look(), hall):
+        fig = look.apply(rounds_animation(comp.speculative, comp=comp))
+        titles = [step.args[1]["title.text"] for step in fig.layout.sliders[0].steps]
+        assert [unwrap(t) for t in titles] == [unwrap(round_figure(v, comp.n, reward=comp.speculative.reward)
+                                                      .layout.title.text) for v in views]
+        if look.presenter:
+            assert all(len(line) <= PRESENTER_TITLE_CHARS for t in titles for line in t.split("<br>"))
+        lines = max(t.count("<br>") + 1 for t in titles)
+        assert fig.layout.margin.t >= lines * LINE_PX * scale_of(fig), (look, titles)
+
+
+def test_the_live_chart_s_title_takes_the_width_the_browser_reported():
+    """On the page, the live chart's title is wrapped to the chart's width the browser reported, not a phone's, where
+    that saves a line (three lines of a phone's width on a desktop took the data's height); on a phone-wide chart, or
+    where no width was reported, the phone's lines. Every line fits that width (TITLE_CHARS fit a phone-wide plot)."""
+    from components.style import TITLE_CHARS, Look, unwrap
+
+    comp = Comparison.load(RECORDED)
+    views = comp.speculative.decision_points
+
+    def title(look):
+        fig = look.apply(round_figure(views[-1], comp.n, earlier=views[:-1], comp=comp, reward=comp.speculative.reward),
+                         live=True)
+        return fig.layout.title.text, fig.layout.margin.t
+
+    (phone, phone_top), (desktop, desktop_top) = title(Look(width_px=360)), title(Look(width_px=700))
+    assert title(Look()) == title(Look(width_px=360)) and phone.count("<br>") == 2
+    assert unwrap(desktop) == unwrap(phone) and desktop.count("<br>") < phone.count("<br>")
+    assert desktop_top < phone_top  # the line saved goes to the data
+    assert all(len(line) <= Look(width_px=700).title_chars() for line in desktop.split("<br>"))
+    assert Look(width_px=700).title_chars() > 2 * TITLE_CHARS - 10 and Look(presenter=True, width_px=700).title_chars() == TITLE_CHARS
+
+
 def test_the_presenter_view_s_live_chart_names_its_x_axis_in_one_line_where_its_rows_leave_room():
     """At the end of a run the legend beside the live chart is at its widest: the x-axis title that no longer fits
     in one line beside it loses its aside in brackets (the reward's scale), not its name."""
@@ -657,15 +706,18 @@ def test_best_of_n_s_progress_frames_are_the_figure_drawn_from_scratch_at_every_
     from components.style import Look
 
     comp = Comparison.load(RECORDED)
-    for look in (Look(), Look(presenter=True, live_px=600)):
+    for look in (Look(), Look(width_px=700), Look(presenter=True, live_px=600)):
         tracker, chart = LiveTracker(comp.speculative.settings["max_new_tokens"], reward=comp.speculative.reward), ProgressChart(comp.n, look)
         tracker.results["sbon"] = comp.speculative
-        frames = []
+        frames = []  # (the figure, its title's lines)
         for tokens in (1, 7, 60, 99, 128):
             tracker.tokens_of["bon"] = {k: tokens for k in range(comp.n) if k % 3 or tokens > 7}
-            frames.append(chart.frame(tracker))
-            assert frames[-1].to_json() == look.apply(progress_figure(tracker, comp.n), live=True).to_json(), tokens
-        assert frames[-1] is frames[1]  # drawn once, then changed in place
+            frame = chart.frame(tracker)
+            assert frame.to_json() == look.apply(progress_figure(tracker, comp.n), live=True).to_json(), tokens
+            frames.append((frame, (frame.layout.title.text or "").count("<br>")))
+        # drawn once, then changed in place, while the title keeps its lines (the margins fit them)
+        kept = [b is a for (a, lines), (b, more) in zip(frames, frames[1:]) if lines == more]
+        assert kept and all(kept), look
 
 
 def test_every_figure_lists_the_fates_in_one_order_survived_then_pruned_round_by_round():

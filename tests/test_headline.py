@@ -374,15 +374,14 @@ def title_errors(comp: Comparison) -> tuple[list[str], list[DecisionPoint]]:
     points it was read at: all but those whose scores were alike, whose second line says so instead."""
     from components.reasons import coin_toss
     from components.rounds import round_figure
+    from components.style import unwrap
 
     run, errors, read = comp.speculative, [], []
     for point in run.decision_points:
         if point.tied or coin_toss(point):  # tie_text or coin_toss_text, the caption's longer words
             continue
-        title = round_figure(point, comp.n, reward=run.reward).layout.title.text
-        first, rest = title.split("<br>", 1)  # the round's line, then its counts wrapped for a phone
-        counts = "".join(line + ("" if line.endswith("-") else " ") for line in rest.split("<br>")).strip()
-        errors += [f"round {point.round}: {e}" for e in caption_errors(f"{first} · {counts}", point, run.reward)]
+        title = unwrap(round_figure(point, comp.n, reward=run.reward).layout.title.text)  # wrapped for a phone
+        errors += [f"round {point.round}: {e}" for e in caption_errors(title, point, run.reward)]
         read.append(point)
     return errors, read
 
