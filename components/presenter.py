@@ -89,14 +89,21 @@ body.presenter .tab-container button, body.presenter .tabs button[role=tab] { fo
 }
 """
 
+PLOT_FONT = '"Open Sans", verdana, arial, sans-serif'  # plotly.js's own default: the page's figures set no family
 # How much of the window the live chart may take in the presenter view: from its top, with the page at its top (as
 # Run and Present rounds leave it), to the window's foot. The caption over it is two lines high in that view, so the
-# chart's top does not move from round to round. Sent with every request that draws figures for the presenter view
-# (components.style.Look).
+# chart's top does not move from round to round. Also the live chart's width, and the mean character width on English
+# prose of the font the browser draws the figures in, which depends on the fonts the visitor's machine has: what fits
+# a line of a title or an answer drawn as a figure. Sent with every request that draws figures in a look fitted to
+# the window (components.style.Look).
 VIEWPORT_JS = """() => { const plot = document.querySelector('#live-plot');
   const box = plot ? plot.getBoundingClientRect() : null, top = box ? box.top + window.scrollY : 200;
+  const text = document.querySelector('#live-plot svg text'), pen = document.createElement('canvas').getContext('2d');
+  pen.font = '100px ' + (text ? getComputedStyle(text).fontFamily : '%s');
+  const prose = 'The quick brown fox jumps over the lazy dog, then rests: a short answer to the question.';
   return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - 4),
-          width: Math.round(box && box.width ? box.width : window.innerWidth)}; }"""
+          width: Math.round(box && box.width ? box.width : window.innerWidth),
+          char_em: pen.measureText(prose).width / prose.length / 100}; }""" % PLOT_FONT
 # The view follows the URL (?view=presenter) and the toggle, which keeps the URL in step, so a reload or a
 # shared link opens in the same view.
 PRESENTER_JS = """(on) => { document.body.classList.toggle('presenter', on);

@@ -328,16 +328,18 @@ def present_steps(comp: Any) -> int:
     return len(comp.speculative.decision_points) + 1 if comp.speculative.decision_points else 0
 
 
-ANSWER_CHARS, ANSWER_LINES = 72, 3  # an answer's excerpt on the result step: lines that fit a projector's width
+# An answer's excerpt on the result step: lines that fit a projector's width where the chart's width is unknown, at most
+# ANSWER_MAX_CHARS where it is known (a longer line is hard to follow across a screen), ANSWER_LINES of them.
+ANSWER_CHARS, ANSWER_MAX_CHARS, ANSWER_LINES = 72, 96, 3
 
 
 def answers_figure(comp: Any, chars: int | None = None) -> go.Figure:
     """The end of a run on the projector: the answer each method returned (label, then its first lines), Best-of-N's
     first, as text on a figure in the live chart's place; lines of at most ``chars`` characters (the chart's width,
-    where known: a phone's is narrower than a projector's), ANSWER_CHARS at most."""
+    where known: a phone's is narrower than a projector's), ANSWER_MAX_CHARS at most; else ANSWER_CHARS."""
     from .tables import returned_texts  # the same labels and texts as the Savings tab's boxes
 
-    chars = min(ANSWER_CHARS, chars or ANSWER_CHARS)
+    chars = min(ANSWER_MAX_CHARS, chars) if chars else ANSWER_CHARS
     bon_label, bon_text, sbon_label, sbon_text = returned_texts(comp)
     fig = go.Figure()
     for i, (label, text) in enumerate(((bon_label, bon_text), (sbon_label, sbon_text))):

@@ -44,6 +44,7 @@ AXIS_TITLE_CHARS = 28
 LINE_PX = 22  # one line of title or axis title
 NARROW_PLOT_PX = 230  # the plot area's width on a phone: legend rows are packed for it
 CHAR_PX = 8.5  # mean character width at LEGEND_SIZE, rounded up
+TEXT_SLACK = 1.1  # a line of text may be this much wider than the mean width the browser measured (Look.char_em)
 LEGEND_ITEM_PX = 60  # a legend item's symbol and gaps, rounded up
 TICKS_PX = 36  # tick labels under the plot
 TITLE_TOP_PX = 8  # the title's distance from the figure's top
@@ -220,6 +221,9 @@ class Look:
         "help": "the window's height in CSS pixels: no presenter-view figure is taller"})
     live_px: int | None = field(default=None, metadata={
         "help": "the height left for the live chart under the run bar and the round caption, in CSS pixels"})
+    char_em: float | None = field(default=None, metadata={
+        "help": "the figures' font's mean character width on English prose, in ems, as the browser measured it: the "
+                "text that wraps to ``width_px`` wraps by it (else by CHAR_PX, an upper bound for common fonts)"})
     width_px: int | None = field(default=None, metadata={
         "help": "the live chart's width in CSS pixels: its title, and text drawn as a figure (the result step's "
                 "answers), wrap to it"})
@@ -230,7 +234,14 @@ class Look:
         if not isinstance(viewport, dict):
             return self
         px = {k: int(v) for k, v in viewport.items() if isinstance(v, (int, float)) and math.isfinite(v) and 0 < v < 10_000}
-        return replace(self, screen_px=px.get("screen"), live_px=px.get("live"), width_px=px.get("width"))
+        em = viewport.get("char_em")
+        return replace(self, screen_px=px.get("screen"), live_px=px.get("live"), width_px=px.get("width"),
+                       char_em=float(em) if isinstance(em, (int, float)) and 0.2 <= em <= 1 else None)
+
+    def char_px(self, font_px: float) -> float:
+        """The width to allow per character of text at ``font_px``: the measured font's (``char_em``) with TEXT_SLACK
+        for a text wider than the prose it was measured on, else CHAR_PX's."""
+        return font_px * (self.char_em * TEXT_SLACK if self.char_em else CHAR_PX / LEGEND_SIZE)
 
     def apply(self, fig: go.Figure, live: bool = False) -> go.Figure:
         """``fig`` as this look draws it: the presenter view's text, legend and height; in the page's view, the live
@@ -252,16 +263,15 @@ class Look:
         browser reported a wider chart (a title starts TITLE_LEFT_PX of a phone-wide figure in from its left edge)."""
         if self.presenter or not self.width_px:
             return TITLE_CHARS
-        char_px = (NARROW_FIGURE_PX - 2 * TITLE_LEFT_PX) / TITLE_CHARS
-        return max(TITLE_CHARS, int((self.width_px * (1 - TITLE_LEFT_PX / NARROW_FIGURE_PX) - TITLE_LEFT_PX) / char_px))
+        room = self.width_px * (1 - TITLE_LEFT_PX / NARROW_FIGURE_PX) - TITLE_LEFT_PX
+        return max(TITLE_CHARS, int(room / self.char_px(TITLE_SIZE)))
 
     def chars(self) -> int | None:
         """Characters of the page's text (FONT_SIZE; larger in the presenter view) per line of the live chart, or
         None where the browser reported no width."""
         if not self.width_px:
             return None
-        char_px = CHAR_PX / LEGEND_SIZE * FONT_SIZE * (PRESENTER_SCALE if self.presenter else 1)
-        return max(16, int((self.width_px - 24) / char_px))
+        return max(16, int((self.width_px - 24) / self.char_px(FONT_SIZE * (PRESENTER_SCALE if self.presenter else 1))))
 
 
 PRESENTER_WIDTH_PX = 853  # the narrowest presenter-view window (a 1280-pixel projector at 150 %)

@@ -647,6 +647,28 @@ def test_the_live_chart_s_title_takes_the_width_the_browser_reported():
     assert Look(width_px=700).title_chars() > 2 * TITLE_CHARS - 10 and Look(presenter=True, width_px=700).title_chars() == TITLE_CHARS
 
 
+def test_text_drawn_as_a_figure_wraps_by_the_font_the_browser_measured():
+    """The browser reports the mean character width of the font it draws the figures in (VIEWPORT_JS's char_em): a
+    narrow font fits more characters per line of the result step's answers and of the live chart's title than the
+    upper bound used where nothing was measured; a value no font has is not taken."""
+    from components.rounds import ANSWER_MAX_CHARS, answers_figure
+    from components.style import Look
+
+    window = {"screen": 480, "live": 300, "width": 853}
+    unmeasured = Look(presenter=True).sized(window)
+    narrow, wide = (Look(presenter=True).sized({**window, "char_em": em}) for em in (0.44, 0.6))
+    assert wide.chars() < unmeasured.chars() < narrow.chars() <= 853 / (0.44 * 16 * 4 / 3)
+    assert Look(presenter=True).sized({**window, "char_em": 7}) == unmeasured
+    assert Look(width_px=700, char_em=0.44).title_chars() > Look(width_px=700).title_chars()
+    comp = Comparison.load(RECORDED)
+
+    def answer_lines(chars):  # Best-of-N's answer, under its label
+        return answers_figure(comp, chars).layout.annotations[0].text.split("<br>")[1:]
+
+    assert max(map(len, answer_lines(narrow.chars()))) > max(map(len, answer_lines(unmeasured.chars())))
+    assert all(len(line) <= min(ANSWER_MAX_CHARS, narrow.chars()) + 2 for line in answer_lines(narrow.chars()))  # + " …"
+
+
 def test_the_presenter_view_s_live_chart_names_its_x_axis_in_one_line_where_its_rows_leave_room():
     """At the end of a run the legend beside the live chart is at its widest: the x-axis title that no longer fits
     in one line beside it loses its aside in brackets (the reward's scale), not its name."""

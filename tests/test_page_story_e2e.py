@@ -111,9 +111,14 @@ def test_the_presenters_last_step_shows_both_answers_and_the_headline_inside_the
         shown = page.evaluate("""() => { const inside = (el) => { const r = el.getBoundingClientRect();
             return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight + 1 && r.right <= window.innerWidth + 1; };
           const notes = [...document.querySelectorAll('#live-plot .annotation')];
+          const lines = [...document.querySelectorAll('#live-plot .annotation-text tspan.line')];
           return {caption: inside(document.querySelector('#round-caption')), answers: notes.length,
-                  inside: notes.every(inside), text: notes.map((n) => n.textContent)}; }""")
+                  inside: notes.every(inside), text: notes.map((n) => n.textContent),
+                  filled: Math.max(...lines.map((l) => l.getBoundingClientRect().width))
+                          / document.querySelector('#live-plot').getBoundingClientRect().width}; }""")
         assert shown["caption"] and shown["answers"] == 2 and shown["inside"], shown
+        # the answers' lines take the chart's width, as wrapped in the font the browser draws them in
+        assert shown["filled"] >= 0.8, shown
         assert shown["text"][0].startswith("Best-of-N returned candidate") and \
             shown["text"][1].startswith("Speculative Rejection returned candidate"), shown
         SHOTS.mkdir(parents=True, exist_ok=True)
