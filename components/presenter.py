@@ -98,12 +98,15 @@ PLOT_FONT = '"Open Sans", verdana, arial, sans-serif'  # plotly.js's own default
 # the window (components.style.Look).
 VIEWPORT_JS = """() => { const plot = document.querySelector('#live-plot');
   const box = plot ? plot.getBoundingClientRect() : null, top = box ? box.top + window.scrollY : 200;
-  const text = document.querySelector('#live-plot svg text'), pen = document.createElement('canvas').getContext('2d');
-  pen.font = '100px ' + (text ? getComputedStyle(text).fontFamily : '%s');
-  const prose = 'The quick brown fox jumps over the lazy dog, then rests: a short answer to the question.';
+  let em = null;
+  try {  // a browser without a canvas to measure with (or one that refuses it) is sized without the font
+    const text = document.querySelector('#live-plot svg text'), pen = document.createElement('canvas').getContext('2d');
+    pen.font = '100px ' + (text ? getComputedStyle(text).fontFamily : '%s');
+    const prose = 'The quick brown fox jumps over the lazy dog, then rests: a short answer to the question.';
+    em = pen.measureText(prose).width / prose.length / 100;
+  } catch (e) { em = null; }
   return {screen: window.innerHeight, live: Math.round(window.innerHeight - top - 4),
-          width: Math.round(box && box.width ? box.width : window.innerWidth),
-          char_em: pen.measureText(prose).width / prose.length / 100}; }""" % PLOT_FONT
+          width: Math.round(box && box.width ? box.width : window.innerWidth), char_em: em}; }""" % PLOT_FONT
 # The view follows the URL (?view=presenter) and the toggle, which keeps the URL in step, so a reload or a
 # shared link opens in the same view.
 PRESENTER_JS = """(on) => { document.body.classList.toggle('presenter', on);

@@ -15,6 +15,7 @@ import pytest
 from benchmarks.app_timing import ENDED, click_run
 from benchmarks.browser import REPO as ROOT, wait_until
 from components.controls import MAX_N, METHOD_LABELS
+from components.presenter import VIEWPORT_JS
 from sbon.analysis.comparison import Comparison
 
 RUN_TIMEOUT_MS = 400_000  # generous: the CPU may be shared; on a quiet 2-core machine the run takes well under a minute
@@ -484,6 +485,11 @@ def test_run_controls_and_the_live_plot_share_one_screen(windows, server, screen
             # the live chart's title in lines of the chart's width, not a phone's three, and none of it cut
             assert page.evaluate("document.querySelectorAll('#live-plot .gtitle tspan.line').length") <= 2
             assert plot_text_problems(page, "#live-plot")[0] == []
+            # the window's size, which the page's open and every Run send, without the font where no canvas measures
+            assert 0.3 < page.evaluate(f"({VIEWPORT_JS})()")["char_em"] < 0.8
+            page.evaluate("HTMLCanvasElement.prototype.getContext = () => null")
+            sized = page.evaluate(f"({VIEWPORT_JS})()")
+            assert sized["char_em"] is None and sized["width"] > 0
         seen = run_controls_beside_plot(page)
     finally:
         windows.leave(page)
