@@ -29,7 +29,7 @@ from sbon.results import DecisionPoint, RunResult
 from .fates import fate_color, fate_order
 from .reasons import marked_undecided
 from .rounds import UNDECIDED_COLOR, UNDECIDED_NAME, round_caption
-from .style import BON_COLOR, TITLE_CHARS, axis_titles, presenter_name, ring, styled, wrap_title
+from .style import BON_COLOR, axis_titles, presenter_name, ring, styled, wrap_title
 
 PHASE_NAMES = {**{name: spec.label for name, spec in METHOD_SPECS.items()}, "counterfactual": "Preparing the what-if views"}
 
@@ -303,7 +303,7 @@ class ProgressChart:
         self.n, self.look, self.fig = n, look, None
 
     def frame(self, tracker: LiveTracker) -> go.Figure:
-        title = wrap_title(progress_title(tracker), self.look.title_chars() if self.look is not None else TITLE_CHARS)
+        title = self.look.live_title(progress_title(tracker)) if self.look is not None else wrap_title(progress_title(tracker))
         shown = self.fig.layout.title.text if self.fig is not None else None
         if self.fig is None or (shown and shown.count("<br>") != title.count("<br>")):  # margins fit the lines
             fig = progress_figure(tracker, self.n)

@@ -221,12 +221,12 @@ class Look:
         "help": "the window's height in CSS pixels: no presenter-view figure is taller"})
     live_px: int | None = field(default=None, metadata={
         "help": "the height left for the live chart under the run bar and the round caption, in CSS pixels"})
-    char_em: float | None = field(default=None, metadata={
-        "help": "the figures' font's mean character width on English prose, in ems, as the browser measured it: the "
-                "text that wraps to ``width_px`` wraps by it (else by CHAR_PX, an upper bound for common fonts)"})
     width_px: int | None = field(default=None, metadata={
         "help": "the live chart's width in CSS pixels: its title, and text drawn as a figure (the result step's "
                 "answers), wrap to it"})
+    char_em: float | None = field(default=None, metadata={
+        "help": "the figures' font's mean character width on English prose, in ems, as the browser measured it: the "
+                "text that wraps to ``width_px`` wraps by it (else by CHAR_PX, an upper bound for common fonts)"})
 
     def sized(self, viewport: dict | None) -> Look:
         """This look at the window's size the browser reported (VIEWPORT_JS's numbers; left as they were where it
@@ -248,15 +248,21 @@ class Look:
         chart's title in lines as wide as the chart (``title_chars``); else unchanged."""
         if not self.presenter:
             title = fig.layout.title.text if live and fig.layout.title else None
-            wide = _rewrap(title, self.title_chars())
-            if title and _lines(wide) < _lines(title):  # else the phone's lines, which break where the title does
-                fig.update_layout(title=dict(text=wide))
+            if title and self.live_title(title) != title:
+                fig.update_layout(title=dict(text=self.live_title(title)))
                 fit_margins(fig)
             return fig
         if live:  # the round caption over the live chart is its title in the presenter view
             fig.update_layout(title=None)
             return live_for_presenter(for_presenter(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
         return for_presenter(fig, self.screen_px or None)
+
+    def live_title(self, title: str) -> str:
+        """The live chart's title as this look wraps it: in lines of ``title_chars`` where that saves a line, else a
+        phone's lines (wrap_title), which also break where the title itself does."""
+        phone = wrap_title(title)
+        wide = _rewrap(phone, self.title_chars())
+        return wide if _lines(wide) < _lines(phone) else phone
 
     def title_chars(self) -> int:
         """Characters per title line of the live chart in the page's view: a phone's (TITLE_CHARS), or more where the
