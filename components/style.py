@@ -248,8 +248,8 @@ class Look:
         chart's title in lines as wide as the chart (``title_chars``); else unchanged."""
         if not self.presenter:
             title = fig.layout.title.text if live and fig.layout.title else None
-            if title and self.live_title(title) != title:
-                fig.update_layout(title=dict(text=self.live_title(title)))
+            if title and (wrapped := self.live_title(title)) != title:
+                fig.update_layout(title=dict(text=wrapped))
                 fit_margins(fig)
             return fig
         if live:  # the round caption over the live chart is its title in the presenter view

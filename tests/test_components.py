@@ -609,7 +609,7 @@ def test_a_round_s_title_wrapped_again_keeps_its_clauses_apart_and_each_slider_s
     comp = Comparison.load(path)
     views = round_views(comp.speculative)
     hall = Look(presenter=True, screen_px=480)
-    for i, view in enumerate(views):
+    for view in views:
         page = round_figure(view, comp.n, reward=comp.speculative.reward).layout.title.text
         wide = hall.apply(round_figure(view, comp.n, reward=comp.speculative.reward)).layout.title.text
         assert unwrap(wide) == unwrap(page) and f"after {view.tokens} tokens · " in unwrap(wide)
