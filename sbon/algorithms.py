@@ -29,6 +29,7 @@ from .decoders import EagerDecoder, decoder
 from .engine import Batch, Generator, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError
 from .machine import machine_class, prefill_threads
+from .machine_load import LoadMeter
 from .results import PHASES, Candidate, DecisionPoint, PartialReward, RunResult
 from .rewards import RewardModel
 from .signals import PruningSignal, Step, make_signal, on_reward_scale, without_uncertainty
@@ -153,6 +154,9 @@ class _Run:
         self.observers = [s for s in (self.signal, *observers)
                           if s is not None and type(s).observe is not PruningSignal.observe]
         self.timings = dict.fromkeys(PHASES, 0.0)
+        # What else the machine did from here to the result: the window of the run's timers, and not what it loaded
+        # or built above (a kernel's compiler is another process, so it would pass for another's load).
+        self.meter = LoadMeter().start()
 
     @contextmanager
     def timer(self, name: str, sync: bool = True):
@@ -289,7 +293,8 @@ class _Run:
                          instructions=judged_by(self.prompt) if judged_by else [],
                          weights=getattr(self.gen, "weights", None), decode=self.decoder.name,
                          machine=machine_class(device),
-                         threads=torch.get_num_threads() if torch.device(device).type == "cpu" else None)
+                         threads=torch.get_num_threads() if torch.device(device).type == "cpu" else None,
+                         load=self.meter.stop())
 
 
 def _observed_step(ids: list[int], rows: list[int], going: list[int], tokens: torch.Tensor, logits: torch.Tensor,

@@ -21,7 +21,7 @@ from .config import METHOD_SPECS, RunConfig
 from .engine import WEIGHT_FORMATS, check_device
 from .options import HelpFormatter, add_options, resolved, values
 from .errors import SBoNError, exit_code
-from .machine_load import LoadMeter, busy_note
+from .machine_load import busy_note
 from .models import (DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, check_reachable,
                      check_reward_prompt, default_device, default_dtype_name, load_generator, load_reward)
 from .results import RunResult
@@ -220,9 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         saved: RunResult | Comparison = comparison
     else:
         stream = watched(events(gen, reward, args.prompt, config), watch)
-        meter = LoadMeter().start()
         saved = drive(with_progress(stream, args.max_new_tokens, args.method), Done).result
-        saved.load = meter.stop()
         report(saved)
     if hasattr(reward, "explain"):  # a reward that can say why (ifeval): each instruction's verdict on the answer
         best = (saved.speculative if isinstance(saved, Comparison) else saved).best

@@ -66,6 +66,28 @@ def test_the_same_comparison_beside_a_busy_process_has_the_same_headline_and_say
     assert Comparison.from_json(loaded.to_json()).metrics["machine_busy"] == 1.0  # kept on load
 
 
+def test_what_a_run_builds_before_its_timers_start_is_not_counted_as_another_process_s_load(gen, likelihood,
+                                                                                             monkeypatch):
+    """A run's first use of a path may build it in a child process (a kernel's compiler) before its timers start:
+    the load a run records covers its timers' window, so its own build is neither another's load nor its time."""
+    from sbon.decoders import EagerDecoder
+
+    build_s = 1.5
+    ready = EagerDecoder.ready
+
+    def ready_after_a_build(self, *args):
+        subprocess.run([sys.executable, "-c", f"import time\nend = time.time() + {build_s}\nwhile time.time() < end: pass"],
+                       check=True)
+        ready(self, *args)
+
+    monkeypatch.setattr(EagerDecoder, "ready", ready_after_a_build)
+    comp = list(comparison_events(gen, likelihood, COMPARISON_PROMPT, 4, alpha=0.5, max_new_tokens=8, seed=1,
+                                  decode="eager", taus=[4]))[-1].comparison
+    for run in (comp.speculative, comp.bon):
+        # the window opens after the build: its seconds are fewer than the build's (whose child has ended by then)
+        assert run.timings["total"] <= run.load["seconds"] < build_s, run.load
+
+
 def test_decode_steps_are_the_steps_the_run_took(comparison_events):
     """Counted from the events (one TokensGenerated per step of a batch), not from the result's lengths."""
     steps = {}

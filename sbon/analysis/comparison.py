@@ -28,7 +28,7 @@ from ..config import PRUNING_METHODS, RunConfig
 from ..engine import Generator
 from ..errors import SBoNError
 from ..ifeval.instructions import parse_instructions
-from ..machine_load import LoadMeter, busy_note
+from ..machine_load import busy_note
 from ..metrics import compare, diverged_ids, final_of, twin_diverged
 from ..results import RunResult, dump_json
 from ..rewards import RewardModel
@@ -391,8 +391,8 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
     observing time is moved out of Best-of-N's decode time (into ``timings["watched_signals"]``), so
     the speedup is not flattered; keeping hidden states for the signals that need them stays in.
 
-    Each run records what else the machine did while it ran (``RunResult.load``, :mod:`sbon.machine_load`), from its
-    first event to its last, the consumer's time between events included.
+    Each run records what else the machine did while it ran (``RunResult.load``, :mod:`sbon.machine_load`), over
+    the window of its timers, the consumer's time between events included.
 
     Speculative Rejection runs first so that a UI shows its rounds without waiting for Best-of-N.
     All settings are checked before anything is generated (:class:`SBoNError` on bad input).
@@ -406,24 +406,20 @@ def comparison_events(gen: Generator, reward: RewardModel, prompt: str, config: 
         check_signal(name)
 
     sbon = None
-    meter = LoadMeter().start()  # what else the machine did while each method ran: its wall time's context
     for event in events(gen, reward, prompt, config):
         if isinstance(event, Done):
             sbon = event.result
-            sbon.load = meter.stop()
         yield MethodEvent(config.method, event)
     batch_size = same_memory_batch_size(sbon) if bon_same_memory else None
     bon_config = config.replace(method="bon", n=len(sbon.candidates), batch_size=batch_size)
     watch = watch_signals(gen, reward, prompt, bon_config, signals, [p.tokens for p in sbon.decision_points])
     bon = None
-    meter.start()
     for event in events(gen, ScoredOnce(reward, sbon), prompt, bon_config,
                         observers=watch.observers if watch else ()):
         if watch:
             watch.see(event)
         if isinstance(event, Done):
             bon = event.result
-            bon.load = meter.stop()
         yield MethodEvent("bon", event)
     if watch:
         discount_watching(bon, watch.observe_seconds)
