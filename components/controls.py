@@ -16,7 +16,8 @@ from sbon.errors import SBoNError
 from sbon.options import field_kind
 from sbon.rewards import RewardModel, bind_instructions
 from sbon.signals import SIGNALS
-from sbon.models import DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, check_reward_prompt
+from sbon.models import (DEFAULT_GENERATOR, GENERATORS, INSTRUCTION_REWARD, REWARDS, START, check_name,
+                         check_reward_prompt)
 
 from .reasons import needs_note, reward_scale
 from .updates import Update
@@ -88,7 +89,7 @@ class RunSettings(RunConfig):
     def run_instructions(self) -> str | None:
         """The instructions this run brings: the builder's, under the ifeval reward; none for other rewards (they
         judge no instructions, and the builder may still hold some from an earlier scenario)."""
-        return self.instructions if self.reward == "ifeval" and self.instructions.strip() else None
+        return self.instructions if self.reward == INSTRUCTION_REWARD and self.instructions.strip() else None
 
     def reward_for_run(self, reward: RewardModel) -> RewardModel:
         """The loaded reward as this run uses it: bound to this run's instructions, seen by no other run (two

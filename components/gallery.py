@@ -22,6 +22,7 @@ from typing import Any
 from sbon.analysis.comparison import Comparison
 from sbon.errors import SBoNError
 from sbon.metrics import decision_quality
+from sbon.models import INSTRUCTION_REWARD
 from sbon.rewards import bind_instructions
 from sbon.signals import signal_title
 
@@ -63,7 +64,7 @@ class GalleryEntry:
         return settings
 
 
-IFEVAL = dict(reward="ifeval", prune_by="reward", alpha=0.5)  # the Follow-instructions scenario, one deep cut
+IFEVAL = dict(reward=INSTRUCTION_REWARD, prune_by="reward", alpha=0.5)  # the Follow-instructions scenario, one deep cut
 # Stories recorded with the page's former defaults: their settings pinned, so they record the same whatever the
 # page starts from now.
 FIRST_EXAMPLE = "Hi, I'd like to make my own peanut brittle. Can you give me a recipe and cooking instructions for that?"
@@ -180,7 +181,7 @@ def facts(comp: Comparison) -> Facts:
 def _instruction_fates(comp: Comparison) -> tuple[int, int]:
     """(pruned after breaking an instruction, pruned with every instruction open or kept) for a run judged by
     the ifeval reward, from the verdicts on each pruned candidate's text as it was when pruned; (0, 0) else."""
-    if comp.speculative.reward != "ifeval":
+    if comp.speculative.reward != INSTRUCTION_REWARD:
         return 0, 0
     from sbon.ifeval.reward import IFEvalReward  # no model: the checks are programs
 

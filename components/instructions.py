@@ -12,10 +12,9 @@ from typing import Any
 from sbon.errors import SBoNError
 from sbon.ifeval.data import SHIPPED_FILE, load_prompts
 from sbon.ifeval.instructions import DESCRIPTIONS, EXAMPLE_ARGS, by_frequency, parse_instructions, to_json
-from sbon.models import reward_title
+from sbon.models import INSTRUCTION_REWARD, reward_title
 
 PLACEHOLDER = '[{"id": "punctuation:no_comma"}, {"id": "change_case:english_lowercase"}]'
-INSTRUCTION_REWARD = "ifeval"  # the reward that checks the instructions (the Follow instructions scenario's)
 SWITCHED = "The run's reward is *Follow instructions*: it checks each of these."
 
 

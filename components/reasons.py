@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from sbon.cut import cut
-from sbon.models import REWARDS, Preset
+from sbon.models import INSTRUCTION_REWARD, REWARDS, Preset
 from sbon.results import DecisionPoint, RunResult
 from sbon.signals import on_reward_scale, signal_title
 
@@ -110,7 +110,6 @@ UNDECIDED_PRUNED = {"paper": "pruned by the order of the scores all the same (th
                     "prune": "pruned", "defer": "pruned by a random draw after waiting a decision point"}
 UNDECIDED_DONE = {"paper": "ranked anyway", "prune": "none pruned for its score", "defer": "kept to wait a round, or drawn",
                   "random": "drawn at random"}
-INSTRUCTION_REWARD = "ifeval"  # the reward whose ties are broken by length, and whose scores are instructions followed
 # Said once, in words, when every live contender was within the signal's noise of the cut: a mark on each would
 # separate none of them (sbon.score_noise: the noise a reward's partial scores carry).
 COIN_TOSS = "every score is within the reward's noise of the cut: a coin toss"

@@ -21,7 +21,7 @@ from sbon.analysis.comparison import (Comparison, ComparisonDone, ComparisonRead
 from sbon.errors import SBoNError
 from sbon.machine import how_decoded
 from sbon.results import RunResult
-from sbon.models import generator_title, reward_title
+from sbon.models import check_instructions_judged, generator_title, reward_title
 
 from . import tables
 from .controls import DEFAULTS, RunSettings, settings_from
@@ -112,6 +112,7 @@ class Runs:
     def compare(self, settings: RunSettings) -> str:
         """The `/compare` API's run: the comparison as JSON, in the same slot as the Run button's."""
         settings.check()
+        check_instructions_judged(settings.reward, settings.instructions)  # a caller's, not a builder's leftovers
         with self._holding():
             MODELS.load_async(settings.generator, settings.reward).result()
             for event in on_one_thread(self.events(settings)):

@@ -22,8 +22,9 @@ from .engine import WEIGHT_FORMATS, check_device
 from .options import HelpFormatter, add_options, resolved, values
 from .errors import SBoNError, exit_code
 from .machine_load import busy_note
-from .models import (DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_name, check_reachable,
-                     check_reward_prompt, default_device, default_dtype_name, load_generator, load_reward)
+from .models import (DEFAULT_GENERATOR, GENERATORS, REWARDS, START, check_instructions_judged, check_name,
+                     check_reachable, check_reward_prompt, default_device, default_dtype_name, load_generator,
+                     load_reward)
 from .results import RunResult
 from .rewards import bind_instructions
 
@@ -191,8 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args)
     check_name(args.generator, GENERATORS, "generator")
     check_name(args.reward, REWARDS, "reward")
-    if args.instructions is not None and args.reward != "ifeval":
-        raise SBoNError(f"--instructions applies to --reward ifeval, not {args.reward}")
+    check_instructions_judged(args.reward, args.instructions)
     check_reward_prompt(args.reward, args.prompt, args.instructions)
     check_out(args.out)
     check_reachable(args.generator, GENERATORS, "generator")  # before the generator loads: one line in seconds

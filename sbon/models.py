@@ -102,6 +102,8 @@ def _ifeval_prompt(prompt: str, instructions=None) -> None:
         IFEvalReward().instructions(prompt)  # its one-line refusal is written for the user already
 
 
+INSTRUCTION_REWARD = "ifeval"  # the reward preset that judges a run's instructions (IFEval's, checked by program)
+
 # Reward presets: one entry each, with its loader where it is not a hub sequence classifier.
 # "minilm-pref" is this project's trained reward (embedded, offline; its hub_id is the encoder's hub
 # copy, used where the package is missing); "likelihood" scores with the generator itself; the rest are
@@ -362,6 +364,15 @@ def default_weights(device: torch.device, generator: str | None = None) -> str:
     count in use (sbon.machine.auto_path: SBON_WEIGHTS if set; else the format measured fastest here, exact on a
     CPU; else float32 on a CPU, bfloat16 on a GPU)."""
     return auto_path(generator, device).weights
+
+
+def check_instructions_judged(reward: str, instructions) -> None:
+    """Instructions given for a run whose reward judges none (a run would go on without them): a one-line SBoNError.
+    The command line and the `/compare` API refuse them; the page keeps its builder's and says under it that they are
+    ignored."""
+    if instructions and str(instructions).strip() and reward != INSTRUCTION_REWARD:
+        raise SBoNError(f"instructions are checked only by the {INSTRUCTION_REWARD} reward, not by {reward}: choose "
+                        f"the {INSTRUCTION_REWARD} reward, or give no instructions")
 
 
 def check_reward_prompt(reward: str, prompt: str, instructions=None) -> None:

@@ -3,6 +3,8 @@ takes, edited arguments survive a new pick, an example fills it, a bad box is re
 
 import json
 
+import pytest
+
 from components import instructions as builder
 from components.controls import RunSettings
 from components.scenarios import SCENARIOS
@@ -57,6 +59,23 @@ def test_instructions_given_under_another_reward_switch_it_or_are_said_to_be_ign
     assert all("{" not in label and ":" not in label for label, _ in builder.type_choices())
 
 
+def test_the_api_refuses_instructions_for_another_reward_before_running():
+    """/compare with instructions and a reward that judges none refuses in one line (the run would go on without
+    them); the page's builder may hold some under another reward, which its note says are ignored."""
+    import gradio as gr
+
+    import app
+    from components.runs import Runs
+
+    ran = []
+    compare = app.compare_endpoint(Runs(lambda settings: ran.append(settings) or iter(())))
+    with pytest.raises(gr.Error, match="instructions are checked only by the ifeval reward, not by minilm-pref") as e:
+        compare(SEA, reward="minilm-pref", instructions="Answer in three bullet points.")
+    assert "\n" not in str(e.value) and ran == []
+    assert builder.on_text('[{"id": "punctuation:no_comma"}]', "minilm-pref")["instructions_note"].startswith(
+        builder.ignored("minilm-pref"))
+
+
 def test_the_note_reads_each_instruction_or_the_one_line_refusal():
     note = builder.on_text('[{"id": "punctuation:no_comma"}]')["instructions_note"]
     assert "no commas" in note
@@ -79,6 +98,6 @@ def test_the_command_line_refuses_instructions_for_another_reward_before_loading
     assert cli.main(["run", "--prompt", SEA, "--reward", "minilm-pref", "--instructions",
                      '["punctuation:no_comma"]']) != 0
     err = capsys.readouterr().err
-    assert "--instructions applies to --reward ifeval" in err and "loading" not in err
+    assert "instructions are checked only by the ifeval reward, not by minilm-pref" in err and "loading" not in err
     assert cli.main(["run", "--prompt", SEA, "--reward", "ifeval", "--instructions", "[]"]) != 0
     assert "instructions: empty" in capsys.readouterr().err
