@@ -221,7 +221,7 @@ def hub_source(name: str, presets: dict[str, Preset]) -> str | None:
     preset = presets.get(name)
     if preset is None:
         return None if os.path.isdir(name) else name
-    if preset.offline or (preset.package and _package_dir(preset.package)):
+    if preset.offline or (preset.package and _package_dir(preset.package)) or os.path.isdir(preset.hub_id):
         return None
     return preset.hub_id
 
@@ -235,13 +235,41 @@ def check_reachable(name: str, presets: dict[str, Preset], kind: str) -> None:
     if repo is None or (preset is not None and preset.package):
         return
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import RemoteEntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError, RemoteEntryNotFoundError
     try:
+        hf_hub_download(repo, "config.json", local_files_only=True)
+        return  # cached: its load needs no network
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        pass
+    try:
+        _check_hub_host()
         hf_hub_download(repo, "config.json")
     except RemoteEntryNotFoundError:
         return  # a repository reached, without a config at its root (an adapter's): its load says what it needs
     except (OSError, ValueError) as e:
         raise _hub_error(name, e, kind) from None
+
+
+HUB_CONNECT_S = 5.0  # a first look at the hub's host: a network that answers at all answers well within this
+
+
+def _check_hub_host() -> None:
+    """An OSError at once where the hub's host has no address here or cannot be reached (no network, a laptop
+    offline in a lecture hall): the hub's client would retry each of its requests for about 25 s first. Left to
+    the client behind a proxy, which reaches the host in its place."""
+    import socket
+    import urllib.request
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    proxies = urllib.request.getproxies()
+    if constants.HF_HUB_OFFLINE or proxies.get("https") or proxies.get("all"):
+        return
+    url = urlparse(constants.ENDPOINT)
+    with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                  timeout=HUB_CONNECT_S):
+        pass
 
 
 def _hub_error(name: str, error: Exception, kind: str) -> SBoNError:
@@ -332,6 +360,7 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
     fmt = weight_format(weights) if weights else None
     dtype = fmt.dtype if fmt else dtype
     device = check_device(device, dtype)
+    check_reachable(name, GENERATORS, "generator")  # offline: one line now, not after the hub client's retries
     preset = GENERATORS.get(name)
     source, kwargs, gguf = (preset.hub_id if preset else name), {}, None
     if preset and preset.package and (folder := _package_dir(preset.package)):
@@ -390,6 +419,7 @@ def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
     if preset is not None and preset.load is not None:
         return preset.load(generator, device)
     check_name(name, REWARDS, "reward")
+    check_reachable(name, REWARDS, "reward model")
     device = check_device(device if device is not None else default_device())
     source = preset.hub_id if preset else name
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

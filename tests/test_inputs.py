@@ -190,6 +190,27 @@ def test_hub_presets_without_the_hub_fail_in_one_line(tmp_path, flag, name, kind
     assert "loading generator" not in done.stderr, done.stderr[-1000:]
 
 
+def test_a_hub_model_without_a_network_fails_in_one_line_at_once_in_the_library_the_app_loads_with(tmp_path):
+    """No network and no offline mode (a laptop offline in a hall): the hub's host has no address. The hub's client
+    would retry each request for about 25 s; load_generator and load_reward (the app's loads) say so at once."""
+    script = ("import sys, time\n"
+              "from sbon.errors import SBoNError\n"
+              "from sbon.models import load_generator, load_reward\n"
+              "for load in (load_generator, load_reward):\n"
+              "    start = time.perf_counter()\n"
+              "    try:\n        load('someone/a-model')\n    except SBoNError as e:\n"
+              "        print(f'{time.perf_counter() - start:.1f}', e)\n")
+    env = {**os.environ, "HF_ENDPOINT": "https://hub.invalid", "HF_HOME": str(tmp_path / "hf")}  # .invalid: never resolves
+    env.pop("HF_HUB_OFFLINE", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stderr[-2000:]
+    for line, kind in zip(lines, ("generator", "reward model")):
+        seconds, message = line.split(" ", 1)
+        assert message.startswith(f"cannot load {kind} 'someone/a-model': is the Hugging Face hub reachable"), line
+        assert float(seconds) < 10, line
+
+
 def test_the_page_and_the_command_line_start_from_the_same_scenario():
     from components.controls import RunSettings
     from components.scenarios import SCENARIOS, scenario_of
