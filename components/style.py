@@ -25,7 +25,11 @@ import plotly.io as pio
 # The page's template, plotly's default in any process that draws the page's figures: plotly gives a figure its default
 # template as it makes it, unchecked, where a template named on a made figure is checked and copied whole again, a
 # large part of the time the page takes to draw a finished run's figures.
-TEMPLATE = "plotly_white"
+# Its ticks are plain decimals: plotly's own format writes small numbers with SI prefixes ("550µ" for a score of 0.00055),
+# which a class reads as units.
+TEMPLATE = "sbon"
+pio.templates[TEMPLATE] = go.layout.Template(pio.templates["plotly_white"])
+pio.templates[TEMPLATE].layout.xaxis.exponentformat = pio.templates[TEMPLATE].layout.yaxis.exponentformat = "none"
 pio.templates.default = TEMPLATE
 
 SURVIVED_COLOR, FINISHED_EARLY_COLOR = "#2a9d8f", "#457b9d"

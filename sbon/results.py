@@ -109,7 +109,8 @@ class RunResult:
     decision_points: list[DecisionPoint] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase, plus "total"
     best_id: int | None = None
-    # What else the machine did while the run ran (sbon.machine_load.LoadMeter); empty when not measured.
+    # What else the machine did over the window of the run's timers (sbon.machine_load.LoadMeter); empty in files
+    # saved before it was recorded.
     load: dict[str, Any] = field(default_factory=dict)
     # The instructions the reward judged the prompt by, one {"id": ..., arguments} each (a reward with
     # ``instructions_of``: ifeval), so a reloaded run is explained by the same ones; empty for other rewards

@@ -791,6 +791,29 @@ def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
         assert isinstance(color, str) and color != "rgba(0,0,0,0)" and color != "transparent", (t.name, color)
 
 
+def test_tick_labels_read_as_plain_numbers_in_chromium_even_for_scores_of_ten_thousandths(comparison, browser):
+    """Plotly writes small numbers with SI prefixes by default ("550µ" for 0.00055: the instruction reward's
+    tie-break when no candidate can still follow its instructions). The page's figures, drawn in Chromium by plotly's
+    own script, label their ticks as plain decimals: a run's every figure, and a chart of scores that small."""
+    from components.style import styled
+    from components.views import Shown, show
+
+    tiny = styled(go.Figure(go.Scatter(x=[0.00055, 0.0006, 0.0008], y=[3, 1, 2], mode="markers")), "scores")
+    drawn = [v for v in show(Shown(comparison, "a run")).values() if isinstance(v, go.Figure)] + [tiny]
+    page = browser.new_page()
+    try:
+        labels = []
+        for fig in drawn:
+            page.set_content(fig.to_html(include_plotlyjs=True, full_html=True))
+            page.wait_for_selector(".main-svg")
+            labels.append(page.locator(".xtick text, .ytick text").all_text_contents())
+    finally:
+        page.close()
+    assert {"0.0006", "0.0008"} <= set(labels[-1]), labels[-1]
+    si = [t for ticks in labels for t in ticks if re.fullmatch(r"[−-]?[\d.]+[µmkMG]", t)]
+    assert not si, si
+
+
 def test_every_figure_of_a_shown_run_is_drawn_on_the_page_s_template(comparison):
     """The page's figures, in its own look and the presenter view's, are drawn on its template (white, where plotly's
     own default is a blue-grey plot area); the template reaches them as plotly's default (components.style.TEMPLATE)."""
