@@ -243,6 +243,10 @@ def check_reachable(name: str, presets: dict[str, Preset], kind: str) -> None:
         pass
     try:
         _check_hub_host()
+    except OSError:
+        raise SBoNError(f"cannot load {kind} '{name}': this machine cannot reach the Hugging Face hub, and the model "
+                        "is not in its cache here: connect to a network, or choose a model that ships with the app") from None
+    try:
         hf_hub_download(repo, "config.json")
     except RemoteEntryNotFoundError:
         return  # a repository reached, without a config at its root (an adapter's): its load says what it needs
