@@ -423,8 +423,8 @@ def load_reward(name: str = DEFAULT_REWARD, generator: Generator | None = None,
     if preset is not None and preset.load is not None:
         return preset.load(generator, device)
     check_name(name, REWARDS, "reward")
-    check_reachable(name, REWARDS, "reward model")
     device = check_device(device if device is not None else default_device())
+    check_reachable(name, REWARDS, "reward model")  # after the device: a machine's own fault first, in a moment
     source = preset.hub_id if preset else name
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     device = check_device(device, dtype)
