@@ -303,7 +303,7 @@ class ProgressChart:
         self.n, self.look, self.fig = n, look, None
 
     def frame(self, tracker: LiveTracker) -> go.Figure:
-        title = self.look.live_title(progress_title(tracker)) if self.look is not None else wrap_title(progress_title(tracker))
+        title = self.look.page_title(progress_title(tracker)) if self.look is not None else wrap_title(progress_title(tracker))
         shown = self.fig.layout.title.text if self.fig is not None else None
         if self.fig is None or (shown and shown.count("<br>") != title.count("<br>")):  # margins fit the lines
             fig = progress_figure(tracker, self.n)

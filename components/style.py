@@ -248,12 +248,19 @@ class Look:
         return font_px * (self.char_em * TEXT_SLACK if self.char_em else CHAR_PX / LEGEND_SIZE)
 
     def apply(self, fig: go.Figure, live: bool = False) -> go.Figure:
-        """``fig`` as this look draws it: the presenter view's text, legend and height; in the page's view, the live
-        chart's title in lines as wide as the chart (``title_chars``); else unchanged."""
+        """``fig`` as this look draws it: the presenter view's text, legend and height; in the page's view, its titles
+        (its own and those its rounds slider sets) in lines as wide as the live chart (``page_title``), which a tab's
+        figures, the page's full width, are at least."""
         if not self.presenter:
-            title = fig.layout.title.text if live and fig.layout.title else None
-            if title and (wrapped := self.live_title(title)) != title:
-                fig.update_layout(title=dict(text=wrapped))
+            changed = False
+            for step, title in _titled_steps(fig):
+                if (text := self.page_title(title)) != title:
+                    step.args, changed = (step.args[0], {**step.args[1], "title.text": text}), True
+            title = fig.layout.title.text if fig.layout.title else None
+            if title and (text := self.page_title(title)) != title:
+                fig.update_layout(title=dict(text=text))
+                changed = True
+            if changed:
                 fit_margins(fig)
             return fig
         if live:  # the round caption over the live chart is its title in the presenter view
@@ -261,9 +268,9 @@ class Look:
             return live_for_presenter(for_presenter(fig, self.live_px or None, fill=True), max_height=self.live_px or None)
         return for_presenter(fig, self.screen_px or None)
 
-    def live_title(self, title: str) -> str:
-        """The live chart's title as this look wraps it: in lines of ``title_chars`` where that saves a line, else a
-        phone's lines (wrap_title), which also break where the title itself does."""
+    def page_title(self, title: str) -> str:
+        """A figure's title as this look wraps it on the page: in lines of ``title_chars`` where that saves a line, else
+        a phone's lines (wrap_title), which also break where the title itself does."""
         phone = wrap_title(title)
         wide = _rewrap(phone, self.title_chars())
         return wide if _lines(wide) < _lines(phone) else phone

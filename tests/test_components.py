@@ -647,6 +647,38 @@ def test_the_live_chart_s_title_takes_the_width_the_browser_reported():
     assert Look(width_px=700).title_chars() > 2 * TITLE_CHARS - 10 and Look(presenter=True, width_px=700).title_chars() == TITLE_CHARS
 
 
+def test_a_tab_s_figures_take_the_width_the_browser_reported_for_their_titles_too():
+    """A tab's figures span the page, at least the live chart's width: on a desktop their titles, and the titles the
+    rounds slider sets, take lines of that width where that saves one (a phone's three lines in a desktop figure's
+    corner), with the same words, and the line saved goes to the data; on a phone or unreported, a phone's lines."""
+    from components.style import Look, unwrap
+    from components.views import Shown, show
+
+    comp = Comparison.load(RECORDED)
+
+    def drawn(look):
+        views = show(Shown(comp, "a run", look=look))
+        return {name: v for name, v in views.items() if isinstance(v, go.Figure) and name != "live_plot"}
+
+    def titles(fig):
+        steps = [step.args[1]["title.text"] for slider in fig.layout.sliders or () for step in slider.steps]
+        return [t for t in (fig.layout.title.text, *steps) if t]
+
+    phone, desktop, unreported = drawn(Look(width_px=360)), drawn(Look(width_px=700)), drawn(Look())
+    assert phone.keys() == desktop.keys() >= {"scatter", "rounds_plot", "tradeoff_plot"}
+    saved = []
+    for name, fig in desktop.items():
+        assert titles(phone[name]) == titles(unreported[name]), name
+        assert [unwrap(t) for t in titles(fig)] == [unwrap(t) for t in titles(phone[name])], name
+        assert all(len(line) <= Look(width_px=700).title_chars() for t in titles(fig) for line in t.split("<br>")), name
+        lines = sum(t.count("<br>") for t in titles(fig))
+        assert lines <= sum(t.count("<br>") for t in titles(phone[name])), name
+        if lines < sum(t.count("<br>") for t in titles(phone[name])):
+            saved.append(name)
+            assert fig.layout.margin.t < phone[name].layout.margin.t, name
+    assert {"scatter", "rounds_plot"} <= set(saved), saved
+
+
 def test_text_drawn_as_a_figure_wraps_by_the_font_the_browser_measured():
     """The browser reports the mean character width of the font it draws the figures in (VIEWPORT_JS's char_em): a
     narrow font fits more characters per line of the result step's answers and of the live chart's title than the
