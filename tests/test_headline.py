@@ -84,8 +84,8 @@ def test_what_a_run_builds_before_its_timers_start_is_not_counted_as_another_pro
     comp = list(comparison_events(gen, likelihood, COMPARISON_PROMPT, 4, alpha=0.5, max_new_tokens=8, seed=1,
                                   decode="eager", taus=[4]))[-1].comparison
     for run in (comp.speculative, comp.bon):
-        # the window opens after the build: its seconds are fewer than the build's (whose child has ended by then)
-        assert run.timings["total"] <= run.load["seconds"] < build_s, run.load
+        # the window opens after the build (whose child has ended by then): it holds the timers, not the build
+        assert run.timings["total"] <= run.load["seconds"] < run.timings["total"] + build_s / 2, (run.timings, run.load)
 
 
 def test_decode_steps_are_the_steps_the_run_took(comparison_events):
