@@ -823,7 +823,7 @@ def test_outline_marks_are_drawn_in_a_colour_plotly_strokes():
         assert isinstance(color, str) and color != "rgba(0,0,0,0)" and color != "transparent", (t.name, color)
 
 
-def test_tick_labels_read_as_plain_numbers_in_chromium_even_for_scores_of_ten_thousandths(comparison, browser):
+def test_tick_labels_read_as_plain_numbers_in_chromium_even_for_scores_of_ten_thousandths(browser):
     """Plotly writes small numbers with SI prefixes by default ("550µ" for 0.00055: the instruction reward's
     tie-break when no candidate can still follow its instructions). The page's figures, drawn in Chromium by plotly's
     own script, label their ticks as plain decimals: a run's every figure, and a chart of scores that small."""
@@ -831,16 +831,19 @@ def test_tick_labels_read_as_plain_numbers_in_chromium_even_for_scores_of_ten_th
     from components.views import Shown, show
 
     tiny = styled(go.Figure(go.Scatter(x=[0.00055, 0.0006, 0.0008], y=[3, 1, 2], mode="markers")), "scores")
-    drawn = [v for v in show(Shown(comparison, "a run")).values() if isinstance(v, go.Figure)] + [tiny]
+    shown = show(Shown(Comparison.load(RECORDED), "a run"))
+    drawn = [v for v in shown.values() if isinstance(v, go.Figure)] + [tiny]
+    # one page, plotly's script once: each figure in its own div
+    html = "".join(fig.to_html(include_plotlyjs=i == 0, full_html=False, div_id=f"fig{i}") for i, fig in enumerate(drawn))
     page = browser.new_page()
     try:
-        labels = []
-        for fig in drawn:
-            page.set_content(fig.to_html(include_plotlyjs=True, full_html=True))
-            page.wait_for_selector(".main-svg")
-            labels.append(page.locator(".xtick text, .ytick text").all_text_contents())
+        page.set_content(f"<html><body>{html}</body></html>")
+        page.wait_for_function(f"document.querySelectorAll('.main-svg').length >= {len(drawn)}")
+        labels = [page.locator(f"#fig{i} .xtick text, #fig{i} .ytick text").all_text_contents()
+                  for i in range(len(drawn))]
     finally:
         page.close()
+    assert len(drawn) >= 7 and all(labels), labels
     assert {"0.0006", "0.0008"} <= set(labels[-1]), labels[-1]
     si = [t for ticks in labels for t in ticks if re.fullmatch(r"[−-]?[\d.]+[µmkMG]", t)]
     assert not si, si
