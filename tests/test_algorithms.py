@@ -233,7 +233,7 @@ def test_a_finished_candidate_ranked_out_later_is_still_returned(gen):
     finished before the decision point has the best final reward (5) but ranks below the live ones'
     partial rewards (10); the survivors finish with reward 1. It must be returned, not lost."""
     prompt, tau, n = "Answer with one word: what colour is the sky?", 10, 8
-    bon = run(best_of_n(gen, CallableReward(lambda p, r: [0.0] * len(r)), prompt, n, max_new_tokens=48, seed=0))
+    bon = run(best_of_n(gen, CallableReward(lambda p, r: [0.0] * len(r)), prompt, n, max_new_tokens=24, seed=0))
     texts = [c.text for c in bon.candidates]
     early = [c.id for c in bon.candidates if c.tokens_generated <= tau]  # finished by the decision point
     live = n - len(early)
@@ -245,7 +245,7 @@ def test_a_finished_candidate_ranked_out_later_is_still_returned(gen):
 
     # alpha keeps exactly as many contenders as are still live: every finished one falls below the cut.
     result = run(speculative_bon_tau(gen, CallableReward(scripted), prompt, n, alpha=1 - live / n, tau=tau,
-                                     max_new_tokens=48, seed=0))
+                                     max_new_tokens=24, seed=0))
     [point] = result.decision_points
     assert early[0] in point.retired and early[0] not in point.survivors + point.pruned
     assert result.candidates[early[0]].pruned_round is None
