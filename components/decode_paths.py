@@ -25,7 +25,7 @@ from sbon.engine import Generator
 from sbon.errors import SBoNError, one_line
 from sbon.machine import AutoPath, Choice, auto_path, choice_path, decode_threads, on_threads, title
 from sbon.machine_load import RunGate, busy
-from sbon.probe import ThreadWatch, child_argv, threads_for_run, wants_one_thread_step, watch_for_run
+from sbon.probe import MEASURING, ThreadWatch, child_argv, threads_for_run, wants_one_thread_step, watch_for_run
 from sbon.models import DEFAULT_GENERATOR, default_device, generator_title
 from sbon.results import RunResult
 from sbon.zerogpu import on_zerogpu
@@ -74,7 +74,8 @@ CONTRADICTED = 2.0
 
 class DecodePaths:
     """``auto``'s decode path per generator (sbon.machine.auto_path), measured by a child process once per machine:
-    it loads every weight format, times their eager steps in rounds and saves a provisional choice (seconds), builds
+    it loads every weight format (saving the fastest eager step timed so far after each, where nothing is chosen yet),
+    times their eager steps in rounds and saves a provisional choice (seconds), builds
     the compiled steps predicted fastest on idle cores (a minute or more each, saved to disk), times
     them beside the eager ones and saves the choice after each (sbon.probe). Runs take the saved choice at their
     start (the model cache loads the generator in its format; ``decode`` loads its compiled step once saved), the
@@ -378,7 +379,8 @@ class DecodePaths:
         running = child is not None and child.poll() is None
         now = title(path.weights, path.decode, str(default_device()))
         if running:
-            doing = ("measuring how fast each way of decoding runs on this machine" if choice is None else
+            doing = ("measuring how fast each way of decoding runs on this machine"
+                     if choice is None or MEASURING in choice.provisional else
                      "compiling its step again for a single core, for runs that start while other programs keep "
                      "the cores busy,"
                      if name in self._one_thread else

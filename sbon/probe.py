@@ -11,6 +11,9 @@ The timing is made to survive shared cores:
 
 - every path is loaded first, then all are timed in rounds, one after another (A B C ... A B C ...), and each keeps
   its best time of the rounds: a neighbour that comes and goes slows every path alike instead of one;
+- where nothing is chosen here yet, each format's paths are also timed as soon as it is loaded (a first look), and
+  the fastest so far is saved, provisional (MEASURING): runs that start while the other formats load leave the safe
+  path (float32 op by op) as soon as a faster one is measured, not minutes later, once every format is;
 - a round's timing of a path counts as trusted only where this process's threads did not wait for a core meanwhile
   (``sbon.machine_load.Contention``); rounds go on until every path has ``ROUNDS_TRUSTED`` trusted ones, or
   ``ROUNDS_MAX`` rounds, or ``ROUNDS_BUDGET_S`` once ``ROUNDS_TRUSTED`` rounds are done; where some path has none,
@@ -51,8 +54,8 @@ import torch
 from .decoders import DECODE_PATHS, EagerDecoder, _compiled, compile_problem, compiled_state, prepare
 from .engine import WEIGHT_FORMATS, Generator, Prefix, SamplingConfig, coupled_uniforms, sample
 from .errors import SBoNError, one_line
-from .machine import (ALONE, ROWS, AutoPath, Choice, Measured, alone_choice, cached_choice, choose, decode_threads,
-                      eligible, fingerprint, on_threads, save_choice, threads_may_change)
+from .machine import (ALONE, REPORT_ROWS, ROWS, AutoPath, Choice, Measured, alone_choice, cached_choice, choose,
+                      decode_threads, eligible, fingerprint, on_threads, save_choice, threads_may_change)
 from .machine_load import Contention, RunGate, ThreadWaits, at_idle_priority, quiet_token
 from .models import DEFAULT_GENERATOR, load_generator
 
@@ -87,6 +90,7 @@ CONTENDED = "other work used the cores while the paths were timed, so their time
 # had timed (provisional: the app measures again later) and builds nothing.
 STALLED_WAIT_S, STALLED_POLL_S = 300.0, 5.0
 STALLED = "other programs kept this machine's cores busy while it measured"
+MEASURING = "still to be measured"  # a first look's choice: "3 more weight formats still to be measured"
 
 
 # -- one path: whether it is exact, and one timing ---------------------------------------------------------------
@@ -303,9 +307,8 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     stand-ins). On a CPU whose thread team other work stalls, no format is loaded until it is free (``team``, default
     a TeamWait of the gate); where it stays stalled, the probe ends there: with the choice measured before, or a
     provisional one that names no path (STALLED), saved. Where the team is stalled as it starts and no path is chosen
-    at its thread count yet, it first measures (and builds) on one thread (``measures_alone_first``; ``alone``: this
-    is that probe), the count runs take beside other work: its choice, provisional (ALONE), is the one those runs
-    take until the count in use is measured (sbon.machine.alone_choice)."""
+    at its thread count yet, it first measures (and builds) on one thread, for runs beside other work (``alone``: this
+    is that probe: ``measures_alone_first``). Where nothing is chosen, each format has a first look: ``first_looks``."""
     device = torch.device(device)
     machine = fingerprint(device)
     gate = gate if gate is not None else RunGate.from_env()
@@ -317,7 +320,8 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
         progress("other programs keep this machine's cores busy: measuring on one thread first, for runs beside them")
         with on_threads(1):
             probe(generator, device, build, formats, rows, load, save, progress, gate, timing, builder, alone=True)
-    loaded = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress, team)
+    looks = first_looks(generator, machine, previous, tries, rows, gate, timing, alone) if save else None
+    loaded = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress, team, looks)
     if loaded is None:  # checking each format beside the neighbour would take its cores for minutes
         return nothing_timed(generator, machine, previous, tries, save, progress)
     paths, subjects, gens = loaded
@@ -371,6 +375,27 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     return choice
 
 
+def first_looks(generator: str, machine: dict, previous: Choice | None, tries: dict[str, int], rows: Sequence[int],
+                gate: RunGate | None, timing: Callable[..., str], alone: bool
+                ) -> Callable[[list[Measured], list[Subject], int], None] | None:
+    """What ``load_paths`` calls after each format where nothing is chosen here yet (a first look): with ``left``
+    more to load, the paths it just made ready are timed at the row count nearest the one a choice's reason quotes
+    (a look, not the ranking: the rounds at every row count come once all are loaded), and the fastest timed so far
+    is saved, provisional (MEASURING), for the runs that start meanwhile. None where ``previous``, the choice
+    measured before, names a path: it stays until the new one is measured (a look at fewer formats is no better)."""
+    if previous is not None and previous.weights:
+        return None
+    look = [min(rows, key=lambda r: abs(r - REPORT_ROWS))]
+
+    def after(paths: list[Measured], new: list[Subject], left: int) -> None:
+        if not (new and left) or timing(new, look, gate) == STALLED:
+            return
+        why = ([ALONE] if alone else []) + [f"{left} more weight format{'s' if left > 1 else ''} {MEASURING}"]
+        save_choice(choose(generator, machine, paths, pending=_pending(paths), provisional="; ".join(why),
+                           tries=tries))
+    return after
+
+
 def nothing_timed(generator: str, machine: dict, previous: Choice | None, tries: dict[str, int], save: bool,
                   progress: Callable[[str], None]) -> Choice:
     """A probe whose thread team stayed stalled before it loaded a format: the choice measured before, or a
@@ -402,14 +427,18 @@ def measures_alone_first(generator: str, device: torch.device, previous: Choice 
 
 def load_paths(generator: str, device: torch.device, formats: Sequence[str], tries: dict[str, int],
                load: Callable[..., Generator], gate: RunGate | None, progress: Callable[[str], None],
-               team: TeamWait | None = None) -> tuple[list[Measured], list[Subject], dict[str, Generator]] | None:
+               team: TeamWait | None = None,
+               loaded: Callable[[list[Measured], list[Subject], int], None] | None = None
+               ) -> tuple[list[Measured], list[Subject], dict[str, Generator]] | None:
     """Load every format and make each of its paths ready (``ready``): every path as known so far, those worth
     timing, and the generators they hold by format (kept loaded while the probe runs). Each format waits while other
-    work stalls the thread team (``team``, on a CPU): None where it stayed stalled."""
+    work stalls the thread team (``team``, on a CPU): None where it stayed stalled. ``loaded``, after each format:
+    called with the paths so far, the format's paths worth timing and the number of formats still to load."""
     paths: list[Measured] = []
     subjects: list[Subject] = []
     gens: dict[str, Generator] = {}
-    for weights in formats:
+    for done, weights in enumerate(formats, 1):
+        before = len(subjects)
         quiet_token(gate)
         if team is not None and team.stalled() and not team.wait():
             return None
@@ -436,6 +465,8 @@ def load_paths(generator: str, device: torch.device, formats: Sequence[str], tri
                 progress(_line(path))
         del gen
         gc.collect()
+        if loaded is not None:
+            loaded(paths, subjects[before:], len(formats) - done)
     return paths, subjects, gens
 
 

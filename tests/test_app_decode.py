@@ -89,8 +89,11 @@ def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_i
 def test_the_model_line_says_a_provisional_choice_is_measured_again_then_that_its_steps_are_compiled(
         unmeasured_machine, monkeypatch):
     """A child started for a provisional choice first times every path again, then builds: the model line says which,
-    from whether the child has saved a choice since it started (it saves after timing)."""
+    from whether the child has saved a choice since it started (it saves after timing). A first measuring's look at
+    the formats loaded so far (sbon.probe.MEASURING) is still measuring, with the path runs take meanwhile."""
     import time
+
+    from sbon.probe import MEASURING
 
     class Running:  # a child that is still running
         returncode = None
@@ -108,6 +111,11 @@ def test_the_model_line_says_a_provisional_choice_is_measured_again_then_that_it
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 40.0)], provisional="1 compiled step may still "
          "be built")  # the child's own timing, saved
     assert steps.status(NAME, alone=True).startswith("⚙ Compiling its fastest ways of decoding in the background")
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 40.0)], provisional=f"5 more weight formats "
+         f"{MEASURING}")  # a first measuring's look at the two formats it loaded so far
+    line = steps.status(NAME, alone=True)
+    assert line.startswith("⚙ Measuring how fast each way of decoding runs on this machine in the background") and \
+        "runs go first and meanwhile use 4-bit weights, one operation at a time)." in line
 
 
 def test_auto_takes_the_measured_choice_and_its_compiled_step_only_once_built(gen_int4, unmeasured_machine,

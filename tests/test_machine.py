@@ -205,13 +205,52 @@ def test_the_probe_builds_first_the_step_its_matrix_products_predict_fastest_and
     assert built == ["int4", "int4-bf16dot"]
     assert (choice.weights, choice.decode) == ("int4", "compiled") and not choice.provisional
     assert choice.tries == {"int4-bf16dot": 1}  # the build that did not finish is counted; the other is done
+    # nothing was chosen before: each exact format's first look (fp32 is not exact; the last format loaded has none)
+    looks = len(eager) - 2
+    assert timed_sets[:looks] == [[f"{w} eager"] for w in eager if w not in ("fp32", "int4-fma")]
     # saved after each timing, before each build (its try counted) and after the failed one; before the first build
     # the prediction is a bound (three formats within it), after it a measure (one)
-    assert [c.provisional for c in saved] == ["3 compiled steps may still be built"] * 2 + [
+    assert [c.provisional for c in saved[looks:]] == ["3 compiled steps may still be built"] * 2 + [
         "1 compiled step may still be built"] * 2 + [""]
     assert {"bf16 compiled", "int4-fp32 compiled", "fp32 compiled"} <= set(choice.pending)
     assert next(p for p in choice.paths if p.name == "int4 eager").products_ms == {r: 12.0 for r in (16, 7, 1)}
-    assert len(timed_sets) == 2 and "int4 compiled" in timed_sets[1]  # timed again after the finished build
+    assert len(timed_sets) == looks + 2 and "int4 compiled" in timed_sets[-1]  # timed again after the build
+
+
+def test_where_nothing_is_chosen_yet_runs_take_the_fastest_format_timed_so_far_while_the_others_load(
+        monkeypatch, machine_without_choice):
+    """A first measuring (an app's first start) loads every format before it times them all in rounds: minutes on
+    two cores. Each format is timed as soon as it is loaded, and the fastest so far saved, provisional, so that a run
+    that starts while the others load leaves float32 op by op. A machine that has a choice keeps it until the new one
+    is measured: a first look at fewer formats must not replace it."""
+    from sbon.machine import auto_path
+    from sbon.probe import MEASURING, probe
+
+    times = {"fp32": 60.0, "int4": 50.0, "bf16": 40.0, "int4-fp32": 45.0}
+    seen = []  # the path a run that starts as each format loads takes
+
+    def load(name, device, weights):
+        seen.append(auto_path(NAME).weights if auto_path(NAME).measured else None)
+        return Loaded(weights)
+
+    timing, timed_sets = stand_in_probe(monkeypatch, times)
+    choice = probe(NAME, "cpu", formats=tuple(times), load=load, progress=lambda line: None, timing=timing)
+    assert seen == [None, "fp32", "int4", "bf16"]
+    assert timed_sets == [["fp32 eager"], ["int4 eager"], ["bf16 eager"], [f"{w} eager" for w in times]]
+    assert (choice.weights, choice.decode) == ("bf16", "eager") and not choice.provisional
+    # each first look's choice says why it is measured again
+    saved = []
+    monkeypatch.setattr("sbon.probe.save_choice", saved.append)
+    save_choice(choose(NAME, fingerprint("cpu"), []))  # an earlier probe that timed nothing: nothing chosen
+    probe(NAME, "cpu", formats=tuple(times), load=load, progress=lambda line: None, timing=timing)
+    assert [c.provisional for c in saved[:3]] == [f"{k} more weight format{'s' * (k > 1)} {MEASURING}"
+                                                  for k in (3, 2, 1)]
+    assert [c.weights for c in saved[:3]] == ["fp32", "int4", "bf16"]
+    # a machine with a choice: no first look, and its runs keep that choice while the formats load
+    save_choice(choose(NAME, fingerprint("cpu"), [timed("int4-fp32", "eager", 30.0)]))
+    seen.clear(), timed_sets.clear(), saved.clear()
+    probe(NAME, "cpu", formats=tuple(times), load=load, progress=lambda line: None, timing=timing)
+    assert seen == ["int4-fp32"] * len(times) and timed_sets == [[f"{w} eager" for w in times]] and len(saved) == 1
 
 
 def test_a_format_that_leaves_too_little_memory_free_is_left_out_in_one_line(monkeypatch, machine_without_choice):
