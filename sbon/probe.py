@@ -90,7 +90,7 @@ CONTENDED = "other work used the cores while the paths were timed, so their time
 # had timed (provisional: the app measures again later) and builds nothing.
 STALLED_WAIT_S, STALLED_POLL_S = 300.0, 5.0
 STALLED = "other programs kept this machine's cores busy while it measured"
-MEASURING = "still to be measured"  # a first look's choice: "3 more weight formats still to be measured"
+MEASURING = "still to be measured"  # a first look's: "3 more ways of storing the weights still to be measured"
 
 
 # -- one path: whether it is exact, and one timing ---------------------------------------------------------------
@@ -390,7 +390,8 @@ def first_looks(generator: str, machine: dict, previous: Choice | None, tries: d
     def after(paths: list[Measured], new: list[Subject], left: int) -> None:
         if not (new and left) or timing(new, look, gate) == STALLED:
             return
-        why = ([ALONE] if alone else []) + [f"{left} more weight format{'s' if left > 1 else ''} {MEASURING}"]
+        ways = f"{left} more way{'s' if left > 1 else ''} of storing the weights"
+        why = ([ALONE] if alone else []) + [f"{ways} {MEASURING}"]
         save_choice(choose(generator, machine, paths, pending=_pending(paths), provisional="; ".join(why),
                            tries=tries))
     return after

@@ -111,8 +111,8 @@ def test_the_model_line_says_a_provisional_choice_is_measured_again_then_that_it
     save([measured("fp32", "eager", 100.0), measured("int4", "eager", 40.0)], provisional="1 compiled step may still "
          "be built")  # the child's own timing, saved
     assert steps.status(NAME, alone=True).startswith("⚙ Compiling its fastest ways of decoding in the background")
-    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 40.0)], provisional=f"5 more weight formats "
-         f"{MEASURING}")  # a first measuring's look at the two formats it loaded so far
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 40.0)], provisional=f"5 more ways of storing "
+         f"the weights {MEASURING}")  # a first measuring's look at the two formats it loaded so far
     line = steps.status(NAME, alone=True)
     assert line.startswith("⚙ Measuring how fast each way of decoding runs on this machine in the background") and \
         "runs go first and meanwhile use 4-bit weights, one operation at a time)." in line

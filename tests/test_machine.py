@@ -243,7 +243,7 @@ def test_where_nothing_is_chosen_yet_runs_take_the_fastest_format_timed_so_far_w
     monkeypatch.setattr("sbon.probe.save_choice", saved.append)
     save_choice(choose(NAME, fingerprint("cpu"), []))  # an earlier probe that timed nothing: nothing chosen
     probe(NAME, "cpu", formats=tuple(times), load=load, progress=lambda line: None, timing=timing)
-    assert [c.provisional for c in saved[:3]] == [f"{k} more weight format{'s' * (k > 1)} {MEASURING}"
+    assert [c.provisional for c in saved[:3]] == [f"{k} more way{'s' * (k > 1)} of storing the weights {MEASURING}"
                                                   for k in (3, 2, 1)]
     assert [c.weights for c in saved[:3]] == ["fp32", "int4", "bf16"]
     # a machine with a choice: no first look, and its runs keep that choice while the formats load
