@@ -323,7 +323,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
     looks = first_looks(generator, machine, previous, tries, rows, gate, timing, alone) if save else None
     loaded = load_paths(generator, device, formats or WEIGHT_FORMATS, tries, load, gate, progress, team, looks)
     if loaded is None:  # checking each format beside the neighbour would take its cores for minutes
-        return nothing_timed(generator, machine, previous, tries, save, progress)
+        return nothing_timed(generator, machine, cached_choice(generator, device) or previous, tries, save, progress)
     paths, subjects, gens = loaded
 
     building = build and device.type == "cpu"
@@ -399,8 +399,8 @@ def first_looks(generator: str, machine: dict, previous: Choice | None, tries: d
 
 def nothing_timed(generator: str, machine: dict, previous: Choice | None, tries: dict[str, int], save: bool,
                   progress: Callable[[str], None]) -> Choice:
-    """A probe whose thread team stayed stalled before it loaded a format: the choice measured before, or a
-    provisional one that names no path (STALLED), saved."""
+    """A probe whose thread team stayed stalled before it loaded a format: the choice measured before (a first
+    look's, where it had one: ``first_looks``), or a provisional one that names no path (STALLED), saved."""
     progress(f"nothing measured: {STALLED}")
     if previous is not None:
         return previous

@@ -221,10 +221,13 @@ def test_where_nothing_is_chosen_yet_runs_take_the_fastest_format_timed_so_far_w
         monkeypatch, machine_without_choice):
     """A first measuring (an app's first start) loads every format before it times them all in rounds: minutes on
     two cores. Each format is timed as soon as it is loaded, and the fastest so far saved, provisional, so that a run
-    that starts while the others load leaves float32 op by op. A machine that has a choice keeps it until the new one
-    is measured: a first look at fewer formats must not replace it."""
+    that starts while the others load leaves float32 op by op, and keeps it where other work then stalls the threads
+    and the probe ends. A machine that has a choice keeps it until the new one is measured: a first look at fewer
+    formats must not replace it."""
+    from itertools import chain, repeat
+
     from sbon.machine import auto_path
-    from sbon.probe import MEASURING, probe
+    from sbon.probe import MEASURING, TeamWait, probe
 
     times = {"fp32": 60.0, "int4": 50.0, "bf16": 40.0, "int4-fp32": 45.0}
     seen = []  # the path a run that starts as each format loads takes
@@ -246,9 +249,20 @@ def test_where_nothing_is_chosen_yet_runs_take_the_fastest_format_timed_so_far_w
     assert [c.provisional for c in saved[:3]] == [f"{k} more way{'s' * (k > 1)} of storing the weights {MEASURING}"
                                                   for k in (3, 2, 1)]
     assert [c.weights for c in saved[:3]] == ["fp32", "int4", "bf16"]
+    # other work stalls the threads once the first format is loaded: the probe ends, and runs keep its first look
+    save_choice(choose(NAME, fingerprint("cpu"), []))
+    monkeypatch.setattr("sbon.probe.save_choice", save_choice)
+    answers = chain([False], repeat(True))
+    monkeypatch.setenv("SBON_THREADS", str(torch.get_num_threads()))  # no measuring on one thread first
+    stopped = probe(NAME, "cpu", formats=tuple(times), load=load, progress=lambda line: None, timing=timing,
+                    team=TeamWait(stalled=lambda: next(answers), sleep=lambda s: None))
+    assert stopped.weights == "fp32" and MEASURING in stopped.provisional
+    assert cached_choice(NAME, "cpu").to_json() == stopped.to_json()
+    monkeypatch.setattr("sbon.probe.save_choice", saved.append)
     # a machine with a choice: no first look, and its runs keep that choice while the formats load
     save_choice(choose(NAME, fingerprint("cpu"), [timed("int4-fp32", "eager", 30.0)]))
-    seen.clear(), timed_sets.clear(), saved.clear()
+    for kept in (seen, timed_sets, saved):
+        kept.clear()
     probe(NAME, "cpu", formats=tuple(times), load=load, progress=lambda line: None, timing=timing)
     assert seen == ["int4-fp32"] * len(times) and timed_sets == [[f"{w} eager" for w in times]] and len(saved) == 1
 
