@@ -590,10 +590,11 @@ def main() -> None:
     load_before_launch(lambda: MODELS.get(DEFAULTS.generator, DEFAULTS.reward))
     generation = start_generation()  # the torch thread, at the priority the app was started with
     # What a visitor only reads is served as files beside the page (components/static_pages.py), never through the queue.
-    # An open page that waits for nothing stays idle (gradio_adapter.IdleTimers).
+    # An open page that waits for nothing stays idle, and a plot whose redraw fails is drawn afresh
+    # (gradio_adapter.PageScripts).
     demo.launch(theme=gr.themes.Soft(), css=CSS, prevent_thread_lock=True,
                 app_kwargs={"routes": [Mount(PAGES_PREFIX, app=PAGES.routes())],
-                            "middleware": [Middleware(gradio_adapter.IdleTimers)]})
+                            "middleware": [Middleware(gradio_adapter.PageScripts)]})
     serve_below_generation(generation)  # the server's threads, and every one started from here on, below the torch thread
     start_loading_models()
     threading.Thread(target=warm_gallery, daemon=True, name="gallery-views").start()

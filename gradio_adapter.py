@@ -1,4 +1,4 @@
-"""The four things the page needs from Gradio that its public API does not offer, in one place.
+"""The five things the page needs from Gradio that its public API does not offer, in one place.
 
 - How many events wait in one concurrency group of the queue (the generation slot's line, for the
   "place N, about S s to wait" status): Gradio counts them but does not expose the count.
@@ -13,10 +13,15 @@
   millisecond while none waits (50 ms on Windows), and for progress to send every 10 ms: over a thousand wake-ups
   a second of the server's event loop, which cost a Space's two cores several percent of one while nobody visits and
   take the interpreter's lock from the run's thread as often while one generates.
+- A plot whose redraw fails is drawn afresh (PageScripts): Gradio's Plot redraws a figure with ``Plotly.react`` and
+  lets an error escape, which leaves the rest of that update undone (the status line of a finished run among it).
+  plotly.js's react keeps the margin a container-referenced legend reserved (plotly/plotly.js#6612), so a figure
+  after one with such a legend can find a plot area of negative height: "Something went wrong with axis scaling".
 
-All four read Gradio's internals, which change between major versions: SUPPORTED_GRADIO is the range
-requirements.txt allows; tests/test_gradio_adapter.py checks the first two and the last on a real Blocks with the
-installed version, and tests/test_app_e2e.py checks that an opened page stays idle.
+All five read Gradio's internals, which change between major versions: SUPPORTED_GRADIO is the range
+requirements.txt allows; tests/test_gradio_adapter.py checks the first two and quiet_queue on a real Blocks with the
+installed version, and tests/test_app_e2e.py checks that an opened page stays idle and that a run's figures after the
+recorded run's reach every view.
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ def quiet_queue(demo: gr.Blocks) -> None:
 # performance.now() and divides by 1e3) are dropped while no tracker is on the page's screen: no timer is shown then,
 # and a tracker whose timer is shown starts its loop afresh when its next event is pending. Any other callback, or a
 # timer's callback in a Gradio that words it otherwise, passes unchanged. It must run before Gradio's modules, which
-# keep the browser's requestAnimationFrame as they load: first in the page's <head> (IdleTimers), where a ``head``
+# keep the browser's requestAnimationFrame as they load: first in the page's <head> (PageScripts), where a ``head``
 # given to Gradio is inserted by those modules.
 IDLE_TIMERS_JS = """(() => {
   const request = window.requestAnimationFrame.bind(window);
@@ -80,13 +85,37 @@ IDLE_TIMERS_JS = """(() => {
     });
   };
 })();"""
+# Plotly.react as Gradio's Plot calls it, but a redraw that throws is drawn again from nothing (Plotly.purge, then
+# Plotly.newPlot), with one line in the console. Gradio's plot module loads plotly.js when the page first shows a plot
+# and sets window.Plotly to it; the react its module calls is that object's, which this wraps as it is set.
+PLOT_REDRAW_JS = """(() => {
+  const guarded = (plotly) => {
+    if (!plotly || typeof plotly.react !== "function" || plotly.react.redrawsAfresh) return plotly;
+    const react = plotly.react;
+    plotly.react = function (gd, ...figure) {
+      const afresh = (error) => {
+        console.warn("a plot is drawn afresh: its redraw failed: " + error);
+        plotly.purge(gd);
+        return plotly.newPlot(gd, ...figure);
+      };
+      try {
+        const drawn = react.call(this, gd, ...figure);
+        return drawn && typeof drawn.catch === "function" ? drawn.catch(afresh) : drawn;
+      } catch (error) { return afresh(error); }
+    };
+    plotly.react.redrawsAfresh = true;
+    return plotly;
+  };
+  let plotly = guarded(window.Plotly);
+  Object.defineProperty(window, "Plotly", {configurable: true, get: () => plotly, set: (p) => { plotly = guarded(p); }});
+})();"""
 
 
-class IdleTimers:
-    """ASGI middleware (``Middleware(IdleTimers)`` in the app's middleware): IDLE_TIMERS_JS first in the <head> of the
-    page Gradio serves at "/"; every other response passes untouched."""
+class PageScripts:
+    """ASGI middleware (``Middleware(PageScripts)`` in the app's middleware): IDLE_TIMERS_JS and PLOT_REDRAW_JS first in
+    the <head> of the page Gradio serves at "/"; every other response passes untouched."""
 
-    SCRIPT = f"<script>{IDLE_TIMERS_JS}</script>".encode()
+    SCRIPT = f"<script>{IDLE_TIMERS_JS}\n{PLOT_REDRAW_JS}</script>".encode()
 
     def __init__(self, app):
         self.app = app

@@ -33,7 +33,7 @@ from .torch_thread import on_one_thread
 from .replays import GALLERY
 from .rounds import round_figure
 from .updates import WARNING, Refused, Update
-from .views import LIVE, NOT_PRESENTING, SHOWN, Shown, as_look, redrawn, restored, show
+from .views import LIVE, NOT_PRESENTING, SHOWN, Shown, as_look, redrawn, restored, show, what_if_pending
 
 LIVE_FRAME_EVERY_S = 1.0  # while Best-of-N runs, its growing token counts are redrawn this often: the browser
 # redraws the chart on the cores the run decodes on, and the caption's clock moves between frames, so the screen
@@ -175,7 +175,8 @@ class Runs:
                         MODELS.observe(result)
                     ready = done_line(tracker, queued, event.comparison, settings)
                     shown = Shown(event.comparison, "your run", kind, look=look)
-                    yield {**show(shown, f"{ready} · {tracker.status()}"), "model_status": models_status()}
+                    yield {**show(shown, f"{ready} · {tracker.status()}"), **what_if_pending(look),
+                           "model_status": models_status()}
                 elif isinstance(event, ComparisonDone):  # every view again, now with the prefix-scored ones (Gradio
                     # blanks the candidates table when those alone are updated), but not the live chart: its rounds
                     # may be presented since the result was shown

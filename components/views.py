@@ -129,6 +129,15 @@ LIVE = "live"
 LIVE_CHART = ("live_plot", "caption", *NOT_PRESENTING)  # the live chart, its caption and the presentation on it
 
 
+# The trade-off between a run's two answers and its every view: the replay behind it scores Best-of-N's prefixes then.
+WHAT_IF_PENDING = "Being prepared: every prefix of Best-of-N's candidates is scored, seconds after both runs."
+
+
+def what_if_pending(look: Look = Look()) -> dict[str, Any]:
+    """The views the prefix rewards draw, while they are scored (ComparisonReady to ComparisonDone)."""
+    return {"tradeoff_plot": look.apply(figures.empty_figure(WHAT_IF_PENDING))}
+
+
 def last_round(comp: Comparison, look: Look = Look()) -> go.Figure:
     """The live figure as it looked at the end of a run: its last decision point."""
     views = round_views(comp.speculative)

@@ -94,7 +94,7 @@ def test_page_opens_on_the_recorded_run(page):
     assert page.locator("#scenario input").input_value().startswith("Be helpful")  # the defaults are its settings
     # Once open, the page waits for nothing and draws nothing. Gradio's status tracker times a pending event with a
     # frame loop that only the event's end stops, and the loader shown while the page opens is removed before that
-    # end reaches it: without gradio_adapter.IdleTimers its loop runs at the display's frame rate while the page
+    # end reaches it: without gradio_adapter.PageScripts its loop runs at the display's frame rate while the page
     # stays open, on every visitor's machine.
     opening = page.evaluate("window.__timer_frames")
     page.wait_for_timeout(2000)
@@ -110,6 +110,9 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     alpha = page.locator("#alpha input[type=number]")
     alpha.fill("0.5")
     alpha.press("Enter")
+    # The trade-off in sight as the run ends: it goes from the recorded run's curves to "being prepared" to this run's
+    # (a redraw that plotly.js fails would leave the page's last update undone, and the status line short of the end).
+    _tab(page, "Trade-off")
     # the app benchmark's measurement: click, first decision point drawn, final frame
     timing = click_run(page, RUN_TIMEOUT_MS)
     print(f"\nlive run N=6, 24 tokens: first round drawn after {timing['first_round_s']:.1f} s, "
@@ -118,6 +121,9 @@ def test_live_run_fills_every_view_then_the_recording_replays(page):
     assert timing["decode"] == "eager"  # the path the status line names (the test server decodes eagerly)
 
     assert "your run" in _text(page, "#run-source") and "What is Atlantis?" in _text(page, "#run-source")
+    assert page.locator("#tradeoff-plot .scatterlayer .trace").count() > 1  # this run's curves, and its star
+    assert "Being prepared" not in _text(page, "#tradeoff-plot")
+    _tab(page, "Partial vs final reward")
     assert page.locator("#scatter .scatterlayer .point").count() == 6  # every candidate contends at round 1
     assert "Kendall" in _text(page, "#scatter")
 

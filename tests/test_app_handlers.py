@@ -358,6 +358,8 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert set(app.SHOWN) <= set(shown) and shown["comparison"].partials == {}
     assert "Preparing the what-if views" in shown["status"] and "running" not in shown  # the run still holds the slot
     assert "Best-of-N returned candidate" in shown["bon_text"].label
+    # the trade-off says it is being prepared, not that the run was too short to score
+    assert shown["tradeoff_plot"].layout.annotations[0].text == views.WHAT_IF_PENDING
     # "Present rounds" waits while the run draws its frames, and works from the moment its result is shown ...
     present = [u["present"] for u in updates if "present" in u]
     assert present[0] == views.LIVE and [i for i, u in enumerate(updates) if "present" in u][-1] == ready
