@@ -237,8 +237,10 @@ def build_run_bar(ui: SimpleNamespace) -> None:
         ui.present_next = gr.Button("▶", elem_id="present-next", scale=0, min_width=50, visible=False)
         ui.timed = gr.Checkbox(False, label="timed", elem_id="present-timed", scale=0, min_width=90, container=False)
         ui.present_timer = gr.Timer(PRESENT_STEP_S, active=False)
+        # Clickable once the page has opened (on_page_open): its figures come in the look the URL asks for, and a
+        # toggle before them would be undone by them.
         ui.presenter = gr.Checkbox(False, label="Presenter view", elem_id="presenter", scale=0, min_width=150,
-                                   container=False)
+                                   container=False, interactive=False)
         ui.status = gr.Markdown("", elem_id="status")
 
 

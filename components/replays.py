@@ -28,7 +28,7 @@ from .view_cache import computed_once
 from .share import ShareStore, digest, link
 from .static_pages import StaticPages, gallery_path, run_path
 from .style import Look
-from .updates import WARNING, FrozenFigure
+from .updates import WARNING, FrozenFigure, Update
 from .views import NO_RUN, Shown, as_kind, as_look, explaining_reward, show, source
 
 RECORDED_RUN = ASSETS / "recorded_run.json"
@@ -67,13 +67,14 @@ def as_of_now(views: dict[str, Any]) -> dict[str, Any]:
 
 def on_open(kind: str, viewport: dict | None, params: dict[str, str]) -> dict[str, Any]:
     """The page opens on the run its link names (`?run=<id>`, `?gallery=<key>`), else the recorded run; in the
-    presenter view when its URL asks (`?view=presenter`). `params`: the page's query parameters."""
+    presenter view when its URL asks (`?view=presenter`), whose toggle can be clicked from now on. `params`: the page's
+    query parameters."""
     presenter = params.get("view") == "presenter"
     look = look_for(presenter, viewport)
     kind = as_kind(kind)
     query = {k: v for k, v in params.items() if k in ("run", "gallery")}
     views = open_link(urlencode(query), kind, look) if query else as_of_now(recorded_page(kind, look))
-    return {**views, "look": look, "presenter": presenter}
+    return {**views, "look": look, "presenter": Update(value=presenter, interactive=True)}
 
 
 def on_upload(path: str | None, kind: str, look: Look = Look()) -> dict[str, Any]:

@@ -561,6 +561,37 @@ def _savings_show_both_methods(page) -> None:
     assert not columns["scrolls_sideways"], columns
 
 
+def test_the_presenter_toggle_clicked_as_the_page_opens_holds_and_draws_the_figures_for_a_hall(windows, server):
+    """Ticked the moment it can be, on a projector: the page's open (which draws every figure in the look its URL asks
+    for) undoes nothing of it. The toggle, the view and the URL agree, and the live chart's text is hall-sized;
+    unticked, the page's own view and type come back."""
+    from benchmarks.browser import presenter_screen
+
+    # The page's requests to the server wait 3 s until a first click, as on a busy server: the page's open answers after
+    # a toggle clicked at once. (Its own window: the script stays with the window it is added to.)
+    slow_open = """(() => { const send = window.fetch; let clicked = false;
+      document.addEventListener('click', () => { clicked = true; }, true);
+      window.fetch = (url, ...rest) => String(url).includes('/queue/join') && !clicked
+        ? new Promise((go) => setTimeout(go, 3000)).then(() => send(url, ...rest)) : send(url, ...rest); })();"""
+    page = windows.open(server, "projector", slot=1, init_script=slow_open)
+    try:
+        toggle = page.locator("#presenter input")
+        toggle.click()  # Playwright clicks once the toggle can be clicked
+        wait_until(page, "document.body.classList.contains('presenter')")
+        wait_until(page, "[...document.querySelectorAll('#live-plot .xtick text')].some("
+                         "(e) => parseFloat(getComputedStyle(e).fontSize) >= 20)", timeout=30_000)
+        page.wait_for_timeout(2000)  # what the page's open still had to send has come by now
+        assert toggle.is_checked() and "view=presenter" in page.url
+        assert presenter_screen(page)["min_text_px"] >= 20
+        toggle.click()
+        wait_until(page, "!document.body.classList.contains('presenter')")
+        wait_until(page, "[...document.querySelectorAll('#live-plot .xtick text')].every("
+                         "(e) => parseFloat(getComputedStyle(e).fontSize) < 20)", timeout=30_000)
+        assert not toggle.is_checked() and "view=presenter" not in page.url
+    finally:
+        windows.leave(page)
+
+
 def test_presenter_view_shows_run_the_caption_and_the_whole_live_chart_in_hall_type(windows, server):
     """At 1920×1080, opened by its URL: after a Run, the Run button, the round caption and the whole live chart
     lie inside the window, the chart's smallest text is at least 20 CSS px, and the savings table shows both
