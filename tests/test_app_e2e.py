@@ -567,21 +567,22 @@ def test_the_presenter_toggle_clicked_as_the_page_opens_holds_and_draws_the_figu
     unticked, the page's own view and type come back."""
     from benchmarks.browser import presenter_screen
 
-    # The page's requests to the server wait 3 s until a first click, as on a busy server: the page's open answers after
-    # a toggle clicked at once. (Its own window: the script stays with the window it is added to.)
-    slow_open = """(() => { const send = window.fetch; let clicked = false;
+    # The page's requests to the server wait 1.5 s until a first click, as on a busy server; the toggle is clicked
+    # once the page has asked for its open, before the answer. (Its own window: a script stays with its window.)
+    slow_open = """(() => { const send = window.fetch; let clicked = false; window.held = 0;
       document.addEventListener('click', () => { clicked = true; }, true);
-      window.fetch = (url, ...rest) => String(url).includes('/queue/join') && !clicked
-        ? new Promise((go) => setTimeout(go, 3000)).then(() => send(url, ...rest)) : send(url, ...rest); })();"""
+      window.fetch = (url, ...rest) => String(url).includes('/queue/join') && !clicked && ++window.held
+        ? new Promise((go) => setTimeout(go, 1500)).then(() => send(url, ...rest)) : send(url, ...rest); })();"""
     page = windows.open(server, "projector", slot=1, init_script=slow_open)
     try:
         toggle = page.locator("#presenter input")
+        wait_until(page, "window.held > 0")
         toggle.click()  # Playwright clicks once the toggle can be clicked
-        wait_until(page, "document.body.classList.contains('presenter')")
+        wait_until(page, "document.querySelector('#run-source').innerText.includes('recorded run')")  # the answer
+        assert toggle.is_checked() and "view=presenter" in page.url
+        assert "presenter" in page.evaluate("document.body.className")
         wait_until(page, "[...document.querySelectorAll('#live-plot .xtick text')].some("
                          "(e) => parseFloat(getComputedStyle(e).fontSize) >= 20)", timeout=30_000)
-        page.wait_for_timeout(2000)  # what the page's open still had to send has come by now
-        assert toggle.is_checked() and "view=presenter" in page.url
         assert presenter_screen(page)["min_text_px"] >= 20
         toggle.click()
         wait_until(page, "!document.body.classList.contains('presenter')")
