@@ -170,7 +170,7 @@ def tradeoff_figure(comp: Comparison, kind: str = "curves", alphas: tuple[float,
     (alpha, tau), each cell labelled with its token rate."""
     grid = tradeoff_table(comp, alphas)
     if grid.empty:
-        return empty_figure("No counterfactual data: the run was too short to score any prefix.")
+        return empty_figure("No prefix of Best-of-N's candidates was scored: the run was too short, or stopped before.")
     if kind == "heatmap":
         table = grid.pivot(index="tau", columns="alpha", values="normalized_score")
         rates = grid.pivot(index="tau", columns="alpha", values="token_rate")

@@ -239,7 +239,7 @@ def test_tradeoff(comparison):
     stats = tables.correlation_table(comparison)
     assert list(stats["decision token τ"]) == list(partial_final_stats(comparison.bon, comparison.partials).tau)
     empty = Comparison(comparison.bon, comparison.speculative, {})
-    assert "No counterfactual data" in figures.tradeoff_figure(empty).layout.annotations[0].text
+    assert "No prefix of Best-of-N's candidates was scored" in figures.tradeoff_figure(empty).layout.annotations[0].text
     assert tables.correlation_table(empty).empty
 
 
