@@ -11,6 +11,7 @@ import inspect
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,7 +66,12 @@ def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_i
         child = steps._children[NAME]
         assert steps.decode(NAME, gen) == "eager" and steps._children[NAME] is child  # one child, not two
         # it reads the runs' gate, so it times nothing while a run generates here
-        environ = Path(f"/proc/{child.pid}/environ").read_bytes().split(b"\0")
+        # (read again while empty: Popen returns as the child's exec closes its pipe, before the kernel has set the
+        # new program's environment, and a busy machine can leave the child there for a while)
+        environ, deadline = [b""], time.monotonic() + 10
+        while environ == [b""] and time.monotonic() < deadline:
+            environ = Path(f"/proc/{child.pid}/environ").read_bytes().split(b"\0")
+            time.sleep(0.05)
         assert f"SBON_RUN_GATE={steps.gate.path}".encode() in environ
         assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: measuring how fast each way of decoding "
                                              "runs on this machine in the background") and \
