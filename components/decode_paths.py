@@ -131,9 +131,10 @@ class DecodePaths:
 
     def _measure(self, name: str, path: AutoPath | None = None) -> None:
         """Start the child that measures (and builds) where this machine has no choice, a provisional one, or one a
-        quiet run contradicted; one child at a time, none again after a child that failed. ``path``: ``self.path``
-        as the caller just read it (default: read here)."""
-        if on_zerogpu() or default_device().type != "cpu" or name in self._failed:
+        quiet run contradicted; one child at a time, none again after a child that failed, none where SBON_DECODE
+        forces the runs' decode path (their weights stay the saved choice's; its measuring and builds would only take
+        the cores beside them). ``path``: ``self.path`` as the caller just read it (default: read here)."""
+        if app_decode() != "auto" or on_zerogpu() or default_device().type != "cpu" or name in self._failed:
             return
         with self._lock:
             child = self._children.get(name)

@@ -92,6 +92,23 @@ def test_auto_measures_in_one_child_and_runs_the_safe_path_meanwhile_and_after_i
     assert "measuring how fast each way of decoding runs here failed" in steps.status(NAME)
 
 
+def test_a_forced_decode_path_leaves_a_provisional_choice_unmeasured(unmeasured_machine, monkeypatch):
+    """SBON_DECODE forces every run's decode path: a provisional choice an earlier start left (its measuring cut short)
+    is not measured again when the model line refreshes, so no measuring and no build takes the cores beside the runs.
+    With auto, the same refresh starts the child."""
+    started = []
+    monkeypatch.setattr("components.decode_paths._measure_in_child", lambda name, gate, one_thread=False:
+                        started.append(name) or SimpleNamespace(poll=lambda: None, returncode=None))
+    save([measured("fp32", "eager", 100.0), measured("int4", "eager", 50.0)],
+         provisional="other work used the cores while the paths were timed")
+    steps = DecodePaths()
+    monkeypatch.setenv("SBON_DECODE", "eager")
+    assert steps.status(NAME).startswith(f"{generator_title(NAME)} decodes with 4-bit weights, one operation at a time")
+    assert started == [] and steps.settled(NAME)
+    monkeypatch.setenv("SBON_DECODE", "auto")
+    assert steps.status(NAME).startswith(f"⚙ {generator_title(NAME)}: ") and started == [NAME]  # in the background
+
+
 def test_the_model_line_says_a_provisional_choice_is_measured_again_then_that_its_steps_are_compiled(
         unmeasured_machine, monkeypatch):
     """A child started for a provisional choice first times every path again, then builds: the model line says which,
