@@ -129,7 +129,7 @@ LIVE = "live"
 LIVE_CHART = ("live_plot", "caption", *NOT_PRESENTING)  # the live chart, its caption and the presentation on it
 
 
-# The trade-off between a run's two answers and its every view: the replay behind it scores Best-of-N's prefixes then.
+# What the trade-off shows from a run's answers until its every view is ready: its replay scores the prefixes meanwhile.
 WHAT_IF_PENDING = "Being prepared: every prefix of Best-of-N's candidates is scored, seconds after both runs."
 
 
