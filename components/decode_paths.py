@@ -129,12 +129,19 @@ class DecodePaths:
         for name in list(self._asked):
             self._measure(name)
 
+    def _measures(self, name: str) -> bool:
+        """Whether this app measures the generator's decode paths at all: not where SBON_DECODE forces them, on
+        ZeroGPU, on a GPU (its CUDA graphs need no measuring), or after a child that failed."""
+        return (app_decode() == "auto" and not on_zerogpu() and default_device().type == "cpu"
+                and name not in self._failed)
+
     def _measure(self, name: str, path: AutoPath | None = None) -> None:
         """Start the child that measures (and builds) where this machine has no choice, a provisional one, or one a
-        quiet run contradicted; one child at a time, none again after a child that failed, none where SBON_DECODE
-        forces the runs' decode path (their weights stay the saved choice's; its measuring and builds would only take
-        the cores beside them). ``path``: ``self.path`` as the caller just read it (default: read here)."""
-        if app_decode() != "auto" or on_zerogpu() or default_device().type != "cpu" or name in self._failed:
+        quiet run contradicted; one child at a time, none where it measures nothing (``_measures``: where
+        SBON_DECODE forces the runs' decode path, their weights stay the saved choice's, and measuring and builds
+        would only take the cores beside them). ``path``: ``self.path`` as the caller just read it (default: read
+        here)."""
+        if not self._measures(name):
             return
         with self._lock:
             child = self._children.get(name)
@@ -208,7 +215,7 @@ class DecodePaths:
         while its decode paths are still to be measured, provisional, or being measured or built (a choice may take
         another weight format or step, which rounds differently). The step built for one thread gives the same
         bits, so building it leaves the path settled. ``path``: as in ``planned``."""
-        if app_decode() != "auto" or on_zerogpu() or default_device().type != "cpu" or name in self._failed:
+        if not self._measures(name):
             return True
         child = self._children.get(name)
         if child is not None and child.poll() is None and name not in self._one_thread:
