@@ -520,7 +520,8 @@ def wire_views(ui: SimpleNamespace) -> None:
                      **PRIVATE)
     ui.play_btn.click(by_name(ui, on_play), inputs=el(ui, "comparison", "look"), outputs=el(ui, "rounds_plot"),
                       show_progress="hidden", **PRIVATE)
-    ui.tradeoff_kind.change(by_name(ui, on_tradeoff_kind), inputs=el(ui, "comparison", "tradeoff_kind", "look"),
+    ui.tradeoff_kind.change(by_name(ui, on_tradeoff_kind),
+                            inputs=el(ui, "comparison", "tradeoff_kind", "look", "running"),
                             outputs=el(ui, "tradeoff_plot"), **PRIVATE)
 
 

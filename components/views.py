@@ -199,5 +199,10 @@ def on_play(comp: Comparison | None, look: Look) -> Iterator[dict[str, Any]]:
         time.sleep(PLAY_STEP_S)
 
 
-def on_tradeoff_kind(comp: Comparison | None, kind: str, look: Look) -> dict[str, Any]:
-    return {"tradeoff_plot": look.apply(figures.tradeoff_figure(comp, kind))} if comp else {}
+def on_tradeoff_kind(comp: Comparison | None, kind: str, look: Look, running: float | None = None) -> dict[str, Any]:
+    """Curves or heatmap. A run still going whose answers are shown has its prefixes being scored."""
+    if comp is None:
+        return {}
+    if running and not comp.partials:
+        return what_if_pending(look)
+    return {"tradeoff_plot": look.apply(figures.tradeoff_figure(comp, kind))}

@@ -360,6 +360,11 @@ def test_a_run_shows_sbon_s_answer_then_every_run_view_then_the_prefix_scored_on
     assert "Best-of-N returned candidate" in shown["bon_text"].label
     # the trade-off says it is being prepared, not that the run was too short to score
     assert shown["tradeoff_plot"].layout.annotations[0].text == views.WHAT_IF_PENDING
+    # and still says so when switched to the heatmap meanwhile; a run that ended unscored says why
+    switched = views.on_tradeoff_kind(shown["comparison"], "heatmap", Look(), clicked)
+    assert switched["tradeoff_plot"].layout.annotations[0].text == views.WHAT_IF_PENDING
+    ended = views.on_tradeoff_kind(shown["comparison"], "heatmap", Look(), None)
+    assert ended["tradeoff_plot"].layout.annotations[0].text.startswith("No prefix of Best-of-N's candidates")
     # "Present rounds" waits while the run draws its frames, and works from the moment its result is shown ...
     present = [u["present"] for u in updates if "present" in u]
     assert present[0] == views.LIVE and [i for i, u in enumerate(updates) if "present" in u][-1] == ready
