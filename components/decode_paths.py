@@ -33,6 +33,9 @@ from sbon.zerogpu import on_zerogpu
 from .torch_thread import TORCH_THREAD
 
 log = logging.getLogger(__name__)
+# The most a run waits for the measuring child where the runs before it left the child no gap (DecodePaths.share):
+# enough for a few of its timings or a weight format's load, little beside a run on the safe path.
+SHARE_S = 10.0
 
 
 def gpu_graphs(gen: Generator) -> list[tuple[int, int]]:
@@ -87,7 +90,8 @@ class DecodePaths:
     so that no run could start meanwhile. It times at this process's priority, since a timing beside other work would
     measure that work (its imports and loads run on cores nothing else wants: ``_measure_in_child``), but times
     nothing while a run generates here: runs hold ``generating()``, which the child reads
-    through a file (sbon.machine_load.RunGate). It ends with the app. A choice the child could only time beside other
+    through a file (sbon.machine_load.RunGate); where runs come back to back, one waits a few seconds for it between
+    them (``share``). It ends with the app. A choice the child could only time beside other
     work is provisional: runs take it, and a child measures again RETRY_S after the last one's start, then twice as long
     after each try, started between runs (at a run's end, and when the page's model line asks), never beside one; a
     later start measures again too."""
@@ -128,6 +132,21 @@ class DecodePaths:
             yield
         for name in list(self._asked):
             self._measure(name)
+
+    def share(self) -> Iterator[float]:
+        """Before a run takes the generation slot: where a measuring child has waited through a whole run for a gap
+        between runs (RunGate.starved: runs sent back to back, as a queue of visitors sends them), the run waits up to
+        SHARE_S while the child measures, so that later runs get the faster path it is measuring; yields the seconds
+        left, about every second. A child that ends meanwhile ends the wait."""
+        with self._lock:
+            children = [c for c in self._children.values() if c.poll() is None]
+        if not children or not self.gate.starved():
+            return
+        log.info("runs came back to back while measuring waited for a gap: the next run waits up to %.0f s", SHARE_S)
+        end = time.monotonic() + SHARE_S
+        while (left := end - time.monotonic()) > 0 and any(c.poll() is None for c in children):
+            yield left
+            time.sleep(min(1.0, left))
 
     def _measures(self, name: str) -> bool:
         """Whether this app measures the generator's decode paths at all: not where SBON_DECODE forces them, on

@@ -225,6 +225,11 @@ class ModelCache:
         """Around a run's generation (the decode paths' child times nothing meanwhile)."""
         return self.decode_paths.generating() if self.decode_paths else nullcontext()
 
+    def share(self) -> Iterator[float]:
+        """Before a run's generation: the seconds it waits for the decode paths' child, which runs sent back to back
+        left no gap to measure in (DecodePaths.share)."""
+        return self.decode_paths.share() if self.decode_paths else iter(())
+
     def observe(self, result: RunResult) -> None:
         """A finished run of this app: the decode paths check it against what was measured."""
         if self.decode_paths:

@@ -61,11 +61,12 @@ class Runs:
         self.seconds: list[float] = []  # how long each Run held the slot
 
     @contextmanager
-    def _holding(self) -> Iterator[None]:
+    def _holding(self) -> Iterator[Iterator[float]]:
+        """The slot, held: it gives the seconds this run first leaves the decode paths' probe (MODELS.share: the runs
+        before left it no gap), to be waited out before the generation, then the probe times nothing meanwhile."""
         self.generating += 1
         try:
-            with MODELS.generating():  # the decode paths' probe times nothing meanwhile
-                yield
+            yield MODELS.share()
         finally:
             self.generating -= 1
 
@@ -103,8 +104,13 @@ class Runs:
         comparison, origin and look the page shows, and when Run was clicked (``request``'s ``running``)."""
         started = time.perf_counter()
         try:
-            with self._holding():
-                yield from self._run(*values)
+            with self._holding() as measuring:
+                for left in measuring:
+                    line = f"⏳ This machine's ways of decoding are being measured: the run starts in {left:.0f} s " \
+                           "(later runs go faster)."
+                    yield {"status": line, "caption": line}
+                with MODELS.generating():  # the decode paths' probe times nothing meanwhile
+                    yield from self._run(*values)
         finally:  # also when Stop cancels it: nothing of this run reaches the page after this line is logged
             self.seconds.append(time.perf_counter() - started)
             log.info("run ended: it held the generation slot %.1f s", self.seconds[-1])
@@ -113,11 +119,14 @@ class Runs:
         """The `/compare` API's run: the comparison as JSON, in the same slot as the Run button's."""
         settings.check()
         check_instructions_judged(settings.reward, settings.instructions)  # a caller's, not a builder's leftovers
-        with self._holding():
-            MODELS.load_async(settings.generator, settings.reward).result()
-            for event in on_one_thread(self.events(settings)):
-                if isinstance(event, ComparisonDone):
-                    return event.comparison.to_json()
+        with self._holding() as measuring:
+            for _ in measuring:
+                pass
+            with MODELS.generating():
+                MODELS.load_async(settings.generator, settings.reward).result()
+                for event in on_one_thread(self.events(settings)):
+                    if isinstance(event, ComparisonDone):
+                        return event.comparison.to_json()
         raise SBoNError("the comparison stopped without a result")
 
     def _run(self, *values: Any) -> Iterator[dict[str, Any]]:

@@ -212,13 +212,17 @@ class RunGate:
     """A file through which a process that runs generations (the app) tells a probe in another process when not to
     time: it holds how many runs are generating and a counter that changes whenever one starts. The probe takes a
     ``token()`` before a timing and compares it after: a timing taken beside a run is thrown away. The app names the
-    file to its probe in the environment (``ENV``)."""
+    file to its probe in the environment (``ENV``). The probe tells the app back since when it waits (``waiting``),
+    so that runs sent back to back can leave it a gap (``starved``)."""
     ENV = "SBON_RUN_GATE"
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.generating_now, self.started = 0, 0
+        self.last_started: float | None = None  # time.time() at the start of this process's last run
         self._lock = threading.Lock()
+        # Where the probe says since when it waits for the runs to end (time.time()); absent while it does not wait.
+        self.waiting = self.path.with_name(self.path.name + ".waiting")
 
     @classmethod
     def of_this_process(cls, folder: str | os.PathLike) -> "RunGate":
@@ -258,6 +262,7 @@ class RunGate:
         with self._lock:
             self.generating_now += 1
             self.started += 1
+            self.last_started = time.time()
             self._write()
         try:
             yield
@@ -275,18 +280,46 @@ class RunGate:
             return 0
         return None if now > 0 else started
 
+    def probe_waits(self, since: float | None) -> None:
+        """The probe's side: it waits for the runs to end since ``since`` (time.time()); None: it no longer waits."""
+        try:
+            if since is None:
+                self.waiting.unlink(missing_ok=True)
+            else:
+                self.waiting.write_text(repr(since))
+        except OSError:
+            pass  # the app then holds no run for the probe: the probe measures where runs leave it a gap
+
+    def starved(self) -> bool:
+        """The app's side, between runs: whether the probe has waited through a whole run of this process, with no
+        gap between that run and the one before (it began waiting before the last run started): runs sent back to
+        back, as a queue of visitors sends them, would leave it none."""
+        try:
+            since = float(self.waiting.read_text())
+        except (OSError, ValueError):
+            return False
+        return self.generating_now == 0 and self.last_started is not None and since < self.last_started
+
 
 GATE_POLL_S = 0.5  # while a run generates beside a timing: how often the timer looks whether the run ended
 
 
 def quiet_token(gate: RunGate | None) -> int:
-    """Wait while a run generates beside a timing; then the gate's token (0 without a gate)."""
-    while gate is not None:
-        token = gate.token()
-        if token is not None:
-            return token
-        time.sleep(GATE_POLL_S)
-    return 0
+    """Wait while a run generates beside a timing, telling the app since when (RunGate.starved); then the gate's
+    token (0 without a gate)."""
+    if gate is None:
+        return 0
+    waiting = False
+    try:
+        while (token := gate.token()) is None:
+            if not waiting:
+                gate.probe_waits(time.time())
+                waiting = True
+            time.sleep(GATE_POLL_S)
+        return token
+    finally:
+        if waiting:
+            gate.probe_waits(None)
 
 
 # -- this program's own background work: on cores nothing else wants ---------------------------------------------

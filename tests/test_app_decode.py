@@ -402,6 +402,56 @@ def test_a_run_holds_the_gate_the_probe_reads(unmeasured_machine):
     assert child_view.token() == before + 1
 
 
+# A probe's wait for a gap between runs: it prints when it got one (sbon.probe waits so before every timing).
+WAITS_FOR_A_GAP = ("import time\nfrom sbon.machine_load import RunGate, quiet_token\n"
+                   "quiet_token(RunGate.from_env())\nprint(time.time(), flush=True)\n")
+
+
+def test_runs_sent_back_to_back_leave_the_measuring_child_a_few_seconds_between_them(unmeasured_machine, monkeypatch,
+                                                                                      request):
+    """A queue of visitors sends runs back to back: the measuring child, which times nothing while a run generates,
+    would never get a gap, and every run would stay on the slow safe path. Once it has waited through a whole run, the
+    next run waits for it (up to SHARE_S, ended early by the child's end) and says so in its status line and
+    caption; a run after a gap, or with no child waiting, waits for nothing."""
+    import components.decode_paths as dp
+    import components.runs as runs
+    from sbon.machine_load import RunGate
+
+    monkeypatch.setattr(runs.MODELS, "decode_paths", steps := DecodePaths())
+    env = {**os.environ, RunGate.ENV: str(steps.gate.path)}
+    assert list(steps.share()) == []  # no child
+    ended_at, shares = {}, []
+    with steps.gate.generating():  # the first run: the child starts and waits for it
+        steps._children[NAME] = child = subprocess.Popen([sys.executable, "-c", WAITS_FOR_A_GAP], cwd=ROOT, env=env,
+                                                         stdout=subprocess.PIPE, text=True)
+        request.addfinalizer(child.kill)  # a child still waiting when an assert fails
+        deadline = time.monotonic() + 60
+        while not steps.gate.waiting.exists():
+            assert child.poll() is None and time.monotonic() < deadline, "the child never waited for the run"
+            time.sleep(0.05)
+    ended_at[1] = time.time()
+    for run in (2, 3, 4):  # sent back to back, each as soon as the one before ends
+        if run == 3:  # the child has waited through all of run 2: this run's slot says it waits for it
+            updates = runs.Runs(lambda settings: iter(())).run()
+            first = next(updates)
+            assert first["status"] == first["caption"] and "being measured: the run starts in 1" in first["status"]
+            updates.close()
+        share = time.monotonic()
+        shares.append(len(list(steps.share())))
+        shares.append(time.monotonic() - share)
+        with steps.gate.generating():
+            time.sleep(0.5)
+        ended_at[run] = time.time()
+        if child.poll() is not None:
+            break
+    got = float(child.communicate(timeout=10)[0])
+    # Run 2 left no gap (the child began waiting during run 1); run 3 waited for it, until it got its gap and ended.
+    assert shares[:2] == [0, pytest.approx(0, abs=0.1)]
+    assert shares[2] >= 1 and shares[3] < dp.SHARE_S
+    assert ended_at[2] < got < ended_at[3] - 0.5  # in the gap before run 3, not during a run
+    assert not steps.gate.waiting.exists() and list(steps.share()) == []  # the child ended: no run waits
+
+
 def test_a_run_that_starts_while_other_work_stalls_its_threads_decodes_on_one_thread_and_its_candidates_stay_the_same(
         gen_int4, unmeasured_machine, monkeypatch):
     """torch's threads spin at every operation's barrier: beside a process that holds a core, a run on two threads

@@ -411,6 +411,7 @@ def test_a_build_waits_at_its_next_step_of_tracing_while_a_run_generates(tiny):
 
     class Runs:  # sbon.machine_load.RunGate's counts, without its file
         generating_now, started = 1, 0
+        probe_waits = staticmethod(lambda since: None)
 
         @classmethod
         def token(cls):
@@ -486,6 +487,7 @@ def test_a_round_of_timings_taken_beside_a_run_is_taken_again():
         return go
     class Runs:  # what sbon.machine_load.RunGate's token says: generating; a run started; then quiet
         tokens = iter([None, 0, 1] + [1] * 2 * cuda_graphs.FASTER_ROUNDS)
+        probe_waits = staticmethod(lambda since: None)
 
         @classmethod
         def token(cls):
