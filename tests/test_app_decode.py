@@ -415,12 +415,13 @@ def test_runs_sent_back_to_back_leave_the_measuring_child_a_few_seconds_between_
     caption; a run after a gap, or with no child waiting, waits for nothing."""
     import components.decode_paths as dp
     import components.runs as runs
+    from components.controls import DEFAULTS, SETTING_NAMES
     from sbon.machine_load import RunGate
 
     monkeypatch.setattr(runs.MODELS, "decode_paths", steps := DecodePaths())
     env = {**os.environ, RunGate.ENV: str(steps.gate.path)}
     assert list(steps.share()) == []  # no child
-    ended_at, shares = {}, []
+    ended_at, started, shares = {}, {}, []
     with steps.gate.generating():  # the first run: the child starts and waits for it
         steps._children[NAME] = child = subprocess.Popen([sys.executable, "-c", WAITS_FOR_A_GAP], cwd=ROOT, env=env,
                                                          stdout=subprocess.PIPE, text=True)
@@ -430,25 +431,32 @@ def test_runs_sent_back_to_back_leave_the_measuring_child_a_few_seconds_between_
             assert child.poll() is None and time.monotonic() < deadline, "the child never waited for the run"
             time.sleep(0.05)
     ended_at[1] = time.time()
+    # Run 3 goes through the Run button's slot, with settings it refuses, so that nothing generates after the wait.
+    refused = {**DEFAULTS.to_dict(), "n": 0}
     for run in (2, 3, 4):  # sent back to back, each as soon as the one before ends
-        if run == 3:  # the child has waited through all of run 2: this run's slot says it waits for it
-            updates = runs.Runs(lambda settings: iter(())).run()
-            first = next(updates)
-            assert first["status"] == first["caption"] and "being measured: the run starts in 1" in first["status"]
-            updates.close()
         share = time.monotonic()
-        shares.append(len(list(steps.share())))
+        if run == 3:
+            updates = list(runs.Runs(lambda settings: iter(())).run(*[refused[k] for k in SETTING_NAMES],
+                                                                     "curves", None, None, None, None))
+            started[3] = steps.gate.last_started
+            waits = [u for u in updates if "being measured" in str(u.get("status"))]
+            assert waits and all(u["caption"] == u["status"] for u in waits), updates[:2]
+            assert f"the run starts in {dp.SHARE_S:.0f} s (later runs go faster)" in waits[0]["status"]
+            assert updates[-1]["status"].startswith("⚠")  # then the run itself: refused, as it would be without a wait
+        else:
+            shares.append(len(list(steps.share())))
+            with steps.gate.generating():
+                time.sleep(0.5)
         shares.append(time.monotonic() - share)
-        with steps.gate.generating():
-            time.sleep(0.5)
         ended_at[run] = time.time()
         if child.poll() is not None:
             break
     got = float(child.communicate(timeout=10)[0])
-    # Run 2 left no gap (the child began waiting during run 1); run 3 waited for it, until it got its gap and ended.
-    assert shares[:2] == [0, pytest.approx(0, abs=0.1)]
-    assert shares[2] >= 1 and shares[3] < dp.SHARE_S
-    assert ended_at[2] < got < ended_at[3] - 0.5  # in the gap before run 3, not during a run
+    # Run 2 left no gap (the child began waiting during run 1): it waited for nothing; run 3 waited for the child,
+    # which got its gap then, before run 3 generated, and ended, which ended the wait well before SHARE_S.
+    assert shares[:2] == [0, pytest.approx(0.5, abs=0.2)]
+    assert 0.5 < shares[2] < dp.SHARE_S - 3
+    assert ended_at[2] < got < started[3]
     assert not steps.gate.waiting.exists() and list(steps.share()) == []  # the child ended: no run waits
 
 
