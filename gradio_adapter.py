@@ -5,7 +5,7 @@
 - A description, type range and choices for each parameter and the return of an endpoint made by
   ``gr.api``: Gradio derives only the types from the signature; its API components keep their
   schema in ``_api_info``.
-- A page that stays idle when nothing happens (IdleTimers): Gradio's status tracker times a pending event with a
+- A page that stays idle when nothing happens (PageScripts): Gradio's status tracker times a pending event with a
   requestAnimationFrame loop that only the event's end stops, and the loader shown while the page opens is removed
   before that end reaches it. Its loop then runs at the display's frame rate for as long as the page stays open, on
   every visitor's machine (about a tenth of a core in headless Chromium, more on a slow laptop).
