@@ -95,9 +95,12 @@ MEASURING = "still to be measured"  # a first look's: "3 more ways of storing th
 
 # -- one path: whether it is exact, and one timing ---------------------------------------------------------------
 
-def _logits(dec, prefix, ids: Sequence[int], steps: int) -> torch.Tensor:
+def _logits(dec, prefix, ids: Sequence[int], steps: int, gate: RunGate | None = None) -> torch.Tensor:
     """Each row's logits over ``steps`` steps of coupled sampling (rows × steps × vocabulary), in one batch: the
-    tokens a run would decode (fixed made-up tokens can miss a difference that real text shows)."""
+    tokens a run would decode (fixed made-up tokens can miss a difference that real text shows). It begins once no
+    run of the app generates (``gate``): bits do not depend on when they are computed, so a check of them pauses
+    between its batches, and a run that starts during one competes with that batch alone."""
+    quiet_token(gate)
     batch = dec.start(prefix, list(ids), False, steps + 1)
     uniforms = coupled_uniforms(EXACT_SEED, ids, steps)
     out = []
@@ -107,20 +110,20 @@ def _logits(dec, prefix, ids: Sequence[int], steps: int) -> torch.Tensor:
     return torch.stack(out, 1)
 
 
-def _in_parts(dec, prefix) -> list[torch.Tensor]:
+def _in_parts(dec, prefix, gate: RunGate | None = None) -> list[torch.Tensor]:
     """The logits of EXACT_ROWS rows decoded in the parts of each of EXACT_SPLITS, in the rows' order (to compare
     with the same rows decoded in one batch)."""
     with torch.inference_mode():
-        return [torch.cat([_logits(dec, prefix, ids, EXACT_STEPS) for ids in split]) for split in EXACT_SPLITS]
+        return [torch.cat([_logits(dec, prefix, ids, EXACT_STEPS, gate) for ids in split]) for split in EXACT_SPLITS]
 
 
-def exactness(gen: Generator, dec) -> tuple[bool, float]:
+def exactness(gen: Generator, dec, gate: RunGate | None = None) -> tuple[bool, float]:
     """Whether a row's logits are the same bits decoded alone and within a batch (the coupling is exact), and the
-    largest difference of a logit between the two."""
+    largest difference of a logit between the two; each batch decoded while no run of the app generates (``gate``)."""
     prefix = gen.prefill(gen.encode_prompt(PROMPT))
     with torch.inference_mode():
-        whole = _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS)
-    parts = _in_parts(dec, prefix)
+        whole = _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS, gate)
+    parts = _in_parts(dec, prefix, gate)
     return all(torch.equal(whole, p) for p in parts), max(float((whole - p).abs().max()) for p in parts)
 
 
@@ -139,7 +142,8 @@ def block_ms(gen: Generator, dec, prefix: Prefix, rows: int, timer: Callable[[],
     return min(times)
 
 
-def ready(gen: Generator, decode: str, tries: dict[str, int] | None = None) -> tuple[object | None, Measured]:
+def ready(gen: Generator, decode: str, tries: dict[str, int] | None = None, gate: RunGate | None = None
+          ) -> tuple[object | None, Measured]:
     """One path of a loaded generator made ready to time: its decoder (None where it cannot run or is not built)
     and what is known of it: its exactness, or why it cannot run (``compiled`` on a CPU is ready only where its step
     is saved: otherwise pending, or a problem where its build did not finish BUILD_TRIES times)."""
@@ -161,7 +165,7 @@ def ready(gen: Generator, decode: str, tries: dict[str, int] | None = None) -> t
                     path.problem = "its saved compiled step did not load"
                     return None, path
             dec = _compiled(gen)
-        path.exact, path.divergence = exactness(gen, dec)
+        path.exact, path.divergence = exactness(gen, dec, gate)
     except Exception as e:  # noqa: BLE001 - any path that fails is one line, and the probe goes on
         path.problem = one_line(e)
         return None, path
@@ -366,7 +370,7 @@ def probe(generator: str = DEFAULT_GENERATOR, device: str | torch.device = "cpu"
             continue
         tries.pop(weights, None)
         at = next(j for j, p in enumerate(paths) if (p.weights, p.decode) == (weights, "compiled"))
-        dec, paths[at] = ready(gens[weights], "compiled", tries)
+        dec, paths[at] = ready(gens[weights], "compiled", tries, gate)
         if dec is not None and eligible_untimed(paths[at], device):
             subjects.append(Subject(paths[at], gens[weights], dec))
         else:
@@ -457,7 +461,7 @@ def load_paths(generator: str, device: torch.device, formats: Sequence[str], tri
             continue
         for decode in DECODES:
             quiet_token(gate)
-            dec, path = ready(gen, decode, tries)
+            dec, path = ready(gen, decode, tries, gate)
             paths.append(path)
             if dec is not None and eligible_untimed(path, device):
                 subjects.append(Subject(path, gen, dec))
@@ -719,7 +723,7 @@ def same_bits(gen: Generator, threads: int) -> bool:
     return _SAME_BITS[key]
 
 
-def compiled_same_bits(gen: Generator, threads: int) -> bool:
+def compiled_same_bits(gen: Generator, threads: int, gate: RunGate | None = None) -> bool:
     """Whether ``gen``'s compiled step built for one thread gives a batch, and the batch's rows decoded in parts
     (``EXACT_SPLITS``), the bits its step for ``threads`` threads gives the whole batch: then a run may decode on it
     without changing one candidate (and it is exact where that step is). Both steps must be saved: each is loaded
@@ -729,10 +733,10 @@ def compiled_same_bits(gen: Generator, threads: int) -> bool:
         prefix = gen.prefill(gen.encode_prompt(PROMPT))
     with on_threads(threads), torch.inference_mode():
         dec.ready()
-        whole = _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS)
+        whole = _logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS, gate)
     with on_threads(1), torch.inference_mode():
         dec.ready()
-        one = [_logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS), *_in_parts(dec, prefix)]
+        one = [_logits(dec, prefix, range(EXACT_ROWS), EXACT_STEPS, gate), *_in_parts(dec, prefix, gate)]
     return all(torch.equal(whole, logits) for logits in one)
 
 
@@ -792,7 +796,7 @@ def one_thread_step(generator: str = DEFAULT_GENERATOR, device: str | torch.devi
         answer = "its build for one thread did not finish (python -m sbon machine --one-thread tries again)"
     else:
         quiet_token(gate)
-        answer = "same" if compiled_same_bits(gen, threads) else f"it gives other bits on one thread than on {threads}"
+        answer = "same" if compiled_same_bits(gen, threads, gate) else f"it gives other bits on one thread than on {threads}"
     progress(f"{weights} compiled, one thread: " + (f"the same bits as on {threads} threads: runs that start beside "
                                                     "other work decode on it" if answer == "same" else
                                                     f"not used: {answer}"))

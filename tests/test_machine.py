@@ -88,7 +88,7 @@ def stand_in_probe(monkeypatch, times, compiled_saved=(), exact=lambda weights: 
     import sbon.probe as probe_module
     timed_sets = []
 
-    def ready(gen, decode, tries=None):
+    def ready(gen, decode, tries=None, gate=None):
         path = Measured(gen.weights, decode)
         if decode == "compiled" and gen.weights not in compiled_saved:
             if (tries or {}).get(gen.weights, 0) >= probe_module.BUILD_TRIES:
@@ -562,6 +562,40 @@ def test_a_timing_a_run_started_during_is_thrown_away_and_none_is_taken_while_a_
     time_paths([subject], rows=(2,), gate=probe_gate, block=block, rounds=(1, 1))
     assert taken == [0, 1] and slept  # the first timing thrown away; the second after the run, never during it
     assert subject.measured.ms == {2: 5.0}
+
+
+def test_a_run_started_during_a_check_of_a_path_s_bits_shares_the_cores_with_one_batch_of_it_at_most(gen, tmp_path,
+                                                                                                    monkeypatch):
+    """The probe's check of whether a path is exact (sbon.probe.exactness: batches of coupled decoding, seconds on a
+    slow path) begins no batch while a run of the app generates: a run that starts during one batch has the cores to
+    itself from the next on, until it ends. The answer is the one the check gives undisturbed."""
+    from sbon.decoders import EagerDecoder
+    from sbon.machine_load import RunGate
+    import sbon.probe as probe_module
+    from sbon.probe import exact_on, exactness
+
+    app, probe_gate = RunGate(tmp_path / "runs"), RunGate(tmp_path / "runs")
+    run, begun, slept = app.generating(), [], []
+
+    class Watched(EagerDecoder):
+        def start(self, *args):
+            begun.append(probe_gate.token())  # None: a run generates as this batch begins
+            return super().start(*args)
+
+        def forward(self, batch, tokens):
+            if len(begun) == 1 and not app.generating_now:
+                run.__enter__()  # a run starts during the first batch
+            return super().forward(batch, tokens)
+
+    def sleep(seconds):  # the run ends while the probe waits for it
+        slept.append(seconds)
+        if app.generating_now:
+            run.__exit__(None, None, None)
+
+    monkeypatch.setattr(probe_module.time, "sleep", sleep)
+    exact, _ = exactness(gen, Watched(gen), probe_gate)
+    assert slept and len(begun) > 2 and None not in begun  # waited once, and every batch began with no run going
+    assert exact == exact_on(gen, torch.get_num_threads())
 
 
 def test_a_look_at_the_thread_team_that_a_run_began_during_does_not_count(tmp_path, monkeypatch):
