@@ -796,7 +796,8 @@ def one_thread_step(generator: str = DEFAULT_GENERATOR, device: str | torch.devi
         answer = "its build for one thread did not finish (python -m sbon machine --one-thread tries again)"
     else:
         quiet_token(gate)
-        answer = "same" if compiled_same_bits(gen, threads, gate) else f"it gives other bits on one thread than on {threads}"
+        answer = ("same" if compiled_same_bits(gen, threads, gate)
+                  else f"it gives other bits on one thread than on {threads}")
     progress(f"{weights} compiled, one thread: " + (f"the same bits as on {threads} threads: runs that start beside "
                                                     "other work decode on it" if answer == "same" else
                                                     f"not used: {answer}"))
