@@ -330,6 +330,7 @@ def _dequantize(folder: Path, gguf_file: str, target: Path) -> Path:
         with _gguf_parsed_once():
             gguf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+            _take_special_tokens_of(str(folder / gguf_file), tokenizer)
         # The GGUF-loaded model refuses save_pretrained (it counts as quantized): copy its
         # already dequantized weights into a plain model of the same config.
         del gguf.config.quantization_config
@@ -343,6 +344,23 @@ def _dequantize(folder: Path, gguf_file: str, target: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         return target if (target / "config.json").exists() else folder  # another process won the race
     return target
+
+
+# The tokenizer's special tokens and the GGUF metadata that names each one by its id.
+GGUF_SPECIAL_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
+                       "pad_token": "padding_token_id"}
+
+
+def _take_special_tokens_of(gguf_path: str, tokenizer) -> None:
+    """Give ``tokenizer`` the special tokens the GGUF file names. transformers' conversion of a GGUF tokenizer
+    takes them differently from one release to another (5.17's makes the start of a turn the end of a sequence
+    and pads with nothing), and the engine stops a candidate at the end of a sequence."""
+    import gguf
+
+    fields = gguf.GGUFReader(gguf_path).fields  # parsed once while _gguf_parsed_once holds: transformers' reader
+    for attribute, key in GGUF_SPECIAL_TOKENS.items():
+        if (field := fields.get(f"tokenizer.ggml.{key}")) is not None:
+            setattr(tokenizer, attribute, tokenizer.convert_ids_to_tokens(int(field.parts[field.data[0]][0])))
 
 
 def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | None = None,
@@ -373,6 +391,8 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
         kwargs = {} if source != folder else {"gguf_file": preset.gguf_file}
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        if kwargs:  # the package's GGUF file itself, where no copy could be written
+            _take_special_tokens_of(gguf, tokenizer)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs).to(device)
     except (OSError, ValueError, ImportError) as e:
         if preset and preset.package and source == preset.hub_id:  # the package is missing and so is the hub
