@@ -381,6 +381,19 @@ def test_the_shipped_tokenizer_is_the_embedded_generators(gen):
         (gen.tokenizer.bos_token_id, gen.tokenizer.eos_token_id, gen.tokenizer.pad_token_id)
 
 
+def test_a_tokenizer_converted_from_the_gguf_file_takes_the_special_tokens_the_file_names():
+    """transformers' conversion of a GGUF tokenizer names other special tokens in some releases (5.17's: the start of
+    a turn as the end of a sequence, and no padding); the copy of the embedded generator takes the file's."""
+    from sbon.models import GENERATORS, _package_dir, _take_special_tokens_of
+
+    preset = GENERATORS["smollm2-135m"]
+    tokenizer = gpu_check.smollm2_tokenizer()
+    tokenizer.eos_token, tokenizer.pad_token = "<|im_start|>", None  # as 5.17 converts the file
+    _take_special_tokens_of(str(_package_dir(preset.package) / preset.gguf_file), tokenizer)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == \
+        ("<|im_start|>", "<|im_end|>", "<|im_end|>", "<|endoftext|>")
+
+
 def test_forced_lengths_stop_every_candidate_exactly_there_in_both_engines():
     gen = gpu_check.stand_in(gpu_check.smollm2_tokenizer(), torch.device("cpu"), "float32", gpu_stand_ins.TINY_ARCH)
     gen.lengths = gpu_check.forced_lengths(5, 6, 12, seed=0)
