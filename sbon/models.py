@@ -357,7 +357,7 @@ def _take_special_tokens_of(gguf_path: str, tokenizer) -> None:
     and pads with nothing), and the engine stops a candidate at the end of a sequence."""
     import gguf
 
-    fields = gguf.GGUFReader(gguf_path).fields  # parsed once while _gguf_parsed_once holds: transformers' reader
+    fields = gguf.GGUFReader(gguf_path).fields  # within _gguf_parsed_once: the reader transformers made already
     for attribute, key in GGUF_SPECIAL_TOKENS.items():
         if (field := fields.get(f"tokenizer.ggml.{key}")) is not None:
             setattr(tokenizer, attribute, tokenizer.convert_ids_to_tokens(int(field.parts[field.data[0]][0])))
