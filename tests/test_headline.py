@@ -422,9 +422,9 @@ def test_each_round_figure_s_title_counts_its_contenders_as_the_round_caption_do
 def test_a_round_figure_counts_a_candidate_that_finished_below_the_cut_as_still_eligible(gen):
     """A short answer that finishes before a decision point and ranks below the cut is retired, not pruned: the
     figure's title says so, where a bare "kept 4 of 5" would leave the reader taking it for pruned. Under a reward
-    that scores an answer by its length, an answer that finished before a decision point has stopped growing and
-    ranks last at the next one: a short poem has such answers whatever the CPU's texts (the first seed with one is
-    taken)."""
+    that scores an answer by its length, an answer that finished before a decision point has stopped growing, so it
+    is among the shortest at the next one: a short poem has such answers whatever the CPU's texts (the first seed
+    with one is taken)."""
     from components.controls import RunSettings
     from sbon.analysis.comparison import ComparisonReady, comparison_events as events
     from sbon.rewards import CallableReward
@@ -439,8 +439,8 @@ def test_a_round_figure_counts_a_candidate_that_finished_below_the_cut_as_still_
         assert errors == []
         if any(point.retired for point in read):
             break
-    else:  # every answer of six seeds ran past the last decision point
-        pytest.skip("no answer of these seeds finished before a decision point, on this CPU")
+    else:
+        pytest.skip("no answer of these seeds finished before a decision point and below the cut, on this CPU")
 
 
 # Each scenario of the page, short, plus the own-instructions run whose captions once changed their reason:
