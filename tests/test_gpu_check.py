@@ -381,17 +381,35 @@ def test_the_shipped_tokenizer_is_the_embedded_generators(gen):
         (gen.tokenizer.bos_token_id, gen.tokenizer.eos_token_id, gen.tokenizer.pad_token_id)
 
 
-def test_a_tokenizer_converted_from_the_gguf_file_takes_the_special_tokens_the_file_names():
+def test_the_embedded_generator_takes_the_special_tokens_its_file_names_even_from_a_copy_saved_without_them(
+        gen_fp32, monkeypatch, tmp_path):
     """transformers' conversion of a GGUF tokenizer names other special tokens in some releases (5.17's: the start of
-    a turn as the end of a sequence, and no padding); the copy of the embedded generator takes the file's."""
-    from sbon.models import GENERATORS, _package_dir, _take_special_tokens_of
+    a turn as the end of a sequence, and no padding), and a float32 copy saved by such a release keeps them: a load
+    takes the file's, so a candidate stops at the end of its turn only, and padding has a token."""
+    from transformers import AutoTokenizer
+
+    from sbon.models import GENERATORS, dequantized_copy_dir, load_generator
 
     preset = GENERATORS["smollm2-135m"]
-    tokenizer = gpu_check.smollm2_tokenizer()
-    tokenizer.eos_token, tokenizer.pad_token = "<|im_start|>", None  # as 5.17 converts the file
-    _take_special_tokens_of(str(_package_dir(preset.package) / preset.gguf_file), tokenizer)
+    made = dequantized_copy_dir("smollm2-135m", preset.gguf_file)  # by gen_fp32's load, if not before
+    monkeypatch.setenv("SBON_CACHE", str(tmp_path))
+    stale = dequantized_copy_dir("smollm2-135m", preset.gguf_file)
+    stale.mkdir(parents=True)
+    for entry in made.iterdir():
+        (stale / entry.name).symlink_to(entry)
+    config = json.loads((made / "tokenizer_config.json").read_text())
+    (stale / "tokenizer_config.json").unlink()
+    (stale / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": "<|im_start|>", "pad_token": None}))
+    assert AutoTokenizer.from_pretrained(stale).eos_token == "<|im_start|>"  # what the copy says
+
+    loaded = load_generator("smollm2-135m", device="cpu", weights="fp32")
+    tokenizer = loaded.tokenizer
     assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == \
-        ("<|im_start|>", "<|im_end|>", "<|im_end|>", "<|endoftext|>")
+        ("<|im_start|>", "<|im_end|>", "<|im_end|>", "<|endoftext|>") == \
+        (gen_fp32.tokenizer.bos_token, gen_fp32.tokenizer.eos_token, gen_fp32.tokenizer.pad_token,
+         gen_fp32.tokenizer.unk_token)
+    ends = {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+    assert loaded.stop_ids == gen_fp32.stop_ids == ends  # not the start of a turn
 
 
 def test_forced_lengths_stop_every_candidate_exactly_there_in_both_engines():
